@@ -1,0 +1,50 @@
+# Helpers that every test folder uses. The test environment (never the library) sets what
+# Open MPI needs to run as root and with more ranks than cores.
+set(DTRAIN_TEST_ENV
+  OMPI_ALLOW_RUN_AS_ROOT=1
+  OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
+  OMPI_MCA_rmaps_base_oversubscribe=1
+  OMPI_MCA_btl_vader_single_copy_mechanism=none
+  OPENBLAS_NUM_THREADS=1)
+
+# dtrain_add_unit_test(NAME SOURCES ...): a GoogleTest binary run without MPI.
+function(dtrain_add_unit_test name)
+  cmake_parse_arguments(T "" "TIMEOUT" "SOURCES;LABELS" ${ARGN})
+  add_executable(${name} ${T_SOURCES})
+  target_link_libraries(${name} PRIVATE dtrain_internal GTest::gtest GTest::gtest_main)
+  target_include_directories(${name} PRIVATE ${PROJECT_SOURCE_DIR}/lib)
+  add_test(NAME ${name} COMMAND ${name})
+  if(NOT T_TIMEOUT)
+    set(T_TIMEOUT 120)
+  endif()
+  set_tests_properties(${name} PROPERTIES TIMEOUT ${T_TIMEOUT} ENVIRONMENT "${DTRAIN_TEST_ENV}"
+                       LABELS "unit;${T_LABELS}")
+endfunction()
+
+# dtrain_add_mpi_test(NAME TARGET tgt RANKS 1 2 3 4 [ARGS ...] [TIMEOUT s] [WILL_FAIL]
+#                     [PASS_REGEX re] [LABELS ...])
+# Runs tgt under ${MPIEXEC_EXECUTABLE} -n N once per rank count, as NAME.npN.
+function(dtrain_add_mpi_test name)
+  cmake_parse_arguments(T "WILL_FAIL" "TARGET;TIMEOUT;PASS_REGEX" "RANKS;ARGS;LABELS" ${ARGN})
+  if(NOT T_TIMEOUT)
+    set(T_TIMEOUT 180)
+  endif()
+  foreach(n IN LISTS T_RANKS)
+    set(test_name ${name}.np${n})
+    add_test(NAME ${test_name}
+             COMMAND ${MPIEXEC_EXECUTABLE} ${MPIEXEC_NUMPROC_FLAG} ${n} ${MPIEXEC_PREFLAGS}
+                     $<TARGET_FILE:${T_TARGET}> ${MPIEXEC_POSTFLAGS} ${T_ARGS})
+    set(procs ${n})
+    if(procs GREATER 2)
+      set(procs 2)
+    endif()
+    set_tests_properties(${test_name} PROPERTIES TIMEOUT ${T_TIMEOUT} PROCESSORS ${procs}
+                         ENVIRONMENT "${DTRAIN_TEST_ENV}" LABELS "mpi;${T_LABELS}")
+    if(T_WILL_FAIL)
+      set_tests_properties(${test_name} PROPERTIES WILL_FAIL TRUE)
+    endif()
+    if(T_PASS_REGEX)
+      set_tests_properties(${test_name} PROPERTIES PASS_REGULAR_EXPRESSION "${T_PASS_REGEX}")
+    endif()
+  endforeach()
+endfunction()

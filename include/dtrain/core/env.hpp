@@ -1,0 +1,29 @@
+#pragma once
+// Runtime parameters read once from DTRAIN_* environment variables. A malformed value is a
+// clear error (Errc::invalid_config), never silently ignored.
+#include <string>
+
+#include "dtrain/core/log.hpp"
+#include "dtrain/export.hpp"
+
+namespace dtrain::env {
+
+struct Params {
+  double comm_timeout_s = 600.0;  // DTRAIN_COMM_TIMEOUT: watchdog limit per collective
+  log::Level log_level = log::Level::info;  // DTRAIN_LOG_LEVEL: error|warn|info|debug
+  bool log_all_ranks = false;     // DTRAIN_LOG_ALL_RANKS: 1 to print on every rank
+  int num_threads = 0;            // DTRAIN_NUM_THREADS: BLAS/kernel threads, 0 = library default
+};
+
+// Read on first use, then cached for the life of the process.
+DTRAIN_API const Params& params();
+// Re-read the environment (tests only).
+DTRAIN_API void reload();
+
+// Typed lookups used by params(); exposed for layers that own their own variables.
+DTRAIN_API std::string get_string(const char* name, const std::string& fallback);
+DTRAIN_API long get_int(const char* name, long fallback, long min_value, long max_value);
+DTRAIN_API double get_double(const char* name, double fallback, double min_value, double max_value);
+DTRAIN_API bool get_bool(const char* name, bool fallback);
+
+}  // namespace dtrain::env

@@ -1,0 +1,81 @@
+#include "dtrain/core/env.hpp"
+
+#include <cerrno>
+#include <cstdlib>
+#include <mutex>
+
+#include "dtrain/core/error.hpp"
+
+namespace dtrain::env {
+namespace {
+std::mutex g_mutex;
+Params g_params;
+bool g_loaded = false;
+
+Params read_params() {
+  Params p;
+  p.comm_timeout_s = get_double("DTRAIN_COMM_TIMEOUT", p.comm_timeout_s, 0.001, 1e9);
+  p.log_level = log::parse_level(get_string("DTRAIN_LOG_LEVEL", "info"));
+  p.log_all_ranks = get_bool("DTRAIN_LOG_ALL_RANKS", false);
+  p.num_threads = static_cast<int>(get_int("DTRAIN_NUM_THREADS", 0, 0, 4096));
+  return p;
+}
+}  // namespace
+
+const Params& params() {
+  std::lock_guard<std::mutex> lock(g_mutex);
+  if (!g_loaded) {
+    g_params = read_params();
+    g_loaded = true;
+  }
+  return g_params;
+}
+
+void reload() {
+  Params p = read_params();
+  std::lock_guard<std::mutex> lock(g_mutex);
+  g_params = p;
+  g_loaded = true;
+}
+
+std::string get_string(const char* name, const std::string& fallback) {
+  const char* v = std::getenv(name);
+  return (v && *v) ? std::string(v) : fallback;
+}
+
+long get_int(const char* name, long fallback, long min_value, long max_value) {
+  const char* v = std::getenv(name);
+  if (!v || !*v) return fallback;
+  char* end = nullptr;
+  errno = 0;
+  long x = std::strtol(v, &end, 10);
+  DTRAIN_CHECK(errno == 0 && end && *end == '\0', Errc::invalid_config,
+               name << "='" << v << "' is not an integer");
+  DTRAIN_CHECK(x >= min_value && x <= max_value, Errc::invalid_config,
+               name << "=" << x << " is out of range [" << min_value << ", " << max_value << "]");
+  return x;
+}
+
+double get_double(const char* name, double fallback, double min_value, double max_value) {
+  const char* v = std::getenv(name);
+  if (!v || !*v) return fallback;
+  char* end = nullptr;
+  errno = 0;
+  double x = std::strtod(v, &end);
+  DTRAIN_CHECK(errno == 0 && end && *end == '\0', Errc::invalid_config,
+               name << "='" << v << "' is not a number");
+  DTRAIN_CHECK(x >= min_value && x <= max_value, Errc::invalid_config,
+               name << "=" << x << " is out of range [" << min_value << ", " << max_value << "]");
+  return x;
+}
+
+bool get_bool(const char* name, bool fallback) {
+  const char* v = std::getenv(name);
+  if (!v || !*v) return fallback;
+  std::string s(v);
+  if (s == "1" || s == "true" || s == "yes" || s == "on") return true;
+  if (s == "0" || s == "false" || s == "no" || s == "off") return false;
+  DTRAIN_FAIL(Errc::invalid_config, name << "='" << v << "' is not a boolean (use 0 or 1)");
+}
+
+}  // namespace dtrain::env

@@ -1,0 +1,80 @@
+#include <gtest/gtest.h>
+
+#include <cstdint>
+#include <cstdlib>
+
+#include "dtrain/core/buffer.hpp"
+#include "dtrain/core/env.hpp"
+#include "dtrain/core/error.hpp"
+#include "dtrain/core/log.hpp"
+#include "dtrain/core/timer.hpp"
+
+using namespace dtrain;
+
+TEST(Error, CarriesCodeAndMessage) {
+  try {
+    int n = -3;
+    DTRAIN_CHECK(n > 0, Errc::invalid_argument, "count must be positive, got " << n);
+    FAIL() << "no throw";
+  } catch (const Error& e) {
+    EXPECT_EQ(e.code(), Errc::invalid_argument);
+    EXPECT_STREQ(e.what(), "count must be positive, got -3");
+  }
+  EXPECT_STREQ(errc_name(Errc::timeout), "timeout");
+}
+
+TEST(Env, ParsesAndValidates) {
+  setenv("DTRAIN_COMM_TIMEOUT", "2.5", 1);
+  setenv("DTRAIN_LOG_LEVEL", "debug", 1);
+  env::reload();
+  EXPECT_DOUBLE_EQ(env::params().comm_timeout_s, 2.5);
+  EXPECT_EQ(env::params().log_level, log::Level::debug);
+  setenv("DTRAIN_COMM_TIMEOUT", "abc", 1);
+  EXPECT_THROW(env::reload(), Error);
+  setenv("DTRAIN_COMM_TIMEOUT", "-1", 1);
+  EXPECT_THROW(env::reload(), Error);
+  setenv("DTRAIN_LOG_ALL_RANKS", "maybe", 1);
+  unsetenv("DTRAIN_COMM_TIMEOUT");
+  EXPECT_THROW(env::reload(), Error);
+  unsetenv("DTRAIN_LOG_ALL_RANKS");
+  unsetenv("DTRAIN_LOG_LEVEL");
+  env::reload();
+  EXPECT_DOUBLE_EQ(env::params().comm_timeout_s, 600.0);
+}
+
+TEST(Log, PrefixAndRankFilter) {
+  log::set_rank(3, 8);
+  log::set_level(log::Level::info);
+  EXPECT_FALSE(log::enabled(log::Level::info));  // not rank 0
+  EXPECT_TRUE(log::enabled(log::Level::error));  // errors print everywhere
+  testing::internal::CaptureStderr();
+  log::write(log::Level::warn, "hello");
+  std::string out = testing::internal::GetCapturedStderr();
+  EXPECT_EQ(out, "[dtrain r3/8] WARN hello\n");
+  log::set_rank(0, 1);
+  EXPECT_TRUE(log::enabled(log::Level::info));
+  EXPECT_FALSE(log::enabled(log::Level::debug));
+}
+
+TEST(Buffer, AlignedGrowOnlyAndCounted) {
+  std::uint64_t before = AlignedBuffer::allocation_count();
+  AlignedBuffer b(1000);
+  EXPECT_EQ(reinterpret_cast<std::uintptr_t>(b.data()) % AlignedBuffer::kAlignment, 0u);
+  EXPECT_EQ(b.as<unsigned char>()[999], 0);  // zeroed
+  EXPECT_FALSE(b.ensure(500));
+  EXPECT_FALSE(b.ensure(1000));
+  EXPECT_TRUE(b.ensure(5000));
+  EXPECT_EQ(AlignedBuffer::allocation_count(), before + 2);
+  AlignedBuffer moved = std::move(b);
+  EXPECT_EQ(moved.bytes(), 5000u);
+  EXPECT_TRUE(b.empty());
+  EXPECT_THROW((AlignedBuffer(10, 3)), Error);
+}
+
+TEST(Timer, Monotonic) {
+  Stopwatch w;
+  double total = 0;
+  { ScopedAccumulate acc(total); }
+  EXPECT_GE(w.seconds(), 0.0);
+  EXPECT_GE(total, 0.0);
+}
