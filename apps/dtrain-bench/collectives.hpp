@@ -1,0 +1,11 @@
+#pragma once
+// The collective benchmark loop: for each size, warm up, time out-of-place and in-place
+// forms (median over iterations of the slowest rank), optionally verify, print one line.
+#include "dtrain/comm/communicator.hpp"
+#include "options.hpp"
+
+namespace bench {
+
+void run_collective(dtrain::Communicator& comm, const std::string& op, const Options& options);
+
+}  // namespace bench

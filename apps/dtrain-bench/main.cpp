@@ -1,0 +1,30 @@
+// dtrain-bench: collectives benchmark in the style of nccl-tests. See --help.
+#include <cstdio>
+#include <exception>
+
+#include "collectives.hpp"
+#include "dtrain/comm/runtime.hpp"
+#include "memcpy_bench.hpp"
+#include "options.hpp"
+
+int main(int argc, char** argv) {
+  try {
+    dtrain::Runtime runtime(&argc, &argv);
+    bench::Options options;
+    switch (bench::parse_options(argc, argv, options, runtime.rank() == 0)) {
+      case bench::ParseResult::help: return 0;
+      case bench::ParseResult::error: return 2;
+      case bench::ParseResult::run: break;
+    }
+    if (options.memcpy_only) {
+      if (runtime.rank() == 0) bench::run_memcpy(options);
+      runtime.world().barrier();
+      return 0;
+    }
+    for (const std::string& op : options.ops) bench::run_collective(runtime.world(), op, options);
+    return 0;
+  } catch (const std::exception& e) {
+    std::fprintf(stderr, "dtrain-bench: %s\n", e.what());
+    return 1;
+  }
+}

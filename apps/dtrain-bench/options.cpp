@@ -1,0 +1,89 @@
+#include "options.hpp"
+
+#include <boost/program_options.hpp>
+
+#include <cctype>
+#include <iostream>
+#include <stdexcept>
+
+namespace po = boost::program_options;
+
+namespace bench {
+
+std::size_t parse_bytes(const std::string& text) {
+  std::size_t pos = 0;
+  const unsigned long long value = std::stoull(text, &pos);
+  std::string suffix = text.substr(pos);
+  unsigned shift = 0;
+  if (suffix == "K" || suffix == "k" || suffix == "KiB") shift = 10;
+  else if (suffix == "M" || suffix == "m" || suffix == "MiB") shift = 20;
+  else if (suffix == "G" || suffix == "g" || suffix == "GiB") shift = 30;
+  else if (!suffix.empty() && suffix != "B") throw std::invalid_argument("bad size '" + text + "'");
+  return static_cast<std::size_t>(value) << shift;
+}
+
+namespace {
+dtrain::ReduceOp parse_redop(const std::string& s) {
+  for (auto op : {dtrain::ReduceOp::sum, dtrain::ReduceOp::avg, dtrain::ReduceOp::max,
+                  dtrain::ReduceOp::min})
+    if (s == dtrain::reduce_op_name(op)) return op;
+  throw std::invalid_argument("unknown reduction '" + s + "' (sum, avg, max, min)");
+}
+}  // namespace
+
+ParseResult parse_options(int argc, char** argv, Options& out, bool print) {
+  std::string op = "all_reduce", min_bytes = "4", max_bytes = "256M", dtype = "f32",
+              redop = "sum";
+  po::options_description desc(
+      "dtrain-bench: time dtrain's collectives (nccl-tests style).\n"
+      "Run it under mpiexec, e.g.  mpiexec -n 2 dtrain-bench --op all_reduce --baseline\n"
+      "Options");
+  desc.add_options()
+      ("help,h", "print this help")
+      ("op,o", po::value(&op)->default_value(op),
+       "all_reduce, all_gather, reduce_scatter, broadcast or all")
+      ("min-bytes,b", po::value(&min_bytes)->default_value(min_bytes), "smallest size (K/M/G suffixes)")
+      ("max-bytes,e", po::value(&max_bytes)->default_value(max_bytes), "largest size (K/M/G suffixes)")
+      ("step-factor,f", po::value(&out.step_factor)->default_value(out.step_factor),
+       "multiply the size by this between lines")
+      ("iters,n", po::value(&out.iters)->default_value(out.iters), "timed iterations per size (median reported)")
+      ("warmup,w", po::value(&out.warmup)->default_value(out.warmup), "untimed iterations per size")
+      ("dtype,d", po::value(&dtype)->default_value(dtype), "f32, f64, bf16, f16, i32, i64, u8")
+      ("redop", po::value(&redop)->default_value(redop), "sum, avg, max or min")
+      ("root,r", po::value(&out.root)->default_value(out.root), "broadcast root")
+      ("check,c", po::bool_switch(&out.check), "verify the results and print a #wrong column")
+      ("baseline", po::bool_switch(&out.baseline),
+       "all_reduce: also time raw MPI_Allreduce on the same buffers, interleaved, and print "
+       "the ratio t_mpi / t_dtrain (median of per-iteration pairs)")
+      ("memcpy", po::bool_switch(&out.memcpy_only),
+       "only measure one core's memcpy bandwidth over the size range (the physical ceiling)");
+  try {
+    po::variables_map vm;
+    po::store(po::parse_command_line(argc, argv, desc), vm);
+    if (vm.count("help")) {
+      if (print) std::cout << desc << "\n";
+      return ParseResult::help;
+    }
+    po::notify(vm);
+    out.ops = op == "all" ? std::vector<std::string>{"all_reduce", "all_gather", "reduce_scatter",
+                                                      "broadcast"}
+                          : std::vector<std::string>{op};
+    for (const std::string& o : out.ops)
+      if (o != "all_reduce" && o != "all_gather" && o != "reduce_scatter" && o != "broadcast")
+        throw std::invalid_argument("unknown --op '" + o + "'");
+    out.min_bytes = parse_bytes(min_bytes);
+    out.max_bytes = parse_bytes(max_bytes);
+    out.dtype = dtrain::parse_dtype(dtype);
+    out.redop = parse_redop(redop);
+    if (out.min_bytes == 0 || out.min_bytes > out.max_bytes)
+      throw std::invalid_argument("need 0 < --min-bytes <= --max-bytes");
+    if (out.step_factor <= 1.0) throw std::invalid_argument("--step-factor must exceed 1");
+    if (out.iters < 1 || out.warmup < 0) throw std::invalid_argument("need --iters >= 1, --warmup >= 0");
+  } catch (const std::exception& e) {
+    if (print) std::cerr << "dtrain-bench: " << e.what() << "\n(--help lists the options)\n";
+    return ParseResult::error;
+  }
+  return ParseResult::run;
+}
+
+}  // namespace bench

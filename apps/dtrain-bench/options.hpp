@@ -1,0 +1,34 @@
+#pragma once
+// Command line of dtrain-bench.
+#include <cstddef>
+#include <string>
+#include <vector>
+
+#include "dtrain/comm/types.hpp"
+#include "dtrain/core/dtype.hpp"
+
+namespace bench {
+
+struct Options {
+  std::vector<std::string> ops;  // all_reduce, all_gather, reduce_scatter, broadcast
+  std::size_t min_bytes = 4;
+  std::size_t max_bytes = std::size_t{256} << 20;
+  double step_factor = 2.0;
+  int iters = 20;
+  int warmup = 5;
+  bool check = false;
+  bool baseline = false;
+  bool memcpy_only = false;
+  int root = 0;
+  dtrain::DType dtype = dtrain::DType::f32;
+  dtrain::ReduceOp redop = dtrain::ReduceOp::sum;
+};
+
+// "4", "64K", "1M", "2G" (binary multiples).
+std::size_t parse_bytes(const std::string& text);
+
+enum class ParseResult { run, help, error };
+// print: whether this rank writes help and errors (rank 0 only, to avoid N copies).
+ParseResult parse_options(int argc, char** argv, Options& out, bool print);
+
+}  // namespace bench

@@ -1,0 +1,78 @@
+// dtrain-gpt: the reference GPT trainer. Run under mpiexec/srun; every rank runs this.
+// Exit codes: 0 success, 2 invalid command line or configuration, 1 any other error.
+#include <cstdio>
+#include <iostream>
+
+#include "dtrain/comm/runtime.hpp"
+#include "dtrain/core/error.hpp"
+#include "dtrain/core/log.hpp"
+#include "dtrain/train/trainer.hpp"
+#include "dtrain/version.hpp"
+#include "options.hpp"
+
+namespace {
+
+int exit_code(dtrain::Errc code) {
+  return code == dtrain::Errc::invalid_config || code == dtrain::Errc::not_implemented ||
+                 code == dtrain::Errc::invalid_argument
+             ? 2
+             : 1;
+}
+
+// Agree on failure across ranks so that exactly one rank prints and every rank exits alike.
+int report(dtrain::Communicator& world, bool failed, const std::string& message, int code) {
+  const int first = dtrain::train::first_failed_rank(world, failed);
+  if (first < 0) return 0;
+  if (world.rank() == first) DTRAIN_LOG(error, message);
+  int rc = failed ? code : 0;
+  world.all_reduce(&rc, &rc, 1, dtrain::DType::i32, dtrain::ReduceOp::max);
+  return rc;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  try {
+    dtrain::Runtime runtime(&argc, &argv);
+    dtrain::Communicator& world = runtime.world();
+    bool failed = false;
+    int code = 0;
+    std::string message;
+    dtrain_gpt::Parsed parsed;
+    std::unique_ptr<dtrain::train::Trainer> trainer;
+    try {
+      parsed = dtrain_gpt::parse_options(argc, argv);
+      if (parsed.action == dtrain_gpt::Action::train) {
+        trainer = std::make_unique<dtrain::train::Trainer>(parsed.config, world);
+      }
+    } catch (const dtrain::Error& e) {
+      failed = true;
+      message = e.what();
+      code = exit_code(e.code());
+    } catch (const std::exception& e) {
+      failed = true;
+      message = e.what();
+      code = 1;
+    }
+    if (int rc = report(world, failed, message, code)) return rc;
+
+    if (parsed.action == dtrain_gpt::Action::help) {
+      if (world.rank() == 0) std::cout << parsed.help_text;
+      return 0;
+    }
+    if (parsed.action == dtrain_gpt::Action::version) {
+      if (world.rank() == 0) std::cout << "dtrain-gpt " << DTRAIN_VERSION_STRING << "\n";
+      return 0;
+    }
+    trainer->run();
+    return 0;
+  } catch (const dtrain::Error& e) {
+    // A failure inside the step loop: collectives may be half done, so no agreement is
+    // attempted; mpiexec ends the other ranks when this one exits non-zero.
+    dtrain::log::write(dtrain::log::Level::error, e.what());
+    return exit_code(e.code());
+  } catch (const std::exception& e) {
+    dtrain::log::write(dtrain::log::Level::error, e.what());
+    return 1;
+  }
+}

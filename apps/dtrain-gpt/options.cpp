@@ -1,0 +1,114 @@
+#include "options.hpp"
+
+#include <boost/program_options.hpp>
+#include <fstream>
+#include <sstream>
+
+#include "dtrain/core/error.hpp"
+
+namespace po = boost::program_options;
+using dtrain::Errc;
+
+namespace dtrain_gpt {
+namespace {
+
+po::options_description describe(dtrain::train::TrainConfig& c, std::string& config_file) {
+  po::options_description general("General");
+  general.add_options()
+      ("help,h", "print this help and exit")
+      ("version", "print the dtrain version and exit")
+      ("config", po::value(&config_file), "INI file with any of the options below (key = value)");
+
+  po::options_description model("Model");
+  model.add_options()
+      ("layers", po::value(&c.layers)->default_value(c.layers), "transformer blocks")
+      ("heads", po::value(&c.heads)->default_value(c.heads), "attention heads (must divide d-model)")
+      ("d-model", po::value(&c.d_model)->default_value(c.d_model), "embedding width")
+      ("seq-len", po::value(&c.seq_len)->default_value(c.seq_len), "context length in tokens")
+      ("vocab", po::value(&c.vocab)->default_value(c.vocab), "vocabulary size")
+      ("tie-embeddings", po::value(&c.tie_embeddings)->default_value(c.tie_embeddings),
+       "share the LM head with the token embedding (true/false)");
+
+  po::options_description parallel("Parallelism");
+  parallel.add_options()
+      ("tp", po::value(&c.tp)->default_value(c.tp), "tensor-parallel size")
+      ("pp", po::value(&c.pp)->default_value(c.pp), "pipeline-parallel size")
+      ("dp", po::value(&c.dp)->default_value(c.dp), "data-parallel size (0: ranks / (tp*pp))")
+      ("zero", po::value(&c.zero)->default_value(c.zero), "ZeRO stage 0, 1, 2 or 3")
+      ("schedule", po::value(&c.schedule)->default_value(c.schedule), "pipeline schedule: gpipe, 1f1b, interleaved")
+      ("virtual-stages", po::value(&c.virtual_stages)->default_value(c.virtual_stages), "model chunks per rank (interleaved)")
+      ("sequence-parallel", po::bool_switch(&c.sequence_parallel), "shard LayerNorm/residual regions over the sequence")
+      ("micro-batch", po::value(&c.micro_batch)->default_value(c.micro_batch), "sequences per rank per micro-step")
+      ("global-batch", po::value(&c.global_batch)->default_value(c.global_batch),
+       "sequences per optimiser step (0: micro-batch x dp)");
+
+  po::options_description optim("Optimiser (AdamW)");
+  optim.add_options()
+      ("lr", po::value(&c.lr)->default_value(c.lr), "peak learning rate")
+      ("min-lr", po::value(&c.min_lr)->default_value(c.min_lr), "final learning rate of the cosine decay")
+      ("warmup-steps", po::value(&c.warmup_steps)->default_value(c.warmup_steps), "linear warm-up steps")
+      ("weight-decay", po::value(&c.weight_decay)->default_value(c.weight_decay), "decoupled weight decay (matrices and embeddings)")
+      ("clip-grad", po::value(&c.clip_grad)->default_value(c.clip_grad), "global gradient-norm clip (0: off)");
+
+  po::options_description data("Data");
+  data.add_options()
+      ("data", po::value(&c.data), "token file: .bin llm.c shard or plain text (absent: built-in synthetic corpus)")
+      ("val-fraction", po::value(&c.val_fraction)->default_value(c.val_fraction), "share of a data file held out for validation");
+
+  po::options_description run("Run");
+  run.add_options()
+      ("steps", po::value(&c.steps)->default_value(c.steps), "optimiser steps")
+      ("seed", po::value(&c.seed)->default_value(c.seed), "seed of initialisation and data")
+      ("device", po::value(&c.device)->default_value(c.device), "auto, cpu or cuda")
+      ("precision", po::value(&c.precision)->default_value(c.precision), "fp32, bf16 or fp16")
+      ("deterministic", po::bool_switch(&c.deterministic), "bitwise-reproducible runs");
+
+  po::options_description ckpt("Checkpoints");
+  ckpt.add_options()
+      ("save-dir", po::value(&c.save_dir), "directory for checkpoints")
+      ("save-every", po::value(&c.save_every)->default_value(c.save_every), "steps between checkpoints (0: only at the end)")
+      ("resume", po::value(&c.resume)->default_value(c.resume), "auto, none or a checkpoint path");
+
+  po::options_description output("Output");
+  output.add_options()
+      ("log-every", po::value(&c.log_every)->default_value(c.log_every), "steps between progress lines")
+      ("metrics", po::value(&c.metrics), "append one JSON line per logged step to this file")
+      ("eval-every", po::value(&c.eval_every)->default_value(c.eval_every), "steps between validation passes (0: only at the end)")
+      ("eval-batches", po::value(&c.eval_batches)->default_value(c.eval_batches), "micro-batches per validation pass")
+      ("eval-only", po::bool_switch(&c.eval_only), "evaluate the model and exit");
+
+  po::options_description all("dtrain-gpt: train a GPT with dtrain.\n"
+                              "Usage: mpiexec -n N dtrain-gpt [options]\n");
+  all.add(general).add(model).add(parallel).add(optim).add(data).add(run).add(ckpt).add(output);
+  return all;
+}
+
+}  // namespace
+
+Parsed parse_options(int argc, char** argv) {
+  Parsed out;
+  std::string config_file;
+  po::options_description all = describe(out.config, config_file);
+  po::variables_map vm;
+  try {
+    po::store(po::parse_command_line(argc, argv, all), vm);
+    if (vm.count("config")) {
+      const std::string path = vm["config"].as<std::string>();
+      std::ifstream in(path);
+      DTRAIN_CHECK(in.good(), Errc::invalid_config, "cannot read --config file '" << path << "'");
+      // Command-line values were stored first and take precedence over the file.
+      po::store(po::parse_config_file(in, all), vm);
+    }
+    po::notify(vm);
+  } catch (const po::error& e) {
+    DTRAIN_FAIL(Errc::invalid_config, e.what() << " (see --help)");
+  }
+  std::ostringstream help;
+  help << all;
+  out.help_text = help.str();
+  if (vm.count("help")) out.action = Action::help;
+  else if (vm.count("version")) out.action = Action::version;
+  return out;
+}
+
+}  // namespace dtrain_gpt

@@ -1,0 +1,34 @@
+#!/usr/bin/env bash
+# Side-by-side: dtrain-gpt vs a PyTorch DDP (gloo) equivalent, same model, batch and optimiser,
+# 2 ranks, one thread per rank, in one run. Needs Debian's python3-torch and a built tree.
+#   bench/gpt_vs_pytorch.sh [build-dir]
+set -euo pipefail
+ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
+BUILD="${1:-$ROOT/build}"
+RANKS="${RANKS:-2}"
+STEPS="${STEPS:-20}"
+MODEL=(--layers 4 --heads 4 --d-model 256 --seq-len 256 --vocab 256 --micro-batch 8)
+if [ "$(id -u)" -eq 0 ]; then export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1; fi
+export OMPI_MCA_rmaps_base_oversubscribe=1 OMPI_MCA_btl_vader_single_copy_mechanism=none
+export OPENBLAS_NUM_THREADS=1 OMP_NUM_THREADS=1
+
+metrics="$(mktemp)"
+mpiexec -n "$RANKS" "$BUILD/apps/dtrain-gpt/dtrain-gpt" "${MODEL[@]}" --steps "$STEPS" \
+  --log-every 1 --eval-every 0 --eval-batches 1 --metrics "$metrics" 2>&1 | grep -E "peak|done" || true
+dtrain_tps=$(python3 - "$metrics" <<'PY'
+import json, sys
+rows = [json.loads(l) for l in open(sys.argv[1])][2:]  # skip warm-up steps
+tps = sorted(r["tokens_per_s"] for r in rows)
+mfu = sorted(r["mfu"] for r in rows)
+print(f"{tps[len(tps)//2]:.1f} {mfu[len(mfu)//2]:.3f}")
+PY
+)
+rm -f "$metrics"
+read -r dtps dmfu <<<"$dtrain_tps"
+torch_line=$(python3 -m torch.distributed.run --nproc_per_node "$RANKS" "$ROOT/bench/torch_gpt.py" \
+  --layers 4 --heads 4 --d-model 256 --seq-len 256 --vocab 256 --micro-batch 8 --steps "$STEPS" 2>/dev/null \
+  | grep tokens_per_s)
+ttps=$(echo "$torch_line" | awk '{print $4}')
+echo "dtrain   tokens/s $dtps  (mfu vs measured SGEMM peak: $dmfu)"
+echo "$torch_line"
+python3 -c "print(f'ratio dtrain/pytorch: {float($dtps)/float($ttps):.2f}x')"

@@ -1,0 +1,44 @@
+#pragma once
+// Runtime: the MPI bootstrap, RAII. Initialises MPI (MPI_THREAD_MULTIPLE requested) unless
+// the caller already did - then it never finalises it. Sets the logger's rank prefix.
+// Destroying the last Runtime stops the watchdog and, if it initialised MPI, finalises it.
+#include <memory>
+
+#include "dtrain/comm/communicator.hpp"
+#include "dtrain/export.hpp"
+
+namespace dtrain {
+
+class DTRAIN_API Runtime {
+ public:
+  // world() is a duplicate of MPI_COMM_WORLD. argc/argv may be null.
+  Runtime(int* argc, char*** argv);
+  // world() is a duplicate of the user's communicator (its MPI_Fint handle, MPI_Comm_c2f).
+  // MPI must already be initialised by the caller.
+  static Runtime from_fortran_comm(int fortran_comm_handle);
+
+  ~Runtime();
+  Runtime(Runtime&& other) noexcept;
+  Runtime& operator=(Runtime&& other) noexcept;
+  Runtime(const Runtime&) = delete;
+  Runtime& operator=(const Runtime&) = delete;
+
+  Communicator& world();
+  int rank() const;
+  int size() const;
+  int local_rank() const;   // among ranks of world() on this node (MPI_COMM_TYPE_SHARED)
+  int local_size() const;
+  // The device this rank should use: local_rank % devices_on_node, -1 when there are none.
+  int local_device_index(int devices_on_node) const;
+  // MPI thread support level obtained (MPI_THREAD_* value).
+  int thread_level() const;
+  bool owns_mpi() const;    // true when this process' MPI was initialised by dtrain
+
+ private:
+  struct Impl;
+  explicit Runtime(std::unique_ptr<Impl> impl) noexcept;
+  Impl& impl() const;
+  std::unique_ptr<Impl> impl_;
+};
+
+}  // namespace dtrain

@@ -1,0 +1,169 @@
+#pragma once
+// Device: the one interface through which the layers above run memory operations and op
+// kernels. The CPU implementation uses OpenBLAS; a CUDA implementation lives in a plugin
+// (libdtrain_cuda.so) loaded with dlopen and implements the same virtual methods, so nn and
+// everything above it never needs to know which one it talks to.
+//
+// Conventions (as in llm.c): every op works on raw pointers into device memory plus sizes,
+// tensors are row-major, shapes are given in the comment of each method. Forward ops write
+// their outputs; backward ops ACCUMULATE (+=) into both parameter gradients and input
+// gradients, so the caller zeroes gradient buffers once and layers may share them. All
+// floating-point ops are fp32 for now. Ops are synchronous on the CPU; on an asynchronous
+// device they are ordered on the device's stream and synchronize() waits for them.
+#include <cstddef>
+#include <cstdint>
+#include <memory>
+#include <string>
+
+#include "dtrain/device/tensor.hpp"
+#include "dtrain/export.hpp"
+
+namespace dtrain {
+
+enum class CopyKind : int { host_to_device = 0, device_to_host = 1, device_to_device = 2 };
+
+class DTRAIN_API Device {
+ public:
+  virtual ~Device();
+
+  virtual DeviceKind kind() const noexcept = 0;
+  virtual std::string name() const = 0;
+  // Threads used by kernels and BLAS on this device (CPU); n <= 0 keeps the default.
+  virtual void set_num_threads(int n) = 0;
+  virtual int num_threads() const = 0;
+
+  // ---- memory --------------------------------------------------------------
+  // allocate: at least 64-byte aligned, zero-filled (pre-faulted on the CPU). Call it at
+  // set-up, never inside a step.
+  virtual void* allocate(std::size_t bytes) = 0;
+  virtual void free(void* ptr) noexcept = 0;
+  virtual void copy(void* dst, const void* src, std::size_t bytes, CopyKind kind) = 0;
+  virtual void zero(void* ptr, std::size_t bytes) = 0;
+  virtual void synchronize() = 0;
+
+  // ---- GEMM ----------------------------------------------------------------
+  // C[M,N] = alpha * op(A)[M,K] · op(B)[K,N] + beta * C; row-major with leading dims
+  // lda/ldb/ldc; op(X) = X^T when trans_X.
+  virtual void gemm(bool trans_a, bool trans_b, int M, int N, int K, float alpha, const float* A,
+                    int lda, const float* B, int ldb, float beta, float* C, int ldc) = 0;
+  // batch independent GEMMs; matrix i starts at A + i*stride_a (likewise B, C).
+  virtual void gemm_strided_batched(bool trans_a, bool trans_b, int M, int N, int K, float alpha,
+                                    const float* A, int lda, std::int64_t stride_a,
+                                    const float* B, int ldb, std::int64_t stride_b, float beta,
+                                    float* C, int ldc, std::int64_t stride_c, int batch) = 0;
+
+  // ---- linear layer --------------------------------------------------------
+  // out[N,OC] = inp[N,C] · weight[OC,C]^T + bias[OC]   (bias may be null)
+  virtual void linear_forward(float* out, const float* inp, const float* weight,
+                              const float* bias, int N, int C, int OC) = 0;
+  // dinp[N,C] += dout·W; dweight[OC,C] += dout^T·inp; dbias[OC] += sum_n dout.
+  // dinp or dbias may be null (not needed / no bias).
+  virtual void linear_backward(float* dinp, float* dweight, float* dbias, const float* dout,
+                               const float* inp, const float* weight, int N, int C, int OC) = 0;
+
+  // ---- embeddings ----------------------------------------------------------
+  // out[N,C] = wte[tokens[n] - vocab_start] for tokens in [vocab_start, vocab_start+vocab_rows),
+  // zero rows otherwise (so a vocab-parallel shard contributes only its own rows).
+  virtual void embedding_forward(float* out, const std::int32_t* tokens, const float* wte, int N,
+                                 int C, int vocab_start, int vocab_rows) = 0;
+  // dwte[tokens[n] - vocab_start] += dout[n] for tokens in the slice.
+  virtual void embedding_backward(float* dwte, const float* dout, const std::int32_t* tokens,
+                                  int N, int C, int vocab_start, int vocab_rows) = 0;
+  // out[B,T,C] += wpe[T,C] (broadcast over B)
+  virtual void positional_forward(float* out, const float* wpe, int B, int T, int C) = 0;
+  // dwpe[T,C] += sum_b dout[b]
+  virtual void positional_backward(float* dwpe, const float* dout, int B, int T, int C) = 0;
+
+  // ---- layernorm -----------------------------------------------------------
+  // out[N,C] = (inp - mean) * rstd * weight[C] + bias[C]; saves mean[N], rstd[N].
+  virtual void layernorm_forward(float* out, float* mean, float* rstd, const float* inp,
+                                 const float* weight, const float* bias, int N, int C) = 0;
+  // dinp[N,C] +=, dweight[C] +=, dbias[C] += from dout[N,C].
+  virtual void layernorm_backward(float* dinp, float* dweight, float* dbias, const float* dout,
+                                  const float* inp, const float* weight, const float* mean,
+                                  const float* rstd, int N, int C) = 0;
+
+  // ---- GELU (tanh form) ----------------------------------------------------
+  virtual void gelu_forward(float* out, const float* inp, std::int64_t n) = 0;
+  virtual void gelu_backward(float* dinp, const float* inp, const float* dout, std::int64_t n) = 0;
+
+  // ---- causal multi-head self-attention ------------------------------------
+  // qkv[B,T,3C] (q, k, v blocks, each NH heads x C/NH) -> out[B,T,C]; saves the softmax
+  // probabilities att[B,NH,T,T] (upper triangle zero) for backward.
+  virtual void attention_forward(float* out, float* att, const float* qkv, int B, int T, int C,
+                                 int NH) = 0;
+  // dqkv[B,T,3C] += from dout[B,T,C]; workspace holds attention_workspace_floats(T) floats.
+  virtual void attention_backward(float* dqkv, float* workspace, const float* dout,
+                                  const float* qkv, const float* att, int B, int T, int C,
+                                  int NH) = 0;
+  virtual std::size_t attention_workspace_floats(int T) const = 0;
+
+  // ---- residual / elementwise ----------------------------------------------
+  virtual void residual_forward(float* out, const float* a, const float* b, std::int64_t n) = 0;
+  virtual void accumulate(float* dst, const float* src, std::int64_t n) = 0;  // dst += src
+  virtual void scale(float* x, float s, std::int64_t n) = 0;
+  virtual void fill(float* x, float value, std::int64_t n) = 0;
+  virtual void copy_floats(float* dst, const float* src, std::int64_t n) = 0;
+  // sum of squares, accumulated in double (for the global gradient norm).
+  virtual double sum_squares(const float* x, std::int64_t n) = 0;
+
+  // ---- loss ----------------------------------------------------------------
+  // Fused softmax + cross-entropy over logits[N,Vp] whose first V columns are the real
+  // vocabulary (padding columns never affect anything). losses[N] = lse[n] - logit[target];
+  // saves lse[N] (log-sum-exp) for backward.
+  virtual void crossentropy_forward(float* losses, float* lse, const float* logits,
+                                    const std::int32_t* targets, int N, int V, int Vp) = 0;
+  // dlogits[N,Vp] = (softmax - onehot(target)) * dlosses[n]; padding columns set to 0.
+  // WRITES (does not accumulate); dlogits may alias logits.
+  virtual void crossentropy_backward(float* dlogits, const float* logits, const float* lse,
+                                     const std::int32_t* targets, const float* dlosses, int N,
+                                     int V, int Vp) = 0;
+
+  // ---- optimiser updates over flat buffers (pure: usable on any shard) ------
+  // g = grad*grad_scale; m = b1 m + (1-b1) g; v = b2 v + (1-b2) g^2;
+  // param -= lr * (m/(1-b1^step) / (sqrt(v/(1-b2^step)) + eps) + weight_decay * param)
+  virtual void adamw(float* param, const float* grad, float* m, float* v, std::int64_t n,
+                     float lr, float beta1, float beta2, float eps, float weight_decay, int step,
+                     float grad_scale) = 0;
+  // g = grad*grad_scale + weight_decay*param; mom = momentum*mom + g; param -= lr*mom
+  // (mom may be null when momentum == 0).
+  virtual void sgd(float* param, const float* grad, float* mom, std::int64_t n, float lr,
+                   float momentum, float weight_decay, float grad_scale) = 0;
+};
+
+// The process-wide CPU device.
+DTRAIN_API Device& cpu_device();
+
+// "cpu", "cuda" or "auto". "cuda" without a usable GPU and plugin throws
+// Error(Errc::unavailable); "auto" picks CUDA when both are present and the CPU otherwise.
+// The returned device is owned by the process (cpu_device() or the loaded plugin's device).
+DTRAIN_API Device& select_device(const std::string& which);
+
+// True when libdtrain_cuda.so can be loaded and reports at least one GPU (checked once).
+DTRAIN_API bool cuda_available() noexcept;
+
+// RAII device memory: allocated once from a Device, freed with it.
+class DTRAIN_API DeviceBuffer {
+ public:
+  DeviceBuffer() = default;
+  DeviceBuffer(Device& dev, std::size_t bytes);
+  ~DeviceBuffer();
+  DeviceBuffer(DeviceBuffer&& other) noexcept;
+  DeviceBuffer& operator=(DeviceBuffer&& other) noexcept;
+  DeviceBuffer(const DeviceBuffer&) = delete;
+  DeviceBuffer& operator=(const DeviceBuffer&) = delete;
+
+  void* data() noexcept { return data_; }
+  const void* data() const noexcept { return data_; }
+  template <class T> T* as() noexcept { return static_cast<T*>(data_); }
+  template <class T> const T* as() const noexcept { return static_cast<const T*>(data_); }
+  std::size_t bytes() const noexcept { return bytes_; }
+
+ private:
+  void reset() noexcept;
+  Device* dev_ = nullptr;
+  void* data_ = nullptr;
+  std::size_t bytes_ = 0;
+};
+
+}  // namespace dtrain

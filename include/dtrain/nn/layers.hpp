@@ -1,0 +1,51 @@
+#pragma once
+// Layers with explicit forward/backward. A layer registers its parameters under a global name
+// prefix, binds to their place in the arenas once allocated, and runs its ops through a
+// Device. Backward accumulates (+=) into parameter gradients and into the input gradient.
+// Tensor-parallel variants (column/row/vocab-parallel) will take a TP group; a group of one
+// makes them these plain layers.
+#include <cstdint>
+#include <string>
+
+#include "dtrain/device/device.hpp"
+#include "dtrain/nn/parameters.hpp"
+
+namespace dtrain::nn {
+
+// y[N,out] = x[N,in] · W[out,in]^T + b[out]; "<prefix>.weight" [out,in], "<prefix>.bias" [out]
+struct DTRAIN_API Linear {
+  std::string prefix;
+  int in = 0, out = 0;
+  bool has_bias = true;
+  float *w = nullptr, *b = nullptr, *dw = nullptr, *db = nullptr;
+
+  void declare(ParameterStore& ps, const std::string& name, int in_features, int out_features,
+               bool bias = true);
+  void bind(ParameterStore& ps);
+  void forward(Device& dev, float* y, const float* x, int N) const {
+    dev.linear_forward(y, x, w, b, N, in, out);
+  }
+  // dx may be null (input needs no gradient)
+  void backward(Device& dev, float* dx, const float* dy, const float* x, int N) const {
+    dev.linear_backward(dx, dw, db, dy, x, w, N, in, out);
+  }
+};
+
+// LayerNorm over the last dim C: "<prefix>.weight" [C] (init 1), "<prefix>.bias" [C] (init 0)
+struct DTRAIN_API LayerNorm {
+  std::string prefix;
+  int C = 0;
+  float *w = nullptr, *b = nullptr, *dw = nullptr, *db = nullptr;
+
+  void declare(ParameterStore& ps, const std::string& name, int channels);
+  void bind(ParameterStore& ps);
+  void forward(Device& dev, float* y, float* mean, float* rstd, const float* x, int N) const {
+    dev.layernorm_forward(y, mean, rstd, x, w, b, N, C);
+  }
+  void backward(Device& dev, float* dx, const float* dy, const float* x, const float* mean,
+                const float* rstd, int N) const {
+    dev.layernorm_backward(dx, dw, db, dy, x, w, mean, rstd, N, C);
+  }
+};
+
+}  // namespace dtrain::nn

@@ -1,0 +1,96 @@
+#pragma once
+// ParameterStore: every parameter of a model in ONE flat fp32 arena, and every gradient in a
+// second arena with the same layout. Each parameter has a global name and a logical shape, so
+// later layers can bucket gradients, shard optimiser state (ZeRO) and write checkpoints by
+// offsets and names alone.
+//
+// Layout rules:
+//  * parameters are laid out in registration order; each starts on a 64-byte boundary (16
+//    floats), so an arena contains small zero gaps and numel() >= sum of the spans;
+//  * a parameter may own only a slice of its logical tensor (tensor parallelism, later):
+//    local_shape/slice_offset describe it; today they always equal the full tensor;
+//  * storage may pad dim 0 (e.g. wte rows up to the padded vocabulary): storage_shape is what
+//    the span holds, and the local slice is its leading prod(local_shape) elements. Padding
+//    and gaps are zero in both arenas and stay zero (their gradients are always zero).
+#include <cstddef>
+#include <cstdint>
+#include <string>
+#include <unordered_map>
+#include <vector>
+
+#include "dtrain/device/device.hpp"
+#include "dtrain/export.hpp"
+
+namespace dtrain {
+
+struct DTRAIN_API ParamInfo {
+  std::string name;                    // global name, e.g. "h.0.attn.c_attn.weight"
+  std::vector<std::int64_t> shape;     // logical (global) shape
+  std::vector<std::int64_t> local_shape;   // slice of the logical tensor held here
+  std::vector<std::int64_t> slice_offset;  // start of that slice in the logical tensor
+  std::vector<std::int64_t> storage_shape; // layout in the arena (local_shape, dim 0 padded)
+  std::size_t offset = 0;              // first element in the arena
+  std::size_t numel = 0;               // elements spanned in the arena = prod(storage_shape)
+  bool decay = true;                   // weight decay applies (matrices, embeddings)
+
+  std::size_t logical_numel() const;   // prod(shape)
+  std::size_t local_numel() const;     // prod(local_shape): the leading elements of the span
+};
+
+class DTRAIN_API ParameterStore {
+ public:
+  static constexpr std::size_t kAlignFloats = 16;  // 64 bytes
+
+  explicit ParameterStore(Device& dev);
+  ParameterStore(ParameterStore&&) noexcept;
+  ParameterStore& operator=(ParameterStore&&) noexcept;
+  ~ParameterStore();
+
+  // Registration (before allocate()). padded_rows > shape[0] pads dim 0 of the storage.
+  // Returns the index of the new parameter. Names must be unique.
+  std::size_t add(const std::string& name, std::vector<std::int64_t> shape, bool decay,
+                  std::int64_t padded_rows = 0);
+  // Allocates both arenas (zero-filled) once; no registration afterwards.
+  void allocate();
+  bool allocated() const noexcept { return params_ != nullptr; }
+
+  float* params() noexcept { return params_; }
+  const float* params() const noexcept { return params_; }
+  float* grads() noexcept { return grads_; }
+  const float* grads() const noexcept { return grads_; }
+  float* param(const ParamInfo& p) noexcept { return params_ + p.offset; }
+  float* grad(const ParamInfo& p) noexcept { return grads_ + p.offset; }
+  const float* param(const ParamInfo& p) const noexcept { return params_ + p.offset; }
+  const float* grad(const ParamInfo& p) const noexcept { return grads_ + p.offset; }
+
+  std::size_t numel() const noexcept { return total_; }  // arena length, gaps included
+  std::size_t bytes() const noexcept { return total_ * sizeof(float); }
+  void zero_grads();
+
+  const ParamInfo* find(const std::string& name) const;  // null when absent
+  const ParamInfo& at(const std::string& name) const;    // throws Errc::invalid_argument
+  std::size_t size() const noexcept { return infos_.size(); }
+  const ParamInfo& operator[](std::size_t i) const { return infos_[i]; }
+  // Registration order.
+  const std::vector<ParamInfo>& infos() const noexcept { return infos_; }
+  std::vector<ParamInfo>::const_iterator begin() const noexcept { return infos_.begin(); }
+  std::vector<ParamInfo>::const_iterator end() const noexcept { return infos_.end(); }
+
+  Device& device() const noexcept { return *dev_; }
+
+  // Fills the owned slice of p from N(mean, std) keyed by (seed, stream_id(p.name), element
+  // index in the LOGICAL tensor), so any layout gets bit-identical values. Padding stays 0.
+  void init_normal(const ParamInfo& p, std::uint64_t seed, float mean, float std);
+  void init_constant(const ParamInfo& p, float value);
+
+ private:
+  Device* dev_;
+  std::vector<ParamInfo> infos_;
+  std::unordered_map<std::string, std::size_t> index_;
+  std::size_t total_ = 0;
+  DeviceBuffer param_buf_, grad_buf_;
+  float* params_ = nullptr;
+  float* grads_ = nullptr;
+};
+
+}  // namespace dtrain

@@ -1,0 +1,71 @@
+#pragma once
+// Optimisers as pure updates over flat buffers. They see only (offset, length, decay?)
+// segments of the parameter arena, so the same code runs on a whole model or on a ZeRO
+// shard of it. State lives in buffers allocated once from the device.
+#include <cstddef>
+#include <cstdint>
+#include <vector>
+
+#include "dtrain/device/device.hpp"
+#include "dtrain/export.hpp"
+
+namespace dtrain::optim {
+
+// A contiguous run of the flat arena with one weight-decay rule.
+struct DTRAIN_API Segment {
+  std::size_t offset = 0;
+  std::size_t numel = 0;
+  bool decay = true;
+};
+
+struct DTRAIN_API AdamWConfig {
+  float beta1 = 0.9f;
+  float beta2 = 0.95f;
+  float eps = 1e-8f;
+  float weight_decay = 0.1f;
+};
+
+class DTRAIN_API AdamW {
+ public:
+  // numel: length of the arena the segments index into (state is allocated for all of it).
+  AdamW(Device& dev, std::vector<Segment> segments, std::size_t numel, AdamWConfig cfg);
+
+  // One update of every segment; grads are multiplied by grad_scale first (for clipping).
+  void step(float* params, const float* grads, float lr, float grad_scale = 1.0f);
+
+  long steps_taken() const { return step_; }
+  void set_steps_taken(long s) { step_ = s; }
+  float* exp_avg() { return m_.as<float>(); }
+  float* exp_avg_sq() { return v_.as<float>(); }
+  std::size_t state_bytes() const { return m_.bytes() + v_.bytes(); }
+  const AdamWConfig& config() const { return cfg_; }
+
+ private:
+  Device& dev_;
+  std::vector<Segment> segments_;
+  AdamWConfig cfg_;
+  DeviceBuffer m_, v_;
+  long step_ = 0;
+};
+
+class DTRAIN_API Sgd {
+ public:
+  Sgd(Device& dev, std::vector<Segment> segments, std::size_t numel, float momentum,
+      float weight_decay);
+  void step(float* params, const float* grads, float lr, float grad_scale = 1.0f);
+  std::size_t state_bytes() const { return momentum_buf_.bytes(); }
+
+ private:
+  Device& dev_;
+  std::vector<Segment> segments_;
+  float momentum_;
+  float weight_decay_;
+  DeviceBuffer momentum_buf_;
+};
+
+// The factor that clips a gradient of global norm `norm` to at most max_norm (1 when
+// max_norm is 0 or the norm is already small enough). Non-finite norms give 1 so the
+// caller's overflow handling sees them.
+DTRAIN_API float clip_factor(double norm, double max_norm);
+
+}  // namespace dtrain::optim

@@ -1,0 +1,65 @@
+#pragma once
+// Everything a training run is configured by. The dtrain-gpt app fills it from the command
+// line / INI file (docs/dtrain-gpt.md); the C ABI fills it from its config struct.
+#include <cstdint>
+#include <string>
+
+#include "dtrain/export.hpp"
+
+namespace dtrain::train {
+
+struct DTRAIN_API TrainConfig {
+  // model
+  int layers = 2;
+  int heads = 4;
+  int d_model = 128;
+  int seq_len = 128;
+  int vocab = 256;
+  bool tie_embeddings = true;
+  // parallel
+  int tp = 1;
+  int pp = 1;
+  int dp = 0;  // 0: world size / (tp * pp)
+  int zero = 0;
+  std::string schedule = "1f1b";
+  int virtual_stages = 1;
+  bool sequence_parallel = false;
+  int micro_batch = 8;
+  long global_batch = 0;  // 0: micro_batch * dp (one micro-step per optimiser step)
+  // optimiser
+  double lr = 3e-3;
+  double min_lr = 3e-4;
+  long warmup_steps = 20;
+  double weight_decay = 0.1;
+  double clip_grad = 1.0;  // 0 disables clipping
+  double beta1 = 0.9;
+  double beta2 = 0.95;
+  double eps = 1e-8;
+  // data
+  std::string data;  // empty: the built-in synthetic corpus
+  double val_fraction = 0.1;
+  // run
+  long steps = 300;
+  std::uint64_t seed = 1337;
+  std::string device = "auto";
+  std::string precision = "fp32";
+  bool deterministic = false;
+  // checkpoints
+  std::string save_dir;
+  long save_every = 0;
+  std::string resume = "auto";
+  // output
+  long log_every = 10;
+  std::string metrics;
+  bool eval_only = false;
+  long eval_every = 100;  // 0: only at the end
+  int eval_batches = 4;
+
+  // Throws Error(Errc::invalid_config) naming the offending option. Parallel features whose
+  // implementation has not landed are rejected here with a clear message.
+  void validate(int world_size) const;
+  int resolved_dp(int world_size) const;
+  int accum_steps(int world_size) const;
+};
+
+}  // namespace dtrain::train

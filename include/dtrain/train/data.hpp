@@ -1,0 +1,71 @@
+#pragma once
+// Token sources and the rank-sharded batch loader.
+//
+// A TokenSource maps a global sample index to a sequence of tokens. Everything is a pure
+// function of (seed, split, index), so the data order is deterministic, independent of how
+// many ranks read it, and resumable from a sample counter alone.
+#include <cstdint>
+#include <memory>
+#include <string>
+
+#include "dtrain/export.hpp"
+
+namespace dtrain::train {
+
+enum class Split { train = 0, val = 1 };
+
+class DTRAIN_API TokenSource {
+ public:
+  virtual ~TokenSource() = default;
+  // Writes `length` tokens of sample `index` of `split` to out.
+  virtual void sample(Split split, std::uint64_t index, int length, std::int32_t* out) const = 0;
+  // Largest token id + 1 that the source can produce: the model's vocab must be >= this.
+  virtual int vocab_needed() const = 0;
+  virtual std::string describe() const = 0;
+  // Entropy rate in nats/token where known (the synthetic corpus), else a negative number.
+  virtual double entropy_rate() const { return -1.0; }
+};
+
+// The built-in corpus: an order-2 Markov source over a 32-symbol alphabet in which every
+// two-symbol context has exactly four successors with probabilities {0.5, 0.25, 0.15, 0.10}
+// (drawn from six candidates fixed by the last symbol). The successor sets depend on the
+// seed; the entropy rate is H(p) = 1.2080 nats/token whatever the seed, so the log can show
+// how close the loss is to the best achievable.
+DTRAIN_API std::unique_ptr<TokenSource> make_synthetic_corpus(std::uint64_t seed);
+
+// A token file: the llm.c / nanoGPT shard format (name ending in .bin: 256 int32 header with
+// magic 20240520, version 1, token count; then uint16 tokens) or else plain text read as bytes.
+// Memory-mapped. The last `val_fraction` of the tokens is held out for validation.
+// Errors (missing, empty, unreadable, bad magic, too short for seq_len) throw Error with a
+// message naming the file.
+DTRAIN_API std::unique_ptr<TokenSource> open_token_file(const std::string& path, int seq_len,
+                                                        double val_fraction, std::uint64_t seed);
+
+// Which samples a rank reads: step s, micro-step m, data-parallel rank d (of D), micro batch b
+// reads global samples  s*G + m*(b*D) + d*b + [0, b)  with G = global batch. Ranks are
+// disjoint and together cover every sample of the global batch.
+struct DTRAIN_API BatchPlan {
+  int micro_batch = 1;
+  int dp_size = 1;
+  int dp_rank = 0;
+  int accum_steps = 1;  // micro-steps per optimiser step
+  std::uint64_t global_batch() const;
+  std::uint64_t first_sample(std::uint64_t step, int micro) const;
+};
+
+// Fills token/target buffers (each [micro_batch, seq_len]) for one micro-step.
+class DTRAIN_API BatchLoader {
+ public:
+  BatchLoader(const TokenSource& source, BatchPlan plan, int seq_len);
+  // Training batch for (step, micro); targets are the tokens shifted by one.
+  void load(Split split, std::uint64_t first_sample, std::int32_t* tokens, std::int32_t* targets);
+  const BatchPlan& plan() const { return plan_; }
+
+ private:
+  const TokenSource& source_;
+  BatchPlan plan_;
+  int seq_len_;
+  std::unique_ptr<std::int32_t[]> scratch_;  // one sample of seq_len+1 tokens, allocated once
+};
+
+}  // namespace dtrain::train

@@ -1,0 +1,242 @@
+// The public Communicator: argument checks, the watchdog mark and byte accounting around
+// one backend call. Nothing here touches the payload.
+#include "dtrain/comm/communicator.hpp"
+
+#include <numeric>
+
+#include "comm/comm_state.hpp"
+#include "comm/mpi_backend.hpp"
+#include "comm/watchdog.hpp"
+#include "dtrain/core/error.hpp"
+
+namespace dtrain {
+
+using comm::WatchScope;
+
+Communicator::Communicator() noexcept = default;
+
+Communicator::Communicator(std::unique_ptr<comm::CommState> state) noexcept
+    : state_(std::move(state)) {
+  if (state_) {
+    rank_ = state_->backend->rank();
+    size_ = state_->backend->size();
+  }
+}
+
+Communicator::~Communicator() = default;
+
+Communicator::Communicator(Communicator&& other) noexcept
+    : state_(std::move(other.state_)), rank_(other.rank_), size_(other.size_) {
+  other.rank_ = other.size_ = 0;
+}
+
+Communicator& Communicator::operator=(Communicator&& other) noexcept {
+  if (this != &other) {
+    state_ = std::move(other.state_);
+    rank_ = other.rank_;
+    size_ = other.size_;
+    other.rank_ = other.size_ = 0;
+  }
+  return *this;
+}
+
+namespace {
+comm::CommState& checked(const std::unique_ptr<comm::CommState>& state) {
+  DTRAIN_CHECK(state != nullptr, Errc::invalid_argument,
+               "operation on an empty Communicator (moved-from, or left out by split)");
+  return *state;
+}
+
+Communicator wrap(std::unique_ptr<comm::Backend> backend, const std::string& name) {
+  if (!backend) return Communicator();
+  comm::watchdog::ensure_running();  // lazily, once communicators exist
+  return Communicator(std::make_unique<comm::CommState>(std::move(backend), name));
+}
+
+void count_bytes(comm::CommState& s, std::size_t count, DType type) {
+  s.bytes_sent.fetch_add(count * dtype_size(type), std::memory_order_relaxed);
+}
+
+Request make_request(comm::RequestPtr impl, const char* op, const comm::CommState& s) {
+  if (!impl) return Request();
+  impl->op_name = op;
+  impl->group = s.label;
+  return Request(std::move(impl));
+}
+
+std::size_t sum_counts(const std::size_t* counts, int n) {
+  return std::accumulate(counts, counts + n, std::size_t{0});
+}
+}  // namespace
+
+Communicator Communicator::from_fortran_comm(int fortran_comm_handle, const std::string& name) {
+  int initialized = 0;
+  MPI_Initialized(&initialized);
+  DTRAIN_CHECK(initialized, Errc::invalid_config, "MPI must be initialised to wrap a user communicator");
+  MPI_Comm user = MPI_Comm_f2c(static_cast<MPI_Fint>(fortran_comm_handle));
+  DTRAIN_CHECK(user != MPI_COMM_NULL, Errc::invalid_argument, "user communicator is MPI_COMM_NULL");
+  MPI_Comm mine = MPI_COMM_NULL;
+  comm::mpi_check(MPI_Comm_dup(user, &mine), "MPI_Comm_dup");
+  return wrap(std::make_unique<comm::MpiBackend>(mine), name);
+}
+
+int Communicator::local_rank() const noexcept { return state_ ? state_->backend->local_rank() : 0; }
+int Communicator::local_size() const noexcept { return state_ ? state_->backend->local_size() : 0; }
+const std::string& Communicator::name() const { return checked(state_).name; }
+const std::vector<int>& Communicator::world_ranks() const {
+  return checked(state_).backend->world_ranks();
+}
+BackendKind Communicator::backend() const { return checked(state_).backend->kind(); }
+int Communicator::fortran_handle() const { return checked(state_).backend->fortran_handle(); }
+std::uint64_t Communicator::bytes_sent() const noexcept {
+  return state_ ? state_->bytes_sent.load(std::memory_order_relaxed) : 0;
+}
+
+Communicator Communicator::split(int color, int key, const std::string& name) const {
+  comm::CommState& s = checked(state_);
+  WatchScope watch("split", s.label);
+  return wrap(s.backend->split(color, key), name);
+}
+
+Communicator Communicator::dup(const std::string& name) const {
+  comm::CommState& s = checked(state_);
+  WatchScope watch("dup", s.label);
+  return wrap(s.backend->dup(), name);
+}
+
+void Communicator::all_reduce(const void* send, void* recv, std::size_t count, DType type,
+                              ReduceOp op) {
+  comm::CommState& s = checked(state_);
+  {
+    WatchScope watch("all_reduce", s.label);
+    s.backend->all_reduce(send, recv, count, type, op, nullptr);
+  }
+  count_bytes(s, count, type);
+}
+
+void Communicator::reduce_scatter(const void* send, void* recv, std::size_t recv_count,
+                                  DType type, ReduceOp op) {
+  comm::CommState& s = checked(state_);
+  {
+    WatchScope watch("reduce_scatter", s.label);
+    s.backend->reduce_scatter(send, recv, recv_count, type, op, nullptr);
+  }
+  count_bytes(s, recv_count * static_cast<std::size_t>(size_), type);
+}
+
+void Communicator::reduce_scatter_v(const void* send, void* recv, const std::size_t* recv_counts,
+                                    DType type, ReduceOp op) {
+  comm::CommState& s = checked(state_);
+  {
+    WatchScope watch("reduce_scatter_v", s.label);
+    s.backend->reduce_scatter_v(send, recv, recv_counts, type, op, nullptr);
+  }
+  count_bytes(s, sum_counts(recv_counts, size_), type);
+}
+
+void Communicator::all_gather(const void* send, void* recv, std::size_t send_count, DType type) {
+  comm::CommState& s = checked(state_);
+  {
+    WatchScope watch("all_gather", s.label);
+    s.backend->all_gather(send, recv, send_count, type, nullptr);
+  }
+  count_bytes(s, send_count, type);
+}
+
+void Communicator::all_gather_v(const void* send, void* recv, const std::size_t* recv_counts,
+                                DType type) {
+  comm::CommState& s = checked(state_);
+  {
+    WatchScope watch("all_gather_v", s.label);
+    s.backend->all_gather_v(send, recv, recv_counts, type, nullptr);
+  }
+  count_bytes(s, recv_counts[rank_], type);
+}
+
+void Communicator::broadcast(const void* send, void* recv, std::size_t count, DType type,
+                             int root) {
+  comm::CommState& s = checked(state_);
+  {
+    WatchScope watch("broadcast", s.label);
+    s.backend->broadcast(send, recv, count, type, root, nullptr);
+  }
+  if (rank_ == root) count_bytes(s, count, type);
+}
+
+void Communicator::reduce(const void* send, void* recv, std::size_t count, DType type,
+                          ReduceOp op, int root) {
+  comm::CommState& s = checked(state_);
+  {
+    WatchScope watch("reduce", s.label);
+    s.backend->reduce(send, recv, count, type, op, root, nullptr);
+  }
+  count_bytes(s, count, type);
+}
+
+void Communicator::send(const void* buf, std::size_t count, DType type, int peer, int tag) {
+  comm::CommState& s = checked(state_);
+  {
+    WatchScope watch("send", s.label);
+    s.backend->send(buf, count, type, peer, tag, nullptr);
+  }
+  count_bytes(s, count, type);
+}
+
+void Communicator::recv(void* buf, std::size_t count, DType type, int peer, int tag) {
+  comm::CommState& s = checked(state_);
+  WatchScope watch("recv", s.label);
+  s.backend->recv(buf, count, type, peer, tag, nullptr);
+}
+
+void Communicator::barrier() {
+  comm::CommState& s = checked(state_);
+  WatchScope watch("barrier", s.label);
+  s.backend->barrier(nullptr);
+}
+
+Request Communicator::iall_reduce(const void* send, void* recv, std::size_t count, DType type,
+                                  ReduceOp op) {
+  comm::CommState& s = checked(state_);
+  auto req = s.backend->iall_reduce(send, recv, count, type, op, nullptr);
+  count_bytes(s, count, type);
+  return make_request(std::move(req), "iall_reduce", s);
+}
+
+Request Communicator::ireduce_scatter(const void* send, void* recv, std::size_t recv_count,
+                                      DType type, ReduceOp op) {
+  comm::CommState& s = checked(state_);
+  auto req = s.backend->ireduce_scatter(send, recv, recv_count, type, op, nullptr);
+  count_bytes(s, recv_count * static_cast<std::size_t>(size_), type);
+  return make_request(std::move(req), "ireduce_scatter", s);
+}
+
+Request Communicator::iall_gather(const void* send, void* recv, std::size_t send_count,
+                                  DType type) {
+  comm::CommState& s = checked(state_);
+  auto req = s.backend->iall_gather(send, recv, send_count, type, nullptr);
+  count_bytes(s, send_count, type);
+  return make_request(std::move(req), "iall_gather", s);
+}
+
+Request Communicator::ibroadcast(const void* send, void* recv, std::size_t count, DType type,
+                                 int root) {
+  comm::CommState& s = checked(state_);
+  auto req = s.backend->ibroadcast(send, recv, count, type, root, nullptr);
+  if (rank_ == root) count_bytes(s, count, type);
+  return make_request(std::move(req), "ibroadcast", s);
+}
+
+Request Communicator::isend(const void* buf, std::size_t count, DType type, int peer, int tag) {
+  comm::CommState& s = checked(state_);
+  auto req = s.backend->isend(buf, count, type, peer, tag, nullptr);
+  count_bytes(s, count, type);
+  return make_request(std::move(req), "isend", s);
+}
+
+Request Communicator::irecv(void* buf, std::size_t count, DType type, int peer, int tag) {
+  comm::CommState& s = checked(state_);
+  auto req = s.backend->irecv(buf, count, type, peer, tag, nullptr);
+  return make_request(std::move(req), "irecv", s);
+}
+
+}  // namespace dtrain

@@ -1,0 +1,168 @@
+// MPI backend: non-blocking operations and their requests.
+#include <algorithm>
+#include <cstring>
+
+#include "comm/mpi_backend.hpp"
+#include "dtrain/core/error.hpp"
+
+namespace dtrain::comm {
+
+void MpiRequest::finish() {
+  done_ = true;
+  if (move_bytes && move_to != move_from) std::memmove(move_to, move_from, move_bytes);
+  if (avg_buffer) divide_in_place(avg_buffer, avg_count, avg_type, avg_divisor);
+  types.clear();
+}
+
+void MpiRequest::wait() {
+  if (done_) return;
+  mpi_check(MPI_Waitall(static_cast<int>(requests.size()), requests.data(), MPI_STATUSES_IGNORE),
+            "MPI_Waitall");
+  finish();
+}
+
+bool MpiRequest::test() {
+  if (done_) return true;
+  int flag = 0;
+  mpi_check(MPI_Testall(static_cast<int>(requests.size()), requests.data(), &flag,
+                        MPI_STATUSES_IGNORE),
+            "MPI_Testall");
+  if (flag) finish();
+  return flag != 0;
+}
+
+namespace {
+void divide_on_completion(MpiRequest& req, ReduceOp op, void* buf, std::size_t count, DType type,
+                          int size) {
+  if (op != ReduceOp::avg) return;
+  req.avg_buffer = buf;
+  req.avg_count = count;
+  req.avg_type = type;
+  req.avg_divisor = size;
+}
+}  // namespace
+
+RequestPtr MpiBackend::iall_reduce(const void* send, void* recv, std::size_t count, DType type,
+                                   ReduceOp op, void*) {
+  auto req = std::make_unique<MpiRequest>();
+  if (count == 0) return req;
+  const MPI_Datatype dt = mpi_datatype(type);
+  const MPI_Op mop = mpi_op(op, type);
+  const std::size_t es = dtype_size(type), step = max_elements_per_call();
+  const bool in_place = send == recv;
+  for (std::size_t off = 0; off < count; off += step) {
+    const int n = static_cast<int>(std::min(step, count - off));
+    req->requests.emplace_back();
+    mpi_check(MPI_Iallreduce(in_place ? MPI_IN_PLACE : byte_at(send, off * es),
+                             byte_at(recv, off * es), n, dt, mop, comm_, &req->requests.back()),
+              "MPI_Iallreduce");
+  }
+  divide_on_completion(*req, op, recv, count, type, size_);
+  return req;
+}
+
+RequestPtr MpiBackend::ireduce_scatter(const void* send, void* recv, std::size_t recv_count,
+                                       DType type, ReduceOp op, void*) {
+  auto req = std::make_unique<MpiRequest>();
+  if (recv_count == 0) return req;
+  const std::size_t block = recv_count * dtype_size(type);
+  const bool in_place = overlaps(recv, block, send, block * size_);
+  void* input = const_cast<void*>(send);
+  if (fits_one_call(recv_count)) {
+    req->requests.emplace_back();
+    mpi_check(MPI_Ireduce_scatter_block(in_place ? MPI_IN_PLACE : send, in_place ? input : recv,
+                                        static_cast<int>(recv_count), mpi_datatype(type),
+                                        mpi_op(op, type), comm_, &req->requests.back()),
+              "MPI_Ireduce_scatter_block");
+    if (in_place) req->move_from = input;
+  } else {
+    equal_counts_.assign(static_cast<std::size_t>(size_), recv_count);
+    reduce_blocks_to_roots(send, recv, equal_counts_.data(), type, op, in_place, &req->requests);
+    if (in_place) req->move_from = byte_at(send, static_cast<std::size_t>(rank_) * block);
+  }
+  if (in_place) {
+    req->move_to = recv;
+    req->move_bytes = block;
+  }
+  divide_on_completion(*req, op, recv, recv_count, type, size_);
+  return req;
+}
+
+RequestPtr MpiBackend::iall_gather(const void* send, void* recv, std::size_t send_count,
+                                   DType type, void*) {
+  auto req = std::make_unique<MpiRequest>();
+  if (send_count == 0) return req;
+  const MPI_Datatype dt = mpi_datatype(type);
+  const std::size_t block = send_count * dtype_size(type);
+  char* mine = byte_at(recv, static_cast<std::size_t>(rank_) * block);
+  bool in_place = send == mine;
+  if (!in_place && overlaps(send, block, recv, block * size_)) {
+    std::memmove(mine, send, block);
+    in_place = true;
+  }
+  const void* src = in_place ? MPI_IN_PLACE : send;
+  req->requests.emplace_back();
+  if (fits_one_call(send_count)) {
+    const int n = static_cast<int>(send_count);
+    mpi_check(MPI_Iallgather(src, n, dt, recv, n, dt, comm_, &req->requests.back()),
+              "MPI_Iallgather");
+  } else {
+    req->types.emplace_back(send_count, dt);
+    const MPI_Datatype whole = req->types.back().get();
+    mpi_check(MPI_Iallgather(src, 1, whole, recv, 1, whole, comm_, &req->requests.back()),
+              "MPI_Iallgather");
+  }
+  return req;
+}
+
+RequestPtr MpiBackend::ibroadcast(const void* send, void* recv, std::size_t count, DType type,
+                                  int root, void*) {
+  check_rank(root, "broadcast root");
+  auto req = std::make_unique<MpiRequest>();
+  if (count == 0) return req;
+  const MPI_Datatype dt = mpi_datatype(type);
+  const std::size_t es = dtype_size(type), step = max_elements_per_call();
+  if (rank_ == root && send != recv) std::memmove(recv, send, count * es);
+  for (std::size_t off = 0; off < count; off += step) {
+    const int n = static_cast<int>(std::min(step, count - off));
+    req->requests.emplace_back();
+    mpi_check(MPI_Ibcast(byte_at(recv, off * es), n, dt, root, comm_, &req->requests.back()),
+              "MPI_Ibcast");
+  }
+  return req;
+}
+
+RequestPtr MpiBackend::isend(const void* buf, std::size_t count, DType type, int peer, int tag,
+                             void*) {
+  check_rank(peer, "send peer");
+  auto req = std::make_unique<MpiRequest>();
+  const MPI_Datatype dt = mpi_datatype(type);
+  const std::size_t es = dtype_size(type), step = max_elements_per_call();
+  std::size_t off = 0;
+  do {
+    const int n = static_cast<int>(std::min(step, count - off));
+    req->requests.emplace_back();
+    mpi_check(MPI_Isend(byte_at(buf, off * es), n, dt, peer, tag, comm_, &req->requests.back()),
+              "MPI_Isend");
+    off += step;
+  } while (off < count);
+  return req;
+}
+
+RequestPtr MpiBackend::irecv(void* buf, std::size_t count, DType type, int peer, int tag, void*) {
+  check_rank(peer, "recv peer");
+  auto req = std::make_unique<MpiRequest>();
+  const MPI_Datatype dt = mpi_datatype(type);
+  const std::size_t es = dtype_size(type), step = max_elements_per_call();
+  std::size_t off = 0;
+  do {
+    const int n = static_cast<int>(std::min(step, count - off));
+    req->requests.emplace_back();
+    mpi_check(MPI_Irecv(byte_at(buf, off * es), n, dt, peer, tag, comm_, &req->requests.back()),
+              "MPI_Irecv");
+    off += step;
+  } while (off < count);
+  return req;
+}
+
+}  // namespace dtrain::comm

@@ -1,0 +1,107 @@
+#include "comm/mpi_util.hpp"
+
+#include <atomic>
+#include <cstdint>
+#include <string>
+
+#include "dtrain/core/error.hpp"
+
+namespace dtrain::comm {
+
+void throw_mpi_error(int code, const char* what) {
+  char text[MPI_MAX_ERROR_STRING] = {0};
+  int len = 0;
+  if (MPI_Error_string(code, text, &len) != MPI_SUCCESS) len = 0;
+  DTRAIN_FAIL(Errc::comm, what << " failed: " << std::string(text, static_cast<std::size_t>(len))
+                               << " (MPI error " << code << ")");
+}
+
+MPI_Datatype mpi_datatype(DType type) {
+  switch (type) {
+    case DType::f32: return MPI_FLOAT;
+    case DType::f64: return MPI_DOUBLE;
+    case DType::i32: return MPI_INT32_T;
+    case DType::i64: return MPI_INT64_T;
+    case DType::u8: return MPI_UINT8_T;
+    case DType::bf16:
+    case DType::f16: return MPI_UINT16_T;
+  }
+  DTRAIN_FAIL(Errc::invalid_argument, "unsupported dtype " << static_cast<int>(type));
+}
+
+namespace {
+std::atomic<std::size_t> g_max_elements{static_cast<std::size_t>(INT_MAX)};
+}  // namespace
+
+std::size_t max_elements_per_call() noexcept {
+  return g_max_elements.load(std::memory_order_relaxed);
+}
+
+void set_max_elements_per_call(std::size_t n) noexcept {
+  if (n == 0 || n > static_cast<std::size_t>(INT_MAX)) n = static_cast<std::size_t>(INT_MAX);
+  g_max_elements.store(n, std::memory_order_relaxed);
+}
+
+ContiguousType::ContiguousType(std::size_t count, MPI_Datatype base) {
+  const std::size_t block = max_elements_per_call();
+  const std::size_t blocks = count / block;
+  const std::size_t rest = count % block;
+  MPI_Datatype block_type = MPI_DATATYPE_NULL;
+  mpi_check(MPI_Type_contiguous(static_cast<int>(block), base, &block_type), "MPI_Type_contiguous");
+  DTRAIN_CHECK(blocks <= static_cast<std::size_t>(INT_MAX), Errc::invalid_argument,
+               "count " << count << " is too large for one MPI message");
+  if (rest == 0) {
+    mpi_check(MPI_Type_contiguous(static_cast<int>(blocks), block_type, &type_),
+              "MPI_Type_contiguous");
+  } else {
+    MPI_Aint lb = 0, extent = 0;
+    mpi_check(MPI_Type_get_extent(base, &lb, &extent), "MPI_Type_get_extent");
+    int lengths[2] = {static_cast<int>(blocks), static_cast<int>(rest)};
+    MPI_Aint displs[2] = {0, static_cast<MPI_Aint>(blocks * block) * extent};
+    MPI_Datatype types[2] = {block_type, base};
+    mpi_check(MPI_Type_create_struct(2, lengths, displs, types, &type_), "MPI_Type_create_struct");
+  }
+  MPI_Type_free(&block_type);
+  mpi_check(MPI_Type_commit(&type_), "MPI_Type_commit");
+}
+
+ContiguousType::~ContiguousType() {
+  int finalized = 0;
+  MPI_Finalized(&finalized);
+  if (type_ != MPI_DATATYPE_NULL && !finalized) MPI_Type_free(&type_);
+}
+
+ContiguousType::ContiguousType(ContiguousType&& other) noexcept : type_(other.type_) {
+  other.type_ = MPI_DATATYPE_NULL;
+}
+
+namespace {
+template <class T>
+void divide_values(void* buf, std::size_t count, int divisor) {
+  T* p = static_cast<T*>(buf);
+  const T d = static_cast<T>(divisor);
+  for (std::size_t i = 0; i < count; ++i) p[i] = static_cast<T>(p[i] / d);
+}
+
+template <float (*Load)(std::uint16_t), std::uint16_t (*Store)(float)>
+void divide_half(void* buf, std::size_t count, int divisor) {
+  auto* p = static_cast<std::uint16_t*>(buf);
+  const float d = static_cast<float>(divisor);
+  for (std::size_t i = 0; i < count; ++i) p[i] = Store(Load(p[i]) / d);
+}
+}  // namespace
+
+void divide_in_place(void* buf, std::size_t count, DType type, int divisor) {
+  if (divisor == 1 || count == 0) return;
+  switch (type) {
+    case DType::f32: return divide_values<float>(buf, count, divisor);
+    case DType::f64: return divide_values<double>(buf, count, divisor);
+    case DType::i32: return divide_values<std::int32_t>(buf, count, divisor);
+    case DType::i64: return divide_values<std::int64_t>(buf, count, divisor);
+    case DType::u8: return divide_values<std::uint8_t>(buf, count, divisor);
+    case DType::bf16: return divide_half<bf16_bits_to_f32, f32_to_bf16_bits>(buf, count, divisor);
+    case DType::f16: return divide_half<f16_bits_to_f32, f32_to_f16_bits>(buf, count, divisor);
+  }
+}
+
+}  // namespace dtrain::comm

@@ -1,0 +1,65 @@
+#include "dtrain/comm/runtime.hpp"
+
+#include <mpi.h>
+
+#include "comm/comm_state.hpp"
+#include "comm/mpi_backend.hpp"
+#include "comm/mpi_session.hpp"
+#include "dtrain/core/error.hpp"
+#include "dtrain/core/log.hpp"
+
+namespace dtrain {
+
+struct Runtime::Impl {
+  Communicator world;
+  // Releases the MPI session; ~Impl frees `world` first, while MPI is still up.
+  struct SessionGuard {
+    ~SessionGuard() { comm::session::release(); }
+  };
+  std::unique_ptr<SessionGuard> session;
+
+  Impl(int* argc, char*** argv, bool may_initialize, int user_fortran_comm) {
+    comm::session::acquire(argc, argv, may_initialize);
+    session = std::make_unique<SessionGuard>();
+    MPI_Comm base = MPI_COMM_WORLD;
+    if (!may_initialize) base = MPI_Comm_f2c(static_cast<MPI_Fint>(user_fortran_comm));
+    DTRAIN_CHECK(base != MPI_COMM_NULL, Errc::invalid_argument, "user communicator is MPI_COMM_NULL");
+    // Communicator::from_fortran_comm duplicates, so dtrain's traffic never mixes with the user's.
+    world = Communicator::from_fortran_comm(static_cast<int>(MPI_Comm_c2f(base)), "world");
+    log::set_rank(world.rank(), world.size());
+  }
+  ~Impl() { world = Communicator(); }
+};
+
+Runtime::Runtime(int* argc, char*** argv) : impl_(std::make_unique<Impl>(argc, argv, true, 0)) {}
+
+Runtime::Runtime(std::unique_ptr<Impl> impl) noexcept : impl_(std::move(impl)) {}
+
+Runtime Runtime::from_fortran_comm(int fortran_comm_handle) {
+  return Runtime(std::make_unique<Impl>(nullptr, nullptr, false, fortran_comm_handle));
+}
+
+Runtime::~Runtime() = default;
+Runtime::Runtime(Runtime&& other) noexcept = default;
+Runtime& Runtime::operator=(Runtime&& other) noexcept = default;
+
+Runtime::Impl& Runtime::impl() const {
+  DTRAIN_CHECK(impl_ != nullptr, Errc::invalid_argument, "use of a moved-from Runtime");
+  return *impl_;
+}
+
+Communicator& Runtime::world() { return impl().world; }
+int Runtime::rank() const { return impl().world.rank(); }
+int Runtime::size() const { return impl().world.size(); }
+int Runtime::local_rank() const { return impl().world.local_rank(); }
+int Runtime::local_size() const { return impl().world.local_size(); }
+
+int Runtime::local_device_index(int devices_on_node) const {
+  if (devices_on_node <= 0) return -1;
+  return local_rank() % devices_on_node;
+}
+
+int Runtime::thread_level() const { return comm::session::thread_level(); }
+bool Runtime::owns_mpi() const { return comm::session::owns_mpi(); }
+
+}  // namespace dtrain

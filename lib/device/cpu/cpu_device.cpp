@@ -1,0 +1,140 @@
+// CpuDevice forwards each op to its fp32 kernel; memory comes from AlignedBuffer.
+#include "device/cpu/cpu_device.hpp"
+
+#include <cstring>
+
+#include "device/cpu/kernels.hpp"
+#include "dtrain/core/env.hpp"
+
+namespace dtrain {
+
+CpuDevice::CpuDevice() {
+  const int n = env::params().num_threads;  // DTRAIN_NUM_THREADS, 0 = library defaults
+  if (n > 0) cpu::set_num_threads(n);
+}
+
+std::string CpuDevice::name() const { return "cpu (OpenBLAS)"; }
+void CpuDevice::set_num_threads(int n) { cpu::set_num_threads(n); }
+int CpuDevice::num_threads() const { return cpu::num_threads(); }
+
+void* CpuDevice::allocate(std::size_t bytes) {
+  if (bytes == 0) bytes = AlignedBuffer::kAlignment;  // distinct, freeable pointer
+  AlignedBuffer buf(bytes);
+  void* p = buf.data();
+  std::lock_guard<std::mutex> lock(mutex_);
+  blocks_.emplace(p, std::move(buf));
+  return p;
+}
+
+void CpuDevice::free(void* ptr) noexcept {
+  if (!ptr) return;
+  std::lock_guard<std::mutex> lock(mutex_);
+  blocks_.erase(ptr);
+}
+
+void CpuDevice::copy(void* dst, const void* src, std::size_t bytes, CopyKind) {
+  if (bytes) std::memmove(dst, src, bytes);
+}
+void CpuDevice::zero(void* ptr, std::size_t bytes) {
+  if (bytes) std::memset(ptr, 0, bytes);
+}
+
+void CpuDevice::gemm(bool ta, bool tb, int M, int N, int K, float alpha, const float* A, int lda,
+                     const float* B, int ldb, float beta, float* C, int ldc) {
+  cpu::gemm<float>(ta, tb, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc);
+}
+void CpuDevice::gemm_strided_batched(bool ta, bool tb, int M, int N, int K, float alpha,
+                                     const float* A, int lda, std::int64_t sa, const float* B,
+                                     int ldb, std::int64_t sb, float beta, float* C, int ldc,
+                                     std::int64_t sc, int batch) {
+  cpu::gemm_strided_batched<float>(ta, tb, M, N, K, alpha, A, lda, sa, B, ldb, sb, beta, C, ldc,
+                                   sc, batch);
+}
+void CpuDevice::linear_forward(float* out, const float* inp, const float* weight,
+                               const float* bias, int N, int C, int OC) {
+  cpu::linear_forward<float>(out, inp, weight, bias, N, C, OC);
+}
+void CpuDevice::linear_backward(float* dinp, float* dweight, float* dbias, const float* dout,
+                                const float* inp, const float* weight, int N, int C, int OC) {
+  cpu::linear_backward<float>(dinp, dweight, dbias, dout, inp, weight, N, C, OC);
+}
+void CpuDevice::embedding_forward(float* out, const std::int32_t* tokens, const float* wte, int N,
+                                  int C, int vocab_start, int vocab_rows) {
+  cpu::embedding_forward<float>(out, tokens, wte, N, C, vocab_start, vocab_rows);
+}
+void CpuDevice::embedding_backward(float* dwte, const float* dout, const std::int32_t* tokens,
+                                   int N, int C, int vocab_start, int vocab_rows) {
+  cpu::embedding_backward<float>(dwte, dout, tokens, N, C, vocab_start, vocab_rows);
+}
+void CpuDevice::positional_forward(float* out, const float* wpe, int B, int T, int C) {
+  cpu::positional_forward<float>(out, wpe, B, T, C);
+}
+void CpuDevice::positional_backward(float* dwpe, const float* dout, int B, int T, int C) {
+  cpu::positional_backward<float>(dwpe, dout, B, T, C);
+}
+void CpuDevice::layernorm_forward(float* out, float* mean, float* rstd, const float* inp,
+                                  const float* weight, const float* bias, int N, int C) {
+  cpu::layernorm_forward<float>(out, mean, rstd, inp, weight, bias, N, C);
+}
+void CpuDevice::layernorm_backward(float* dinp, float* dweight, float* dbias, const float* dout,
+                                   const float* inp, const float* weight, const float* mean,
+                                   const float* rstd, int N, int C) {
+  cpu::layernorm_backward<float>(dinp, dweight, dbias, dout, inp, weight, mean, rstd, N, C);
+}
+void CpuDevice::gelu_forward(float* out, const float* inp, std::int64_t n) {
+  cpu::gelu_forward<float>(out, inp, n);
+}
+void CpuDevice::gelu_backward(float* dinp, const float* inp, const float* dout, std::int64_t n) {
+  cpu::gelu_backward<float>(dinp, inp, dout, n);
+}
+void CpuDevice::attention_forward(float* out, float* att, const float* qkv, int B, int T, int C,
+                                  int NH) {
+  cpu::attention_forward<float>(out, att, qkv, B, T, C, NH);
+}
+void CpuDevice::attention_backward(float* dqkv, float* workspace, const float* dout,
+                                   const float* qkv, const float* att, int B, int T, int C,
+                                   int NH) {
+  cpu::attention_backward<float>(dqkv, workspace, dout, qkv, att, B, T, C, NH);
+}
+std::size_t CpuDevice::attention_workspace_floats(int T) const {
+  return cpu::attention_workspace_elems(T);
+}
+void CpuDevice::residual_forward(float* out, const float* a, const float* b, std::int64_t n) {
+  cpu::residual_forward<float>(out, a, b, n);
+}
+void CpuDevice::accumulate(float* dst, const float* src, std::int64_t n) {
+  cpu::accumulate<float>(dst, src, n);
+}
+void CpuDevice::scale(float* x, float s, std::int64_t n) { cpu::scale<float>(x, s, n); }
+void CpuDevice::fill(float* x, float value, std::int64_t n) { cpu::fill<float>(x, value, n); }
+void CpuDevice::copy_floats(float* dst, const float* src, std::int64_t n) {
+  cpu::copy<float>(dst, src, n);
+}
+double CpuDevice::sum_squares(const float* x, std::int64_t n) {
+  return cpu::sum_squares<float>(x, n);
+}
+void CpuDevice::crossentropy_forward(float* losses, float* lse, const float* logits,
+                                     const std::int32_t* targets, int N, int V, int Vp) {
+  cpu::crossentropy_forward<float>(losses, lse, logits, targets, N, V, Vp);
+}
+void CpuDevice::crossentropy_backward(float* dlogits, const float* logits, const float* lse,
+                                      const std::int32_t* targets, const float* dlosses, int N,
+                                      int V, int Vp) {
+  cpu::crossentropy_backward<float>(dlogits, logits, lse, targets, dlosses, N, V, Vp);
+}
+void CpuDevice::adamw(float* param, const float* grad, float* m, float* v, std::int64_t n,
+                      float lr, float beta1, float beta2, float eps, float weight_decay, int step,
+                      float grad_scale) {
+  cpu::adamw<float>(param, grad, m, v, n, lr, beta1, beta2, eps, weight_decay, step, grad_scale);
+}
+void CpuDevice::sgd(float* param, const float* grad, float* mom, std::int64_t n, float lr,
+                    float momentum, float weight_decay, float grad_scale) {
+  cpu::sgd<float>(param, grad, mom, n, lr, momentum, weight_decay, grad_scale);
+}
+
+Device& cpu_device() {
+  static CpuDevice device;  // constructed on first use, thread-safe (C++11 statics)
+  return device;
+}
+
+}  // namespace dtrain

@@ -1,0 +1,77 @@
+#pragma once
+// CpuDevice: the Device interface over the fp32 CPU kernels and OpenBLAS.
+#include <mutex>
+#include <unordered_map>
+
+#include "dtrain/core/buffer.hpp"
+#include "dtrain/device/device.hpp"
+
+namespace dtrain {
+
+class CpuDevice final : public Device {
+ public:
+  CpuDevice();
+
+  DeviceKind kind() const noexcept override { return DeviceKind::cpu; }
+  std::string name() const override;
+  void set_num_threads(int n) override;
+  int num_threads() const override;
+
+  void* allocate(std::size_t bytes) override;
+  void free(void* ptr) noexcept override;
+  void copy(void* dst, const void* src, std::size_t bytes, CopyKind kind) override;
+  void zero(void* ptr, std::size_t bytes) override;
+  void synchronize() override {}
+
+  void gemm(bool trans_a, bool trans_b, int M, int N, int K, float alpha, const float* A, int lda,
+            const float* B, int ldb, float beta, float* C, int ldc) override;
+  void gemm_strided_batched(bool trans_a, bool trans_b, int M, int N, int K, float alpha,
+                            const float* A, int lda, std::int64_t stride_a, const float* B,
+                            int ldb, std::int64_t stride_b, float beta, float* C, int ldc,
+                            std::int64_t stride_c, int batch) override;
+  void linear_forward(float* out, const float* inp, const float* weight, const float* bias, int N,
+                      int C, int OC) override;
+  void linear_backward(float* dinp, float* dweight, float* dbias, const float* dout,
+                       const float* inp, const float* weight, int N, int C, int OC) override;
+  void embedding_forward(float* out, const std::int32_t* tokens, const float* wte, int N, int C,
+                         int vocab_start, int vocab_rows) override;
+  void embedding_backward(float* dwte, const float* dout, const std::int32_t* tokens, int N,
+                          int C, int vocab_start, int vocab_rows) override;
+  void positional_forward(float* out, const float* wpe, int B, int T, int C) override;
+  void positional_backward(float* dwpe, const float* dout, int B, int T, int C) override;
+  void layernorm_forward(float* out, float* mean, float* rstd, const float* inp,
+                         const float* weight, const float* bias, int N, int C) override;
+  void layernorm_backward(float* dinp, float* dweight, float* dbias, const float* dout,
+                          const float* inp, const float* weight, const float* mean,
+                          const float* rstd, int N, int C) override;
+  void gelu_forward(float* out, const float* inp, std::int64_t n) override;
+  void gelu_backward(float* dinp, const float* inp, const float* dout, std::int64_t n) override;
+  void attention_forward(float* out, float* att, const float* qkv, int B, int T, int C,
+                         int NH) override;
+  void attention_backward(float* dqkv, float* workspace, const float* dout, const float* qkv,
+                          const float* att, int B, int T, int C, int NH) override;
+  std::size_t attention_workspace_floats(int T) const override;
+  void residual_forward(float* out, const float* a, const float* b, std::int64_t n) override;
+  void accumulate(float* dst, const float* src, std::int64_t n) override;
+  void scale(float* x, float s, std::int64_t n) override;
+  void fill(float* x, float value, std::int64_t n) override;
+  void copy_floats(float* dst, const float* src, std::int64_t n) override;
+  double sum_squares(const float* x, std::int64_t n) override;
+  void crossentropy_forward(float* losses, float* lse, const float* logits,
+                            const std::int32_t* targets, int N, int V, int Vp) override;
+  void crossentropy_backward(float* dlogits, const float* logits, const float* lse,
+                             const std::int32_t* targets, const float* dlosses, int N, int V,
+                             int Vp) override;
+  void adamw(float* param, const float* grad, float* m, float* v, std::int64_t n, float lr,
+             float beta1, float beta2, float eps, float weight_decay, int step,
+             float grad_scale) override;
+  void sgd(float* param, const float* grad, float* mom, std::int64_t n, float lr, float momentum,
+           float weight_decay, float grad_scale) override;
+
+ private:
+  // Allocations are AlignedBuffers (pre-faulted, counted), kept by address until freed.
+  std::mutex mutex_;
+  std::unordered_map<void*, AlignedBuffer> blocks_;
+};
+
+}  // namespace dtrain

@@ -1,0 +1,103 @@
+#pragma once
+// CPU op kernels: free functions over raw pointers + sizes, row-major, templated on the
+// element type. float backs CpuDevice; double exists so finite-difference tests can check
+// the gradients to ~1e-8. Backward kernels accumulate (+=) into every gradient they touch.
+#include <cstddef>
+#include <cstdint>
+
+namespace dtrain::cpu {
+
+// ---- gemm.cpp ----------------------------------------------------------------
+// C[M,N] = alpha * op(A)[M,K] · op(B)[K,N] + beta * C
+template <class T>
+void gemm(bool trans_a, bool trans_b, int M, int N, int K, T alpha, const T* A, int lda,
+          const T* B, int ldb, T beta, T* C, int ldc);
+template <class T>
+void gemm_strided_batched(bool trans_a, bool trans_b, int M, int N, int K, T alpha, const T* A,
+                          int lda, std::int64_t stride_a, const T* B, int ldb,
+                          std::int64_t stride_b, T beta, T* C, int ldc, std::int64_t stride_c,
+                          int batch);
+
+// ---- linear.cpp --------------------------------------------------------------
+// out[N,OC] = inp[N,C] · weight[OC,C]^T + bias[OC]
+template <class T>
+void linear_forward(T* out, const T* inp, const T* weight, const T* bias, int N, int C, int OC);
+// dinp[N,C] += dout[N,OC]·weight[OC,C]; dweight[OC,C] += dout^T·inp; dbias[OC] += sum_n dout
+template <class T>
+void linear_backward(T* dinp, T* dweight, T* dbias, const T* dout, const T* inp, const T* weight,
+                     int N, int C, int OC);
+
+// ---- embedding.cpp -----------------------------------------------------------
+// out[N,C] = wte[tok - vocab_start] (rows outside [vocab_start, vocab_start+vocab_rows) -> 0)
+template <class T>
+void embedding_forward(T* out, const std::int32_t* tokens, const T* wte, int N, int C,
+                       int vocab_start, int vocab_rows);
+template <class T>
+void embedding_backward(T* dwte, const T* dout, const std::int32_t* tokens, int N, int C,
+                        int vocab_start, int vocab_rows);
+// out[B,T,C] += wpe[T,C]
+template <class T> void positional_forward(T* out, const T* wpe, int B, int T_, int C);
+// dwpe[T,C] += sum_b dout[b,T,C]
+template <class T> void positional_backward(T* dwpe, const T* dout, int B, int T_, int C);
+
+// ---- layernorm.cpp -----------------------------------------------------------
+constexpr double kLayerNormEps = 1e-5;
+// out[N,C], mean[N], rstd[N] <- inp[N,C], weight[C], bias[C]
+template <class T>
+void layernorm_forward(T* out, T* mean, T* rstd, const T* inp, const T* weight, const T* bias,
+                       int N, int C);
+template <class T>
+void layernorm_backward(T* dinp, T* dweight, T* dbias, const T* dout, const T* inp,
+                        const T* weight, const T* mean, const T* rstd, int N, int C);
+
+// ---- gelu.cpp ----------------------------------------------------------------
+// out[n] = 0.5 x (1 + tanh(sqrt(2/pi) (x + 0.044715 x^3)))
+template <class T> void gelu_forward(T* out, const T* inp, std::int64_t n);
+template <class T> void gelu_backward(T* dinp, const T* inp, const T* dout, std::int64_t n);
+
+// ---- attention.cpp -----------------------------------------------------------
+// Query rows per GEMM block (0 = this default). Rows [r0, r1) attend only to keys [0, r1),
+// so blocking skips most of the masked upper triangle; thinner blocks make thinner GEMMs.
+constexpr int kAttentionBlock = 64;
+// qkv[B,T,3C] -> out[B,T,C], att[B,NH,T,T] = causal softmax(q k^T / sqrt(hs)), hs = C/NH
+template <class T>
+void attention_forward(T* out, T* att, const T* qkv, int B, int T_, int C, int NH, int block = 0);
+// dqkv[B,T,3C] += ...; workspace: attention_workspace_elems(T) elements
+template <class T>
+void attention_backward(T* dqkv, T* workspace, const T* dout, const T* qkv, const T* att, int B,
+                        int T_, int C, int NH, int block = 0);
+inline std::size_t attention_workspace_elems(int T_) {
+  return static_cast<std::size_t>(T_) * static_cast<std::size_t>(T_);
+}
+
+// ---- elementwise.cpp ---------------------------------------------------------
+template <class T> void residual_forward(T* out, const T* a, const T* b, std::int64_t n);
+template <class T> void accumulate(T* dst, const T* src, std::int64_t n);
+template <class T> void scale(T* x, T s, std::int64_t n);
+template <class T> void fill(T* x, T value, std::int64_t n);
+template <class T> void copy(T* dst, const T* src, std::int64_t n);
+template <class T> double sum_squares(const T* x, std::int64_t n);
+
+// ---- crossentropy.cpp --------------------------------------------------------
+// logits[N,Vp] (real vocab V <= Vp), targets[N] -> losses[N], lse[N]
+template <class T>
+void crossentropy_forward(T* losses, T* lse, const T* logits, const std::int32_t* targets, int N,
+                          int V, int Vp);
+// dlogits[N,Vp] = (softmax - onehot) * dlosses[n]; padding columns 0; may alias logits
+template <class T>
+void crossentropy_backward(T* dlogits, const T* logits, const T* lse,
+                           const std::int32_t* targets, const T* dlosses, int N, int V, int Vp);
+
+// ---- optimizer.cpp -----------------------------------------------------------
+template <class T>
+void adamw(T* param, const T* grad, T* m, T* v, std::int64_t n, T lr, T beta1, T beta2, T eps,
+           T weight_decay, int step, T grad_scale);
+template <class T>
+void sgd(T* param, const T* grad, T* mom, std::int64_t n, T lr, T momentum, T weight_decay,
+         T grad_scale);
+
+// ---- threads.cpp -------------------------------------------------------------
+void set_num_threads(int n);  // OpenMP + OpenBLAS
+int num_threads();
+
+}  // namespace dtrain::cpu

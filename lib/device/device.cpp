@@ -1,0 +1,150 @@
+// Device base class, DeviceBuffer, and choosing a device (CPU, or CUDA through the plugin).
+#include "dtrain/device/device.hpp"
+
+#include <dlfcn.h>
+
+#include <mutex>
+#include <string>
+#include <utility>
+
+#include "device/plugin.hpp"
+#include "dtrain/core/env.hpp"
+#include "dtrain/core/error.hpp"
+#include "dtrain/core/log.hpp"
+
+namespace dtrain {
+
+const char* device_kind_name(DeviceKind kind) noexcept {
+  switch (kind) {
+    case DeviceKind::cpu: return "cpu";
+    case DeviceKind::cuda: return "cuda";
+  }
+  return "unknown";
+}
+
+Device::~Device() = default;
+
+// ---- DeviceBuffer --------------------------------------------------------------
+DeviceBuffer::DeviceBuffer(Device& dev, std::size_t bytes)
+    : dev_(&dev), data_(dev.allocate(bytes)), bytes_(bytes) {}
+DeviceBuffer::~DeviceBuffer() { reset(); }
+DeviceBuffer::DeviceBuffer(DeviceBuffer&& o) noexcept
+    : dev_(std::exchange(o.dev_, nullptr)),
+      data_(std::exchange(o.data_, nullptr)),
+      bytes_(std::exchange(o.bytes_, 0)) {}
+DeviceBuffer& DeviceBuffer::operator=(DeviceBuffer&& o) noexcept {
+  if (this != &o) {
+    reset();
+    dev_ = std::exchange(o.dev_, nullptr);
+    data_ = std::exchange(o.data_, nullptr);
+    bytes_ = std::exchange(o.bytes_, 0);
+  }
+  return *this;
+}
+void DeviceBuffer::reset() noexcept {
+  if (dev_ && data_) dev_->free(data_);
+  dev_ = nullptr;
+  data_ = nullptr;
+  bytes_ = 0;
+}
+
+// ---- CUDA plugin lookup --------------------------------------------------------
+namespace {
+
+struct CudaPlugin {
+  Device* device = nullptr;  // non-null when a GPU is usable
+  std::string reason;        // why not, otherwise
+};
+
+// Directory holding this library, so the plugin installed next to libdtrain.so is found
+// without LD_LIBRARY_PATH.
+std::string own_directory() {
+  Dl_info info{};
+  if (dladdr(reinterpret_cast<void*>(&own_directory), &info) && info.dli_fname) {
+    std::string path = info.dli_fname;
+    const auto slash = path.rfind('/');
+    if (slash != std::string::npos) return path.substr(0, slash + 1);
+  }
+  return {};
+}
+
+CudaPlugin load_cuda_plugin() {
+  CudaPlugin p;
+  // DTRAIN_CUDA_PLUGIN names the plugin explicitly; otherwise look beside this library, then
+  // on the normal loader path.
+  std::string candidates[3] = {env::get_string("DTRAIN_CUDA_PLUGIN", ""),
+                               own_directory() + DTRAIN_CUDA_PLUGIN_NAME,
+                               DTRAIN_CUDA_PLUGIN_NAME};
+  void* handle = nullptr;
+  std::string last_error = "not found";
+  for (const std::string& name : candidates) {
+    if (name.empty()) continue;
+    handle = dlopen(name.c_str(), RTLD_NOW | RTLD_LOCAL);
+    if (handle) break;
+    const char* err = dlerror();
+    if (err) last_error = err;
+  }
+  if (!handle) {
+    p.reason = std::string(DTRAIN_CUDA_PLUGIN_NAME " could not be loaded: ") + last_error;
+    return p;
+  }
+  // The plugin stays loaded for the life of the process (its device is a static there).
+  auto abi = reinterpret_cast<dtrain_cuda_plugin_abi_fn>(dlsym(handle, DTRAIN_CUDA_SYM_ABI));
+  auto count =
+      reinterpret_cast<dtrain_cuda_device_count_fn>(dlsym(handle, DTRAIN_CUDA_SYM_COUNT));
+  auto get = reinterpret_cast<dtrain_cuda_get_device_fn>(dlsym(handle, DTRAIN_CUDA_SYM_GET));
+  if (!abi || !count || !get) {
+    p.reason = DTRAIN_CUDA_PLUGIN_NAME " lacks the dtrain plugin entry points";
+    return p;
+  }
+  if (abi() != kCudaPluginAbi) {
+    p.reason = std::string(DTRAIN_CUDA_PLUGIN_NAME " has plugin ABI ") + std::to_string(abi()) +
+               ", this library needs " + std::to_string(kCudaPluginAbi);
+    return p;
+  }
+  char msg[256] = {0};
+  const int n = count(msg, sizeof msg);
+  if (n <= 0) {
+    p.reason = msg[0] ? std::string(msg) : std::string("no CUDA device found");
+    return p;
+  }
+  p.device = get(0);
+  if (!p.device) p.reason = "the CUDA plugin returned no device";
+  return p;
+}
+
+const CudaPlugin& cuda_plugin() {
+  static const CudaPlugin plugin = load_cuda_plugin();  // looked up once per process
+  return plugin;
+}
+
+}  // namespace
+
+bool cuda_available() noexcept {
+  try {
+    return cuda_plugin().device != nullptr;
+  } catch (...) {
+    return false;
+  }
+}
+
+Device& select_device(const std::string& which) {
+  if (which == "cpu") return cpu_device();
+  if (which == "cuda") {
+    const CudaPlugin& p = cuda_plugin();
+    DTRAIN_CHECK(p.device != nullptr, Errc::unavailable,
+                 "--device cuda: no CUDA device/plugin available (" << p.reason
+                     << "); use --device cpu or auto");
+    return *p.device;
+  }
+  if (which == "auto") {
+    const CudaPlugin& p = cuda_plugin();
+    if (p.device) return *p.device;
+    DTRAIN_LOG(debug, "device auto: using the CPU (" << p.reason << ")");
+    return cpu_device();
+  }
+  DTRAIN_FAIL(Errc::invalid_argument,
+              "--device must be one of auto, cpu, cuda; got '" << which << "'");
+}
+
+}  // namespace dtrain

@@ -1,0 +1,24 @@
+#pragma once
+// The C entry points a CUDA plugin (libdtrain_cuda.so) exports. The core loads the plugin with
+// dlopen only when a device is asked for, so processes that never touch CUDA never pay for
+// loading cuBLAS. Bump kCudaPluginAbi when these signatures or the Device vtable change.
+#include "dtrain/device/device.hpp"
+
+namespace dtrain {
+constexpr int kCudaPluginAbi = 1;
+}  // namespace dtrain
+
+extern "C" {
+// Returns kCudaPluginAbi of the plugin's build.
+typedef int (*dtrain_cuda_plugin_abi_fn)(void);
+// Number of usable GPUs; <= 0 when there is no driver or device (e.g. cudaGetDeviceCount
+// failing with error 35). Must never abort the process. msg gets a reason when it is <= 0.
+typedef int (*dtrain_cuda_device_count_fn)(char* msg, unsigned long msg_len);
+// The process-wide device for the GPU ordinal (owned by the plugin), or null.
+typedef dtrain::Device* (*dtrain_cuda_get_device_fn)(int ordinal);
+}
+
+#define DTRAIN_CUDA_PLUGIN_NAME "libdtrain_cuda.so"
+#define DTRAIN_CUDA_SYM_ABI "dtrain_cuda_plugin_abi"
+#define DTRAIN_CUDA_SYM_COUNT "dtrain_cuda_device_count"
+#define DTRAIN_CUDA_SYM_GET "dtrain_cuda_get_device"

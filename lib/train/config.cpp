@@ -1,0 +1,88 @@
+#include "dtrain/train/config.hpp"
+
+#include <cmath>
+
+#include "dtrain/core/error.hpp"
+
+namespace dtrain::train {
+
+int TrainConfig::resolved_dp(int world_size) const {
+  return dp > 0 ? dp : world_size / (tp * pp);
+}
+
+int TrainConfig::accum_steps(int world_size) const {
+  const long per_step = static_cast<long>(micro_batch) * resolved_dp(world_size);
+  return global_batch == 0 ? 1 : static_cast<int>(global_batch / per_step);
+}
+
+void TrainConfig::validate(int world_size) const {
+  auto positive = [](long v, const char* opt) {
+    DTRAIN_CHECK(v > 0, Errc::invalid_config, opt << " must be positive, got " << v);
+  };
+  positive(layers, "--layers");
+  positive(heads, "--heads");
+  positive(d_model, "--d-model");
+  positive(seq_len, "--seq-len");
+  positive(vocab, "--vocab");
+  DTRAIN_CHECK(d_model % heads == 0, Errc::invalid_config,
+               "--heads (" << heads << ") must divide --d-model (" << d_model << ")");
+
+  positive(tp, "--tp");
+  positive(pp, "--pp");
+  DTRAIN_CHECK(dp >= 0, Errc::invalid_config, "--dp must be >= 0 (0 = infer), got " << dp);
+  DTRAIN_CHECK(world_size % (tp * pp) == 0, Errc::invalid_config,
+               "--tp " << tp << " x --pp " << pp << " does not divide the " << world_size
+                       << " ranks");
+  DTRAIN_CHECK(static_cast<long>(tp) * pp * resolved_dp(world_size) == world_size,
+               Errc::invalid_config,
+               "--tp " << tp << " x --pp " << pp << " x --dp " << resolved_dp(world_size)
+                       << " != " << world_size << " ranks");
+  DTRAIN_CHECK(zero >= 0 && zero <= 3, Errc::invalid_config, "--zero must be 0, 1, 2 or 3, got " << zero);
+  DTRAIN_CHECK(schedule == "gpipe" || schedule == "1f1b" || schedule == "interleaved",
+               Errc::invalid_config, "--schedule must be gpipe, 1f1b or interleaved, got '" << schedule << "'");
+  positive(virtual_stages, "--virtual-stages");
+  // Not implemented yet: refuse rather than silently ignore.
+  DTRAIN_CHECK(tp == 1, Errc::not_implemented, "--tp " << tp << ": tensor parallelism is not implemented yet (use --tp 1)");
+  DTRAIN_CHECK(pp == 1, Errc::not_implemented, "--pp " << pp << ": pipeline parallelism is not implemented yet (use --pp 1)");
+  DTRAIN_CHECK(zero == 0, Errc::not_implemented, "--zero " << zero << ": ZeRO is not implemented yet (use --zero 0)");
+  DTRAIN_CHECK(!sequence_parallel, Errc::not_implemented,
+               "--sequence-parallel: sequence parallelism is not implemented yet");
+  DTRAIN_CHECK(virtual_stages == 1, Errc::not_implemented,
+               "--virtual-stages " << virtual_stages << ": interleaved pipelines are not implemented yet");
+
+  positive(micro_batch, "--micro-batch");
+  DTRAIN_CHECK(global_batch >= 0, Errc::invalid_config, "--global-batch must be >= 0, got " << global_batch);
+  if (global_batch > 0) {
+    const long per_step = static_cast<long>(micro_batch) * resolved_dp(world_size);
+    DTRAIN_CHECK(global_batch % per_step == 0, Errc::invalid_config,
+                 "--global-batch (" << global_batch << ") must be a multiple of --micro-batch x dp = "
+                                    << micro_batch << " x " << resolved_dp(world_size) << " = " << per_step);
+  }
+
+  DTRAIN_CHECK(lr > 0 && std::isfinite(lr), Errc::invalid_config, "--lr must be positive, got " << lr);
+  DTRAIN_CHECK(min_lr >= 0 && min_lr <= lr, Errc::invalid_config,
+               "--min-lr must be in [0, --lr], got " << min_lr);
+  DTRAIN_CHECK(warmup_steps >= 0, Errc::invalid_config, "--warmup-steps must be >= 0");
+  DTRAIN_CHECK(weight_decay >= 0, Errc::invalid_config, "--weight-decay must be >= 0");
+  DTRAIN_CHECK(clip_grad >= 0, Errc::invalid_config, "--clip-grad must be >= 0 (0 disables)");
+  DTRAIN_CHECK(val_fraction >= 0 && val_fraction < 1, Errc::invalid_config,
+               "validation fraction must be in [0, 1)");
+
+  DTRAIN_CHECK(steps >= 0, Errc::invalid_config, "--steps must be >= 0, got " << steps);
+  DTRAIN_CHECK(device == "auto" || device == "cpu" || device == "cuda", Errc::invalid_config,
+               "--device must be auto, cpu or cuda, got '" << device << "'");
+  DTRAIN_CHECK(precision == "fp32" || precision == "bf16" || precision == "fp16",
+               Errc::invalid_config, "--precision must be fp32, bf16 or fp16, got '" << precision << "'");
+  DTRAIN_CHECK(precision == "fp32", Errc::not_implemented,
+               "--precision " << precision << ": mixed precision is not implemented yet (use fp32)");
+  DTRAIN_CHECK(save_dir.empty(), Errc::not_implemented,
+               "--save-dir: checkpointing is not implemented yet");
+  DTRAIN_CHECK(save_every >= 0, Errc::invalid_config, "--save-every must be >= 0");
+  DTRAIN_CHECK(resume == "auto" || resume == "none", Errc::not_implemented,
+               "--resume " << resume << ": checkpointing is not implemented yet");
+  positive(log_every, "--log-every");
+  DTRAIN_CHECK(eval_every >= 0, Errc::invalid_config, "--eval-every must be >= 0");
+  positive(eval_batches, "--eval-batches");
+}
+
+}  // namespace dtrain::train

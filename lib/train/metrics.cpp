@@ -1,0 +1,74 @@
+#include "dtrain/train/metrics.hpp"
+
+#include <cerrno>
+#include <cmath>
+#include <cstring>
+#include <sstream>
+
+#include "dtrain/core/error.hpp"
+
+namespace dtrain::train {
+namespace {
+// JSON has no NaN/Inf: write null so every line stays parseable.
+void put_number(std::ostringstream& os, double v) {
+  if (std::isfinite(v)) {
+    os << v;
+  } else {
+    os << "null";
+  }
+}
+
+template <class Get>
+void put_array(std::ostringstream& os, const char* key, const std::vector<MemoryUse>& m, Get get) {
+  os << ",\"" << key << "\":[";
+  for (std::size_t i = 0; i < m.size(); ++i) os << (i ? "," : "") << get(m[i]);
+  os << "]";
+}
+}  // namespace
+
+std::string to_json(const StepMetrics& m) {
+  std::ostringstream os;
+  os.precision(9);
+  os << "{\"step\":" << m.step << ",\"loss\":";
+  put_number(os, m.loss);
+  if (m.val_loss >= 0) {
+    os << ",\"val_loss\":";
+    put_number(os, m.val_loss);
+  }
+  os << ",\"lr\":";
+  put_number(os, m.lr);
+  os << ",\"grad_norm\":";
+  put_number(os, m.grad_norm);
+  os << ",\"tokens_per_s\":";
+  put_number(os, m.tokens_per_s);
+  os << ",\"step_ms\":";
+  put_number(os, m.step_ms);
+  os << ",\"mfu\":";
+  put_number(os, m.mfu);
+  put_array(os, "peak_param_bytes", m.memory_per_rank, [](const MemoryUse& u) { return u.params; });
+  put_array(os, "peak_grad_bytes", m.memory_per_rank, [](const MemoryUse& u) { return u.grads; });
+  put_array(os, "peak_optimizer_bytes", m.memory_per_rank, [](const MemoryUse& u) { return u.optimizer; });
+  put_array(os, "peak_activation_bytes", m.memory_per_rank, [](const MemoryUse& u) { return u.activations; });
+  os << "}";
+  return os.str();
+}
+
+void MetricsWriter::open(const std::string& path) {
+  if (file_) std::fclose(file_);
+  file_ = std::fopen(path.c_str(), "a");
+  DTRAIN_CHECK(file_ != nullptr, Errc::io,
+               "cannot open metrics file '" << path << "': " << std::strerror(errno));
+}
+
+MetricsWriter::~MetricsWriter() {
+  if (file_) std::fclose(file_);
+}
+
+void MetricsWriter::write(const StepMetrics& m) {
+  if (!file_) return;
+  const std::string line = to_json(m) + "\n";
+  std::fwrite(line.data(), 1, line.size(), file_);
+  std::fflush(file_);  // a killed run keeps every line it logged
+}
+
+}  // namespace dtrain::train

@@ -1,0 +1,282 @@
+#include "dtrain/train/trainer.hpp"
+
+#include <algorithm>
+#include <cmath>
+#include <cstdio>
+#include <limits>
+#include <thread>
+
+#include "dtrain/comm/process_grid.hpp"
+#include "dtrain/core/buffer.hpp"
+#include "dtrain/core/env.hpp"
+#include "dtrain/core/error.hpp"
+#include "dtrain/core/log.hpp"
+#include "dtrain/core/timer.hpp"
+#include "dtrain/device/device.hpp"
+#include "dtrain/nn/gpt.hpp"
+#include "dtrain/optim/optimizer.hpp"
+#include "dtrain/optim/schedule.hpp"
+#include "dtrain/train/data.hpp"
+#include "train/peak_flops.hpp"
+#include "train/progress.hpp"
+
+namespace dtrain::train {
+
+struct Trainer::State {
+  TrainConfig cfg;
+  Communicator& world;
+  ProcessGrid grid;
+  Device& dev;
+  std::unique_ptr<TokenSource> source;
+  GptModel model;
+  optim::AdamW optimizer;
+  optim::LrSchedule schedule;
+  BatchLoader loader;
+  AlignedBuffer tokens, targets;
+  MetricsWriter metrics;
+  MemoryUse memory;
+  std::vector<MemoryUse> memory_per_rank;
+  double peak_flops_per_rank = 0;
+  long step = 0;
+  double last_grad_norm = 0;
+  double last_lr = 0;
+  std::vector<double> losses;
+
+  State(const TrainConfig& c, Communicator& w);
+  int accum() const { return loader.plan().accum_steps; }
+  long tokens_per_step() const {
+    return static_cast<long>(loader.plan().global_batch()) * cfg.seq_len;
+  }
+};
+
+namespace {
+
+GridShape grid_shape(const TrainConfig& cfg) {
+  GridShape g;
+  g.tp = cfg.tp;
+  g.pp = cfg.pp;
+  g.dp = cfg.dp;
+  return g;
+}
+
+GptConfig model_config(const TrainConfig& cfg) {
+  GptConfig m;
+  m.layers = cfg.layers;
+  m.heads = cfg.heads;
+  m.d_model = cfg.d_model;
+  m.seq_len = cfg.seq_len;
+  m.vocab = cfg.vocab;
+  m.tie_embeddings = cfg.tie_embeddings;
+  m.validate();
+  return m;
+}
+
+const TrainConfig& validated(const TrainConfig& cfg, int world_size) {
+  cfg.validate(world_size);
+  return cfg;
+}
+
+// Kernel/BLAS threads per rank: DTRAIN_NUM_THREADS, else this node's cores shared evenly
+// among its ranks (two ranks on two cores must not both spawn two threads).
+Device& configured_device(const std::string& which, const Communicator& world) {
+  Device& dev = select_device(which);
+  int threads = env::params().num_threads;
+  if (threads <= 0) {
+    const int cores = static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
+    threads = std::max(1, cores / std::max(1, world.local_size()));
+  }
+  dev.set_num_threads(threads);
+  return dev;
+}
+
+std::unique_ptr<TokenSource> open_source(const TrainConfig& cfg) {
+  auto src = cfg.data.empty() ? make_synthetic_corpus(cfg.seed)
+                              : open_token_file(cfg.data, cfg.seq_len, cfg.val_fraction, cfg.seed);
+  DTRAIN_CHECK(src->vocab_needed() <= cfg.vocab, Errc::invalid_config,
+               "--vocab " << cfg.vocab << " is too small for " << src->describe()
+                          << ", which needs at least " << src->vocab_needed());
+  return src;
+}
+
+std::vector<optim::Segment> decay_segments(const ParameterStore& params) {
+  std::vector<optim::Segment> segs;
+  for (const ParamInfo& p : params) segs.push_back({p.offset, p.numel, p.decay});
+  return segs;
+}
+
+optim::AdamWConfig adamw_config(const TrainConfig& cfg) {
+  optim::AdamWConfig a;
+  a.beta1 = static_cast<float>(cfg.beta1);
+  a.beta2 = static_cast<float>(cfg.beta2);
+  a.eps = static_cast<float>(cfg.eps);
+  a.weight_decay = static_cast<float>(cfg.weight_decay);
+  return a;
+}
+
+BatchPlan batch_plan(const TrainConfig& cfg, const ProcessGrid& grid, int world_size) {
+  BatchPlan p;
+  p.micro_batch = cfg.micro_batch;
+  p.dp_size = grid.dp_size();
+  p.dp_rank = grid.dp_rank();
+  p.accum_steps = cfg.accum_steps(world_size);
+  return p;
+}
+
+}  // namespace
+
+Trainer::State::State(const TrainConfig& c, Communicator& w)
+    : cfg(validated(c, w.size())),
+      world(w),
+      grid(w, grid_shape(cfg)),
+      dev(configured_device(cfg.device, w)),
+      source(open_source(cfg)),
+      model(model_config(cfg), dev, cfg.seed, cfg.micro_batch),
+      optimizer(dev, decay_segments(model.parameters()), model.parameters().numel(), adamw_config(cfg)),
+      loader(*source, batch_plan(cfg, grid, w.size()), cfg.seq_len),
+      tokens(sizeof(std::int32_t) * cfg.micro_batch * cfg.seq_len),
+      targets(sizeof(std::int32_t) * cfg.micro_batch * cfg.seq_len) {
+  schedule.lr = cfg.lr;
+  schedule.min_lr = cfg.min_lr;
+  schedule.warmup_steps = cfg.warmup_steps;
+  schedule.total_steps = std::max(1L, cfg.steps);
+  schedule.validate();
+  if (w.rank() == 0 && !cfg.metrics.empty()) metrics.open(cfg.metrics);
+
+  const std::size_t n = model.parameters().numel();
+  memory.params = n * sizeof(float);
+  memory.grads = n * sizeof(float);
+  memory.optimizer = optimizer.state_bytes();
+  memory.activations = model.activation_bytes();
+  memory_per_rank.resize(w.size());
+  std::uint64_t mine[4] = {memory.params, memory.grads, memory.optimizer, memory.activations};
+  std::vector<std::uint64_t> all(4 * static_cast<std::size_t>(w.size()));
+  w.all_gather(mine, all.data(), 4, DType::i64);
+  for (int r = 0; r < w.size(); ++r) {
+    memory_per_rank[r] = {all[4 * r], all[4 * r + 1], all[4 * r + 2], all[4 * r + 3]};
+  }
+  double peak = measure_peak_flops(dev);
+  w.all_reduce(&peak, &peak, 1, DType::f64, ReduceOp::avg);
+  peak_flops_per_rank = peak;
+}
+
+Trainer::Trainer(const TrainConfig& cfg, Communicator& world)
+    : s_(std::make_unique<State>(cfg, world)) {
+  const auto& m = s_->model.parameters();
+  DTRAIN_LOG(info, "model: GPT layers=" << cfg.layers << " heads=" << cfg.heads << " d-model="
+                   << cfg.d_model << " seq-len=" << cfg.seq_len << " vocab=" << cfg.vocab << " ("
+                   << m.numel() << " parameters)");
+  DTRAIN_LOG(info, "data: " << s_->source->describe());
+  DTRAIN_LOG(info, "layout: " << world.size() << " ranks = dp " << s_->grid.dp_size() << " x tp "
+                   << s_->grid.tp_size() << " x pp " << s_->grid.pp_size() << "; micro-batch "
+                   << cfg.micro_batch << ", global batch " << s_->loader.plan().global_batch()
+                   << " sequences (" << s_->accum() << " micro-steps/step), device "
+                   << s_->dev.name());
+  DTRAIN_LOG(info, "peak: measured SGEMM " << s_->peak_flops_per_rank / 1e9
+                   << " GFLOP/s per rank (the MFU denominator)");
+}
+
+Trainer::~Trainer() = default;
+
+long Trainer::step() const { return s_->step; }
+const std::vector<double>& Trainer::loss_history() const { return s_->losses; }
+
+double Trainer::train_step() {
+  State& s = *s_;
+  ParameterStore& params = s.model.parameters();
+  const std::size_t n = params.numel();
+  const int accum = s.accum();
+  params.zero_grads();
+  double loss = 0;
+  for (int micro = 0; micro < accum; ++micro) {
+    s.loader.load(Split::train, s.loader.plan().first_sample(s.step, micro),
+                  s.tokens.as<std::int32_t>(), s.targets.as<std::int32_t>());
+    loss += s.model.forward(s.tokens.as<std::int32_t>(), s.targets.as<std::int32_t>(),
+                            s.cfg.micro_batch, s.cfg.seq_len);
+    s.model.backward(1.0f / static_cast<float>(accum));
+  }
+  loss /= accum;
+  Communicator& dp = s.grid.dp();
+  if (dp.size() > 1) {
+    // Average over data-parallel ranks: identical to one rank training on the global batch.
+    dp.all_reduce(params.grads(), params.grads(), n, DType::f32, ReduceOp::avg);
+    dp.all_reduce(&loss, &loss, 1, DType::f64, ReduceOp::avg);
+  }
+  s.last_grad_norm = std::sqrt(s.dev.sum_squares(params.grads(), static_cast<std::int64_t>(n)));
+  s.last_lr = s.schedule.at(s.step);
+  const float clip = optim::clip_factor(s.last_grad_norm, s.cfg.clip_grad);
+  s.optimizer.step(params.params(), params.grads(), static_cast<float>(s.last_lr), clip);
+  ++s.step;
+  s.losses.push_back(loss);
+  return loss;
+}
+
+double Trainer::evaluate() {
+  State& s = *s_;
+  double total = 0;
+  for (int b = 0; b < s.cfg.eval_batches; ++b) {
+    s.loader.load(Split::val, s.loader.plan().first_sample(b, 0), s.tokens.as<std::int32_t>(),
+                  s.targets.as<std::int32_t>());
+    total += s.model.forward(s.tokens.as<std::int32_t>(), s.targets.as<std::int32_t>(),
+                             s.cfg.micro_batch, s.cfg.seq_len);
+  }
+  total /= s.cfg.eval_batches;
+  Communicator& dp = s.grid.dp();
+  if (dp.size() > 1) dp.all_reduce(&total, &total, 1, DType::f64, ReduceOp::avg);
+  return total;
+}
+
+TrainSummary Trainer::run() {
+  State& s = *s_;
+  TrainSummary sum;
+  sum.entropy_rate = s.source->entropy_rate();
+  sum.memory = s.memory;
+  if (s.cfg.eval_only) {
+    sum.final_val_loss = evaluate();
+    DTRAIN_LOG(info, "eval: val loss " << sum.final_val_loss);
+    return sum;
+  }
+  Progress progress(s.cfg.steps, s.tokens_per_step(), s.model.flops_per_token(),
+                    s.peak_flops_per_rank * s.world.size(), sum.entropy_rate);
+  Stopwatch loop;
+  double timed_seconds = 0;  // steps after the first (which pays one-time costs)
+  std::uint64_t allocations_before = 0;
+  while (s.step < s.cfg.steps) {
+    Stopwatch watch;
+    const double loss = train_step();
+    const double step_s = watch.seconds();
+    if (s.step == 1) allocations_before = AlignedBuffer::allocation_count();
+    else timed_seconds += step_s;
+
+    const bool last = s.step == s.cfg.steps;
+    const bool eval_now = last || (s.cfg.eval_every > 0 && s.step % s.cfg.eval_every == 0);
+    double val = -1;
+    if (eval_now) val = evaluate();
+    if (eval_now) sum.final_val_loss = val;
+    if (last || s.step % s.cfg.log_every == 0) {
+      StepMetrics m = progress.metrics(s.step, loss, val, s.last_lr, s.last_grad_norm, step_s,
+                                       loop.seconds());
+      m.memory_per_rank = s.memory_per_rank;
+      s.metrics.write(m);
+      if (s.world.rank() == 0) DTRAIN_LOG(info, progress.line(m, s.memory.total(), loop.seconds()));
+    }
+    sum.final_loss = loss;
+  }
+  sum.steps = s.step;
+  sum.seconds = loop.seconds();
+  if (s.step > 1) {
+    sum.tokens_per_s = static_cast<double>(s.tokens_per_step()) * (s.step - 1) / timed_seconds;
+    sum.mfu = progress.mfu(sum.tokens_per_s);
+    sum.allocations_after_first_step = AlignedBuffer::allocation_count() - allocations_before;
+  }
+  DTRAIN_LOG(info, progress.summary(sum.steps, sum.final_loss, sum.final_val_loss, sum.seconds,
+                                    sum.tokens_per_s, sum.mfu, s.memory.total()));
+  return sum;
+}
+
+int first_failed_rank(Communicator& world, bool failed) {
+  int candidate = failed ? world.rank() : std::numeric_limits<int>::max();
+  world.all_reduce(&candidate, &candidate, 1, DType::i32, ReduceOp::min);
+  return candidate == std::numeric_limits<int>::max() ? -1 : candidate;
+}
+
+}  // namespace dtrain::train

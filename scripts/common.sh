@@ -1,0 +1,49 @@
+# Shared by scripts/main.sh and scripts/test.sh: install missing packages, configure, build.
+# Sourced, not run.
+set -euo pipefail
+
+DTRAIN_ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
+BUILD_DIR="${DTRAIN_BUILD_DIR:-$DTRAIN_ROOT/build}"
+JOBS="${DTRAIN_JOBS:-$(nproc)}"
+
+DTRAIN_PACKAGES=(
+  build-essential cmake ninja-build gfortran pkg-config
+  openmpi-bin libopenmpi-dev
+  libhdf5-openmpi-dev hdf5-tools
+  libboost-program-options-dev
+  libopenblas-dev
+  libgtest-dev
+  python3 python3-numpy
+)
+
+install_packages() {
+  local missing=()
+  for p in "${DTRAIN_PACKAGES[@]}"; do
+    dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
+  done
+  [ ${#missing[@]} -eq 0 ] && return 0
+  echo "dtrain: installing ${missing[*]}"
+  local sudo=""
+  if [ "$(id -u)" -ne 0 ]; then
+    command -v sudo >/dev/null || { echo "dtrain: need root or sudo to install: ${missing[*]}" >&2; exit 1; }
+    sudo="sudo"
+  fi
+  $sudo apt-get update -qq
+  DEBIAN_FRONTEND=noninteractive $sudo apt-get install -y -qq --no-install-recommends "${missing[@]}"
+}
+
+configure_and_build() {
+  local generator=()
+  command -v ninja >/dev/null && generator=(-G Ninja)
+  cmake -S "$DTRAIN_ROOT" -B "$BUILD_DIR" "${generator[@]}" -DCMAKE_BUILD_TYPE=Release "$@"
+  cmake --build "$BUILD_DIR" -j "$JOBS"
+}
+
+# What Open MPI needs in this environment (never set by the library itself).
+mpi_environment() {
+  if [ "$(id -u)" -eq 0 ]; then
+    export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
+  fi
+  export OMPI_MCA_rmaps_base_oversubscribe=1
+  export OMPI_MCA_btl_vader_single_copy_mechanism=none
+}

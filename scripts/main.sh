@@ -1,0 +1,9 @@
+#!/usr/bin/env bash
+# Installs what is missing, builds dtrain, and trains the default GPT on the built-in corpus
+# with 2 MPI ranks. Extra arguments go to dtrain-gpt (see docs/dtrain-gpt.md).
+source "$(dirname "${BASH_SOURCE[0]}")/common.sh"
+install_packages
+configure_and_build
+mpi_environment
+export OPENBLAS_NUM_THREADS="${OPENBLAS_NUM_THREADS:-1}"
+exec mpiexec -n "${DTRAIN_RANKS:-2}" "$BUILD_DIR/apps/dtrain-gpt/dtrain-gpt" "$@"

@@ -1,0 +1,147 @@
+// all_gather(_v), broadcast and point-to-point: every dtype, in-place and not, uneven and
+// zero counts, blocking and non-blocking.
+#include <numeric>
+
+#include "collective_checks.hpp"
+
+namespace dtrain::test {
+namespace {
+
+std::vector<std::vector<std::size_t>> uneven_count_sets(int n) {
+  std::vector<std::size_t> cyclic(n), growing(n), zeros(n, 0);
+  for (int r = 0; r < n; ++r) {
+    cyclic[r] = static_cast<std::size_t>((3 * r + 1) % 5);
+    growing[r] = static_cast<std::size_t>(7 + 2 * r);
+  }
+  return {cyclic, growing, zeros};
+}
+
+}  // namespace
+
+TEST_P(CollectiveTest, AllGather) {
+  Communicator& c = world();
+  const int n = c.size(), r = c.rank();
+  for (DType t : all_dtypes())
+    for (std::size_t count : test_counts())
+      for (Placement place : kPlacements)
+        for (bool blocking : {true, false}) {
+          Buffer mine(count, t), recv(count * n, t);
+          const void* send = mine.data();
+          for (std::size_t i = 0; i < count; ++i) {
+            const double v = gather_input(r, i);
+            if (place == Placement::separate) mine.set(i, v);
+            if (place == Placement::in_place_nccl) recv.set(r * count + i, v);
+            if (place == Placement::in_place_start) recv.set(i, v);
+          }
+          if (place == Placement::in_place_nccl) send = recv.at(r * count);
+          if (place == Placement::in_place_start) send = recv.data();
+          if (blocking)
+            c.all_gather(send, recv.data(), count, t);
+          else
+            c.iall_gather(send, recv.data(), count, t).wait();
+          expect_elements(recv.data(), t, count * n,
+                          [&](std::size_t j) { return gather_input(static_cast<int>(j / count), j % count); },
+                          std::string(blocking ? "all_gather " : "iall_gather ") + dtype_name(t) +
+                              " count=" + std::to_string(count) + " " + placement_name(place));
+        }
+}
+
+TEST_P(CollectiveTest, AllGatherV) {
+  Communicator& c = world();
+  const int n = c.size(), r = c.rank();
+  for (const auto& counts : uneven_count_sets(n))
+    for (DType t : all_dtypes())
+      for (Placement place : kPlacements) {
+        std::vector<std::size_t> offsets(n + 1, 0);
+        std::partial_sum(counts.begin(), counts.end(), offsets.begin() + 1);
+        Buffer mine(counts[r], t), recv(offsets[n], t);
+        const void* send = mine.data();
+        for (std::size_t i = 0; i < counts[r]; ++i) {
+          const double v = gather_input(r, i);
+          if (place == Placement::separate) mine.set(i, v);
+          if (place == Placement::in_place_nccl) recv.set(offsets[r] + i, v);
+          if (place == Placement::in_place_start) recv.set(i, v);
+        }
+        if (place == Placement::in_place_nccl) send = recv.at(offsets[r]);
+        if (place == Placement::in_place_start) send = recv.data();
+        c.all_gather_v(send, recv.data(), counts.data(), t);
+        expect_elements(recv.data(), t, offsets[n],
+                        [&](std::size_t j) {
+                          int q = 0;
+                          while (j >= offsets[q + 1]) ++q;
+                          return gather_input(q, j - offsets[q]);
+                        },
+                        std::string("all_gather_v ") + dtype_name(t) + " " + placement_name(place));
+      }
+}
+
+TEST_P(CollectiveTest, Broadcast) {
+  Communicator& c = world();
+  const int n = c.size(), r = c.rank();
+  for (int root : {n - 1, 0})
+    for (DType t : all_dtypes())
+      for (std::size_t count : test_counts())
+        for (bool in_place : {false, true})
+          for (bool blocking : {true, false}) {
+            Buffer send(count, t), recv(count, t);
+            Buffer& source = in_place ? recv : send;
+            if (r == root)
+              for (std::size_t i = 0; i < count; ++i) source.set(i, gather_input(root, i));
+            const void* from = r == root ? source.data() : nullptr;  // unused off the root
+            if (blocking)
+              c.broadcast(from, recv.data(), count, t, root);
+            else
+              c.ibroadcast(from, recv.data(), count, t, root).wait();
+            expect_elements(recv.data(), t, count, [&](std::size_t i) { return gather_input(root, i); },
+                            std::string(blocking ? "broadcast" : "ibroadcast") + " from " +
+                                std::to_string(root) + " " + dtype_name(t) + " count=" +
+                                std::to_string(count) + (in_place ? " in-place" : ""));
+          }
+}
+
+TEST_P(CollectiveTest, SendRecvRing) {
+  Communicator& c = world();
+  const int n = c.size(), r = c.rank();
+  const int next = (r + 1) % n, prev = (r + n - 1) % n;
+  for (DType t : all_dtypes())
+    for (std::size_t count : test_counts()) {
+      Buffer out(count, t), in(count, t);
+      for (std::size_t i = 0; i < count; ++i) out.set(i, gather_input(r, i));
+      const auto from_prev = [&](std::size_t i) { return gather_input(prev, i); };
+      const std::string what = std::string(dtype_name(t)) + " count=" + std::to_string(count);
+
+      // Non-blocking both ways (also a rank sending to itself when n == 1).
+      Request rx = c.irecv(in.data(), count, t, prev, 7);
+      Request tx = c.isend(out.data(), count, t, next, 7);
+      tx.wait();
+      rx.wait();
+      EXPECT_FALSE(rx.valid());
+      expect_elements(in.data(), t, count, from_prev, "isend/irecv ring " + what);
+
+      if (n == 1) continue;  // a blocking send to oneself may never match
+      Buffer in2(count, t);
+      if (r % 2 == 0) {  // even ranks send first, odd ranks receive first: no cycle of waits
+        c.send(out.data(), count, t, next, 3);
+        c.recv(in2.data(), count, t, prev, 3);
+      } else {
+        c.recv(in2.data(), count, t, prev, 3);
+        c.send(out.data(), count, t, next, 3);
+      }
+      expect_elements(in2.data(), t, count, from_prev, "send/recv ring " + what);
+    }
+  c.barrier();
+}
+
+TEST_P(CollectiveTest, RequestTestPollsToCompletion) {
+  Communicator& c = world();
+  Buffer value(1, DType::i64);
+  value.set(0, c.rank() + 1);
+  Request req = c.iall_reduce(value.data(), value.data(), 1, DType::i64, ReduceOp::sum);
+  while (!req.test()) {
+  }
+  EXPECT_FALSE(req.valid());
+  EXPECT_EQ(value.get(0), c.size() * (c.size() + 1) / 2.0);
+  req.wait();  // waiting on a completed request is a no-op
+}
+
+}  // namespace dtrain::test

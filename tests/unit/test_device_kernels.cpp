@@ -1,0 +1,385 @@
+// Gradient checks of every CPU kernel (double instantiation, central differences), plus GEMM
+// against a naive loop for every transpose combination.
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <cstdint>
+#include <limits>
+#include <vector>
+
+#include "device/cpu/kernels.hpp"
+#include "fd_check.hpp"
+
+using namespace dtrain;
+using namespace dtrain::test;
+using std::vector;
+
+namespace {
+constexpr double kH = 1e-5;     // FD step in double
+constexpr double kTol = 1e-6;   // relative error allowed
+}  // namespace
+
+// ---- GEMM ---------------------------------------------------------------------------
+template <class T> void check_gemm(bool ta, bool tb) {
+  const int M = 7, N = 5, K = 6;
+  const int lda = (ta ? M : K) + 3, ldb = (tb ? K : N) + 2, ldc = N + 4;
+  const int arows = ta ? K : M, brows = tb ? N : K;
+  auto A = random_vec<T>(static_cast<std::size_t>(arows) * lda, 1);
+  auto B = random_vec<T>(static_cast<std::size_t>(brows) * ldb, 2);
+  auto C = random_vec<T>(static_cast<std::size_t>(M) * ldc, 3);
+  auto ref = C;
+  const T alpha = T(0.7), beta = T(-0.3);
+  for (int i = 0; i < M; ++i)
+    for (int j = 0; j < N; ++j) {
+      double s = 0;
+      for (int k = 0; k < K; ++k) {
+        const double a = ta ? A[k * lda + i] : A[i * lda + k];
+        const double b = tb ? B[j * ldb + k] : B[k * ldb + j];
+        s += a * b;
+      }
+      ref[i * ldc + j] = static_cast<T>(alpha * s + beta * C[i * ldc + j]);
+    }
+  cpu::gemm<T>(ta, tb, M, N, K, alpha, A.data(), lda, B.data(), ldb, beta, C.data(), ldc);
+  const double tol = std::is_same<T, float>::value ? 1e-5 : 1e-12;
+  for (int i = 0; i < M; ++i)
+    for (int j = 0; j < ldc; ++j)  // padding columns j >= N must be untouched too
+      EXPECT_NEAR(C[i * ldc + j], ref[i * ldc + j], tol) << "ta=" << ta << " tb=" << tb;
+}
+
+TEST(Gemm, AllTransposesFloatAndDouble) {
+  for (bool ta : {false, true})
+    for (bool tb : {false, true}) {
+      check_gemm<float>(ta, tb);
+      check_gemm<double>(ta, tb);
+    }
+}
+
+TEST(Gemm, StridedBatchedMatchesSingleCalls) {
+  const int M = 4, N = 3, K = 5, batch = 3;
+  const std::int64_t sa = M * K + 2, sb = K * N + 1, sc = M * N + 3;
+  auto A = random_vec<double>(sa * batch, 4);
+  auto B = random_vec<double>(sb * batch, 5);
+  auto C = random_vec<double>(sc * batch, 6);
+  auto ref = C;
+  for (int i = 0; i < batch; ++i)
+    cpu::gemm<double>(false, true, M, N, K, 1.5, A.data() + i * sa, K, B.data() + i * sb, K, 0.5,
+                      ref.data() + i * sc, N);
+  cpu::gemm_strided_batched<double>(false, true, M, N, K, 1.5, A.data(), K, sa, B.data(), K, sb,
+                                    0.5, C.data(), N, sc, batch);
+  for (std::size_t i = 0; i < C.size(); ++i) EXPECT_DOUBLE_EQ(C[i], ref[i]);
+}
+
+// ---- linear -------------------------------------------------------------------------
+TEST(KernelGrad, Linear) {
+  const int N = 5, C = 4, OC = 3;
+  auto inp = random_vec<double>(N * C, 10), W = random_vec<double>(OC * C, 11);
+  auto b = random_vec<double>(OC, 12), w = random_vec<double>(N * OC, 13);
+  vector<double> out(N * OC);
+  auto loss = [&] {
+    cpu::linear_forward<double>(out.data(), inp.data(), W.data(), b.data(), N, C, OC);
+    return dot(out, w);
+  };
+  loss();
+  auto g0i = random_vec<double>(N * C, 14), g0w = random_vec<double>(OC * C, 15),
+       g0b = random_vec<double>(OC, 16);
+  auto di = g0i, dW = g0w, db = g0b;
+  cpu::linear_backward<double>(di.data(), dW.data(), db.data(), w.data(), inp.data(), W.data(), N,
+                               C, OC);
+  fd_check("dinp", inp, minus(di, g0i), loss, kH, kTol);
+  fd_check("dW", W, minus(dW, g0w), loss, kH, kTol);
+  fd_check("db", b, minus(db, g0b), loss, kH, kTol);
+  // No bias, no dinp: allowed (first layer, LM head).
+  auto dW2 = g0w;
+  cpu::linear_backward<double>(nullptr, dW2.data(), nullptr, w.data(), inp.data(), W.data(), N, C,
+                               OC);
+  for (int i = 0; i < OC * C; ++i) EXPECT_DOUBLE_EQ(dW2[i], dW[i]);
+}
+
+// ---- embeddings ---------------------------------------------------------------------
+TEST(KernelGrad, EmbeddingWithVocabSlice) {
+  const int N = 6, C = 3, start = 2, rows = 4;  // this shard owns tokens 2..5
+  const std::int32_t tokens[N] = {3, 0, 5, 3, 7, 2};
+  auto wte = random_vec<double>(rows * C, 20), w = random_vec<double>(N * C, 21);
+  vector<double> out(N * C);
+  auto loss = [&] {
+    cpu::embedding_forward<double>(out.data(), tokens, wte.data(), N, C, start, rows);
+    return dot(out, w);
+  };
+  loss();
+  for (int c = 0; c < C; ++c) {
+    EXPECT_EQ(out[1 * C + c], 0.0);  // token 0: not in this shard
+    EXPECT_EQ(out[4 * C + c], 0.0);  // token 7: not in this shard
+    EXPECT_EQ(out[0 * C + c], wte[(3 - start) * C + c]);
+  }
+  auto g0 = random_vec<double>(rows * C, 22), g = g0;
+  cpu::embedding_backward<double>(g.data(), w.data(), tokens, N, C, start, rows);
+  fd_check("dwte", wte, minus(g, g0), loss, kH, kTol);
+}
+
+TEST(KernelGrad, PositionalAdd) {
+  const int B = 2, T = 3, C = 4;
+  auto wpe = random_vec<double>(T * C, 30), base = random_vec<double>(B * T * C, 31);
+  auto w = random_vec<double>(B * T * C, 32);
+  vector<double> out;
+  auto loss = [&] {
+    out = base;
+    cpu::positional_forward<double>(out.data(), wpe.data(), B, T, C);
+    return dot(out, w);
+  };
+  loss();
+  EXPECT_DOUBLE_EQ(out[1 * T * C + 2 * C + 1], base[1 * T * C + 2 * C + 1] + wpe[2 * C + 1]);
+  auto g0 = random_vec<double>(T * C, 33), g = g0;
+  cpu::positional_backward<double>(g.data(), w.data(), B, T, C);
+  fd_check("dwpe", wpe, minus(g, g0), loss, kH, kTol);
+}
+
+// ---- layernorm ----------------------------------------------------------------------
+TEST(KernelGrad, LayerNorm) {
+  const int N = 4, C = 7;
+  auto inp = random_vec<double>(N * C, 40), wt = random_vec<double>(C, 41);
+  auto bs = random_vec<double>(C, 42), w = random_vec<double>(N * C, 43);
+  for (int i = 0; i < C; ++i) inp[i] += 50.0;  // a row with a large mean
+  vector<double> out(N * C), mean(N), rstd(N);
+  auto loss = [&] {
+    cpu::layernorm_forward<double>(out.data(), mean.data(), rstd.data(), inp.data(), wt.data(),
+                                   bs.data(), N, C);
+    return dot(out, w);
+  };
+  loss();
+  // normalised rows: weight 1 / bias 0 would give mean 0, variance ~1
+  auto g0i = random_vec<double>(N * C, 44), g0w = random_vec<double>(C, 45),
+       g0b = random_vec<double>(C, 46);
+  auto di = g0i, dw = g0w, db = g0b;
+  cpu::layernorm_backward<double>(di.data(), dw.data(), db.data(), w.data(), inp.data(), wt.data(),
+                                  mean.data(), rstd.data(), N, C);
+  fd_check("dinp", inp, minus(di, g0i), loss, kH, kTol);
+  fd_check("dweight", wt, minus(dw, g0w), loss, kH, kTol);
+  fd_check("dbias", bs, minus(db, g0b), loss, kH, kTol);
+}
+
+TEST(KernelGrad, LayerNormNormalises) {
+  const int N = 3, C = 64;
+  auto inp = random_vec<float>(N * C, 47, 3.0f);
+  vector<float> wt(C, 1.f), bs(C, 0.f), out(N * C), mean(N), rstd(N);
+  cpu::layernorm_forward<float>(out.data(), mean.data(), rstd.data(), inp.data(), wt.data(),
+                                bs.data(), N, C);
+  for (int n = 0; n < N; ++n) {
+    double m = 0, v = 0;
+    for (int c = 0; c < C; ++c) m += out[n * C + c];
+    m /= C;
+    for (int c = 0; c < C; ++c) v += (out[n * C + c] - m) * (out[n * C + c] - m);
+    EXPECT_NEAR(m, 0.0, 1e-5);
+    EXPECT_NEAR(v / C, 1.0, 1e-3);
+  }
+}
+
+// ---- GELU ---------------------------------------------------------------------------
+TEST(KernelGrad, Gelu) {
+  const int n = 40;
+  auto x = random_vec<double>(n, 50, 2.0), w = random_vec<double>(n, 51);
+  vector<double> out(n);
+  auto loss = [&] {
+    cpu::gelu_forward<double>(out.data(), x.data(), n);
+    return dot(out, w);
+  };
+  loss();
+  EXPECT_NEAR(out[0], 0.5 * x[0] * (1 + std::tanh(0.7978845608 * (x[0] + 0.044715 * x[0] * x[0] * x[0]))), 1e-9);
+  auto g0 = random_vec<double>(n, 52), g = g0;
+  cpu::gelu_backward<double>(g.data(), x.data(), w.data(), n);
+  fd_check("dinp", x, minus(g, g0), loss, kH, kTol);
+}
+
+TEST(KernelGrad, GeluFloatFastPathMatchesDouble) {
+  // The fp32 path uses a vectorised tanh; it must agree with <cmath> to fp32 accuracy.
+  const int n = 4001;
+  vector<double> xd(n), od(n), gd(n, 0.0), one(n, 1.0);
+  for (int i = 0; i < n; ++i) xd[i] = -20.0 + 40.0 * i / (n - 1);
+  vector<float> xf(xd.begin(), xd.end()), of(n), gf(n, 0.f), onef(n, 1.f);
+  for (int i = 0; i < n; ++i) xd[i] = xf[i];  // same inputs exactly
+  cpu::gelu_forward<double>(od.data(), xd.data(), n);
+  cpu::gelu_forward<float>(of.data(), xf.data(), n);
+  cpu::gelu_backward<double>(gd.data(), xd.data(), one.data(), n);
+  cpu::gelu_backward<float>(gf.data(), xf.data(), onef.data(), n);
+  for (int i = 0; i < n; ++i) {
+    EXPECT_NEAR(of[i], od[i], 4e-7 * std::max(1.0, std::abs(od[i]))) << "x = " << xd[i];
+    EXPECT_NEAR(gf[i], gd[i], 1e-6) << "x = " << xd[i];
+  }
+}
+
+// ---- attention ----------------------------------------------------------------------
+class AttentionBlocks : public ::testing::TestWithParam<int> {};
+
+// Block sizes 1..T and the default: the row-blocked GEMMs must give the same gradients.
+TEST_P(AttentionBlocks, FiniteDifferences) {
+  const int block = GetParam();
+  const int B = 2, T = 5, C = 8, NH = 2;
+  auto qkv = random_vec<double>(B * T * 3 * C, 60), w = random_vec<double>(B * T * C, 61);
+  vector<double> out(B * T * C), att(B * NH * T * T), ws(cpu::attention_workspace_elems(T));
+  auto loss = [&] {
+    cpu::attention_forward<double>(out.data(), att.data(), qkv.data(), B, T, C, NH, block);
+    return dot(out, w);
+  };
+  loss();
+  // probabilities: rows sum to 1, zero above the diagonal
+  for (int bh = 0; bh < B * NH; ++bh)
+    for (int t = 0; t < T; ++t) {
+      double s = 0;
+      for (int j = 0; j < T; ++j) {
+        const double p = att[(bh * T + t) * T + j];
+        if (j > t) EXPECT_EQ(p, 0.0);
+        s += p;
+      }
+      EXPECT_NEAR(s, 1.0, 1e-12);
+    }
+  auto g0 = random_vec<double>(qkv.size(), 62), g = g0;
+  cpu::attention_backward<double>(g.data(), ws.data(), w.data(), qkv.data(), att.data(), B, T, C,
+                                  NH, block);
+  fd_check("dqkv", qkv, minus(g, g0), loss, kH, kTol);
+}
+INSTANTIATE_TEST_SUITE_P(KernelGrad, AttentionBlocks, ::testing::Values(0, 1, 2, 3, 5));
+
+TEST(KernelGrad, AttentionMatchesNaiveAndIsCausal) {
+  const int B = 1, T = 6, C = 12, NH = 3, hs = C / NH;
+  auto qkv = random_vec<double>(B * T * 3 * C, 63);
+  vector<double> out(T * C), att(NH * T * T);
+  cpu::attention_forward<double>(out.data(), att.data(), qkv.data(), B, T, C, NH);
+  for (int h = 0; h < NH; ++h)
+    for (int t = 0; t < T; ++t) {
+      vector<double> s(t + 1);
+      double mx = -1e300, z = 0;
+      for (int j = 0; j <= t; ++j) {
+        double d = 0;
+        for (int k = 0; k < hs; ++k) d += qkv[t * 3 * C + h * hs + k] * qkv[j * 3 * C + C + h * hs + k];
+        s[j] = d / std::sqrt(double(hs));
+        mx = std::max(mx, s[j]);
+      }
+      for (int j = 0; j <= t; ++j) z += std::exp(s[j] - mx);
+      for (int k = 0; k < hs; ++k) {
+        double y = 0;
+        for (int j = 0; j <= t; ++j) y += std::exp(s[j] - mx) / z * qkv[j * 3 * C + 2 * C + h * hs + k];
+        EXPECT_NEAR(out[t * C + h * hs + k], y, 1e-12);
+      }
+    }
+  // Changing the last position's key/value leaves every earlier output unchanged.
+  auto qkv2 = qkv;
+  for (int c = C; c < 3 * C; ++c) qkv2[(T - 1) * 3 * C + c] += 1.0;
+  vector<double> out2(T * C);
+  cpu::attention_forward<double>(out2.data(), att.data(), qkv2.data(), B, T, C, NH);
+  for (int i = 0; i < (T - 1) * C; ++i) EXPECT_EQ(out[i], out2[i]);
+}
+
+TEST(KernelGrad, AttentionFloatMatchesDouble) {
+  const int B = 2, T = 150, C = 16, NH = 4;  // several 64-row blocks, the last one partial
+  auto qd = random_vec<double>(B * T * 3 * C, 64);
+  vector<float> qf(qd.begin(), qd.end());
+  vector<double> od(B * T * C), ad(B * NH * T * T);
+  vector<float> of(B * T * C), af(B * NH * T * T);
+  cpu::attention_forward<double>(od.data(), ad.data(), qd.data(), B, T, C, NH);
+  cpu::attention_forward<float>(of.data(), af.data(), qf.data(), B, T, C, NH);
+  for (std::size_t i = 0; i < od.size(); ++i) EXPECT_NEAR(of[i], od[i], 1e-5);
+}
+
+// ---- residual / elementwise ------------------------------------------------------------
+TEST(Kernels, Elementwise) {
+  auto a = random_vec<double>(100, 70), b = random_vec<double>(100, 71);
+  vector<double> out(100);
+  cpu::residual_forward<double>(out.data(), a.data(), b.data(), 100);
+  for (int i = 0; i < 100; ++i) EXPECT_DOUBLE_EQ(out[i], a[i] + b[i]);
+  cpu::accumulate<double>(out.data(), a.data(), 100);
+  for (int i = 0; i < 100; ++i) EXPECT_DOUBLE_EQ(out[i], 2 * a[i] + b[i]);
+  cpu::scale<double>(out.data(), 0.5, 100);
+  EXPECT_DOUBLE_EQ(out[3], (2 * a[3] + b[3]) * 0.5);
+  cpu::fill<double>(out.data(), 2.0, 100);
+  EXPECT_DOUBLE_EQ(cpu::sum_squares<double>(out.data(), 100), 400.0);
+  cpu::copy<double>(out.data(), b.data(), 100);
+  EXPECT_DOUBLE_EQ(out[99], b[99]);
+  // float sums of squares over many elements keep double accuracy
+  vector<float> big(3000000, 0.1f);
+  const double expect = 3000000.0 * double(0.1f) * double(0.1f);
+  EXPECT_NEAR(cpu::sum_squares<float>(big.data(), big.size()), expect, expect * 1e-5);
+}
+
+// ---- cross-entropy ----------------------------------------------------------------------
+TEST(KernelGrad, CrossEntropyPaddedVocab) {
+  const int N = 4, V = 7, Vp = 10;
+  auto logits = random_vec<double>(N * Vp, 80, 2.0);
+  const std::int32_t targets[N] = {0, 6, 3, 3};
+  auto dl = random_vec<double>(N, 81);
+  vector<double> losses(N), lse(N);
+  auto loss = [&] {
+    cpu::crossentropy_forward<double>(losses.data(), lse.data(), logits.data(), targets, N, V, Vp);
+    return dot(losses, dl);
+  };
+  const double base = loss();
+  // reference: log-softmax over the real vocabulary only
+  for (int n = 0; n < N; ++n) {
+    double z = 0;
+    for (int j = 0; j < V; ++j) z += std::exp(logits[n * Vp + j]);
+    EXPECT_NEAR(losses[n], std::log(z) - logits[n * Vp + targets[n]], 1e-12);
+  }
+  vector<double> dlogits(N * Vp, 123.0);  // backward writes, so junk must be overwritten
+  cpu::crossentropy_backward<double>(dlogits.data(), logits.data(), lse.data(), targets, dl.data(),
+                                     N, V, Vp);
+  for (int n = 0; n < N; ++n)
+    for (int j = V; j < Vp; ++j) EXPECT_EQ(dlogits[n * Vp + j], 0.0);
+  fd_check("dlogits", logits, dlogits, loss, kH, kTol);
+  // Padding columns never matter, whatever they hold (huge, NaN).
+  for (int n = 0; n < N; ++n) {
+    logits[n * Vp + V] = 1e300;
+    logits[n * Vp + V + 1] = std::numeric_limits<double>::quiet_NaN();
+  }
+  EXPECT_DOUBLE_EQ(loss(), base);
+  // In place (dlogits aliasing logits) gives the same gradient.
+  auto inplace = logits;
+  cpu::crossentropy_backward<double>(inplace.data(), inplace.data(), lse.data(), targets,
+                                     dl.data(), N, V, Vp);
+  for (int i = 0; i < N * Vp; ++i) EXPECT_DOUBLE_EQ(inplace[i], dlogits[i]);
+}
+
+TEST(KernelGrad, CrossEntropyStableForHugeLogits) {
+  const int N = 1, V = 3, Vp = 3;
+  vector<float> logits = {1000.f, 0.f, -1000.f}, losses(1), lse(1), dl = {1.f}, d(3);
+  const std::int32_t t[1] = {1};
+  cpu::crossentropy_forward<float>(losses.data(), lse.data(), logits.data(), t, N, V, Vp);
+  EXPECT_NEAR(losses[0], 1000.f, 1e-3);
+  cpu::crossentropy_backward<float>(d.data(), logits.data(), lse.data(), t, dl.data(), N, V, Vp);
+  EXPECT_NEAR(d[0], 1.f, 1e-6);
+  EXPECT_NEAR(d[1], -1.f, 1e-6);
+  EXPECT_TRUE(std::isfinite(d[2]));
+}
+
+// ---- optimisers ----------------------------------------------------------------------
+TEST(Kernels, AdamWMatchesScalarReference) {
+  const int n = 50;
+  auto p = random_vec<double>(n, 90), g = random_vec<double>(n, 91);
+  vector<double> m(n, 0.0), v(n, 0.0);
+  auto rp = p;
+  vector<double> rm(n, 0.0), rv(n, 0.0);
+  const double lr = 1e-2, b1 = 0.9, b2 = 0.95, eps = 1e-8, wd = 0.1, gs = 0.5;
+  for (int step = 1; step <= 3; ++step) {
+    cpu::adamw<double>(p.data(), g.data(), m.data(), v.data(), n, lr, b1, b2, eps, wd, step, gs);
+    for (int i = 0; i < n; ++i) {
+      const double gi = g[i] * gs;
+      rm[i] = b1 * rm[i] + (1 - b1) * gi;
+      rv[i] = b2 * rv[i] + (1 - b2) * gi * gi;
+      const double mh = rm[i] / (1 - std::pow(b1, step)), vh = rv[i] / (1 - std::pow(b2, step));
+      rp[i] -= lr * (mh / (std::sqrt(vh) + eps) + wd * rp[i]);
+    }
+  }
+  for (int i = 0; i < n; ++i) EXPECT_NEAR(p[i], rp[i], 1e-12);
+  // the first step moves every weight by about lr (Adam's sign-like first step)
+}
+
+TEST(Kernels, SgdMomentum) {
+  vector<double> p = {1.0, -2.0}, g = {0.5, 1.0}, mom = {0.0, 0.0};
+  cpu::sgd<double>(p.data(), g.data(), mom.data(), 2, 0.1, 0.9, 0.0, 1.0);
+  cpu::sgd<double>(p.data(), g.data(), mom.data(), 2, 0.1, 0.9, 0.0, 1.0);
+  // mom1 = g, mom2 = 0.9 g + g = 1.9 g; p = p0 - 0.1 (g + 1.9 g) = p0 - 0.29 g
+  EXPECT_NEAR(p[0], 1.0 - 0.29 * 0.5, 1e-14);
+  EXPECT_NEAR(p[1], -2.0 - 0.29 * 1.0, 1e-14);
+  EXPECT_NEAR(mom[1], 1.9, 1e-14);
+  vector<double> q = {1.0};
+  const double gq = 2.0;
+  cpu::sgd<double>(q.data(), &gq, nullptr, 1, 0.1, 0.0, 0.5, 1.0);  // plain SGD + decay
+  EXPECT_NEAR(q[0], 1.0 - 0.1 * (2.0 + 0.5), 1e-14);
+}

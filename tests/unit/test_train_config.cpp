@@ -1,0 +1,88 @@
+#include <gtest/gtest.h>
+
+#include <cmath>
+
+#include "dtrain/core/error.hpp"
+#include "dtrain/optim/optimizer.hpp"
+#include "dtrain/optim/schedule.hpp"
+#include "dtrain/train/config.hpp"
+#include "dtrain/train/metrics.hpp"
+
+using namespace dtrain;
+
+namespace {
+void expect_config_error(train::TrainConfig c, int world, const std::string& fragment) {
+  try {
+    c.validate(world);
+    ADD_FAILURE() << "no error, expected: " << fragment;
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find(fragment), std::string::npos) << e.what();
+  }
+}
+}  // namespace
+
+TEST(TrainConfig, DefaultsAreValid) {
+  train::TrainConfig c;
+  EXPECT_NO_THROW(c.validate(1));
+  EXPECT_NO_THROW(c.validate(2));
+  EXPECT_EQ(c.resolved_dp(2), 2);
+  c.global_batch = 64;
+  EXPECT_EQ(c.accum_steps(2), 4);
+}
+
+TEST(TrainConfig, BadValuesNameTheOption) {
+  train::TrainConfig c;
+  c.heads = 3;
+  expect_config_error(c, 1, "--heads (3) must divide --d-model (128)");
+  c = {};
+  c.seq_len = 0;
+  expect_config_error(c, 1, "--seq-len must be positive");
+  c = {};
+  c.global_batch = 10;
+  expect_config_error(c, 2, "--global-batch (10) must be a multiple");
+  c = {};
+  c.tp = 3;
+  expect_config_error(c, 4, "does not divide the 4 ranks");
+  c = {};
+  c.tp = 2;
+  expect_config_error(c, 2, "tensor parallelism is not implemented yet");
+  c = {};
+  c.zero = 5;
+  expect_config_error(c, 1, "--zero must be 0, 1, 2 or 3");
+  c = {};
+  c.device = "tpu";
+  expect_config_error(c, 1, "--device must be auto, cpu or cuda");
+}
+
+TEST(Schedule, WarmupThenCosine) {
+  optim::LrSchedule s{1.0, 0.1, 10, 110};
+  EXPECT_DOUBLE_EQ(s.at(0), 0.1);
+  EXPECT_DOUBLE_EQ(s.at(9), 1.0);
+  EXPECT_DOUBLE_EQ(s.at(10), 1.0);
+  EXPECT_NEAR(s.at(109), 0.1, 1e-12);
+  EXPECT_NEAR(s.at(10 + 99 / 2.0), 0.55, 0.02);
+  for (long t = 11; t < 110; ++t) EXPECT_LE(s.at(t), s.at(t - 1));
+}
+
+TEST(Clip, Factor) {
+  EXPECT_FLOAT_EQ(optim::clip_factor(0.5, 1.0), 1.0f);
+  EXPECT_NEAR(optim::clip_factor(4.0, 1.0), 0.25f, 1e-6);
+  EXPECT_FLOAT_EQ(optim::clip_factor(4.0, 0.0), 1.0f);
+  EXPECT_FLOAT_EQ(optim::clip_factor(NAN, 1.0), 1.0f);
+}
+
+TEST(Metrics, JsonLineHasTheContractFields) {
+  train::StepMetrics m;
+  m.step = 3;
+  m.loss = 2.5;
+  m.lr = 1e-3;
+  m.grad_norm = NAN;
+  m.memory_per_rank = {{1, 2, 3, 4}, {5, 6, 7, 8}};
+  const std::string j = train::to_json(m);
+  for (const char* key : {"\"step\":3", "\"loss\":2.5", "\"lr\":", "\"grad_norm\":null",
+                          "\"tokens_per_s\":", "\"step_ms\":", "\"mfu\":",
+                          "\"peak_param_bytes\":[1,5]", "\"peak_activation_bytes\":[4,8]"}) {
+    EXPECT_NE(j.find(key), std::string::npos) << key << " in " << j;
+  }
+  EXPECT_EQ(j.find("val_loss"), std::string::npos);
+}
