@@ -42,6 +42,25 @@ GptModel::GptModel(const GptConfig& cfg, Device& dev, std::uint64_t seed, int ma
   params_.allocate();
   init_parameters(seed);
   allocate_activations();
+  plan_grad_ready_ranges();
+}
+
+void GptModel::plan_grad_ready_ranges() {
+  // The arena holds parameters in declaration order (wte, wpe, h.0 ... h.L-1, ln_f,
+  // lm_head), and backward finishes them from the end: each range is contiguous.
+  const std::size_t head_start = params_.at("ln_f.weight").offset;
+  grad_ready_ranges_.push_back({head_start, params_.numel()});
+  std::size_t end = head_start;
+  for (int l = cfg_.layers - 1; l >= 0; --l) {
+    const std::size_t start = params_.at("h." + std::to_string(l) + ".ln_1.weight").offset;
+    grad_ready_ranges_.push_back({start, end});
+    end = start;
+  }
+  grad_ready_ranges_.push_back({0, end});  // wte (final only after the embedding backward), wpe
+}
+
+void GptModel::grads_ready(std::size_t index) const {
+  if (grad_ready_hook_) grad_ready_hook_(grad_ready_ranges_[index].first, grad_ready_ranges_[index].second);
 }
 
 GptModel::~GptModel() = default;
@@ -248,6 +267,7 @@ void GptModel::backward(float dloss) {
   zero(dres_, NC);
   const float* last = blocks_.empty() ? encoded_ : blocks_.back().res3;
   ln_f_.backward(d, dres_, dln_, last, lnf_mean_, lnf_rstd_, N);
+  grads_ready(0);
 
   for (int l = cfg_.layers - 1; l >= 0; --l) {
     Block& b = blocks_[l];
@@ -268,9 +288,11 @@ void GptModel::backward(float dloss) {
     zero(dln_, NC);
     b.c_attn.backward(d, dln_, dqkv_, b.ln1, N);
     b.ln_1.backward(d, dres_, dln_, res_in, b.ln1_mean, b.ln1_rstd, N);  // d(res_in)
+    grads_ready(static_cast<std::size_t>(cfg_.layers - l));
   }
   d.embedding_backward(dwte_, dres_, tokens_, N, C, 0, V);
   d.positional_backward(dwpe_, dres_, B, T, C);
+  grads_ready(grad_ready_ranges_.size() - 1);
 }
 
 double GptModel::flops_per_token() const noexcept {

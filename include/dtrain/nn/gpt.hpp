@@ -5,7 +5,9 @@
 // initialisation and the FLOP count.
 #include <cstddef>
 #include <cstdint>
+#include <functional>
 #include <memory>
+#include <utility>
 #include <vector>
 
 #include "dtrain/device/device.hpp"
@@ -53,6 +55,17 @@ class DTRAIN_API GptModel {
   // Logits of the last forward, device memory of shape [B, T, padded_vocab()]; columns
   // >= vocab are padding. Valid until the next backward() (which reuses the buffer).
   const float* logits() const noexcept { return logits_; }
+
+  // Called during backward() with arena element ranges [first, last) of parameters().grads()
+  // whose gradients are final for this backward, in the order they complete (LM head and
+  // ln_f, then each block from the last to the first, then the embeddings). Data
+  // parallelism uses it to reduce a bucket while backward goes on.
+  using GradReadyHook = std::function<void(std::size_t first, std::size_t last)>;
+  void set_grad_ready_hook(GradReadyHook hook) { grad_ready_hook_ = std::move(hook); }
+  // The ranges in the order the hook reports them; together they tile the arena.
+  const std::vector<std::pair<std::size_t, std::size_t>>& grad_ready_ranges() const noexcept {
+    return grad_ready_ranges_;
+  }
   // Per-position losses of the last forward (device memory, [B, T]).
   const float* losses() const noexcept { return losses_; }
 
@@ -69,6 +82,8 @@ class DTRAIN_API GptModel {
   void declare_parameters();
   void init_parameters(std::uint64_t seed);
   void allocate_activations();
+  void plan_grad_ready_ranges();
+  void grads_ready(std::size_t index) const;  // reports grad_ready_ranges_[index] to the hook
 
   GptConfig cfg_;
   Device* dev_;
@@ -82,6 +97,9 @@ class DTRAIN_API GptModel {
   float *head_w_ = nullptr, *head_dw_ = nullptr;  // wte when tied, lm_head.weight otherwise
 
   // activations (one device allocation, carved once)
+  GradReadyHook grad_ready_hook_;
+  std::vector<std::pair<std::size_t, std::size_t>> grad_ready_ranges_;
+
   DeviceBuffer act_buf_;
   std::size_t act_bytes_ = 0;
   std::int32_t *tokens_ = nullptr, *targets_ = nullptr;
