@@ -39,6 +39,7 @@ po::options_description describe(dtrain::train::TrainConfig& c, std::string& con
       ("virtual-stages", po::value(&c.virtual_stages)->default_value(c.virtual_stages), "model chunks per rank (interleaved)")
       ("sequence-parallel", po::bool_switch(&c.sequence_parallel), "shard LayerNorm/residual regions over the sequence")
       ("micro-batch", po::value(&c.micro_batch)->default_value(c.micro_batch), "sequences per rank per micro-step")
+      ("bucket-mb", po::value(&c.bucket_mb)->default_value(c.bucket_mb), "data-parallel gradient bucket size in MiB")
       ("global-batch", po::value(&c.global_batch)->default_value(c.global_batch),
        "sequences per optimiser step (0: micro-batch x dp)");
 

@@ -62,6 +62,9 @@ class Backend {
                                  ReduceOp op, void* stream) = 0;
   virtual RequestPtr ireduce_scatter(const void* send, void* recv, std::size_t recv_count,
                                      DType type, ReduceOp op, void* stream) = 0;
+  virtual RequestPtr ireduce_scatter_v(const void* send, void* recv,
+                                       const std::size_t* recv_counts, DType type, ReduceOp op,
+                                       void* stream) = 0;
   virtual RequestPtr iall_gather(const void* send, void* recv, std::size_t send_count,
                                  DType type, void* stream) = 0;
   virtual RequestPtr ibroadcast(const void* send, void* recv, std::size_t count, DType type,

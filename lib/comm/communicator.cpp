@@ -210,6 +210,16 @@ Request Communicator::ireduce_scatter(const void* send, void* recv, std::size_t 
   return make_request(std::move(req), "ireduce_scatter", s);
 }
 
+Request Communicator::ireduce_scatter_v(const void* send, void* recv,
+                                        const std::size_t* recv_counts, DType type, ReduceOp op) {
+  comm::CommState& s = checked(state_);
+  auto req = s.backend->ireduce_scatter_v(send, recv, recv_counts, type, op, nullptr);
+  std::size_t total = 0;
+  for (int r = 0; r < size_; ++r) total += recv_counts[r];
+  count_bytes(s, total, type);
+  return make_request(std::move(req), "ireduce_scatter_v", s);
+}
+
 Request Communicator::iall_gather(const void* send, void* recv, std::size_t send_count,
                                   DType type) {
   comm::CommState& s = checked(state_);

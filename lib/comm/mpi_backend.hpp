@@ -18,6 +18,7 @@ class MpiRequest final : public RequestImpl {
 
   std::vector<MPI_Request> requests;
   std::vector<ContiguousType> types;  // derived types in use until completion
+  std::vector<int> counts;  // count arrays MPI reads until completion (v-variants)
   // Completion work, in this order: move the result into place, then divide for avg.
   void* move_to = nullptr;
   const void* move_from = nullptr;
@@ -74,6 +75,8 @@ class MpiBackend final : public Backend {
                          ReduceOp op, void* stream) override;
   RequestPtr ireduce_scatter(const void* send, void* recv, std::size_t recv_count, DType type,
                              ReduceOp op, void* stream) override;
+  RequestPtr ireduce_scatter_v(const void* send, void* recv, const std::size_t* recv_counts,
+                               DType type, ReduceOp op, void* stream) override;
   RequestPtr iall_gather(const void* send, void* recv, std::size_t send_count, DType type,
                          void* stream) override;
   RequestPtr ibroadcast(const void* send, void* recv, std::size_t count, DType type, int root,

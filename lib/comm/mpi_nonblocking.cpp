@@ -88,6 +88,41 @@ RequestPtr MpiBackend::ireduce_scatter(const void* send, void* recv, std::size_t
   return req;
 }
 
+RequestPtr MpiBackend::ireduce_scatter_v(const void* send, void* recv,
+                                         const std::size_t* recv_counts, DType type, ReduceOp op,
+                                         void* stream) {
+  auto req = std::make_unique<MpiRequest>();
+  const std::size_t es = dtype_size(type);
+  std::size_t total = 0;
+  bool fits = true;
+  for (int r = 0; r < size_; ++r) {
+    total += recv_counts[r];
+    fits = fits && fits_one_call(recv_counts[r]);
+  }
+  if (total == 0) return req;
+  if (!fits) {  // huge blocks: the blocking path splits them; the request is complete at once
+    reduce_scatter_v(send, recv, recv_counts, type, op, stream);
+    return req;
+  }
+  const std::size_t block = recv_counts[rank_] * es;
+  const bool in_place = send == recv || overlaps(recv, block, send, total * es);
+  void* input = const_cast<void*>(send);
+  req->counts.assign(recv_counts, recv_counts + size_);
+  req->requests.emplace_back();
+  // In place, MPI reads the whole input from recvbuf and leaves this rank's block at its start.
+  mpi_check(MPI_Ireduce_scatter(in_place ? MPI_IN_PLACE : send, in_place ? input : recv,
+                                req->counts.data(), mpi_datatype(type), mpi_op(op, type), comm_,
+                                &req->requests.back()),
+            "MPI_Ireduce_scatter");
+  if (in_place) {
+    req->move_from = input;
+    req->move_to = recv;
+    req->move_bytes = block;
+  }
+  divide_on_completion(*req, op, recv, recv_counts[rank_], type, size_);
+  return req;
+}
+
 RequestPtr MpiBackend::iall_gather(const void* send, void* recv, std::size_t send_count,
                                    DType type, void*) {
   auto req = std::make_unique<MpiRequest>();

@@ -6,28 +6,37 @@
 
 namespace dtrain::optim {
 namespace {
-void check_segments(const std::vector<Segment>& segments, std::size_t numel) {
+// Validates the segments and returns where each one's state starts in a compact buffer
+// (the last entry is the total).
+std::vector<std::size_t> state_layout(const std::vector<Segment>& segments, std::size_t numel) {
+  std::vector<std::size_t> offsets;
+  std::size_t total = 0;
   for (const Segment& s : segments) {
     DTRAIN_CHECK(s.offset + s.numel <= numel, Errc::invalid_argument,
                  "optimizer segment [" << s.offset << ", " << s.offset + s.numel
                                        << ") exceeds the arena of " << numel << " elements");
+    offsets.push_back(total);
+    total += s.numel;
   }
+  offsets.push_back(total);
+  return offsets;
 }
 }  // namespace
 
 AdamW::AdamW(Device& dev, std::vector<Segment> segments, std::size_t numel, AdamWConfig cfg)
     : dev_(dev),
       segments_(std::move(segments)),
+      state_offsets_(state_layout(segments_, numel)),
       cfg_(cfg),
-      m_(dev, numel * sizeof(float)),
-      v_(dev, numel * sizeof(float)) {
-  check_segments(segments_, numel);
-}
+      m_(dev, state_offsets_.back() * sizeof(float)),
+      v_(dev, state_offsets_.back() * sizeof(float)) {}
 
 void AdamW::step(float* params, const float* grads, float lr, float grad_scale) {
   ++step_;
-  for (const Segment& s : segments_) {
-    dev_.adamw(params + s.offset, grads + s.offset, exp_avg() + s.offset, exp_avg_sq() + s.offset,
+  for (std::size_t i = 0; i < segments_.size(); ++i) {
+    const Segment& s = segments_[i];
+    const std::size_t st = state_offsets_[i];
+    dev_.adamw(params + s.offset, grads + s.offset, exp_avg() + st, exp_avg_sq() + st,
                static_cast<std::int64_t>(s.numel), lr, cfg_.beta1, cfg_.beta2, cfg_.eps,
                s.decay ? cfg_.weight_decay : 0.0f, static_cast<int>(step_), grad_scale);
   }
@@ -36,14 +45,15 @@ void AdamW::step(float* params, const float* grads, float lr, float grad_scale) 
 Sgd::Sgd(Device& dev, std::vector<Segment> segments, std::size_t numel, float momentum,
          float weight_decay)
     : dev_(dev), segments_(std::move(segments)), momentum_(momentum), weight_decay_(weight_decay) {
-  check_segments(segments_, numel);
-  if (momentum_ != 0.0f) momentum_buf_ = DeviceBuffer(dev, numel * sizeof(float));
+  state_offsets_ = state_layout(segments_, numel);
+  if (momentum_ != 0.0f) momentum_buf_ = DeviceBuffer(dev, state_offsets_.back() * sizeof(float));
 }
 
 void Sgd::step(float* params, const float* grads, float lr, float grad_scale) {
   float* mom = momentum_ != 0.0f ? momentum_buf_.as<float>() : nullptr;
-  for (const Segment& s : segments_) {
-    dev_.sgd(params + s.offset, grads + s.offset, mom ? mom + s.offset : nullptr,
+  for (std::size_t i = 0; i < segments_.size(); ++i) {
+    const Segment& s = segments_[i];
+    dev_.sgd(params + s.offset, grads + s.offset, mom ? mom + state_offsets_[i] : nullptr,
              static_cast<std::int64_t>(s.numel), lr, momentum_, s.decay ? weight_decay_ : 0.0f,
              grad_scale);
   }

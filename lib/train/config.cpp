@@ -44,7 +44,11 @@ void TrainConfig::validate(int world_size) const {
   // Not implemented yet: refuse rather than silently ignore.
   DTRAIN_CHECK(tp == 1, Errc::not_implemented, "--tp " << tp << ": tensor parallelism is not implemented yet (use --tp 1)");
   DTRAIN_CHECK(pp == 1, Errc::not_implemented, "--pp " << pp << ": pipeline parallelism is not implemented yet (use --pp 1)");
-  DTRAIN_CHECK(zero == 0, Errc::not_implemented, "--zero " << zero << ": ZeRO is not implemented yet (use --zero 0)");
+  DTRAIN_CHECK(zero <= 1, Errc::not_implemented,
+               "--zero " << zero << ": ZeRO stages 2 and 3 are not implemented yet (use --zero 0 or 1)");
+  DTRAIN_CHECK(!(deterministic && zero > 0), Errc::not_implemented,
+               "--deterministic with --zero " << zero << " is not implemented yet (use --zero 0)");
+  DTRAIN_CHECK(bucket_mb > 0, Errc::invalid_config, "--bucket-mb must be positive, got " << bucket_mb);
   DTRAIN_CHECK(!sequence_parallel, Errc::not_implemented,
                "--sequence-parallel: sequence parallelism is not implemented yet");
   DTRAIN_CHECK(virtual_stages == 1, Errc::not_implemented,

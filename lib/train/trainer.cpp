@@ -16,6 +16,9 @@
 #include "dtrain/nn/gpt.hpp"
 #include "dtrain/optim/optimizer.hpp"
 #include "dtrain/optim/schedule.hpp"
+#include "dtrain/parallel/fixed_order_sum.hpp"
+#include "dtrain/parallel/gradient_sync.hpp"
+#include "dtrain/parallel/zero.hpp"
 #include "dtrain/train/data.hpp"
 #include "train/peak_flops.hpp"
 #include "train/progress.hpp"
@@ -29,6 +32,9 @@ struct Trainer::State {
   Device& dev;
   std::unique_ptr<TokenSource> source;
   GptModel model;
+  // Exactly one of these reduces gradients over the data-parallel group.
+  std::unique_ptr<parallel::GradientSync> sync;          // bucketed, overlapped (ZeRO 0/1)
+  std::unique_ptr<parallel::FixedOrderSum> fixed_order;  // --deterministic
   optim::AdamW optimizer;
   optim::LrSchedule schedule;
   BatchLoader loader;
@@ -41,8 +47,13 @@ struct Trainer::State {
   double last_grad_norm = 0;
   double last_lr = 0;
   std::vector<double> losses;
+  std::vector<double> micro_losses;  // per local micro-batch (deterministic mode)
 
   State(const TrainConfig& c, Communicator& w);
+  std::vector<optim::Segment> optimizer_segments();
+  double sync_gradients_bucketed();
+  double sync_gradients_fixed_order();
+  double gradient_norm();
   int accum() const { return loader.plan().accum_steps; }
   long tokens_per_step() const {
     return static_cast<long>(loader.plan().global_batch()) * cfg.seq_len;
@@ -78,9 +89,11 @@ const TrainConfig& validated(const TrainConfig& cfg, int world_size) {
 
 // Kernel/BLAS threads per rank: DTRAIN_NUM_THREADS, else this node's cores shared evenly
 // among its ranks (two ranks on two cores must not both spawn two threads).
-Device& configured_device(const std::string& which, const Communicator& world) {
+Device& configured_device(const std::string& which, const Communicator& world,
+                           bool deterministic) {
   Device& dev = select_device(which);
   int threads = env::params().num_threads;
+  if (deterministic) threads = 1;  // reductions inside kernels must not depend on threads
   if (threads <= 0) {
     const int cores = static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
     threads = std::max(1, cores / std::max(1, world.local_size()));
@@ -96,12 +109,6 @@ std::unique_ptr<TokenSource> open_source(const TrainConfig& cfg) {
                "--vocab " << cfg.vocab << " is too small for " << src->describe()
                           << ", which needs at least " << src->vocab_needed());
   return src;
-}
-
-std::vector<optim::Segment> decay_segments(const ParameterStore& params) {
-  std::vector<optim::Segment> segs;
-  for (const ParamInfo& p : params) segs.push_back({p.offset, p.numel, p.decay});
-  return segs;
 }
 
 optim::AdamWConfig adamw_config(const TrainConfig& cfg) {
@@ -128,10 +135,10 @@ Trainer::State::State(const TrainConfig& c, Communicator& w)
     : cfg(validated(c, w.size())),
       world(w),
       grid(w, grid_shape(cfg)),
-      dev(configured_device(cfg.device, w)),
+      dev(configured_device(cfg.device, w, cfg.deterministic)),
       source(open_source(cfg)),
       model(model_config(cfg), dev, cfg.seed, cfg.micro_batch),
-      optimizer(dev, decay_segments(model.parameters()), model.parameters().numel(), adamw_config(cfg)),
+      optimizer(dev, optimizer_segments(), model.parameters().numel(), adamw_config(cfg)),
       loader(*source, batch_plan(cfg, grid, w.size()), cfg.seq_len),
       tokens(sizeof(std::int32_t) * cfg.micro_batch * cfg.seq_len),
       targets(sizeof(std::int32_t) * cfg.micro_batch * cfg.seq_len) {
@@ -141,10 +148,11 @@ Trainer::State::State(const TrainConfig& c, Communicator& w)
   schedule.total_steps = std::max(1L, cfg.steps);
   schedule.validate();
   if (w.rank() == 0 && !cfg.metrics.empty()) metrics.open(cfg.metrics);
+  micro_losses.resize(static_cast<std::size_t>(accum()));
 
   const std::size_t n = model.parameters().numel();
   memory.params = n * sizeof(float);
-  memory.grads = n * sizeof(float);
+  memory.grads = n * sizeof(float) + (fixed_order ? fixed_order->bytes() : 0);
   memory.optimizer = optimizer.state_bytes();
   memory.activations = model.activation_bytes();
   memory_per_rank.resize(w.size());
@@ -157,6 +165,83 @@ Trainer::State::State(const TrainConfig& c, Communicator& w)
   double peak = measure_peak_flops(dev);
   w.all_reduce(&peak, &peak, 1, DType::f64, ReduceOp::avg);
   peak_flops_per_rank = peak;
+}
+
+// Called while constructing `optimizer`: sets up the gradient reduction first, because under
+// ZeRO the optimiser updates only the pieces of the arena this rank owns.
+std::vector<optim::Segment> Trainer::State::optimizer_segments() {
+  ParameterStore& params = model.parameters();
+  Communicator& dp = grid.dp();
+  const BatchPlan plan = batch_plan(cfg, grid, world.size());
+  if (cfg.deterministic) {
+    fixed_order = std::make_unique<parallel::FixedOrderSum>(dev, dp, params.numel(), plan.accum_steps);
+    return parallel::parameter_segments(params);
+  }
+  const auto mode = cfg.zero >= 1 ? parallel::GradReduction::reduce_scatter
+                                  : parallel::GradReduction::all_reduce;
+  sync = std::make_unique<parallel::GradientSync>(
+      dp, params.grads(), model.grad_ready_ranges(),
+      static_cast<std::size_t>(cfg.bucket_mb * 1024 * 1024), mode);
+  parallel::GradientSync* s = sync.get();
+  model.set_grad_ready_hook([s](std::size_t first, std::size_t last) { s->ready(first, last); });
+  if (mode == parallel::GradReduction::reduce_scatter) {
+    return parallel::owned_segments(params, sync->owned());
+  }
+  return parallel::parameter_segments(params);
+}
+
+// Sum of squares over what this rank holds reduced, then over the DP group when sharded:
+// the same global norm as without ZeRO.
+double Trainer::State::gradient_norm() {
+  const float* g = model.parameters().grads();
+  if (cfg.zero == 0 || cfg.deterministic) {
+    return std::sqrt(dev.sum_squares(g, static_cast<std::int64_t>(model.parameters().numel())));
+  }
+  double local = 0;
+  for (const optim::Segment& seg : optimizer.segments()) {
+    local += dev.sum_squares(g + seg.offset, static_cast<std::int64_t>(seg.numel));
+  }
+  grid.dp().all_reduce(&local, &local, 1, DType::f64, ReduceOp::sum);
+  return std::sqrt(local);
+}
+
+// Forward/backward of every micro-batch, reducing buckets as backward produces them on the
+// last micro-step. Returns the step's mean loss over the global batch.
+double Trainer::State::sync_gradients_bucketed() {
+  ParameterStore& params = model.parameters();
+  const int n_micro = accum();
+  params.zero_grads();
+  double loss = 0;
+  for (int micro = 0; micro < n_micro; ++micro) {
+    loader.load(Split::train, loader.plan().first_sample(step, micro), tokens.as<std::int32_t>(),
+                targets.as<std::int32_t>());
+    loss += model.forward(tokens.as<std::int32_t>(), targets.as<std::int32_t>(), cfg.micro_batch,
+                          cfg.seq_len);
+    sync->begin(micro == n_micro - 1 && grid.dp_size() > 1);
+    model.backward(1.0f / static_cast<float>(n_micro));
+  }
+  sync->finish();
+  loss /= n_micro;
+  if (grid.dp_size() > 1) grid.dp().all_reduce(&loss, &loss, 1, DType::f64, ReduceOp::avg);
+  return loss;
+}
+
+// --deterministic: each micro-batch's gradient alone, then the fixed-order sum.
+double Trainer::State::sync_gradients_fixed_order() {
+  ParameterStore& params = model.parameters();
+  const int n_micro = accum();
+  const float dloss = 1.0f / static_cast<float>(n_micro * grid.dp_size());
+  for (int micro = 0; micro < n_micro; ++micro) {
+    loader.load(Split::train, loader.plan().first_sample(step, micro), tokens.as<std::int32_t>(),
+                targets.as<std::int32_t>());
+    params.zero_grads();
+    micro_losses[micro] = model.forward(tokens.as<std::int32_t>(), targets.as<std::int32_t>(),
+                                        cfg.micro_batch, cfg.seq_len);
+    model.backward(dloss);
+    dev.copy_floats(fixed_order->slot(micro), params.grads(), static_cast<std::int64_t>(params.numel()));
+  }
+  fixed_order->sum(params.grads());
+  return fixed_order->sum_losses(micro_losses.data()) / (n_micro * grid.dp_size());
 }
 
 Trainer::Trainer(const TrainConfig& cfg, Communicator& world)
@@ -183,28 +268,13 @@ const std::vector<double>& Trainer::loss_history() const { return s_->losses; }
 double Trainer::train_step() {
   State& s = *s_;
   ParameterStore& params = s.model.parameters();
-  const std::size_t n = params.numel();
-  const int accum = s.accum();
-  params.zero_grads();
-  double loss = 0;
-  for (int micro = 0; micro < accum; ++micro) {
-    s.loader.load(Split::train, s.loader.plan().first_sample(s.step, micro),
-                  s.tokens.as<std::int32_t>(), s.targets.as<std::int32_t>());
-    loss += s.model.forward(s.tokens.as<std::int32_t>(), s.targets.as<std::int32_t>(),
-                            s.cfg.micro_batch, s.cfg.seq_len);
-    s.model.backward(1.0f / static_cast<float>(accum));
-  }
-  loss /= accum;
-  Communicator& dp = s.grid.dp();
-  if (dp.size() > 1) {
-    // Average over data-parallel ranks: identical to one rank training on the global batch.
-    dp.all_reduce(params.grads(), params.grads(), n, DType::f32, ReduceOp::avg);
-    dp.all_reduce(&loss, &loss, 1, DType::f64, ReduceOp::avg);
-  }
-  s.last_grad_norm = std::sqrt(s.dev.sum_squares(params.grads(), static_cast<std::int64_t>(n)));
+  // Gradients averaged over the global batch: identical to one rank training on all of it.
+  const double loss = s.fixed_order ? s.sync_gradients_fixed_order() : s.sync_gradients_bucketed();
+  s.last_grad_norm = s.gradient_norm();
   s.last_lr = s.schedule.at(s.step);
   const float clip = optim::clip_factor(s.last_grad_norm, s.cfg.clip_grad);
   s.optimizer.step(params.params(), params.grads(), static_cast<float>(s.last_lr), clip);
+  if (s.sync) s.sync->all_gather(params.params());  // ZeRO: bring every rank's update back
   ++s.step;
   s.losses.push_back(loss);
   return loss;

@@ -95,19 +95,23 @@ TEST_P(CollectiveTest, ReduceScatterV) {
   for (const auto& counts : uneven_count_sets(n))
     for (DType t : all_dtypes())
       for (ReduceOp op : all_ops())
-        for (Placement place : kPlacements) {
-          const std::size_t total = offset_of(counts, n), mine = offset_of(counts, r);
-          Buffer send(total, t), recv(counts[r], t);
-          for (std::size_t j = 0; j < total; ++j) send.set(j, reduce_input(r, j, op, t));
-          void* out = place == Placement::separate      ? recv.data()
-                      : place == Placement::in_place_nccl ? send.at(mine)
-                                                          : send.data();
-          c.reduce_scatter_v(send.data(), out, counts.data(), t, op);
-          expect_elements(out, t, counts[r],
-                          [&](std::size_t i) { return reduce_expected(n, mine + i, op, t); },
-                          std::string("reduce_scatter_v ") + placement_name(place) + " " +
-                              describe(t, op, counts[r], false));
-        }
+        for (Placement place : kPlacements)
+          for (bool blocking : {true, false}) {
+            const std::size_t total = offset_of(counts, n), mine = offset_of(counts, r);
+            Buffer send(total, t), recv(counts[r], t);
+            for (std::size_t j = 0; j < total; ++j) send.set(j, reduce_input(r, j, op, t));
+            void* out = place == Placement::separate      ? recv.data()
+                        : place == Placement::in_place_nccl ? send.at(mine)
+                                                            : send.data();
+            if (blocking)
+              c.reduce_scatter_v(send.data(), out, counts.data(), t, op);
+            else
+              c.ireduce_scatter_v(send.data(), out, counts.data(), t, op).wait();
+            expect_elements(out, t, counts[r],
+                            [&](std::size_t i) { return reduce_expected(n, mine + i, op, t); },
+                            std::string(blocking ? "reduce_scatter_v " : "ireduce_scatter_v ") +
+                                placement_name(place) + " " + describe(t, op, counts[r], false));
+          }
 }
 
 INSTANTIATE_TEST_SUITE_P(Limits, CollectiveTest, testing::Values(std::size_t{0}, std::size_t{5}),

@@ -108,6 +108,9 @@ class DTRAIN_API Communicator {
   Request iall_reduce(const void* send, void* recv, std::size_t count, DType type, ReduceOp op);
   Request ireduce_scatter(const void* send, void* recv, std::size_t recv_count, DType type,
                           ReduceOp op);
+  // recv_counts is copied: the caller's array may change before completion.
+  Request ireduce_scatter_v(const void* send, void* recv, const std::size_t* recv_counts,
+                            DType type, ReduceOp op);
   Request iall_gather(const void* send, void* recv, std::size_t send_count, DType type);
   Request ibroadcast(const void* send, void* recv, std::size_t count, DType type, int root);
   Request isend(const void* buf, std::size_t count, DType type, int peer, int tag = 0);

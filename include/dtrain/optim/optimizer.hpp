@@ -27,7 +27,8 @@ struct DTRAIN_API AdamWConfig {
 
 class DTRAIN_API AdamW {
  public:
-  // numel: length of the arena the segments index into (state is allocated for all of it).
+  // numel: length of the arena the segments index into. The moments are compact: they hold
+  // only the segments' elements, segment after segment (so a ZeRO shard's state is small).
   AdamW(Device& dev, std::vector<Segment> segments, std::size_t numel, AdamWConfig cfg);
 
   // One update of every segment; grads are multiplied by grad_scale first (for clipping).
@@ -35,14 +36,18 @@ class DTRAIN_API AdamW {
 
   long steps_taken() const { return step_; }
   void set_steps_taken(long s) { step_ = s; }
+  // Moments, compact: segment i's state starts at state_offset(i).
   float* exp_avg() { return m_.as<float>(); }
   float* exp_avg_sq() { return v_.as<float>(); }
+  std::size_t state_offset(std::size_t segment) const { return state_offsets_[segment]; }
+  const std::vector<Segment>& segments() const { return segments_; }
   std::size_t state_bytes() const { return m_.bytes() + v_.bytes(); }
   const AdamWConfig& config() const { return cfg_; }
 
  private:
   Device& dev_;
   std::vector<Segment> segments_;
+  std::vector<std::size_t> state_offsets_;
   AdamWConfig cfg_;
   DeviceBuffer m_, v_;
   long step_ = 0;
@@ -60,6 +65,7 @@ class DTRAIN_API Sgd {
   std::vector<Segment> segments_;
   float momentum_;
   float weight_decay_;
+  std::vector<std::size_t> state_offsets_;
   DeviceBuffer momentum_buf_;
 };
 

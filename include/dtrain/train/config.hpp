@@ -25,6 +25,7 @@ struct DTRAIN_API TrainConfig {
   int virtual_stages = 1;
   bool sequence_parallel = false;
   int micro_batch = 8;
+  double bucket_mb = 25;  // data-parallel gradient bucket size (MiB)
   long global_batch = 0;  // 0: micro_batch * dp (one micro-step per optimiser step)
   // optimiser
   double lr = 3e-3;

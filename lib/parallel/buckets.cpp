@@ -1,0 +1,43 @@
+#include "dtrain/parallel/buckets.hpp"
+
+#include <algorithm>
+
+#include "dtrain/core/error.hpp"
+
+namespace dtrain::parallel {
+
+std::vector<Bucket> plan_buckets(const std::vector<Range>& ready_ranges, std::size_t bucket_bytes,
+                                 std::size_t bytes_per_element) {
+  std::vector<Bucket> buckets;
+  Bucket current;
+  bool open = false;
+  for (std::size_t i = 0; i < ready_ranges.size(); ++i) {
+    const Range r = ready_ranges[i];
+    DTRAIN_CHECK(r.first <= r.second, Errc::invalid_argument, "empty-reversed gradient range");
+    if (!open) {
+      current = Bucket{r.first, r.second, {}};
+      open = true;
+    } else {
+      DTRAIN_CHECK(r.second == current.first || r.first == current.last, Errc::invalid_argument,
+                   "gradient ranges are not adjacent in the arena");
+      current.first = std::min(current.first, r.first);
+      current.last = std::max(current.last, r.second);
+    }
+    current.ranges.push_back(static_cast<int>(i));
+    if (current.numel() * bytes_per_element >= bucket_bytes) {
+      buckets.push_back(current);
+      open = false;
+    }
+  }
+  if (open) buckets.push_back(current);
+  return buckets;
+}
+
+std::vector<std::size_t> split_evenly(std::size_t n, int parts) {
+  DTRAIN_CHECK(parts > 0, Errc::invalid_argument, "cannot split into " << parts << " parts");
+  std::vector<std::size_t> sizes(static_cast<std::size_t>(parts), n / parts);
+  for (std::size_t i = 0; i < n % static_cast<std::size_t>(parts); ++i) ++sizes[i];
+  return sizes;
+}
+
+}  // namespace dtrain::parallel
