@@ -5,6 +5,7 @@
 set -euo pipefail
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 BUILD="${1:-$ROOT/build}"
+PYTHON="${PYTHON:-/usr/bin/python3}"  # Debian python3-torch lives in the system Python
 RANKS="${RANKS:-2}"
 STEPS="${STEPS:-20}"
 MODEL=(--layers 4 --heads 4 --d-model 256 --seq-len 256 --vocab 256 --micro-batch 8)
@@ -25,9 +26,17 @@ PY
 )
 rm -f "$metrics"
 read -r dtps dmfu <<<"$dtrain_tps"
-torch_line=$(python3 -m torch.distributed.run --nproc_per_node "$RANKS" "$ROOT/bench/torch_gpt.py" \
-  --layers 4 --heads 4 --d-model 256 --seq-len 256 --vocab 256 --micro-batch 8 --steps "$STEPS" 2>/dev/null \
-  | grep tokens_per_s)
+# Plain processes with the env:// rendezvous on loopback (Debian's torchrun wrapper is not
+# needed and fails with some Python builds).
+torch_out="$(mktemp)"
+for ((r = 0; r < RANKS; r++)); do
+  RANK=$r LOCAL_RANK=$r WORLD_SIZE=$RANKS MASTER_ADDR=127.0.0.1 MASTER_PORT=${MASTER_PORT:-29531} \
+    "$PYTHON" "$ROOT/bench/torch_gpt.py" --layers 4 --heads 4 --d-model 256 --seq-len 256 \
+    --vocab 256 --micro-batch 8 --steps "$STEPS" >>"$torch_out" 2>&1 &
+done
+wait
+torch_line=$(grep tokens_per_s "$torch_out")
+rm -f "$torch_out"
 ttps=$(echo "$torch_line" | awk '{print $4}')
 echo "dtrain   tokens/s $dtps  (mfu vs measured SGEMM peak: $dmfu)"
 echo "$torch_line"
