@@ -149,6 +149,7 @@ Trainer::State::State(const TrainConfig& c, Communicator& w)
   schedule.validate();
   if (w.rank() == 0 && !cfg.metrics.empty()) metrics.open(cfg.metrics);
   micro_losses.resize(static_cast<std::size_t>(accum()));
+  losses.reserve(static_cast<std::size_t>(std::max(0L, cfg.steps)));  // no growth in the loop
 
   const std::size_t n = model.parameters().numel();
   memory.params = n * sizeof(float);
