@@ -1,11 +1,14 @@
 // GPT model: parameter registration, GPT-2 initialisation, activation layout, and the
-// forward/backward passes written as a sequence of Device ops (llm.c style).
+// forward/backward passes written as a sequence of Device ops (llm.c style), split over a
+// tensor-parallel group (Megatron layout, optionally sequence parallel; see
+// docs/tensor-parallel.md). A group of one runs exactly the single-process computation.
 #include "dtrain/nn/gpt.hpp"
 
 #include <cmath>
 #include <string>
 
 #include "dtrain/core/error.hpp"
+#include "nn/tp_comm.hpp"
 
 namespace dtrain {
 
@@ -22,26 +25,61 @@ void GptConfig::validate() const {
                Errc::invalid_config, "d-model/vocab too large");
 }
 
+void GptConfig::validate_tp(int tp, bool sequence_parallel) const {
+  DTRAIN_CHECK(tp > 0, Errc::invalid_config, "tensor-parallel size --tp must be positive");
+  DTRAIN_CHECK(heads % tp == 0, Errc::invalid_config,
+               "heads (" << heads << ") must be divisible by the tensor-parallel size --tp ("
+                         << tp << "): attention is split by whole heads");
+  DTRAIN_CHECK(d_model % tp == 0, Errc::invalid_config,
+               "d-model (" << d_model << ") must be divisible by the tensor-parallel size --tp ("
+                           << tp << ")");
+  DTRAIN_CHECK((4LL * d_model) % tp == 0, Errc::invalid_config,
+               "4 * d-model (" << 4LL * d_model
+                               << ") must be divisible by the tensor-parallel size --tp (" << tp
+                               << "): the MLP is split by hidden units");
+  DTRAIN_CHECK(vocab >= tp, Errc::invalid_config,
+               "vocab (" << vocab << ") must be at least the tensor-parallel size --tp (" << tp
+                         << ")");
+  DTRAIN_CHECK(!sequence_parallel || seq_len % tp == 0, Errc::invalid_config,
+               "--sequence-parallel needs seq-len (" << seq_len
+                                                     << ") divisible by the tensor-parallel size --tp ("
+                                                     << tp << ")");
+}
+
 struct GptModel::Block {
   nn::LayerNorm ln_1, ln_2;
-  nn::Linear c_attn, attn_proj, c_fc, mlp_proj;
-  // saved activations
+  nn::ColumnParallelLinear c_attn, c_fc;   // split by output (heads / hidden units)
+  nn::RowParallelLinear attn_proj, mlp_proj;  // split by input; outputs are partial sums
+  // saved activations; ln*, res* hold the R rows of the residual stream kept here
   float *ln1 = nullptr, *ln1_mean = nullptr, *ln1_rstd = nullptr, *qkv = nullptr,
         *atty = nullptr, *att = nullptr, *res2 = nullptr, *ln2 = nullptr, *ln2_mean = nullptr,
         *ln2_rstd = nullptr, *fch = nullptr, *fch_gelu = nullptr, *res3 = nullptr;
 };
 
-GptModel::GptModel(const GptConfig& cfg, Device& dev, std::uint64_t seed, int max_batch)
-    : cfg_(cfg), dev_(&dev), max_batch_(max_batch), Vp_(0), params_(dev) {
+namespace {
+int group_size(const Communicator* tp) { return tp && tp->valid() ? tp->size() : 1; }
+}  // namespace
+
+GptModel::GptModel(const GptConfig& cfg, Device& dev, std::uint64_t seed, int max_batch,
+                   Communicator* tp, bool sequence_parallel)
+    : cfg_(cfg), dev_(&dev), max_batch_(max_batch), tp_(nullptr, dev), params_(dev) {
+  // Every check before the first collective, so a bad configuration throws on all ranks.
   cfg_.validate();
+  cfg_.validate_tp(group_size(tp), sequence_parallel);
   DTRAIN_CHECK(max_batch > 0, Errc::invalid_config,
                "micro-batch must be positive, got " << max_batch);
-  Vp_ = cfg_.padded_vocab();
+  tp_ = nn::TpGroup(tp, dev);
+  const int P = tp_.size();
+  sp_ = sequence_parallel && P > 1;
+  C_local_ = cfg_.d_model / P;
+  heads_local_ = cfg_.heads / P;
+  hidden_local_ = 4 * cfg_.d_model / P;
   blocks_.resize(static_cast<std::size_t>(cfg_.layers));
   declare_parameters();
   params_.allocate();
   init_parameters(seed);
   allocate_activations();
+  bind_layernorm_grads();
   plan_grad_ready_ranges();
 }
 
@@ -68,25 +106,28 @@ GptModel::~GptModel() = default;
 void GptModel::declare_parameters() {
   const int C = cfg_.d_model, V = cfg_.vocab, T = cfg_.seq_len;
   // Embeddings are decayed, as in GPT-2 training practice (nanoGPT decays every 2-D tensor).
-  params_.add("wte", {V, C}, /*decay=*/true, /*padded_rows=*/Vp_);
-  params_.add("wpe", {T, C}, /*decay=*/true);
+  wte_.declare(params_, "wte", V, C, tp_);
+  params_.add("wpe", {T, C}, /*decay=*/true);  // replicated
   for (int l = 0; l < cfg_.layers; ++l) {
     Block& b = blocks_[l];
     const std::string p = "h." + std::to_string(l) + ".";
     b.ln_1.declare(params_, p + "ln_1", C);
-    b.c_attn.declare(params_, p + "attn.c_attn", C, 3 * C);
-    b.attn_proj.declare(params_, p + "attn.c_proj", C, C);
+    b.c_attn.declare(params_, p + "attn.c_attn", C, 3 * C, tp_, /*parts=*/3);  // q|k|v
+    b.attn_proj.declare(params_, p + "attn.c_proj", C, C, tp_);
     b.ln_2.declare(params_, p + "ln_2", C);
-    b.c_fc.declare(params_, p + "mlp.c_fc", C, 4 * C);
-    b.mlp_proj.declare(params_, p + "mlp.c_proj", 4 * C, C);
+    b.c_fc.declare(params_, p + "mlp.c_fc", C, 4 * C, tp_);
+    b.mlp_proj.declare(params_, p + "mlp.c_proj", 4 * C, C, tp_);
   }
   ln_f_.declare(params_, "ln_f", C);
-  if (!cfg_.tie_embeddings) params_.add("lm_head.weight", {V, C}, /*decay=*/true, Vp_);
+  if (!cfg_.tie_embeddings) lm_head_.declare(params_, "lm_head.weight", V, C, tp_);
+  ce_.vocab = V;
+  ce_.shard = wte_.shard;
 }
 
 void GptModel::init_parameters(std::uint64_t seed) {
   // GPT-2: weights N(0, 0.02); the two projections that write into the residual stream are
   // scaled by 1/sqrt(2*layers) so its variance does not grow with depth; biases 0; LN 1/0.
+  // init_normal keys every element by its logical index, so any split starts identical.
   const float std_w = 0.02f;
   const float std_res = static_cast<float>(0.02 / std::sqrt(2.0 * cfg_.layers));
   for (const ParamInfo& p : params_) {
@@ -107,10 +148,8 @@ void GptModel::init_parameters(std::uint64_t seed) {
     }
   }
   // bind layer pointers into the arenas
-  const ParamInfo& pte = params_.at("wte");
+  wte_.bind(params_);
   const ParamInfo& ppe = params_.at("wpe");
-  wte_ = params_.param(pte);
-  dwte_ = params_.grad(pte);
   wpe_ = params_.param(ppe);
   dwpe_ = params_.grad(ppe);
   for (Block& b : blocks_) {
@@ -123,18 +162,21 @@ void GptModel::init_parameters(std::uint64_t seed) {
   }
   ln_f_.bind(params_);
   if (cfg_.tie_embeddings) {
-    head_w_ = wte_;
-    head_dw_ = dwte_;
+    head_w_ = wte_.w;
+    head_dw_ = wte_.dw;
   } else {
-    const ParamInfo& ph = params_.at("lm_head.weight");
-    head_w_ = params_.param(ph);
-    head_dw_ = params_.grad(ph);
+    lm_head_.bind(params_);
+    head_w_ = lm_head_.w;
+    head_dw_ = lm_head_.dw;
   }
 }
 
 void GptModel::allocate_activations() {
+  const int P = tp_.size();
   const std::size_t N = static_cast<std::size_t>(max_batch_) * cfg_.seq_len;
-  const std::size_t C = cfg_.d_model, T = cfg_.seq_len, NH = cfg_.heads;
+  const std::size_t R = sp_ ? (N + P - 1) / P : N;  // residual-stream rows kept here
+  const std::size_t C = cfg_.d_model, T = cfg_.seq_len, H = heads_local_;
+  const std::size_t Cl = C_local_, Fl = hidden_local_, Vl = wte_.shard.padded_rows;
   // Two passes over the same list: first sum the sizes, then hand out pointers into one
   // allocation. Every buffer starts on a 64-byte boundary.
   struct Slot {
@@ -147,37 +189,45 @@ void GptModel::allocate_activations() {
   float* tgt = nullptr;
   want(tok, N);  // int32 tokens and targets live in float-sized slots
   want(tgt, N);
-  want(encoded_, N * C);
-  want(proj_, N * C);
+  want(encoded_, R * C);
+  want(proj_, N * C);  // partial sums of the row-parallel layers and the embedding
   for (Block& b : blocks_) {
-    want(b.ln1, N * C);
-    want(b.ln1_mean, N);
-    want(b.ln1_rstd, N);
-    want(b.qkv, N * 3 * C);
-    want(b.atty, N * C);
-    want(b.att, static_cast<std::size_t>(max_batch_) * NH * T * T);
-    want(b.res2, N * C);
-    want(b.ln2, N * C);
-    want(b.ln2_mean, N);
-    want(b.ln2_rstd, N);
-    want(b.fch, N * 4 * C);
-    want(b.fch_gelu, N * 4 * C);
-    want(b.res3, N * C);
+    want(b.ln1, R * C);
+    want(b.ln1_mean, R);
+    want(b.ln1_rstd, R);
+    want(b.qkv, N * 3 * Cl);
+    want(b.atty, N * Cl);
+    want(b.att, static_cast<std::size_t>(max_batch_) * H * T * T);
+    want(b.res2, R * C);
+    want(b.ln2, R * C);
+    want(b.ln2_mean, R);
+    want(b.ln2_rstd, R);
+    want(b.fch, N * Fl);
+    want(b.fch_gelu, N * Fl);
+    want(b.res3, R * C);
   }
-  want(lnf_, N * C);
-  want(lnf_mean_, N);
-  want(lnf_rstd_, N);
-  want(logits_, N * static_cast<std::size_t>(Vp_));
+  want(lnf_, R * C);
+  want(lnf_mean_, R);
+  want(lnf_rstd_, R);
+  want(logits_, N * Vl);
   want(lse_, N);
   want(losses_, N);
   want(dlosses_, N);
-  want(dres_, N * C);
+  if (P > 1) want(ce_scratch_, nn::VocabParallelCrossEntropy::scratch_floats(N));
+  want(dres_, R * C);
   want(dln_, N * C);
-  want(dqkv_, N * 3 * C);
-  want(datty_, N * C);
-  want(dfch_, N * 4 * C);
-  want(dfch_gelu_, N * 4 * C);
+  want(dqkv_, N * 3 * Cl);
+  want(datty_, N * Cl);
+  want(dfch_, N * Fl);
+  want(dfch_gelu_, N * Fl);
   want(att_ws_, dev_->attention_workspace_floats(cfg_.seq_len));
+  if (sp_) {
+    want(gather_, N * C);
+    want(lnf_full_, N * C);
+    want(dres_full_, N * C);
+    want(dln_rows_, R * C);
+    want(ln_grads_, 2 * C * (2 * blocks_.size() + 1));
+  }
 
   auto round = [](std::size_t n) { return (n + 15) / 16 * 16; };
   std::size_t total = 0;
@@ -191,7 +241,85 @@ void GptModel::allocate_activations() {
   }
   tokens_ = reinterpret_cast<std::int32_t*>(tok);
   targets_ = reinterpret_cast<std::int32_t*>(tgt);
+  ce_.scratch = ce_scratch_;
   host_losses_.resize(N);
+}
+
+void GptModel::bind_layernorm_grads() {
+  // With sequence parallelism each rank's LayerNorms see only its rows, so their gradients
+  // are partial sums: backward collects them in ln_grads_ (block l at 4C*l: ln_1 then ln_2;
+  // ln_f last) and adds the sum over the group to the arena when the block is done.
+  if (!sp_) return;
+  const std::size_t C = cfg_.d_model;
+  float* s = ln_grads_;
+  auto redirect = [&](nn::LayerNorm& ln) {
+    ln_grad_targets_.push_back({ln.dw, s});
+    ln_grad_targets_.push_back({ln.db, s + C});
+    ln.dw = s;
+    ln.db = s + C;
+    s += 2 * C;
+  };
+  for (Block& b : blocks_) {
+    redirect(b.ln_1);
+    redirect(b.ln_2);
+  }
+  redirect(ln_f_);
+}
+
+void GptModel::reduce_layernorm_grads(std::size_t first, std::size_t count) {
+  // ln_grad_targets_[first, first + count) are adjacent in ln_grads_: one all-reduce.
+  const std::size_t C = cfg_.d_model;
+  float* s = ln_grad_targets_[first].second;
+  tp_.all_reduce(s, count * C);
+  for (std::size_t i = first; i < first + count; ++i)
+    dev_->accumulate(ln_grad_targets_[i].first, ln_grad_targets_[i].second,
+                     static_cast<std::int64_t>(C));
+}
+
+// f (enter): the full input of a column-parallel layer from the residual rows held here.
+const float* GptModel::enter_region_fwd(const float* x_rows, int R) {
+  if (!sp_) {
+    nn::tp::copy_to_region_fwd(tp_);
+    return x_rows;
+  }
+  nn::tp::gather_from_sequence_fwd(tp_, x_rows, gather_,
+                                   static_cast<std::size_t>(R) * cfg_.d_model);
+  return gather_;
+}
+
+// Backward of f: this rank's partial input gradient [N, C] -> the gradient of its rows.
+float* GptModel::enter_region_bwd(float* dx_full, int N, int R) {
+  const std::size_t C = cfg_.d_model;
+  if (!sp_) {
+    nn::tp::copy_to_region_bwd(tp_, dx_full, static_cast<std::size_t>(N) * C);
+    return dx_full;
+  }
+  nn::tp::gather_from_sequence_bwd(tp_, dx_full, dln_rows_, static_cast<std::size_t>(R) * C);
+  return dln_rows_;
+}
+
+// g (leave): the partial output [N, C] of a row-parallel layer -> its sum over the group,
+// for the rows held here (in place, or into out_rows with sequence parallelism).
+const float* GptModel::leave_region_fwd(float* y_partial, float* out_rows, int N, int R) {
+  const std::size_t C = cfg_.d_model;
+  if (!sp_) {
+    nn::tp::reduce_from_region_fwd(tp_, y_partial, static_cast<std::size_t>(N) * C);
+    return y_partial;
+  }
+  nn::tp::reduce_scatter_to_sequence_fwd(tp_, y_partial, out_rows,
+                                         static_cast<std::size_t>(R) * C);
+  return out_rows;
+}
+
+// Backward of g: the gradient of the rows held here -> the full output gradient [N, C].
+const float* GptModel::leave_region_bwd(const float* dy_rows, int R) {
+  if (!sp_) {
+    nn::tp::reduce_from_region_bwd(tp_);
+    return dy_rows;
+  }
+  nn::tp::reduce_scatter_to_sequence_bwd(tp_, dy_rows, dres_full_,
+                                         static_cast<std::size_t>(R) * cfg_.d_model);
+  return dres_full_;
 }
 
 float GptModel::forward(const std::int32_t* tokens, const std::int32_t* targets, int B, int T) {
@@ -199,7 +327,14 @@ float GptModel::forward(const std::int32_t* tokens, const std::int32_t* targets,
                "batch " << B << " outside [1, " << max_batch_ << "]");
   DTRAIN_CHECK(T > 0 && T <= cfg_.seq_len, Errc::invalid_argument,
                "sequence length " << T << " outside [1, " << cfg_.seq_len << "]");
-  const int N = B * T, C = cfg_.d_model, V = cfg_.vocab, NH = cfg_.heads;
+  const int P = tp_.size();
+  const int N = B * T, C = cfg_.d_model, V = cfg_.vocab, Vl = wte_.shard.padded_rows;
+  DTRAIN_CHECK(!sp_ || N % P == 0, Errc::invalid_argument,
+               "sequence parallelism needs batch * sequence length (" << N
+                                                                      << ") divisible by --tp ("
+                                                                      << P << ")");
+  const int R = sp_ ? N / P : N;
+  const std::int64_t RC = static_cast<std::int64_t>(R) * C;
   for (int i = 0; i < N; ++i) {
     DTRAIN_CHECK(tokens[i] >= 0 && tokens[i] < V, Errc::invalid_argument,
                  "token " << tokens[i] << " at position " << i << " outside [0, " << V << ")");
@@ -214,30 +349,44 @@ float GptModel::forward(const std::int32_t* tokens, const std::int32_t* targets,
   last_T_ = T;
   have_targets_ = targets != nullptr;
 
-  // encoder: wte[token] + wpe[position]
-  d.embedding_forward(encoded_, tokens_, wte_, N, C, 0, V);
-  d.positional_forward(encoded_, wpe_, B, T, C);
+  // encoder: wte[token] + wpe[position]. Each rank looks up its vocabulary rows (zeros for
+  // the rest) and rank 0 adds wpe, so the sum over the group is the embedding; exactly one
+  // addend of each element is non-zero in the wte part, which keeps it bit-exact.
+  float* partial = sp_ ? proj_ : encoded_;
+  wte_.forward(d, partial, tokens_, N);
+  if (tp_.rank() == 0) d.positional_forward(partial, wpe_, B, T, C);
+  leave_region_fwd(partial, encoded_, N, R);
 
   const float* residual = encoded_;
   for (Block& b : blocks_) {
-    b.ln_1.forward(d, b.ln1, b.ln1_mean, b.ln1_rstd, residual, N);
-    b.c_attn.forward(d, b.qkv, b.ln1, N);
-    d.attention_forward(b.atty, b.att, b.qkv, B, T, C, NH);
+    // attention: res2 = residual + c_proj(attn(c_attn(ln_1(residual))))
+    b.ln_1.forward(d, b.ln1, b.ln1_mean, b.ln1_rstd, residual, R);
+    b.c_attn.forward(d, b.qkv, enter_region_fwd(b.ln1, R), N);
+    d.attention_forward(b.atty, b.att, b.qkv, B, T, C_local_, heads_local_);
     b.attn_proj.forward(d, proj_, b.atty, N);
-    d.residual_forward(b.res2, residual, proj_, static_cast<std::int64_t>(N) * C);
-    b.ln_2.forward(d, b.ln2, b.ln2_mean, b.ln2_rstd, b.res2, N);
-    b.c_fc.forward(d, b.fch, b.ln2, N);
-    d.gelu_forward(b.fch_gelu, b.fch, static_cast<std::int64_t>(N) * 4 * C);
+    d.residual_forward(b.res2, residual, leave_region_fwd(proj_, b.res2, N, R), RC);
+    // MLP: res3 = res2 + c_proj(gelu(c_fc(ln_2(res2))))
+    b.ln_2.forward(d, b.ln2, b.ln2_mean, b.ln2_rstd, b.res2, R);
+    b.c_fc.forward(d, b.fch, enter_region_fwd(b.ln2, R), N);
+    d.gelu_forward(b.fch_gelu, b.fch, static_cast<std::int64_t>(N) * hidden_local_);
     b.mlp_proj.forward(d, proj_, b.fch_gelu, N);
-    d.residual_forward(b.res3, b.res2, proj_, static_cast<std::int64_t>(N) * C);
+    d.residual_forward(b.res3, b.res2, leave_region_fwd(proj_, b.res3, N, R), RC);
     residual = b.res3;
   }
-  ln_f_.forward(d, lnf_, lnf_mean_, lnf_rstd_, residual, N);
-  // LM head: logits[N,Vp] = lnf[N,C] · head[Vp,C]^T (padded rows of head are zero)
-  d.gemm(false, true, N, Vp_, C, 1.0f, lnf_, C, head_w_, C, 0.0f, logits_, Vp_);
+  ln_f_.forward(d, lnf_, lnf_mean_, lnf_rstd_, residual, R);
+  // LM head over this rank's vocabulary rows: logits[N,Vl] = lnf[N,C] · head[Vl,C]^T
+  // (padding rows of head are zero). Its input is the full ln_f output on every rank.
+  const float* head_in = lnf_;
+  if (sp_) {
+    nn::tp::gather_from_sequence_fwd(tp_, lnf_, lnf_full_, static_cast<std::size_t>(RC));
+    head_in = lnf_full_;
+  } else {
+    nn::tp::copy_to_region_fwd(tp_);
+  }
+  d.gemm(false, true, N, Vl, C, 1.0f, head_in, C, head_w_, C, 0.0f, logits_, Vl);
   if (!targets) return 0.0f;
 
-  d.crossentropy_forward(losses_, lse_, logits_, targets_, N, V, Vp_);
+  ce_.forward(d, tp_, losses_, lse_, logits_, targets_, N);
   d.copy(host_losses_.data(), losses_, sizeof(float) * static_cast<std::size_t>(N),
          CopyKind::device_to_host);
   double sum = 0;  // double: the mean of thousands of losses stays exact to fp32
@@ -248,50 +397,62 @@ float GptModel::forward(const std::int32_t* tokens, const std::int32_t* targets,
 void GptModel::backward(float dloss) {
   DTRAIN_CHECK(have_targets_, Errc::invalid_argument,
                "backward() needs a forward() with targets first");
-  const int B = last_B_, T = last_T_, N = B * T, C = cfg_.d_model, V = cfg_.vocab,
-            NH = cfg_.heads;
+  const int B = last_B_, T = last_T_, N = B * T, C = cfg_.d_model, P = tp_.size();
+  const int R = sp_ ? N / P : N, Vl = wte_.shard.padded_rows;
   const std::int64_t NC = static_cast<std::int64_t>(N) * C;
+  const std::int64_t NF = static_cast<std::int64_t>(N) * hidden_local_;
+  const std::int64_t NCl = static_cast<std::int64_t>(N) * C_local_;
   Device& d = *dev_;
   auto zero = [&](float* p, std::int64_t n) { d.zero(p, sizeof(float) * n); };
+  if (sp_) zero(ln_grads_, static_cast<std::int64_t>(ln_grad_targets_.size()) * C);
 
   // loss = mean over N positions, so each position's loss gets dloss / N
   d.fill(dlosses_, dloss / static_cast<float>(N), N);
   // dlogits overwrite the logits in place (they are not needed any more)
-  d.crossentropy_backward(logits_, logits_, lse_, targets_, dlosses_, N, V, Vp_);
+  ce_.backward(d, tp_, logits_, logits_, lse_, targets_, dlosses_, N);
   float* dlogits = logits_;
-  // LM head: dlnf[N,C] = dlogits · head;  dhead[Vp,C] += dlogits^T · lnf
-  d.gemm(false, false, N, C, Vp_, 1.0f, dlogits, Vp_, head_w_, C, 0.0f, dln_, C);
-  d.gemm(true, false, Vp_, C, N, 1.0f, dlogits, Vp_, lnf_, C, 1.0f, head_dw_, C);
+  // LM head: dlnf[N,C] = dlogits · head (this rank's vocabulary part of it);
+  // dhead[Vl,C] += dlogits^T · lnf (complete: each row sees only its own logits)
+  const float* head_in = sp_ ? lnf_full_ : lnf_;
+  d.gemm(false, false, N, C, Vl, 1.0f, dlogits, Vl, head_w_, C, 0.0f, dln_, C);
+  d.gemm(true, false, Vl, C, N, 1.0f, dlogits, Vl, head_in, C, 1.0f, head_dw_, C);
+  const float* dlnf = enter_region_bwd(dln_, N, R);
 
   // dres_ carries d(residual stream) down through the blocks; layernorm backward adds into it
-  zero(dres_, NC);
+  zero(dres_, static_cast<std::int64_t>(R) * C);
   const float* last = blocks_.empty() ? encoded_ : blocks_.back().res3;
-  ln_f_.backward(d, dres_, dln_, last, lnf_mean_, lnf_rstd_, N);
+  ln_f_.backward(d, dres_, dlnf, last, lnf_mean_, lnf_rstd_, R);
+  if (sp_) reduce_layernorm_grads(ln_grad_targets_.size() - 2, 2);
   grads_ready(0);
 
   for (int l = cfg_.layers - 1; l >= 0; --l) {
     Block& b = blocks_[l];
     const float* res_in = l == 0 ? encoded_ : blocks_[l - 1].res3;
     // MLP: res3 = res2 + c_proj(gelu(c_fc(ln_2(res2))))
-    zero(dfch_gelu_, 4 * NC);
-    b.mlp_proj.backward(d, dfch_gelu_, dres_, b.fch_gelu, N);
-    zero(dfch_, 4 * NC);
-    d.gelu_backward(dfch_, b.fch, dfch_gelu_, 4 * NC);
+    zero(dfch_gelu_, NF);
+    b.mlp_proj.backward(d, dfch_gelu_, leave_region_bwd(dres_, R), b.fch_gelu, N);
+    zero(dfch_, NF);
+    d.gelu_backward(dfch_, b.fch, dfch_gelu_, NF);
     zero(dln_, NC);
-    b.c_fc.backward(d, dln_, dfch_, b.ln2, N);
-    b.ln_2.backward(d, dres_, dln_, b.res2, b.ln2_mean, b.ln2_rstd, N);  // dres_ is now d(res2)
+    b.c_fc.backward(d, dln_, dfch_, enter_region_fwd(b.ln2, R), N);  // re-gathered with SP
+    b.ln_2.backward(d, dres_, enter_region_bwd(dln_, N, R), b.res2, b.ln2_mean, b.ln2_rstd,
+                    R);  // dres_ is now d(res2)
     // attention: res2 = res_in + c_proj(attn(c_attn(ln_1(res_in))))
-    zero(datty_, NC);
-    b.attn_proj.backward(d, datty_, dres_, b.atty, N);
-    zero(dqkv_, 3 * NC);
-    d.attention_backward(dqkv_, att_ws_, datty_, b.qkv, b.att, B, T, C, NH);
+    zero(datty_, NCl);
+    b.attn_proj.backward(d, datty_, leave_region_bwd(dres_, R), b.atty, N);
+    zero(dqkv_, 3 * NCl);
+    d.attention_backward(dqkv_, att_ws_, datty_, b.qkv, b.att, B, T, C_local_, heads_local_);
     zero(dln_, NC);
-    b.c_attn.backward(d, dln_, dqkv_, b.ln1, N);
-    b.ln_1.backward(d, dres_, dln_, res_in, b.ln1_mean, b.ln1_rstd, N);  // d(res_in)
+    b.c_attn.backward(d, dln_, dqkv_, enter_region_fwd(b.ln1, R), N);
+    b.ln_1.backward(d, dres_, enter_region_bwd(dln_, N, R), res_in, b.ln1_mean, b.ln1_rstd,
+                    R);  // d(res_in)
+    if (sp_) reduce_layernorm_grads(4 * static_cast<std::size_t>(l), 4);
     grads_ready(static_cast<std::size_t>(cfg_.layers - l));
   }
-  d.embedding_backward(dwte_, dres_, tokens_, N, C, 0, V);
-  d.positional_backward(dwpe_, dres_, B, T, C);
+  // embedding: the full gradient of the (reduced) embedding output on every rank
+  const float* demb = leave_region_bwd(dres_, R);
+  wte_.backward(d, demb, tokens_, N);
+  d.positional_backward(dwpe_, demb, B, T, C);
   grads_ready(grad_ready_ranges_.size() - 1);
 }
 

@@ -19,6 +19,25 @@ std::size_t product(const std::vector<std::int64_t>& s) {
 std::size_t ParamInfo::logical_numel() const { return product(shape); }
 std::size_t ParamInfo::local_numel() const { return product(local_shape); }
 
+std::size_t ParamInfo::logical_index(std::size_t i) const {
+  // Peel the local multi-index off from the last dim; dim 0 also names the part (block).
+  std::size_t logical = 0, stride = 1;
+  for (std::size_t d = shape.size(); d-- > 0;) {
+    const auto n = static_cast<std::size_t>(local_shape[d]);
+    std::int64_t idx = static_cast<std::int64_t>(i % n);
+    i /= n;
+    if (d == 0 && slice_blocks > 1) {
+      const std::int64_t per = local_shape[0] / slice_blocks;
+      idx = (idx / per) * (shape[0] / slice_blocks) + slice_offset[0] + idx % per;
+    } else {
+      idx += slice_offset[d];
+    }
+    logical += static_cast<std::size_t>(idx) * stride;
+    stride *= static_cast<std::size_t>(shape[d]);
+  }
+  return logical;
+}
+
 ParameterStore::ParameterStore(Device& dev) : dev_(&dev) {}
 ParameterStore::ParameterStore(ParameterStore&&) noexcept = default;
 ParameterStore& ParameterStore::operator=(ParameterStore&&) noexcept = default;
@@ -26,6 +45,16 @@ ParameterStore::~ParameterStore() = default;
 
 std::size_t ParameterStore::add(const std::string& name, std::vector<std::int64_t> shape,
                                 bool decay, std::int64_t padded_rows) {
+  std::vector<std::int64_t> offset(shape.size(), 0);
+  return add_slice(name, shape, shape, std::move(offset), decay, /*tp_sharded=*/false,
+                   padded_rows);
+}
+
+std::size_t ParameterStore::add_slice(const std::string& name, std::vector<std::int64_t> shape,
+                                      std::vector<std::int64_t> local_shape,
+                                      std::vector<std::int64_t> slice_offset, bool decay,
+                                      bool tp_sharded, std::int64_t padded_rows,
+                                      std::int64_t slice_blocks) {
   DTRAIN_CHECK(!allocated(), Errc::internal, "parameter '" << name << "' added after allocate()");
   DTRAIN_CHECK(!name.empty(), Errc::invalid_argument, "parameter name must not be empty");
   DTRAIN_CHECK(index_.count(name) == 0, Errc::invalid_argument,
@@ -34,14 +63,30 @@ std::size_t ParameterStore::add(const std::string& name, std::vector<std::int64_
   for (auto d : shape)
     DTRAIN_CHECK(d > 0, Errc::invalid_argument,
                  "parameter '" << name << "' has a non-positive dimension " << d);
+  DTRAIN_CHECK(local_shape.size() == shape.size() && slice_offset.size() == shape.size(),
+               Errc::invalid_argument, "parameter '" << name << "': slice rank mismatch");
+  DTRAIN_CHECK(slice_blocks > 0 && shape[0] % slice_blocks == 0 &&
+                   local_shape[0] % slice_blocks == 0,
+               Errc::invalid_argument,
+               "parameter '" << name << "': dim 0 does not split into " << slice_blocks
+                             << " parts");
+  for (std::size_t d = 0; d < shape.size(); ++d) {
+    const std::int64_t extent = d == 0 ? shape[0] / slice_blocks : shape[d];
+    const std::int64_t local = d == 0 ? local_shape[0] / slice_blocks : local_shape[d];
+    DTRAIN_CHECK(local > 0 && slice_offset[d] >= 0 && slice_offset[d] + local <= extent,
+                 Errc::invalid_argument,
+                 "parameter '" << name << "': slice outside the tensor in dim " << d);
+  }
   ParamInfo p;
   p.name = name;
   p.shape = shape;
-  p.local_shape = shape;
-  p.slice_offset.assign(shape.size(), 0);
-  p.storage_shape = shape;
-  if (padded_rows > shape[0]) p.storage_shape[0] = padded_rows;
+  p.local_shape = local_shape;
+  p.slice_offset = slice_offset;
+  p.storage_shape = local_shape;
+  if (padded_rows > local_shape[0]) p.storage_shape[0] = padded_rows;
   p.decay = decay;
+  p.slice_blocks = slice_blocks;
+  p.tp_sharded = tp_sharded;
   p.numel = product(p.storage_shape);
   p.offset = total_;
   total_ += (p.numel + kAlignFloats - 1) / kAlignFloats * kAlignFloats;
@@ -85,26 +130,13 @@ void ParameterStore::init_normal(const ParamInfo& p, std::uint64_t seed, float m
     out = staging.as<float>();
   }
   const std::uint64_t stream = rng::stream_id(p.name);
-  if (p.local_shape.size() == 1) {
-    rng::fill_normal(out, p.local_shape[0], seed, stream, p.slice_offset[0], mean, std);
-  } else {
-    // Row-major: each local "row" (all dims but the last folded) is a contiguous run of the
-    // logical tensor; its first logical index follows from the slice offsets.
-    const std::size_t nd = p.shape.size();
-    const std::int64_t cols = p.local_shape[nd - 1];
-    const std::int64_t rows = static_cast<std::int64_t>(p.local_numel()) / cols;
-    std::vector<std::int64_t> idx(nd, 0);  // local multi-index of the row start
-    for (std::int64_t r = 0; r < rows; ++r) {
-      std::uint64_t logical = 0;
-      for (std::size_t d = 0; d < nd; ++d)
-        logical = logical * p.shape[d] + static_cast<std::uint64_t>(idx[d] + p.slice_offset[d]);
-      rng::fill_normal(out + r * cols, cols, seed, stream, logical, mean, std);
-      for (std::size_t d = nd - 1; d-- > 0;) {  // next row: increment dims nd-2 .. 0
-        if (++idx[d] < p.local_shape[d]) break;
-        idx[d] = 0;
-      }
-    }
-  }
+  // Runs of consecutive logical elements: a row of the last dim (a part of dim 0 for 1-D
+  // tensors), each filled from the logical index of its first element.
+  const std::int64_t run = p.local_shape.size() == 1 ? p.local_shape[0] / p.slice_blocks
+                                                     : p.local_shape.back();
+  const std::size_t n = p.local_numel();
+  for (std::size_t i = 0; i < n; i += static_cast<std::size_t>(run))
+    rng::fill_normal(out + i, run, seed, stream, p.logical_index(i), mean, std);
   if (!host) dev_->copy(param(p), out, p.numel * sizeof(float), CopyKind::host_to_device);
 }
 

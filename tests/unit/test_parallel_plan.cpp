@@ -17,13 +17,15 @@ using parallel::Range;
 TEST(Buckets, GroupAdjacentRangesUpToTheCap) {
   // Backward order: the end of the arena first.
   const std::vector<Range> ranges = {{90, 100}, {60, 90}, {20, 60}, {0, 20}};
-  auto b = parallel::plan_buckets(ranges, 35 * 4);
-  ASSERT_EQ(b.size(), 2u);
+  auto b = parallel::plan_buckets(ranges, 35 * 4);  // a bucket closes once it holds >= 35 floats
+  ASSERT_EQ(b.size(), 3u);
   EXPECT_EQ(b[0].first, 60u);
   EXPECT_EQ(b[0].last, 100u);
   EXPECT_EQ(b[0].ranges, (std::vector<int>{0, 1}));
-  EXPECT_EQ(b[1].first, 0u);
+  EXPECT_EQ(b[1].first, 20u);
   EXPECT_EQ(b[1].last, 60u);
+  EXPECT_EQ(b[2].first, 0u);
+  EXPECT_EQ(b[2].last, 20u);
   EXPECT_EQ(parallel::plan_buckets(ranges, 1).size(), 4u);       // one range each
   EXPECT_EQ(parallel::plan_buckets(ranges, 1 << 30).size(), 1u);  // everything
   EXPECT_THROW(parallel::plan_buckets({{0, 10}, {20, 30}}, 4), Error);

@@ -119,6 +119,29 @@ class DTRAIN_API Device {
                                      const std::int32_t* targets, const float* dlosses, int N,
                                      int V, int Vp) = 0;
 
+  // ---- vocabulary-parallel loss ---------------------------------------------
+  // The same loss when the vocabulary is split over ranks: logits[N,ld] hold the tokens
+  // [vocab_start, vocab_start+V) in their first V columns (ld - V padding columns are never
+  // read). The caller reduces over the shards between the passes: max (op max), then
+  // sumexp and target_logit (op sum); no rank ever holds a full row of logits.
+  // Pass 1: max[n] over the V columns (-inf when V == 0); target_logit[n] = the logit of
+  // targets[n] when this shard owns it, else 0.
+  virtual void crossentropy_shard_stats(float* max, float* target_logit, const float* logits,
+                                        const std::int32_t* targets, int N, int V, int ld,
+                                        int vocab_start) = 0;
+  // Pass 2: sumexp[n] = sum_{j<V} exp(logits[n,j] - max[n]) (max reduced over shards).
+  virtual void crossentropy_shard_sumexp(float* sumexp, const float* logits, const float* max,
+                                         int N, int V, int ld) = 0;
+  // Pass 3: lse[n] = max[n] + log(sumexp[n]); losses[n] = lse[n] - target_logit[n].
+  virtual void crossentropy_shard_finish(float* losses, float* lse, const float* max,
+                                         const float* sumexp, const float* target_logit,
+                                         int N) = 0;
+  // dlogits[N,ld] = (exp(logits - lse) - onehot(targets - vocab_start)) * dlosses[n] over the
+  // V columns, padding columns 0. WRITES; dlogits may alias logits.
+  virtual void crossentropy_shard_backward(float* dlogits, const float* logits, const float* lse,
+                                           const std::int32_t* targets, const float* dlosses,
+                                           int N, int V, int ld, int vocab_start) = 0;
+
   // ---- optimiser updates over flat buffers (pure: usable on any shard) ------
   // g = grad*grad_scale; m = b1 m + (1-b1) g; v = b2 v + (1-b2) g^2;
   // param -= lr * (m/(1-b1^step) / (sqrt(v/(1-b2^step)) + eps) + weight_decay * param)

@@ -2,7 +2,7 @@
 // GPT-2-style decoder-only transformer: token + learned position embeddings, `layers`
 // pre-LayerNorm blocks (causal multi-head attention, GELU MLP of width 4C), final LayerNorm,
 // LM head tied to wte unless tie_embeddings is false. See docs/model.md for names, shapes,
-// initialisation and the FLOP count.
+// initialisation and the FLOP count, docs/tensor-parallel.md for the tensor-parallel layout.
 #include <cstddef>
 #include <cstdint>
 #include <functional>
@@ -14,6 +14,7 @@
 #include "dtrain/export.hpp"
 #include "dtrain/nn/layers.hpp"
 #include "dtrain/nn/parameters.hpp"
+#include "dtrain/nn/tensor_parallel.hpp"
 
 namespace dtrain {
 
@@ -27,6 +28,10 @@ struct DTRAIN_API GptConfig {
 
   // Throws Error(Errc::invalid_config) with a message naming the command-line option.
   void validate() const;
+  // Throws Error(Errc::invalid_config) when the model cannot be split over tp ranks: heads,
+  // d-model and 4*d-model must be divisible by tp, vocab at least tp, and with sequence
+  // parallelism seq-len divisible by tp. Needs no communication.
+  void validate_tp(int tp, bool sequence_parallel) const;
   // Vocabulary rounded up to a multiple of kVocabPad: the row count of wte / lm_head storage
   // and the column count of the logits. Padding never affects the loss.
   static constexpr int kVocabPad = 64;
@@ -37,7 +42,14 @@ class DTRAIN_API GptModel {
  public:
   // Allocates parameters, gradients and every activation buffer once, for up to max_batch
   // sequences of cfg.seq_len tokens, and initialises the weights from seed.
-  GptModel(const GptConfig& cfg, Device& dev, std::uint64_t seed, int max_batch);
+  // tp: the tensor-parallel group, borrowed for the model's lifetime (null = a group of one:
+  // the plain model). Attention is split by heads, the MLP by its 4*d-model hidden units and
+  // wte (and lm_head) by vocabulary rows; every logical weight starts bit-identical to the
+  // single-process model's. sequence_parallel: LayerNorm and residual regions run on shards
+  // of the B*T rows (ignored on a group of one). Invalid splits throw
+  // Error(Errc::invalid_config) on every rank before any communication.
+  GptModel(const GptConfig& cfg, Device& dev, std::uint64_t seed, int max_batch,
+           Communicator* tp = nullptr, bool sequence_parallel = false);
   ~GptModel();
   GptModel(const GptModel&) = delete;
   GptModel& operator=(const GptModel&) = delete;
@@ -48,12 +60,19 @@ class DTRAIN_API GptModel {
   // tokens, targets: host arrays [B, T] of int32 in [0, vocab) (T <= seq_len, B <= max_batch).
   // Returns the mean cross-entropy over the B*T positions and keeps the activations for
   // backward. targets may be null (inference): the logits are computed and 0 is returned.
+  // Collective over the TP group (all ranks pass the same tokens and targets); with sequence
+  // parallelism B*T must be divisible by the TP size.
   float forward(const std::int32_t* tokens, const std::int32_t* targets, int B, int T);
   // Accumulates (+=) d(objective)/d(params) into parameters().grads(), where dloss is
   // d(objective)/d(mean loss of the last forward). The caller zeroes the gradients.
+  // Collective over the TP group. Afterwards (and for each range when the grad-ready hook
+  // reports it) every replicated parameter (tp_sharded false) has the same complete gradient
+  // on every TP rank, and every sharded one the complete gradient of its slice: only the
+  // data-parallel reduction is left to the caller.
   void backward(float dloss);
-  // Logits of the last forward, device memory of shape [B, T, padded_vocab()]; columns
-  // >= vocab are padding. Valid until the next backward() (which reuses the buffer).
+  // Logits of the last forward, device memory of shape [B, T, vocab_shard().padded_rows]:
+  // column j is token vocab_shard().start + j for j < vocab_shard().rows, padding after it
+  // (without TP: [B, T, padded_vocab()]). Valid until the next backward() (which reuses it).
   const float* logits() const noexcept { return logits_; }
 
   // Called during backward() with arena element ranges [first, last) of parameters().grads()
@@ -69,31 +88,53 @@ class DTRAIN_API GptModel {
   // Per-position losses of the last forward (device memory, [B, T]).
   const float* losses() const noexcept { return losses_; }
 
+  // Bytes of this rank's activation allocation (saved activations and shared scratch).
   std::size_t activation_bytes() const noexcept { return act_bytes_; }
   // Forward + backward model FLOPs per token: 6 * (matmul parameters) + 12 * layers *
-  // d_model * seq_len (attention scores and mixing); see docs/model.md.
+  // d_model * seq_len (attention scores and mixing); see docs/model.md. For the whole
+  // model, whatever the tensor-parallel split.
   double flops_per_token() const noexcept;
   const GptConfig& config() const noexcept { return cfg_; }
   int max_batch() const noexcept { return max_batch_; }
   Device& device() const noexcept { return *dev_; }
+
+  int tp_size() const noexcept { return tp_.size(); }
+  int tp_rank() const noexcept { return tp_.rank(); }
+  bool sequence_parallel() const noexcept { return sp_; }
+  const nn::VocabShard& vocab_shard() const noexcept { return wte_.shard; }
+  // Collectives this model issued over its TP group (counts and bytes, see TpCommStats).
+  const nn::TpCommStats& tp_comm_stats() const noexcept { return tp_.stats(); }
+  void reset_tp_comm_stats() noexcept { tp_.reset_stats(); }
 
  private:
   struct Block;
   void declare_parameters();
   void init_parameters(std::uint64_t seed);
   void allocate_activations();
+  void bind_layernorm_grads();
+  void reduce_layernorm_grads(std::size_t first, std::size_t count);
+  // The tensor-parallel region boundaries (conjugate pairs, see lib/nn/tp_comm.hpp), over
+  // R = rows of the residual stream here (B*T, or B*T/tp with sequence parallelism).
+  const float* enter_region_fwd(const float* x_rows, int R);
+  float* enter_region_bwd(float* dx_full, int N, int R);
+  const float* leave_region_fwd(float* y_partial, float* out_rows, int N, int R);
+  const float* leave_region_bwd(const float* dy_rows, int R);
   void plan_grad_ready_ranges();
   void grads_ready(std::size_t index) const;  // reports grad_ready_ranges_[index] to the hook
 
   GptConfig cfg_;
   Device* dev_;
   int max_batch_;
-  int Vp_;
+  nn::TpGroup tp_;
+  bool sp_ = false;
+  int C_local_ = 0, heads_local_ = 0, hidden_local_ = 0;  // attention width, heads, 4C / tp
   ParameterStore params_;
   std::vector<Block> blocks_;
   nn::LayerNorm ln_f_;
-  nn::Linear lm_head_;  // used only when embeddings are untied
-  float *wte_ = nullptr, *dwte_ = nullptr, *wpe_ = nullptr, *dwpe_ = nullptr;
+  nn::VocabParallelEmbedding wte_;
+  nn::VocabParallelEmbedding lm_head_;  // used only when embeddings are untied
+  nn::VocabParallelCrossEntropy ce_;
+  float *wpe_ = nullptr, *dwpe_ = nullptr;
   float *head_w_ = nullptr, *head_dw_ = nullptr;  // wte when tied, lm_head.weight otherwise
 
   // activations (one device allocation, carved once)
@@ -108,7 +149,13 @@ class DTRAIN_API GptModel {
         *dlosses_ = nullptr;
   // gradient scratch shared by all layers
   float *dres_ = nullptr, *dln_ = nullptr, *dqkv_ = nullptr, *datty_ = nullptr, *dfch_ = nullptr,
-        *dfch_gelu_ = nullptr, *att_ws_ = nullptr;
+        *dfch_gelu_ = nullptr, *att_ws_ = nullptr, *ce_scratch_ = nullptr;
+  // sequence parallelism: gathered LayerNorm output, gathered ln_f output (the LM head input),
+  // gathered residual gradient, a gradient shard of the residual rows, and the LayerNorm
+  // gradients of one backward (summed over the group before they join the arena)
+  float *gather_ = nullptr, *lnf_full_ = nullptr, *dres_full_ = nullptr, *dln_rows_ = nullptr,
+        *ln_grads_ = nullptr;
+  std::vector<std::pair<float*, float*>> ln_grad_targets_;  // (arena, scratch), C floats each
   std::vector<float> host_losses_;
 
   int last_B_ = 0, last_T_ = 0;

@@ -2,8 +2,8 @@
 // Layers with explicit forward/backward. A layer registers its parameters under a global name
 // prefix, binds to their place in the arenas once allocated, and runs its ops through a
 // Device. Backward accumulates (+=) into parameter gradients and into the input gradient.
-// Tensor-parallel variants (column/row/vocab-parallel) will take a TP group; a group of one
-// makes them these plain layers.
+// The tensor-parallel variants (column/row/vocab-parallel) are in dtrain/nn/tensor_parallel.hpp;
+// on a group of one they compute what these plain layers do.
 #include <cstdint>
 #include <string>
 

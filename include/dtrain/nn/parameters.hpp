@@ -7,8 +7,11 @@
 // Layout rules:
 //  * parameters are laid out in registration order; each starts on a 64-byte boundary (16
 //    floats), so an arena contains small zero gaps and numel() >= sum of the spans;
-//  * a parameter may own only a slice of its logical tensor (tensor parallelism, later):
-//    local_shape/slice_offset describe it; today they always equal the full tensor;
+//  * a parameter may own only a slice of its logical tensor (tensor parallelism):
+//    local_shape/slice_offset describe it (the whole tensor without tensor parallelism).
+//    A fused tensor whose dim 0 concatenates slice_blocks equal parts (q|k|v of c_attn) is
+//    sliced the same way in each part: the local rows are the local_shape[0]/slice_blocks
+//    rows at slice_offset[0] of part 0, then the same rows of part 1, ...;
 //  * storage may pad dim 0 (e.g. wte rows up to the padded vocabulary): storage_shape is what
 //    the span holds, and the local slice is its leading prod(local_shape) elements. Padding
 //    and gaps are zero in both arenas and stay zero (their gradients are always zero).
@@ -32,9 +35,16 @@ struct DTRAIN_API ParamInfo {
   std::size_t offset = 0;              // first element in the arena
   std::size_t numel = 0;               // elements spanned in the arena = prod(storage_shape)
   bool decay = true;                   // weight decay applies (matrices, embeddings)
+  std::int64_t slice_blocks = 1;       // equal parts of dim 0 sliced alike (see above)
+  // Split over the tensor-parallel group (each TP rank holds a different slice). False:
+  // replicated, every TP rank holds the whole tensor and ends backward with the same
+  // gradient, so a TP-global norm must count it once (nn::grad_sum_squares).
+  bool tp_sharded = false;
 
   std::size_t logical_numel() const;   // prod(shape)
   std::size_t local_numel() const;     // prod(local_shape): the leading elements of the span
+  // Row-major index in the logical tensor of element i (< local_numel()) of the local slice.
+  std::size_t logical_index(std::size_t i) const;
 };
 
 class DTRAIN_API ParameterStore {
@@ -50,6 +60,12 @@ class DTRAIN_API ParameterStore {
   // Returns the index of the new parameter. Names must be unique.
   std::size_t add(const std::string& name, std::vector<std::int64_t> shape, bool decay,
                   std::int64_t padded_rows = 0);
+  // A parameter of which this process holds the slice local_shape at slice_offset (in each
+  // of slice_blocks parts of dim 0); tp_sharded marks it as split over the TP group.
+  std::size_t add_slice(const std::string& name, std::vector<std::int64_t> shape,
+                        std::vector<std::int64_t> local_shape,
+                        std::vector<std::int64_t> slice_offset, bool decay, bool tp_sharded,
+                        std::int64_t padded_rows = 0, std::int64_t slice_blocks = 1);
   // Allocates both arenas (zero-filled) once; no registration afterwards.
   void allocate();
   bool allocated() const noexcept { return params_ != nullptr; }

@@ -122,6 +122,28 @@ void CpuDevice::crossentropy_backward(float* dlogits, const float* logits, const
                                       int V, int Vp) {
   cpu::crossentropy_backward<float>(dlogits, logits, lse, targets, dlosses, N, V, Vp);
 }
+void CpuDevice::crossentropy_shard_stats(float* max, float* target_logit, const float* logits,
+                                         const std::int32_t* targets, int N, int V, int ld,
+                                         int vocab_start) {
+  cpu::crossentropy_shard_stats<float>(max, target_logit, logits, targets, N, V, ld,
+                                       vocab_start);
+}
+void CpuDevice::crossentropy_shard_sumexp(float* sumexp, const float* logits, const float* max,
+                                          int N, int V, int ld) {
+  cpu::crossentropy_shard_sumexp<float>(sumexp, logits, max, N, V, ld);
+}
+void CpuDevice::crossentropy_shard_finish(float* losses, float* lse, const float* max,
+                                          const float* sumexp, const float* target_logit,
+                                          int N) {
+  cpu::crossentropy_shard_finish<float>(losses, lse, max, sumexp, target_logit, N);
+}
+void CpuDevice::crossentropy_shard_backward(float* dlogits, const float* logits,
+                                            const float* lse, const std::int32_t* targets,
+                                            const float* dlosses, int N, int V, int ld,
+                                            int vocab_start) {
+  cpu::crossentropy_shard_backward<float>(dlogits, logits, lse, targets, dlosses, N, V, ld,
+                                          vocab_start);
+}
 void CpuDevice::adamw(float* param, const float* grad, float* m, float* v, std::int64_t n,
                       float lr, float beta1, float beta2, float eps, float weight_decay, int step,
                       float grad_scale) {

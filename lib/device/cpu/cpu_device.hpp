@@ -62,6 +62,16 @@ class CpuDevice final : public Device {
   void crossentropy_backward(float* dlogits, const float* logits, const float* lse,
                              const std::int32_t* targets, const float* dlosses, int N, int V,
                              int Vp) override;
+  void crossentropy_shard_stats(float* max, float* target_logit, const float* logits,
+                                const std::int32_t* targets, int N, int V, int ld,
+                                int vocab_start) override;
+  void crossentropy_shard_sumexp(float* sumexp, const float* logits, const float* max, int N,
+                                 int V, int ld) override;
+  void crossentropy_shard_finish(float* losses, float* lse, const float* max,
+                                 const float* sumexp, const float* target_logit, int N) override;
+  void crossentropy_shard_backward(float* dlogits, const float* logits, const float* lse,
+                                   const std::int32_t* targets, const float* dlosses, int N,
+                                   int V, int ld, int vocab_start) override;
   void adamw(float* param, const float* grad, float* m, float* v, std::int64_t n, float lr,
              float beta1, float beta2, float eps, float weight_decay, int step,
              float grad_scale) override;

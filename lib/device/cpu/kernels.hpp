@@ -88,6 +88,27 @@ template <class T>
 void crossentropy_backward(T* dlogits, const T* logits, const T* lse,
                            const std::int32_t* targets, const T* dlosses, int N, int V, int Vp);
 
+// ---- crossentropy_shard.cpp --------------------------------------------------
+// A vocabulary shard: logits[N,ld] whose first V columns are tokens [vocab_start, +V).
+// max[n] over the V columns (-inf when V == 0); target_logit[n] = the target's logit when
+// this shard owns it, else 0.
+template <class T>
+void crossentropy_shard_stats(T* max, T* target_logit, const T* logits,
+                              const std::int32_t* targets, int N, int V, int ld,
+                              int vocab_start);
+// sumexp[n] = sum_{j<V} exp(logits[n,j] - max[n]) with max already reduced over shards
+template <class T>
+void crossentropy_shard_sumexp(T* sumexp, const T* logits, const T* max, int N, int V, int ld);
+// lse = max + log(sumexp); losses = lse - target_logit (all reduced over shards)
+template <class T>
+void crossentropy_shard_finish(T* losses, T* lse, const T* max, const T* sumexp,
+                               const T* target_logit, int N);
+// dlogits[N,ld] = (softmax - onehot) * dlosses over this shard; padding 0; may alias logits
+template <class T>
+void crossentropy_shard_backward(T* dlogits, const T* logits, const T* lse,
+                                 const std::int32_t* targets, const T* dlosses, int N, int V,
+                                 int ld, int vocab_start);
+
 // ---- optimizer.cpp -----------------------------------------------------------
 template <class T>
 void adamw(T* param, const T* grad, T* m, T* v, std::int64_t n, T lr, T beta1, T beta2, T eps,
