@@ -13,7 +13,8 @@ DTRAIN_PACKAGES=(
   libboost-program-options-dev
   libopenblas-dev
   libgtest-dev
-  python3 python3-numpy
+  abigail-tools
+  python3 python3-numpy python3-h5py
 )
 
 install_packages() {

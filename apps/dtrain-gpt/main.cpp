@@ -1,11 +1,13 @@
 // dtrain-gpt: the reference GPT trainer. Run under mpiexec/srun; every rank runs this.
-// Exit codes: 0 success, 2 invalid command line or configuration, 1 any other error.
+// Exit codes: 0 success, 2 invalid command line or configuration, 1 any other error,
+// 3 (dtrain::train::kExitPreempted) stopped by SIGTERM/SIGUSR1 after writing a checkpoint.
 #include <cstdio>
 #include <iostream>
 
 #include "dtrain/comm/runtime.hpp"
 #include "dtrain/core/error.hpp"
 #include "dtrain/core/log.hpp"
+#include "dtrain/train/signals.hpp"
 #include "dtrain/train/trainer.hpp"
 #include "dtrain/version.hpp"
 #include "options.hpp"
@@ -64,8 +66,8 @@ int main(int argc, char** argv) {
       if (world.rank() == 0) std::cout << "dtrain-gpt " << DTRAIN_VERSION_STRING << "\n";
       return 0;
     }
-    trainer->run();
-    return 0;
+    const dtrain::train::TrainSummary summary = trainer->run();
+    return summary.stopped_by_signal ? dtrain::train::kExitPreempted : 0;
   } catch (const dtrain::Error& e) {
     // A failure inside the step loop: collectives may be half done, so no agreement is
     // attempted; mpiexec ends the other ranks when this one exits non-zero.

@@ -68,7 +68,8 @@ po::options_description describe(dtrain::train::TrainConfig& c, std::string& con
   ckpt.add_options()
       ("save-dir", po::value(&c.save_dir), "directory for checkpoints")
       ("save-every", po::value(&c.save_every)->default_value(c.save_every), "steps between checkpoints (0: only at the end)")
-      ("resume", po::value(&c.resume)->default_value(c.resume), "auto, none or a checkpoint path");
+      ("resume", po::value(&c.resume)->default_value(c.resume), "auto, none or a checkpoint path")
+      ("keep", po::value(&c.keep)->default_value(c.keep), "newest checkpoints kept in --save-dir");
 
   po::options_description output("Output");
   output.add_options()

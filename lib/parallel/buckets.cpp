@@ -13,13 +13,16 @@ std::vector<Bucket> plan_buckets(const std::vector<Range>& ready_ranges, std::si
   bool open = false;
   for (std::size_t i = 0; i < ready_ranges.size(); ++i) {
     const Range r = ready_ranges[i];
-    DTRAIN_CHECK(r.first <= r.second, Errc::invalid_argument, "empty-reversed gradient range");
+    DTRAIN_CHECK(r.first <= r.second, Errc::invalid_argument, "reversed gradient range");
+    if (i > 0) {  // each range must touch the one before it, so buckets are contiguous
+      const Range prev = ready_ranges[i - 1];
+      DTRAIN_CHECK(r.second == prev.first || r.first == prev.second, Errc::invalid_argument,
+                   "gradient ranges are not adjacent in the arena");
+    }
     if (!open) {
       current = Bucket{r.first, r.second, {}};
       open = true;
     } else {
-      DTRAIN_CHECK(r.second == current.first || r.first == current.last, Errc::invalid_argument,
-                   "gradient ranges are not adjacent in the arena");
       current.first = std::min(current.first, r.first);
       current.last = std::max(current.last, r.second);
     }

@@ -42,15 +42,14 @@ void TrainConfig::validate(int world_size) const {
                Errc::invalid_config, "--schedule must be gpipe, 1f1b or interleaved, got '" << schedule << "'");
   positive(virtual_stages, "--virtual-stages");
   // Not implemented yet: refuse rather than silently ignore.
-  DTRAIN_CHECK(tp == 1, Errc::not_implemented, "--tp " << tp << ": tensor parallelism is not implemented yet (use --tp 1)");
   DTRAIN_CHECK(pp == 1, Errc::not_implemented, "--pp " << pp << ": pipeline parallelism is not implemented yet (use --pp 1)");
   DTRAIN_CHECK(zero <= 1, Errc::not_implemented,
                "--zero " << zero << ": ZeRO stages 2 and 3 are not implemented yet (use --zero 0 or 1)");
   DTRAIN_CHECK(!(deterministic && zero > 0), Errc::not_implemented,
                "--deterministic with --zero " << zero << " is not implemented yet (use --zero 0)");
   DTRAIN_CHECK(bucket_mb > 0, Errc::invalid_config, "--bucket-mb must be positive, got " << bucket_mb);
-  DTRAIN_CHECK(!sequence_parallel, Errc::not_implemented,
-               "--sequence-parallel: sequence parallelism is not implemented yet");
+  DTRAIN_CHECK(!sequence_parallel || tp > 1, Errc::invalid_config,
+               "--sequence-parallel needs --tp > 1");
   DTRAIN_CHECK(virtual_stages == 1, Errc::not_implemented,
                "--virtual-stages " << virtual_stages << ": interleaved pipelines are not implemented yet");
 
@@ -79,11 +78,12 @@ void TrainConfig::validate(int world_size) const {
                Errc::invalid_config, "--precision must be fp32, bf16 or fp16, got '" << precision << "'");
   DTRAIN_CHECK(precision == "fp32", Errc::not_implemented,
                "--precision " << precision << ": mixed precision is not implemented yet (use fp32)");
-  DTRAIN_CHECK(save_dir.empty(), Errc::not_implemented,
-               "--save-dir: checkpointing is not implemented yet");
   DTRAIN_CHECK(save_every >= 0, Errc::invalid_config, "--save-every must be >= 0");
-  DTRAIN_CHECK(resume == "auto" || resume == "none", Errc::not_implemented,
-               "--resume " << resume << ": checkpointing is not implemented yet");
+  DTRAIN_CHECK(save_every == 0 || !save_dir.empty(), Errc::invalid_config,
+               "--save-every " << save_every << " needs --save-dir");
+  DTRAIN_CHECK(keep >= 1, Errc::invalid_config, "--keep must be at least 1, got " << keep);
+  DTRAIN_CHECK(!resume.empty(), Errc::invalid_config,
+               "--resume must be auto, none or a checkpoint path");
   positive(log_every, "--log-every");
   DTRAIN_CHECK(eval_every >= 0, Errc::invalid_config, "--eval-every must be >= 0");
   positive(eval_batches, "--eval-batches");

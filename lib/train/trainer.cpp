@@ -6,6 +6,7 @@
 #include <limits>
 #include <thread>
 
+#include "dtrain/ckpt/checkpoint.hpp"
 #include "dtrain/comm/process_grid.hpp"
 #include "dtrain/core/buffer.hpp"
 #include "dtrain/core/env.hpp"
@@ -14,12 +15,14 @@
 #include "dtrain/core/timer.hpp"
 #include "dtrain/device/device.hpp"
 #include "dtrain/nn/gpt.hpp"
+#include "dtrain/nn/tensor_parallel.hpp"
 #include "dtrain/optim/optimizer.hpp"
 #include "dtrain/optim/schedule.hpp"
 #include "dtrain/parallel/fixed_order_sum.hpp"
 #include "dtrain/parallel/gradient_sync.hpp"
 #include "dtrain/parallel/zero.hpp"
 #include "dtrain/train/data.hpp"
+#include "dtrain/train/signals.hpp"
 #include "train/peak_flops.hpp"
 #include "train/progress.hpp"
 
@@ -48,12 +51,20 @@ struct Trainer::State {
   double last_lr = 0;
   std::vector<double> losses;
   std::vector<double> micro_losses;  // per local micro-batch (deterministic mode)
+  std::unique_ptr<ckpt::Checkpointer> checkpointer;  // made at the first save or load
+  long start_step = 0;
+  long last_saved_step = -1;
+  bool watch_stop = false;  // inside run(): poll for SIGTERM/SIGUSR1
+  bool stopped = false;     // all ranks agreed to stop
 
   State(const TrainConfig& c, Communicator& w);
   std::vector<optim::Segment> optimizer_segments();
   double sync_gradients_bucketed();
   double sync_gradients_fixed_order();
   double gradient_norm();
+  std::vector<char> segment_in_norm;  // ZeRO-1: optimiser segment counts toward the TP norm
+  ckpt::Checkpointer& checkpoints();
+  bool agree_stop();
   int accum() const { return loader.plan().accum_steps; }
   long tokens_per_step() const {
     return static_cast<long>(loader.plan().global_batch()) * cfg.seq_len;
@@ -137,7 +148,7 @@ Trainer::State::State(const TrainConfig& c, Communicator& w)
       grid(w, grid_shape(cfg)),
       dev(configured_device(cfg.device, w, cfg.deterministic)),
       source(open_source(cfg)),
-      model(model_config(cfg), dev, cfg.seed, cfg.micro_batch),
+      model(model_config(cfg), dev, cfg.seed, cfg.micro_batch, &grid.tp(), cfg.sequence_parallel),
       optimizer(dev, optimizer_segments(), model.parameters().numel(), adamw_config(cfg)),
       loader(*source, batch_plan(cfg, grid, w.size()), cfg.seq_len),
       tokens(sizeof(std::int32_t) * cfg.micro_batch * cfg.seq_len),
@@ -191,18 +202,33 @@ std::vector<optim::Segment> Trainer::State::optimizer_segments() {
   return parallel::parameter_segments(params);
 }
 
-// Sum of squares over what this rank holds reduced, then over the DP group when sharded:
-// the same global norm as without ZeRO.
+// Global gradient norm over everything the model holds across TP and (ZeRO) DP ranks, the
+// same as a single rank's. A parameter replicated over the TP group counts once.
 double Trainer::State::gradient_norm() {
-  const float* g = model.parameters().grads();
+  const ParameterStore& params = model.parameters();
   if (cfg.zero == 0 || cfg.deterministic) {
-    return std::sqrt(dev.sum_squares(g, static_cast<std::int64_t>(model.parameters().numel())));
+    return std::sqrt(nn::grad_sum_squares(params, dev, &grid.tp()));
+  }
+  if (segment_in_norm.empty()) {  // once: which owned pieces belong to replicated parameters
+    for (const optim::Segment& seg : optimizer.segments()) {
+      bool counted = true;
+      for (const ParamInfo& p : params) {
+        if (seg.offset >= p.offset && seg.offset < p.offset + p.numel) {
+          counted = p.tp_sharded || grid.tp_rank() == 0;
+        }
+      }
+      segment_in_norm.push_back(counted);
+    }
   }
   double local = 0;
-  for (const optim::Segment& seg : optimizer.segments()) {
-    local += dev.sum_squares(g + seg.offset, static_cast<std::int64_t>(seg.numel));
+  const std::vector<optim::Segment>& segs = optimizer.segments();
+  for (std::size_t i = 0; i < segs.size(); ++i) {
+    if (segment_in_norm[i]) {
+      local += dev.sum_squares(params.grads() + segs[i].offset, static_cast<std::int64_t>(segs[i].numel));
+    }
   }
   grid.dp().all_reduce(&local, &local, 1, DType::f64, ReduceOp::sum);
+  if (grid.tp_size() > 1) grid.tp().all_reduce(&local, &local, 1, DType::f64, ReduceOp::sum);
   return std::sqrt(local);
 }
 
@@ -259,11 +285,64 @@ Trainer::Trainer(const TrainConfig& cfg, Communicator& world)
                    << s_->dev.name());
   DTRAIN_LOG(info, "peak: measured SGEMM " << s_->peak_flops_per_rank / 1e9
                    << " GFLOP/s per rank (the MFU denominator)");
+  const std::string from = ckpt::resolve_resume(world, cfg.resume, cfg.save_dir);
+  if (!from.empty()) load_checkpoint(from);
 }
 
 Trainer::~Trainer() = default;
 
 long Trainer::step() const { return s_->step; }
+GptModel& Trainer::model() { return s_->model; }
+optim::AdamW& Trainer::optimizer() { return s_->optimizer; }
+ProcessGrid& Trainer::grid() { return s_->grid; }
+bool Trainer::optimizer_sharded() const { return !s_->fixed_order && s_->cfg.zero >= 1; }
+
+ckpt::Checkpointer& Trainer::State::checkpoints() {
+  if (!checkpointer) {
+    checkpointer = std::make_unique<ckpt::Checkpointer>(
+        grid, model.parameters(), optimizer, !fixed_order && cfg.zero >= 1, model.config());
+  }
+  return *checkpointer;
+}
+
+// One all-reduce: a signal seen by any rank stops every rank at the same point.
+bool Trainer::State::agree_stop() {
+  int flag = stop_requested() != 0 ? 1 : 0;
+  world.all_reduce(&flag, &flag, 1, DType::i32, ReduceOp::max);
+  stopped = flag != 0;
+  return stopped;
+}
+
+std::string Trainer::save_checkpoint() {
+  State& s = *s_;
+  DTRAIN_CHECK(!s.cfg.save_dir.empty(), Errc::invalid_config, "saving a checkpoint needs --save-dir");
+  ckpt::CheckpointInfo info;
+  info.step = s.step;
+  info.consumed_samples = static_cast<std::uint64_t>(s.step) * s.loader.plan().global_batch();
+  info.data_position = info.consumed_samples;  // the data order is a function of the sample index
+  info.run_config = s.cfg.to_ini();
+  Stopwatch watch;
+  const std::string path = s.checkpoints().save(s.cfg.save_dir, info, s.cfg.keep);
+  s.last_saved_step = s.step;
+  DTRAIN_LOG(info, "checkpoint: wrote " << path << " (step " << s.step << ", " << watch.seconds() << " s)");
+  return path;
+}
+
+void Trainer::load_checkpoint(const std::string& path) {
+  State& s = *s_;
+  Stopwatch watch;
+  const ckpt::CheckpointInfo info = s.checkpoints().load(path);
+  const std::uint64_t expected = static_cast<std::uint64_t>(info.step) * s.loader.plan().global_batch();
+  if (info.data_position != expected) {
+    DTRAIN_LOG(warn, "checkpoint " << path << " was at sample " << info.data_position
+                     << "; with this global batch step " << info.step << " starts at sample " << expected);
+  }
+  s.step = info.step;
+  s.start_step = info.step;
+  s.last_saved_step = info.step;
+  DTRAIN_LOG(info, "checkpoint: resumed from " << path << " at step " << info.step << " ("
+                   << watch.seconds() << " s)");
+}
 const std::vector<double>& Trainer::loss_history() const { return s_->losses; }
 
 double Trainer::train_step() {
@@ -284,13 +363,15 @@ double Trainer::train_step() {
 double Trainer::evaluate() {
   State& s = *s_;
   double total = 0;
-  for (int b = 0; b < s.cfg.eval_batches; ++b) {
+  int done = 0;
+  for (int b = 0; b < s.cfg.eval_batches; ++b, ++done) {
+    if (s.watch_stop && s.agree_stop()) break;  // preemption is checked between batches too
     s.loader.load(Split::val, s.loader.plan().first_sample(b, 0), s.tokens.as<std::int32_t>(),
                   s.targets.as<std::int32_t>());
     total += s.model.forward(s.tokens.as<std::int32_t>(), s.targets.as<std::int32_t>(),
                              s.cfg.micro_batch, s.cfg.seq_len);
   }
-  total /= s.cfg.eval_batches;
+  total = done > 0 ? total / done : std::numeric_limits<double>::quiet_NaN();
   Communicator& dp = s.grid.dp();
   if (dp.size() > 1) dp.all_reduce(&total, &total, 1, DType::f64, ReduceOp::avg);
   return total;
@@ -301,8 +382,18 @@ TrainSummary Trainer::run() {
   TrainSummary sum;
   sum.entropy_rate = s.source->entropy_rate();
   sum.memory = s.memory;
+  sum.start_step = s.start_step;
+  StopSignalScope signals;  // SIGTERM/SIGUSR1 only set a flag until run() returns
+  clear_stop_request();
+  s.stopped = false;
+  s.watch_stop = true;
+  struct Unwatch {
+    bool& flag;
+    ~Unwatch() { flag = false; }
+  } unwatch{s.watch_stop};
   if (s.cfg.eval_only) {
     sum.final_val_loss = evaluate();
+    sum.stopped_by_signal = s.stopped;
     DTRAIN_LOG(info, "eval: val loss " << sum.final_val_loss);
     return sum;
   }
@@ -315,13 +406,19 @@ TrainSummary Trainer::run() {
     Stopwatch watch;
     const double loss = train_step();
     const double step_s = watch.seconds();
-    if (s.step == 1) allocations_before = AlignedBuffer::allocation_count();
+    if (s.step == s.start_step + 1) allocations_before = AlignedBuffer::allocation_count();
     else timed_seconds += step_s;
+    if (s.agree_stop()) {
+      DTRAIN_LOG(info, "signal " << stop_requested() << " received: stopping after step " << s.step);
+      sum.final_loss = loss;
+      break;
+    }
 
     const bool last = s.step == s.cfg.steps;
     const bool eval_now = last || (s.cfg.eval_every > 0 && s.step % s.cfg.eval_every == 0);
     double val = -1;
     if (eval_now) val = evaluate();
+    if (s.stopped) break;
     if (eval_now) sum.final_val_loss = val;
     if (last || s.step % s.cfg.log_every == 0) {
       StepMetrics m = progress.metrics(s.step, loss, val, s.last_lr, s.last_grad_norm, step_s,
@@ -331,11 +428,18 @@ TrainSummary Trainer::run() {
       if (s.world.rank() == 0) DTRAIN_LOG(info, progress.line(m, s.memory.total(), loop.seconds()));
     }
     sum.final_loss = loss;
+    if (s.cfg.save_every > 0 && s.step % s.cfg.save_every == 0) sum.last_checkpoint = save_checkpoint();
+  }
+  sum.stopped_by_signal = s.stopped;
+  if (!s.cfg.save_dir.empty() && s.last_saved_step != s.step) sum.last_checkpoint = save_checkpoint();
+  if (s.stopped && s.cfg.save_dir.empty()) {
+    DTRAIN_LOG(warn, "stopped by a signal without --save-dir: nothing was saved");
   }
   sum.steps = s.step;
   sum.seconds = loop.seconds();
-  if (s.step > 1) {
-    sum.tokens_per_s = static_cast<double>(s.tokens_per_step()) * (s.step - 1) / timed_seconds;
+  if (s.step > s.start_step + 1) {
+    sum.tokens_per_s =
+        static_cast<double>(s.tokens_per_step()) * (s.step - s.start_step - 1) / timed_seconds;
     sum.mfu = progress.mfu(sum.tokens_per_s);
     sum.allocations_after_first_step = AlignedBuffer::allocation_count() - allocations_before;
   }

@@ -118,6 +118,23 @@ TEST(Trainer, ZeroOneMemoryFollowsTheFormula) {
   EXPECT_DOUBLE_EQ(owned_total, psi);  // the shards partition the parameters exactly
 }
 
+TEST(Trainer, TensorParallelWithDataParallelAndZeroMatchesSingleRank) {
+  if (world().size() % 2 != 0) GTEST_SKIP() << "needs an even rank count for --tp 2";
+  const int dp = world().size() / 2;
+  train::TrainConfig cfg = tiny_config();
+  cfg.heads = 4;
+  cfg.vocab = 131;  // not a multiple of the TP size: padded shards
+  cfg.global_batch = static_cast<long>(cfg.micro_batch) * dp * 2;
+  const std::vector<double> single = single_rank_losses(cfg);
+  cfg.tp = 2;
+  expect_close(train_losses(cfg, world()), single, 1e-5);
+  cfg.zero = 1;
+  expect_close(train_losses(cfg, world()), single, 1e-5);
+  cfg.zero = 0;
+  cfg.sequence_parallel = true;
+  expect_close(train_losses(cfg, world()), single, 1e-5);
+}
+
 TEST(Trainer, RerunsAreBitwiseIdentical) {
   train::TrainConfig cfg = tiny_config();
   cfg.deterministic = true;

@@ -44,8 +44,11 @@ TEST(TrainConfig, BadValuesNameTheOption) {
   c.tp = 3;
   expect_config_error(c, 4, "does not divide the 4 ranks");
   c = {};
-  c.tp = 2;
-  expect_config_error(c, 2, "tensor parallelism is not implemented yet");
+  c.pp = 2;
+  expect_config_error(c, 2, "pipeline parallelism is not implemented yet");
+  c = {};
+  c.sequence_parallel = true;
+  expect_config_error(c, 2, "--sequence-parallel needs --tp > 1");
   c = {};
   c.zero = 5;
   expect_config_error(c, 1, "--zero must be 0, 1, 2 or 3");

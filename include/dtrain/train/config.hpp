@@ -46,9 +46,10 @@ struct DTRAIN_API TrainConfig {
   std::string precision = "fp32";
   bool deterministic = false;
   // checkpoints
-  std::string save_dir;
-  long save_every = 0;
-  std::string resume = "auto";
+  std::string save_dir;      // empty: no checkpoints are written
+  long save_every = 0;       // 0: only at the end (and on SIGTERM/SIGUSR1)
+  std::string resume = "auto";  // auto, none or a checkpoint file/directory
+  int keep = 3;              // newest checkpoints kept in save_dir
   // output
   long log_every = 10;
   std::string metrics;
@@ -60,6 +61,8 @@ struct DTRAIN_API TrainConfig {
   // implementation has not landed are rejected here with a clear message.
   void validate(int world_size) const;
   int resolved_dp(int world_size) const;
+  // The options as "key = value" lines (stored in checkpoints).
+  std::string to_ini() const;
   int accum_steps(int world_size) const;
 };
 

@@ -4,11 +4,20 @@
 // ranks of the world communicator construct and run it together.
 #include <cstdint>
 #include <memory>
+#include <string>
 
 #include "dtrain/comm/communicator.hpp"
 #include "dtrain/export.hpp"
 #include "dtrain/train/config.hpp"
 #include "dtrain/train/metrics.hpp"
+
+namespace dtrain {
+class GptModel;
+class ProcessGrid;
+namespace optim {
+class AdamW;
+}  // namespace optim
+}  // namespace dtrain
 
 namespace dtrain::train {
 
@@ -22,12 +31,16 @@ struct DTRAIN_API TrainSummary {
   double mfu = 0;
   MemoryUse memory;             // this rank
   std::uint64_t allocations_after_first_step = 0;  // host buffer allocations in steps 2..N
+  long start_step = 0;          // step the run resumed from (0: a fresh start)
+  bool stopped_by_signal = false;  // SIGTERM/SIGUSR1 ended the loop early (see signals.hpp)
+  std::string last_checkpoint;  // path of the last checkpoint written by run(), if any
 };
 
 class DTRAIN_API Trainer {
  public:
   // Validates cfg (throws Error on every rank alike), builds the grid, device, model,
-  // optimiser and data loader. Allocates every buffer the loop needs.
+  // optimiser and data loader. Allocates every buffer the loop needs. Then resumes per
+  // cfg.resume (ckpt::resolve_resume): auto continues from cfg.save_dir's newest checkpoint.
   Trainer(const TrainConfig& cfg, Communicator& world);
   ~Trainer();
   Trainer(const Trainer&) = delete;
@@ -38,6 +51,19 @@ class DTRAIN_API Trainer {
   double evaluate();                  // mean validation loss over eval_batches batches
   long step() const;                  // optimiser steps taken so far
   const std::vector<double>& loss_history() const;  // loss of every step taken
+
+  // Checkpoints (docs/checkpoint-format.md). run() saves every cfg.save_every steps, at the
+  // end and when stopped by a signal. Both are collective over the world communicator.
+  // save_checkpoint writes to cfg.save_dir (Errc::invalid_config without one), returns the path.
+  std::string save_checkpoint();
+  // Replaces parameters, optimiser state and step with the checkpoint's; verifies it first.
+  void load_checkpoint(const std::string& path);
+
+  // The pieces, for programs and tests that inspect the state.
+  GptModel& model();
+  optim::AdamW& optimizer();
+  ProcessGrid& grid();
+  bool optimizer_sharded() const;     // ZeRO >= 1: the optimiser holds this rank's piece only
 
  private:
   struct State;

@@ -1,0 +1,103 @@
+// Bring your own model: the program's parameter and gradient buffers, mirrored in a flat
+// arena once per step so the bucketed reduction and (ZeRO) AdamW run over offsets.
+#include <string>
+#include <vector>
+
+#include "dtrain/device/device.hpp"
+#include "guard.hpp"
+#include "step_engine.hpp"
+
+using namespace dtrain::capi;
+
+struct dt_byom_s : CommUser {
+  dt_byom_s(dt_comm_s* c, const dt_optimizer_config_t& cfg)
+      : CommUser(Kind::byom, c), store(dtrain::cpu_device()), cfg(cfg) {}
+
+  struct Buffers {
+    float* param;
+    const float* grad;
+    std::size_t numel;
+  };
+  dtrain::ParameterStore store;
+  dt_optimizer_config_t cfg;
+  std::vector<Buffers> buffers;  // registration order = store order
+  std::unique_ptr<StepEngine> engine;  // created by the first step; registration closes
+};
+
+namespace {
+
+template <class F>
+dt_result_t with_byom(const char* func, dt_byom_t h, F&& body) {
+  return call<dt_byom_s>(func, h, Kind::byom, "byom", body);
+}
+
+}  // namespace
+
+extern "C" {
+
+dt_result_t dt_byom_create(dt_comm_t dp, const dt_optimizer_config_t* config, dt_byom_t* byom) {
+  return call<dt_comm_s>(__func__, dp, Kind::comm, "dp", [&](dt_comm_s& c) {
+    need_ptr(byom, "byom");
+    *byom = nullptr;
+    *byom = adopt(std::make_unique<dt_byom_s>(&c, read_optimizer_config(config)));
+  });
+}
+
+dt_result_t dt_byom_destroy(dt_byom_t byom) {
+  return with_byom(__func__, byom, [](dt_byom_s& b) { release_child(&b); });
+}
+
+dt_result_t dt_byom_register(dt_byom_t byom, const char* name, int ndim, const int64_t* shape,
+                             dt_dtype_t dtype, void* param, const void* grad, unsigned flags) {
+  return with_byom(__func__, byom, [&](dt_byom_s& b) {
+    if (b.engine) fail(DT_ERR_INVALID_STATE, "tensors can only be registered before the first step");
+    need_ptr(name, "name");
+    need(ndim >= 1 && ndim <= 8, "ndim must be in [1, 8]");
+    need_ptr(shape, "shape");
+    need_ptr(param, "param");
+    need_ptr(grad, "grad");
+    need((flags & ~DT_PARAM_NO_DECAY) == 0u, "unknown flags");
+    if (dtype != DT_F32)
+      fail(DT_ERR_NOT_IMPLEMENTED, "only DT_F32 tensors can be registered in this version");
+    std::vector<std::int64_t> dims(shape, shape + ndim);
+    std::size_t numel = 1;
+    for (std::int64_t d : dims) {
+      need(d > 0, "every extent of shape must be positive");
+      numel *= static_cast<std::size_t>(d);
+    }
+    b.store.add(name, dims, (flags & DT_PARAM_NO_DECAY) == 0u);
+    b.buffers.push_back({static_cast<float*>(param), static_cast<const float*>(grad), numel});
+  });
+}
+
+dt_result_t dt_byom_step(dt_byom_t byom, float lr, float* grad_norm) {
+  return with_byom(__func__, byom, [&](dt_byom_s& b) {
+    need(lr >= 0 && lr < 1e30f, "lr must be a finite value >= 0");
+    if (!b.engine) {
+      if (b.buffers.empty()) fail(DT_ERR_INVALID_STATE, "no tensors registered");
+      b.store.allocate();
+      b.engine = std::make_unique<StepEngine>(*b.comm->comm, b.store, b.cfg);
+    }
+    dtrain::Device& dev = b.store.device();
+    for (std::size_t i = 0; i < b.buffers.size(); ++i) {
+      const dtrain::ParamInfo& p = b.store[i];
+      const std::size_t bytes = b.buffers[i].numel * sizeof(float);
+      dev.copy(b.store.param(p), b.buffers[i].param, bytes, dtrain::CopyKind::host_to_device);
+      dev.copy(b.store.grad(p), b.buffers[i].grad, bytes, dtrain::CopyKind::host_to_device);
+    }
+    const double norm = b.engine->step(lr);
+    for (std::size_t i = 0; i < b.buffers.size(); ++i)
+      dev.copy(b.buffers[i].param, b.store.param(b.store[i]), b.buffers[i].numel * sizeof(float),
+               dtrain::CopyKind::device_to_host);
+    if (grad_norm) *grad_norm = static_cast<float>(norm);
+  });
+}
+
+dt_result_t dt_byom_steps(dt_byom_t byom, long* steps) {
+  return with_byom(__func__, byom, [&](dt_byom_s& b) {
+    need_ptr(steps, "steps");
+    *steps = b.engine ? b.engine->steps() : 0;
+  });
+}
+
+}  // extern "C"

@@ -1,0 +1,105 @@
+// Communicator queries and the blocking collectives on host buffers.
+#include <string>
+
+#include "guard.hpp"
+
+using namespace dtrain::capi;
+
+namespace {
+
+dtrain::DType dtype_of(dt_dtype_t t) {
+  if (static_cast<int>(t) < DT_F32 || static_cast<int>(t) > DT_U8)
+    fail(DT_ERR_INVALID_ARGUMENT, "unknown dtype " + std::to_string(static_cast<int>(t)));
+  return static_cast<dtrain::DType>(t);
+}
+
+dtrain::ReduceOp op_of(dt_reduce_op_t op) {
+  if (static_cast<int>(op) < DT_SUM || static_cast<int>(op) > DT_MIN)
+    fail(DT_ERR_INVALID_ARGUMENT, "unknown reduce op " + std::to_string(static_cast<int>(op)));
+  return static_cast<dtrain::ReduceOp>(op);
+}
+
+// Buffers may be NULL only when there is nothing to move.
+void need_buffers(const void* send, const void* recv, std::size_t count) {
+  if (count > 0) {
+    need_ptr(send, "send");
+    need_ptr(recv, "recv");
+  }
+}
+
+template <class F>
+dt_result_t with_comm(const char* func, dt_comm_t h, F&& body) {
+  return call<dt_comm_s>(func, h, Kind::comm, "comm", [&](dt_comm_s& c) { body(*c.comm); });
+}
+
+}  // namespace
+
+extern "C" {
+
+dt_result_t dt_comm_rank(dt_comm_t comm, int* rank) {
+  return with_comm(__func__, comm, [&](dtrain::Communicator& c) {
+    need_ptr(rank, "rank");
+    *rank = c.rank();
+  });
+}
+
+dt_result_t dt_comm_size(dt_comm_t comm, int* size) {
+  return with_comm(__func__, comm, [&](dtrain::Communicator& c) {
+    need_ptr(size, "size");
+    *size = c.size();
+  });
+}
+
+dt_result_t dt_comm_world_ranks(dt_comm_t comm, int* ranks, int capacity, int* count) {
+  return with_comm(__func__, comm, [&](dtrain::Communicator& c) {
+    need_ptr(count, "count");
+    const auto& members = c.world_ranks();
+    *count = static_cast<int>(members.size());
+    if (capacity == 0 && !ranks) return;  // size query
+    need_ptr(ranks, "ranks");
+    need(capacity >= *count, "capacity is smaller than the group size");
+    for (int i = 0; i < *count; ++i) ranks[i] = members[static_cast<std::size_t>(i)];
+  });
+}
+
+dt_result_t dt_all_reduce(dt_comm_t comm, const void* send, void* recv, size_t count,
+                          dt_dtype_t dtype, dt_reduce_op_t op) {
+  return with_comm(__func__, comm, [&](dtrain::Communicator& c) {
+    need_buffers(send, recv, count);
+    c.all_reduce(send, recv, count, dtype_of(dtype), op_of(op));
+  });
+}
+
+dt_result_t dt_all_gather(dt_comm_t comm, const void* send, void* recv, size_t send_count,
+                          dt_dtype_t dtype) {
+  return with_comm(__func__, comm, [&](dtrain::Communicator& c) {
+    need_buffers(send, recv, send_count);
+    c.all_gather(send, recv, send_count, dtype_of(dtype));
+  });
+}
+
+dt_result_t dt_reduce_scatter(dt_comm_t comm, const void* send, void* recv, size_t recv_count,
+                              dt_dtype_t dtype, dt_reduce_op_t op) {
+  return with_comm(__func__, comm, [&](dtrain::Communicator& c) {
+    need_buffers(send, recv, recv_count);
+    c.reduce_scatter(send, recv, recv_count, dtype_of(dtype), op_of(op));
+  });
+}
+
+dt_result_t dt_broadcast(dt_comm_t comm, const void* send, void* recv, size_t count,
+                         dt_dtype_t dtype, int root) {
+  return with_comm(__func__, comm, [&](dtrain::Communicator& c) {
+    need(root >= 0 && root < c.size(), "root is not a rank of the communicator");
+    if (count > 0) {
+      need_ptr(recv, "recv");
+      if (c.rank() == root) need_ptr(send, "send");
+    }
+    c.broadcast(send, recv, count, dtype_of(dtype), root);
+  });
+}
+
+dt_result_t dt_barrier(dt_comm_t comm) {
+  return with_comm(__func__, comm, [](dtrain::Communicator& c) { c.barrier(); });
+}
+
+}  // extern "C"

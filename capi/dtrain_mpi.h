@@ -1,0 +1,22 @@
+/**
+ * @file dtrain_mpi.h
+ * @brief Optional bridge for C programs that use MPI themselves: include it instead of (or
+ * after) dtrain.h. Only this header needs mpi.h; the library's ABI passes communicators as
+ * Fortran handles (MPI_Fint), which every MPI implementation can convert to and from.
+ */
+#ifndef DTRAIN_MPI_H
+#define DTRAIN_MPI_H
+
+#include <mpi.h>
+
+#include "dtrain.h"
+
+/**
+ * dt_init_fortran_comm() over a C communicator: dtrain works on a duplicate of comm, so its
+ * traffic never mixes with the program's. MPI must be initialised. Collective over comm.
+ */
+static inline dt_result_t dt_init_mpi_comm(MPI_Comm comm, dt_context_t* ctx) {
+  return dt_init_fortran_comm((int)MPI_Comm_c2f(comm), ctx);
+}
+
+#endif /* DTRAIN_MPI_H */

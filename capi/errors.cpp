@@ -1,0 +1,100 @@
+// Result codes, their names, and the last-error messages (per context and per thread).
+#include <new>
+
+#include "dtrain/core/error.hpp"
+#include "dtrain_version.h"
+#include "guard.hpp"
+
+namespace dtrain::capi {
+namespace {
+
+thread_local std::string thread_last_error;
+thread_local std::string returned_error;  // what dt_get_last_error handed out last
+
+// The Errc values are the C codes below 1000, one to one (checked here, at compile time).
+static_assert(static_cast<int>(Errc::internal) == DT_ERR_INTERNAL, "Errc and dt_result_t diverged");
+static_assert(static_cast<int>(Errc::invalid_argument) == DT_ERR_INVALID_ARGUMENT, "");
+static_assert(static_cast<int>(Errc::corrupt_data) == DT_ERR_CORRUPT_DATA, "");
+
+}  // namespace
+
+void fail(dt_result_t code, const std::string& msg) { throw CError(code, msg); }
+
+void record_error(dt_context_s* ctx, const char* func, const std::string& msg) noexcept {
+  try {
+    std::string text = std::string(func) + ": " + msg;
+    if (ctx) {
+      std::lock_guard<std::mutex> lock(ctx->error_mutex);
+      ctx->last_error = text;
+    }
+    thread_last_error = std::move(text);
+  } catch (...) {
+    // Out of memory while recording: the code still reaches the caller.
+  }
+}
+
+dt_result_t handle_exception(dt_context_s* ctx, const char* func) noexcept {
+  try {
+    throw;
+  } catch (const CError& e) {
+    record_error(ctx, func, e.what());
+    return e.code();
+  } catch (const Error& e) {
+    record_error(ctx, func, e.what());
+    return static_cast<dt_result_t>(static_cast<int>(e.code()));
+  } catch (const std::bad_alloc&) {
+    record_error(ctx, func, "out of memory");
+    return DT_ERR_OUT_OF_MEMORY;
+  } catch (const std::exception& e) {
+    record_error(ctx, func, std::string("internal error: ") + e.what());
+    return DT_ERR_INTERNAL;
+  } catch (...) {
+    record_error(ctx, func, "internal error: unknown exception");
+    return DT_ERR_INTERNAL;
+  }
+}
+
+}  // namespace dtrain::capi
+
+using namespace dtrain::capi;
+
+extern "C" {
+
+int dt_get_version(void) { return DT_VERSION_CODE; }
+
+const char* dt_get_error_string(dt_result_t code) {
+  switch (code) {
+    case DT_SUCCESS: return "success";
+    case DT_ERR_INVALID_ARGUMENT: return "invalid argument";
+    case DT_ERR_INVALID_CONFIG: return "invalid configuration";
+    case DT_ERR_OUT_OF_MEMORY: return "out of memory";
+    case DT_ERR_IO: return "I/O error";
+    case DT_ERR_COMM: return "communication error";
+    case DT_ERR_TIMEOUT: return "timeout";
+    case DT_ERR_NOT_IMPLEMENTED: return "not implemented";
+    case DT_ERR_UNAVAILABLE: return "unavailable";
+    case DT_ERR_CORRUPT_DATA: return "corrupt data";
+    case DT_ERR_INTERNAL: return "internal error";
+    case DT_ERR_INVALID_HANDLE: return "invalid handle";
+    case DT_ERR_INVALID_STATE: return "invalid state";
+  }
+  return "unknown result code";
+}
+
+const char* dt_get_last_error(dt_context_t ctx) {
+  try {
+    Handle* h = find_handle(ctx, Kind::context);
+    if (h) {
+      dt_context_s* c = static_cast<dt_context_s*>(h);
+      std::lock_guard<std::mutex> lock(c->error_mutex);
+      returned_error = c->last_error;
+    } else {
+      returned_error = thread_last_error;
+    }
+    return returned_error.c_str();
+  } catch (...) {
+    return "out of memory while reading the last error";
+  }
+}
+
+}  // extern "C"

@@ -1,0 +1,98 @@
+// The live-handle registry and the lifetime of contexts, grids and their communicators.
+#include "handles.hpp"
+
+#include <algorithm>
+#include <unordered_map>
+
+namespace dtrain::capi {
+namespace {
+
+std::mutex& registry_mutex() {
+  static std::mutex m;
+  return m;
+}
+// Never destroyed: handles may be released from atexit handlers of other libraries.
+std::unordered_map<const void*, Kind>& registry() {
+  static auto* r = new std::unordered_map<const void*, Kind>();
+  return *r;
+}
+
+}  // namespace
+
+const char* kind_name(Kind k) noexcept {
+  switch (k) {
+    case Kind::context: return "dt_context_t";
+    case Kind::comm: return "dt_comm_t";
+    case Kind::grid: return "dt_grid_t";
+    case Kind::byom: return "dt_byom_t";
+    case Kind::model: return "dt_model_t";
+  }
+  return "handle";
+}
+
+void register_handle(Handle* h) {
+  std::lock_guard<std::mutex> lock(registry_mutex());
+  registry()[h] = h->magic;
+}
+
+void unregister_handle(Handle* h) noexcept {
+  std::lock_guard<std::mutex> lock(registry_mutex());
+  registry().erase(h);
+}
+
+Handle* find_handle(const void* p, Kind k) noexcept {
+  if (!p) return nullptr;
+  std::lock_guard<std::mutex> lock(registry_mutex());
+  const auto it = registry().find(p);
+  if (it == registry().end() || it->second != k) return nullptr;
+  // Registered as this kind, so it is safe to read; the magic check guards against a bug
+  // that registered the wrong object.
+  Handle* h = static_cast<Handle*>(const_cast<void*>(p));
+  return h->magic == k ? h : nullptr;
+}
+
+CommUser::CommUser(Kind k, dt_comm_s* c) : Handle(k, c->ctx), comm(c) {
+  if (comm->grid) ++comm->grid->users;
+}
+
+CommUser::~CommUser() {
+  if (comm->grid) --comm->grid->users;
+}
+
+void release_child(Handle* h) noexcept {
+  auto& kids = h->ctx->children;
+  kids.erase(std::remove(kids.begin(), kids.end(), h), kids.end());
+  unregister_handle(h);
+  delete h;
+}
+
+}  // namespace dtrain::capi
+
+using dtrain::capi::register_handle;
+using dtrain::capi::unregister_handle;
+
+dt_grid_s::dt_grid_s(dt_context_s* c, const dtrain::GridShape& shape)
+    : Handle(dtrain::capi::Kind::grid, c), grid(c->runtime.world(), shape) {
+  dtrain::Communicator* groups[4] = {&grid.world(), &grid.tp(), &grid.pp(), &grid.dp()};
+  for (int i = 0; i < 4; ++i) {
+    comms[i] = std::make_unique<dt_comm_s>(c, groups[i], this);
+    register_handle(comms[i].get());
+  }
+}
+
+dt_grid_s::~dt_grid_s() {
+  for (auto& comm : comms)
+    if (comm) unregister_handle(comm.get());
+}
+
+dt_context_s::dt_context_s(dtrain::Runtime rt)
+    : Handle(dtrain::capi::Kind::context, this), runtime(std::move(rt)) {
+  world = std::make_unique<dt_comm_s>(this, &runtime.world(), nullptr);
+  register_handle(world.get());
+}
+
+dt_context_s::~dt_context_s() {
+  // Newest first, so a model goes before the grid whose groups it uses.
+  while (!children.empty()) dtrain::capi::release_child(children.back());
+  unregister_handle(world.get());
+}

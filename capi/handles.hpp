@@ -1,0 +1,92 @@
+#pragma once
+// What the opaque C handles point to, and the registry that tells a live handle from a
+// dangling or foreign pointer before anything is dereferenced.
+#include <cstdint>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <vector>
+
+#include "dtrain.h"
+#include "dtrain/comm/communicator.hpp"
+#include "dtrain/comm/process_grid.hpp"
+#include "dtrain/comm/runtime.hpp"
+
+namespace dtrain::capi {
+
+// Magic numbers double as kind tags: a handle of one kind passed as another is rejected.
+enum class Kind : std::uint32_t {
+  context = 0x64744358u,  // "dtCX"
+  comm = 0x6474434Du,     // "dtCM"
+  grid = 0x64744752u,     // "dtGR"
+  byom = 0x6474424Fu,     // "dtBO"
+  model = 0x64744D44u,    // "dtMD"
+};
+
+const char* kind_name(Kind k) noexcept;
+
+struct Handle {
+  Handle(Kind k, dt_context_s* c) : magic(k), ctx(c) {}
+  virtual ~Handle() = default;
+  Kind magic;
+  dt_context_s* ctx;
+};
+
+// Registration makes a handle visible to lookups; every handle is registered right after
+// construction and unregistered right before deletion.
+void register_handle(Handle* h);
+void unregister_handle(Handle* h) noexcept;
+// The handle if p is a live handle of kind k; null otherwise (p is never dereferenced then).
+Handle* find_handle(const void* p, Kind k) noexcept;
+
+}  // namespace dtrain::capi
+
+struct dt_comm_s : dtrain::capi::Handle {
+  dt_comm_s(dt_context_s* c, dtrain::Communicator* comm, dt_grid_s* owner)
+      : Handle(dtrain::capi::Kind::comm, c), comm(comm), grid(owner) {}
+  dtrain::Communicator* comm;  // owned by the context or the grid
+  dt_grid_s* grid;             // null for the world communicator
+};
+
+// A user of a grid's communicators (model, byom) pins the grid for its lifetime.
+struct dt_grid_s : dtrain::capi::Handle {
+  dt_grid_s(dt_context_s* c, const dtrain::GridShape& shape);
+  ~dt_grid_s() override;
+  dtrain::ProcessGrid grid;
+  std::unique_ptr<dt_comm_s> comms[4];  // by dt_group_t
+  int users = 0;
+};
+
+struct dt_context_s : dtrain::capi::Handle {
+  explicit dt_context_s(dtrain::Runtime rt);
+  ~dt_context_s() override;
+  dtrain::Runtime runtime;
+  std::unique_ptr<dt_comm_s> world;
+  std::mutex error_mutex;
+  std::string last_error;
+  // Grids, byoms and models in creation order: dt_finalize releases them newest first.
+  std::vector<dtrain::capi::Handle*> children;
+};
+
+namespace dtrain::capi {
+
+// A handle that depends on a communicator: pins the communicator's grid, if any.
+struct CommUser : Handle {
+  CommUser(Kind k, dt_comm_s* comm);
+  ~CommUser() override;
+  dt_comm_s* comm;
+};
+
+// Adds h to its context (registered, released by dt_finalize); takes ownership.
+template <class T>
+T* adopt(std::unique_ptr<T> h) {
+  T* raw = h.get();
+  raw->ctx->children.push_back(raw);
+  register_handle(raw);
+  h.release();
+  return raw;
+}
+// Removes a child from its context and deletes it.
+void release_child(Handle* h) noexcept;
+
+}  // namespace dtrain::capi

@@ -1,0 +1,222 @@
+// Built-in models (MLP, GPT) with their optimiser step.
+#include <algorithm>
+#include <cstring>
+#include <string>
+#include <vector>
+
+#include "dtrain/device/device.hpp"
+#include "dtrain/nn/gpt.hpp"
+#include "dtrain/nn/mlp.hpp"
+#include "guard.hpp"
+#include "step_engine.hpp"
+
+using namespace dtrain::capi;
+
+struct dt_model_s : CommUser {
+  explicit dt_model_s(dt_comm_s* c) : CommUser(Kind::model, c) {}
+  std::unique_ptr<dtrain::MlpModel> mlp;
+  std::unique_ptr<dtrain::GptModel> gpt;
+  std::unique_ptr<StepEngine> engine;
+
+  dtrain::ParameterStore& params() { return mlp ? mlp->parameters() : gpt->parameters(); }
+  dtrain::Device& device() { return params().device(); }
+};
+
+namespace {
+
+template <class F>
+dt_result_t with_model(const char* func, dt_model_t h, F&& body) {
+  return call<dt_model_s>(func, h, Kind::model, "model", body);
+}
+
+dtrain::MlpModel& need_mlp(dt_model_s& m) {
+  if (!m.mlp) fail(DT_ERR_INVALID_ARGUMENT, "model is not an MLP");
+  return *m.mlp;
+}
+
+dtrain::GptModel& need_gpt(dt_model_s& m) {
+  if (!m.gpt) fail(DT_ERR_INVALID_ARGUMENT, "model is not a GPT");
+  return *m.gpt;
+}
+
+void need_struct(const void* cfg, std::size_t struct_size, std::size_t v1_size, const char* init) {
+  need_ptr(cfg, "config");
+  if (struct_size < v1_size)
+    fail(DT_ERR_INVALID_ARGUMENT, std::string("config->struct_size is too small: initialise it with ") + init);
+}
+
+void need_seed_agreement(dtrain::Communicator& dp, std::uint64_t seed) {
+  // Replicas must start identical, or data parallelism silently trains different models.
+  std::uint64_t lo = seed, hi = seed;
+  dp.all_reduce(&lo, &lo, 1, dtrain::DType::i64, dtrain::ReduceOp::min);
+  dp.all_reduce(&hi, &hi, 1, dtrain::DType::i64, dtrain::ReduceOp::max);
+  if (lo != hi) fail(DT_ERR_INVALID_CONFIG, "config->seed differs between ranks of the dp group");
+}
+
+// GPT inputs are indices into tables: check them before any kernel reads out of bounds.
+void need_tokens(const std::int32_t* t, std::size_t n, int vocab, const char* name) {
+  need_ptr(t, name);
+  for (std::size_t i = 0; i < n; ++i)
+    if (t[i] < 0 || t[i] >= vocab)
+      fail(DT_ERR_INVALID_ARGUMENT, std::string(name) + "[" + std::to_string(i) + "] = " +
+                                        std::to_string(t[i]) + " is outside [0, vocab)");
+}
+
+void need_gpt_batch(dtrain::GptModel& g, int batch, int seq) {
+  need(batch >= 1 && batch <= g.max_batch(), "batch must be in [1, max_batch]");
+  need(seq >= 1 && seq <= g.config().seq_len, "seq must be in [1, seq_len]");
+}
+
+float gpt_forward(dtrain::GptModel& g, const int32_t* tokens, const int32_t* targets, int batch,
+                  int seq) {
+  need_gpt_batch(g, batch, seq);
+  const std::size_t n = static_cast<std::size_t>(batch) * static_cast<std::size_t>(seq);
+  need_tokens(tokens, n, g.config().vocab, "tokens");
+  need_tokens(targets, n, g.config().vocab, "targets");
+  return g.forward(tokens, targets, batch, seq);
+}
+
+}  // namespace
+
+extern "C" {
+
+dt_result_t dt_model_create_mlp(dt_comm_t dp, const dt_mlp_config_t* config,
+                                const dt_optimizer_config_t* optimizer, dt_model_t* model) {
+  return call<dt_comm_s>(__func__, dp, Kind::comm, "dp", [&](dt_comm_s& c) {
+    need_ptr(model, "model");
+    *model = nullptr;
+    need_struct(config, config ? config->struct_size : 0,
+                offsetof(dt_mlp_config_t, seed) + sizeof(uint64_t), "DT_MLP_CONFIG_INIT");
+    need(config->num_sizes >= 2, "config->num_sizes must be at least 2");
+    need_ptr(config->sizes, "config->sizes");
+    const dt_optimizer_config_t opt = read_optimizer_config(optimizer);
+    dtrain::MlpConfig mc;
+    mc.sizes.assign(config->sizes, config->sizes + config->num_sizes);
+    need_seed_agreement(*c.comm, config->seed);
+    auto m = std::make_unique<dt_model_s>(&c);
+    m->mlp = std::make_unique<dtrain::MlpModel>(mc, dtrain::cpu_device(), config->seed,
+                                                config->max_batch);
+    m->engine = std::make_unique<StepEngine>(*c.comm, m->params(), opt);
+    *model = adopt(std::move(m));
+  });
+}
+
+dt_result_t dt_model_create_gpt(dt_comm_t dp, const dt_gpt_config_t* config,
+                                const dt_optimizer_config_t* optimizer, dt_model_t* model) {
+  return call<dt_comm_s>(__func__, dp, Kind::comm, "dp", [&](dt_comm_s& c) {
+    need_ptr(model, "model");
+    *model = nullptr;
+    need_struct(config, config ? config->struct_size : 0,
+                offsetof(dt_gpt_config_t, seed) + sizeof(uint64_t), "DT_GPT_CONFIG_INIT");
+    const dt_optimizer_config_t opt = read_optimizer_config(optimizer);
+    dtrain::GptConfig gc;
+    gc.layers = config->layers;
+    gc.heads = config->heads;
+    gc.d_model = config->d_model;
+    gc.seq_len = config->seq_len;
+    gc.vocab = config->vocab;
+    gc.tie_embeddings = config->tie_embeddings != 0;
+    gc.validate();
+    need(config->max_batch >= 1, "config->max_batch must be positive");
+    need_seed_agreement(*c.comm, config->seed);
+    auto m = std::make_unique<dt_model_s>(&c);
+    m->gpt = std::make_unique<dtrain::GptModel>(gc, dtrain::cpu_device(), config->seed,
+                                                config->max_batch);
+    m->engine = std::make_unique<StepEngine>(*c.comm, m->params(), opt);
+    *model = adopt(std::move(m));
+  });
+}
+
+dt_result_t dt_model_destroy(dt_model_t model) {
+  return with_model(__func__, model, [](dt_model_s& m) { release_child(&m); });
+}
+
+dt_result_t dt_mlp_forward_backward(dt_model_t model, const float* x, const int32_t* labels,
+                                    int batch, float* loss) {
+  return with_model(__func__, model, [&](dt_model_s& m) {
+    dtrain::MlpModel& mlp = need_mlp(m);
+    need_ptr(x, "x");
+    need_ptr(labels, "labels");
+    need(batch >= 1 && batch <= mlp.max_batch(), "batch must be in [1, max_batch]");
+    const float l = mlp.forward(x, labels, batch);
+    mlp.backward(1.0f);
+    if (loss) *loss = l;
+  });
+}
+
+dt_result_t dt_mlp_evaluate(dt_model_t model, const float* x, const int32_t* labels, int batch,
+                            float* loss) {
+  return with_model(__func__, model, [&](dt_model_s& m) {
+    dtrain::MlpModel& mlp = need_mlp(m);
+    need_ptr(x, "x");
+    need_ptr(labels, "labels");
+    need_ptr(loss, "loss");
+    need(batch >= 1 && batch <= mlp.max_batch(), "batch must be in [1, max_batch]");
+    *loss = mlp.forward(x, labels, batch);
+  });
+}
+
+dt_result_t dt_mlp_predict(dt_model_t model, const float* x, int batch, float* logits) {
+  return with_model(__func__, model, [&](dt_model_s& m) {
+    dtrain::MlpModel& mlp = need_mlp(m);
+    need_ptr(x, "x");
+    need_ptr(logits, "logits");
+    need(batch >= 1 && batch <= mlp.max_batch(), "batch must be in [1, max_batch]");
+    mlp.forward(x, nullptr, batch);
+    const std::size_t n = static_cast<std::size_t>(batch) * static_cast<std::size_t>(mlp.config().sizes.back());
+    m.device().copy(logits, mlp.logits(), n * sizeof(float), dtrain::CopyKind::device_to_host);
+  });
+}
+
+dt_result_t dt_gpt_forward_backward(dt_model_t model, const int32_t* tokens, const int32_t* targets,
+                                    int batch, int seq, float* loss) {
+  return with_model(__func__, model, [&](dt_model_s& m) {
+    dtrain::GptModel& g = need_gpt(m);
+    const float l = gpt_forward(g, tokens, targets, batch, seq);
+    g.backward(1.0f);
+    if (loss) *loss = l;
+  });
+}
+
+dt_result_t dt_gpt_evaluate(dt_model_t model, const int32_t* tokens, const int32_t* targets,
+                            int batch, int seq, float* loss) {
+  return with_model(__func__, model, [&](dt_model_s& m) {
+    dtrain::GptModel& g = need_gpt(m);
+    need_ptr(loss, "loss");
+    *loss = gpt_forward(g, tokens, targets, batch, seq);
+  });
+}
+
+dt_result_t dt_model_step(dt_model_t model, float lr, float* grad_norm) {
+  return with_model(__func__, model, [&](dt_model_s& m) {
+    need(lr >= 0 && lr < 1e30f, "lr must be a finite value >= 0");
+    const double norm = m.engine->step(lr);
+    m.params().zero_grads();
+    if (grad_norm) *grad_norm = static_cast<float>(norm);
+  });
+}
+
+dt_result_t dt_model_num_parameters(dt_model_t model, size_t* count) {
+  return with_model(__func__, model, [&](dt_model_s& m) {
+    need_ptr(count, "count");
+    std::size_t n = 0;
+    for (const dtrain::ParamInfo& p : m.params()) n += p.local_numel();
+    *count = n;
+  });
+}
+
+dt_result_t dt_model_get_parameters(dt_model_t model, float* dst, size_t capacity) {
+  return with_model(__func__, model, [&](dt_model_s& m) {
+    need_ptr(dst, "dst");
+    dtrain::ParameterStore& ps = m.params();
+    std::size_t n = 0;
+    for (const dtrain::ParamInfo& p : ps) n += p.local_numel();
+    need(capacity >= n, "capacity is smaller than dt_model_num_parameters()");
+    for (const dtrain::ParamInfo& p : ps) {
+      m.device().copy(dst, ps.param(p), p.local_numel() * sizeof(float), dtrain::CopyKind::device_to_host);
+      dst += p.local_numel();
+    }
+  });
+}
+
+}  // extern "C"

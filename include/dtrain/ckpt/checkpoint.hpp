@@ -1,0 +1,73 @@
+#pragma once
+// HDF5 checkpoints (docs/checkpoint-format.md): DIR/step_<8 digits>.h5 plus DIR/latest.
+//
+// Every logical tensor is stored whole under /model/<global name> with its logical shape,
+// its AdamW moments under /optimizer/<name>/exp_avg and exp_avg_sq, whatever the layout that
+// wrote it. Each rank writes exactly the pieces it owns (a share of the replicated
+// parameters, its ZeRO piece of the moments, its tensor-parallel slice) with collective
+// MPI-IO, and reads back the pieces the current layout needs, so any layout loads any file.
+// A file is written under a temporary name and renamed only when complete.
+#include <cstdint>
+#include <memory>
+#include <string>
+
+#include "dtrain/comm/process_grid.hpp"
+#include "dtrain/export.hpp"
+#include "dtrain/nn/gpt.hpp"
+#include "dtrain/nn/parameters.hpp"
+#include "dtrain/optim/optimizer.hpp"
+
+namespace dtrain::ckpt {
+
+inline constexpr const char* kFormatName = "dtrain-checkpoint";
+inline constexpr int kFormatVersion = 1;
+
+// The run's position, stored as attributes of the file's root group.
+struct DTRAIN_API CheckpointInfo {
+  long step = 0;                        // optimiser steps taken
+  std::uint64_t consumed_samples = 0;   // training sequences consumed
+  std::uint64_t data_position = 0;      // global index of the next training sample
+  std::string run_config;               // "key = value" lines of the run (informative)
+};
+
+class DTRAIN_API Checkpointer {
+ public:
+  // Plans which pieces this rank reads and writes (collective over grid.world(): agrees on
+  // the number of I/O calls per dataset). optimizer_sharded: the optimiser's segments are
+  // this rank's ZeRO piece of the arena (else it holds every moment, replicated over dp).
+  // The objects are borrowed for the Checkpointer's lifetime.
+  Checkpointer(ProcessGrid& grid, ParameterStore& params, optim::AdamW& optimizer,
+               bool optimizer_sharded, const GptConfig& model);
+  ~Checkpointer();
+  Checkpointer(const Checkpointer&) = delete;
+  Checkpointer& operator=(const Checkpointer&) = delete;
+
+  // Collective. Writes dir/step_<info.step>.h5 atomically (temporary name, flush, close,
+  // rename), points dir/latest at it and deletes all but the newest `keep` checkpoints.
+  // Returns the path written. Errors throw Error(Errc::io) on every rank.
+  std::string save(const std::string& dir, const CheckpointInfo& info, int keep);
+
+  // Collective. Loads path into the parameters and optimiser (moments and step count)
+  // after checking the format, the model configuration and every dataset's shape and
+  // checksum; a mismatch throws Error(Errc::corrupt_data) naming the file and dataset
+  // (Errc::invalid_config when the model configuration differs). Returns the run position.
+  CheckpointInfo load(const std::string& path);
+
+ private:
+  struct Impl;
+  std::unique_ptr<Impl> impl_;
+};
+
+// "step_00001234.h5"
+DTRAIN_API std::string checkpoint_name(long step);
+
+// Collective over world: what to resume from, decided by world rank 0 and broadcast.
+//   "none"  -> "" (start fresh)
+//   "auto"  -> save_dir/latest when present, else the newest complete step_*.h5 in save_dir,
+//              else "" (temporary *.tmp files are never taken)
+//   a directory -> as "auto" on it, but finding nothing is an error
+//   a file  -> that file (Errc::io when it does not exist)
+DTRAIN_API std::string resolve_resume(Communicator& world, const std::string& resume,
+                                      const std::string& save_dir);
+
+}  // namespace dtrain::ckpt

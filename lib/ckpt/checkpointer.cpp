@@ -1,0 +1,387 @@
+// Checkpointer: the parallel HDF5 write and read of the planned pieces (io_plan.hpp), the
+// attributes of docs/checkpoint-format.md, and the verification on load.
+#include <cstdio>
+#include <filesystem>
+#include <sstream>
+
+#include "ckpt/commit.hpp"
+#include "ckpt/h5.hpp"
+#include "ckpt/io_plan.hpp"
+#include "ckpt/slice_boxes.hpp"
+#include "dtrain/ckpt/checkpoint.hpp"
+#include "dtrain/ckpt/checksum.hpp"
+#include "dtrain/comm/mpi_interop.hpp"
+#include "dtrain/core/error.hpp"
+#include "dtrain/core/log.hpp"
+#include "dtrain/version.hpp"
+
+namespace dtrain::ckpt {
+namespace {
+
+enum Kind { kParam = 0, kExpAvg = 1, kExpAvgSq = 2 };
+const char* const kStateNames[] = {"", "exp_avg", "exp_avg_sq"};
+
+std::string dataset_path(const ParamInfo& p, int kind) {
+  return kind == kParam ? "/model/" + p.name : "/optimizer/" + p.name + "/" + kStateNames[kind];
+}
+
+std::string shape_text(const std::vector<std::uint64_t>& dims) {
+  std::ostringstream os;
+  os << "[";
+  for (std::size_t i = 0; i < dims.size(); ++i) os << (i ? ", " : "") << dims[i];
+  os << "]";
+  return os.str();
+}
+
+std::string model_text(long layers, long heads, long d_model, long seq_len, long vocab, long tie) {
+  std::ostringstream os;
+  os << "layers=" << layers << " heads=" << heads << " d-model=" << d_model << " seq-len=" << seq_len
+     << " vocab=" << vocab << " tie-embeddings=" << (tie ? "true" : "false");
+  return os.str();
+}
+
+// H5Lexists fails on a missing intermediate group, so test each level of the path.
+bool link_exists(hid_t file, const std::string& path) {
+  for (std::size_t pos = path.find('/', 1);; pos = path.find('/', pos + 1)) {
+    const std::string prefix = path.substr(0, pos);
+    if (H5Lexists(file, prefix.c_str(), H5P_DEFAULT) <= 0) return false;
+    if (pos == std::string::npos) return true;
+  }
+}
+
+// Collective: when `failed` on any rank, every rank throws (rank `first`'s message where
+// it is the one that failed, a pointer to it elsewhere).
+void agree(Communicator& world, bool failed, Errc code, const std::string& message) {
+  int first = failed ? world.rank() : world.size();
+  world.all_reduce(&first, &first, 1, DType::i32, ReduceOp::min);
+  if (first == world.size()) return;
+  int c = static_cast<int>(code);
+  world.broadcast(&c, &c, 1, DType::i32, first);
+  if (failed) throw Error(code, message);
+  throw Error(static_cast<Errc>(c), "checkpoint failed on world rank " + std::to_string(first));
+}
+
+}  // namespace
+
+struct Checkpointer::Impl {
+  ProcessGrid& grid;
+  ParameterStore& params;
+  optim::AdamW& optimizer;
+  GptConfig model;
+  std::vector<TensorPlan> plans;
+  // Collective I/O calls per tensor: max over ranks of pieces, for each of
+  // param_read, param_write, state_read, state_write.
+  std::vector<int> calls;
+
+  Impl(ProcessGrid& g, ParameterStore& p, optim::AdamW& o, bool sharded, const GptConfig& m)
+      : grid(g), params(p), optimizer(o), model(m) {
+    DTRAIN_CHECK(p.device().kind() == DeviceKind::cpu, Errc::not_implemented,
+                 "checkpoints of parameters in " << p.device().name() << " memory are not implemented yet");
+    PlanLayout layout;
+    layout.dp_rank = g.dp_rank();
+    layout.dp_size = g.dp_size();
+    layout.tp_rank = g.tp_rank();
+    layout.optimizer_sharded = sharded;
+    plans = plan_io(p, o, layout);
+    for (const TensorPlan& t : plans) {
+      for (const auto* v : {&t.param_read, &t.param_write, &t.state_read, &t.state_write})
+        calls.push_back(static_cast<int>(v->size()));
+    }
+    g.world().all_reduce(calls.data(), calls.data(), calls.size(), DType::i32, ReduceOp::max);
+  }
+
+  float* memory(int kind) {
+    if (kind == kParam) return params.params();
+    return kind == kExpAvg ? optimizer.exp_avg() : optimizer.exp_avg_sq();
+  }
+
+  h5::Handle file_access() {
+    h5::Handle fapl = h5::plist_handle(H5Pcreate(H5P_FILE_ACCESS), "H5Pcreate");
+    h5::check_status(H5Pset_fapl_mpio(fapl, to_mpi_comm(grid.world()), MPI_INFO_NULL),
+                     "H5Pset_fapl_mpio");
+    // Metadata read once and broadcast, written collectively: scales past a few ranks.
+    h5::check_status(H5Pset_all_coll_metadata_ops(fapl, true), "H5Pset_all_coll_metadata_ops");
+    h5::check_status(H5Pset_coll_metadata_write(fapl, true), "H5Pset_coll_metadata_write");
+    return fapl;
+  }
+
+  // Every rank makes calls[] transfer calls for this dataset (collective I/O needs them all);
+  // a rank with fewer pieces selects nothing. Returns the checksum terms of `sum_over`
+  // (after the transfer, so a read is verified from what landed in memory).
+  std::uint64_t transfer(bool write, hid_t dset, hid_t dxpl, const ParamInfo& p, float* base,
+                         const std::vector<Piece>& pieces, int n_calls,
+                         const std::vector<Piece>& sum_over, const std::string& path) {
+    h5::Handle fspace = h5::space_handle(H5Dget_space(dset), path + ": H5Dget_space");
+    for (int k = 0; k < n_calls; ++k) {
+      const bool mine = k < static_cast<int>(pieces.size()) && pieces[k].count > 0;
+      hsize_t n = mine ? pieces[k].count : 1;
+      h5::Handle mspace = h5::space_handle(H5Screate_simple(1, &n, nullptr), "H5Screate_simple");
+      float dummy = 0;
+      float* data = &dummy;
+      if (mine) {
+        data = base + pieces[k].mem;
+        bool firstbox = true;
+        for (const Box& b : slice_boxes(p, pieces[k].first, pieces[k].count)) {
+          h5::check_status(H5Sselect_hyperslab(fspace, firstbox ? H5S_SELECT_SET : H5S_SELECT_OR,
+                                               reinterpret_cast<const hsize_t*>(b.start.data()),
+                                               nullptr,
+                                               reinterpret_cast<const hsize_t*>(b.count.data()),
+                                               nullptr),
+                           path + ": H5Sselect_hyperslab");
+          firstbox = false;
+        }
+      } else {
+        h5::check_status(H5Sselect_none(fspace), "H5Sselect_none");
+        h5::check_status(H5Sselect_none(mspace), "H5Sselect_none");
+      }
+      const herr_t rc = write ? H5Dwrite(dset, H5T_NATIVE_FLOAT, mspace, fspace, dxpl, data)
+                              : H5Dread(dset, H5T_NATIVE_FLOAT, mspace, fspace, dxpl, data);
+      h5::check_status(rc, path + (write ? ": write failed" : ": read failed"));
+    }
+    std::uint64_t sum = 0;
+    for (const Piece& piece : sum_over) {
+      sum += checksum_boxes(slice_boxes(p, piece.first, piece.count), p.shape, base + piece.mem);
+    }
+    return sum;
+  }
+
+  void write_file(const std::string& path, const CheckpointInfo& info);
+  CheckpointInfo read_file(const std::string& path);
+  void check_model(hid_t file, const std::string& path);
+};
+
+static_assert(sizeof(hsize_t) == sizeof(std::uint64_t), "hyperslab coordinates are 64-bit");
+
+void Checkpointer::Impl::write_file(const std::string& path, const CheckpointInfo& info) {
+  h5::Handle fapl = file_access();
+  h5::Handle file = h5::file_handle(H5Fcreate(path.c_str(), H5F_ACC_TRUNC, H5P_DEFAULT, fapl),
+                                    "cannot create checkpoint '" + path + "'");
+  h5::write_attr(file, "format", std::string(kFormatName));
+  h5::write_attr(file, "format_version", static_cast<std::int64_t>(kFormatVersion));
+  h5::write_attr(file, "library_version", std::string(DTRAIN_VERSION_STRING));
+  h5::write_attr(file, "checksum_algorithm", std::string(kChecksumAlgorithm));
+  h5::write_attr(file, "step", static_cast<std::int64_t>(info.step));
+  h5::write_attr(file, "consumed_samples", static_cast<std::uint64_t>(info.consumed_samples));
+  h5::write_attr(file, "data_position", static_cast<std::uint64_t>(info.data_position));
+  h5::write_attr(file, "run_config", info.run_config);
+
+  h5::Handle mg = h5::group_handle(H5Gcreate2(file, "/model", H5P_DEFAULT, H5P_DEFAULT, H5P_DEFAULT), "/model");
+  h5::write_attr(mg, "layers", static_cast<std::int64_t>(model.layers));
+  h5::write_attr(mg, "heads", static_cast<std::int64_t>(model.heads));
+  h5::write_attr(mg, "d_model", static_cast<std::int64_t>(model.d_model));
+  h5::write_attr(mg, "seq_len", static_cast<std::int64_t>(model.seq_len));
+  h5::write_attr(mg, "vocab", static_cast<std::int64_t>(model.vocab));
+  h5::write_attr(mg, "tie_embeddings", static_cast<std::int64_t>(model.tie_embeddings ? 1 : 0));
+  h5::Handle og = h5::group_handle(H5Gcreate2(file, "/optimizer", H5P_DEFAULT, H5P_DEFAULT, H5P_DEFAULT), "/optimizer");
+  const optim::AdamWConfig& a = optimizer.config();
+  h5::write_attr(og, "type", std::string("adamw"));
+  h5::write_attr(og, "step", static_cast<std::int64_t>(optimizer.steps_taken()));
+  h5::write_attr(og, "beta1", static_cast<double>(a.beta1));
+  h5::write_attr(og, "beta2", static_cast<double>(a.beta2));
+  h5::write_attr(og, "eps", static_cast<double>(a.eps));
+  h5::write_attr(og, "weight_decay", static_cast<double>(a.weight_decay));
+
+  h5::Handle lcpl = h5::plist_handle(H5Pcreate(H5P_LINK_CREATE), "H5Pcreate");
+  h5::check_status(H5Pset_create_intermediate_group(lcpl, 1), "H5Pset_create_intermediate_group");
+  h5::Handle dcpl = h5::plist_handle(H5Pcreate(H5P_DATASET_CREATE), "H5Pcreate");
+  h5::check_status(H5Pset_fill_time(dcpl, H5D_FILL_TIME_NEVER), "H5Pset_fill_time");  // all written
+  h5::Handle dxpl = h5::plist_handle(H5Pcreate(H5P_DATASET_XFER), "H5Pcreate");
+  h5::check_status(H5Pset_dxpl_mpio(dxpl, H5FD_MPIO_COLLECTIVE), "H5Pset_dxpl_mpio");
+
+  std::vector<h5::Handle> dsets;
+  std::vector<std::uint64_t> sums;
+  for (std::size_t t = 0; t < plans.size(); ++t) {
+    const TensorPlan& plan = plans[t];
+    const ParamInfo& p = *plan.param;
+    std::vector<hsize_t> dims(p.shape.begin(), p.shape.end());
+    h5::Handle space = h5::space_handle(
+        H5Screate_simple(static_cast<int>(dims.size()), dims.data(), nullptr), "H5Screate_simple");
+    for (int kind : {kParam, kExpAvg, kExpAvgSq}) {
+      const std::string name = dataset_path(p, kind);
+      h5::Handle d = h5::dataset_handle(
+          H5Dcreate2(file, name.c_str(), H5T_IEEE_F32LE, space, lcpl, dcpl, H5P_DEFAULT),
+          "cannot create dataset " + name);
+      const auto& pieces = kind == kParam ? plan.param_write : plan.state_write;
+      const int n_calls = calls[4 * t + (kind == kParam ? 1 : 3)];
+      sums.push_back(transfer(true, d, dxpl, p, memory(kind), pieces, n_calls, pieces, name));
+      dsets.push_back(std::move(d));
+    }
+  }
+  grid.world().all_reduce(sums.data(), sums.data(), sums.size(), DType::i64, ReduceOp::sum);
+  for (std::size_t i = 0; i < dsets.size(); ++i) h5::write_attr(dsets[i], "checksum", sums[i]);
+  dsets.clear();
+  mg.reset();
+  og.reset();
+  h5::check_status(H5Fflush(file, H5F_SCOPE_GLOBAL), "cannot flush '" + path + "'");
+  h5::check_status(file.close(), "cannot close '" + path + "'");
+}
+
+void Checkpointer::Impl::check_model(hid_t file, const std::string& path) {
+  h5::Handle mg = h5::group_handle(H5Gopen2(file, "/model", H5P_DEFAULT),
+                                   "checkpoint '" + path + "' has no /model group");
+  const std::string where = "checkpoint '" + path + "' /model";
+  const long layers = h5::read_attr_i64(mg, "layers", where);
+  const long heads = h5::read_attr_i64(mg, "heads", where);
+  const long d_model = h5::read_attr_i64(mg, "d_model", where);
+  const long seq_len = h5::read_attr_i64(mg, "seq_len", where);
+  const long vocab = h5::read_attr_i64(mg, "vocab", where);
+  const long tie = h5::read_attr_i64(mg, "tie_embeddings", where);
+  const std::string theirs = model_text(layers, heads, d_model, seq_len, vocab, tie);
+  const std::string ours = model_text(model.layers, model.heads, model.d_model, model.seq_len,
+                                      model.vocab, model.tie_embeddings ? 1 : 0);
+  if (theirs == ours) return;
+  // Name the first dataset whose shape differs, if one does.
+  for (const TensorPlan& t : plans) {
+    const std::string name = dataset_path(*t.param, kParam);
+    std::vector<std::uint64_t> want(t.param->shape.begin(), t.param->shape.end());
+    if (!link_exists(file, name)) {
+      DTRAIN_FAIL(Errc::invalid_config, "checkpoint '" << path << "' has no dataset " << name
+                  << ": it was written for " << theirs << ", this run has " << ours);
+    }
+    h5::Handle d = h5::dataset_handle(H5Dopen2(file, name.c_str(), H5P_DEFAULT), name);
+    h5::Handle s = h5::space_handle(H5Dget_space(d), name);
+    std::vector<std::uint64_t> dims(static_cast<std::size_t>(std::max(0, H5Sget_simple_extent_ndims(s))));
+    H5Sget_simple_extent_dims(s, reinterpret_cast<hsize_t*>(dims.data()), nullptr);
+    if (dims != want) {
+      DTRAIN_FAIL(Errc::invalid_config, "checkpoint '" << path << "': dataset " << name << " has shape "
+                  << shape_text(dims) << " but this model expects " << shape_text(want)
+                  << " (written for " << theirs << ", this run has " << ours << ")");
+    }
+  }
+  DTRAIN_FAIL(Errc::invalid_config, "checkpoint '" << path << "' was written for " << theirs
+              << ", this run has " << ours);
+}
+
+CheckpointInfo Checkpointer::Impl::read_file(const std::string& path) {
+  DTRAIN_CHECK(std::filesystem::is_regular_file(path), Errc::io, "no checkpoint file '" << path << "'");
+  h5::Handle fapl = file_access();
+  h5::Handle file = h5::file_handle(H5Fopen(path.c_str(), H5F_ACC_RDONLY, fapl),
+                                    "cannot open checkpoint '" + path + "' (not an HDF5 file, or truncated)");
+  const std::string where = "checkpoint '" + path + "'";
+  const std::string format = h5::read_attr_string(file, "format", where);
+  DTRAIN_CHECK(format == kFormatName, Errc::corrupt_data,
+               where << " is not a dtrain checkpoint (format '" << format << "')");
+  const long version = h5::read_attr_i64(file, "format_version", where);
+  DTRAIN_CHECK(version >= 1 && version <= kFormatVersion, Errc::corrupt_data,
+               where << " has format version " << version << "; this library reads 1.." << kFormatVersion);
+  const std::string algo = h5::read_attr_string(file, "checksum_algorithm", where);
+  DTRAIN_CHECK(algo == kChecksumAlgorithm, Errc::corrupt_data,
+               where << " uses checksum algorithm '" << algo << "', expected '" << kChecksumAlgorithm << "'");
+  check_model(file, path);
+
+  CheckpointInfo info;
+  info.step = h5::read_attr_i64(file, "step", where);
+  info.consumed_samples = h5::read_attr_u64(file, "consumed_samples", where);
+  info.data_position = h5::read_attr_u64(file, "data_position", where);
+  info.run_config = h5::read_attr_string(file, "run_config", where);
+  h5::Handle og = h5::group_handle(H5Gopen2(file, "/optimizer", H5P_DEFAULT), where + ": no /optimizer group");
+  const long opt_step = h5::read_attr_i64(og, "step", where + " /optimizer");
+
+  h5::Handle dxpl = h5::plist_handle(H5Pcreate(H5P_DATASET_XFER), "H5Pcreate");
+  h5::check_status(H5Pset_dxpl_mpio(dxpl, H5FD_MPIO_COLLECTIVE), "H5Pset_dxpl_mpio");
+  std::vector<std::uint64_t> sums, stored;
+  std::vector<std::string> names;
+  for (std::size_t t = 0; t < plans.size(); ++t) {
+    const TensorPlan& plan = plans[t];
+    const ParamInfo& p = *plan.param;
+    const std::vector<std::uint64_t> want(p.shape.begin(), p.shape.end());
+    for (int kind : {kParam, kExpAvg, kExpAvgSq}) {
+      const std::string name = dataset_path(p, kind);
+      DTRAIN_CHECK(link_exists(file, name), Errc::corrupt_data, where << " has no dataset " << name);
+      h5::Handle d = h5::dataset_handle(H5Dopen2(file, name.c_str(), H5P_DEFAULT),
+                                        where + ": cannot open dataset " + name);
+      h5::Handle s = h5::space_handle(H5Dget_space(d), name);
+      std::vector<std::uint64_t> dims(static_cast<std::size_t>(std::max(0, H5Sget_simple_extent_ndims(s))));
+      H5Sget_simple_extent_dims(s, reinterpret_cast<hsize_t*>(dims.data()), nullptr);
+      DTRAIN_CHECK(dims == want, Errc::corrupt_data, where << ": dataset " << name << " has shape "
+                   << shape_text(dims) << ", expected " << shape_text(want));
+      stored.push_back(h5::read_attr_u64(d, "checksum", where + " dataset " + name));
+      const bool is_param = kind == kParam;
+      sums.push_back(transfer(false, d, dxpl, p, memory(kind), is_param ? plan.param_read : plan.state_read,
+                              calls[4 * t + (is_param ? 0 : 2)],
+                              is_param ? plan.param_write : plan.state_write, name));
+      names.push_back(name);
+    }
+  }
+  grid.world().all_reduce(sums.data(), sums.data(), sums.size(), DType::i64, ReduceOp::sum);
+  for (std::size_t i = 0; i < sums.size(); ++i) {
+    DTRAIN_CHECK(sums[i] == stored[i], Errc::corrupt_data,
+                 where << ": dataset " << names[i] << " fails its checksum (stored " << stored[i]
+                       << ", computed " << sums[i] << "): the file is corrupt");
+  }
+  optimizer.set_steps_taken(opt_step);
+  return info;
+}
+
+Checkpointer::Checkpointer(ProcessGrid& grid, ParameterStore& params, optim::AdamW& optimizer,
+                           bool optimizer_sharded, const GptConfig& model)
+    : impl_(std::make_unique<Impl>(grid, params, optimizer, optimizer_sharded, model)) {}
+
+Checkpointer::~Checkpointer() = default;
+
+std::string checkpoint_name(long step) {
+  char buf[32];
+  std::snprintf(buf, sizeof buf, "step_%08ld.h5", step);
+  return buf;
+}
+
+std::string Checkpointer::save(const std::string& dir, const CheckpointInfo& info, int keep) {
+  h5::QuietErrors quiet;
+  Communicator& world = impl_->grid.world();
+  const std::string name = checkpoint_name(info.step);
+  const std::string final_path = (std::filesystem::path(dir) / name).string();
+  const std::string tmp = final_path + ".tmp";
+  bool failed = false;
+  Errc code = Errc::io;
+  std::string message;
+  if (world.rank() == 0) {
+    std::error_code ec;
+    std::filesystem::create_directories(dir, ec);
+    if (ec) {
+      failed = true;
+      message = "cannot create checkpoint directory '" + dir + "': " + ec.message();
+    }
+  }
+  agree(world, failed, code, message);
+  try {
+    impl_->write_file(tmp, info);
+  } catch (const Error& e) {
+    failed = true;
+    code = e.code();
+    message = e.what();
+  }
+  agree(world, failed, code, message);
+  // Every rank has closed the file: publish it, then move `latest`, then prune.
+  if (world.rank() == 0) {
+    try {
+      publish(tmp, final_path);
+      write_latest(dir, name);
+      prune(dir, keep, name);
+    } catch (const Error& e) {
+      failed = true;
+      code = e.code();
+      message = e.what();
+    }
+  }
+  agree(world, failed, code, message);
+  return final_path;
+}
+
+CheckpointInfo Checkpointer::load(const std::string& path) {
+  h5::QuietErrors quiet;
+  CheckpointInfo info;
+  bool failed = false;
+  Errc code = Errc::io;
+  std::string message;
+  try {
+    info = impl_->read_file(path);
+  } catch (const Error& e) {
+    failed = true;
+    code = e.code();
+    message = e.what();
+  }
+  agree(impl_->grid.world(), failed, code, message);
+  return info;
+}
+
+}  // namespace dtrain::ckpt

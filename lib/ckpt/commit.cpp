@@ -1,0 +1,111 @@
+#include "ckpt/commit.hpp"
+
+#include <fcntl.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cerrno>
+#include <cstring>
+#include <filesystem>
+#include <fstream>
+
+#include "dtrain/core/error.hpp"
+
+namespace fs = std::filesystem;
+
+namespace dtrain::ckpt {
+namespace {
+
+void fsync_path(const std::string& path, bool directory) {
+  const int fd = ::open(path.c_str(), directory ? O_RDONLY | O_DIRECTORY : O_RDONLY);
+  DTRAIN_CHECK(fd >= 0, Errc::io, "cannot open '" << path << "': " << std::strerror(errno));
+  const int rc = ::fsync(fd);
+  const int err = errno;
+  ::close(fd);
+  // Some file systems refuse fsync on directories (EINVAL); the rename is still atomic.
+  DTRAIN_CHECK(rc == 0 || (directory && err == EINVAL), Errc::io,
+               "fsync of '" << path << "' failed: " << std::strerror(err));
+}
+
+std::string parent_of(const std::string& path) {
+  const fs::path parent = fs::path(path).parent_path();
+  return parent.empty() ? "." : parent.string();
+}
+
+void rename_over(const std::string& from, const std::string& to) {
+  DTRAIN_CHECK(std::rename(from.c_str(), to.c_str()) == 0, Errc::io,
+               "cannot rename '" << from << "' to '" << to << "': " << std::strerror(errno));
+}
+
+}  // namespace
+
+long step_of_name(const std::string& name) {
+  constexpr const char* prefix = "step_";
+  constexpr const char* suffix = ".h5";
+  if (name.size() < 5 + 8 + 3 || name.compare(0, 5, prefix) != 0 ||
+      name.compare(name.size() - 3, 3, suffix) != 0) {
+    return -1;
+  }
+  const std::string digits = name.substr(5, name.size() - 8);
+  if (!std::all_of(digits.begin(), digits.end(), [](char c) { return c >= '0' && c <= '9'; }))
+    return -1;
+  return std::stol(digits);
+}
+
+std::vector<std::string> list_checkpoints(const std::string& dir) {
+  std::vector<std::pair<long, std::string>> found;
+  std::error_code ec;
+  for (const auto& entry : fs::directory_iterator(dir, ec)) {
+    const std::string name = entry.path().filename().string();
+    const long step = step_of_name(name);
+    if (step >= 0 && entry.is_regular_file()) found.emplace_back(step, name);
+  }
+  std::sort(found.begin(), found.end());
+  std::vector<std::string> names;
+  for (auto& f : found) names.push_back(std::move(f.second));
+  return names;
+}
+
+void publish(const std::string& tmp, const std::string& final_path) {
+  fsync_path(tmp, false);
+  rename_over(tmp, final_path);
+  fsync_path(parent_of(final_path), true);
+}
+
+void write_latest(const std::string& dir, const std::string& name) {
+  const std::string latest = (fs::path(dir) / "latest").string();
+  const std::string tmp = latest + ".tmp";
+  {
+    std::ofstream out(tmp, std::ios::trunc);
+    out << name << "\n";
+    out.close();
+    DTRAIN_CHECK(out.good(), Errc::io, "cannot write '" << tmp << "'");
+  }
+  publish(tmp, latest);
+}
+
+std::string read_latest(const std::string& dir) {
+  std::ifstream in((fs::path(dir) / "latest").string());
+  std::string name;
+  if (!in || !std::getline(in, name)) return "";
+  while (!name.empty() && (name.back() == '\r' || name.back() == ' ')) name.pop_back();
+  return name;
+}
+
+void prune(const std::string& dir, int keep, const std::string& current) {
+  std::vector<std::string> names = list_checkpoints(dir);
+  const std::size_t n = names.size();
+  for (std::size_t i = 0; i + static_cast<std::size_t>(std::max(keep, 1)) < n; ++i) {
+    if (names[i] != current) fs::remove(fs::path(dir) / names[i]);
+  }
+  // Temporaries left by a run that died while writing.
+  std::error_code ec;
+  for (const auto& entry : fs::directory_iterator(dir, ec)) {
+    const std::string name = entry.path().filename().string();
+    const bool tmp = name.size() > 4 && name.compare(name.size() - 4, 4, ".tmp") == 0;
+    if (tmp && (step_of_name(name.substr(0, name.size() - 4)) >= 0 || name == "latest.tmp"))
+      fs::remove(entry.path(), ec);
+  }
+}
+
+}  // namespace dtrain::ckpt

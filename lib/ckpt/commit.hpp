@@ -1,0 +1,22 @@
+#pragma once
+// File-system side of a checkpoint: the atomic publish of a finished file, the `latest`
+// pointer, pruning, and finding what to resume from. Called on one rank only.
+#include <string>
+#include <vector>
+
+namespace dtrain::ckpt {
+
+// Parses "step_<8+ digits>.h5"; -1 for any other name (temporaries included).
+long step_of_name(const std::string& name);
+// Complete checkpoints in dir (step_*.h5), oldest first.
+std::vector<std::string> list_checkpoints(const std::string& dir);
+// fsync tmp, rename it to final_path, fsync the directory: all or nothing.
+void publish(const std::string& tmp, const std::string& final_path);
+// Points dir/latest at name (written to a temporary file, then renamed over it).
+void write_latest(const std::string& dir, const std::string& name);
+// The name in dir/latest, "" when there is none.
+std::string read_latest(const std::string& dir);
+// Deletes all but the newest `keep` checkpoints, never `current`, and stale temporaries.
+void prune(const std::string& dir, int keep, const std::string& current);
+
+}  // namespace dtrain::ckpt

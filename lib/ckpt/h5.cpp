@@ -1,0 +1,119 @@
+#include "ckpt/h5.hpp"
+
+#include <vector>
+
+#include "dtrain/core/error.hpp"
+
+namespace dtrain::ckpt::h5 {
+namespace {
+
+// The innermost (most specific) description on HDF5's error stack.
+herr_t keep_innermost(unsigned n, const H5E_error2_t* err, void* out) {
+  if (n == 0 && err->desc) *static_cast<std::string*>(out) = err->desc;
+  return 0;
+}
+
+std::string hdf5_message() {
+  std::string msg;
+  H5Ewalk2(H5E_DEFAULT, H5E_WALK_DOWNWARD, keep_innermost, &msg);
+  H5Eclear2(H5E_DEFAULT);
+  return msg.empty() ? "HDF5 error" : msg;
+}
+
+Handle make(hid_t id, Handle::Closer closer, const std::string& what) {
+  return Handle(check(id, what), closer);
+}
+
+Handle scalar_space() { return space_handle(H5Screate(H5S_SCALAR), "H5Screate"); }
+
+template <class T>
+void write_scalar(hid_t obj, const char* name, hid_t file_type, hid_t mem_type, const T& v) {
+  Handle space = scalar_space();
+  Handle attr = attr_handle(H5Acreate2(obj, name, file_type, space, H5P_DEFAULT, H5P_DEFAULT),
+                            std::string("cannot create attribute ") + name);
+  check_status(H5Awrite(attr, mem_type, &v), std::string("cannot write attribute ") + name);
+}
+
+template <class T>
+T read_scalar(hid_t obj, const char* name, hid_t mem_type, const std::string& where) {
+  DTRAIN_CHECK(has_attr(obj, name), Errc::corrupt_data, where << " has no attribute '" << name << "'");
+  Handle attr = attr_handle(H5Aopen(obj, name, H5P_DEFAULT), std::string("cannot open attribute ") + name);
+  T v{};
+  check_status(H5Aread(attr, mem_type, &v), where + ": cannot read attribute " + name);
+  return v;
+}
+
+}  // namespace
+
+herr_t Handle::close() noexcept {
+  herr_t rc = 0;
+  if (id_ >= 0 && close_) rc = close_(id_);
+  id_ = H5I_INVALID_HID;
+  return rc;
+}
+
+QuietErrors::QuietErrors() {
+  H5Eget_auto2(H5E_DEFAULT, &func_, &data_);
+  H5Eset_auto2(H5E_DEFAULT, nullptr, nullptr);
+}
+QuietErrors::~QuietErrors() { H5Eset_auto2(H5E_DEFAULT, func_, data_); }
+
+hid_t check(hid_t id, const std::string& what) {
+  if (id < 0) DTRAIN_FAIL(Errc::io, what << ": " << hdf5_message());
+  return id;
+}
+void check_status(herr_t status, const std::string& what) {
+  if (status < 0) DTRAIN_FAIL(Errc::io, what << ": " << hdf5_message());
+}
+
+Handle file_handle(hid_t id, const std::string& what) { return make(id, H5Fclose, what); }
+Handle dataset_handle(hid_t id, const std::string& what) { return make(id, H5Dclose, what); }
+Handle group_handle(hid_t id, const std::string& what) { return make(id, H5Gclose, what); }
+Handle space_handle(hid_t id, const std::string& what) { return make(id, H5Sclose, what); }
+Handle plist_handle(hid_t id, const std::string& what) { return make(id, H5Pclose, what); }
+Handle attr_handle(hid_t id, const std::string& what) { return make(id, H5Aclose, what); }
+Handle type_handle(hid_t id, const std::string& what) { return make(id, H5Tclose, what); }
+
+void write_attr(hid_t obj, const char* name, const std::string& value) {
+  // Fixed-length, NUL-terminated ASCII: h5py reads it as bytes, h5dump as a string.
+  Handle type = type_handle(H5Tcopy(H5T_C_S1), "H5Tcopy");
+  check_status(H5Tset_size(type, value.size() + 1), "H5Tset_size");
+  check_status(H5Tset_strpad(type, H5T_STR_NULLTERM), "H5Tset_strpad");
+  Handle space = scalar_space();
+  Handle attr = attr_handle(H5Acreate2(obj, name, type, space, H5P_DEFAULT, H5P_DEFAULT),
+                            std::string("cannot create attribute ") + name);
+  check_status(H5Awrite(attr, type, value.c_str()), std::string("cannot write attribute ") + name);
+}
+void write_attr(hid_t obj, const char* name, std::int64_t value) {
+  write_scalar(obj, name, H5T_STD_I64LE, H5T_NATIVE_INT64, value);
+}
+void write_attr(hid_t obj, const char* name, std::uint64_t value) {
+  write_scalar(obj, name, H5T_STD_U64LE, H5T_NATIVE_UINT64, value);
+}
+void write_attr(hid_t obj, const char* name, double value) {
+  write_scalar(obj, name, H5T_IEEE_F64LE, H5T_NATIVE_DOUBLE, value);
+}
+
+bool has_attr(hid_t obj, const char* name) { return H5Aexists(obj, name) > 0; }
+
+std::string read_attr_string(hid_t obj, const char* name, const std::string& where) {
+  DTRAIN_CHECK(has_attr(obj, name), Errc::corrupt_data, where << " has no attribute '" << name << "'");
+  Handle attr = attr_handle(H5Aopen(obj, name, H5P_DEFAULT), std::string("cannot open attribute ") + name);
+  Handle type = type_handle(H5Aget_type(attr), "H5Aget_type");
+  DTRAIN_CHECK(H5Tget_class(type) == H5T_STRING && !H5Tis_variable_str(type), Errc::corrupt_data,
+               where << ": attribute '" << name << "' is not a fixed-length string");
+  std::vector<char> buf(H5Tget_size(type) + 1, '\0');
+  check_status(H5Aread(attr, type, buf.data()), where + ": cannot read attribute " + name);
+  return std::string(buf.data());
+}
+std::int64_t read_attr_i64(hid_t obj, const char* name, const std::string& where) {
+  return read_scalar<std::int64_t>(obj, name, H5T_NATIVE_INT64, where);
+}
+std::uint64_t read_attr_u64(hid_t obj, const char* name, const std::string& where) {
+  return read_scalar<std::uint64_t>(obj, name, H5T_NATIVE_UINT64, where);
+}
+double read_attr_f64(hid_t obj, const char* name, const std::string& where) {
+  return read_scalar<double>(obj, name, H5T_NATIVE_DOUBLE, where);
+}
+
+}  // namespace dtrain::ckpt::h5

@@ -1,0 +1,61 @@
+#include "ckpt/io_plan.hpp"
+
+#include <algorithm>
+
+namespace dtrain::ckpt {
+namespace {
+
+// This dp rank's equal share of [0, n).
+Piece dp_share(std::size_t n, const PlanLayout& l) {
+  const auto r = static_cast<std::size_t>(l.dp_rank), d = static_cast<std::size_t>(l.dp_size);
+  Piece s;
+  s.first = n * r / d;
+  s.count = n * (r + 1) / d - s.first;
+  return s;
+}
+
+// The optimiser state of local elements [a, b) of p: where each segment overlaps them.
+std::vector<Piece> state_pieces(const optim::AdamW& optimizer, const ParamInfo& p, std::size_t a,
+                                std::size_t b) {
+  std::vector<Piece> out;
+  const auto& segs = optimizer.segments();
+  for (std::size_t i = 0; i < segs.size(); ++i) {
+    const std::size_t lo = std::max(segs[i].offset, p.offset + a);
+    const std::size_t hi = std::min(segs[i].offset + segs[i].numel, p.offset + b);
+    if (lo >= hi) continue;
+    out.push_back({lo - p.offset, hi - lo, optimizer.state_offset(i) + (lo - segs[i].offset)});
+  }
+  return out;
+}
+
+}  // namespace
+
+std::vector<TensorPlan> plan_io(const ParameterStore& params, const optim::AdamW& optimizer,
+                                const PlanLayout& layout) {
+  std::vector<TensorPlan> plans;
+  for (const ParamInfo& p : params) {
+    TensorPlan t;
+    t.param = &p;
+    const std::size_t n = p.local_numel();
+    // A tensor held whole is replicated over tp too: tp rank 0's copy is the one written.
+    const bool writer = p.local_shape != p.shape || layout.tp_rank == 0;
+    t.param_read.push_back({0, n, p.offset});
+    if (writer) {
+      Piece s = dp_share(n, layout);
+      s.mem = p.offset + s.first;
+      if (s.count > 0) t.param_write.push_back(s);
+    }
+    // Sharded (ZeRO), the segments cover only this rank's piece and every replica of it is
+    // the owner's; unsharded, every dp rank holds all of it and writes its share.
+    t.state_read = state_pieces(optimizer, p, 0, n);
+    if (writer) {
+      const Piece s = dp_share(n, layout);
+      t.state_write = layout.optimizer_sharded ? t.state_read
+                                               : state_pieces(optimizer, p, s.first, s.first + s.count);
+    }
+    plans.push_back(std::move(t));
+  }
+  return plans;
+}
+
+}  // namespace dtrain::ckpt

@@ -1,0 +1,63 @@
+// resolve_resume: which checkpoint a run continues from (rules in checkpoint.hpp).
+#include <filesystem>
+
+#include "ckpt/commit.hpp"
+#include "dtrain/ckpt/checkpoint.hpp"
+#include "dtrain/core/error.hpp"
+
+namespace fs = std::filesystem;
+
+namespace dtrain::ckpt {
+namespace {
+
+// The newest complete checkpoint of dir: `latest`, else the highest step_*.h5 (a file gets
+// that name only once complete, so a crash between the rename and `latest` loses nothing).
+std::string newest_in(const std::string& dir) {
+  const std::string name = read_latest(dir);
+  if (!name.empty()) {
+    const fs::path path = fs::path(dir) / name;
+    DTRAIN_CHECK(fs::is_regular_file(path), Errc::io,
+                 "'" << (fs::path(dir) / "latest").string() << "' names '" << name
+                     << "', which does not exist");
+    return path.string();
+  }
+  const std::vector<std::string> all = list_checkpoints(dir);
+  return all.empty() ? "" : (fs::path(dir) / all.back()).string();
+}
+
+std::string resolve_on_root(const std::string& resume, const std::string& save_dir) {
+  if (resume == "none") return "";
+  if (resume == "auto") return save_dir.empty() || !fs::is_directory(save_dir) ? "" : newest_in(save_dir);
+  if (fs::is_directory(resume)) {
+    const std::string path = newest_in(resume);
+    DTRAIN_CHECK(!path.empty(), Errc::io, "--resume " << resume << ": no checkpoint in that directory");
+    return path;
+  }
+  DTRAIN_CHECK(fs::is_regular_file(resume), Errc::io, "--resume " << resume << ": no such checkpoint file");
+  return resume;
+}
+
+}  // namespace
+
+std::string resolve_resume(Communicator& world, const std::string& resume, const std::string& save_dir) {
+  std::string result;
+  int code = 0;
+  if (world.rank() == 0) {
+    try {
+      result = resolve_on_root(resume, save_dir);
+    } catch (const Error& e) {
+      code = static_cast<int>(e.code());
+      result = e.what();
+    }
+  }
+  // Rank 0 decides, so every rank loads the same file (or fails with the same message).
+  std::uint64_t n = result.size();
+  world.broadcast(&n, &n, 1, DType::i64, 0);
+  world.broadcast(&code, &code, 1, DType::i32, 0);
+  result.resize(n);
+  if (n > 0) world.broadcast(result.data(), result.data(), n, DType::u8, 0);
+  if (code != 0) throw Error(static_cast<Errc>(code), result);
+  return result;
+}
+
+}  // namespace dtrain::ckpt

@@ -1,0 +1,39 @@
+// TrainConfig::to_ini: the run's options as "key = value" lines (dtrain-gpt's option names),
+// stored in every checkpoint so a file says how it was made.
+#include <sstream>
+
+#include "dtrain/train/config.hpp"
+
+namespace dtrain::train {
+
+std::string TrainConfig::to_ini() const {
+  std::ostringstream os;
+  os.precision(17);
+  auto kv = [&os](const char* key, const auto& value) { os << key << " = " << value << "\n"; };
+  kv("layers", layers);
+  kv("heads", heads);
+  kv("d-model", d_model);
+  kv("seq-len", seq_len);
+  kv("vocab", vocab);
+  kv("tie-embeddings", tie_embeddings ? "true" : "false");
+  kv("tp", tp);
+  kv("pp", pp);
+  kv("dp", dp);
+  kv("zero", zero);
+  kv("micro-batch", micro_batch);
+  kv("global-batch", global_batch);
+  kv("lr", lr);
+  kv("min-lr", min_lr);
+  kv("warmup-steps", warmup_steps);
+  kv("weight-decay", weight_decay);
+  kv("clip-grad", clip_grad);
+  kv("data", data);
+  kv("val-fraction", val_fraction);
+  kv("steps", steps);
+  kv("seed", seed);
+  kv("precision", precision);
+  kv("deterministic", deterministic ? "true" : "false");
+  return os.str();
+}
+
+}  // namespace dtrain::train

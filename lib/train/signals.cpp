@@ -1,0 +1,37 @@
+#include "dtrain/train/signals.hpp"
+
+#include <csignal>
+
+namespace dtrain::train {
+namespace {
+
+volatile std::sig_atomic_t g_stop_signal = 0;
+
+extern "C" void on_stop_signal(int sig) { g_stop_signal = sig; }
+
+constexpr int kSignals[] = {SIGTERM, SIGUSR1};
+
+}  // namespace
+
+struct StopSignalScope::Saved {
+  struct sigaction previous[2];
+};
+
+void request_stop(int signal_number) noexcept { g_stop_signal = signal_number ? signal_number : -1; }
+int stop_requested() noexcept { return g_stop_signal; }
+void clear_stop_request() noexcept { g_stop_signal = 0; }
+
+StopSignalScope::StopSignalScope() : saved_(new Saved) {
+  struct sigaction sa {};
+  sa.sa_handler = on_stop_signal;
+  sigemptyset(&sa.sa_mask);
+  sa.sa_flags = SA_RESTART;  // MPI's system calls carry on; the flag is polled
+  for (int i = 0; i < 2; ++i) sigaction(kSignals[i], &sa, &saved_->previous[i]);
+}
+
+StopSignalScope::~StopSignalScope() {
+  for (int i = 0; i < 2; ++i) sigaction(kSignals[i], &saved_->previous[i], nullptr);
+  delete saved_;
+}
+
+}  // namespace dtrain::train

@@ -1,0 +1,42 @@
+#!/usr/bin/env bash
+# signal_resume.sh MPIEXEC NPFLAG PROGRAM DIR SIGNAL TARGET
+# Starts a long 2-rank dtrain-gpt run, sends SIGNAL to TARGET (mpiexec: it forwards the
+# signal; ranks: as SLURM signals every task), then checks: exit status 3, a checkpoint
+# named by DIR/latest, and that --resume auto continues from its step to the end.
+set -u
+mpiexec=$1 npflag=$2 program=$3 dir=$4 sig=$5 target=$6
+args=(--layers 1 --d-model 32 --heads 2 --seq-len 16 --micro-batch 2 --log-every 1000000
+      --eval-every 0 --save-dir "$dir")
+rm -rf "$dir"
+"$mpiexec" "$npflag" 2 "$program" "${args[@]}" --steps 100000000 > "$dir.log" 2>&1 &
+pid=$!
+# Wait until training runs (the first lines are logged after set-up), at most 30 s.
+for _ in $(seq 300); do
+  grep -q "peak:" "$dir.log" 2>/dev/null && break
+  sleep 0.1
+done
+sleep 1
+if [ "$target" = ranks ]; then
+  kill -s "$sig" $(ps -o pid= --ppid "$pid") 2>/dev/null
+else
+  kill -s "$sig" "$pid"
+fi
+wait "$pid"
+status=$?
+cat "$dir.log"
+[ "$status" -eq 3 ] || { echo "FAIL: exit status $status, expected 3"; exit 1; }
+[ -f "$dir/latest" ] || { echo "FAIL: no $dir/latest"; exit 1; }
+name=$(cat "$dir/latest")
+[ -f "$dir/$name" ] || { echo "FAIL: latest names missing $name"; exit 1; }
+step=$((10#$(echo "$name" | sed 's/step_\([0-9]*\)\.h5/\1/')))
+[ "$step" -gt 0 ] || { echo "FAIL: checkpoint at step $step"; exit 1; }
+ranks_done=$(grep -c "stopping after step $step" "$dir.log")
+[ "$ranks_done" -ge 1 ] || { echo "FAIL: no stop message for step $step"; exit 1; }
+end=$((step + 3))
+out=$("$mpiexec" "$npflag" 2 "$program" "${args[@]}" --steps "$end" --resume auto 2>&1)
+status=$?
+echo "$out"
+[ "$status" -eq 0 ] || { echo "FAIL: resumed run exited $status"; exit 1; }
+echo "$out" | grep -q "resumed from .*$name at step $step" || { echo "FAIL: did not resume from $name"; exit 1; }
+echo "$out" | grep -q "done: $end steps" || { echo "FAIL: resumed run did not reach step $end"; exit 1; }
+echo "ok: signal $sig to $target -> exit 3, checkpoint at step $step, resumed to $end"
