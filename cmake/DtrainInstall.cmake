@@ -19,5 +19,8 @@ install(FILES ${PROJECT_BINARY_DIR}/dtrainConfig.cmake
               ${PROJECT_BINARY_DIR}/dtrainConfigVersion.cmake
         DESTINATION ${DTRAIN_CMAKE_DIR})
 
+# Relocatable: the prefix is found from the .pc file's own place, so `cmake --install
+# --prefix DIR` works whatever CMAKE_INSTALL_PREFIX was at configure time.
+file(RELATIVE_PATH DTRAIN_PC_TO_PREFIX /prefix/${CMAKE_INSTALL_LIBDIR}/pkgconfig /prefix)
 configure_file(cmake/dtrain.pc.in ${PROJECT_BINARY_DIR}/dtrain.pc @ONLY)
 install(FILES ${PROJECT_BINARY_DIR}/dtrain.pc DESTINATION ${CMAKE_INSTALL_LIBDIR}/pkgconfig)

@@ -1,6 +1,9 @@
-# cmake -DBUILD_DIR=... -DWORK=... -DSOURCE=... -P check_install.cmake
-# Installs the build into WORK/prefix, builds tests/install/consumer against it with
-# find_package(dtrain CONFIG), runs it, and checks the pkg-config file.
+# cmake -DBUILD_DIR=... -DWORK=... -DSOURCE=... -DAPPS=... -DMPIEXEC=... -DMPICC=...
+#       -P check_install.cmake
+# Installs the build into WORK/prefix, then, against that prefix only: builds
+# tests/install/consumer and apps/cpp with find_package(dtrain CONFIG), and apps/c-mlp with
+# a plain `mpicc ... $(pkg-config --cflags --libs dtrain)`; runs them (the apps at 2 ranks,
+# asserting their loss falls), and checks the pkg-config file and the SONAME link.
 set(prefix ${WORK}/prefix)
 file(REMOVE_RECURSE ${WORK})
 function(run)
@@ -14,6 +17,25 @@ run(${CMAKE_COMMAND} --install ${BUILD_DIR} --prefix ${prefix})
 run(${CMAKE_COMMAND} -S ${SOURCE}/consumer -B ${WORK}/consumer -DCMAKE_PREFIX_PATH=${prefix})
 run(${CMAKE_COMMAND} --build ${WORK}/consumer)
 run(${WORK}/consumer/consumer)
+message(STATUS "${last_output}")
+
+run(${CMAKE_COMMAND} -S ${APPS}/cpp -B ${WORK}/cpp -DCMAKE_PREFIX_PATH=${prefix})
+run(${CMAKE_COMMAND} --build ${WORK}/cpp)
+run(${MPIEXEC} -n 2 ${WORK}/cpp/dtrain-cpp-example 120)
+message(STATUS "${last_output}")
+
+file(GLOB pcdir ${prefix}/lib*/pkgconfig)
+set(ENV{PKG_CONFIG_PATH} ${pcdir})
+execute_process(COMMAND pkg-config --cflags --libs dtrain RESULT_VARIABLE rc
+                OUTPUT_VARIABLE pc_flags OUTPUT_STRIP_TRAILING_WHITESPACE)
+if(NOT rc EQUAL 0)
+  message(FATAL_ERROR "pkg-config cannot find the installed dtrain.pc")
+endif()
+separate_arguments(pc_flags UNIX_COMMAND "${pc_flags}")
+file(GLOB libdir ${prefix}/lib*/libdtrain.so)
+get_filename_component(libdir ${libdir} DIRECTORY)
+run(${MPICC} ${APPS}/c-mlp/main.c ${pc_flags} -Wl,-rpath,${libdir} -lm -o ${WORK}/c-mlp)
+run(${MPIEXEC} -n 2 ${WORK}/c-mlp)
 message(STATUS "${last_output}")
 file(GLOB pc ${prefix}/lib*/pkgconfig/dtrain.pc)
 if(NOT pc)
