@@ -37,6 +37,7 @@ po::options_description describe(dtrain::train::TrainConfig& c, std::string& con
       ("zero", po::value(&c.zero)->default_value(c.zero), "ZeRO stage 0, 1, 2 or 3")
       ("schedule", po::value(&c.schedule)->default_value(c.schedule), "pipeline schedule: gpipe, 1f1b, interleaved")
       ("virtual-stages", po::value(&c.virtual_stages)->default_value(c.virtual_stages), "model chunks per rank (interleaved)")
+      ("pipeline-layers", po::value(&c.pipeline_layers)->default_value(c.pipeline_layers), "layers per pipeline stage, e.g. 3,2,2,1 (default: balanced)")
       ("sequence-parallel", po::bool_switch(&c.sequence_parallel), "shard LayerNorm/residual regions over the sequence")
       ("micro-batch", po::value(&c.micro_batch)->default_value(c.micro_batch), "sequences per rank per micro-step")
       ("bucket-mb", po::value(&c.bucket_mb)->default_value(c.bucket_mb), "data-parallel gradient bucket size in MiB")

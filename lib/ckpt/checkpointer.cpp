@@ -1,5 +1,7 @@
 // Checkpointer: the parallel HDF5 write and read of the planned pieces (io_plan.hpp), the
 // attributes of docs/checkpoint-format.md, and the verification on load.
+#include <climits>
+#include <csignal>
 #include <cstdio>
 #include <filesystem>
 #include <sstream>
@@ -11,6 +13,7 @@
 #include "dtrain/ckpt/checkpoint.hpp"
 #include "dtrain/ckpt/checksum.hpp"
 #include "dtrain/comm/mpi_interop.hpp"
+#include "dtrain/core/env.hpp"
 #include "dtrain/core/error.hpp"
 #include "dtrain/core/log.hpp"
 #include "dtrain/version.hpp"
@@ -72,6 +75,9 @@ struct Checkpointer::Impl {
   // Collective I/O calls per tensor: max over ranks of pieces, for each of
   // param_read, param_write, state_read, state_write.
   std::vector<int> calls;
+  // Test hook (docs/checkpoint-format.md): the highest world rank kills itself with SIGKILL
+  // after writing this many datasets of a save's temporary file; -1 = never.
+  long kill_after_datasets = env::get_int("DTRAIN_TEST_CKPT_KILL_AFTER_DATASETS", -1, -1, LONG_MAX);
 
   Impl(ProcessGrid& g, ParameterStore& p, optim::AdamW& o, bool sharded, const GptConfig& m)
       : grid(g), params(p), optimizer(o), model(m) {
@@ -205,6 +211,10 @@ void Checkpointer::Impl::write_file(const std::string& path, const CheckpointInf
       const int n_calls = calls[4 * t + (kind == kParam ? 1 : 3)];
       sums.push_back(transfer(true, d, dxpl, p, memory(kind), pieces, n_calls, pieces, name));
       dsets.push_back(std::move(d));
+      if (static_cast<long>(dsets.size()) == kill_after_datasets &&
+          grid.world().rank() == grid.world().size() - 1) {
+        std::raise(SIGKILL);
+      }
     }
   }
   grid.world().all_reduce(sums.data(), sums.data(), sums.size(), DType::i64, ReduceOp::sum);

@@ -62,19 +62,31 @@ int group_size(const Communicator* tp) { return tp && tp->valid() ? tp->size() :
 
 GptModel::GptModel(const GptConfig& cfg, Device& dev, std::uint64_t seed, int max_batch,
                    Communicator* tp, bool sequence_parallel)
-    : cfg_(cfg), dev_(&dev), max_batch_(max_batch), tp_(nullptr, dev), params_(dev) {
+    : GptModel(cfg, dev, seed, max_batch, GptStage{}, tp, sequence_parallel) {}
+
+GptModel::GptModel(const GptConfig& cfg, Device& dev, std::uint64_t seed, int max_batch,
+                   const GptStage& stage, Communicator* tp, bool sequence_parallel)
+    : cfg_(cfg), stage_(stage), dev_(&dev), max_batch_(max_batch), tp_(nullptr, dev),
+      params_(dev) {
   // Every check before the first collective, so a bad configuration throws on all ranks.
   cfg_.validate();
   cfg_.validate_tp(group_size(tp), sequence_parallel);
   DTRAIN_CHECK(max_batch > 0, Errc::invalid_config,
                "micro-batch must be positive, got " << max_batch);
+  if (stage_.layers < 0) stage_.layers = cfg_.layers - stage_.first_layer;
+  DTRAIN_CHECK(stage_.first_layer >= 0 && stage_.layers >= 1 &&
+                   stage_.first_layer + stage_.layers <= cfg_.layers,
+               Errc::invalid_config,
+               "pipeline stage layers [" << stage_.first_layer << ", "
+                                         << stage_.first_layer + stage_.layers
+                                         << ") outside the model's " << cfg_.layers << " layers");
   tp_ = nn::TpGroup(tp, dev);
   const int P = tp_.size();
   sp_ = sequence_parallel && P > 1;
   C_local_ = cfg_.d_model / P;
   heads_local_ = cfg_.heads / P;
   hidden_local_ = 4 * cfg_.d_model / P;
-  blocks_.resize(static_cast<std::size_t>(cfg_.layers));
+  blocks_.resize(static_cast<std::size_t>(stage_.layers));
   declare_parameters();
   params_.allocate();
   init_parameters(seed);
@@ -85,20 +97,30 @@ GptModel::GptModel(const GptConfig& cfg, Device& dev, std::uint64_t seed, int ma
 
 void GptModel::plan_grad_ready_ranges() {
   // The arena holds parameters in declaration order (wte, wpe, h.0 ... h.L-1, ln_f,
-  // lm_head), and backward finishes them from the end: each range is contiguous.
-  const std::size_t head_start = params_.at("ln_f.weight").offset;
-  grad_ready_ranges_.push_back({head_start, params_.numel()});
+  // lm_head), and backward finishes them from the end: each range is contiguous. A pipeline
+  // stage leaves out the head or embedding range it does not hold (ready_index_ maps the
+  // step of backward to its range, -1 for none).
+  const std::size_t head_start =
+      stage_.head ? params_.at("ln_f.weight").offset : params_.numel();
+  auto add = [this](std::size_t first, std::size_t last) {
+    ready_index_.push_back(first < last ? static_cast<int>(grad_ready_ranges_.size()) : -1);
+    if (first < last) grad_ready_ranges_.push_back({first, last});
+  };
+  add(head_start, params_.numel());
   std::size_t end = head_start;
-  for (int l = cfg_.layers - 1; l >= 0; --l) {
-    const std::size_t start = params_.at("h." + std::to_string(l) + ".ln_1.weight").offset;
-    grad_ready_ranges_.push_back({start, end});
+  for (int l = stage_.layers - 1; l >= 0; --l) {
+    const std::size_t start =
+        params_.at("h." + std::to_string(stage_.first_layer + l) + ".ln_1.weight").offset;
+    add(start, end);
     end = start;
   }
-  grad_ready_ranges_.push_back({0, end});  // wte (final only after the embedding backward), wpe
+  add(0, end);  // wte (final only after the embedding backward), wpe
 }
 
 void GptModel::grads_ready(std::size_t index) const {
-  if (grad_ready_hook_) grad_ready_hook_(grad_ready_ranges_[index].first, grad_ready_ranges_[index].second);
+  const int i = ready_index_[index];
+  if (grad_ready_hook_ && i >= 0)
+    grad_ready_hook_(grad_ready_ranges_[i].first, grad_ready_ranges_[i].second);
 }
 
 GptModel::~GptModel() = default;
@@ -106,11 +128,12 @@ GptModel::~GptModel() = default;
 void GptModel::declare_parameters() {
   const int C = cfg_.d_model, V = cfg_.vocab, T = cfg_.seq_len;
   // Embeddings are decayed, as in GPT-2 training practice (nanoGPT decays every 2-D tensor).
-  wte_.declare(params_, "wte", V, C, tp_);
-  params_.add("wpe", {T, C}, /*decay=*/true);  // replicated
-  for (int l = 0; l < cfg_.layers; ++l) {
+  // With tied embeddings the head stage keeps its own copy of wte (Megatron's layout).
+  if (has_wte()) wte_.declare(params_, "wte", V, C, tp_);
+  if (stage_.embedding) params_.add("wpe", {T, C}, /*decay=*/true);  // replicated
+  for (int l = 0; l < stage_.layers; ++l) {
     Block& b = blocks_[l];
-    const std::string p = "h." + std::to_string(l) + ".";
+    const std::string p = "h." + std::to_string(stage_.first_layer + l) + ".";
     b.ln_1.declare(params_, p + "ln_1", C);
     b.c_attn.declare(params_, p + "attn.c_attn", C, 3 * C, tp_, /*parts=*/3);  // q|k|v
     b.attn_proj.declare(params_, p + "attn.c_proj", C, C, tp_);
@@ -118,10 +141,12 @@ void GptModel::declare_parameters() {
     b.c_fc.declare(params_, p + "mlp.c_fc", C, 4 * C, tp_);
     b.mlp_proj.declare(params_, p + "mlp.c_proj", 4 * C, C, tp_);
   }
-  ln_f_.declare(params_, "ln_f", C);
-  if (!cfg_.tie_embeddings) lm_head_.declare(params_, "lm_head.weight", V, C, tp_);
+  if (stage_.head) {
+    ln_f_.declare(params_, "ln_f", C);
+    if (!cfg_.tie_embeddings) lm_head_.declare(params_, "lm_head.weight", V, C, tp_);
+  }
   ce_.vocab = V;
-  ce_.shard = wte_.shard;
+  ce_.shard = has_wte() ? wte_.shard : lm_head_.shard;
 }
 
 void GptModel::init_parameters(std::uint64_t seed) {
@@ -148,10 +173,12 @@ void GptModel::init_parameters(std::uint64_t seed) {
     }
   }
   // bind layer pointers into the arenas
-  wte_.bind(params_);
-  const ParamInfo& ppe = params_.at("wpe");
-  wpe_ = params_.param(ppe);
-  dwpe_ = params_.grad(ppe);
+  if (has_wte()) wte_.bind(params_);
+  if (stage_.embedding) {
+    const ParamInfo& ppe = params_.at("wpe");
+    wpe_ = params_.param(ppe);
+    dwpe_ = params_.grad(ppe);
+  }
   for (Block& b : blocks_) {
     b.ln_1.bind(params_);
     b.c_attn.bind(params_);
@@ -160,6 +187,7 @@ void GptModel::init_parameters(std::uint64_t seed) {
     b.c_fc.bind(params_);
     b.mlp_proj.bind(params_);
   }
+  if (!stage_.head) return;
   ln_f_.bind(params_);
   if (cfg_.tie_embeddings) {
     head_w_ = wte_.w;
@@ -176,7 +204,8 @@ void GptModel::allocate_activations() {
   const std::size_t N = static_cast<std::size_t>(max_batch_) * cfg_.seq_len;
   const std::size_t R = sp_ ? (N + P - 1) / P : N;  // residual-stream rows kept here
   const std::size_t C = cfg_.d_model, T = cfg_.seq_len, H = heads_local_;
-  const std::size_t Cl = C_local_, Fl = hidden_local_, Vl = wte_.shard.padded_rows;
+  const std::size_t Cl = C_local_, Fl = hidden_local_;
+  const std::size_t Vl = stage_.head ? static_cast<std::size_t>(ce_.shard.padded_rows) : 0;
   // Two passes over the same list: first sum the sizes, then hand out pointers into one
   // allocation. Every buffer starts on a 64-byte boundary.
   struct Slot {
@@ -226,7 +255,7 @@ void GptModel::allocate_activations() {
     want(lnf_full_, N * C);
     want(dres_full_, N * C);
     want(dln_rows_, R * C);
-    want(ln_grads_, 2 * C * (2 * blocks_.size() + 1));
+    want(ln_grads_, 2 * C * (2 * blocks_.size() + (stage_.head ? 1 : 0)));
   }
 
   auto round = [](std::size_t n) { return (n + 15) / 16 * 16; };
@@ -263,7 +292,7 @@ void GptModel::bind_layernorm_grads() {
     redirect(b.ln_1);
     redirect(b.ln_2);
   }
-  redirect(ln_f_);
+  if (stage_.head) redirect(ln_f_);
 }
 
 void GptModel::reduce_layernorm_grads(std::size_t first, std::size_t count) {
@@ -323,27 +352,42 @@ const float* GptModel::leave_region_bwd(const float* dy_rows, int R) {
 }
 
 float GptModel::forward(const std::int32_t* tokens, const std::int32_t* targets, int B, int T) {
+  return forward_stage(tokens, targets, nullptr, B, T);
+}
+
+void GptModel::backward(float dloss) { backward_stage(dloss, nullptr); }
+
+std::size_t GptModel::boundary_floats(int B, int T) const noexcept {
+  const std::size_t N = static_cast<std::size_t>(B) * T;
+  return (sp_ ? N / tp_.size() : N) * cfg_.d_model;
+}
+
+float GptModel::forward_stage(const std::int32_t* tokens, const std::int32_t* targets,
+                              const float* input, int B, int T) {
   DTRAIN_CHECK(B > 0 && B <= max_batch_, Errc::invalid_argument,
                "batch " << B << " outside [1, " << max_batch_ << "]");
   DTRAIN_CHECK(T > 0 && T <= cfg_.seq_len, Errc::invalid_argument,
                "sequence length " << T << " outside [1, " << cfg_.seq_len << "]");
   const int P = tp_.size();
-  const int N = B * T, C = cfg_.d_model, V = cfg_.vocab, Vl = wte_.shard.padded_rows;
+  const int N = B * T, C = cfg_.d_model, V = cfg_.vocab, Vl = ce_.shard.padded_rows;
   DTRAIN_CHECK(!sp_ || N % P == 0, Errc::invalid_argument,
                "sequence parallelism needs batch * sequence length (" << N
                                                                       << ") divisible by --tp ("
                                                                       << P << ")");
   const int R = sp_ ? N / P : N;
   const std::int64_t RC = static_cast<std::int64_t>(R) * C;
+  DTRAIN_CHECK(stage_.embedding ? tokens != nullptr : input != nullptr, Errc::invalid_argument,
+               "forward_stage needs " << (stage_.embedding ? "tokens" : "the stage input"));
+  if (!stage_.head) targets = nullptr;  // the loss lives on the head stage
   for (int i = 0; i < N; ++i) {
-    DTRAIN_CHECK(tokens[i] >= 0 && tokens[i] < V, Errc::invalid_argument,
+    DTRAIN_CHECK(!stage_.embedding || (tokens[i] >= 0 && tokens[i] < V), Errc::invalid_argument,
                  "token " << tokens[i] << " at position " << i << " outside [0, " << V << ")");
     DTRAIN_CHECK(!targets || (targets[i] >= 0 && targets[i] < V), Errc::invalid_argument,
                  "target " << targets[i] << " at position " << i << " outside [0, " << V << ")");
   }
   Device& d = *dev_;
   const std::size_t ibytes = sizeof(std::int32_t) * static_cast<std::size_t>(N);
-  d.copy(tokens_, tokens, ibytes, CopyKind::host_to_device);
+  if (stage_.embedding) d.copy(tokens_, tokens, ibytes, CopyKind::host_to_device);
   if (targets) d.copy(targets_, targets, ibytes, CopyKind::host_to_device);
   last_B_ = B;
   last_T_ = T;
@@ -352,10 +396,14 @@ float GptModel::forward(const std::int32_t* tokens, const std::int32_t* targets,
   // encoder: wte[token] + wpe[position]. Each rank looks up its vocabulary rows (zeros for
   // the rest) and rank 0 adds wpe, so the sum over the group is the embedding; exactly one
   // addend of each element is non-zero in the wte part, which keeps it bit-exact.
-  float* partial = sp_ ? proj_ : encoded_;
-  wte_.forward(d, partial, tokens_, N);
-  if (tp_.rank() == 0) d.positional_forward(partial, wpe_, B, T, C);
-  leave_region_fwd(partial, encoded_, N, R);
+  if (stage_.embedding) {
+    float* partial = sp_ ? proj_ : encoded_;
+    wte_.forward(d, partial, tokens_, N);
+    if (tp_.rank() == 0) d.positional_forward(partial, wpe_, B, T, C);
+    leave_region_fwd(partial, encoded_, N, R);
+  } else {
+    d.copy_floats(encoded_, input, RC);  // the previous stage's output rows
+  }
 
   const float* residual = encoded_;
   for (Block& b : blocks_) {
@@ -373,6 +421,8 @@ float GptModel::forward(const std::int32_t* tokens, const std::int32_t* targets,
     d.residual_forward(b.res3, b.res2, leave_region_fwd(proj_, b.res3, N, R), RC);
     residual = b.res3;
   }
+  stage_out_ = residual;
+  if (!stage_.head) return 0.0f;
   ln_f_.forward(d, lnf_, lnf_mean_, lnf_rstd_, residual, R);
   // LM head over this rank's vocabulary rows: logits[N,Vl] = lnf[N,C] · head[Vl,C]^T
   // (padding rows of head are zero). Its input is the full ln_f output on every rank.
@@ -394,11 +444,13 @@ float GptModel::forward(const std::int32_t* tokens, const std::int32_t* targets,
   return static_cast<float>(sum / N);
 }
 
-void GptModel::backward(float dloss) {
-  DTRAIN_CHECK(have_targets_, Errc::invalid_argument,
-               "backward() needs a forward() with targets first");
+void GptModel::backward_stage(float dloss, const float* doutput) {
+  DTRAIN_CHECK(stage_.head ? have_targets_ : (last_B_ > 0 && doutput != nullptr),
+               Errc::invalid_argument,
+               "backward needs a forward() " << (stage_.head ? "with targets" : "and doutput")
+                                             << " first");
   const int B = last_B_, T = last_T_, N = B * T, C = cfg_.d_model, P = tp_.size();
-  const int R = sp_ ? N / P : N, Vl = wte_.shard.padded_rows;
+  const int R = sp_ ? N / P : N, Vl = ce_.shard.padded_rows;
   const std::int64_t NC = static_cast<std::int64_t>(N) * C;
   const std::int64_t NF = static_cast<std::int64_t>(N) * hidden_local_;
   const std::int64_t NCl = static_cast<std::int64_t>(N) * C_local_;
@@ -406,26 +458,30 @@ void GptModel::backward(float dloss) {
   auto zero = [&](float* p, std::int64_t n) { d.zero(p, sizeof(float) * n); };
   if (sp_) zero(ln_grads_, static_cast<std::int64_t>(ln_grad_targets_.size()) * C);
 
-  // loss = mean over N positions, so each position's loss gets dloss / N
-  d.fill(dlosses_, dloss / static_cast<float>(N), N);
-  // dlogits overwrite the logits in place (they are not needed any more)
-  ce_.backward(d, tp_, logits_, logits_, lse_, targets_, dlosses_, N);
-  float* dlogits = logits_;
-  // LM head: dlnf[N,C] = dlogits · head (this rank's vocabulary part of it);
-  // dhead[Vl,C] += dlogits^T · lnf (complete: each row sees only its own logits)
-  const float* head_in = sp_ ? lnf_full_ : lnf_;
-  d.gemm(false, false, N, C, Vl, 1.0f, dlogits, Vl, head_w_, C, 0.0f, dln_, C);
-  d.gemm(true, false, Vl, C, N, 1.0f, dlogits, Vl, head_in, C, 1.0f, head_dw_, C);
-  const float* dlnf = enter_region_bwd(dln_, N, R);
+  if (stage_.head) {
+    // loss = mean over N positions, so each position's loss gets dloss / N
+    d.fill(dlosses_, dloss / static_cast<float>(N), N);
+    // dlogits overwrite the logits in place (they are not needed any more)
+    ce_.backward(d, tp_, logits_, logits_, lse_, targets_, dlosses_, N);
+    float* dlogits = logits_;
+    // LM head: dlnf[N,C] = dlogits · head (this rank's vocabulary part of it);
+    // dhead[Vl,C] += dlogits^T · lnf (complete: each row sees only its own logits)
+    const float* head_in = sp_ ? lnf_full_ : lnf_;
+    d.gemm(false, false, N, C, Vl, 1.0f, dlogits, Vl, head_w_, C, 0.0f, dln_, C);
+    d.gemm(true, false, Vl, C, N, 1.0f, dlogits, Vl, head_in, C, 1.0f, head_dw_, C);
+    const float* dlnf = enter_region_bwd(dln_, N, R);
 
-  // dres_ carries d(residual stream) down through the blocks; layernorm backward adds into it
-  zero(dres_, static_cast<std::int64_t>(R) * C);
-  const float* last = blocks_.empty() ? encoded_ : blocks_.back().res3;
-  ln_f_.backward(d, dres_, dlnf, last, lnf_mean_, lnf_rstd_, R);
-  if (sp_) reduce_layernorm_grads(ln_grad_targets_.size() - 2, 2);
+    // dres_ carries d(residual stream) down through the blocks; layernorm backward adds into it
+    zero(dres_, static_cast<std::int64_t>(R) * C);
+    const float* last = blocks_.empty() ? encoded_ : blocks_.back().res3;
+    ln_f_.backward(d, dres_, dlnf, last, lnf_mean_, lnf_rstd_, R);
+    if (sp_) reduce_layernorm_grads(ln_grad_targets_.size() - 2, 2);
+  } else {
+    d.copy_floats(dres_, doutput, static_cast<std::int64_t>(R) * C);
+  }
   grads_ready(0);
 
-  for (int l = cfg_.layers - 1; l >= 0; --l) {
+  for (int l = stage_.layers - 1; l >= 0; --l) {
     Block& b = blocks_[l];
     const float* res_in = l == 0 ? encoded_ : blocks_[l - 1].res3;
     // MLP: res3 = res2 + c_proj(gelu(c_fc(ln_2(res2))))
@@ -447,13 +503,17 @@ void GptModel::backward(float dloss) {
     b.ln_1.backward(d, dres_, enter_region_bwd(dln_, N, R), res_in, b.ln1_mean, b.ln1_rstd,
                     R);  // d(res_in)
     if (sp_) reduce_layernorm_grads(4 * static_cast<std::size_t>(l), 4);
-    grads_ready(static_cast<std::size_t>(cfg_.layers - l));
+    grads_ready(static_cast<std::size_t>(stage_.layers - l));
+  }
+  if (!stage_.embedding) {  // dres_ holds d(input): the previous stage's output gradient
+    grads_ready(ready_index_.size() - 1);
+    return;
   }
   // embedding: the full gradient of the (reduced) embedding output on every rank
   const float* demb = leave_region_bwd(dres_, R);
   wte_.backward(d, demb, tokens_, N);
   d.positional_backward(dwpe_, demb, B, T, C);
-  grads_ready(grad_ready_ranges_.size() - 1);
+  grads_ready(ready_index_.size() - 1);
 }
 
 double GptModel::flops_per_token() const noexcept {

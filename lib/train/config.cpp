@@ -3,6 +3,8 @@
 #include <cmath>
 
 #include "dtrain/core/error.hpp"
+#include "dtrain/parallel/pipeline_partition.hpp"
+#include "dtrain/parallel/pipeline_schedule.hpp"
 
 namespace dtrain::train {
 
@@ -42,7 +44,6 @@ void TrainConfig::validate(int world_size) const {
                Errc::invalid_config, "--schedule must be gpipe, 1f1b or interleaved, got '" << schedule << "'");
   positive(virtual_stages, "--virtual-stages");
   // Not implemented yet: refuse rather than silently ignore.
-  DTRAIN_CHECK(pp == 1, Errc::not_implemented, "--pp " << pp << ": pipeline parallelism is not implemented yet (use --pp 1)");
   DTRAIN_CHECK(zero <= 1, Errc::not_implemented,
                "--zero " << zero << ": ZeRO stages 2 and 3 are not implemented yet (use --zero 0 or 1)");
   DTRAIN_CHECK(!(deterministic && zero > 0), Errc::not_implemented,
@@ -61,6 +62,23 @@ void TrainConfig::validate(int world_size) const {
                  "--global-batch (" << global_batch << ") must be a multiple of --micro-batch x dp = "
                                     << micro_batch << " x " << resolved_dp(world_size) << " = " << per_step);
   }
+
+  // The split (also an explicit one at --pp 1, never silently ignored) and the schedule,
+  // checked as every rank will build them.
+  if (pp > 1 || !pipeline_layers.empty())
+    parallel::partition_layers(layers, pp, parallel::parse_pipeline_layers(pipeline_layers));
+  if (pp > 1) {
+    parallel::validate_schedule(parallel::parse_schedule_kind(schedule), pp, accum_steps(world_size),
+                                virtual_stages);
+  }
+  // Pipeline parts not implemented yet.
+  DTRAIN_CHECK(pp == 1 || schedule != "interleaved", Errc::not_implemented,
+               "--schedule interleaved is not implemented yet (use gpipe or 1f1b)");
+  DTRAIN_CHECK(pp == 1 || !deterministic, Errc::not_implemented,
+               "--deterministic with --pp " << pp << " is not implemented yet");
+  DTRAIN_CHECK(pp == 1 || (save_dir.empty() && (resume == "auto" || resume == "none")),
+               Errc::not_implemented,
+               "checkpoints with --pp " << pp << " are not implemented yet (drop --save-dir/--resume)");
 
   DTRAIN_CHECK(lr > 0 && std::isfinite(lr), Errc::invalid_config, "--lr must be positive, got " << lr);
   DTRAIN_CHECK(min_lr >= 0 && min_lr <= lr, Errc::invalid_config,

@@ -20,6 +20,8 @@ std::string TrainConfig::to_ini() const {
   kv("pp", pp);
   kv("dp", dp);
   kv("zero", zero);
+  kv("schedule", schedule);
+  kv("pipeline-layers", pipeline_layers);
   kv("micro-batch", micro_batch);
   kv("global-batch", global_batch);
   kv("lr", lr);

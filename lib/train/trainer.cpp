@@ -8,6 +8,8 @@
 
 #include "dtrain/ckpt/checkpoint.hpp"
 #include "dtrain/comm/process_grid.hpp"
+#include "dtrain/parallel/pipeline.hpp"
+#include "dtrain/parallel/pipeline_partition.hpp"
 #include "dtrain/core/buffer.hpp"
 #include "dtrain/core/env.hpp"
 #include "dtrain/core/error.hpp"
@@ -41,6 +43,7 @@ struct Trainer::State {
   optim::AdamW optimizer;
   optim::LrSchedule schedule;
   BatchLoader loader;
+  std::unique_ptr<parallel::PipelineExecutor> pipeline;  // --pp > 1
   AlignedBuffer tokens, targets;
   MetricsWriter metrics;
   MemoryUse memory;
@@ -61,6 +64,9 @@ struct Trainer::State {
   std::vector<optim::Segment> optimizer_segments();
   double sync_gradients_bucketed();
   double sync_gradients_fixed_order();
+  double sync_gradients_pipeline();
+  void reduce_tied_embedding();
+  double duplicate_wte_squares();
   double gradient_norm();
   std::vector<char> segment_in_norm;  // ZeRO-1: optimiser segment counts toward the TP norm
   ckpt::Checkpointer& checkpoints();
@@ -131,6 +137,15 @@ optim::AdamWConfig adamw_config(const TrainConfig& cfg) {
   return a;
 }
 
+// This rank's pipeline stage: its layers, and the embedding / head at the ends.
+GptStage model_stage(const TrainConfig& cfg, const ProcessGrid& grid) {
+  if (cfg.pp == 1) return {};
+  const auto split = parallel::partition_layers(
+      cfg.layers, cfg.pp, parallel::parse_pipeline_layers(cfg.pipeline_layers));
+  const parallel::LayerRange r = split[static_cast<std::size_t>(grid.pp_rank())];
+  return {r.first, r.count, grid.is_first_stage(), grid.is_last_stage()};
+}
+
 BatchPlan batch_plan(const TrainConfig& cfg, const ProcessGrid& grid, int world_size) {
   BatchPlan p;
   p.micro_batch = cfg.micro_batch;
@@ -148,7 +163,8 @@ Trainer::State::State(const TrainConfig& c, Communicator& w)
       grid(w, grid_shape(cfg)),
       dev(configured_device(cfg.device, w, cfg.deterministic)),
       source(open_source(cfg)),
-      model(model_config(cfg), dev, cfg.seed, cfg.micro_batch, &grid.tp(), cfg.sequence_parallel),
+      model(model_config(cfg), dev, cfg.seed, cfg.micro_batch, model_stage(cfg, grid), &grid.tp(),
+            cfg.sequence_parallel),
       optimizer(dev, optimizer_segments(), model.parameters().numel(), adamw_config(cfg)),
       loader(*source, batch_plan(cfg, grid, w.size()), cfg.seq_len),
       tokens(sizeof(std::int32_t) * cfg.micro_batch * cfg.seq_len),
@@ -160,6 +176,11 @@ Trainer::State::State(const TrainConfig& c, Communicator& w)
   schedule.validate();
   if (w.rank() == 0 && !cfg.metrics.empty()) metrics.open(cfg.metrics);
   micro_losses.resize(static_cast<std::size_t>(accum()));
+  if (grid.pp_size() > 1) {
+    pipeline = std::make_unique<parallel::PipelineExecutor>(
+        model, grid.pp(), parallel::parse_schedule_kind(cfg.schedule), accum(), cfg.micro_batch,
+        cfg.seq_len);
+  }
   losses.reserve(static_cast<std::size_t>(std::max(0L, cfg.steps)));  // no growth in the loop
 
   const std::size_t n = model.parameters().numel();
@@ -207,14 +228,21 @@ std::vector<optim::Segment> Trainer::State::optimizer_segments() {
 double Trainer::State::gradient_norm() {
   const ParameterStore& params = model.parameters();
   if (cfg.zero == 0 || cfg.deterministic) {
-    return std::sqrt(nn::grad_sum_squares(params, dev, &grid.tp()));
+    double sq = nn::grad_sum_squares(params, dev, &grid.tp());
+    if (grid.pp_size() > 1) {
+      sq -= duplicate_wte_squares();
+      grid.pp().all_reduce(&sq, &sq, 1, DType::f64, ReduceOp::sum);
+    }
+    return std::sqrt(sq);
   }
+  // The last stage's copy of a tied wte is the first stage's: counted there only.
+  const bool skip_wte = grid.pp_size() > 1 && grid.is_last_stage() && cfg.tie_embeddings;
   if (segment_in_norm.empty()) {  // once: which owned pieces belong to replicated parameters
     for (const optim::Segment& seg : optimizer.segments()) {
       bool counted = true;
       for (const ParamInfo& p : params) {
         if (seg.offset >= p.offset && seg.offset < p.offset + p.numel) {
-          counted = p.tp_sharded || grid.tp_rank() == 0;
+          counted = (p.tp_sharded || grid.tp_rank() == 0) && !(skip_wte && p.name == "wte");
         }
       }
       segment_in_norm.push_back(counted);
@@ -229,12 +257,56 @@ double Trainer::State::gradient_norm() {
   }
   grid.dp().all_reduce(&local, &local, 1, DType::f64, ReduceOp::sum);
   if (grid.tp_size() > 1) grid.tp().all_reduce(&local, &local, 1, DType::f64, ReduceOp::sum);
+  if (grid.pp_size() > 1) grid.pp().all_reduce(&local, &local, 1, DType::f64, ReduceOp::sum);
   return std::sqrt(local);
+}
+
+// Sum of squares (over the TP group) of the last stage's copy of a tied wte, which the
+// first stage already counts; 0 elsewhere.
+double Trainer::State::duplicate_wte_squares() {
+  if (!(grid.is_last_stage() && cfg.tie_embeddings)) return 0;
+  ParameterStore& params = model.parameters();
+  const ParamInfo& w = params.at("wte");
+  double sq = dev.sum_squares(params.grad(w), static_cast<std::int64_t>(w.numel));
+  if (grid.tp_size() > 1) grid.tp().all_reduce(&sq, &sq, 1, DType::f64, ReduceOp::sum);
+  return sq;
+}
+
+// Tied embeddings: the first stage's wte and the last stage's copy get the sum of both
+// gradients, so the two stay identical after the update.
+void Trainer::State::reduce_tied_embedding() {
+  if (grid.pp_size() == 1 || !cfg.tie_embeddings || !grid.in_embedding_group()) return;
+  ParameterStore& params = model.parameters();
+  const ParamInfo& w = params.at("wte");
+  grid.embedding().all_reduce(params.grad(w), params.grad(w), w.numel, DType::f32, ReduceOp::sum);
+}
+
+// --pp > 1: the schedule runs every micro-batch of the step; then the tied embedding copies
+// are summed and the data-parallel reduction runs over the stage's arena (not overlapped
+// with backward: the embedding sum must come first, ZeRO-1 shards differ per stage).
+double Trainer::State::sync_gradients_pipeline() {
+  model.parameters().zero_grads();
+  const int n_micro = accum();
+  sync->begin(false);  // the backward hooks only accumulate
+  const long s = step;
+  double loss = pipeline->run_step(
+      [this, s](int mb, std::int32_t* tok, std::int32_t* tgt) {
+        loader.load(Split::train, loader.plan().first_sample(s, mb), tok, tgt);
+      },
+      1.0f / static_cast<float>(n_micro));
+  reduce_tied_embedding();
+  sync->begin(grid.dp_size() > 1);
+  sync->finish();  // launches every bucket
+  loss /= n_micro;
+  if (grid.dp_size() > 1) grid.dp().all_reduce(&loss, &loss, 1, DType::f64, ReduceOp::avg);
+  grid.pp().broadcast(&loss, &loss, 1, DType::f64, grid.pp_size() - 1);  // the last stage's
+  return loss;
 }
 
 // Forward/backward of every micro-batch, reducing buckets as backward produces them on the
 // last micro-step. Returns the step's mean loss over the global batch.
 double Trainer::State::sync_gradients_bucketed() {
+  if (pipeline) return sync_gradients_pipeline();
   ParameterStore& params = model.parameters();
   const int n_micro = accum();
   params.zero_grads();
@@ -368,9 +440,13 @@ double Trainer::evaluate() {
     if (s.watch_stop && s.agree_stop()) break;  // preemption is checked between batches too
     s.loader.load(Split::val, s.loader.plan().first_sample(b, 0), s.tokens.as<std::int32_t>(),
                   s.targets.as<std::int32_t>());
-    total += s.model.forward(s.tokens.as<std::int32_t>(), s.targets.as<std::int32_t>(),
-                             s.cfg.micro_batch, s.cfg.seq_len);
+    total += s.pipeline ? s.pipeline->forward_only(s.tokens.as<std::int32_t>(),
+                                                   s.targets.as<std::int32_t>())
+                        : s.model.forward(s.tokens.as<std::int32_t>(),
+                                          s.targets.as<std::int32_t>(), s.cfg.micro_batch,
+                                          s.cfg.seq_len);
   }
+  if (s.pipeline) s.grid.pp().broadcast(&total, &total, 1, DType::f64, s.grid.pp_size() - 1);
   total = done > 0 ? total / done : std::numeric_limits<double>::quiet_NaN();
   Communicator& dp = s.grid.dp();
   if (dp.size() > 1) dp.all_reduce(&total, &total, 1, DType::f64, ReduceOp::avg);

@@ -184,6 +184,59 @@ TEST(Checkpoint, ResumingContinuesExactly) {
   }
 }
 
+namespace {
+
+struct Layout {
+  const char* name;
+  int ranks;
+  int tp;  // the rest of the ranks are data parallel
+};
+
+// Trains on the first l.ranks world ranks (resuming as cfg.resume says) until step `until`,
+// then saves when `save`. Returns the losses of the steps taken; empty on ranks left out.
+std::vector<double> train_on(train::TrainConfig cfg, const Layout& l, long until, bool save) {
+  cfg.tp = l.tp;
+  std::vector<double> losses;
+  {
+    Communicator group = world().split(world().rank() < l.ranks ? 0 : -1, 0, "layout");
+    if (group.valid()) {
+      train::Trainer t(cfg, group);
+      while (t.step() < until) losses.push_back(t.train_step());
+      if (save) t.save_checkpoint();
+    }
+  }
+  world().barrier();
+  return losses;
+}
+
+}  // namespace
+
+// Save under tensor parallelism, resume without it (and the reverse): the losses continue
+// as the uninterrupted single-rank run's. The global batch is the same in every layout.
+TEST(Checkpoint, TensorParallelLayoutsResumeEachOther) {
+  ASSERT_GE(world().size(), 2);
+  train::TrainConfig cfg = tiny_config();
+  cfg.global_batch = static_cast<long>(cfg.micro_batch) * 2;
+  const Layout tp2{"tp 2", 2, 2}, dp2{"dp 2", 2, 1}, one{"1 rank", 1, 1};
+  const std::vector<double> straight = train_on(cfg, one, cfg.steps, false);
+  const std::pair<Layout, Layout> pairs[] = {{tp2, dp2}, {tp2, one}, {dp2, tp2}, {one, tp2}};
+  int case_no = 0;
+  for (const auto& [writer, reader] : pairs) {
+    train::TrainConfig c = cfg;
+    c.save_dir = test_dir("tp_pair" + std::to_string(case_no++));
+    std::vector<double> losses = train_on(c, writer, 3, true);
+    c.resume = "auto";
+    const std::vector<double> rest = train_on(c, reader, c.steps, false);
+    losses.insert(losses.end(), rest.begin(), rest.end());
+    if (world().rank() != 0) continue;  // in every layout: it holds the losses
+    ASSERT_EQ(losses.size(), straight.size()) << writer.name << " -> " << reader.name;
+    for (std::size_t i = 0; i < straight.size(); ++i) {
+      EXPECT_NEAR(losses[i], straight[i], 1e-5)
+          << "saved at " << writer.name << ", resumed at " << reader.name << ", step " << i + 1;
+    }
+  }
+}
+
 TEST(Checkpoint, CorruptDatasetIsRefusedByNameAndThePreviousOneStillLoads) {
   const std::string dir = test_dir("corrupt");
   train::TrainConfig cfg = tiny_config();

@@ -45,7 +45,26 @@ TEST(TrainConfig, BadValuesNameTheOption) {
   expect_config_error(c, 4, "does not divide the 4 ranks");
   c = {};
   c.pp = 2;
-  expect_config_error(c, 2, "pipeline parallelism is not implemented yet");
+  c.layers = 1;
+  expect_config_error(c, 2, "--layers 1 is fewer than the 2 pipeline stages");
+  c = {};
+  c.pp = 2;
+  c.schedule = "interleaved";
+  c.global_batch = 24;  // 3 micro-batches
+  expect_config_error(c, 2, "needs the micro-batches per step (3) to be a multiple of --pp (2)");
+  c.global_batch = 32;
+  expect_config_error(c, 2, "--schedule interleaved is not implemented yet");
+  c = {};
+  c.pp = 2;
+  c.save_dir = "ckpt";
+  expect_config_error(c, 2, "checkpoints with --pp 2 are not implemented yet");
+  c = {};
+  c.pp = 2;
+  c.pipeline_layers = "1,2";
+  expect_config_error(c, 2, "--pipeline-layers adds up to 3 layers");
+  c.pp = 1;
+  c.pipeline_layers = "1,1";
+  expect_config_error(c, 2, "--pipeline-layers lists 2 stages, the pipeline has 1");
   c = {};
   c.sequence_parallel = true;
   expect_config_error(c, 2, "--sequence-parallel needs --tp > 1");

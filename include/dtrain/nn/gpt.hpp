@@ -38,6 +38,15 @@ struct DTRAIN_API GptConfig {
   int padded_vocab() const { return (vocab + kVocabPad - 1) / kVocabPad * kVocabPad; }
 };
 
+// The part of the model a pipeline stage holds; the default is the whole model. Layers keep
+// their global names (h.<first_layer + i>.*) and every weight its single-process value.
+struct DTRAIN_API GptStage {
+  int first_layer = 0;
+  int layers = -1;        // blocks held; -1: all from first_layer on
+  bool embedding = true;  // wte/wpe lookup: the first stage
+  bool head = true;       // ln_f, LM head and loss: the last stage (holds wte too when tied)
+};
+
 class DTRAIN_API GptModel {
  public:
   // Allocates parameters, gradients and every activation buffer once, for up to max_batch
@@ -50,6 +59,10 @@ class DTRAIN_API GptModel {
   // Error(Errc::invalid_config) on every rank before any communication.
   GptModel(const GptConfig& cfg, Device& dev, std::uint64_t seed, int max_batch,
            Communicator* tp = nullptr, bool sequence_parallel = false);
+  // One pipeline stage of the model (see GptStage); throws Error(Errc::invalid_config) when
+  // the layer range lies outside cfg.layers or is empty.
+  GptModel(const GptConfig& cfg, Device& dev, std::uint64_t seed, int max_batch,
+           const GptStage& stage, Communicator* tp = nullptr, bool sequence_parallel = false);
   ~GptModel();
   GptModel(const GptModel&) = delete;
   GptModel& operator=(const GptModel&) = delete;
@@ -70,6 +83,24 @@ class DTRAIN_API GptModel {
   // on every TP rank, and every sharded one the complete gradient of its slice: only the
   // data-parallel reduction is left to the caller.
   void backward(float dloss);
+  // Pipeline stages. forward_stage runs the stage on one micro-batch: the embedding stage
+  // reads tokens, any other stage `input`, the residual stream rows held here ([B*T, C], or
+  // [B*T/tp, C] with sequence parallelism; device memory, copied in). The head stage needs
+  // targets and returns the mean loss; other stages return 0 and leave their output in
+  // stage_output() (same shape as input, valid until the next forward). backward_stage takes
+  // dloss on the head stage and d(objective)/d(stage_output()) (`doutput`) on any other,
+  // accumulates parameter gradients like backward(), and on a non-embedding stage leaves
+  // d(objective)/d(input) in input_grad() (valid until the next backward). On the whole
+  // model forward_stage/backward_stage are forward/backward.
+  float forward_stage(const std::int32_t* tokens, const std::int32_t* targets,
+                      const float* input, int B, int T);
+  void backward_stage(float dloss, const float* doutput);
+  const float* stage_output() const noexcept { return stage_out_; }
+  const float* input_grad() const noexcept { return dres_; }
+  const GptStage& stage() const noexcept { return stage_; }
+  // Floats of one stage boundary tensor for B sequences of T tokens (rows held here x C).
+  std::size_t boundary_floats(int B, int T) const noexcept;
+
   // Logits of the last forward, device memory of shape [B, T, vocab_shard().padded_rows]:
   // column j is token vocab_shard().start + j for j < vocab_shard().rows, padding after it
   // (without TP: [B, T, padded_vocab()]). Valid until the next backward() (which reuses it).
@@ -101,13 +132,14 @@ class DTRAIN_API GptModel {
   int tp_size() const noexcept { return tp_.size(); }
   int tp_rank() const noexcept { return tp_.rank(); }
   bool sequence_parallel() const noexcept { return sp_; }
-  const nn::VocabShard& vocab_shard() const noexcept { return wte_.shard; }
+  const nn::VocabShard& vocab_shard() const noexcept { return ce_.shard; }
   // Collectives this model issued over its TP group (counts and bytes, see TpCommStats).
   const nn::TpCommStats& tp_comm_stats() const noexcept { return tp_.stats(); }
   void reset_tp_comm_stats() noexcept { tp_.reset_stats(); }
 
  private:
   struct Block;
+  bool has_wte() const noexcept { return stage_.embedding || (stage_.head && cfg_.tie_embeddings); }
   void declare_parameters();
   void init_parameters(std::uint64_t seed);
   void allocate_activations();
@@ -120,9 +152,10 @@ class DTRAIN_API GptModel {
   const float* leave_region_fwd(float* y_partial, float* out_rows, int N, int R);
   const float* leave_region_bwd(const float* dy_rows, int R);
   void plan_grad_ready_ranges();
-  void grads_ready(std::size_t index) const;  // reports grad_ready_ranges_[index] to the hook
+  void grads_ready(std::size_t index) const;  // reports backward's index-th range (if held)
 
   GptConfig cfg_;
+  GptStage stage_;
   Device* dev_;
   int max_batch_;
   nn::TpGroup tp_;
@@ -140,6 +173,7 @@ class DTRAIN_API GptModel {
   // activations (one device allocation, carved once)
   GradReadyHook grad_ready_hook_;
   std::vector<std::pair<std::size_t, std::size_t>> grad_ready_ranges_;
+  std::vector<int> ready_index_;  // backward's report k -> its range in grad_ready_ranges_
 
   DeviceBuffer act_buf_;
   std::size_t act_bytes_ = 0;
@@ -158,6 +192,7 @@ class DTRAIN_API GptModel {
   std::vector<std::pair<float*, float*>> ln_grad_targets_;  // (arena, scratch), C floats each
   std::vector<float> host_losses_;
 
+  const float* stage_out_ = nullptr;  // residual stream after the last block of the stage
   int last_B_ = 0, last_T_ = 0;
   bool have_targets_ = false;
 };

@@ -23,6 +23,7 @@ struct DTRAIN_API TrainConfig {
   int zero = 0;
   std::string schedule = "1f1b";
   int virtual_stages = 1;
+  std::string pipeline_layers;  // "3,2,2,1": layers per pipeline stage; empty: balanced
   bool sequence_parallel = false;
   int micro_batch = 8;
   double bucket_mb = 25;  // data-parallel gradient bucket size (MiB)

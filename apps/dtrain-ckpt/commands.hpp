@@ -1,0 +1,15 @@
+#pragma once
+// The subcommands of dtrain-ckpt. Each returns the process exit status:
+// 0 done (for verify: every checksum matches; for diff: the files are equal),
+// 1 the check found a problem (a bad dataset; files that differ).
+// Errors (a missing or unreadable file) throw dtrain::Error; main() turns them into 2.
+#include <string>
+
+namespace dtrain_ckpt {
+
+int inspect(const std::string& file);
+int verify(const std::string& file);
+int diff(const std::string& a, const std::string& b);
+int export_safetensors(const std::string& file, const std::string& out);
+
+}  // namespace dtrain_ckpt

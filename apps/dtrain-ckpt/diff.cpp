@@ -1,0 +1,55 @@
+// diff: per tensor, the largest absolute difference between two checkpoints; tensors whose
+// shapes differ or that exist in one file only are listed as such.
+#include <cmath>
+#include <cstdio>
+#include <string>
+
+#include "commands.hpp"
+#include "dtrain/ckpt/file.hpp"
+
+namespace dtrain_ckpt {
+namespace {
+
+// |x - y|, where NaN equals NaN and differs infinitely from a number.
+double distance(float x, float y) {
+  if (std::isnan(x) || std::isnan(y)) return std::isnan(x) && std::isnan(y) ? 0.0 : INFINITY;
+  return std::fabs(static_cast<double>(x) - static_cast<double>(y));
+}
+
+}  // namespace
+
+int diff(const std::string& a, const std::string& b) {
+  namespace ck = dtrain::ckpt;
+  const ck::CheckpointFile fa(a), fb(b);
+  bool differ = false;
+  double overall = 0;
+  for (const ck::DatasetInfo& da : fa.datasets()) {
+    const ck::DatasetInfo* db = fb.find(da.path);
+    if (!db) {
+      std::printf("%-44s only in %s\n", da.path.c_str(), a.c_str());
+      differ = true;
+      continue;
+    }
+    if (da.shape != db->shape || da.dtype != "float32" || db->dtype != "float32") {
+      std::printf("%-44s shapes or dtypes differ\n", da.path.c_str());
+      differ = true;
+      continue;
+    }
+    const std::vector<float> x = fa.read(da.path), y = fb.read(da.path);
+    double max_abs = 0;
+    for (std::size_t i = 0; i < x.size(); ++i) max_abs = std::fmax(max_abs, distance(x[i], y[i]));
+    std::printf("%-44s max_abs_diff %.9g\n", da.path.c_str(), max_abs);
+    differ = differ || max_abs > 0;
+    overall = std::fmax(overall, max_abs);
+  }
+  for (const ck::DatasetInfo& db : fb.datasets()) {
+    if (!fa.find(db.path)) {
+      std::printf("%-44s only in %s\n", db.path.c_str(), b.c_str());
+      differ = true;
+    }
+  }
+  std::printf("%s (max abs difference %.9g)\n", differ ? "differ" : "identical", overall);
+  return differ ? 1 : 0;
+}
+
+}  // namespace dtrain_ckpt

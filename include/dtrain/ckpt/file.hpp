@@ -1,0 +1,52 @@
+#pragma once
+// Read-only, single-process access to one checkpoint file, without a model or a process
+// grid: what tools (dtrain-ckpt) need to list, verify, compare and convert checkpoints.
+// Uses HDF5's serial file driver, so it needs no MPI job (and does not touch MPI).
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "dtrain/export.hpp"
+
+namespace dtrain::ckpt {
+
+struct DTRAIN_API DatasetInfo {
+  std::string path;                   // e.g. "/model/wte", "/optimizer/wte/exp_avg"
+  std::vector<std::uint64_t> shape;   // logical shape
+  std::string dtype;                  // "float32", "float64", "int32", ... ("other" if unknown)
+  bool has_checksum = false;
+  std::uint64_t checksum = 0;         // the stored `checksum` attribute
+  // Byte offset of the (contiguous) data in the file; kNoOffset when it has none yet.
+  static constexpr std::uint64_t kNoOffset = ~std::uint64_t{0};
+  std::uint64_t file_offset = kNoOffset;
+};
+
+// (attribute name, value as text); strings verbatim, numbers in decimal.
+using AttributeList = std::vector<std::pair<std::string, std::string>>;
+
+class DTRAIN_API CheckpointFile {
+ public:
+  // Opens path read-only; Errc::io when it is missing or not an HDF5 file.
+  explicit CheckpointFile(const std::string& path);
+  ~CheckpointFile();
+  CheckpointFile(const CheckpointFile&) = delete;
+  CheckpointFile& operator=(const CheckpointFile&) = delete;
+
+  const std::string& path() const;
+  // Every dataset in the file, sorted by path.
+  const std::vector<DatasetInfo>& datasets() const;
+  // nullptr when the file has no dataset at that path.
+  const DatasetInfo* find(const std::string& dataset) const;
+  // The attributes of a group or dataset ("/", "/model", "/optimizer", a dataset path).
+  AttributeList attributes(const std::string& object) const;
+  // A float32 dataset, whole and row-major; Errc::invalid_argument for another dtype.
+  std::vector<float> read(const std::string& dataset) const;
+
+ private:
+  struct Impl;
+  std::unique_ptr<Impl> impl_;
+};
+
+}  // namespace dtrain::ckpt

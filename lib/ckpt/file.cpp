@@ -1,0 +1,156 @@
+// CheckpointFile: a serial, model-independent view of one checkpoint (for tools).
+#include "dtrain/ckpt/file.hpp"
+
+#include <algorithm>
+#include <cstdio>
+#include <filesystem>
+
+#include "ckpt/h5.hpp"
+#include "dtrain/core/error.hpp"
+
+namespace dtrain::ckpt {
+namespace {
+
+std::string dtype_name(hid_t type) {
+  const H5T_class_t cls = H5Tget_class(type);
+  const std::size_t bits = 8 * H5Tget_size(type);
+  if (cls == H5T_FLOAT) return "float" + std::to_string(bits);
+  if (cls == H5T_INTEGER)
+    return (H5Tget_sign(type) == H5T_SGN_NONE ? "uint" : "int") + std::to_string(bits);
+  if (cls == H5T_STRING) return "string";
+  return "other";
+}
+
+// H5Lvisit callback: the names of every dataset under the root. Callbacks run inside HDF5's
+// C code, so they never throw; the datasets are described afterwards.
+herr_t collect_dataset(hid_t root, const char* name, const H5L_info_t*, void* names) {
+  const hid_t obj = H5Oopen(root, name, H5P_DEFAULT);
+  if (obj < 0) return -1;
+  if (H5Iget_type(obj) == H5I_DATASET)
+    static_cast<std::vector<std::string>*>(names)->push_back(std::string("/") + name);
+  H5Oclose(obj);
+  return 0;
+}
+
+DatasetInfo describe(hid_t file, const std::string& path) {
+  DatasetInfo info;
+  info.path = path;
+  h5::Handle d = h5::dataset_handle(H5Dopen2(file, path.c_str(), H5P_DEFAULT), "cannot open " + path);
+  h5::Handle space = h5::space_handle(H5Dget_space(d), path);
+  info.shape.resize(static_cast<std::size_t>(std::max(0, H5Sget_simple_extent_ndims(space))));
+  H5Sget_simple_extent_dims(space, reinterpret_cast<hsize_t*>(info.shape.data()), nullptr);
+  h5::Handle type = h5::type_handle(H5Dget_type(d), path);
+  info.dtype = dtype_name(type);
+  info.has_checksum = h5::has_attr(d, "checksum");
+  if (info.has_checksum) info.checksum = h5::read_attr_u64(d, "checksum", path);
+  const haddr_t offset = H5Dget_offset(d);
+  if (offset != HADDR_UNDEF) info.file_offset = offset;
+  H5Eclear2(H5E_DEFAULT);  // H5Dget_offset fails quietly for non-contiguous layouts
+  return info;
+}
+
+std::string attr_text(hid_t attr) {
+  h5::Handle type = h5::type_handle(H5Aget_type(attr), "H5Aget_type");
+  h5::Handle space = h5::space_handle(H5Aget_space(attr), "H5Aget_space");
+  if (H5Sget_simple_extent_npoints(space) != 1) return "(array)";
+  switch (H5Tget_class(type)) {
+    case H5T_STRING: {
+      if (H5Tis_variable_str(type) > 0) return "(variable-length string)";
+      std::vector<char> buf(H5Tget_size(type) + 1, '\0');
+      h5::check_status(H5Aread(attr, type, buf.data()), "H5Aread");
+      return buf.data();
+    }
+    case H5T_INTEGER: {
+      if (H5Tget_sign(type) == H5T_SGN_NONE) {
+        std::uint64_t v = 0;
+        h5::check_status(H5Aread(attr, H5T_NATIVE_UINT64, &v), "H5Aread");
+        return std::to_string(v);
+      }
+      std::int64_t v = 0;
+      h5::check_status(H5Aread(attr, H5T_NATIVE_INT64, &v), "H5Aread");
+      return std::to_string(v);
+    }
+    case H5T_FLOAT: {
+      double v = 0;
+      h5::check_status(H5Aread(attr, H5T_NATIVE_DOUBLE, &v), "H5Aread");
+      char buf[64];
+      std::snprintf(buf, sizeof buf, "%.17g", v);
+      return buf;
+    }
+    default:
+      return "(unsupported type)";
+  }
+}
+
+herr_t collect_attr_name(hid_t, const char* name, const H5A_info_t*, void* names) {
+  static_cast<std::vector<std::string>*>(names)->push_back(name);
+  return 0;
+}
+
+}  // namespace
+
+struct CheckpointFile::Impl {
+  std::string path;
+  h5::Handle file;
+  std::vector<DatasetInfo> datasets;
+};
+
+CheckpointFile::CheckpointFile(const std::string& path) : impl_(std::make_unique<Impl>()) {
+  h5::QuietErrors quiet;
+  impl_->path = path;
+  DTRAIN_CHECK(std::filesystem::is_regular_file(path), Errc::io, "no checkpoint file '" << path << "'");
+  impl_->file = h5::file_handle(H5Fopen(path.c_str(), H5F_ACC_RDONLY, H5P_DEFAULT),
+                                "cannot open '" + path + "' (not an HDF5 file, or truncated)");
+  std::vector<std::string> names;
+  h5::check_status(H5Lvisit(impl_->file, H5_INDEX_NAME, H5_ITER_INC, collect_dataset, &names),
+                   "cannot list the datasets of '" + path + "'");
+  std::sort(names.begin(), names.end());
+  for (const std::string& name : names) impl_->datasets.push_back(describe(impl_->file, name));
+}
+
+CheckpointFile::~CheckpointFile() = default;
+
+const std::string& CheckpointFile::path() const { return impl_->path; }
+
+const std::vector<DatasetInfo>& CheckpointFile::datasets() const { return impl_->datasets; }
+
+const DatasetInfo* CheckpointFile::find(const std::string& dataset) const {
+  for (const DatasetInfo& d : impl_->datasets)
+    if (d.path == dataset) return &d;
+  return nullptr;
+}
+
+AttributeList CheckpointFile::attributes(const std::string& object) const {
+  h5::QuietErrors quiet;
+  const hid_t id = H5Oopen(impl_->file, object.c_str(), H5P_DEFAULT);
+  h5::check(id, "'" + impl_->path + "' has no object " + object);
+  h5::Handle obj(id, H5Oclose);
+  std::vector<std::string> names;
+  hsize_t idx = 0;
+  h5::check_status(H5Aiterate2(obj, H5_INDEX_NAME, H5_ITER_INC, &idx, collect_attr_name, &names),
+                   "cannot list the attributes of " + object);
+  AttributeList out;
+  for (const std::string& name : names) {
+    h5::Handle attr = h5::attr_handle(H5Aopen(obj, name.c_str(), H5P_DEFAULT), object + ": " + name);
+    out.emplace_back(name, attr_text(attr));
+  }
+  return out;
+}
+
+std::vector<float> CheckpointFile::read(const std::string& dataset) const {
+  h5::QuietErrors quiet;
+  const DatasetInfo* info = find(dataset);
+  DTRAIN_CHECK(info, Errc::invalid_argument, "'" << impl_->path << "' has no dataset " << dataset);
+  DTRAIN_CHECK(info->dtype == "float32", Errc::invalid_argument,
+               "dataset " << dataset << " is " << info->dtype << ", not float32");
+  std::size_t n = 1;
+  for (std::uint64_t d : info->shape) n *= d;
+  std::vector<float> out(n);
+  h5::Handle d = h5::dataset_handle(H5Dopen2(impl_->file, dataset.c_str(), H5P_DEFAULT),
+                                    "cannot open dataset " + dataset);
+  h5::check_status(H5Dread(d, H5T_NATIVE_FLOAT, H5S_ALL, H5S_ALL, H5P_DEFAULT, out.data()),
+                   "'" + impl_->path + "': cannot read dataset " + dataset);
+  return out;
+}
+
+}  // namespace dtrain::ckpt

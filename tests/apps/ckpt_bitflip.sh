@@ -1,0 +1,19 @@
+#!/usr/bin/env bash
+# ckpt_bitflip.sh TOOL FILE COPY: flips the lowest bit of one byte inside /model/wte's data
+# in a copy of FILE; `TOOL verify` must then fail (exit 1) naming /model/wte.
+set -u
+tool=$1 file=$2 copy=$3
+fail() { echo "FAIL: $*"; exit 1; }
+cp "$file" "$copy" || fail "cannot copy $file"
+# inspect prints "offset N" for each dataset: the byte where its data starts.
+offset=$("$tool" inspect "$copy" | awk '$1 == "/model/wte" { for (i = 1; i < NF; ++i) if ($i == "offset") print $(i + 1) }')
+[ -n "$offset" ] || fail "no offset for /model/wte in the inspect output"
+at=$((offset + 100))
+byte=$(od -An -tu1 -j "$at" -N1 "$copy" | tr -d ' ')
+printf "$(printf '\\%03o' $((byte ^ 1)))" | dd of="$copy" bs=1 seek="$at" conv=notrunc status=none
+out=$("$tool" verify "$copy" 2>&1)
+status=$?
+echo "$out"
+[ "$status" -eq 1 ] || fail "verify exited $status on a bit-flipped file, expected 1"
+echo "$out" | grep -q "dataset /model/wte fails its checksum" || fail "verify did not name /model/wte"
+echo "ok: bit flip at byte $at refused, naming /model/wte"

@@ -1,0 +1,33 @@
+#!/usr/bin/env bash
+# kill_mid_save.sh MPIEXEC NPFLAG PROGRAM CKPT_TOOL DIR
+# A 2-rank dtrain-gpt run saves step 2; a second run resumes and, while saving step 4, one
+# rank is killed (DTRAIN_TEST_CKPT_KILL_AFTER_DATASETS) in the middle of the temporary
+# file. Checks: the run fails, DIR/latest still names step 2, that file verifies, no
+# step_00000004.h5 appeared, and --resume auto continues from step 2.
+set -u
+mpiexec=$1 npflag=$2 program=$3 tool=$4 dir=$5
+args=(--layers 1 --d-model 32 --heads 2 --seq-len 16 --micro-batch 2 --log-every 1000000
+      --eval-every 0 --save-dir "$dir" --save-every 2)
+fail() { echo "FAIL: $*"; exit 1; }
+rm -rf "$dir"
+"$mpiexec" "$npflag" 2 "$program" "${args[@]}" --steps 2 --resume none || fail "first run failed"
+[ "$(cat "$dir/latest")" = step_00000002.h5 ] || fail "first run did not save step 2"
+
+DTRAIN_TEST_CKPT_KILL_AFTER_DATASETS=5 "$mpiexec" "$npflag" 2 "$program" "${args[@]}" \
+  --steps 4 --resume auto > "$dir.killed.log" 2>&1
+status=$?
+cat "$dir.killed.log"
+[ "$status" -ne 0 ] || fail "the run with a killed rank exited 0"
+[ -f "$dir/step_00000004.h5.tmp" ] || fail "no step_00000004.h5.tmp: the rank was not killed mid-save"
+[ "$(cat "$dir/latest")" = step_00000002.h5 ] || fail "latest changed to $(cat "$dir/latest")"
+[ ! -e "$dir/step_00000004.h5" ] || fail "a half-written step_00000004.h5 was published"
+"$tool" verify "$dir/step_00000002.h5" || fail "step 2 no longer verifies"
+
+out=$("$mpiexec" "$npflag" 2 "$program" "${args[@]}" --steps 4 --resume auto 2>&1)
+status=$?
+echo "$out"
+[ "$status" -eq 0 ] || fail "resumed run exited $status"
+echo "$out" | grep -q "resumed from .*step_00000002.h5 at step 2" || fail "did not resume from step 2"
+echo "$out" | grep -q "done: 4 steps" || fail "resumed run did not reach step 4"
+"$tool" verify "$dir/step_00000004.h5" || fail "step 4 of the resumed run does not verify"
+echo "ok: killed mid-save, step 2 kept and resumed"

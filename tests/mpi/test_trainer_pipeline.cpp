@@ -1,0 +1,133 @@
+// Pipeline parallelism in the Trainer: gpipe and 1f1b at PP = 2 and 4, PP x DP, ZeRO-1, PP x TP,
+// reproduce single-rank training on the same global batch (clipping active, so the global
+// gradient norm over the stages is checked too), and invalid layouts fail on every rank.
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <string>
+#include <vector>
+
+#include "dtrain/core/error.hpp"
+#include "dtrain/train/trainer.hpp"
+#include "test_support.hpp"
+
+using namespace dtrain;
+using dtrain::test::world;
+
+namespace {
+
+train::TrainConfig tiny_config() {
+  train::TrainConfig c;
+  c.layers = 4;
+  c.heads = 2;
+  c.d_model = 32;
+  c.seq_len = 16;
+  c.vocab = 128;
+  c.micro_batch = 2;
+  c.steps = 20;
+  c.warmup_steps = 5;
+  c.lr = 3e-3;
+  c.clip_grad = 0.3;
+  c.eval_every = 0;
+  c.eval_batches = 1;
+  c.log_every = 1000;
+  return c;
+}
+
+// The loss of every step, then the validation loss after them (pipelined evaluation with
+// --pp > 1).
+std::vector<double> train_losses(const train::TrainConfig& cfg, Communicator& comm) {
+  train::Trainer t(cfg, comm);
+  for (long s = 0; s < cfg.steps; ++s) t.train_step();
+  std::vector<double> losses = t.loss_history();
+  losses.push_back(t.evaluate());
+  return losses;
+}
+
+std::vector<double> single_rank_losses(train::TrainConfig cfg) {
+  cfg.pp = 1;
+  cfg.pipeline_layers.clear();
+  Communicator self = world().split(world().rank(), 0, "self");
+  return train_losses(cfg, self);
+}
+
+// The validation loss matches only without data parallelism: with dp > 1 each replica
+// evaluates its own batches.
+void expect_close(const std::vector<double>& a, const std::vector<double>& b, int dp) {
+  ASSERT_EQ(a.size(), b.size());
+  for (std::size_t i = 0; i < a.size() - (dp > 1 ? 1 : 0); ++i)
+    EXPECT_NEAR(a[i], b[i], 1e-5 * std::fabs(b[i]))
+        << (i + 1 < a.size() ? "step " + std::to_string(i + 1) : std::string("validation"));
+}
+
+// 4 micro-batches per pipeline per step.
+train::TrainConfig pipeline_config(int pp) {
+  train::TrainConfig c = tiny_config();
+  c.pp = pp;
+  c.global_batch = static_cast<long>(c.micro_batch) * (world().size() / pp) * 4;
+  return c;
+}
+
+}  // namespace
+
+TEST(TrainerPipeline, SchedulesMatchSingleRank) {
+  for (int pp : {2, 4}) {
+    if (world().size() % pp != 0) continue;
+    train::TrainConfig cfg = pipeline_config(pp);
+    const std::vector<double> single = single_rank_losses(cfg);
+    for (const char* schedule : {"gpipe", "1f1b"}) {
+      SCOPED_TRACE(std::string(schedule) + " pp=" + std::to_string(pp));
+      cfg.schedule = schedule;
+      expect_close(train_losses(cfg, world()), single, world().size() / pp);
+    }
+  }
+}
+
+TEST(TrainerPipeline, UntiedExplicitSplitAndZeroOne) {
+  if (world().size() % 2 != 0) return;
+  train::TrainConfig cfg = pipeline_config(2);
+  cfg.tie_embeddings = false;
+  cfg.pipeline_layers = "3,1";
+  expect_close(train_losses(cfg, world()), single_rank_losses(cfg), world().size() / 2);
+  cfg = pipeline_config(2);
+  cfg.zero = 1;  // with dp > 1 at 4 ranks: ZeRO-1 shards each stage's arena
+  expect_close(train_losses(cfg, world()), single_rank_losses(cfg), world().size() / 2);
+}
+
+TEST(TrainerPipeline, InvalidLayoutsFailOnEveryRank) {
+  if (world().size() % 2 != 0) return;
+  auto message = [](const train::TrainConfig& cfg) -> std::string {
+    try {
+      train::Trainer t(cfg, world());
+    } catch (const Error& e) {
+      EXPECT_EQ(e.code(), Errc::invalid_config);
+      return e.what();
+    }
+    return "";
+  };
+  train::TrainConfig cfg = pipeline_config(2);
+  cfg.layers = 1;
+  EXPECT_NE(message(cfg).find("--layers 1 is fewer than the 2 pipeline stages"),
+            std::string::npos);
+  cfg = pipeline_config(2);
+  cfg.schedule = "interleaved";
+  cfg.global_batch = static_cast<long>(cfg.micro_batch) * (world().size() / 2) * 3;
+  EXPECT_NE(message(cfg).find("to be a multiple of --pp (2)"), std::string::npos);
+}
+
+TEST(TrainerPipeline, WithTensorParallelism) {
+  if (world().size() != 4) return;
+  for (bool sp : {false, true}) {
+    SCOPED_TRACE(sp ? "PP=2 x TP=2, sequence parallel" : "PP=2 x TP=2");
+    train::TrainConfig cfg = tiny_config();
+    cfg.pp = 2;
+    cfg.tp = 2;
+    cfg.sequence_parallel = sp;
+    cfg.schedule = "1f1b";
+    cfg.global_batch = static_cast<long>(cfg.micro_batch) * 4;  // dp 1, 4 micro-batches
+    train::TrainConfig single = cfg;
+    single.tp = 1;
+    single.sequence_parallel = false;
+    expect_close(train_losses(cfg, world()), single_rank_losses(single), 1);
+  }
+}
