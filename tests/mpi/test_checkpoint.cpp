@@ -17,6 +17,7 @@
 #include "dtrain/optim/optimizer.hpp"
 #include "dtrain/train/trainer.hpp"
 #include "test_support.hpp"
+#include "train_fixtures.hpp"
 
 using namespace dtrain;
 using dtrain::test::world;
@@ -25,18 +26,10 @@ namespace fs = std::filesystem;
 namespace {
 
 train::TrainConfig tiny_config() {
-  train::TrainConfig c;
-  c.layers = 2;
-  c.heads = 2;
-  c.d_model = 32;
-  c.seq_len = 16;
+  train::TrainConfig c = test::tiny_train_config();
   c.vocab = 130;  // padded to 192 rows in storage: the padding must stay out of the file
-  c.micro_batch = 2;
   c.steps = 6;
   c.warmup_steps = 2;
-  c.eval_every = 0;
-  c.eval_batches = 1;
-  c.log_every = 1000;
   c.resume = "none";
   return c;
 }

@@ -6,35 +6,15 @@
 
 #include "dtrain/train/trainer.hpp"
 #include "test_support.hpp"
+#include "train_fixtures.hpp"
 
 using namespace dtrain;
 using dtrain::test::world;
 
 namespace {
 
-train::TrainConfig tiny_config() {
-  train::TrainConfig c;
-  c.layers = 2;
-  c.heads = 2;
-  c.d_model = 32;
-  c.seq_len = 16;
-  c.vocab = 128;
-  c.micro_batch = 2;
-  c.steps = 20;
-  c.warmup_steps = 5;
-  c.lr = 3e-3;
-  c.eval_every = 0;
-  c.eval_batches = 1;
-  c.log_every = 1000;
-  return c;
-}
-
-// The loss history of `steps` steps of cfg on comm.
-std::vector<double> train_losses(const train::TrainConfig& cfg, Communicator& comm) {
-  train::Trainer t(cfg, comm);
-  for (long s = 0; s < cfg.steps; ++s) t.train_step();
-  return t.loss_history();
-}
+train::TrainConfig tiny_config() { return test::tiny_train_config(); }
+using test::train_losses;
 
 }  // namespace
 

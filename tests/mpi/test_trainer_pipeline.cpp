@@ -10,6 +10,7 @@
 #include "dtrain/core/error.hpp"
 #include "dtrain/train/trainer.hpp"
 #include "test_support.hpp"
+#include "train_fixtures.hpp"
 
 using namespace dtrain;
 using dtrain::test::world;
@@ -17,20 +18,9 @@ using dtrain::test::world;
 namespace {
 
 train::TrainConfig tiny_config() {
-  train::TrainConfig c;
+  train::TrainConfig c = test::tiny_train_config();
   c.layers = 4;
-  c.heads = 2;
-  c.d_model = 32;
-  c.seq_len = 16;
-  c.vocab = 128;
-  c.micro_batch = 2;
-  c.steps = 20;
-  c.warmup_steps = 5;
-  c.lr = 3e-3;
-  c.clip_grad = 0.3;
-  c.eval_every = 0;
-  c.eval_batches = 1;
-  c.log_every = 1000;
+  c.clip_grad = 0.3;  // clipping active: the global norm over the stages matters
   return c;
 }
 
