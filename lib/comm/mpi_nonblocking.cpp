@@ -167,37 +167,42 @@ RequestPtr MpiBackend::ibroadcast(const void* send, void* recv, std::size_t coun
   return req;
 }
 
-RequestPtr MpiBackend::isend(const void* buf, std::size_t count, DType type, int peer, int tag,
-                             void*) {
-  check_rank(peer, "send peer");
+namespace {
+// Posts one point-to-point call per chunk of at most `step` elements (at least one call, so
+// a zero-count message still matches its peer). post(ptr, n, request) issues the MPI call.
+template <class Buf, class Post>
+RequestPtr post_chunked(Buf* buf, std::size_t count, DType type, std::size_t step,
+                        Post post) {
   auto req = std::make_unique<MpiRequest>();
-  const MPI_Datatype dt = mpi_datatype(type);
-  const std::size_t es = dtype_size(type), step = max_elements_per_call();
+  const std::size_t es = dtype_size(type);
   std::size_t off = 0;
   do {
     const int n = static_cast<int>(std::min(step, count - off));
     req->requests.emplace_back();
-    mpi_check(MPI_Isend(byte_at(buf, off * es), n, dt, peer, tag, comm_, &req->requests.back()),
-              "MPI_Isend");
+    post(byte_at(buf, off * es), n, &req->requests.back());
     off += step;
   } while (off < count);
   return req;
 }
+}  // namespace
+
+RequestPtr MpiBackend::isend(const void* buf, std::size_t count, DType type, int peer, int tag,
+                             void*) {
+  check_rank(peer, "send peer");
+  const MPI_Datatype dt = mpi_datatype(type);
+  return post_chunked(buf, count, type, max_elements_per_call(),
+                      [&](const void* p, int n, MPI_Request* r) {
+                        mpi_check(MPI_Isend(p, n, dt, peer, tag, comm_, r), "MPI_Isend");
+                      });
+}
 
 RequestPtr MpiBackend::irecv(void* buf, std::size_t count, DType type, int peer, int tag, void*) {
   check_rank(peer, "recv peer");
-  auto req = std::make_unique<MpiRequest>();
   const MPI_Datatype dt = mpi_datatype(type);
-  const std::size_t es = dtype_size(type), step = max_elements_per_call();
-  std::size_t off = 0;
-  do {
-    const int n = static_cast<int>(std::min(step, count - off));
-    req->requests.emplace_back();
-    mpi_check(MPI_Irecv(byte_at(buf, off * es), n, dt, peer, tag, comm_, &req->requests.back()),
-              "MPI_Irecv");
-    off += step;
-  } while (off < count);
-  return req;
+  return post_chunked(buf, count, type, max_elements_per_call(),
+                      [&](void* p, int n, MPI_Request* r) {
+                        mpi_check(MPI_Irecv(p, n, dt, peer, tag, comm_, r), "MPI_Irecv");
+                      });
 }
 
 }  // namespace dtrain::comm

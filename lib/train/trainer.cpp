@@ -68,7 +68,10 @@ struct Trainer::State {
   void reduce_tied_embedding();
   double duplicate_wte_squares();
   double gradient_norm();
-  std::vector<char> segment_in_norm;  // ZeRO-1: optimiser segment counts toward the TP norm
+  std::vector<char> segment_in_norm;  // ZeRO-1: optimiser segment counts toward the norm
+  void plan_norm_segments();
+  double forward_micro(Split split, std::uint64_t first_sample);
+  double average_over_dp(double loss_sum, int n_micro);
   ckpt::Checkpointer& checkpoints();
   bool agree_stop();
   int accum() const { return loader.plan().accum_steps; }
@@ -198,6 +201,7 @@ Trainer::State::State(const TrainConfig& c, Communicator& w)
   double peak = measure_peak_flops(dev);
   w.all_reduce(&peak, &peak, 1, DType::f64, ReduceOp::avg);
   peak_flops_per_rank = peak;
+  plan_norm_segments();
 }
 
 // Called while constructing `optimizer`: sets up the gradient reduction first, because under
@@ -235,19 +239,6 @@ double Trainer::State::gradient_norm() {
     }
     return std::sqrt(sq);
   }
-  // The last stage's copy of a tied wte is the first stage's: counted there only.
-  const bool skip_wte = grid.pp_size() > 1 && grid.is_last_stage() && cfg.tie_embeddings;
-  if (segment_in_norm.empty()) {  // once: which owned pieces belong to replicated parameters
-    for (const optim::Segment& seg : optimizer.segments()) {
-      bool counted = true;
-      for (const ParamInfo& p : params) {
-        if (seg.offset >= p.offset && seg.offset < p.offset + p.numel) {
-          counted = (p.tp_sharded || grid.tp_rank() == 0) && !(skip_wte && p.name == "wte");
-        }
-      }
-      segment_in_norm.push_back(counted);
-    }
-  }
   double local = 0;
   const std::vector<optim::Segment>& segs = optimizer.segments();
   for (std::size_t i = 0; i < segs.size(); ++i) {
@@ -259,6 +250,37 @@ double Trainer::State::gradient_norm() {
   if (grid.tp_size() > 1) grid.tp().all_reduce(&local, &local, 1, DType::f64, ReduceOp::sum);
   if (grid.pp_size() > 1) grid.pp().all_reduce(&local, &local, 1, DType::f64, ReduceOp::sum);
   return std::sqrt(local);
+}
+
+// ZeRO-1: which owned optimiser segments count toward the global norm. A parameter
+// replicated over the TP group counts on TP rank 0 only, and the last stage's copy of a tied
+// wte not at all (the first stage counts it).
+void Trainer::State::plan_norm_segments() {
+  if (cfg.zero == 0 || cfg.deterministic) return;
+  const bool skip_wte = grid.pp_size() > 1 && grid.is_last_stage() && cfg.tie_embeddings;
+  for (const optim::Segment& seg : optimizer.segments()) {
+    bool counted = true;
+    for (const ParamInfo& p : model.parameters()) {
+      if (seg.offset >= p.offset && seg.offset < p.offset + p.numel) {
+        counted = (p.tp_sharded || grid.tp_rank() == 0) && !(skip_wte && p.name == "wte");
+      }
+    }
+    segment_in_norm.push_back(counted);
+  }
+}
+
+// Loads one micro-batch of `split` into the reused token buffers and runs the forward pass.
+double Trainer::State::forward_micro(Split split, std::uint64_t first_sample) {
+  loader.load(split, first_sample, tokens.as<std::int32_t>(), targets.as<std::int32_t>());
+  return model.forward(tokens.as<std::int32_t>(), targets.as<std::int32_t>(), cfg.micro_batch,
+                       cfg.seq_len);
+}
+
+// Mean of the micro-batch losses of a step over the whole global batch.
+double Trainer::State::average_over_dp(double loss_sum, int n_micro) {
+  double loss = loss_sum / n_micro;
+  if (grid.dp_size() > 1) grid.dp().all_reduce(&loss, &loss, 1, DType::f64, ReduceOp::avg);
+  return loss;
 }
 
 // Sum of squares (over the TP group) of the last stage's copy of a tied wte, which the
@@ -297,8 +319,7 @@ double Trainer::State::sync_gradients_pipeline() {
   reduce_tied_embedding();
   sync->begin(grid.dp_size() > 1);
   sync->finish();  // launches every bucket
-  loss /= n_micro;
-  if (grid.dp_size() > 1) grid.dp().all_reduce(&loss, &loss, 1, DType::f64, ReduceOp::avg);
+  loss = average_over_dp(loss, n_micro);
   grid.pp().broadcast(&loss, &loss, 1, DType::f64, grid.pp_size() - 1);  // the last stage's
   return loss;
 }
@@ -312,17 +333,12 @@ double Trainer::State::sync_gradients_bucketed() {
   params.zero_grads();
   double loss = 0;
   for (int micro = 0; micro < n_micro; ++micro) {
-    loader.load(Split::train, loader.plan().first_sample(step, micro), tokens.as<std::int32_t>(),
-                targets.as<std::int32_t>());
-    loss += model.forward(tokens.as<std::int32_t>(), targets.as<std::int32_t>(), cfg.micro_batch,
-                          cfg.seq_len);
+    loss += forward_micro(Split::train, loader.plan().first_sample(step, micro));
     sync->begin(micro == n_micro - 1 && grid.dp_size() > 1);
     model.backward(1.0f / static_cast<float>(n_micro));
   }
   sync->finish();
-  loss /= n_micro;
-  if (grid.dp_size() > 1) grid.dp().all_reduce(&loss, &loss, 1, DType::f64, ReduceOp::avg);
-  return loss;
+  return average_over_dp(loss, n_micro);
 }
 
 // --deterministic: each micro-batch's gradient alone, then the fixed-order sum.
@@ -331,11 +347,8 @@ double Trainer::State::sync_gradients_fixed_order() {
   const int n_micro = accum();
   const float dloss = 1.0f / static_cast<float>(n_micro * grid.dp_size());
   for (int micro = 0; micro < n_micro; ++micro) {
-    loader.load(Split::train, loader.plan().first_sample(step, micro), tokens.as<std::int32_t>(),
-                targets.as<std::int32_t>());
     params.zero_grads();
-    micro_losses[micro] = model.forward(tokens.as<std::int32_t>(), targets.as<std::int32_t>(),
-                                        cfg.micro_batch, cfg.seq_len);
+    micro_losses[micro] = forward_micro(Split::train, loader.plan().first_sample(step, micro));
     model.backward(dloss);
     dev.copy_floats(fixed_order->slot(micro), params.grads(), static_cast<std::int64_t>(params.numel()));
   }
@@ -438,13 +451,13 @@ double Trainer::evaluate() {
   int done = 0;
   for (int b = 0; b < s.cfg.eval_batches; ++b, ++done) {
     if (s.watch_stop && s.agree_stop()) break;  // preemption is checked between batches too
-    s.loader.load(Split::val, s.loader.plan().first_sample(b, 0), s.tokens.as<std::int32_t>(),
-                  s.targets.as<std::int32_t>());
-    total += s.pipeline ? s.pipeline->forward_only(s.tokens.as<std::int32_t>(),
-                                                   s.targets.as<std::int32_t>())
-                        : s.model.forward(s.tokens.as<std::int32_t>(),
-                                          s.targets.as<std::int32_t>(), s.cfg.micro_batch,
-                                          s.cfg.seq_len);
+    const std::uint64_t first = s.loader.plan().first_sample(b, 0);
+    if (s.pipeline) {
+      s.loader.load(Split::val, first, s.tokens.as<std::int32_t>(), s.targets.as<std::int32_t>());
+      total += s.pipeline->forward_only(s.tokens.as<std::int32_t>(), s.targets.as<std::int32_t>());
+    } else {
+      total += s.forward_micro(Split::val, first);
+    }
   }
   if (s.pipeline) s.grid.pp().broadcast(&total, &total, 1, DType::f64, s.grid.pp_size() - 1);
   total = done > 0 ? total / done : std::numeric_limits<double>::quiet_NaN();

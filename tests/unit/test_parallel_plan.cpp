@@ -14,6 +14,18 @@
 using namespace dtrain;
 using parallel::Range;
 
+namespace {
+GptConfig small_gpt(int layers) {
+  GptConfig cfg;
+  cfg.layers = layers;
+  cfg.d_model = 16;
+  cfg.heads = 2;
+  cfg.seq_len = 8;
+  cfg.vocab = 20;
+  return cfg;
+}
+}  // namespace
+
 TEST(Buckets, GroupAdjacentRangesUpToTheCap) {
   // Backward order: the end of the arena first.
   const std::vector<Range> ranges = {{90, 100}, {60, 90}, {20, 60}, {0, 20}};
@@ -39,12 +51,7 @@ TEST(Buckets, SplitEvenly) {
 }
 
 TEST(GptGradReadyRanges, TileTheArenaInBackwardOrder) {
-  GptConfig cfg;
-  cfg.layers = 3;
-  cfg.d_model = 16;
-  cfg.heads = 2;
-  cfg.seq_len = 8;
-  cfg.vocab = 20;
+  const GptConfig cfg = small_gpt(3);
   GptModel model(cfg, cpu_device(), 1, 1);
   const auto& r = model.grad_ready_ranges();
   ASSERT_EQ(r.size(), 5u);  // head+ln_f, 3 blocks, embeddings
@@ -61,12 +68,7 @@ TEST(GptGradReadyRanges, TileTheArenaInBackwardOrder) {
 }
 
 TEST(Zero, OwnedSegmentsPartitionTheParameters) {
-  GptConfig cfg;
-  cfg.layers = 1;
-  cfg.d_model = 16;
-  cfg.heads = 2;
-  cfg.seq_len = 8;
-  cfg.vocab = 20;
+  const GptConfig cfg = small_gpt(1);
   GptModel model(cfg, cpu_device(), 1, 1);
   const auto all = parallel::parameter_segments(model.parameters());
   std::size_t psi = 0;
