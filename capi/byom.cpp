@@ -1,37 +1,45 @@
-// Bring your own model: the program's parameter and gradient buffers, mirrored in a flat
-// arena once per step so the bucketed reduction and (ZeRO) AdamW run over offsets.
+// Bring your own model: registration and the optimiser step over the program's buffers.
+#include "byom.hpp"
+
 #include <string>
-#include <vector>
 
 #include "dtrain/device/device.hpp"
 #include "guard.hpp"
-#include "step_engine.hpp"
 
 using namespace dtrain::capi;
 
-struct dt_byom_s : CommUser {
-  dt_byom_s(dt_comm_s* c, const dt_optimizer_config_t& cfg)
-      : CommUser(Kind::byom, c), store(dtrain::cpu_device()), cfg(cfg) {}
+dt_byom_s::dt_byom_s(dt_comm_s* c, const dt_optimizer_config_t& cfg)
+    : CommUser(Kind::byom, c), store(dtrain::cpu_device()), cfg(cfg) {}
 
-  struct Buffers {
-    float* param;
-    const float* grad;
-    std::size_t numel;
-  };
-  dtrain::ParameterStore store;
-  dt_optimizer_config_t cfg;
-  std::vector<Buffers> buffers;  // registration order = store order
-  std::unique_ptr<StepEngine> engine;  // created by the first step; registration closes
-};
-
-namespace {
-
-template <class F>
-dt_result_t with_byom(const char* func, dt_byom_t h, F&& body) {
-  return call<dt_byom_s>(func, h, Kind::byom, "byom", body);
+void dt_byom_s::close() {
+  if (engine) return;
+  if (buffers.empty()) fail(DT_ERR_INVALID_STATE, "no tensors registered");
+  store.allocate();
+  engine = std::make_unique<StepEngine>(*comm->comm, store, cfg);
 }
 
-}  // namespace
+void dt_byom_s::copy_in(bool with_grads) {
+  dtrain::Device& dev = store.device();
+  for (std::size_t i = 0; i < buffers.size(); ++i) {
+    const dtrain::ParamInfo& p = store[i];
+    const std::size_t bytes = buffers[i].numel * sizeof(float);
+    dev.copy(store.param(p), buffers[i].param, bytes, dtrain::CopyKind::host_to_device);
+    if (with_grads) dev.copy(store.grad(p), buffers[i].grad, bytes, dtrain::CopyKind::host_to_device);
+  }
+}
+
+void dt_byom_s::copy_out() {
+  dtrain::Device& dev = store.device();
+  for (std::size_t i = 0; i < buffers.size(); ++i)
+    dev.copy(buffers[i].param, store.param(store[i]), buffers[i].numel * sizeof(float),
+             dtrain::CopyKind::device_to_host);
+}
+
+Checkpoints& dt_byom_s::checkpoint_io() {
+  close();
+  if (!checkpoints) checkpoints = std::make_unique<Checkpoints>(*comm->comm, store, *engine, nullptr);
+  return *checkpoints;
+}
 
 extern "C" {
 
@@ -50,7 +58,8 @@ dt_result_t dt_byom_destroy(dt_byom_t byom) {
 dt_result_t dt_byom_register(dt_byom_t byom, const char* name, int ndim, const int64_t* shape,
                              dt_dtype_t dtype, void* param, const void* grad, unsigned flags) {
   return with_byom(__func__, byom, [&](dt_byom_s& b) {
-    if (b.engine) fail(DT_ERR_INVALID_STATE, "tensors can only be registered before the first step");
+    if (b.engine)
+      fail(DT_ERR_INVALID_STATE, "tensors can only be registered before the first step or checkpoint");
     need_ptr(name, "name");
     need(ndim >= 1 && ndim <= 8, "ndim must be in [1, 8]");
     need_ptr(shape, "shape");
@@ -73,22 +82,10 @@ dt_result_t dt_byom_register(dt_byom_t byom, const char* name, int ndim, const i
 dt_result_t dt_byom_step(dt_byom_t byom, float lr, float* grad_norm) {
   return with_byom(__func__, byom, [&](dt_byom_s& b) {
     need(lr >= 0 && lr < 1e30f, "lr must be a finite value >= 0");
-    if (!b.engine) {
-      if (b.buffers.empty()) fail(DT_ERR_INVALID_STATE, "no tensors registered");
-      b.store.allocate();
-      b.engine = std::make_unique<StepEngine>(*b.comm->comm, b.store, b.cfg);
-    }
-    dtrain::Device& dev = b.store.device();
-    for (std::size_t i = 0; i < b.buffers.size(); ++i) {
-      const dtrain::ParamInfo& p = b.store[i];
-      const std::size_t bytes = b.buffers[i].numel * sizeof(float);
-      dev.copy(b.store.param(p), b.buffers[i].param, bytes, dtrain::CopyKind::host_to_device);
-      dev.copy(b.store.grad(p), b.buffers[i].grad, bytes, dtrain::CopyKind::host_to_device);
-    }
+    b.close();
+    b.copy_in(true);
     const double norm = b.engine->step(lr);
-    for (std::size_t i = 0; i < b.buffers.size(); ++i)
-      dev.copy(b.buffers[i].param, b.store.param(b.store[i]), b.buffers[i].numel * sizeof(float),
-               dtrain::CopyKind::device_to_host);
+    b.copy_out();
     if (grad_norm) *grad_norm = static_cast<float>(norm);
   });
 }

@@ -1,21 +1,25 @@
 /**
  * @file dtrain.h
- * @brief The stable C ABI of dtrain (C99). See docs/c-api.md for the full guide.
+ * @brief The stable C ABI of dtrain (C99). See docs/c-api.md for the full guide with an
+ * example for every function.
  *
  * Rules every function follows:
- *  - It returns a ::dt_result_t; DT_SUCCESS is 0. Nothing throws, aborts or exits across
+ *  - It returns a ::dt_result_t; ::DT_SUCCESS is 0. Nothing throws, aborts or exits across
  *    this interface (a collective that never completes is still ended by the watchdog, see
  *    DTRAIN_COMM_TIMEOUT).
- *  - Handles are opaque and checked on every call: NULL, destroyed or wrong-kind handles give
- *    DT_ERR_INVALID_HANDLE. Output pointers must not be NULL (DT_ERR_INVALID_ARGUMENT).
- *  - On failure, dt_get_last_error(ctx) returns a message for the context the call used,
- *    and dt_get_last_error(NULL) the last message of the calling thread.
+ *  - Handles are opaque and checked on every call: NULL, destroyed, finalized or wrong-kind
+ *    handles give ::DT_ERR_INVALID_HANDLE. Output pointers must not be NULL unless a function
+ *    says so (::DT_ERR_INVALID_ARGUMENT).
+ *  - On failure, dt_get_last_error(ctx) returns "FUNCTION: REASON" for the context the
+ *    call used, and dt_get_last_error(NULL) the last message of the calling thread.
  *  - Ownership: buffers passed in stay owned by the caller. Handles created by a dt_*_create
  *    or dt_init* call are owned by the caller and released by the matching destroy/finalize;
- *    dt_comm_t handles are borrowed from their context or grid and never destroyed.
+ *    ::dt_comm_t handles are borrowed from their context or grid and never destroyed.
  *    dt_finalize() releases every handle still alive in that context.
  *  - Binary compatibility: enums only grow; config structs start with struct_size and are
  *    initialised with their DT_*_INIT macro, so fields can be appended in later versions.
+ *  - "Collective over G" means every rank of group G calls the function, in the same order
+ *    relative to the other collectives of G.
  */
 #ifndef DTRAIN_H
 #define DTRAIN_H
@@ -25,6 +29,7 @@
 
 #include "dtrain_version.h"
 
+/** Marks a function of the C ABI as exported from libdtrain.so (everything else is hidden). */
 #if defined(_WIN32)
 #define DT_API
 #else
@@ -39,19 +44,20 @@ extern "C" {
 
 /**
  * Result of every call. Values 0..999 equal dtrain::Errc one to one; values from 1000 are
- * specific to the C ABI. Only ever grows.
+ * specific to the C ABI. Only ever grows: treat a value you do not know as an error.
  */
 typedef enum dt_result_t {
-  DT_SUCCESS = 0,
+  DT_SUCCESS = 0,               /**< the call did what it says */
   DT_ERR_INVALID_ARGUMENT = 1,  /**< a NULL pointer, a size out of range, an unknown name */
-  DT_ERR_INVALID_CONFIG = 2,    /**< a config struct describes something impossible */
-  DT_ERR_OUT_OF_MEMORY = 3,
-  DT_ERR_IO = 4,
+  DT_ERR_INVALID_CONFIG = 2,    /**< a config describes something impossible, or a checkpoint
+                                     was written for another model */
+  DT_ERR_OUT_OF_MEMORY = 3,     /**< an allocation failed */
+  DT_ERR_IO = 4,                /**< a file could not be created, read or written */
   DT_ERR_COMM = 5,              /**< MPI reported an error */
-  DT_ERR_TIMEOUT = 6,
+  DT_ERR_TIMEOUT = 6,           /**< a collective made no progress for DTRAIN_COMM_TIMEOUT s */
   DT_ERR_NOT_IMPLEMENTED = 7,   /**< a valid request this version cannot do yet */
   DT_ERR_UNAVAILABLE = 8,       /**< e.g. a CUDA device was asked for but none is present */
-  DT_ERR_CORRUPT_DATA = 9,
+  DT_ERR_CORRUPT_DATA = 9,      /**< a checkpoint fails its format or checksum checks */
   DT_ERR_INTERNAL = 10,         /**< a bug in dtrain: please report it with the message */
   DT_ERR_INVALID_HANDLE = 1000, /**< NULL, destroyed, finalized or wrong-kind handle */
   DT_ERR_INVALID_STATE = 1001   /**< a call out of order (e.g. register after the first step) */
@@ -59,104 +65,236 @@ typedef enum dt_result_t {
 
 /* ---- handles --------------------------------------------------------------------------- */
 
-typedef struct dt_context_s* dt_context_t;   /**< one MPI job's dtrain state */
-typedef struct dt_comm_s* dt_comm_t;         /**< a group of ranks (borrowed) */
-typedef struct dt_grid_s* dt_grid_t;         /**< tensor/pipeline/data-parallel groups */
-typedef struct dt_byom_s* dt_byom_t;         /**< buffers the program owns + their optimiser */
-typedef struct dt_model_s* dt_model_t;       /**< a built-in model + its optimiser */
+/** One MPI job's dtrain state: made by dt_init*(), released by dt_finalize(). */
+typedef struct dt_context_s* dt_context_t;
+/** A group of ranks, borrowed from its context or grid (never destroyed by the program). */
+typedef struct dt_comm_s* dt_comm_t;
+/** A process grid: the tensor-, pipeline- and data-parallel groups of every rank. */
+typedef struct dt_grid_s* dt_grid_t;
+/** Bring your own model: buffers the program owns, and their optimiser. */
+typedef struct dt_byom_s* dt_byom_t;
+/** A built-in model (MLP or GPT) with its optimiser. */
+typedef struct dt_model_s* dt_model_t;
 
 /* ---- value enums (values equal dtrain::DType / dtrain::ReduceOp) ------------------------ */
 
+/** Element type of a buffer. */
 typedef enum dt_dtype_t {
-  DT_F32 = 0, DT_BF16 = 1, DT_F16 = 2, DT_F64 = 3, DT_I32 = 4, DT_I64 = 5, DT_U8 = 6
+  DT_F32 = 0,  /**< float (IEEE-754 binary32) */
+  DT_BF16 = 1, /**< bfloat16, stored as uint16_t */
+  DT_F16 = 2,  /**< IEEE-754 binary16, stored as uint16_t */
+  DT_F64 = 3,  /**< double */
+  DT_I32 = 4,  /**< int32_t */
+  DT_I64 = 5,  /**< int64_t */
+  DT_U8 = 6    /**< uint8_t */
 } dt_dtype_t;
 
-/** DT_AVG: sum divided by the group size (integer types truncate toward zero). */
-typedef enum dt_reduce_op_t { DT_SUM = 0, DT_AVG = 1, DT_MAX = 2, DT_MIN = 3 } dt_reduce_op_t;
+/** Reduction of a collective. */
+typedef enum dt_reduce_op_t {
+  DT_SUM = 0, /**< sum over the group */
+  DT_AVG = 1, /**< sum divided by the group size (integer types truncate toward zero) */
+  DT_MAX = 2, /**< maximum */
+  DT_MIN = 3  /**< minimum */
+} dt_reduce_op_t;
 
-typedef enum dt_group_t { DT_GROUP_WORLD = 0, DT_GROUP_TP = 1, DT_GROUP_PP = 2, DT_GROUP_DP = 3 } dt_group_t;
+/** A dimension of the process grid, for dt_grid_comm(). */
+typedef enum dt_group_t {
+  DT_GROUP_WORLD = 0, /**< every rank of the grid */
+  DT_GROUP_TP = 1,    /**< the tensor-parallel group of this rank */
+  DT_GROUP_PP = 2,    /**< the pipeline-parallel group of this rank */
+  DT_GROUP_DP = 3     /**< the data-parallel group of this rank */
+} dt_group_t;
 
 /* ---- version and errors ---------------------------------------------------------------- */
 
-/** DT_VERSION_CODE of the library actually loaded (may be newer than the header). */
+/**
+ * @brief Version of the library actually loaded (may be newer than the header).
+ * @return DT_VERSION_CODE of the library: major*10000 + minor*100 + patch.
+ */
 DT_API int dt_get_version(void);
 
-/** A static, human-readable name for code ("invalid argument", ...); never NULL. */
+/**
+ * @brief A static, human-readable name for a result code.
+ * @param code any value; unknown ones give "unknown result code".
+ * @return "success", "invalid argument", ...; never NULL, never to be freed.
+ */
 DT_API const char* dt_get_error_string(dt_result_t code);
 
 /**
- * The message of the last failed call that used ctx (thread-safe: the text is copied into
- * storage of the calling thread, valid until its next dt_get_last_error call). With a NULL,
- * destroyed or finalized ctx: the last failure of the calling thread. "" when none.
+ * @brief The message of the last failed call that used ctx.
+ *
+ * Thread-safe: the text is copied into storage of the calling thread, valid until its next
+ * dt_get_last_error() call.
+ * @param ctx a live context; NULL (or a destroyed or finalized one) for the last failure of
+ *            the calling thread, whatever handle it used.
+ * @return "FUNCTION: REASON", or "" when nothing failed yet; never NULL.
  */
 DT_API const char* dt_get_last_error(dt_context_t ctx);
 
 /* ---- context ------------------------------------------------------------------------- */
 
 /**
- * Starts dtrain over MPI_COMM_WORLD (duplicated). Initialises MPI (MPI_THREAD_MULTIPLE
- * requested) when the program has not; then dt_finalize() finalises it. argc/argv may be
- * NULL. Collective over MPI_COMM_WORLD.
+ * @brief Starts dtrain over a duplicate of MPI_COMM_WORLD.
+ *
+ * Initialises MPI (MPI_THREAD_MULTIPLE requested) when the program has not; then
+ * dt_finalize() finalises it. Collective over MPI_COMM_WORLD.
+ * @param argc, argv the program's arguments for MPI_Init_thread; both may be NULL.
+ * @param[out] ctx the new context; NULL on failure.
+ * @return ::DT_SUCCESS; ::DT_ERR_INVALID_ARGUMENT (ctx NULL), ::DT_ERR_COMM (MPI failed).
  */
 DT_API dt_result_t dt_init(int* argc, char*** argv, dt_context_t* ctx);
 
 /**
- * Starts dtrain over a duplicate of the communicator whose Fortran handle is given
- * (MPI_Comm_c2f(comm), or comm%MPI_VAL of an mpi_f08 type(MPI_Comm)). MPI must already be
- * initialised by the program, which also finalises it. Collective over that communicator.
- * From C with an MPI_Comm, use dt_init_mpi_comm() in dtrain_mpi.h.
+ * @brief Starts dtrain over a duplicate of the communicator whose Fortran handle is given.
+ *
+ * The handle is MPI_Comm_c2f(comm) in C, or comm%MPI_VAL of an mpi_f08 type(MPI_Comm). MPI
+ * must already be initialised by the program, which also finalises it. Collective over that
+ * communicator. From C with an MPI_Comm, use dt_init_mpi_comm() in dtrain_mpi.h.
+ * @param fortran_comm the communicator's MPI_Fint handle.
+ * @param[out] ctx the new context; NULL on failure.
+ * @return ::DT_SUCCESS; ::DT_ERR_INVALID_ARGUMENT (ctx NULL, or the handle is MPI_COMM_NULL),
+ *         ::DT_ERR_INVALID_CONFIG (MPI not initialised), ::DT_ERR_COMM.
  */
 DT_API dt_result_t dt_init_fortran_comm(int fortran_comm, dt_context_t* ctx);
 
 /**
- * Releases every handle of ctx still alive (models, buffers, grids, communicators), then the
- * context, and finalises MPI if dt_init() initialised it. Collective. Afterwards any use of
- * ctx or its handles returns DT_ERR_INVALID_HANDLE.
+ * @brief Releases every handle of ctx still alive, then the context.
+ *
+ * Models and byoms go first (newest first), then grids and their groups; MPI is finalised
+ * when dt_init() initialised it. Collective. Afterwards any use of ctx or its handles returns
+ * ::DT_ERR_INVALID_HANDLE.
+ * @param ctx the context to finalize.
+ * @return ::DT_SUCCESS; ::DT_ERR_INVALID_HANDLE.
  */
 DT_API dt_result_t dt_finalize(dt_context_t ctx);
 
-/** Rank and size of this process in the context's world communicator. */
+/**
+ * @brief This process's rank in the context's world communicator.
+ * @param ctx a live context.
+ * @param[out] rank 0-based rank.
+ * @return ::DT_SUCCESS; ::DT_ERR_INVALID_HANDLE, ::DT_ERR_INVALID_ARGUMENT (rank NULL).
+ */
 DT_API dt_result_t dt_context_rank(dt_context_t ctx, int* rank);
+
+/**
+ * @brief Number of ranks in the context's world communicator.
+ * @param ctx a live context.
+ * @param[out] size the number of ranks.
+ * @return ::DT_SUCCESS; ::DT_ERR_INVALID_HANDLE, ::DT_ERR_INVALID_ARGUMENT (size NULL).
+ */
 DT_API dt_result_t dt_context_size(dt_context_t ctx, int* size);
-/** The context's world communicator (borrowed; valid until dt_finalize). */
+
+/**
+ * @brief The context's world communicator.
+ * @param ctx a live context.
+ * @param[out] world borrowed; valid until dt_finalize().
+ * @return ::DT_SUCCESS; ::DT_ERR_INVALID_HANDLE, ::DT_ERR_INVALID_ARGUMENT (world NULL).
+ */
 DT_API dt_result_t dt_context_world(dt_context_t ctx, dt_comm_t* world);
 
 /* ---- communicators and collectives ----------------------------------------------------- */
 /*
  * Collective rules (as NCCL): every rank of the group calls the same collective in the same
  * order with matching counts and types; the calls block until the local buffers may be
- * reused; buffers are host memory; count == 0 is legal and does nothing. A call that fails
- * argument checks on one rank only leaves the other ranks waiting (the watchdog ends them).
+ * reused; buffers are host memory; count == 0 is legal and does nothing (the buffers may
+ * then be NULL). A call that fails argument checks on one rank only leaves the other ranks
+ * waiting (the watchdog ends them).
  */
 
-DT_API dt_result_t dt_comm_rank(dt_comm_t comm, int* rank);
-DT_API dt_result_t dt_comm_size(dt_comm_t comm, int* size);
 /**
- * World ranks of the members of comm, in group-rank order. capacity: length of ranks;
- * *count receives the group size (ranks may be NULL with capacity 0 to ask for it only);
- * DT_ERR_INVALID_ARGUMENT when capacity is too small.
+ * @brief This process's rank in a group.
+ * @param comm a live group.
+ * @param[out] rank 0-based rank in comm.
+ * @return ::DT_SUCCESS; ::DT_ERR_INVALID_HANDLE, ::DT_ERR_INVALID_ARGUMENT (rank NULL).
+ */
+DT_API dt_result_t dt_comm_rank(dt_comm_t comm, int* rank);
+
+/**
+ * @brief Number of ranks in a group.
+ * @param comm a live group.
+ * @param[out] size the number of ranks.
+ * @return ::DT_SUCCESS; ::DT_ERR_INVALID_HANDLE, ::DT_ERR_INVALID_ARGUMENT (size NULL).
+ */
+DT_API dt_result_t dt_comm_size(dt_comm_t comm, int* size);
+
+/**
+ * @brief World ranks of the members of a group, in group-rank order.
+ * @param comm a live group.
+ * @param[out] ranks capacity ints; may be NULL with capacity 0 to ask for the count only.
+ * @param capacity length of ranks; smaller than the group size: ::DT_ERR_INVALID_ARGUMENT.
+ * @param[out] count the group size (set even when capacity is too small).
+ * @return ::DT_SUCCESS; ::DT_ERR_INVALID_HANDLE, ::DT_ERR_INVALID_ARGUMENT (NULL pointer,
+ *         capacity too small).
  */
 DT_API dt_result_t dt_comm_world_ranks(dt_comm_t comm, int* ranks, int capacity, int* count);
 
-/** recv = op over ranks of send; in-place when recv == send. */
+/**
+ * @brief recv = op over the ranks of send. Blocking; collective over comm.
+ * @param comm a live group.
+ * @param send count elements.
+ * @param[out] recv count elements; recv == send works in place.
+ * @param count elements per rank.
+ * @param dtype element type.
+ * @param op reduction.
+ * @return ::DT_SUCCESS; ::DT_ERR_INVALID_HANDLE, ::DT_ERR_INVALID_ARGUMENT (NULL buffer with
+ *         count > 0, unknown dtype or op), ::DT_ERR_COMM, ::DT_ERR_TIMEOUT.
+ */
 DT_API dt_result_t dt_all_reduce(dt_comm_t comm, const void* send, void* recv, size_t count,
                                  dt_dtype_t dtype, dt_reduce_op_t op);
-/** recv (send_count * size elements) gets block r from rank r. In-place: send == recv +
- *  rank*send_count, or send == recv. */
+
+/**
+ * @brief recv gets block r (send_count elements) from rank r. Blocking; collective.
+ * @param comm a live group.
+ * @param send send_count elements.
+ * @param[out] recv send_count * size elements. In place: send == recv + rank*send_count,
+ *             or send == recv.
+ * @param send_count elements each rank contributes.
+ * @param dtype element type.
+ * @return ::DT_SUCCESS; ::DT_ERR_INVALID_HANDLE, ::DT_ERR_INVALID_ARGUMENT (NULL buffer with
+ *         send_count > 0, unknown dtype), ::DT_ERR_COMM, ::DT_ERR_TIMEOUT.
+ */
 DT_API dt_result_t dt_all_gather(dt_comm_t comm, const void* send, void* recv, size_t send_count,
                                  dt_dtype_t dtype);
-/** send holds recv_count * size elements; rank r receives block r reduced over ranks.
- *  In-place: recv == send + rank*recv_count, or recv == send. */
+
+/**
+ * @brief Rank r receives block r of send, reduced over the ranks. Blocking; collective.
+ * @param comm a live group.
+ * @param send recv_count * size elements.
+ * @param[out] recv recv_count elements. In place: recv == send + rank*recv_count, or
+ *             recv == send.
+ * @param recv_count elements each rank receives.
+ * @param dtype element type.
+ * @param op reduction.
+ * @return ::DT_SUCCESS; ::DT_ERR_INVALID_HANDLE, ::DT_ERR_INVALID_ARGUMENT (NULL buffer with
+ *         recv_count > 0, unknown dtype or op), ::DT_ERR_COMM, ::DT_ERR_TIMEOUT.
+ */
 DT_API dt_result_t dt_reduce_scatter(dt_comm_t comm, const void* send, void* recv,
                                      size_t recv_count, dt_dtype_t dtype, dt_reduce_op_t op);
-/** recv = root's send (send is read on root only; send == recv is in-place). root is the
- *  rank in comm (0-based). */
+
+/**
+ * @brief recv = root's send. Blocking; collective.
+ * @param comm a live group.
+ * @param send count elements, read on root only (may be NULL elsewhere).
+ * @param[out] recv count elements; send == recv works in place.
+ * @param count elements.
+ * @param dtype element type.
+ * @param root 0-based rank in comm.
+ * @return ::DT_SUCCESS; ::DT_ERR_INVALID_HANDLE, ::DT_ERR_INVALID_ARGUMENT (root out of range,
+ *         NULL buffer, unknown dtype), ::DT_ERR_COMM, ::DT_ERR_TIMEOUT.
+ */
 DT_API dt_result_t dt_broadcast(dt_comm_t comm, const void* send, void* recv, size_t count,
                                 dt_dtype_t dtype, int root);
+
+/**
+ * @brief Returns when every rank of comm has called it. Collective.
+ * @param comm a live group.
+ * @return ::DT_SUCCESS; ::DT_ERR_INVALID_HANDLE, ::DT_ERR_COMM, ::DT_ERR_TIMEOUT.
+ */
 DT_API dt_result_t dt_barrier(dt_comm_t comm);
 
 /* ---- process grid ---------------------------------------------------------------------- */
 
+/** Shape of a process grid; initialise with ::DT_GRID_CONFIG_INIT, then edit fields. */
 typedef struct dt_grid_config_t {
   size_t struct_size; /**< sizeof(dt_grid_config_t); set by DT_GRID_CONFIG_INIT */
   int tp;             /**< tensor-parallel size (default 1) */
@@ -164,70 +302,152 @@ typedef struct dt_grid_config_t {
   int dp;             /**< data-parallel size; 0 = world size / (tp * pp) */
   const char* order;  /**< dimensions fastest first; NULL = "tp-dp-pp" */
 } dt_grid_config_t;
+/** Defaults of ::dt_grid_config_t: tp = pp = 1, dp = the rest, order "tp-dp-pp". */
 #define DT_GRID_CONFIG_INIT {sizeof(dt_grid_config_t), 1, 1, 0, NULL}
 
-/** Collective over the context's world. An invalid shape fails on every rank alike. */
+/**
+ * @brief Splits the context's world into tensor-, pipeline- and data-parallel groups.
+ *
+ * Collective over the context's world. An invalid shape gives ::DT_ERR_INVALID_CONFIG on
+ * every rank alike, before any communication.
+ * @param ctx a live context.
+ * @param config the shape (struct_size from DT_GRID_CONFIG_INIT).
+ * @param[out] grid the new grid; NULL on failure.
+ * @return ::DT_SUCCESS; ::DT_ERR_INVALID_HANDLE, ::DT_ERR_INVALID_ARGUMENT (NULL pointer,
+ *         struct_size too small), ::DT_ERR_INVALID_CONFIG (the shape does not fit the world).
+ */
 DT_API dt_result_t dt_grid_create(dt_context_t ctx, const dt_grid_config_t* config,
                                   dt_grid_t* grid);
-/** DT_ERR_INVALID_STATE while a model or byom handle still uses one of its groups. */
+
+/**
+ * @brief Releases a grid and its groups.
+ *
+ * ::DT_ERR_INVALID_STATE while a model or byom handle still uses one of its groups.
+ * @param grid a live grid.
+ * @return ::DT_SUCCESS; ::DT_ERR_INVALID_HANDLE, ::DT_ERR_INVALID_STATE (groups still in use).
+ */
 DT_API dt_result_t dt_grid_destroy(dt_grid_t grid);
-/** Resolved sizes (dp filled in) and this rank's 0-based coordinates. Any output may be NULL. */
+
+/**
+ * @brief Resolved sizes of the grid (dp filled in). Any output may be NULL.
+ * @param grid a live grid.
+ * @param[out] tp, pp, dp sizes of the three dimensions.
+ * @return ::DT_SUCCESS; ::DT_ERR_INVALID_HANDLE.
+ */
 DT_API dt_result_t dt_grid_shape(dt_grid_t grid, int* tp, int* pp, int* dp);
+
+/**
+ * @brief This rank's 0-based coordinates in the grid. Any output may be NULL.
+ * @param grid a live grid.
+ * @param[out] tp_rank, pp_rank, dp_rank the coordinates.
+ * @return ::DT_SUCCESS; ::DT_ERR_INVALID_HANDLE.
+ */
 DT_API dt_result_t dt_grid_coords(dt_grid_t grid, int* tp_rank, int* pp_rank, int* dp_rank);
-/** The group of this rank along one dimension (borrowed; valid until the grid is destroyed). */
+
+/**
+ * @brief The group of this rank along one dimension.
+ * @param grid a live grid.
+ * @param group which dimension; an unknown value gives ::DT_ERR_INVALID_ARGUMENT.
+ * @param[out] comm borrowed; valid until the grid is destroyed.
+ * @return ::DT_SUCCESS; ::DT_ERR_INVALID_HANDLE, ::DT_ERR_INVALID_ARGUMENT (comm NULL, unknown
+ *         group).
+ */
 DT_API dt_result_t dt_grid_comm(dt_grid_t grid, dt_group_t group, dt_comm_t* comm);
 
 /* ---- optimiser settings (shared by byom and built-in models) --------------------------- */
 
+/** AdamW and data-parallel settings; initialise with ::DT_OPTIMIZER_CONFIG_INIT. */
 typedef struct dt_optimizer_config_t {
   size_t struct_size;  /**< sizeof(dt_optimizer_config_t); set by DT_OPTIMIZER_CONFIG_INIT */
-  float beta1, beta2, eps;
+  float beta1;         /**< first-moment decay, in [0, 1) (default 0.9) */
+  float beta2;         /**< second-moment decay, in [0, 1) (default 0.95) */
+  float eps;           /**< added to the root of the second moment, > 0 (default 1e-8) */
   float weight_decay;  /**< decoupled (AdamW); applies to tensors registered with decay */
   float clip_grad;     /**< global-norm clipping threshold; 0 disables */
   int zero_stage;      /**< 0: all-reduce; 1: ZeRO-1 (optimiser state sharded over dp) */
   double bucket_mb;    /**< gradient bucket size for the data-parallel reduction (MiB) */
 } dt_optimizer_config_t;
+/** Defaults of ::dt_optimizer_config_t: 0.9, 0.95, 1e-8, decay 0.1, clip 1, ZeRO 0, 25 MiB. */
 #define DT_OPTIMIZER_CONFIG_INIT {sizeof(dt_optimizer_config_t), 0.9f, 0.95f, 1e-8f, 0.1f, 1.0f, 0, 25.0}
 
 /* ---- bring your own model -------------------------------------------------------------- */
 /*
  * The program owns its parameters and computes their gradients; dtrain averages the
  * gradients over the data-parallel group (bucketed), clips them by the global norm and
- * applies AdamW to the parameters in place.
+ * applies AdamW to the parameters in place, and saves and loads them in HDF5 checkpoints.
  */
 
-/** dp: the data-parallel group (the world, or dt_grid_comm(..., DT_GROUP_DP)). */
+/**
+ * @brief An optimiser for buffers the program owns. Not collective.
+ * @param dp the data-parallel group (the world, or dt_grid_comm(..., DT_GROUP_DP)).
+ * @param config optimiser settings; NULL for the defaults.
+ * @param[out] byom the new handle; NULL on failure.
+ * @return ::DT_SUCCESS; ::DT_ERR_INVALID_HANDLE, ::DT_ERR_INVALID_ARGUMENT (byom NULL,
+ *         struct_size too small), ::DT_ERR_INVALID_CONFIG (a setting out of range),
+ *         ::DT_ERR_NOT_IMPLEMENTED (zero_stage > 1).
+ */
 DT_API dt_result_t dt_byom_create(dt_comm_t dp, const dt_optimizer_config_t* config,
                                   dt_byom_t* byom);
-DT_API dt_result_t dt_byom_destroy(dt_byom_t byom);
-
-/** Flags of dt_byom_register. */
-#define DT_PARAM_NO_DECAY 1u /**< exclude from weight decay (biases, norms) */
 
 /**
- * Registers a parameter buffer and its gradient buffer (both owned by the program, which
- * keeps them alive and at the same address until the byom handle is destroyed). name: unique
- * global name; shape[ndim]: row-major (C) logical shape, every extent > 0; dtype: DT_F32 only
- * (others: DT_ERR_NOT_IMPLEMENTED). Every rank registers the same tensors in the same
- * order. Only before the first dt_byom_step (then DT_ERR_INVALID_STATE).
+ * @brief Releases a byom handle (never the program's buffers).
+ * @param byom a live byom.
+ * @return ::DT_SUCCESS; ::DT_ERR_INVALID_HANDLE.
+ */
+DT_API dt_result_t dt_byom_destroy(dt_byom_t byom);
+
+/** Flag of dt_byom_register(): exclude the tensor from weight decay (biases, norms). */
+#define DT_PARAM_NO_DECAY 1u
+
+/**
+ * @brief Registers a parameter buffer and its gradient buffer.
+ *
+ * Both stay owned by the program, which keeps them alive and at the same address until the
+ * byom handle is destroyed. Every rank registers the same tensors in the same order. Only
+ * before the first dt_byom_step() or checkpoint call (then ::DT_ERR_INVALID_STATE).
+ * @param byom a live byom.
+ * @param name unique global name (the checkpoint dataset is /model/NAME).
+ * @param ndim number of dimensions, 1..8.
+ * @param shape ndim extents, row-major (C) logical shape, every extent > 0.
+ * @param dtype ::DT_F32 only (others: ::DT_ERR_NOT_IMPLEMENTED).
+ * @param param the parameter values (updated in place by each step).
+ * @param grad the gradients (read by each step, never written).
+ * @param flags 0 or ::DT_PARAM_NO_DECAY.
+ * @return ::DT_SUCCESS; ::DT_ERR_INVALID_HANDLE, ::DT_ERR_INVALID_ARGUMENT (NULL pointer, empty
+ *         or duplicate name, ndim or an extent out of range, unknown flags),
+ *         ::DT_ERR_NOT_IMPLEMENTED (dtype), ::DT_ERR_INVALID_STATE (after the first step or
+ *         checkpoint).
  */
 DT_API dt_result_t dt_byom_register(dt_byom_t byom, const char* name, int ndim,
                                     const int64_t* shape, dt_dtype_t dtype, void* param,
                                     const void* grad, unsigned flags);
 
 /**
- * One optimiser step, collective over the dp group: averages the registered gradients over
- * dp, computes the global gradient norm (written to *grad_norm unless NULL, before
- * clipping), clips, and updates every parameter with AdamW at learning rate lr. The
- * gradient buffers are read, never written: the program zeroes them for its next backward.
+ * @brief One optimiser step. Collective over the dp group.
+ *
+ * Averages the registered gradients over dp, computes the global gradient norm, clips, and
+ * updates every parameter with AdamW at learning rate lr. The gradient buffers are read,
+ * never written: the program zeroes them for its next backward. With no tensors registered:
+ * ::DT_ERR_INVALID_STATE.
+ * @param byom a live byom.
+ * @param lr learning rate, finite and >= 0.
+ * @param[out] grad_norm global norm before clipping; may be NULL.
+ * @return ::DT_SUCCESS; ::DT_ERR_INVALID_HANDLE, ::DT_ERR_INVALID_ARGUMENT (lr),
+ *         ::DT_ERR_INVALID_STATE (nothing registered), ::DT_ERR_COMM, ::DT_ERR_TIMEOUT.
  */
 DT_API dt_result_t dt_byom_step(dt_byom_t byom, float lr, float* grad_norm);
 
-/** Optimiser steps taken so far. */
+/**
+ * @brief Optimiser steps taken so far (restored by dt_byom_load_checkpoint()).
+ * @param byom a live byom.
+ * @param[out] steps the count.
+ * @return ::DT_SUCCESS; ::DT_ERR_INVALID_HANDLE, ::DT_ERR_INVALID_ARGUMENT (steps NULL).
+ */
 DT_API dt_result_t dt_byom_steps(dt_byom_t byom, long* steps);
 
 /* ---- built-in models ------------------------------------------------------------------- */
 
+/** An MLP classifier; initialise with ::DT_MLP_CONFIG_INIT. */
 typedef struct dt_mlp_config_t {
   size_t struct_size;  /**< sizeof(dt_mlp_config_t); set by DT_MLP_CONFIG_INIT */
   int num_sizes;       /**< entries of sizes (at least 2) */
@@ -235,67 +455,319 @@ typedef struct dt_mlp_config_t {
   int max_batch;       /**< largest batch passed to forward */
   uint64_t seed;       /**< weight initialisation (identical on every rank) */
 } dt_mlp_config_t;
+/** Defaults of ::dt_mlp_config_t: no sizes (to be set), max_batch 32, seed 1337. */
 #define DT_MLP_CONFIG_INIT {sizeof(dt_mlp_config_t), 0, NULL, 32, 1337u}
 
+/** A GPT-2-style model (docs/model.md); initialise with ::DT_GPT_CONFIG_INIT. */
 typedef struct dt_gpt_config_t {
   size_t struct_size;  /**< sizeof(dt_gpt_config_t); set by DT_GPT_CONFIG_INIT */
-  int layers, heads, d_model, seq_len, vocab;
+  int layers;          /**< transformer blocks */
+  int heads;           /**< attention heads (must divide d_model) */
+  int d_model;         /**< width of the residual stream */
+  int seq_len;         /**< longest sequence */
+  int vocab;           /**< vocabulary size: tokens are in [0, vocab) */
   int tie_embeddings;  /**< nonzero: the LM head shares the token embedding */
   int max_batch;       /**< largest number of sequences passed to forward */
-  uint64_t seed;
+  uint64_t seed;       /**< weight initialisation (identical on every rank) */
 } dt_gpt_config_t;
+/** Defaults of ::dt_gpt_config_t: 4 layers, 4 heads, d_model 256, seq_len 256, vocab 256,
+ *  tied embeddings, max_batch 8, seed 1337. */
 #define DT_GPT_CONFIG_INIT {sizeof(dt_gpt_config_t), 4, 4, 256, 256, 256, 1, 8, 1337u}
 
 /**
- * Creates a model whose optimiser steps average gradients over dp (the world, or a grid's
- * DT_GROUP_DP). Collective over dp. optimizer may be NULL for the defaults.
+ * @brief Creates an MLP classifier: Linear layers with GELU between them, softmax
+ * cross-entropy. Parameters "layers.I.weight" [out, in] and "layers.I.bias" [out].
+ *
+ * Collective over dp (the seeds are checked to agree).
+ * @param dp the data-parallel group its steps average over.
+ * @param config the layer sizes.
+ * @param optimizer optimiser settings; NULL for the defaults.
+ * @param[out] model the new model; NULL on failure.
+ * @return ::DT_SUCCESS; ::DT_ERR_INVALID_HANDLE, ::DT_ERR_INVALID_ARGUMENT (NULL pointer,
+ *         struct_size too small, fewer than 2 sizes), ::DT_ERR_INVALID_CONFIG (a size or setting
+ *         out of range, seeds differ between ranks), ::DT_ERR_NOT_IMPLEMENTED (zero_stage > 1).
  */
 DT_API dt_result_t dt_model_create_mlp(dt_comm_t dp, const dt_mlp_config_t* config,
                                        const dt_optimizer_config_t* optimizer, dt_model_t* model);
+
+/**
+ * @brief Creates a GPT model (names and shapes in docs/model.md). Collective over dp.
+ * @param dp the data-parallel group its steps average over.
+ * @param config the model shape; an impossible one gives ::DT_ERR_INVALID_CONFIG.
+ * @param optimizer optimiser settings; NULL for the defaults.
+ * @param[out] model the new model; NULL on failure.
+ * @return ::DT_SUCCESS; ::DT_ERR_INVALID_HANDLE, ::DT_ERR_INVALID_ARGUMENT (NULL pointer,
+ *         struct_size too small, max_batch < 1), ::DT_ERR_INVALID_CONFIG (an impossible shape or
+ *         setting, seeds differ), ::DT_ERR_NOT_IMPLEMENTED (zero_stage > 1).
+ */
 DT_API dt_result_t dt_model_create_gpt(dt_comm_t dp, const dt_gpt_config_t* config,
                                        const dt_optimizer_config_t* optimizer, dt_model_t* model);
+
+/**
+ * @brief Releases a model and its optimiser state.
+ * @param model a live model.
+ * @return ::DT_SUCCESS; ::DT_ERR_INVALID_HANDLE.
+ */
 DT_API dt_result_t dt_model_destroy(dt_model_t model);
 
 /**
- * MLP forward + backward on this rank's batch: x[batch][inputs] floats (row-major),
- * labels[batch] in [0, classes). Gradients of the mean cross-entropy ACCUMULATE until the
- * next dt_model_step. *loss (may be NULL) receives this rank's mean loss.
+ * @brief MLP forward and backward on this rank's batch.
+ *
+ * Gradients of the mean cross-entropy ACCUMULATE until the next dt_model_step().
+ * @param model a live MLP.
+ * @param x batch * inputs floats, row-major [batch][inputs].
+ * @param labels batch class indices in [0, classes).
+ * @param batch samples, 1..max_batch.
+ * @param[out] loss this rank's mean loss; may be NULL.
+ * @return ::DT_SUCCESS; ::DT_ERR_INVALID_HANDLE, ::DT_ERR_INVALID_ARGUMENT (not an MLP, NULL
+ *         pointer, batch out of range, a label out of range).
  */
 DT_API dt_result_t dt_mlp_forward_backward(dt_model_t model, const float* x,
                                            const int32_t* labels, int batch, float* loss);
-/** Mean loss on a batch without touching gradients; labels required. */
+
+/**
+ * @brief Mean MLP loss on a batch, without touching gradients.
+ * @param model a live MLP.
+ * @param x [batch][inputs] floats.
+ * @param labels batch class indices in [0, classes).
+ * @param batch samples, 1..max_batch.
+ * @param[out] loss the mean loss.
+ * @return ::DT_SUCCESS; ::DT_ERR_INVALID_HANDLE, ::DT_ERR_INVALID_ARGUMENT (not an MLP, NULL
+ *         pointer, batch or a label out of range).
+ */
 DT_API dt_result_t dt_mlp_evaluate(dt_model_t model, const float* x, const int32_t* labels,
                                    int batch, float* loss);
-/** Logits of a batch, written to logits[batch][classes]. */
+
+/**
+ * @brief MLP logits of a batch.
+ * @param model a live MLP.
+ * @param x [batch][inputs] floats.
+ * @param batch samples, 1..max_batch.
+ * @param[out] logits [batch][classes] floats.
+ * @return ::DT_SUCCESS; ::DT_ERR_INVALID_HANDLE, ::DT_ERR_INVALID_ARGUMENT (not an MLP, NULL
+ *         pointer, batch out of range).
+ */
 DT_API dt_result_t dt_mlp_predict(dt_model_t model, const float* x, int batch, float* logits);
 
 /**
- * GPT forward + backward: tokens and targets are [batch][seq] int32 in [0, vocab), seq <=
- * seq_len. Gradients accumulate until dt_model_step; *loss (may be NULL) = this rank's mean.
+ * @brief GPT forward and backward (next-token cross-entropy).
+ *
+ * Gradients accumulate until dt_model_step().
+ * @param model a live GPT.
+ * @param tokens [batch][seq] int32 in [0, vocab) (checked).
+ * @param targets [batch][seq] int32 in [0, vocab) (checked).
+ * @param batch sequences, 1..max_batch.
+ * @param seq tokens per sequence, 1..seq_len.
+ * @param[out] loss this rank's mean loss; may be NULL.
+ * @return ::DT_SUCCESS; ::DT_ERR_INVALID_HANDLE, ::DT_ERR_INVALID_ARGUMENT (not a GPT, NULL
+ *         pointer, batch, seq or a token out of range; the message names the first bad token).
  */
 DT_API dt_result_t dt_gpt_forward_backward(dt_model_t model, const int32_t* tokens,
                                            const int32_t* targets, int batch, int seq, float* loss);
+
+/**
+ * @brief Mean GPT loss on a batch, without touching gradients.
+ * @param model a live GPT.
+ * @param tokens [batch][seq] int32 in [0, vocab).
+ * @param targets [batch][seq] int32 in [0, vocab).
+ * @param batch sequences, 1..max_batch.
+ * @param seq tokens per sequence, 1..seq_len.
+ * @param[out] loss the mean loss.
+ * @return ::DT_SUCCESS; ::DT_ERR_INVALID_HANDLE, ::DT_ERR_INVALID_ARGUMENT (not a GPT, NULL
+ *         pointer, batch, seq or a token out of range).
+ */
 DT_API dt_result_t dt_gpt_evaluate(dt_model_t model, const int32_t* tokens,
                                    const int32_t* targets, int batch, int seq, float* loss);
 
 /**
- * Optimiser step, collective over the model's dp group: average the accumulated gradients,
- * clip, AdamW at lr, then zero the gradients. *grad_norm (may be NULL): norm before clipping.
+ * @brief Optimiser step. Collective over the model's dp group.
+ *
+ * Averages the accumulated gradients over dp, clips, applies AdamW at lr, then zeroes the
+ * gradients.
+ * @param model a live model.
+ * @param lr learning rate, finite and >= 0.
+ * @param[out] grad_norm global norm before clipping; may be NULL.
+ * @return ::DT_SUCCESS; ::DT_ERR_INVALID_HANDLE, ::DT_ERR_INVALID_ARGUMENT (lr), ::DT_ERR_COMM,
+ *         ::DT_ERR_TIMEOUT.
  */
 DT_API dt_result_t dt_model_step(dt_model_t model, float lr, float* grad_norm);
 
-/** Number of parameter values (the sum of all tensors' element counts). */
-DT_API dt_result_t dt_model_num_parameters(dt_model_t model, size_t* count);
 /**
- * Copies every parameter, tensor after tensor in creation order (row-major each; names
- * and shapes in docs/model.md), into dst[capacity]; capacity must be >= the count.
+ * @brief Number of parameter values (the sum of all tensors' element counts).
+ * @param model a live model.
+ * @param[out] count the number of floats dt_model_get_parameters() writes.
+ * @return ::DT_SUCCESS; ::DT_ERR_INVALID_HANDLE, ::DT_ERR_INVALID_ARGUMENT (count NULL).
+ */
+DT_API dt_result_t dt_model_num_parameters(dt_model_t model, size_t* count);
+
+/**
+ * @brief Copies every parameter, tensor after tensor in creation order (each row-major).
+ * @param model a live model.
+ * @param[out] dst capacity floats.
+ * @param capacity must be >= dt_model_num_parameters().
+ * @return ::DT_SUCCESS; ::DT_ERR_INVALID_HANDLE, ::DT_ERR_INVALID_ARGUMENT (dst NULL, capacity
+ *         too small).
  */
 DT_API dt_result_t dt_model_get_parameters(dt_model_t model, float* dst, size_t capacity);
 
-/*
- * Checkpoints (HDF5 save/load of registered tensors and models) are not part of this
- * version of the C ABI; they will be added as new functions, without changing any above.
+/**
+ * @brief Optimiser steps taken so far (restored by dt_model_load_checkpoint()).
+ * @param model a live model.
+ * @param[out] steps the count.
+ * @return ::DT_SUCCESS; ::DT_ERR_INVALID_HANDLE, ::DT_ERR_INVALID_ARGUMENT (steps NULL).
  */
+DT_API dt_result_t dt_model_steps(dt_model_t model, long* steps);
+
+/**
+ * @brief Number of parameter tensors of a model.
+ * @param model a live model.
+ * @param[out] count the number of tensors (names: dt_model_tensor_name()).
+ * @return ::DT_SUCCESS; ::DT_ERR_INVALID_HANDLE, ::DT_ERR_INVALID_ARGUMENT (count NULL).
+ */
+DT_API dt_result_t dt_model_num_tensors(dt_model_t model, int* count);
+
+/**
+ * @brief Name of the index-th parameter tensor, in creation order.
+ * @param model a live model.
+ * @param index 0-based, below dt_model_num_tensors().
+ * @param[out] name capacity chars for the NUL-terminated name; may be NULL with capacity 0
+ *             to ask the length only.
+ * @param capacity length of name; not more than *length: ::DT_ERR_INVALID_ARGUMENT.
+ * @param[out] length strlen of the name (set even when capacity is too small).
+ * @return ::DT_SUCCESS; ::DT_ERR_INVALID_HANDLE, ::DT_ERR_INVALID_ARGUMENT (NULL pointer,
+ *         index out of range, capacity too small).
+ */
+DT_API dt_result_t dt_model_tensor_name(dt_model_t model, int index, char* name, size_t capacity,
+                                        size_t* length);
+
+/**
+ * @brief Logical shape of one parameter tensor of a model, by name.
+ * @param model a live model.
+ * @param name a parameter name (docs/model.md; "layers.I.weight" for the MLP); an unknown
+ *             name gives ::DT_ERR_INVALID_ARGUMENT.
+ * @param[out] shape capacity extents, row-major; may be NULL with capacity 0 to ask ndim only.
+ * @param capacity length of shape; smaller than the tensor's ndim: ::DT_ERR_INVALID_ARGUMENT.
+ * @param[out] ndim number of dimensions (set even when capacity is too small).
+ * @return ::DT_SUCCESS; ::DT_ERR_INVALID_HANDLE, ::DT_ERR_INVALID_ARGUMENT (NULL pointer, unknown
+ *         name, capacity too small).
+ */
+DT_API dt_result_t dt_model_tensor_shape(dt_model_t model, const char* name, int64_t* shape,
+                                         int capacity, int* ndim);
+
+/**
+ * @brief Copies one parameter tensor of a model, row-major.
+ * @param model a live model.
+ * @param name a parameter name; unknown: ::DT_ERR_INVALID_ARGUMENT.
+ * @param[out] dst capacity floats.
+ * @param capacity must be >= the tensor's element count.
+ * @return ::DT_SUCCESS; ::DT_ERR_INVALID_HANDLE, ::DT_ERR_INVALID_ARGUMENT (NULL pointer, unknown
+ *         name, capacity too small).
+ */
+DT_API dt_result_t dt_model_get_tensor(dt_model_t model, const char* name, float* dst,
+                                       size_t capacity);
+
+/**
+ * @brief Overwrites one parameter tensor of a model (e.g. with pretrained values).
+ *
+ * Not collective, but every rank of the dp group must set the same values, or the replicas
+ * diverge.
+ * @param model a live model.
+ * @param name a parameter name; unknown: ::DT_ERR_INVALID_ARGUMENT.
+ * @param src count floats, row-major.
+ * @param count must equal the tensor's element count.
+ * @return ::DT_SUCCESS; ::DT_ERR_INVALID_HANDLE, ::DT_ERR_INVALID_ARGUMENT (NULL pointer, unknown
+ *         name, count not the element count).
+ */
+DT_API dt_result_t dt_model_set_tensor(dt_model_t model, const char* name, const float* src,
+                                       size_t count);
+
+/* ---- checkpoints (HDF5, docs/checkpoint-format.md) -------------------------------------- */
+/*
+ * A checkpoint is one HDF5 file, dir/step_NNNNNNNN.h5 (the step, 8 digits), holding every
+ * tensor whole under /model/NAME with its logical shape, its AdamW moments under
+ * /optimizer/NAME/exp_avg and exp_avg_sq, the step count, and a checksum per dataset. It is
+ * written under a temporary name and renamed when complete; dir/latest then names it. Any
+ * data-parallel size and ZeRO stage loads what any other wrote.
+ */
+
+/**
+ * @brief Writes the registered tensors and their optimiser state to a checkpoint.
+ *
+ * The file is dir/step_NNNNNNNN.h5, NNNNNNNN being dt_byom_steps() (dir is created when
+ * missing). The program's parameter buffers are what is saved. Closes registration, as the
+ * first step does.
+ * Collective over the byom's dp group; when a grid has several dp groups (tp or pp > 1),
+ * each group must save to its own dir.
+ * @param byom a live byom with at least one tensor registered.
+ * @param dir the checkpoint directory.
+ * @param keep > 0: keep only the newest keep checkpoints in dir; 0: keep all.
+ * @return ::DT_SUCCESS; ::DT_ERR_INVALID_HANDLE, ::DT_ERR_INVALID_ARGUMENT (dir NULL or empty,
+ *         keep < 0), ::DT_ERR_INVALID_STATE (nothing registered), ::DT_ERR_IO (dir cannot be
+ *         created or written).
+ */
+DT_API dt_result_t dt_byom_save_checkpoint(dt_byom_t byom, const char* dir, int keep);
+
+/**
+ * @brief Loads parameters, optimiser state and step count into the registered tensors.
+ *
+ * The program's parameter buffers receive the values; dt_byom_steps() the step. Every
+ * registered tensor must be in the file with the same shape (else ::DT_ERR_INVALID_CONFIG
+ * naming it). Closes registration. Collective over the byom's dp group.
+ * @param byom a live byom with at least one tensor registered.
+ * @param source a checkpoint file, or a directory (its latest complete checkpoint; none:
+ *               ::DT_ERR_IO).
+ * @return ::DT_SUCCESS; ::DT_ERR_INVALID_HANDLE, ::DT_ERR_INVALID_ARGUMENT (source NULL or
+ *         empty), ::DT_ERR_INVALID_STATE (nothing registered), ::DT_ERR_IO (no such file, no
+ *         checkpoint in the directory, not HDF5), ::DT_ERR_INVALID_CONFIG (a registered tensor
+ *         missing or of another shape), ::DT_ERR_CORRUPT_DATA (format or checksum).
+ */
+DT_API dt_result_t dt_byom_load_checkpoint(dt_byom_t byom, const char* source);
+
+/**
+ * @brief Writes a built-in model and its optimiser state to a checkpoint.
+ *
+ * The file is dir/step_NNNNNNNN.h5, NNNNNNNN being dt_model_steps(). Collective over the
+ * model's dp group.
+ * @param model a live model.
+ * @param dir the checkpoint directory (created when missing).
+ * @param keep > 0: keep only the newest keep checkpoints in dir; 0: keep all.
+ * @return ::DT_SUCCESS; ::DT_ERR_INVALID_HANDLE, ::DT_ERR_INVALID_ARGUMENT (dir NULL or empty,
+ *         keep < 0), ::DT_ERR_IO.
+ */
+DT_API dt_result_t dt_model_save_checkpoint(dt_model_t model, const char* dir, int keep);
+
+/**
+ * @brief Loads a built-in model's parameters, optimiser state and step count.
+ *
+ * The checkpoint must have been written for the same model configuration (else
+ * ::DT_ERR_INVALID_CONFIG); accumulated gradients are zeroed. Collective over the model's
+ * dp group.
+ * @param model a live model.
+ * @param source a checkpoint file, or a directory (its latest complete checkpoint; none:
+ *               ::DT_ERR_IO).
+ * @return ::DT_SUCCESS; ::DT_ERR_INVALID_HANDLE, ::DT_ERR_INVALID_ARGUMENT (source NULL or
+ *         empty), ::DT_ERR_IO, ::DT_ERR_INVALID_CONFIG (written for another model),
+ *         ::DT_ERR_CORRUPT_DATA.
+ */
+DT_API dt_result_t dt_model_load_checkpoint(dt_model_t model, const char* source);
+
+/**
+ * @brief The checkpoint a run would resume from: dir/latest, else the newest complete
+ * step_*.h5 in dir.
+ *
+ * Rank 0 of comm decides, so every rank gets the same answer. Collective over comm.
+ * @param comm a live group.
+ * @param dir the checkpoint directory; a missing directory has no checkpoint.
+ * @param[out] path capacity chars for the NUL-terminated path, "" when there is none; may be
+ *             NULL with capacity 0 to ask the length only.
+ * @param capacity length of path; not more than *length: ::DT_ERR_INVALID_ARGUMENT.
+ * @param[out] length strlen of the path (0: none); set even when capacity is too small.
+ * @return ::DT_SUCCESS (also when there is none); ::DT_ERR_INVALID_HANDLE,
+ *         ::DT_ERR_INVALID_ARGUMENT (NULL pointer, empty dir, capacity too small), ::DT_ERR_IO
+ *         (dir/latest names a missing file).
+ */
+DT_API dt_result_t dt_checkpoint_find(dt_comm_t comm, const char* dir, char* path,
+                                      size_t capacity, size_t* length);
 
 #ifdef __cplusplus
 }

@@ -5,29 +5,20 @@
 #include <vector>
 
 #include "dtrain/device/device.hpp"
-#include "dtrain/nn/gpt.hpp"
-#include "dtrain/nn/mlp.hpp"
 #include "guard.hpp"
-#include "step_engine.hpp"
+#include "model.hpp"
 
 using namespace dtrain::capi;
 
-struct dt_model_s : CommUser {
-  explicit dt_model_s(dt_comm_s* c) : CommUser(Kind::model, c) {}
-  std::unique_ptr<dtrain::MlpModel> mlp;
-  std::unique_ptr<dtrain::GptModel> gpt;
-  std::unique_ptr<StepEngine> engine;
-
-  dtrain::ParameterStore& params() { return mlp ? mlp->parameters() : gpt->parameters(); }
-  dtrain::Device& device() { return params().device(); }
-};
+Checkpoints& dt_model_s::checkpoint_io() {
+  if (!checkpoints) {
+    const dtrain::GptConfig* g = gpt ? &gpt->config() : nullptr;
+    checkpoints = std::make_unique<Checkpoints>(*comm->comm, params(), *engine, g);
+  }
+  return *checkpoints;
+}
 
 namespace {
-
-template <class F>
-dt_result_t with_model(const char* func, dt_model_t h, F&& body) {
-  return call<dt_model_s>(func, h, Kind::model, "model", body);
-}
 
 dtrain::MlpModel& need_mlp(dt_model_s& m) {
   if (!m.mlp) fail(DT_ERR_INVALID_ARGUMENT, "model is not an MLP");
@@ -193,29 +184,6 @@ dt_result_t dt_model_step(dt_model_t model, float lr, float* grad_norm) {
     const double norm = m.engine->step(lr);
     m.params().zero_grads();
     if (grad_norm) *grad_norm = static_cast<float>(norm);
-  });
-}
-
-dt_result_t dt_model_num_parameters(dt_model_t model, size_t* count) {
-  return with_model(__func__, model, [&](dt_model_s& m) {
-    need_ptr(count, "count");
-    std::size_t n = 0;
-    for (const dtrain::ParamInfo& p : m.params()) n += p.local_numel();
-    *count = n;
-  });
-}
-
-dt_result_t dt_model_get_parameters(dt_model_t model, float* dst, size_t capacity) {
-  return with_model(__func__, model, [&](dt_model_s& m) {
-    need_ptr(dst, "dst");
-    dtrain::ParameterStore& ps = m.params();
-    std::size_t n = 0;
-    for (const dtrain::ParamInfo& p : ps) n += p.local_numel();
-    need(capacity >= n, "capacity is smaller than dt_model_num_parameters()");
-    for (const dtrain::ParamInfo& p : ps) {
-      m.device().copy(dst, ps.param(p), p.local_numel() * sizeof(float), dtrain::CopyKind::device_to_host);
-      dst += p.local_numel();
-    }
   });
 }
 

@@ -22,6 +22,9 @@ class StepEngine {
   // Returns the global gradient norm before clipping. Collective over dp.
   double step(float lr);
   long steps() const { return optimizer_->steps_taken(); }
+  // For checkpoints: the AdamW state, and whether it holds only this rank's ZeRO piece.
+  optim::AdamW& optimizer() { return *optimizer_; }
+  bool sharded() const { return cfg_.zero_stage >= 1; }
 
  private:
   double gradient_norm();

@@ -13,7 +13,7 @@ DTRAIN_PACKAGES=(
   libboost-program-options-dev
   libopenblas-dev
   libgtest-dev
-  abigail-tools
+  abigail-tools doxygen
   python3 python3-numpy python3-h5py
 )
 

@@ -1,13 +1,17 @@
 // A short tour of dtrain's C++ API: data-parallel training of the built-in MLP.
 //
-//   mpiexec -n 2 dtrain-cpp-example [steps]
+//   mpiexec -n 2 dtrain-cpp-example [--steps N] [--out FILE]
 //
-// Every rank draws its own samples of a synthetic 3-class problem, computes gradients, and
-// GradientSync averages them over the data-parallel group in buckets; AdamW then updates
-// the (replicated) parameters. Exits non-zero unless the loss falls.
+// Each step's global batch of 16 samples of a synthetic 3-class problem is split evenly over
+// the ranks; each computes the gradient of its share, GradientSync averages them over the
+// data-parallel group in buckets, and AdamW updates the (replicated) parameters, so any rank
+// count trains the same model (to rounding). --out writes the final loss and parameters.
+// Exits non-zero unless the loss falls.
 #include <cmath>
 #include <cstdio>
 #include <cstdlib>
+#include <cstring>
+#include <string>
 #include <vector>
 
 #include "dtrain/comm/process_grid.hpp"
@@ -31,13 +35,36 @@ void make_sample(long id, float* x, std::int32_t* label) {
   }
   *label = s > 0.7f ? 2 : (s > -0.7f ? 1 : 0);
 }
+
+// "loss <value>" then "param <value>" per parameter, to compare runs at different rank counts.
+void write_results(const std::string& path, double loss, dtrain::ParameterStore& params) {
+  std::FILE* f = std::fopen(path.c_str(), "w");
+  DTRAIN_CHECK(f != nullptr, Errc::io, "cannot write " << path);
+  std::fprintf(f, "loss %.9g\n", loss);
+  for (const dtrain::ParamInfo& p : params) {
+    std::vector<float> host(p.local_numel());
+    params.device().copy(host.data(), params.param(p), host.size() * sizeof(float),
+                         dtrain::CopyKind::device_to_host);
+    for (float v : host) std::fprintf(f, "param %.9g\n", v);
+  }
+  std::fclose(f);
+}
 }  // namespace
 
 int main(int argc, char** argv) {
   try {
     dtrain::Runtime runtime(&argc, &argv);
     dtrain::ProcessGrid grid(runtime.world(), dtrain::GridShape{});  // all ranks data parallel
-    const int steps = argc > 1 ? std::atoi(argv[1]) : 200;
+    int steps = 200;
+    std::string out;
+    for (int i = 1; i + 1 < argc; i += 2) {
+      if (std::strcmp(argv[i], "--steps") == 0) steps = std::atoi(argv[i + 1]);
+      else if (std::strcmp(argv[i], "--out") == 0) out = argv[i + 1];
+      else DTRAIN_FAIL(Errc::invalid_argument, "unknown option " << argv[i] << " (--steps N, --out FILE)");
+    }
+    DTRAIN_CHECK(kBatch % grid.dp_size() == 0, Errc::invalid_config,
+                 grid.dp_size() << " ranks do not divide the batch of " << kBatch);
+    const int share = kBatch / grid.dp_size();
 
     dtrain::Device& dev = dtrain::select_device("auto");
     dtrain::MlpConfig cfg;
@@ -56,12 +83,12 @@ int main(int argc, char** argv) {
     std::vector<std::int32_t> labels(kBatch);
     double first = 0, last = 0;
     for (int step = 0; step < steps; ++step) {
-      for (int b = 0; b < kBatch; ++b) {
-        const long id = (static_cast<long>(step) * grid.dp_size() + grid.dp_rank()) * kBatch + b;
+      for (int b = 0; b < share; ++b) {  // this rank's share of the step's global batch
+        const long id = static_cast<long>(step) * kBatch + grid.dp_rank() * share + b;
         make_sample(id, &x[b * kInputs], &labels[b]);
       }
       params.zero_grads();
-      double loss = model.forward(x.data(), labels.data(), kBatch);
+      double loss = model.forward(x.data(), labels.data(), share);
       sync.begin(true);
       model.backward(1.0f);
       sync.finish();  // gradients now averaged over the data-parallel ranks
@@ -74,7 +101,10 @@ int main(int argc, char** argv) {
         std::printf("step %4d  loss %.4f  grad-norm %.4f\n", step, loss, norm);
       }
     }
-    if (runtime.rank() == 0) std::printf("loss %.4f -> %.4f\n", first, last);
+    if (runtime.rank() == 0) {
+      std::printf("cpp-example: loss %.4f -> %.4f on %d ranks\n", first, last, grid.dp_size());
+      if (!out.empty()) write_results(out, last, params);
+    }
     return last < 0.7 * first ? 0 : 1;
   } catch (const dtrain::Error& e) {
     std::fprintf(stderr, "dtrain-cpp-example: %s\n", e.what());

@@ -10,6 +10,7 @@
 #include "ckpt/h5.hpp"
 #include "ckpt/io_plan.hpp"
 #include "ckpt/slice_boxes.hpp"
+#include "ckpt/tensor_directory.hpp"
 #include "dtrain/ckpt/checkpoint.hpp"
 #include "dtrain/ckpt/checksum.hpp"
 #include "dtrain/comm/mpi_interop.hpp"
@@ -24,8 +25,8 @@ namespace {
 enum Kind { kParam = 0, kExpAvg = 1, kExpAvgSq = 2 };
 const char* const kStateNames[] = {"", "exp_avg", "exp_avg_sq"};
 
-std::string dataset_path(const ParamInfo& p, int kind) {
-  return kind == kParam ? "/model/" + p.name : "/optimizer/" + p.name + "/" + kStateNames[kind];
+std::string dataset_path(const TensorEntry& e, int kind) {
+  return kind == kParam ? "/model/" + e.name : "/optimizer/" + e.name + "/" + kStateNames[kind];
 }
 
 std::string shape_text(const std::vector<std::uint64_t>& dims) {
@@ -71,7 +72,10 @@ struct Checkpointer::Impl {
   ParameterStore& params;
   optim::AdamW& optimizer;
   GptConfig model;
-  std::vector<TensorPlan> plans;
+  // Every tensor of the model, also those other pipeline stages hold: all ranks create
+  // every dataset and join every collective transfer, in this order.
+  std::vector<TensorEntry> directory;
+  std::vector<TensorPlan> plans;  // one per directory entry
   // Collective I/O calls per tensor: max over ranks of pieces, for each of
   // param_read, param_write, state_read, state_write.
   std::vector<int> calls;
@@ -87,8 +91,10 @@ struct Checkpointer::Impl {
     layout.dp_rank = g.dp_rank();
     layout.dp_size = g.dp_size();
     layout.tp_rank = g.tp_rank();
+    layout.pp_rank = g.pp_rank();
     layout.optimizer_sharded = sharded;
-    plans = plan_io(p, o, layout);
+    directory = gather_directory(g.pp(), p);
+    plans = plan_io(directory, p, o, layout);
     for (const TensorPlan& t : plans) {
       for (const auto* v : {&t.param_read, &t.param_write, &t.state_read, &t.state_write})
         calls.push_back(static_cast<int>(v->size()));
@@ -113,8 +119,9 @@ struct Checkpointer::Impl {
 
   // Every rank makes calls[] transfer calls for this dataset (collective I/O needs them all);
   // a rank with fewer pieces selects nothing. Returns the checksum terms of `sum_over`
-  // (after the transfer, so a read is verified from what landed in memory).
-  std::uint64_t transfer(bool write, hid_t dset, hid_t dxpl, const ParamInfo& p, float* base,
+  // (after the transfer, so a read is verified from what landed in memory). p may be null
+  // (a tensor of another pipeline stage) only when there are no pieces.
+  std::uint64_t transfer(bool write, hid_t dset, hid_t dxpl, const ParamInfo* p, float* base,
                          const std::vector<Piece>& pieces, int n_calls,
                          const std::vector<Piece>& sum_over, const std::string& path) {
     h5::Handle fspace = h5::space_handle(H5Dget_space(dset), path + ": H5Dget_space");
@@ -127,7 +134,7 @@ struct Checkpointer::Impl {
       if (mine) {
         data = base + pieces[k].mem;
         bool firstbox = true;
-        for (const Box& b : slice_boxes(p, pieces[k].first, pieces[k].count)) {
+        for (const Box& b : slice_boxes(*p, pieces[k].first, pieces[k].count)) {
           h5::check_status(H5Sselect_hyperslab(fspace, firstbox ? H5S_SELECT_SET : H5S_SELECT_OR,
                                                reinterpret_cast<const hsize_t*>(b.start.data()),
                                                nullptr,
@@ -146,7 +153,7 @@ struct Checkpointer::Impl {
     }
     std::uint64_t sum = 0;
     for (const Piece& piece : sum_over) {
-      sum += checksum_boxes(slice_boxes(p, piece.first, piece.count), p.shape, base + piece.mem);
+      sum += checksum_boxes(slice_boxes(*p, piece.first, piece.count), p->shape, base + piece.mem);
     }
     return sum;
   }
@@ -198,18 +205,18 @@ void Checkpointer::Impl::write_file(const std::string& path, const CheckpointInf
   std::vector<std::uint64_t> sums;
   for (std::size_t t = 0; t < plans.size(); ++t) {
     const TensorPlan& plan = plans[t];
-    const ParamInfo& p = *plan.param;
-    std::vector<hsize_t> dims(p.shape.begin(), p.shape.end());
+    const TensorEntry& e = *plan.entry;
+    std::vector<hsize_t> dims(e.shape.begin(), e.shape.end());
     h5::Handle space = h5::space_handle(
         H5Screate_simple(static_cast<int>(dims.size()), dims.data(), nullptr), "H5Screate_simple");
     for (int kind : {kParam, kExpAvg, kExpAvgSq}) {
-      const std::string name = dataset_path(p, kind);
+      const std::string name = dataset_path(e, kind);
       h5::Handle d = h5::dataset_handle(
           H5Dcreate2(file, name.c_str(), H5T_IEEE_F32LE, space, lcpl, dcpl, H5P_DEFAULT),
           "cannot create dataset " + name);
       const auto& pieces = kind == kParam ? plan.param_write : plan.state_write;
       const int n_calls = calls[4 * t + (kind == kParam ? 1 : 3)];
-      sums.push_back(transfer(true, d, dxpl, p, memory(kind), pieces, n_calls, pieces, name));
+      sums.push_back(transfer(true, d, dxpl, plan.param, memory(kind), pieces, n_calls, pieces, name));
       dsets.push_back(std::move(d));
       if (static_cast<long>(dsets.size()) == kill_after_datasets &&
           grid.world().rank() == grid.world().size() - 1) {
@@ -241,9 +248,9 @@ void Checkpointer::Impl::check_model(hid_t file, const std::string& path) {
                                       model.vocab, model.tie_embeddings ? 1 : 0);
   if (theirs == ours) return;
   // Name the first dataset whose shape differs, if one does.
-  for (const TensorPlan& t : plans) {
-    const std::string name = dataset_path(*t.param, kParam);
-    std::vector<std::uint64_t> want(t.param->shape.begin(), t.param->shape.end());
+  for (const TensorEntry& e : directory) {
+    const std::string name = dataset_path(e, kParam);
+    std::vector<std::uint64_t> want(e.shape.begin(), e.shape.end());
     if (!link_exists(file, name)) {
       DTRAIN_FAIL(Errc::invalid_config, "checkpoint '" << path << "' has no dataset " << name
                   << ": it was written for " << theirs << ", this run has " << ours);
@@ -293,10 +300,10 @@ CheckpointInfo Checkpointer::Impl::read_file(const std::string& path) {
   std::vector<std::string> names;
   for (std::size_t t = 0; t < plans.size(); ++t) {
     const TensorPlan& plan = plans[t];
-    const ParamInfo& p = *plan.param;
-    const std::vector<std::uint64_t> want(p.shape.begin(), p.shape.end());
+    const TensorEntry& e = *plan.entry;
+    const std::vector<std::uint64_t> want(e.shape.begin(), e.shape.end());
     for (int kind : {kParam, kExpAvg, kExpAvgSq}) {
-      const std::string name = dataset_path(p, kind);
+      const std::string name = dataset_path(e, kind);
       DTRAIN_CHECK(link_exists(file, name), Errc::corrupt_data, where << " has no dataset " << name);
       h5::Handle d = h5::dataset_handle(H5Dopen2(file, name.c_str(), H5P_DEFAULT),
                                         where + ": cannot open dataset " + name);
@@ -307,7 +314,7 @@ CheckpointInfo Checkpointer::Impl::read_file(const std::string& path) {
                    << shape_text(dims) << ", expected " << shape_text(want));
       stored.push_back(h5::read_attr_u64(d, "checksum", where + " dataset " + name));
       const bool is_param = kind == kParam;
-      sums.push_back(transfer(false, d, dxpl, p, memory(kind), is_param ? plan.param_read : plan.state_read,
+      sums.push_back(transfer(false, d, dxpl, plan.param, memory(kind), is_param ? plan.param_read : plan.state_read,
                               calls[4 * t + (is_param ? 0 : 2)],
                               is_param ? plan.param_write : plan.state_write, name));
       names.push_back(name);

@@ -2,6 +2,8 @@
 
 #include <algorithm>
 
+#include "dtrain/core/error.hpp"
+
 namespace dtrain::ckpt {
 namespace {
 
@@ -30,15 +32,26 @@ std::vector<Piece> state_pieces(const optim::AdamW& optimizer, const ParamInfo& 
 
 }  // namespace
 
-std::vector<TensorPlan> plan_io(const ParameterStore& params, const optim::AdamW& optimizer,
+std::vector<TensorPlan> plan_io(const std::vector<TensorEntry>& directory,
+                                const ParameterStore& params, const optim::AdamW& optimizer,
                                 const PlanLayout& layout) {
   std::vector<TensorPlan> plans;
-  for (const ParamInfo& p : params) {
+  plans.reserve(directory.size());
+  for (const TensorEntry& e : directory) {
     TensorPlan t;
-    t.param = &p;
+    t.entry = &e;
+    t.param = params.find(e.name);
+    if (t.param == nullptr) {  // another pipeline stage's tensor: no I/O here
+      plans.push_back(std::move(t));
+      continue;
+    }
+    const ParamInfo& p = *t.param;
+    DTRAIN_CHECK(p.shape == e.shape, Errc::internal, "tensor " << e.name << " changed shape");
     const std::size_t n = p.local_numel();
-    // A tensor held whole is replicated over tp too: tp rank 0's copy is the one written.
-    const bool writer = p.local_shape != p.shape || layout.tp_rank == 0;
+    // A tensor held whole is replicated over tp too: tp rank 0's copy is the one written;
+    // one held by several stages, the first stage's copy.
+    const bool writer = (p.local_shape != p.shape || layout.tp_rank == 0) &&
+                        layout.pp_rank == e.first_stage;
     t.param_read.push_back({0, n, p.offset});
     if (writer) {
       Piece s = dp_share(n, layout);

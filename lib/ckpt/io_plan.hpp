@@ -4,6 +4,7 @@
 #include <cstddef>
 #include <vector>
 
+#include "ckpt/tensor_directory.hpp"
 #include "dtrain/nn/parameters.hpp"
 #include "dtrain/optim/optimizer.hpp"
 
@@ -18,19 +19,24 @@ struct Piece {
 };
 
 struct TensorPlan {
-  const ParamInfo* param = nullptr;
+  const TensorEntry* entry = nullptr;  // the tensor in the file
+  const ParamInfo* param = nullptr;    // this rank's slice of it; null when its stage lacks it
   std::vector<Piece> param_read, param_write, state_read, state_write;
 };
 
 struct PlanLayout {
   int dp_rank = 0, dp_size = 1;
   int tp_rank = 0;
+  int pp_rank = 0;
   bool optimizer_sharded = false;  // ZeRO >= 1: the optimiser's segments are this rank's
 };
 
-// Replicated copies (over dp, and over tp for tensors not split by it) are written in equal
-// shares by the dp ranks of tp rank 0; ZeRO pieces of the moments by their owner.
-std::vector<TensorPlan> plan_io(const ParameterStore& params, const optim::AdamW& optimizer,
+// One plan per directory entry, in its order. Replicated copies (over dp, and over tp for
+// tensors not split by it) are written in equal shares by the dp ranks of tp rank 0; ZeRO
+// pieces of the moments by their owner; a tensor held by several pipeline stages (a tied
+// wte) by its first stage only. Every stage holding a tensor reads it.
+std::vector<TensorPlan> plan_io(const std::vector<TensorEntry>& directory,
+                                const ParameterStore& params, const optim::AdamW& optimizer,
                                 const PlanLayout& layout);
 
 }  // namespace dtrain::ckpt

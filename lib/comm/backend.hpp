@@ -67,6 +67,9 @@ class Backend {
                                        void* stream) = 0;
   virtual RequestPtr iall_gather(const void* send, void* recv, std::size_t send_count,
                                  DType type, void* stream) = 0;
+  // Default: not offered by this backend (Errc::not_implemented).
+  virtual RequestPtr iall_gather_v(const void* send, void* recv, const std::size_t* recv_counts,
+                                   DType type, void* stream);
   virtual RequestPtr ibroadcast(const void* send, void* recv, std::size_t count, DType type,
                                 int root, void* stream) = 0;
   virtual RequestPtr isend(const void* buf, std::size_t count, DType type, int peer, int tag,

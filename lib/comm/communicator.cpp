@@ -228,6 +228,21 @@ Request Communicator::iall_gather(const void* send, void* recv, std::size_t send
   return make_request(std::move(req), "iall_gather", s);
 }
 
+namespace comm {
+RequestPtr Backend::iall_gather_v(const void*, void*, const std::size_t*, DType, void*) {
+  DTRAIN_FAIL(Errc::not_implemented,
+              "the " << backend_name(kind()) << " backend has no non-blocking all_gather_v");
+}
+}  // namespace comm
+
+Request Communicator::iall_gather_v(const void* send, void* recv,
+                                    const std::size_t* recv_counts, DType type) {
+  comm::CommState& s = checked(state_);
+  auto req = s.backend->iall_gather_v(send, recv, recv_counts, type, nullptr);
+  count_bytes(s, recv_counts[rank_], type);
+  return make_request(std::move(req), "iall_gather_v", s);
+}
+
 Request Communicator::ibroadcast(const void* send, void* recv, std::size_t count, DType type,
                                  int root) {
   comm::CommState& s = checked(state_);

@@ -77,6 +77,8 @@ class MpiBackend final : public Backend {
                              ReduceOp op, void* stream) override;
   RequestPtr ireduce_scatter_v(const void* send, void* recv, const std::size_t* recv_counts,
                                DType type, ReduceOp op, void* stream) override;
+  RequestPtr iall_gather_v(const void* send, void* recv, const std::size_t* recv_counts,
+                           DType type, void* stream) override;
   RequestPtr iall_gather(const void* send, void* recv, std::size_t send_count, DType type,
                          void* stream) override;
   RequestPtr ibroadcast(const void* send, void* recv, std::size_t count, DType type, int root,

@@ -150,6 +150,42 @@ RequestPtr MpiBackend::iall_gather(const void* send, void* recv, std::size_t sen
   return req;
 }
 
+RequestPtr MpiBackend::iall_gather_v(const void* send, void* recv,
+                                     const std::size_t* recv_counts, DType type, void* stream) {
+  auto req = std::make_unique<MpiRequest>();
+  const std::size_t es = dtype_size(type);
+  // counts and displacements, in one array MPI reads until completion
+  req->counts.resize(2 * static_cast<std::size_t>(size_));
+  std::size_t total = 0;
+  bool fits = true;
+  for (int r = 0; r < size_; ++r) {
+    fits = fits && fits_one_call(recv_counts[r]) && fits_one_call(total);
+    req->counts[r] = static_cast<int>(recv_counts[r]);
+    req->counts[size_ + r] = static_cast<int>(total);
+    total += recv_counts[r];
+  }
+  if (total == 0) return req;
+  if (!fits) {  // huge blocks: the blocking path splits them; the request is complete at once
+    all_gather_v(send, recv, recv_counts, type, stream);
+    req->counts.clear();
+    return req;
+  }
+  const std::size_t block = recv_counts[rank_] * es;
+  char* mine = byte_at(recv, static_cast<std::size_t>(req->counts[size_ + rank_]) * es);
+  bool in_place = send == mine || block == 0;
+  if (!in_place && overlaps(send, block, recv, total * es)) {
+    std::memmove(mine, send, block);
+    in_place = true;
+  }
+  const MPI_Datatype dt = mpi_datatype(type);
+  req->requests.emplace_back();
+  mpi_check(MPI_Iallgatherv(in_place ? MPI_IN_PLACE : send, req->counts[rank_], dt, recv,
+                            req->counts.data(), req->counts.data() + size_, dt, comm_,
+                            &req->requests.back()),
+            "MPI_Iallgatherv");
+  return req;
+}
+
 RequestPtr MpiBackend::ibroadcast(const void* send, void* recv, std::size_t count, DType type,
                                   int root, void*) {
   check_rank(root, "broadcast root");

@@ -5,7 +5,7 @@
 #include "dtrain/device/device.hpp"
 
 namespace dtrain {
-constexpr int kCudaPluginAbi = 1;
+constexpr int kCudaPluginAbi = 2;  // 2: Device::discard
 }  // namespace dtrain
 
 extern "C" {

@@ -56,6 +56,16 @@ struct GptModel::Block {
         *ln2_rstd = nullptr, *fch = nullptr, *fch_gelu = nullptr, *res3 = nullptr;
 };
 
+// The saved activations of one chunk for one micro-batch form a fixed layout, repeated once
+// per slot: binding a slot points the members named in `fields` at that slot's copy.
+struct GptModel::ChunkActivations {
+  std::vector<std::pair<float**, std::size_t>> fields;  // (member, offset in floats)
+  std::size_t tokens_at = 0, targets_at = 0;            // int32 ids (if held), in floats
+  std::size_t stride = 0;                               // floats of one slot
+  float* base = nullptr;                                // slot 0
+  std::vector<SlotUse> use;                             // per slot
+};
+
 namespace {
 int group_size(const Communicator* tp) { return tp && tp->valid() ? tp->size() : 1; }
 }  // namespace
@@ -66,20 +76,40 @@ GptModel::GptModel(const GptConfig& cfg, Device& dev, std::uint64_t seed, int ma
 
 GptModel::GptModel(const GptConfig& cfg, Device& dev, std::uint64_t seed, int max_batch,
                    const GptStage& stage, Communicator* tp, bool sequence_parallel)
-    : cfg_(cfg), stage_(stage), dev_(&dev), max_batch_(max_batch), tp_(nullptr, dev),
+    : GptModel(cfg, dev, seed, max_batch, std::vector<GptStage>{stage}, tp, sequence_parallel) {}
+
+GptModel::GptModel(const GptConfig& cfg, Device& dev, std::uint64_t seed, int max_batch,
+                   const std::vector<GptStage>& chunks, Communicator* tp, bool sequence_parallel)
+    : cfg_(cfg), chunks_(chunks), dev_(&dev), max_batch_(max_batch), tp_(nullptr, dev),
       params_(dev) {
   // Every check before the first collective, so a bad configuration throws on all ranks.
   cfg_.validate();
   cfg_.validate_tp(group_size(tp), sequence_parallel);
   DTRAIN_CHECK(max_batch > 0, Errc::invalid_config,
                "micro-batch must be positive, got " << max_batch);
-  if (stage_.layers < 0) stage_.layers = cfg_.layers - stage_.first_layer;
-  DTRAIN_CHECK(stage_.first_layer >= 0 && stage_.layers >= 1 &&
-                   stage_.first_layer + stage_.layers <= cfg_.layers,
-               Errc::invalid_config,
-               "pipeline stage layers [" << stage_.first_layer << ", "
-                                         << stage_.first_layer + stage_.layers
-                                         << ") outside the model's " << cfg_.layers << " layers");
+  DTRAIN_CHECK(!chunks_.empty(), Errc::invalid_config, "a model needs at least one layer chunk");
+  int next_layer = 0;
+  for (std::size_t c = 0; c < chunks_.size(); ++c) {
+    GptStage& ch = chunks_[c];
+    if (ch.layers < 0) ch.layers = cfg_.layers - ch.first_layer;
+    DTRAIN_CHECK(ch.first_layer >= next_layer && ch.layers >= 1 &&
+                     ch.first_layer + ch.layers <= cfg_.layers,
+                 Errc::invalid_config,
+                 "pipeline stage layers [" << ch.first_layer << ", " << ch.first_layer + ch.layers
+                                           << ") outside the model's " << cfg_.layers
+                                           << " layers or not after the previous chunk");
+    DTRAIN_CHECK((!ch.embedding || c == 0) && (!ch.head || c + 1 == chunks_.size()),
+                 Errc::invalid_config,
+                 "only the first chunk may hold the embedding and only the last the head");
+    DTRAIN_CHECK(ch.slots >= 1, Errc::invalid_config,
+                 "activation slots must be at least 1, got " << ch.slots);
+    next_layer = ch.first_layer + ch.layers;
+    chunk_begin_.push_back(static_cast<int>(block_layer_.size()));
+    for (int l = 0; l < ch.layers; ++l) block_layer_.push_back(ch.first_layer + l);
+  }
+  chunk_begin_.push_back(static_cast<int>(block_layer_.size()));
+  stage_ = {chunks_.front().first_layer, static_cast<int>(block_layer_.size()),
+            chunks_.front().embedding, chunks_.back().head, chunks_.front().slots};
   tp_ = nn::TpGroup(tp, dev);
   const int P = tp_.size();
   sp_ = sequence_parallel && P > 1;
@@ -110,11 +140,19 @@ void GptModel::plan_grad_ready_ranges() {
   std::size_t end = head_start;
   for (int l = stage_.layers - 1; l >= 0; --l) {
     const std::size_t start =
-        params_.at("h." + std::to_string(stage_.first_layer + l) + ".ln_1.weight").offset;
+        params_.at("h." + std::to_string(block_layer_[l]) + ".ln_1.weight").offset;
     add(start, end);
     end = start;
   }
   add(0, end);  // wte (final only after the embedding backward), wpe
+}
+
+void GptModel::acquire(int unit, int next) const {
+  if (param_hooks_.acquire && unit >= 0) param_hooks_.acquire(unit, next);
+}
+
+void GptModel::release(int unit) const {
+  if (param_hooks_.release && unit >= 0) param_hooks_.release(unit);
 }
 
 void GptModel::grads_ready(std::size_t index) const {
@@ -133,7 +171,8 @@ void GptModel::declare_parameters() {
   if (stage_.embedding) params_.add("wpe", {T, C}, /*decay=*/true);  // replicated
   for (int l = 0; l < stage_.layers; ++l) {
     Block& b = blocks_[l];
-    const std::string p = "h." + std::to_string(stage_.first_layer + l) + ".";
+    const std::string p = "h." + std::to_string(block_layer_[l]) + ".";
+    params_.start_unit();
     b.ln_1.declare(params_, p + "ln_1", C);
     b.c_attn.declare(params_, p + "attn.c_attn", C, 3 * C, tp_, /*parts=*/3);  // q|k|v
     b.attn_proj.declare(params_, p + "attn.c_proj", C, C, tp_);
@@ -142,6 +181,7 @@ void GptModel::declare_parameters() {
     b.mlp_proj.declare(params_, p + "mlp.c_proj", 4 * C, C, tp_);
   }
   if (stage_.head) {
+    params_.start_unit();
     ln_f_.declare(params_, "ln_f", C);
     if (!cfg_.tie_embeddings) lm_head_.declare(params_, "lm_head.weight", V, C, tp_);
   }
@@ -206,41 +246,16 @@ void GptModel::allocate_activations() {
   const std::size_t C = cfg_.d_model, T = cfg_.seq_len, H = heads_local_;
   const std::size_t Cl = C_local_, Fl = hidden_local_;
   const std::size_t Vl = stage_.head ? static_cast<std::size_t>(ce_.shard.padded_rows) : 0;
-  // Two passes over the same list: first sum the sizes, then hand out pointers into one
-  // allocation. Every buffer starts on a 64-byte boundary.
-  struct Slot {
+  auto round = [](std::size_t n) { return (n + 15) / 16 * 16; };  // 64-byte boundaries
+  // One allocation: the scratch shared by every micro-batch, then per chunk its saved
+  // activations of one micro-batch, repeated per slot.
+  struct Want {
     float** ptr;
     std::size_t n;
   };
-  std::vector<Slot> slots;
-  auto want = [&](float*& p, std::size_t n) { slots.push_back({&p, n}); };
-  float* tok = nullptr;
-  float* tgt = nullptr;
-  want(tok, N);  // int32 tokens and targets live in float-sized slots
-  want(tgt, N);
-  want(encoded_, R * C);
+  std::vector<Want> scratch;
+  auto want = [&](float*& p, std::size_t n) { scratch.push_back({&p, n}); };
   want(proj_, N * C);  // partial sums of the row-parallel layers and the embedding
-  for (Block& b : blocks_) {
-    want(b.ln1, R * C);
-    want(b.ln1_mean, R);
-    want(b.ln1_rstd, R);
-    want(b.qkv, N * 3 * Cl);
-    want(b.atty, N * Cl);
-    want(b.att, static_cast<std::size_t>(max_batch_) * H * T * T);
-    want(b.res2, R * C);
-    want(b.ln2, R * C);
-    want(b.ln2_mean, R);
-    want(b.ln2_rstd, R);
-    want(b.fch, N * Fl);
-    want(b.fch_gelu, N * Fl);
-    want(b.res3, R * C);
-  }
-  want(lnf_, R * C);
-  want(lnf_mean_, R);
-  want(lnf_rstd_, R);
-  want(logits_, N * Vl);
-  want(lse_, N);
-  want(losses_, N);
   want(dlosses_, N);
   if (P > 1) want(ce_scratch_, nn::VocabParallelCrossEntropy::scratch_floats(N));
   want(dres_, R * C);
@@ -252,26 +267,93 @@ void GptModel::allocate_activations() {
   want(att_ws_, dev_->attention_workspace_floats(cfg_.seq_len));
   if (sp_) {
     want(gather_, N * C);
-    want(lnf_full_, N * C);
     want(dres_full_, N * C);
     want(dln_rows_, R * C);
     want(ln_grads_, 2 * C * (2 * blocks_.size() + (stage_.head ? 1 : 0)));
   }
-
-  auto round = [](std::size_t n) { return (n + 15) / 16 * 16; };
   std::size_t total = 0;
-  for (const Slot& s : slots) total += round(s.n);
+  for (const Want& w : scratch) total += round(w.n);
+
+  chunk_acts_.resize(chunks_.size());
+  for (std::size_t c = 0; c < chunks_.size(); ++c) {
+    ChunkActivations& a = chunk_acts_[c];
+    std::size_t at = 0;
+    auto keep = [&](float*& p, std::size_t n) {
+      a.fields.push_back({&p, at});
+      at += round(n);
+    };
+    if (chunks_[c].embedding) {  // int32 ids in float-sized places
+      a.tokens_at = at;
+      at += round(N);
+    }
+    if (chunks_[c].head) {
+      a.targets_at = at;
+      at += round(N);
+    }
+    keep(encoded_, R * C);
+    for (int l = chunk_begin_[c]; l < chunk_begin_[c + 1]; ++l) {
+      Block& b = blocks_[static_cast<std::size_t>(l)];
+      keep(b.ln1, R * C);
+      keep(b.ln1_mean, R);
+      keep(b.ln1_rstd, R);
+      keep(b.qkv, N * 3 * Cl);
+      keep(b.atty, N * Cl);
+      keep(b.att, static_cast<std::size_t>(max_batch_) * H * T * T);
+      keep(b.res2, R * C);
+      keep(b.ln2, R * C);
+      keep(b.ln2_mean, R);
+      keep(b.ln2_rstd, R);
+      keep(b.fch, N * Fl);
+      keep(b.fch_gelu, N * Fl);
+      keep(b.res3, R * C);
+    }
+    if (chunks_[c].head) {
+      keep(lnf_, R * C);
+      keep(lnf_mean_, R);
+      keep(lnf_rstd_, R);
+      keep(logits_, N * Vl);
+      keep(lse_, N);
+      keep(losses_, N);
+      if (sp_) keep(lnf_full_, N * C);  // the LM head input, needed again by backward
+    }
+    a.stride = at;
+    a.use.resize(static_cast<std::size_t>(chunks_[c].slots));
+    total += at * a.use.size();
+  }
+
   act_bytes_ = total * sizeof(float);
   act_buf_ = DeviceBuffer(*dev_, act_bytes_);
   float* base = act_buf_.as<float>();
-  for (const Slot& s : slots) {
-    *s.ptr = base;
-    base += round(s.n);
+  for (const Want& w : scratch) {
+    *w.ptr = base;
+    base += round(w.n);
   }
-  tokens_ = reinterpret_cast<std::int32_t*>(tok);
-  targets_ = reinterpret_cast<std::int32_t*>(tgt);
+  for (ChunkActivations& a : chunk_acts_) {
+    a.base = base;
+    base += a.stride * a.use.size();
+  }
   ce_.scratch = ce_scratch_;
   host_losses_.resize(N);
+  for (int c = chunks() - 1; c >= 0; --c) bind_slot(c, 0);  // chunk 0 bound, as before
+}
+
+GptModel::SlotUse& GptModel::bind_slot(int chunk, int slot) {
+  DTRAIN_CHECK(chunk >= 0 && chunk < chunks(), Errc::invalid_argument,
+               "chunk " << chunk << " outside [0, " << chunks() << ")");
+  ChunkActivations& a = chunk_acts_[static_cast<std::size_t>(chunk)];
+  DTRAIN_CHECK(slot >= 0 && slot < static_cast<int>(a.use.size()), Errc::invalid_argument,
+               "activation slot " << slot << " outside [0, " << a.use.size() << ") of chunk "
+                                  << chunk);
+  float* s = a.base + a.stride * static_cast<std::size_t>(slot);
+  for (const auto& f : a.fields) *f.first = s + f.second;
+  if (chunks_[chunk].embedding) tokens_ = reinterpret_cast<std::int32_t*>(s + a.tokens_at);
+  if (chunks_[chunk].head) targets_ = reinterpret_cast<std::int32_t*>(s + a.targets_at);
+  return a.use[static_cast<std::size_t>(slot)];
+}
+
+float* GptModel::stage_input(int chunk, int slot) {
+  bind_slot(chunk, slot);
+  return encoded_;
 }
 
 void GptModel::bind_layernorm_grads() {
@@ -363,7 +445,7 @@ std::size_t GptModel::boundary_floats(int B, int T) const noexcept {
 }
 
 float GptModel::forward_stage(const std::int32_t* tokens, const std::int32_t* targets,
-                              const float* input, int B, int T) {
+                              const float* input, int B, int T, int chunk, int slot) {
   DTRAIN_CHECK(B > 0 && B <= max_batch_, Errc::invalid_argument,
                "batch " << B << " outside [1, " << max_batch_ << "]");
   DTRAIN_CHECK(T > 0 && T <= cfg_.seq_len, Errc::invalid_argument,
@@ -376,37 +458,42 @@ float GptModel::forward_stage(const std::int32_t* tokens, const std::int32_t* ta
                                                                       << P << ")");
   const int R = sp_ ? N / P : N;
   const std::int64_t RC = static_cast<std::int64_t>(R) * C;
-  DTRAIN_CHECK(stage_.embedding ? tokens != nullptr : input != nullptr, Errc::invalid_argument,
-               "forward_stage needs " << (stage_.embedding ? "tokens" : "the stage input"));
-  if (!stage_.head) targets = nullptr;  // the loss lives on the head stage
+  SlotUse& use = bind_slot(chunk, slot);
+  const bool emb = chunks_[chunk].embedding, head = chunks_[chunk].head;
+  const int l0 = chunk_begin_[chunk], l1 = chunk_begin_[chunk + 1];  // this chunk's blocks
+  DTRAIN_CHECK(emb ? tokens != nullptr : input != nullptr, Errc::invalid_argument,
+               "forward_stage needs " << (emb ? "tokens" : "the stage input"));
+  if (!head) targets = nullptr;  // the loss lives on the head chunk
   for (int i = 0; i < N; ++i) {
-    DTRAIN_CHECK(!stage_.embedding || (tokens[i] >= 0 && tokens[i] < V), Errc::invalid_argument,
+    DTRAIN_CHECK(!emb || (tokens[i] >= 0 && tokens[i] < V), Errc::invalid_argument,
                  "token " << tokens[i] << " at position " << i << " outside [0, " << V << ")");
     DTRAIN_CHECK(!targets || (targets[i] >= 0 && targets[i] < V), Errc::invalid_argument,
                  "target " << targets[i] << " at position " << i << " outside [0, " << V << ")");
   }
   Device& d = *dev_;
   const std::size_t ibytes = sizeof(std::int32_t) * static_cast<std::size_t>(N);
-  if (stage_.embedding) d.copy(tokens_, tokens, ibytes, CopyKind::host_to_device);
+  if (emb) d.copy(tokens_, tokens, ibytes, CopyKind::host_to_device);
   if (targets) d.copy(targets_, targets, ibytes, CopyKind::host_to_device);
-  last_B_ = B;
-  last_T_ = T;
-  have_targets_ = targets != nullptr;
+  use = {B, T, targets != nullptr};
 
   // encoder: wte[token] + wpe[position]. Each rank looks up its vocabulary rows (zeros for
   // the rest) and rank 0 adds wpe, so the sum over the group is the embedding; exactly one
   // addend of each element is non-zero in the wte part, which keeps it bit-exact.
-  if (stage_.embedding) {
+  if (emb) {
+    acquire(embedding_unit(), stage_.layers > 0 ? block_unit(0) : -1);
     float* partial = sp_ ? proj_ : encoded_;
     wte_.forward(d, partial, tokens_, N);
     if (tp_.rank() == 0) d.positional_forward(partial, wpe_, B, T, C);
+    release(embedding_unit());
     leave_region_fwd(partial, encoded_, N, R);
-  } else {
+  } else if (input != encoded_) {
     d.copy_floats(encoded_, input, RC);  // the previous stage's output rows
   }
 
   const float* residual = encoded_;
-  for (Block& b : blocks_) {
+  for (int l = l0; l < l1; ++l) {
+    Block& b = blocks_[l];
+    acquire(block_unit(l), l + 1 < l1 ? block_unit(l + 1) : (head ? head_unit() : -1));
     // attention: res2 = residual + c_proj(attn(c_attn(ln_1(residual))))
     b.ln_1.forward(d, b.ln1, b.ln1_mean, b.ln1_rstd, residual, R);
     b.c_attn.forward(d, b.qkv, enter_region_fwd(b.ln1, R), N);
@@ -419,10 +506,14 @@ float GptModel::forward_stage(const std::int32_t* tokens, const std::int32_t* ta
     d.gelu_forward(b.fch_gelu, b.fch, static_cast<std::int64_t>(N) * hidden_local_);
     b.mlp_proj.forward(d, proj_, b.fch_gelu, N);
     d.residual_forward(b.res3, b.res2, leave_region_fwd(proj_, b.res3, N, R), RC);
+    release(block_unit(l));
     residual = b.res3;
   }
   stage_out_ = residual;
-  if (!stage_.head) return 0.0f;
+  if (!head) return 0.0f;
+  const int tied = cfg_.tie_embeddings ? embedding_unit() : -1;  // head_w_ is wte
+  acquire(head_unit(), tied);
+  acquire(tied, -1);
   ln_f_.forward(d, lnf_, lnf_mean_, lnf_rstd_, residual, R);
   // LM head over this rank's vocabulary rows: logits[N,Vl] = lnf[N,C] · head[Vl,C]^T
   // (padding rows of head are zero). Its input is the full ln_f output on every rank.
@@ -434,6 +525,8 @@ float GptModel::forward_stage(const std::int32_t* tokens, const std::int32_t* ta
     nn::tp::copy_to_region_fwd(tp_);
   }
   d.gemm(false, true, N, Vl, C, 1.0f, head_in, C, head_w_, C, 0.0f, logits_, Vl);
+  release(tied);
+  release(head_unit());
   if (!targets) return 0.0f;
 
   ce_.forward(d, tp_, losses_, lse_, logits_, targets_, N);
@@ -444,12 +537,14 @@ float GptModel::forward_stage(const std::int32_t* tokens, const std::int32_t* ta
   return static_cast<float>(sum / N);
 }
 
-void GptModel::backward_stage(float dloss, const float* doutput) {
-  DTRAIN_CHECK(stage_.head ? have_targets_ : (last_B_ > 0 && doutput != nullptr),
-               Errc::invalid_argument,
-               "backward needs a forward() " << (stage_.head ? "with targets" : "and doutput")
+void GptModel::backward_stage(float dloss, const float* doutput, int chunk, int slot) {
+  const SlotUse use = bind_slot(chunk, slot);
+  const bool emb = chunks_[chunk].embedding, head = chunks_[chunk].head;
+  const int l0 = chunk_begin_[chunk], l1 = chunk_begin_[chunk + 1];  // this chunk's blocks
+  DTRAIN_CHECK(head ? use.targets : (use.B > 0 && doutput != nullptr), Errc::invalid_argument,
+               "backward needs a forward() " << (head ? "with targets" : "and doutput")
                                              << " first");
-  const int B = last_B_, T = last_T_, N = B * T, C = cfg_.d_model, P = tp_.size();
+  const int B = use.B, T = use.T, N = B * T, C = cfg_.d_model, P = tp_.size();
   const int R = sp_ ? N / P : N, Vl = ce_.shard.padded_rows;
   const std::int64_t NC = static_cast<std::int64_t>(N) * C;
   const std::int64_t NF = static_cast<std::int64_t>(N) * hidden_local_;
@@ -458,7 +553,10 @@ void GptModel::backward_stage(float dloss, const float* doutput) {
   auto zero = [&](float* p, std::int64_t n) { d.zero(p, sizeof(float) * n); };
   if (sp_) zero(ln_grads_, static_cast<std::int64_t>(ln_grad_targets_.size()) * C);
 
-  if (stage_.head) {
+  if (head) {
+    const int tied = cfg_.tie_embeddings ? embedding_unit() : -1;  // head_w_ is wte
+    acquire(head_unit(), tied);
+    acquire(tied, block_unit(l1 - 1));
     // loss = mean over N positions, so each position's loss gets dloss / N
     d.fill(dlosses_, dloss / static_cast<float>(N), N);
     // dlogits overwrite the logits in place (they are not needed any more)
@@ -473,17 +571,20 @@ void GptModel::backward_stage(float dloss, const float* doutput) {
 
     // dres_ carries d(residual stream) down through the blocks; layernorm backward adds into it
     zero(dres_, static_cast<std::int64_t>(R) * C);
-    const float* last = blocks_.empty() ? encoded_ : blocks_.back().res3;
+    const float* last = blocks_[l1 - 1].res3;
     ln_f_.backward(d, dres_, dlnf, last, lnf_mean_, lnf_rstd_, R);
     if (sp_) reduce_layernorm_grads(ln_grad_targets_.size() - 2, 2);
+    release(tied);
+    release(head_unit());
   } else {
     d.copy_floats(dres_, doutput, static_cast<std::int64_t>(R) * C);
   }
-  grads_ready(0);
+  if (head) grads_ready(0);
 
-  for (int l = stage_.layers - 1; l >= 0; --l) {
+  for (int l = l1 - 1; l >= l0; --l) {
     Block& b = blocks_[l];
-    const float* res_in = l == 0 ? encoded_ : blocks_[l - 1].res3;
+    const float* res_in = l == l0 ? encoded_ : blocks_[l - 1].res3;
+    acquire(block_unit(l), l > l0 ? block_unit(l - 1) : -1);  // the embedding backward needs no weights
     // MLP: res3 = res2 + c_proj(gelu(c_fc(ln_2(res2))))
     zero(dfch_gelu_, NF);
     b.mlp_proj.backward(d, dfch_gelu_, leave_region_bwd(dres_, R), b.fch_gelu, N);
@@ -503,10 +604,11 @@ void GptModel::backward_stage(float dloss, const float* doutput) {
     b.ln_1.backward(d, dres_, enter_region_bwd(dln_, N, R), res_in, b.ln1_mean, b.ln1_rstd,
                     R);  // d(res_in)
     if (sp_) reduce_layernorm_grads(4 * static_cast<std::size_t>(l), 4);
+    release(block_unit(l));
     grads_ready(static_cast<std::size_t>(stage_.layers - l));
   }
-  if (!stage_.embedding) {  // dres_ holds d(input): the previous stage's output gradient
-    grads_ready(ready_index_.size() - 1);
+  if (!emb) {  // dres_ holds d(input): the previous stage's output gradient
+    if (chunk == 0) grads_ready(ready_index_.size() - 1);  // a tied wte copy is final
     return;
   }
   // embedding: the full gradient of the (reduced) embedding output on every rank

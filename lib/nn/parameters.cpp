@@ -95,8 +95,15 @@ std::size_t ParameterStore::add_slice(const std::string& name, std::vector<std::
   return infos_.size() - 1;
 }
 
+void ParameterStore::start_unit() {
+  DTRAIN_CHECK(!allocated(), Errc::internal, "ParameterStore::start_unit() after allocate()");
+  total_ = (total_ + kUnitAlignFloats - 1) / kUnitAlignFloats * kUnitAlignFloats;
+  units_ = true;
+}
+
 void ParameterStore::allocate() {
   DTRAIN_CHECK(!allocated(), Errc::internal, "ParameterStore::allocate() called twice");
+  if (units_) start_unit();  // the last unit ends on a page boundary too
   const std::size_t bytes = (total_ ? total_ : 1) * sizeof(float);
   param_buf_ = DeviceBuffer(*dev_, bytes);  // zero-filled by the device
   grad_buf_ = DeviceBuffer(*dev_, bytes);

@@ -43,4 +43,18 @@ std::vector<std::size_t> split_evenly(std::size_t n, int parts) {
   return sizes;
 }
 
+std::vector<std::size_t> split_aligned(std::size_t n, int parts, std::size_t align,
+                                       std::size_t rotate) {
+  DTRAIN_CHECK(align > 0, Errc::invalid_argument, "alignment must be positive");
+  const std::vector<std::size_t> units = split_evenly((n + align - 1) / align, parts);
+  const std::size_t p = units.size();
+  std::vector<std::size_t> sizes(p);
+  std::size_t left = n;
+  for (std::size_t r = 0; r < p; ++r) {
+    sizes[r] = std::min(units[(r + p - rotate % p) % p] * align, left);
+    left -= sizes[r];
+  }
+  return sizes;
+}
+
 }  // namespace dtrain::parallel

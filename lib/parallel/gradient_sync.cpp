@@ -4,26 +4,33 @@
 
 #include "dtrain/core/error.hpp"
 #include "dtrain/core/timer.hpp"
+#include "dtrain/nn/parameters.hpp"
 
 namespace dtrain::parallel {
 
 GradientSync::GradientSync(Communicator& dp, float* grads, const std::vector<Range>& ready_ranges,
-                           std::size_t bucket_bytes, GradReduction mode)
+                           std::size_t bucket_bytes, GradReduction mode, Device* dev)
     : dp_(dp),
       grads_(grads),
       mode_(mode),
+      dev_(dev),
       buckets_(plan_buckets(ready_ranges, bucket_bytes)),
       bucket_of_range_(ready_ranges.size(), -1) {
+  DTRAIN_CHECK(mode != GradReduction::shard || dev != nullptr, Errc::invalid_argument,
+               "GradientSync: the shard mode needs the device");
   for (std::size_t b = 0; b < buckets_.size(); ++b) {
     for (int r : buckets_[b].ranges) bucket_of_range_[r] = static_cast<int>(b);
-    piece_counts_.push_back(split_evenly(buckets_[b].numel(), dp.size()));
+    piece_counts_.push_back(mode_ == GradReduction::shard
+                                ? split_aligned(buckets_[b].numel(), dp.size(),
+                                                ParameterStore::kUnitAlignFloats, b)
+                                : split_evenly(buckets_[b].numel(), dp.size()));
     const auto& counts = piece_counts_.back();
     const std::size_t before =
         std::accumulate(counts.begin(), counts.begin() + dp.rank(), std::size_t{0});
-    if (mode_ == GradReduction::reduce_scatter) {
-      owned_.push_back({buckets_[b].first + before, buckets_[b].first + before + counts[dp.rank()]});
-    } else {
+    if (mode_ == GradReduction::all_reduce) {
       owned_.push_back({buckets_[b].first, buckets_[b].last});
+    } else {
+      owned_.push_back({buckets_[b].first + before, buckets_[b].first + before + counts[dp.rank()]});
     }
   }
   for (std::size_t i = 0; i < ready_ranges.size(); ++i) {
@@ -31,14 +38,26 @@ GradientSync::GradientSync(Communicator& dp, float* grads, const std::vector<Ran
   }
   pending_ranges_.assign(buckets_.size(), 0);
   launched_.assign(buckets_.size(), false);
+  discarded_.assign(buckets_.size(), true);
   in_flight_.resize(buckets_.size());
+  if (mode_ == GradReduction::shard) {
+    for (std::size_t b = 0; b < buckets_.size(); ++b) discard_others(b);
+  }
 }
 
-void GradientSync::begin(bool sync) {
+std::size_t GradientSync::owned_numel() const noexcept {
+  std::size_t n = 0;
+  for (const Range& r : owned_) n += r.second - r.first;
+  return n;
+}
+
+void GradientSync::begin(bool sync, bool last_micro) {
   sync_ = sync;
+  last_micro_ = last_micro;
   for (std::size_t b = 0; b < buckets_.size(); ++b) {
     pending_ranges_[b] = static_cast<int>(buckets_[b].ranges.size());
     launched_[b] = false;
+    discarded_[b] = false;
   }
 }
 
@@ -58,17 +77,30 @@ void GradientSync::launch(std::size_t b) {
   if (mode_ == GradReduction::all_reduce) {
     in_flight_[b] = dp_.iall_reduce(base, base, bucket.numel(), DType::f32, ReduceOp::avg);
   } else {
-    // In place, NCCL style: this rank's averaged piece lands at its own place in the arena.
+    // In place, NCCL style: this rank's piece lands at its own place in the arena. In shard
+    // mode the other ranks' pieces here were discarded after the last reduction (zeros), so
+    // the sum adds this micro-step's gradients of every rank to the piece's running total.
+    const ReduceOp op = mode_ == GradReduction::shard ? ReduceOp::sum : ReduceOp::avg;
     in_flight_[b] = dp_.ireduce_scatter_v(base, grads_ + owned_[b].first,
-                                          piece_counts_[b].data(), DType::f32, ReduceOp::avg);
+                                          piece_counts_[b].data(), DType::f32, op);
   }
   launched_[b] = true;
 }
 
 void GradientSync::poll() {
-  for (Request& r : in_flight_) {
-    if (r.valid()) r.test();
+  for (std::size_t b = 0; b < buckets_.size(); ++b) {
+    Request& r = in_flight_[b];
+    if (r.valid() && r.test() && mode_ == GradReduction::shard) discard_others(b);
   }
+}
+
+void GradientSync::discard_others(std::size_t b) {
+  if (discarded_[b]) return;
+  const Bucket& bucket = buckets_[b];
+  const Range& mine = owned_[b];
+  dev_->discard(grads_ + bucket.first, sizeof(float) * (mine.first - bucket.first));
+  dev_->discard(grads_ + mine.second, sizeof(float) * (bucket.last - mine.second));
+  discarded_[b] = true;
 }
 
 void GradientSync::finish() {
@@ -77,12 +109,27 @@ void GradientSync::finish() {
   for (std::size_t b = 0; b < buckets_.size(); ++b) {
     if (!launched_[b]) launch(b);  // ranges a model never reported (none for GptModel)
   }
-  for (Request& r : in_flight_) r.wait();
-  wait_seconds_ = watch.seconds();
+  for (std::size_t b = 0; b < buckets_.size(); ++b) {
+    in_flight_[b].wait();
+    if (mode_ == GradReduction::shard) discard_others(b);
+  }
+  if (mode_ == GradReduction::shard && last_micro_) {
+    const float inv = 1.0f / static_cast<float>(dp_.size());  // sum -> average
+    for (const Range& r : owned_)
+      dev_->scale(grads_ + r.first, inv, static_cast<std::int64_t>(r.second - r.first));
+  }
+  wait_seconds_ += watch.seconds();
+}
+
+void GradientSync::zero_grads() {
+  DTRAIN_CHECK(dev_ != nullptr, Errc::invalid_argument, "GradientSync::zero_grads needs the device");
+  for (const Range& r : owned_) dev_->zero(grads_ + r.first, sizeof(float) * (r.second - r.first));
+  if (mode_ == GradReduction::all_reduce || mode_ == GradReduction::shard) return;
+  for (const Bucket& b : buckets_) dev_->zero(grads_ + b.first, sizeof(float) * b.numel());
 }
 
 void GradientSync::all_gather(float* params) {
-  if (mode_ != GradReduction::reduce_scatter) return;
+  if (mode_ == GradReduction::all_reduce) return;
   for (std::size_t b = 0; b < buckets_.size(); ++b) {
     dp_.all_gather_v(params + owned_[b].first, params + buckets_[b].first, piece_counts_[b].data(),
                      DType::f32);

@@ -43,16 +43,17 @@ void TrainConfig::validate(int world_size) const {
   DTRAIN_CHECK(schedule == "gpipe" || schedule == "1f1b" || schedule == "interleaved",
                Errc::invalid_config, "--schedule must be gpipe, 1f1b or interleaved, got '" << schedule << "'");
   positive(virtual_stages, "--virtual-stages");
-  // Not implemented yet: refuse rather than silently ignore.
-  DTRAIN_CHECK(zero <= 1, Errc::not_implemented,
-               "--zero " << zero << ": ZeRO stages 2 and 3 are not implemented yet (use --zero 0 or 1)");
+  // Not implemented: refuse rather than silently ignore.
+  DTRAIN_CHECK(zero <= 1 || pp == 1, Errc::not_implemented,
+               "--zero " << zero << " with --pp " << pp
+                         << " is not supported (ZeRO 2/3 reduce every micro-step; use --zero 0 or 1 with pipelines)");
   DTRAIN_CHECK(!(deterministic && zero > 0), Errc::not_implemented,
                "--deterministic with --zero " << zero << " is not implemented yet (use --zero 0)");
   DTRAIN_CHECK(bucket_mb > 0, Errc::invalid_config, "--bucket-mb must be positive, got " << bucket_mb);
   DTRAIN_CHECK(!sequence_parallel || tp > 1, Errc::invalid_config,
                "--sequence-parallel needs --tp > 1");
-  DTRAIN_CHECK(virtual_stages == 1, Errc::not_implemented,
-               "--virtual-stages " << virtual_stages << ": interleaved pipelines are not implemented yet");
+  DTRAIN_CHECK(virtual_stages == 1 || pp > 1, Errc::invalid_config,
+               "--virtual-stages " << virtual_stages << " needs --pp > 1 (model chunks per pipeline rank)");
 
   positive(micro_batch, "--micro-batch");
   DTRAIN_CHECK(global_batch >= 0, Errc::invalid_config, "--global-batch must be >= 0, got " << global_batch);
@@ -66,19 +67,16 @@ void TrainConfig::validate(int world_size) const {
   // The split (also an explicit one at --pp 1, never silently ignored) and the schedule,
   // checked as every rank will build them.
   if (pp > 1 || !pipeline_layers.empty())
-    parallel::partition_layers(layers, pp, parallel::parse_pipeline_layers(pipeline_layers));
+    parallel::partition_layers(layers, pp * virtual_stages,
+                               parallel::parse_pipeline_layers(pipeline_layers));
   if (pp > 1) {
     parallel::validate_schedule(parallel::parse_schedule_kind(schedule), pp, accum_steps(world_size),
                                 virtual_stages);
   }
   // Pipeline parts not implemented yet.
-  DTRAIN_CHECK(pp == 1 || schedule != "interleaved", Errc::not_implemented,
-               "--schedule interleaved is not implemented yet (use gpipe or 1f1b)");
-  DTRAIN_CHECK(pp == 1 || !deterministic, Errc::not_implemented,
-               "--deterministic with --pp " << pp << " is not implemented yet");
-  DTRAIN_CHECK(pp == 1 || (save_dir.empty() && (resume == "auto" || resume == "none")),
-               Errc::not_implemented,
-               "checkpoints with --pp " << pp << " are not implemented yet (drop --save-dir/--resume)");
+  DTRAIN_CHECK(!deterministic || virtual_stages == 1, Errc::not_implemented,
+               "--deterministic with --virtual-stages " << virtual_stages
+                                                        << " is not implemented (use gpipe or 1f1b)");
 
   DTRAIN_CHECK(lr > 0 && std::isfinite(lr), Errc::invalid_config, "--lr must be positive, got " << lr);
   DTRAIN_CHECK(min_lr >= 0 && min_lr <= lr, Errc::invalid_config,

@@ -22,6 +22,7 @@
 #include "dtrain/optim/schedule.hpp"
 #include "dtrain/parallel/fixed_order_sum.hpp"
 #include "dtrain/parallel/gradient_sync.hpp"
+#include "dtrain/parallel/param_gather.hpp"
 #include "dtrain/parallel/zero.hpp"
 #include "dtrain/train/data.hpp"
 #include "dtrain/train/signals.hpp"
@@ -38,12 +39,18 @@ struct Trainer::State {
   std::unique_ptr<TokenSource> source;
   GptModel model;
   // Exactly one of these reduces gradients over the data-parallel group.
-  std::unique_ptr<parallel::GradientSync> sync;          // bucketed, overlapped (ZeRO 0/1)
+  std::unique_ptr<parallel::GradientSync> sync;          // bucketed, overlapped (ZeRO 0-3)
+  std::unique_ptr<parallel::ParamGather> gather;         // ZeRO 3: parameters by unit
   std::unique_ptr<parallel::FixedOrderSum> fixed_order;  // --deterministic
   optim::AdamW optimizer;
   optim::LrSchedule schedule;
   BatchLoader loader;
   std::unique_ptr<parallel::PipelineExecutor> pipeline;  // --pp > 1
+  // Bubble timers: this stage's busy time (pipeline step minus time blocked on messages) and
+  // the step's makespan (slowest stage), for the last step and summed over the steps after
+  // the first.
+  double busy_last = 0, span_last = 0, busy_sum = 0, span_sum = 0;
+  std::vector<double> stage_bubbles;                // per pipeline stage, for the log
   AlignedBuffer tokens, targets;
   MetricsWriter metrics;
   MemoryUse memory;
@@ -65,6 +72,9 @@ struct Trainer::State {
   double sync_gradients_bucketed();
   double sync_gradients_fixed_order();
   double sync_gradients_pipeline();
+  double sync_gradients_pipeline_fixed_order();
+  double run_pipeline(float dloss, const parallel::PipelineExecutor::BackwardDone& done);
+  void log_pipeline_bubble(bool whole_run);
   void reduce_tied_embedding();
   double duplicate_wte_squares();
   double gradient_norm();
@@ -75,6 +85,9 @@ struct Trainer::State {
   ckpt::Checkpointer& checkpoints();
   bool agree_stop();
   int accum() const { return loader.plan().accum_steps; }
+  double comm_wait_seconds() const {
+    return (sync ? sync->wait_seconds() : 0) + (gather ? gather->wait_seconds() : 0);
+  }
   long tokens_per_step() const {
     return static_cast<long>(loader.plan().global_batch()) * cfg.seq_len;
   }
@@ -140,14 +153,38 @@ optim::AdamWConfig adamw_config(const TrainConfig& cfg) {
   return a;
 }
 
-// This rank's pipeline stage: its layers, and the embedding / head at the ends.
-GptStage model_stage(const TrainConfig& cfg, const ProcessGrid& grid) {
-  if (cfg.pp == 1) return {};
+// This rank's pipeline stage: its layer chunks (chunk c = piece c*pp + stage), the
+// embedding / head at the ends, and as many activation slots as the schedule keeps in flight.
+std::vector<GptStage> model_chunks(const TrainConfig& cfg, const ProcessGrid& grid,
+                                   int world_size) {
+  if (cfg.pp == 1) return {GptStage{}};
+  const int V = cfg.virtual_stages, s = grid.pp_rank();
   const auto split = parallel::partition_layers(
-      cfg.layers, cfg.pp, parallel::parse_pipeline_layers(cfg.pipeline_layers));
-  const parallel::LayerRange r = split[static_cast<std::size_t>(grid.pp_rank())];
-  return {r.first, r.count, grid.is_first_stage(), grid.is_last_stage()};
+      cfg.layers, cfg.pp * V, parallel::parse_pipeline_layers(cfg.pipeline_layers));
+  const std::vector<int> slots =
+      parallel::chunk_slots(parallel::parse_schedule_kind(cfg.schedule), cfg.pp, s,
+                            cfg.accum_steps(world_size), V);
+  std::vector<GptStage> chunks;
+  for (int c = 0; c < V; ++c) {
+    const parallel::LayerRange r = split[static_cast<std::size_t>(c * cfg.pp + s)];
+    chunks.push_back({r.first, r.count, grid.is_first_stage() && c == 0,
+                      grid.is_last_stage() && c == V - 1, slots[static_cast<std::size_t>(c)]});
+  }
+  return chunks;
 }
+
+// ZeRO 3: every parameter unit gathered for the scope's lifetime (no-op without ZeRO 3).
+struct HeldParameters {
+  parallel::ParamGather* gather;
+  explicit HeldParameters(parallel::ParamGather* g) : gather(g) {
+    if (gather) gather->acquire_all();
+  }
+  ~HeldParameters() {
+    if (gather) gather->release_all();
+  }
+  HeldParameters(const HeldParameters&) = delete;
+  HeldParameters& operator=(const HeldParameters&) = delete;
+};
 
 BatchPlan batch_plan(const TrainConfig& cfg, const ProcessGrid& grid, int world_size) {
   BatchPlan p;
@@ -166,8 +203,8 @@ Trainer::State::State(const TrainConfig& c, Communicator& w)
       grid(w, grid_shape(cfg)),
       dev(configured_device(cfg.device, w, cfg.deterministic)),
       source(open_source(cfg)),
-      model(model_config(cfg), dev, cfg.seed, cfg.micro_batch, model_stage(cfg, grid), &grid.tp(),
-            cfg.sequence_parallel),
+      model(model_config(cfg), dev, cfg.seed, cfg.micro_batch, model_chunks(cfg, grid, w.size()),
+            &grid.tp(), cfg.sequence_parallel),
       optimizer(dev, optimizer_segments(), model.parameters().numel(), adamw_config(cfg)),
       loader(*source, batch_plan(cfg, grid, w.size()), cfg.seq_len),
       tokens(sizeof(std::int32_t) * cfg.micro_batch * cfg.seq_len),
@@ -182,15 +219,19 @@ Trainer::State::State(const TrainConfig& c, Communicator& w)
   if (grid.pp_size() > 1) {
     pipeline = std::make_unique<parallel::PipelineExecutor>(
         model, grid.pp(), parallel::parse_schedule_kind(cfg.schedule), accum(), cfg.micro_batch,
-        cfg.seq_len);
+        cfg.seq_len, cfg.virtual_stages);
   }
   losses.reserve(static_cast<std::size_t>(std::max(0L, cfg.steps)));  // no growth in the loop
 
+  // Held between steps: ZeRO 2 keeps only this rank's gradient pieces, ZeRO 3 also only its
+  // parameter pieces (docs/data-parallel.md: the transient units during a pass come on top).
   const std::size_t n = model.parameters().numel();
-  memory.params = n * sizeof(float);
-  memory.grads = n * sizeof(float) + (fixed_order ? fixed_order->bytes() : 0);
+  const bool sharded_grads = sync && sync->mode() == parallel::GradReduction::shard;
+  memory.params = (gather ? gather->owned_numel() : n) * sizeof(float);
+  memory.grads = (sharded_grads ? sync->owned_numel() : n) * sizeof(float) +
+                 (fixed_order ? fixed_order->bytes() : 0);
   memory.optimizer = optimizer.state_bytes();
-  memory.activations = model.activation_bytes();
+  memory.activations = model.activation_bytes() + (pipeline ? pipeline->buffer_bytes() : 0);
   memory_per_rank.resize(w.size());
   std::uint64_t mine[4] = {memory.params, memory.grads, memory.optimizer, memory.activations};
   std::vector<std::uint64_t> all(4 * static_cast<std::size_t>(w.size()));
@@ -214,17 +255,32 @@ std::vector<optim::Segment> Trainer::State::optimizer_segments() {
     fixed_order = std::make_unique<parallel::FixedOrderSum>(dev, dp, params.numel(), plan.accum_steps);
     return parallel::parameter_segments(params);
   }
-  const auto mode = cfg.zero >= 1 ? parallel::GradReduction::reduce_scatter
-                                  : parallel::GradReduction::all_reduce;
-  sync = std::make_unique<parallel::GradientSync>(
-      dp, params.grads(), model.grad_ready_ranges(),
-      static_cast<std::size_t>(cfg.bucket_mb * 1024 * 1024), mode);
+  const auto mode = cfg.zero >= 2   ? parallel::GradReduction::shard
+                   : cfg.zero == 1 ? parallel::GradReduction::reduce_scatter
+                                   : parallel::GradReduction::all_reduce;
+  // ZeRO 3 gathers parameters unit by unit: one bucket per unit, so the gradient pieces a
+  // rank owns are exactly its parameter pieces.
+  const std::size_t bucket_bytes =
+      cfg.zero == 3 ? 0 : static_cast<std::size_t>(cfg.bucket_mb * 1024 * 1024);
+  sync = std::make_unique<parallel::GradientSync>(dp, params.grads(), model.grad_ready_ranges(),
+                                                  bucket_bytes, mode, &dev);
   parallel::GradientSync* s = sync.get();
   model.set_grad_ready_hook([s](std::size_t first, std::size_t last) { s->ready(first, last); });
-  if (mode == parallel::GradReduction::reduce_scatter) {
-    return parallel::owned_segments(params, sync->owned());
+  if (cfg.zero == 3) {
+    std::vector<parallel::Range> units;
+    std::vector<std::vector<std::size_t>> counts;
+    for (std::size_t b = 0; b < sync->buckets().size(); ++b) {
+      units.push_back({sync->buckets()[b].first, sync->buckets()[b].last});
+      counts.push_back(sync->piece_counts(b));
+    }
+    gather = std::make_unique<parallel::ParamGather>(dp, dev, params.params(), std::move(units),
+                                                     std::move(counts));
+    parallel::ParamGather* g = gather.get();
+    model.set_param_use_hooks({[g](int unit, int next) { g->acquire(unit, next); },
+                               [g](int unit) { g->release(unit); }});
   }
-  return parallel::parameter_segments(params);
+  if (mode == parallel::GradReduction::all_reduce) return parallel::parameter_segments(params);
+  return parallel::owned_segments(params, sync->owned());
 }
 
 // Global gradient norm over everything the model holds across TP and (ZeRO) DP ranks, the
@@ -310,12 +366,7 @@ double Trainer::State::sync_gradients_pipeline() {
   model.parameters().zero_grads();
   const int n_micro = accum();
   sync->begin(false);  // the backward hooks only accumulate
-  const long s = step;
-  double loss = pipeline->run_step(
-      [this, s](int mb, std::int32_t* tok, std::int32_t* tgt) {
-        loader.load(Split::train, loader.plan().first_sample(s, mb), tok, tgt);
-      },
-      1.0f / static_cast<float>(n_micro));
+  double loss = run_pipeline(1.0f / static_cast<float>(n_micro), {});
   reduce_tied_embedding();
   sync->begin(grid.dp_size() > 1);
   sync->finish();  // launches every bucket
@@ -324,25 +375,93 @@ double Trainer::State::sync_gradients_pipeline() {
   return loss;
 }
 
+// The step's micro-batches through the pipeline schedule (sum of their losses on the last
+// stage), and the bubble timers of the steps after the first (which pays one-time costs).
+double Trainer::State::run_pipeline(float dloss,
+                                    const parallel::PipelineExecutor::BackwardDone& done) {
+  const long s = step;
+  const double loss = pipeline->run_step(
+      [this, s](int mb, std::int32_t* tok, std::int32_t* tgt) {
+        loader.load(Split::train, loader.plan().first_sample(s, mb), tok, tgt);
+      },
+      dloss, done);
+  busy_last = pipeline->last_step_seconds() - pipeline->last_idle_seconds();
+  span_last = pipeline->last_step_seconds();
+  grid.pp().all_reduce(&span_last, &span_last, 1, DType::f64, ReduceOp::max);
+  if (step > start_step) {
+    busy_sum += busy_last;
+    span_sum += span_last;
+  }
+  return loss;
+}
+
+// --pp > 1 with --deterministic: a stage's backwards run in micro-batch order, so each
+// micro-batch's gradient is set aside as its backward ends; then the fixed-order sum over the
+// data-parallel group, and the tied embedding copies (a sum of two: order-free).
+double Trainer::State::sync_gradients_pipeline_fixed_order() {
+  ParameterStore& params = model.parameters();
+  const int n_micro = accum();
+  const auto numel = static_cast<std::int64_t>(params.numel());
+  params.zero_grads();
+  run_pipeline(1.0f / static_cast<float>(n_micro * grid.dp_size()), [this, &params, numel](int mb) {
+    dev.copy_floats(fixed_order->slot(mb), params.grads(), numel);
+    params.zero_grads();
+  });
+  fixed_order->sum(params.grads());
+  reduce_tied_embedding();
+  double loss = fixed_order->sum_losses(pipeline->last_losses().data()) / (n_micro * grid.dp_size());
+  grid.pp().broadcast(&loss, &loss, 1, DType::f64, grid.pp_size() - 1);  // the last stage's
+  return loss;
+}
+
+// Rank 0 logs every stage's measured bubble, the share of the pipeline step's makespan it
+// spent not computing (blocked on messages, or done and waiting for the slowest stage), for
+// the last step or (whole_run) the steps after the first, next to the theory. Collective
+// over the pipeline group.
+void Trainer::State::log_pipeline_bubble(bool whole_run) {
+  const double busy = whole_run ? busy_sum : busy_last;
+  const double span = whole_run ? span_sum : span_last;
+  const double mine = span > 0 ? 1 - busy / span : 0;
+  stage_bubbles.resize(static_cast<std::size_t>(grid.pp_size()));
+  grid.pp().all_gather(&mine, stage_bubbles.data(), 1, DType::f64);
+  if (world.rank() != 0) return;
+  std::string bubbles;
+  char buf[32];
+  for (double b : stage_bubbles) {
+    std::snprintf(buf, sizeof buf, " %.3f", b);
+    bubbles += buf;
+  }
+  const auto kind = parallel::parse_schedule_kind(cfg.schedule);
+  DTRAIN_LOG(info, "pipeline: " << cfg.schedule << " bubble (idle / makespan) per stage"
+                   << (whole_run ? " over the steps after the first:" : ":") << bubbles
+                   << "; theory " << parallel::bubble_fraction(kind, grid.pp_size(), accum(),
+                                                               cfg.virtual_stages)
+                   << "; makespan " << span << " s" << (whole_run ? " in all" : ""));
+}
+
 // Forward/backward of every micro-batch, reducing buckets as backward produces them on the
 // last micro-step. Returns the step's mean loss over the global batch.
 double Trainer::State::sync_gradients_bucketed() {
   if (pipeline) return sync_gradients_pipeline();
-  ParameterStore& params = model.parameters();
   const int n_micro = accum();
-  params.zero_grads();
+  // ZeRO 2/3 hold no full gradient between micro-steps, so each one is reduced into the
+  // pieces; otherwise only the last micro-step communicates.
+  const bool every_micro = sync->mode() == parallel::GradReduction::shard;
+  sync->zero_grads();
   double loss = 0;
   for (int micro = 0; micro < n_micro; ++micro) {
+    const bool last = micro == n_micro - 1;
     loss += forward_micro(Split::train, loader.plan().first_sample(step, micro));
-    sync->begin(micro == n_micro - 1 && grid.dp_size() > 1);
+    sync->begin(grid.dp_size() > 1 && (last || every_micro), last);
     model.backward(1.0f / static_cast<float>(n_micro));
+    sync->finish();
   }
-  sync->finish();
   return average_over_dp(loss, n_micro);
 }
 
 // --deterministic: each micro-batch's gradient alone, then the fixed-order sum.
 double Trainer::State::sync_gradients_fixed_order() {
+  if (pipeline) return sync_gradients_pipeline_fixed_order();
   ParameterStore& params = model.parameters();
   const int n_micro = accum();
   const float dloss = 1.0f / static_cast<float>(n_micro * grid.dp_size());
@@ -407,6 +526,7 @@ std::string Trainer::save_checkpoint() {
   info.data_position = info.consumed_samples;  // the data order is a function of the sample index
   info.run_config = s.cfg.to_ini();
   Stopwatch watch;
+  HeldParameters whole(s.gather.get());  // ZeRO 3: the checkpointer reads whole tensors
   const std::string path = s.checkpoints().save(s.cfg.save_dir, info, s.cfg.keep);
   s.last_saved_step = s.step;
   DTRAIN_LOG(info, "checkpoint: wrote " << path << " (step " << s.step << ", " << watch.seconds() << " s)");
@@ -416,6 +536,7 @@ std::string Trainer::save_checkpoint() {
 void Trainer::load_checkpoint(const std::string& path) {
   State& s = *s_;
   Stopwatch watch;
+  HeldParameters whole(s.gather.get());  // ZeRO 3: read whole tensors, keep the pieces after
   const ckpt::CheckpointInfo info = s.checkpoints().load(path);
   const std::uint64_t expected = static_cast<std::uint64_t>(info.step) * s.loader.plan().global_batch();
   if (info.data_position != expected) {
@@ -439,7 +560,8 @@ double Trainer::train_step() {
   s.last_lr = s.schedule.at(s.step);
   const float clip = optim::clip_factor(s.last_grad_norm, s.cfg.clip_grad);
   s.optimizer.step(params.params(), params.grads(), static_cast<float>(s.last_lr), clip);
-  if (s.sync) s.sync->all_gather(params.params());  // ZeRO: bring every rank's update back
+  // ZeRO 1/2: bring every rank's update back. ZeRO 3 keeps the pieces; passes gather them.
+  if (s.sync && !s.gather) s.sync->all_gather(params.params());
   ++s.step;
   s.losses.push_back(loss);
   return loss;
@@ -491,12 +613,18 @@ TrainSummary Trainer::run() {
   Stopwatch loop;
   double timed_seconds = 0;  // steps after the first (which pays one-time costs)
   std::uint64_t allocations_before = 0;
+  double exposed = 0;
   while (s.step < s.cfg.steps) {
     Stopwatch watch;
+    const double waited_before = s.comm_wait_seconds();
     const double loss = train_step();
     const double step_s = watch.seconds();
-    if (s.step == s.start_step + 1) allocations_before = AlignedBuffer::allocation_count();
-    else timed_seconds += step_s;
+    if (s.step == s.start_step + 1) {
+      allocations_before = AlignedBuffer::allocation_count();
+    } else {
+      timed_seconds += step_s;
+      exposed += s.comm_wait_seconds() - waited_before;
+    }
     if (s.agree_stop()) {
       DTRAIN_LOG(info, "signal " << stop_requested() << " received: stopping after step " << s.step);
       sum.final_loss = loss;
@@ -515,6 +643,7 @@ TrainSummary Trainer::run() {
       m.memory_per_rank = s.memory_per_rank;
       s.metrics.write(m);
       if (s.world.rank() == 0) DTRAIN_LOG(info, progress.line(m, s.memory.total(), loop.seconds()));
+      if (s.pipeline) s.log_pipeline_bubble(false);
     }
     sum.final_loss = loss;
     if (s.cfg.save_every > 0 && s.step % s.cfg.save_every == 0) sum.last_checkpoint = save_checkpoint();
@@ -524,6 +653,7 @@ TrainSummary Trainer::run() {
   if (s.stopped && s.cfg.save_dir.empty()) {
     DTRAIN_LOG(warn, "stopped by a signal without --save-dir: nothing was saved");
   }
+  if (s.pipeline && s.step > s.start_step + 1) s.log_pipeline_bubble(true);
   sum.steps = s.step;
   sum.seconds = loop.seconds();
   if (s.step > s.start_step + 1) {
@@ -531,9 +661,25 @@ TrainSummary Trainer::run() {
         static_cast<double>(s.tokens_per_step()) * (s.step - s.start_step - 1) / timed_seconds;
     sum.mfu = progress.mfu(sum.tokens_per_s);
     sum.allocations_after_first_step = AlignedBuffer::allocation_count() - allocations_before;
+    sum.exposed_comm_seconds = exposed;
+    sum.timed_step_seconds = timed_seconds;
+    if (s.grid.dp_size() > 1) {
+      DTRAIN_LOG(info, "data-parallel communication not hidden by compute: "
+                           << 1e3 * exposed / (s.step - s.start_step - 1) << " ms/step, "
+                           << 100 * exposed / timed_seconds << "% of the step time");
+    }
   }
   DTRAIN_LOG(info, progress.summary(sum.steps, sum.final_loss, sum.final_val_loss, sum.seconds,
                                     sum.tokens_per_s, sum.mfu, s.memory.total()));
+  const double mib = 1024.0 * 1024.0;
+  std::string gathered;  // ZeRO 3 holds whole units on top of its pieces during a pass
+  if (s.gather) {
+    gathered = ", peak parameters in a pass " +
+               std::to_string(static_cast<double>(s.gather->peak_numel() * sizeof(float)) / mib);
+  }
+  DTRAIN_LOG(info, "memory of rank 0 (MiB): parameters " << s.memory.params / mib << ", gradients "
+                   << s.memory.grads / mib << ", optimizer " << s.memory.optimizer / mib
+                   << ", activations " << s.memory.activations / mib << gathered);
   return sum;
 }
 

@@ -1,21 +1,26 @@
-! module dtrain from Fortran: mpi_f08 interop, collectives, the grid, bring-your-own-model
-! against a single-rank reference, the built-in MLP, and error codes and messages.
+! module dtrain from Fortran: mpi_f08 and integer communicator interop, collectives, the
+! grid and its groups, bring-your-own-model against a single-rank reference, the built-in
+! MLP, and error codes and messages: null, destroyed and finalized handles, shapes the
+! module checks itself. GPT and checkpoints: test_fortran_models.f90.
 program test_fortran
   use, intrinsic :: iso_c_binding
   use mpi_f08
   use dtrain
+  use checks
   implicit none
 
-  type(dt_context) :: ctx, null_ctx
+  type(dt_context) :: ctx, null_ctx, other
   type(dt_comm) :: world, dp
   type(dt_grid) :: grid
-  integer :: ierr, rank, nranks, failures, total, tp_rank, pp_rank, dp_rank, version, provided
+  integer :: ierr, rank, nranks, tp_rank, pp_rank, dp_rank, version, provided, t, p, d
+  integer, allocatable :: members(:)
 
-  failures = 0
   call MPI_Init_thread(MPI_THREAD_MULTIPLE, provided, ierr)
   call dt_init(ctx, ierr, comm=MPI_COMM_WORLD)
+  test_ctx = ctx
   call expect(ierr, DT_SUCCESS, 'dt_init')
   call dt_context_rank(ctx, rank, ierr)
+  my_rank = rank
   call dt_context_size(ctx, nranks, ierr)
   call dt_context_world(ctx, world, ierr)
   call expect(ierr, DT_SUCCESS, 'dt_context_world')
@@ -38,44 +43,31 @@ program test_fortran
   call check(tp_rank == 0 .and. pp_rank == 0 .and. dp_rank == rank, 'grid coordinates')
   call dt_grid_comm(grid, DT_GROUP_DP, dp, ierr)
   call expect(ierr, DT_SUCCESS, 'dt_grid_comm')
+  call dt_grid_shape(grid, t, p, d, ierr)
+  call check(ierr == DT_SUCCESS .and. t == 1 .and. p == 1 .and. d == nranks, 'grid shape')
+  call dt_comm_world_ranks(dp, members, ierr)
+  call check(ierr == DT_SUCCESS .and. size(members) == nranks, 'dp group size')
+  call check(all(members == [(t, t = 0, nranks - 1)]), 'dp group members in order')
   call dt_grid_create(ctx, grid, ierr, tp=nranks + 1)
   call expect(ierr, DT_ERR_INVALID_CONFIG, 'impossible grid')
 
+  ! A second context over an integer communicator handle (mpi module, mpif.h programs).
+  call dt_init(other, ierr, fcomm=MPI_COMM_WORLD%MPI_VAL)
+  call expect(ierr, DT_SUCCESS, 'dt_init with fcomm')
+  call dt_finalize(other, ierr)
+  call expect(ierr, DT_SUCCESS, 'dt_finalize of the second context')
+  call dt_init(other, ierr, comm=MPI_COMM_WORLD, fcomm=MPI_COMM_WORLD%MPI_VAL)
+  call expect_message(ierr, DT_ERR_INVALID_ARGUMENT, ctx, 'dt_init: give comm or fcomm, not both', &
+                      'comm and fcomm')
+
   call test_byom()
   call test_mlp()
+  call test_handles_refused()
 
-  call MPI_Allreduce(failures, total, 1, MPI_INTEGER, MPI_SUM, MPI_COMM_WORLD, ierr)
-  call dt_finalize(ctx, ierr)
-  call expect(ierr, DT_SUCCESS, 'dt_finalize')
-  call dt_barrier(world, ierr)
-  call expect(ierr, DT_ERR_INVALID_HANDLE, 'barrier after finalize')
+  if (.not. verdict('fortran')) error stop 1
   call MPI_Finalize(ierr)
-  if (total > 0) then
-    if (rank == 0) print '(a,i0,a)', 'fortran: ', total, ' checks failed'
-    error stop 1
-  end if
-  if (rank == 0) print '(a)', 'fortran: all checks passed'
 
 contains
-
-  subroutine check(ok, what)
-    logical, intent(in) :: ok
-    character(len=*), intent(in) :: what
-    if (.not. ok) then
-      failures = failures + 1
-      print '(a,i0,3a)', '[rank ', rank, '] check failed: ', what, ''
-    end if
-  end subroutine
-
-  subroutine expect(got, want, what)
-    integer, intent(in) :: got, want
-    character(len=*), intent(in) :: what
-    if (got /= want) then
-      failures = failures + 1
-      print '(a,i0,3a,i0,a,i0,2a)', '[rank ', rank, '] ', what, ': got ', got, ', wanted ', want, &
-            ': ', dt_get_last_error(ctx)
-    end if
-  end subroutine
 
   subroutine test_collectives()
     real(c_float) :: v(3), s(3)
@@ -123,7 +115,11 @@ contains
     call dt_byom_register(byom, 'linear.bias', b, gb, ierr, no_decay=.true.)
     call expect(ierr, DT_SUCCESS, 'register bias')
     call dt_byom_register(byom, 'linear.bias', b, gb, ierr)
-    call expect(ierr, DT_ERR_INVALID_ARGUMENT, 'duplicate name')
+    call expect_message(ierr, DT_ERR_INVALID_ARGUMENT, ctx, "parameter 'linear.bias' registered twice", &
+                        'duplicate name')
+    call dt_byom_register(byom, 'other', w, gb, ierr)
+    call expect_message(ierr, DT_ERR_INVALID_ARGUMENT, ctx, 'dt_byom_register: grad must have the shape of param', &
+                        'grad of another shape')
     do step = 1, steps
       call grad(w, b, first, per, gw, gb)
       call dt_byom_step(byom, lr, ierr, grad_norm=norm)
@@ -139,10 +135,15 @@ contains
     if (rank == 0) print '(a,es10.3)', 'fortran byom: max |dtrain - reference| = ', &
                          max(maxval(abs(w - rw)), maxval(abs(b - rb)))
     call check(maxval(abs(w - rw)) < 2e-6 .and. maxval(abs(b - rb)) < 2e-6, 'byom equals reference')
+    call dt_byom_steps(byom, step, ierr)
+    call check(ierr == DT_SUCCESS .and. step == steps, 'dt_byom_steps')
     call dt_byom_destroy(byom, ierr)
     call expect(ierr, DT_SUCCESS, 'dt_byom_destroy')
+    call check(.not. c_associated(byom%ptr), 'byom null after destroy')
     call dt_byom_step(byom, lr, ierr)
-    call expect(ierr, DT_ERR_INVALID_HANDLE, 'step after destroy')
+    ! No context is known from a null handle: the message is the thread's (null context).
+    call expect_message(ierr, DT_ERR_INVALID_HANDLE, null_ctx, 'dt_byom_step: byom is not a live dt_byom_t (NULL)', &
+                        'step after destroy')
   end subroutine
 
   subroutine init(w, b)
@@ -207,7 +208,7 @@ contains
     integer, parameter :: nin = 4, batch = 8
     integer(c_int) :: sizes(3) = [nin, 16, 3]
     type(dt_model) :: model
-    real(c_float) :: x(nin, batch)
+    real(c_float) :: x(nin, batch), logits(3, batch)
     integer(c_int) :: labels(batch)
     real :: loss, first_loss
     integer :: step, s, i
@@ -228,12 +229,70 @@ contains
     call expect(ierr, DT_SUCCESS, 'dt_mlp_evaluate')
     if (rank == 0) print '(a,f8.4,a,f8.4)', 'fortran mlp: loss ', first_loss, ' -> ', loss
     call check(loss < 0.7 * first_loss, 'mlp loss falls')
+    call dt_mlp_predict(model, x, logits, ierr)
+    call expect(ierr, DT_SUCCESS, 'dt_mlp_predict')
+    call check(count(maxloc(logits, dim=1) - 1 == labels) > batch / 2, 'predictions mostly right')
     labels(1) = 3
     call dt_mlp_forward_backward(model, x, labels, loss, ierr)
     call expect(ierr, DT_ERR_INVALID_ARGUMENT, 'label out of range')
     call dt_mlp_forward_backward(model, x, labels(1:2), loss, ierr)
-    call expect(ierr, DT_ERR_INVALID_ARGUMENT, 'labels shorter than the batch')
+    call expect_message(ierr, DT_ERR_INVALID_ARGUMENT, ctx, &
+                        'dt_mlp_forward_backward: labels must have one entry per column of x', 'labels too short')
+    call dt_mlp_evaluate(model, x(1:2, :), labels, loss, ierr)
+    call expect_message(ierr, DT_ERR_INVALID_ARGUMENT, ctx, 'dt_mlp_evaluate: x must have one row per input', &
+                        'x with too few rows')
+    call dt_mlp_predict(model, x, logits(1:2, :), ierr)
+    call expect_message(ierr, DT_ERR_INVALID_ARGUMENT, ctx, 'dt_mlp_predict: logits must be (classes, batch)', &
+                        'logits of the wrong shape')
+    ! The next call into C clears a message found on the Fortran side.
+    call dt_model_step(model, -1.0, ierr)
+    call expect_message(ierr, DT_ERR_INVALID_ARGUMENT, ctx, 'dt_model_step: lr must be', 'negative lr')
     ! left alive on purpose: dt_finalize releases it
+  end subroutine
+
+  ! Null, destroyed and finalized handles are refused with DT_ERR_INVALID_HANDLE and a message
+  ! naming the procedure and the argument.
+  subroutine test_handles_refused()
+    type(dt_comm) :: null_comm
+    type(dt_grid) :: null_grid, g
+    type(dt_byom) :: null_byom, b
+    type(dt_model) :: null_model, m
+    real(c_float) :: x(4, 1), w(2), gw(2)
+    integer(c_int) :: labels(1)
+    integer :: n
+    real :: loss
+    call dt_comm_size(null_comm, n, ierr)
+    call expect_message(ierr, DT_ERR_INVALID_HANDLE, null_ctx, 'dt_comm_size: comm is not a live dt_comm_t (NULL)', &
+                        'null comm')
+    call dt_grid_comm(null_grid, DT_GROUP_DP, null_comm, ierr)
+    call expect_message(ierr, DT_ERR_INVALID_HANDLE, null_ctx, 'dt_grid_comm: grid is not a live dt_grid_t', 'null grid')
+    call dt_byom_step(null_byom, 0.1, ierr)
+    call expect_message(ierr, DT_ERR_INVALID_HANDLE, null_ctx, 'dt_byom_step: byom is not a live dt_byom_t', 'null byom')
+    call dt_mlp_forward_backward(null_model, x, labels, loss, ierr)
+    call expect_message(ierr, DT_ERR_INVALID_HANDLE, null_ctx, &
+                        'dt_mlp_forward_backward: model is not a live dt_model_t (NULL)', 'null model')
+    ! Destroyed: the handle variable is reset to null; a copy kept from before is stale.
+    call dt_grid_create(ctx, g, ierr)
+    call dt_byom_create(world, b, ierr)
+    call dt_byom_register(b, 'w', w, gw, ierr)
+    call dt_model_create_mlp(world, [4_c_int, 2_c_int], 1, m, ierr)
+    call dt_finalize(ctx, ierr)
+    call expect(ierr, DT_SUCCESS, 'dt_finalize')
+    call check(.not. c_associated(ctx%ptr), 'context null after dt_finalize')
+    call dt_barrier(world, ierr)
+    call expect_message(ierr, DT_ERR_INVALID_HANDLE, ctx, &
+                        'dt_barrier: comm is not a live dt_comm_t (destroyed, finalized', 'barrier after finalize')
+    call dt_grid_coords(g, tp_rank, pp_rank, dp_rank, ierr)
+    call expect(ierr, DT_ERR_INVALID_HANDLE, 'grid after finalize')
+    call dt_byom_save_checkpoint(b, 'unused', ierr)
+    call expect_message(ierr, DT_ERR_INVALID_HANDLE, ctx, 'dt_byom_save_checkpoint: byom is not a live', &
+                        'byom after finalize')
+    call dt_model_step(m, 0.1, ierr)
+    call expect_message(ierr, DT_ERR_INVALID_HANDLE, ctx, 'dt_model_step: model is not a live', 'model after finalize')
+    call dt_context_size(ctx, n, ierr)
+    call expect(ierr, DT_ERR_INVALID_HANDLE, 'context after finalize')
+    call dt_finalize(ctx, ierr)
+    call expect(ierr, DT_ERR_INVALID_HANDLE, 'second dt_finalize')
   end subroutine
 
 end program test_fortran

@@ -1,9 +1,12 @@
-# cmake -DBUILD_DIR=... -DWORK=... -DSOURCE=... -DAPPS=... -DMPIEXEC=... -DMPICC=...
-#       -P check_install.cmake
+# cmake -DBUILD_DIR=... -DWORK=... -DSOURCE=... -DAPPS=... -DMPIEXEC=... -DNPFLAG=...
+#       -DMPICC=... -DC_COMPILER=... -DCXX_COMPILER=... -DFortran_COMPILER=... -DCOMPARE=...
+#       -DH5LS=... -DAPP_CHECKS=.../app_checks.cmake -P check_install.cmake
 # Installs the build into WORK/prefix, then, against that prefix only: builds
-# tests/install/consumer and apps/cpp with find_package(dtrain CONFIG), and apps/c-mlp with
-# a plain `mpicc ... $(pkg-config --cflags --libs dtrain)`; runs them (the apps at 2 ranks,
-# asserting their loss falls), and checks the pkg-config file and the SONAME link.
+# tests/install/consumer, apps/cpp, apps/c and apps/fortran with find_package(dtrain CONFIG),
+# and apps/c once more with a plain `mpicc ... $(pkg-config --cflags --libs dtrain)`; runs
+# every example through dtrain_check_app (loss falls, 2 ranks equal 1 rank, checkpoints
+# resume exactly), and checks the pkg-config file and the SONAME link.
+include(${APP_CHECKS})
 set(prefix ${WORK}/prefix)
 file(REMOVE_RECURSE ${WORK})
 function(run)
@@ -13,16 +16,22 @@ function(run)
   endif()
   set(last_output "${out}" PARENT_SCOPE)
 endfunction()
+# A separate CMake project against the install tree, with the compilers dtrain was built by
+# (Fortran module files are specific to their compiler).
+function(build_project name source)
+  run(${CMAKE_COMMAND} -S ${source} -B ${WORK}/${name} -DCMAKE_PREFIX_PATH=${prefix}
+      -DCMAKE_BUILD_TYPE=Release -DCMAKE_C_COMPILER=${C_COMPILER}
+      -DCMAKE_CXX_COMPILER=${CXX_COMPILER} -DCMAKE_Fortran_COMPILER=${Fortran_COMPILER})
+  run(${CMAKE_COMMAND} --build ${WORK}/${name})
+endfunction()
+
 run(${CMAKE_COMMAND} --install ${BUILD_DIR} --prefix ${prefix})
-run(${CMAKE_COMMAND} -S ${SOURCE}/consumer -B ${WORK}/consumer -DCMAKE_PREFIX_PATH=${prefix})
-run(${CMAKE_COMMAND} --build ${WORK}/consumer)
+build_project(consumer ${SOURCE}/consumer)
 run(${WORK}/consumer/consumer)
 message(STATUS "${last_output}")
-
-run(${CMAKE_COMMAND} -S ${APPS}/cpp -B ${WORK}/cpp -DCMAKE_PREFIX_PATH=${prefix})
-run(${CMAKE_COMMAND} --build ${WORK}/cpp)
-run(${MPIEXEC} -n 2 ${WORK}/cpp/dtrain-cpp-example 120)
-message(STATUS "${last_output}")
+build_project(cpp ${APPS}/cpp)
+build_project(c ${APPS}/c)
+build_project(fortran ${APPS}/fortran)
 
 file(GLOB pcdir ${prefix}/lib*/pkgconfig)
 set(ENV{PKG_CONFIG_PATH} ${pcdir})
@@ -34,9 +43,19 @@ endif()
 separate_arguments(pc_flags UNIX_COMMAND "${pc_flags}")
 file(GLOB libdir ${prefix}/lib*/libdtrain.so)
 get_filename_component(libdir ${libdir} DIRECTORY)
-run(${MPICC} ${APPS}/c-mlp/main.c ${pc_flags} -Wl,-rpath,${libdir} -lm -o ${WORK}/c-mlp)
-run(${MPIEXEC} -n 2 ${WORK}/c-mlp)
-message(STATUS "${last_output}")
+file(GLOB c_sources ${APPS}/c/*.c)
+run(${MPICC} ${c_sources} ${pc_flags} -Wl,-rpath,${libdir} -lm -o ${WORK}/c-example-mpicc)
+
+set(checks MPIEXEC ${MPIEXEC} NPFLAG ${NPFLAG} COMPARE ${COMPARE} TOLERANCE 1e-4)
+dtrain_check_app(COMMAND ${WORK}/cpp/dtrain-cpp-example WORK ${WORK}/run-cpp STEPS 120 ${checks})
+dtrain_check_app(COMMAND ${WORK}/c-example-mpicc WORK ${WORK}/run-c-mpicc STEPS 300 ${checks})
+dtrain_check_app(COMMAND ${WORK}/c/dtrain-c-example WORK ${WORK}/run-c STEPS 300 SAVE_EVERY 100
+                 H5LS "${H5LS}" H5LS_REGEX "/model/hidden.weight +Dataset {32, 4}" ${checks})
+foreach(example byom mlp)
+  dtrain_check_app(COMMAND ${WORK}/fortran/dtrain-fortran-${example} WORK ${WORK}/run-fortran-${example}
+                   STEPS 300 SAVE_EVERY 100 ${checks})
+endforeach()
+
 file(GLOB pc ${prefix}/lib*/pkgconfig/dtrain.pc)
 if(NOT pc)
   message(FATAL_ERROR "dtrain.pc was not installed")

@@ -71,33 +71,6 @@ TEST(Trainer, DeterministicModeIsBitwiseIdenticalAcrossDataParallelDegrees) {
   for (std::size_t i = 0; i < single.size(); ++i) EXPECT_EQ(parallel[i], single[i]) << "step " << i + 1;
 }
 
-TEST(Trainer, ZeroOneMemoryFollowsTheFormula) {
-  // ZeRO paper, fp32 AdamW (K = 8 bytes of moments per parameter): each rank holds 4 bytes
-  // of parameters and of gradients per parameter and 8/Nd bytes of optimiser state.
-  const int dp = world().size();
-  train::TrainConfig cfg = tiny_config();
-  cfg.zero = 1;
-  cfg.steps = 1;
-  train::Trainer t(cfg, world());
-  const train::TrainSummary s = t.run();
-  double psi = 0;  // parameters, by the model's own count
-  {
-    train::TrainConfig c0 = cfg;
-    c0.zero = 0;
-    train::Trainer ref(c0, world());
-    psi = static_cast<double>(ref.run().memory.optimizer) / 8.0;
-  }
-  const double expect_optimizer = 8.0 * psi / dp;
-  EXPECT_NEAR(static_cast<double>(s.memory.optimizer), expect_optimizer, 0.05 * expect_optimizer);
-  const double expect_total = 4 * psi + 4 * psi + expect_optimizer + s.memory.activations;
-  EXPECT_NEAR(static_cast<double>(s.memory.total()), expect_total, 0.05 * expect_total);
-  // The accounting is the buffers held: optimizer bytes are exactly two moments of the shard.
-  double owned_total = 0;
-  double owned = static_cast<double>(s.memory.optimizer) / 8.0;
-  world().all_reduce(&owned, &owned_total, 1, DType::f64, ReduceOp::sum);
-  EXPECT_DOUBLE_EQ(owned_total, psi);  // the shards partition the parameters exactly
-}
-
 TEST(Trainer, TensorParallelWithDataParallelAndZeroMatchesSingleRank) {
   if (world().size() % 2 != 0) GTEST_SKIP() << "needs an even rank count for --tp 2";
   const int dp = world().size() / 2;
@@ -129,7 +102,7 @@ TEST(Trainer, StepLoopAllocatesNothingAfterTheFirstStep) {
   train::TrainConfig cfg = tiny_config();
   cfg.steps = 4;
   cfg.eval_every = 2;
-  for (int zero : {0, 1}) {
+  for (int zero : {0, 1, 2, 3}) {
     cfg.zero = zero;
     train::Trainer t(cfg, world());
     const train::TrainSummary s = t.run();

@@ -1,6 +1,8 @@
-// Pipeline parallelism in the Trainer: gpipe and 1f1b at PP = 2 and 4, PP x DP, ZeRO-1, PP x TP,
-// reproduce single-rank training on the same global batch (clipping active, so the global
-// gradient norm over the stages is checked too), and invalid layouts fail on every rank.
+// Pipeline parallelism in the Trainer: gpipe, 1f1b and interleaved (2 chunks per rank) at
+// PP = 2 and 4, PP x DP, ZeRO-1, PP x TP, reproduce single-rank training on the same global
+// batch (clipping active, so the global gradient norm over the stages is checked too),
+// --deterministic is bit-identical across data-parallel degrees, and invalid layouts fail on
+// every rank.
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -37,6 +39,7 @@ std::vector<double> train_losses(const train::TrainConfig& cfg, Communicator& co
 std::vector<double> single_rank_losses(train::TrainConfig cfg) {
   cfg.pp = 1;
   cfg.pipeline_layers.clear();
+  cfg.virtual_stages = 1;
   Communicator self = world().split(world().rank(), 0, "self");
   return train_losses(cfg, self);
 }
@@ -73,6 +76,38 @@ TEST(TrainerPipeline, SchedulesMatchSingleRank) {
   }
 }
 
+// Interleaved: rank s holds pieces s and pp + s of 2 * pp; 8 layers give every piece one or
+// more at PP 4.
+TEST(TrainerPipeline, InterleavedMatchesSingleRank) {
+  for (int pp : {2, 4}) {
+    if (world().size() % pp != 0) continue;
+    SCOPED_TRACE("interleaved V=2 pp=" + std::to_string(pp));
+    train::TrainConfig cfg = pipeline_config(pp);
+    cfg.layers = 8;
+    cfg.schedule = "interleaved";
+    cfg.virtual_stages = 2;
+    expect_close(train_losses(cfg, world()), single_rank_losses(cfg), world().size() / pp);
+  }
+}
+
+TEST(TrainerPipeline, InterleavedUntiedWithTensorParallelism) {
+  if (world().size() != 4) return;
+  train::TrainConfig cfg = tiny_config();
+  cfg.pp = 2;
+  cfg.tp = 2;
+  cfg.sequence_parallel = true;
+  cfg.tie_embeddings = false;
+  cfg.schedule = "interleaved";
+  cfg.virtual_stages = 2;
+  cfg.pipeline_layers = "2,1,1,1";
+  cfg.layers = 5;
+  cfg.global_batch = static_cast<long>(cfg.micro_batch) * 4;  // dp 1, 4 micro-batches
+  train::TrainConfig single = cfg;
+  single.tp = 1;
+  single.sequence_parallel = false;
+  expect_close(train_losses(cfg, world()), single_rank_losses(single), 1);
+}
+
 TEST(TrainerPipeline, UntiedExplicitSplitAndZeroOne) {
   if (world().size() % 2 != 0) return;
   train::TrainConfig cfg = pipeline_config(2);
@@ -99,10 +134,31 @@ TEST(TrainerPipeline, InvalidLayoutsFailOnEveryRank) {
   cfg.layers = 1;
   EXPECT_NE(message(cfg).find("--layers 1 is fewer than the 2 pipeline stages"),
             std::string::npos);
+  for (int V : {1, 2}) {
+    cfg = pipeline_config(2);
+    cfg.schedule = "interleaved";
+    cfg.virtual_stages = V;
+    cfg.global_batch = static_cast<long>(cfg.micro_batch) * (world().size() / 2) * 3;
+    EXPECT_NE(message(cfg).find("(3) to be a multiple of --pp (2)"), std::string::npos);
+  }
   cfg = pipeline_config(2);
   cfg.schedule = "interleaved";
-  cfg.global_batch = static_cast<long>(cfg.micro_batch) * (world().size() / 2) * 3;
-  EXPECT_NE(message(cfg).find("to be a multiple of --pp (2)"), std::string::npos);
+  cfg.virtual_stages = 2;
+  cfg.layers = 3;
+  EXPECT_NE(message(cfg).find("--layers 3 is fewer than the 4 pipeline stages (--pp x "
+                              "--virtual-stages)"),
+            std::string::npos);
+  cfg.layers = 4;
+  cfg.pipeline_layers = "1,1,2";
+  EXPECT_NE(message(cfg).find("--pipeline-layers lists 3 stages, the pipeline has 4"),
+            std::string::npos);
+  cfg = pipeline_config(2);
+  cfg.virtual_stages = 2;  // with 1f1b
+  EXPECT_NE(message(cfg).find("--virtual-stages 2 needs --schedule interleaved"),
+            std::string::npos);
+  cfg = tiny_config();
+  cfg.virtual_stages = 2;
+  EXPECT_NE(message(cfg).find("--virtual-stages 2 needs --pp > 1"), std::string::npos);
 }
 
 TEST(TrainerPipeline, WithTensorParallelism) {
@@ -119,5 +175,27 @@ TEST(TrainerPipeline, WithTensorParallelism) {
     single.tp = 1;
     single.sequence_parallel = false;
     expect_close(train_losses(cfg, world()), single_rank_losses(single), 1);
+  }
+}
+
+// --deterministic with a pipeline: close to single-rank training, and bit-identical losses
+// whatever the data-parallel degree (PP=2 x DP=1 on two ranks against PP=2 x DP=2 on four).
+TEST(TrainerPipeline, DeterministicMatchesAcrossDataParallelism) {
+  if (world().size() % 2 != 0) return;
+  for (const char* schedule : {"gpipe", "1f1b"}) {
+    SCOPED_TRACE(schedule);
+    train::TrainConfig cfg = tiny_config();
+    cfg.pp = 2;
+    cfg.schedule = schedule;
+    cfg.deterministic = true;
+    cfg.global_batch = static_cast<long>(cfg.micro_batch) * 4;
+    Communicator pair = world().split(world().rank() / 2, world().rank(), "pipeline pair");
+    const std::vector<double> dp1 = train_losses(cfg, pair);
+    expect_close(dp1, single_rank_losses(cfg), 1);
+    if (world().size() == 4) {
+      const std::vector<double> dp2 = train_losses(cfg, world());
+      for (std::size_t i = 0; i + 1 < dp1.size(); ++i)  // not validation: dp 2 splits it
+        EXPECT_EQ(dp1[i], dp2[i]) << "step " << i + 1;
+    }
   }
 }

@@ -50,6 +50,30 @@ TEST(Buckets, SplitEvenly) {
   EXPECT_THROW(parallel::split_evenly(5, 0), Error);
 }
 
+TEST(Buckets, SplitAlignedGivesWholePagesAndRotatesTheLongerPieces) {
+  // 10 units of 4 over 3 parts: 4,3,3 units; the last piece holds the 38 - 36 = 2 leftover.
+  EXPECT_EQ(parallel::split_aligned(38, 3, 4), (std::vector<std::size_t>{16, 12, 10}));
+  EXPECT_EQ(parallel::split_aligned(38, 3, 4, 1), (std::vector<std::size_t>{12, 16, 10}));
+  EXPECT_EQ(parallel::split_aligned(38, 3, 4, 2), (std::vector<std::size_t>{12, 12, 14}));
+  EXPECT_EQ(parallel::split_aligned(5, 4, 4), (std::vector<std::size_t>{4, 1, 0, 0}));
+  EXPECT_EQ(parallel::split_aligned(0, 2, 4), (std::vector<std::size_t>{0, 0}));
+  for (std::size_t n : {1u, 1023u, 1024u, 5000u, 100000u}) {
+    for (int parts = 1; parts <= 5; ++parts) {
+      for (std::size_t rot = 0; rot < 6; ++rot) {
+        const auto s = parallel::split_aligned(n, parts, 1024, rot);
+        std::size_t sum = 0, nonzero_partial = 0;
+        for (std::size_t x : s) {
+          sum += x;
+          if (x % 1024 != 0) ++nonzero_partial;
+        }
+        EXPECT_EQ(sum, n);
+        EXPECT_LE(nonzero_partial, 1u);  // only the piece holding the tail is partial
+      }
+    }
+  }
+  EXPECT_THROW(parallel::split_aligned(5, 2, 0), Error);
+}
+
 TEST(GptGradReadyRanges, TileTheArenaInBackwardOrder) {
   const GptConfig cfg = small_gpt(3);
   GptModel model(cfg, cpu_device(), 1, 1);

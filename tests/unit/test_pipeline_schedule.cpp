@@ -254,3 +254,43 @@ TEST(PipelineSchedule, InvalidArgumentsAreClearErrors) {
   EXPECT_DOUBLE_EQ(bubble_fraction(ScheduleKind::one_f_one_b, 4, 8, 1), 3.0 / 11.0);
   EXPECT_DOUBLE_EQ(bubble_fraction(ScheduleKind::interleaved, 4, 8, 2), 3.0 / 19.0);
 }
+
+// The executor keeps micro-batch m of chunk c in activation slot m % chunk_slots()[c]: no
+// forward may land in a slot whose micro-batch still waits for its backward, and the slot
+// counts are exactly the peaks (one chunk: max_in_flight).
+TEST(PipelineSchedule, ChunkSlotsAreNeverOverwrittenInUse) {
+  struct Case {
+    ScheduleKind kind;
+    int V;
+  };
+  for (const Case k : {Case{ScheduleKind::gpipe, 1}, Case{ScheduleKind::one_f_one_b, 1},
+                       Case{ScheduleKind::interleaved, 1}, Case{ScheduleKind::interleaved, 2},
+                       Case{ScheduleKind::interleaved, 3}})
+    for (int N = 1; N <= 6; ++N)
+      for (int M : micro_batch_counts(N, k.kind == ScheduleKind::interleaved))
+        for (int s = 0; s < N; ++s) {
+          SCOPED_TRACE(std::string(schedule_kind_name(k.kind)) + " N=" + std::to_string(N) +
+                       " V=" + std::to_string(k.V) + " M=" + std::to_string(M) +
+                       " stage=" + std::to_string(s));
+          const std::vector<int> slots = chunk_slots(k.kind, N, s, M, k.V);
+          ASSERT_EQ(slots.size(), static_cast<std::size_t>(k.V));
+          if (k.V == 1) EXPECT_EQ(slots[0], max_in_flight(k.kind, N, s, M, 1));
+          std::vector<std::vector<int>> holder(k.V);  // micro-batch in each slot, -1 free
+          for (int c = 0; c < k.V; ++c) holder[c].assign(slots[c], -1);
+          std::vector<int> live(k.V, 0), peak(k.V, 0);
+          for (const PipelineAction& a : build_schedule(k.kind, N, s, M, k.V)) {
+            int& h = holder[a.chunk][a.micro_batch % slots[a.chunk]];
+            if (a.type == ActionType::forward) {
+              ASSERT_EQ(h, -1) << "mb " << a.micro_batch << " chunk " << a.chunk
+                               << " overwrites mb " << h;
+              h = a.micro_batch;
+              peak[a.chunk] = std::max(peak[a.chunk], ++live[a.chunk]);
+            } else if (a.type == ActionType::backward) {
+              ASSERT_EQ(h, a.micro_batch);
+              h = -1;
+              --live[a.chunk];
+            }
+          }
+          EXPECT_EQ(peak, slots);
+        }
+}

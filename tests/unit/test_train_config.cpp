@@ -53,11 +53,9 @@ TEST(TrainConfig, BadValuesNameTheOption) {
   c.global_batch = 24;  // 3 micro-batches
   expect_config_error(c, 2, "needs the micro-batches per step (3) to be a multiple of --pp (2)");
   c.global_batch = 32;
-  expect_config_error(c, 2, "--schedule interleaved is not implemented yet");
-  c = {};
-  c.pp = 2;
-  c.save_dir = "ckpt";
-  expect_config_error(c, 2, "checkpoints with --pp 2 are not implemented yet");
+  c.layers = 4;
+  c.virtual_stages = 4;
+  expect_config_error(c, 2, "--layers 4 is fewer than the 8 pipeline stages");
   c = {};
   c.pp = 2;
   c.pipeline_layers = "1,2";
@@ -71,6 +69,14 @@ TEST(TrainConfig, BadValuesNameTheOption) {
   c = {};
   c.zero = 5;
   expect_config_error(c, 1, "--zero must be 0, 1, 2 or 3");
+  c = {};
+  c.zero = 3;
+  c.pp = 2;
+  expect_config_error(c, 2, "--zero 3 with --pp 2 is not supported");
+  c = {};
+  c.zero = 2;
+  c.deterministic = true;
+  expect_config_error(c, 1, "--deterministic with --zero 2 is not implemented");
   c = {};
   c.device = "tpu";
   expect_config_error(c, 1, "--device must be auto, cpu or cuda");

@@ -4,7 +4,8 @@
 // Every logical tensor is stored whole under /model/<global name> with its logical shape,
 // its AdamW moments under /optimizer/<name>/exp_avg and exp_avg_sq, whatever the layout that
 // wrote it. Each rank writes exactly the pieces it owns (a share of the replicated
-// parameters, its ZeRO piece of the moments, its tensor-parallel slice) with collective
+// parameters, its ZeRO piece of the moments, its tensor-parallel slice, its pipeline
+// stage's tensors; a tied wte held by two stages is written by the first) with collective
 // MPI-IO, and reads back the pieces the current layout needs, so any layout loads any file.
 // A file is written under a temporary name and renamed only when complete.
 #include <cstdint>
@@ -32,9 +33,10 @@ struct DTRAIN_API CheckpointInfo {
 
 class DTRAIN_API Checkpointer {
  public:
-  // Plans which pieces this rank reads and writes (collective over grid.world(): agrees on
-  // the number of I/O calls per dataset). optimizer_sharded: the optimiser's segments are
-  // this rank's ZeRO piece of the arena (else it holds every moment, replicated over dp).
+  // Plans which pieces this rank reads and writes (collective over grid.world(): gathers
+  // the stages' tensor names over grid.pp() and agrees on the number of I/O calls per
+  // dataset). optimizer_sharded: the optimiser's segments are this rank's ZeRO piece of the
+  // arena (else it holds every moment, replicated over dp).
   // The objects are borrowed for the Checkpointer's lifetime.
   Checkpointer(ProcessGrid& grid, ParameterStore& params, optim::AdamW& optimizer,
                bool optimizer_sharded, const GptConfig& model);

@@ -112,6 +112,8 @@ class DTRAIN_API Communicator {
   Request ireduce_scatter_v(const void* send, void* recv, const std::size_t* recv_counts,
                             DType type, ReduceOp op);
   Request iall_gather(const void* send, void* recv, std::size_t send_count, DType type);
+  // recv_counts is copied, as for ireduce_scatter_v; in-place as all_gather_v.
+  Request iall_gather_v(const void* send, void* recv, const std::size_t* recv_counts, DType type);
   Request ibroadcast(const void* send, void* recv, std::size_t count, DType type, int root);
   Request isend(const void* buf, std::size_t count, DType type, int peer, int tag = 0);
   Request irecv(void* buf, std::size_t count, DType type, int peer, int tag = 0);

@@ -39,6 +39,10 @@ class DTRAIN_API Device {
   virtual void free(void* ptr) noexcept = 0;
   virtual void copy(void* dst, const void* src, std::size_t bytes, CopyKind kind) = 0;
   virtual void zero(void* ptr, std::size_t bytes) = 0;
+  // Zeroes the range and returns the memory of the whole pages inside it to the system;
+  // they are mapped again, zero-filled, when next written (ZeRO 2/3 drop the pieces of the
+  // arenas a rank does not own this way). The default only zeroes.
+  virtual void discard(void* ptr, std::size_t bytes) { zero(ptr, bytes); }
   virtual void synchronize() = 0;
 
   // ---- GEMM ----------------------------------------------------------------

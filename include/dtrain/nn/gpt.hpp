@@ -45,6 +45,9 @@ struct DTRAIN_API GptStage {
   int layers = -1;        // blocks held; -1: all from first_layer on
   bool embedding = true;  // wte/wpe lookup: the first stage
   bool head = true;       // ln_f, LM head and loss: the last stage (holds wte too when tied)
+  // Micro-batches whose activations are kept at once (a pipeline schedule's in-flight count
+  // for this stage), each in its own slot, so backward never recomputes a forward.
+  int slots = 1;
 };
 
 class DTRAIN_API GptModel {
@@ -63,6 +66,12 @@ class DTRAIN_API GptModel {
   // the layer range lies outside cfg.layers or is empty.
   GptModel(const GptConfig& cfg, Device& dev, std::uint64_t seed, int max_batch,
            const GptStage& stage, Communicator* tp = nullptr, bool sequence_parallel = false);
+  // Several layer chunks in one model (one parameter arena): an interleaved pipeline rank
+  // holds chunk c = piece c*pp + rank. Chunks are listed in layer order; only the first may
+  // hold the embedding, only the last the head; each keeps its own activation slots.
+  GptModel(const GptConfig& cfg, Device& dev, std::uint64_t seed, int max_batch,
+           const std::vector<GptStage>& chunks, Communicator* tp = nullptr,
+           bool sequence_parallel = false);
   ~GptModel();
   GptModel(const GptModel&) = delete;
   GptModel& operator=(const GptModel&) = delete;
@@ -83,21 +92,29 @@ class DTRAIN_API GptModel {
   // on every TP rank, and every sharded one the complete gradient of its slice: only the
   // data-parallel reduction is left to the caller.
   void backward(float dloss);
-  // Pipeline stages. forward_stage runs the stage on one micro-batch: the embedding stage
-  // reads tokens, any other stage `input`, the residual stream rows held here ([B*T, C], or
-  // [B*T/tp, C] with sequence parallelism; device memory, copied in). The head stage needs
-  // targets and returns the mean loss; other stages return 0 and leave their output in
-  // stage_output() (same shape as input, valid until the next forward). backward_stage takes
-  // dloss on the head stage and d(objective)/d(stage_output()) (`doutput`) on any other,
-  // accumulates parameter gradients like backward(), and on a non-embedding stage leaves
+  // Pipeline stages. forward_stage runs chunk `chunk` on one micro-batch, keeping its
+  // activations in slot `slot` (< that chunk's slots) for the backward_stage of the same
+  // (chunk, slot); slots are independent, so micro-batches may go backward in any order.
+  // The embedding chunk reads tokens, any other chunk `input`, the residual stream rows held
+  // here ([B*T, C], or [B*T/tp, C] with sequence parallelism; device memory, copied in
+  // unless it is stage_input(chunk, slot)). The head chunk needs targets and returns the
+  // mean loss; other chunks return 0 and leave their output in stage_output() (same shape
+  // as input, valid until the next forward into the same slot). backward_stage takes dloss
+  // on the head chunk and d(objective)/d(its output) (`doutput`) on any other, accumulates
+  // parameter gradients like backward(), and on a non-embedding chunk leaves
   // d(objective)/d(input) in input_grad() (valid until the next backward). On the whole
   // model forward_stage/backward_stage are forward/backward.
   float forward_stage(const std::int32_t* tokens, const std::int32_t* targets,
-                      const float* input, int B, int T);
-  void backward_stage(float dloss, const float* doutput);
+                      const float* input, int B, int T, int chunk = 0, int slot = 0);
+  void backward_stage(float dloss, const float* doutput, int chunk = 0, int slot = 0);
   const float* stage_output() const noexcept { return stage_out_; }
   const float* input_grad() const noexcept { return dres_; }
+  // Where forward_stage(chunk, slot) keeps its input: receiving into it saves a copy.
+  float* stage_input(int chunk, int slot);
+  // All chunks together: first_layer of the first, layers of all, embedding/head anywhere.
   const GptStage& stage() const noexcept { return stage_; }
+  int chunks() const noexcept { return static_cast<int>(chunks_.size()); }
+  const GptStage& chunk(int c) const { return chunks_.at(static_cast<std::size_t>(c)); }
   // Floats of one stage boundary tensor for B sequences of T tokens (rows held here x C).
   std::size_t boundary_floats(int B, int T) const noexcept;
 
@@ -116,10 +133,21 @@ class DTRAIN_API GptModel {
   const std::vector<std::pair<std::size_t, std::size_t>>& grad_ready_ranges() const noexcept {
     return grad_ready_ranges_;
   }
+  // Parameter units: the same arena ranges as grad_ready_ranges() (index = unit). With
+  // hooks set, forward and backward call acquire(unit, next) before reading a unit's
+  // parameters and release(unit) when done; `next` is the unit this pass acquires after it
+  // (-1: none), so its gather can start early. ZeRO-3 keeps only a shard of each unit and
+  // gathers it in acquire. Pairs nest (the tied LM head holds the embedding unit too).
+  struct ParamUseHooks {
+    std::function<void(int unit, int next)> acquire;
+    std::function<void(int unit)> release;
+  };
+  void set_param_use_hooks(ParamUseHooks hooks) { param_hooks_ = std::move(hooks); }
   // Per-position losses of the last forward (device memory, [B, T]).
   const float* losses() const noexcept { return losses_; }
 
-  // Bytes of this rank's activation allocation (saved activations and shared scratch).
+  // Bytes of this rank's activation allocation (saved activations of every slot and shared
+  // scratch); allocated once, so it is also the peak.
   std::size_t activation_bytes() const noexcept { return act_bytes_; }
   // Forward + backward model FLOPs per token: 6 * (matmul parameters) + 12 * layers *
   // d_model * seq_len (attention scores and mixing); see docs/model.md. For the whole
@@ -139,10 +167,18 @@ class DTRAIN_API GptModel {
 
  private:
   struct Block;
+  struct ChunkActivations;  // where each (chunk, slot) keeps its saved activations
   bool has_wte() const noexcept { return stage_.embedding || (stage_.head && cfg_.tie_embeddings); }
   void declare_parameters();
   void init_parameters(std::uint64_t seed);
   void allocate_activations();
+  // Points the saved-activation members (encoded_, each block's ln1 ... res3, logits_, ...)
+  // of `chunk` at `slot`, and returns that slot's bookkeeping.
+  struct SlotUse {
+    int B = 0, T = 0;
+    bool targets = false;
+  };
+  SlotUse& bind_slot(int chunk, int slot);
   void bind_layernorm_grads();
   void reduce_layernorm_grads(std::size_t first, std::size_t count);
   // The tensor-parallel region boundaries (conjugate pairs, see lib/nn/tp_comm.hpp), over
@@ -153,9 +189,19 @@ class DTRAIN_API GptModel {
   const float* leave_region_bwd(const float* dy_rows, int R);
   void plan_grad_ready_ranges();
   void grads_ready(std::size_t index) const;  // reports backward's index-th range (if held)
+  // Parameter units by role (-1 when this stage holds none), and the hook calls.
+  int head_unit() const noexcept { return ready_index_.front(); }
+  int block_unit(int l) const noexcept { return ready_index_[1 + (stage_.layers - 1 - l)]; }
+  int embedding_unit() const noexcept { return ready_index_.back(); }
+  void acquire(int unit, int next) const;
+  void release(int unit) const;
 
   GptConfig cfg_;
-  GptStage stage_;
+  GptStage stage_;                  // summary of chunks_
+  std::vector<GptStage> chunks_;
+  std::vector<int> chunk_begin_;    // blocks_ index of each chunk's first block, then the end
+  std::vector<int> block_layer_;    // global layer index of each block
+  std::vector<ChunkActivations> chunk_acts_;
   Device* dev_;
   int max_batch_;
   nn::TpGroup tp_;
@@ -172,6 +218,7 @@ class DTRAIN_API GptModel {
 
   // activations (one device allocation, carved once)
   GradReadyHook grad_ready_hook_;
+  ParamUseHooks param_hooks_;
   std::vector<std::pair<std::size_t, std::size_t>> grad_ready_ranges_;
   std::vector<int> ready_index_;  // backward's report k -> its range in grad_ready_ranges_
 
@@ -192,9 +239,7 @@ class DTRAIN_API GptModel {
   std::vector<std::pair<float*, float*>> ln_grad_targets_;  // (arena, scratch), C floats each
   std::vector<float> host_losses_;
 
-  const float* stage_out_ = nullptr;  // residual stream after the last block of the stage
-  int last_B_ = 0, last_T_ = 0;
-  bool have_targets_ = false;
+  const float* stage_out_ = nullptr;  // residual stream after the last block of the chunk
 };
 
 }  // namespace dtrain

@@ -66,6 +66,11 @@ class DTRAIN_API ParameterStore {
                         std::vector<std::int64_t> local_shape,
                         std::vector<std::int64_t> slice_offset, bool decay, bool tp_sharded,
                         std::int64_t padded_rows = 0, std::int64_t slice_blocks = 1);
+  // Starts a unit: the next parameter begins on a page boundary (kUnitAlignFloats), and so
+  // does the end of the arena. ZeRO 2/3 split units at page boundaries so that the pieces a
+  // rank does not own can be handed back to the system (Device::discard).
+  static constexpr std::size_t kUnitAlignFloats = 1024;  // 4 KiB
+  void start_unit();
   // Allocates both arenas (zero-filled) once; no registration afterwards.
   void allocate();
   bool allocated() const noexcept { return params_ != nullptr; }
@@ -104,6 +109,7 @@ class DTRAIN_API ParameterStore {
   std::vector<ParamInfo> infos_;
   std::unordered_map<std::string, std::size_t> index_;
   std::size_t total_ = 0;
+  bool units_ = false;  // start_unit() was called: allocate() aligns the end
   DeviceBuffer param_buf_, grad_buf_;
   float* params_ = nullptr;
   float* grads_ = nullptr;

@@ -30,4 +30,12 @@ DTRAIN_API std::vector<Bucket> plan_buckets(const std::vector<Range>& ready_rang
 // first n % parts pieces are one longer). The ZeRO owner of piece r is data-parallel rank r.
 DTRAIN_API std::vector<std::size_t> split_evenly(std::size_t n, int parts);
 
+// Like split_evenly, but every piece except the last non-empty one is a multiple of `align`
+// elements: whole pages go to each rank, so what a rank does not own can be discarded page
+// by page (ZeRO 2/3). Pieces are balanced in units of `align`; the one-unit-longer pieces
+// start at part `rotate` (mod parts), so that splitting many buckets with rotate = bucket
+// index spreads the extra pages over the ranks.
+DTRAIN_API std::vector<std::size_t> split_aligned(std::size_t n, int parts, std::size_t align,
+                                                  std::size_t rotate = 0);
+
 }  // namespace dtrain::parallel

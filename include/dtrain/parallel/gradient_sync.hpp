@@ -4,47 +4,71 @@
 // The model reports gradient ranges as backward finishes them (GptModel's grad-ready hook);
 // as soon as every range of a bucket is in, the bucket's non-blocking reduction starts, and
 // every later report also polls the reductions in flight so MPI progresses them while
-// backward runs. Accumulation micro-steps (begin(false)) communicate nothing.
+// backward runs.
 //
-// Modes: all_reduce averages each bucket everywhere (ZeRO 0). reduce_scatter (ZeRO 1)
-// leaves each rank the average of its own piece of every bucket, in place in the arena;
-// the rest of the arena is stale until all_gather() brings the updated parameters back.
+// Modes:
+//  * all_reduce (ZeRO 0) averages each bucket everywhere. Accumulation micro-steps
+//    (begin(false)) communicate nothing.
+//  * reduce_scatter (ZeRO 1) leaves each rank the average of its own piece of every bucket,
+//    in place in the arena; the rest of the arena is stale until all_gather() brings the
+//    updated parameters back. Accumulation micro-steps communicate nothing.
+//  * shard (ZeRO 2 and 3) keeps only this rank's piece of the gradients: every micro-step
+//    reduce-scatters (sum) each bucket into the owned piece, where the micro-steps add up,
+//    and discards the rest of the bucket (Device::discard) as soon as its reduction is done,
+//    so the full gradient exists only for the buckets backward is working on. The last
+//    micro-step divides the pieces by the group size. Pieces are cut at page boundaries
+//    (split_aligned) so that discarding returns whole pages.
 #include <cstddef>
 #include <unordered_map>
 #include <vector>
 
 #include "dtrain/comm/communicator.hpp"
+#include "dtrain/device/device.hpp"
 #include "dtrain/export.hpp"
 #include "dtrain/parallel/buckets.hpp"
 
 namespace dtrain::parallel {
 
-enum class GradReduction { all_reduce, reduce_scatter };
+enum class GradReduction { all_reduce, reduce_scatter, shard };
 
 class DTRAIN_API GradientSync {
  public:
+  // dev: needed by the shard mode (discard, zero, scale); may be null otherwise.
   GradientSync(Communicator& dp, float* grads, const std::vector<Range>& ready_ranges,
-               std::size_t bucket_bytes, GradReduction mode);
+               std::size_t bucket_bytes, GradReduction mode, Device* dev = nullptr);
 
-  void begin(bool sync);                          // start of a backward
+  // Start of a backward: sync = reduce this micro-step (always true in shard mode with more
+  // than one rank); last_micro = the step's last micro-step.
+  void begin(bool sync, bool last_micro = true);
   void ready(std::size_t first, std::size_t last);  // the hook: [first, last) is final
   void finish();  // launch what was never reported, wait for everything
 
-  // Each rank's piece of each bucket (reduce_scatter); the whole arena for all_reduce.
+  // Zeroes the gradients this rank holds: the whole arena, or in shard mode its pieces.
+  void zero_grads();
+
+  GradReduction mode() const noexcept { return mode_; }
+  // Each rank's piece of each bucket (reduce_scatter, shard); the whole arena for all_reduce.
   const std::vector<Range>& owned() const { return owned_; }
-  // Every rank's pieces of params to all ranks, bucket by bucket, in place (reduce_scatter).
+  // Elements of bucket b held by each rank (in rank order).
+  const std::vector<std::size_t>& piece_counts(std::size_t b) const { return piece_counts_[b]; }
+  std::size_t owned_numel() const noexcept;  // sum of owned()
+  // Every rank's pieces of params to all ranks, bucket by bucket, in place (reduce_scatter,
+  // shard).
   void all_gather(float* params);
 
   const std::vector<Bucket>& buckets() const { return buckets_; }
-  double last_wait_seconds() const { return wait_seconds_; }  // blocked in finish()
+  // Time blocked in finish() since construction: the reduction not hidden behind backward.
+  double wait_seconds() const { return wait_seconds_; }
 
  private:
   void launch(std::size_t bucket);
   void poll();
+  void discard_others(std::size_t bucket);  // shard mode: drop what other ranks own
 
   Communicator& dp_;
   float* grads_;
   GradReduction mode_;
+  Device* dev_;
   std::vector<Bucket> buckets_;
   std::vector<int> bucket_of_range_;
   std::unordered_map<std::size_t, int> range_by_first_;
@@ -52,8 +76,10 @@ class DTRAIN_API GradientSync {
   std::vector<Range> owned_;
   std::vector<int> pending_ranges_;  // per bucket: ranges not yet reported this backward
   std::vector<bool> launched_;
+  std::vector<bool> discarded_;      // shard mode: the bucket's other pieces are dropped
   std::vector<Request> in_flight_;   // one slot per bucket, reused every step
   bool sync_ = false;
+  bool last_micro_ = true;
   double wait_seconds_ = 0;
 };
 

@@ -3,12 +3,14 @@
 // on its GPT stage for one optimiser step, passing activations and their gradients to the
 // neighbouring stages with non-blocking point-to-point messages over the pipeline group.
 //
-// Memory: the model keeps the activations of one micro-batch. For each micro-batch in
-// flight (at most max_in_flight() of the schedule) the executor keeps only the stage input
-// (or the tokens) and recomputes the stage's forward just before a backward that does not
-// directly follow its own forward. Recomputation is bit-identical, so gradients equal the
-// single-process model's; it costs up to one extra forward per micro-batch on stages that
-// are not last. All buffers are allocated at construction.
+// Memory: the model keeps every in-flight micro-batch's activations in its own slot
+// (GptStage::slots, sized by chunk_slots()), so no forward is recomputed: micro-batch m of
+// chunk c lives in slot m % slots[c]. Activations are received straight into the model's
+// slot and sent straight from it; only the gradients sent back get a copy per slot. All
+// buffers are allocated at construction.
+//
+// Bubble timers: run_step measures its own duration and the part of it spent blocked on
+// messages (waiting for a receive, or for a send whose buffer is needed again).
 #include <cstdint>
 #include <functional>
 #include <vector>
@@ -23,46 +25,68 @@ namespace dtrain::parallel {
 
 class DTRAIN_API PipelineExecutor {
  public:
-  // model: this rank's stage (GptStage: embedding on pp rank 0, head on the last), borrowed.
-  // pp: the pipeline group, rank = stage, borrowed. One chunk per rank (virtual stages 1):
-  // kind interleaved throws Error(Errc::not_implemented).
+  // model: this rank's part, borrowed: virtual_stages chunks (chunk c = piece c*pp + rank of
+  // partition_layers(layers, pp*virtual_stages)), the embedding on chunk 0 of pp rank 0, the
+  // head on the last chunk of the last rank, each chunk with at least chunk_slots()
+  // activation slots. pp: the pipeline group, rank = stage, borrowed. Throws
+  // Error(Errc::invalid_config) for a schedule that does not validate and
+  // Error(Errc::invalid_argument) for a model that does not fit it.
   PipelineExecutor(GptModel& model, Communicator& pp, ScheduleKind kind, int micro_batches,
-                   int micro_batch, int seq_len);
+                   int micro_batch, int seq_len, int virtual_stages = 1);
   PipelineExecutor(const PipelineExecutor&) = delete;
   PipelineExecutor& operator=(const PipelineExecutor&) = delete;
 
   // Fills tokens and targets ([micro_batch, seq_len] int32, host) of micro-batch mb.
   using Loader = std::function<void(int mb, std::int32_t* tokens, std::int32_t* targets)>;
+  // Called after micro-batch mb's backward on this rank (one chunk per rank only), e.g. to
+  // set its gradient aside for a fixed-order sum.
+  using BackwardDone = std::function<void(int mb)>;
   // One step: every micro-batch forward and backward; gradients accumulate (+=) into the
   // model's arena, each micro-batch's mean loss scaled by dloss. load is called on the first
   // and the last stage only. Returns the sum of the micro-batches' mean losses on the last
-  // stage, 0 elsewhere. Collective over the pipeline group.
-  double run_step(const Loader& load, float dloss);
+  // stage, 0 elsewhere. Collective over the pipeline group. With virtual stages, `done`
+  // must be empty (a micro-batch's backward is spread over several actions).
+  double run_step(const Loader& load, float dloss, const BackwardDone& done = {});
+  // Mean loss of each micro-batch of the last run_step (last stage; 0 elsewhere).
+  const std::vector<double>& last_losses() const noexcept { return losses_; }
 
-  // Forward of one micro-batch through every stage (evaluation): tokens are read on the
-  // first stage, targets on the last. Returns the mean loss on the last stage, 0 elsewhere.
-  // Collective over the pipeline group.
+  // Forward of one micro-batch through every stage and chunk (evaluation): tokens are read
+  // on the first stage, targets on the last. Returns the mean loss on the last stage, 0
+  // elsewhere. Collective over the pipeline group. Uses slot 0 of every chunk.
   double forward_only(const std::int32_t* tokens, const std::int32_t* targets);
 
   const std::vector<PipelineAction>& actions() const noexcept { return actions_; }
-  int slots() const noexcept { return slots_; }
+  // Activation slots the schedule needs per chunk (chunk_slots()).
+  const std::vector<int>& slots() const noexcept { return slots_; }
+  // The last run_step: its wall time, and the part blocked on messages; their ratio is this
+  // stage's measured bubble fraction (compare bubble_fraction()).
+  double last_step_seconds() const noexcept { return step_seconds_; }
+  double last_idle_seconds() const noexcept { return idle_seconds_; }
+  // Bytes of the executor's own buffers (gradient copies in flight, one received gradient,
+  // one micro-batch of token ids), besides the model's activations.
+  std::size_t buffer_bytes() const noexcept { return buffer_bytes_; }
 
  private:
-  void forward(int mb);
-  void backward(int mb, float dloss);
+  bool embeds(int chunk) const noexcept { return first_ && chunk == 0; }
+  bool heads(int chunk) const noexcept { return last_ && chunk == virtual_stages_ - 1; }
+  std::size_t slot_index(int chunk, int micro_batch) const;  // into the per-slot arrays
+  void wait(Request& r);                                     // counted as idle
 
   GptModel& model_;
   Communicator& pp_;
   std::vector<PipelineAction> actions_;
-  int micro_batch_, seq_len_, slots_;
+  std::vector<int> slots_, slot_base_;  // per chunk: slot count, first index of its slots
+  int micro_batch_, seq_len_, virtual_stages_;
   std::size_t boundary_;  // floats of one activation (= its gradient)
   bool first_, last_;
-  int resident_ = -1;     // micro-batch whose activations the model holds
-  double loss_sum_ = 0;
-  // per slot (micro-batch % slots_): tokens, targets, received input, sent output, sent grad
-  AlignedBuffer tokens_, targets_;
-  DeviceBuffer input_, output_, grad_out_, grad_in_;
-  std::vector<Request> act_sends_, grad_sends_, recvs_;
+  double loss_sum_ = 0, step_seconds_ = 0, idle_seconds_ = 0;
+  std::vector<double> losses_;  // per micro-batch
+  std::size_t buffer_bytes_ = 0;
+  AlignedBuffer tokens_, targets_;  // the micro-batch being loaded (host)
+  DeviceBuffer grad_out_;           // per slot: the input gradient being sent
+  DeviceBuffer grad_in_;            // the output gradient just received
+  std::vector<Request> act_sends_, grad_sends_;  // per slot
+  Request recv_;
 };
 
 }  // namespace dtrain::parallel

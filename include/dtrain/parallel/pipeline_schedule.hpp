@@ -72,6 +72,14 @@ DTRAIN_API std::vector<PipelineAction> build_schedule(ScheduleKind kind, int sta
 DTRAIN_API int max_in_flight(ScheduleKind kind, int stages, int stage, int micro_batches,
                              int virtual_stages);
 
+// Activation slots rank `stage` needs per model chunk (V entries): the most micro-batches of
+// that chunk between their forward and their backward at once in build_schedule's list.
+// A chunk's forwards, and its backwards, go in micro-batch order, so micro-batch m of chunk
+// c can use slot m % slots[c] without overwriting one still waiting for its backward. For
+// V == 1 the single entry is max_in_flight().
+DTRAIN_API std::vector<int> chunk_slots(ScheduleKind kind, int stages, int stage,
+                                        int micro_batches, int virtual_stages);
+
 // Theoretical idle fraction of a step (free communication, equal layers per chunk):
 // (N-1) / (M+N-1) for gpipe and 1f1b, (N-1) / (V*M + N-1) for interleaved, whose warm-up
 // and cool-down take 1/V of the time (Megatron's bubble (N-1)/(V*M) of the ideal time;

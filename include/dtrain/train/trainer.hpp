@@ -31,6 +31,10 @@ struct DTRAIN_API TrainSummary {
   double mfu = 0;
   MemoryUse memory;             // this rank
   std::uint64_t allocations_after_first_step = 0;  // host buffer allocations in steps 2..N
+  // Steps 2..N: time blocked waiting for data-parallel communication (gradient reduction,
+  // ZeRO-3 parameter gathers) that did not overlap compute, and the steps' total time.
+  double exposed_comm_seconds = 0;
+  double timed_step_seconds = 0;
   long start_step = 0;          // step the run resumed from (0: a fresh start)
   bool stopped_by_signal = false;  // SIGTERM/SIGUSR1 ended the loop early (see signals.hpp)
   std::string last_checkpoint;  // path of the last checkpoint written by run(), if any

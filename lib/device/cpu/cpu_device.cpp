@@ -1,6 +1,10 @@
 // CpuDevice forwards each op to its fp32 kernel; memory comes from AlignedBuffer.
 #include "device/cpu/cpu_device.hpp"
 
+#include <sys/mman.h>
+#include <unistd.h>
+
+#include <cstdint>
 #include <cstring>
 
 #include "device/cpu/kernels.hpp"
@@ -19,7 +23,8 @@ int CpuDevice::num_threads() const { return cpu::num_threads(); }
 
 void* CpuDevice::allocate(std::size_t bytes) {
   if (bytes == 0) bytes = AlignedBuffer::kAlignment;  // distinct, freeable pointer
-  AlignedBuffer buf(bytes);
+  // Page-aligned from one page up, so discard() can hand whole pages back.
+  AlignedBuffer buf(bytes, bytes >= kPage ? kPage : AlignedBuffer::kAlignment);
   void* p = buf.data();
   std::lock_guard<std::mutex> lock(mutex_);
   blocks_.emplace(p, std::move(buf));
@@ -37,6 +42,28 @@ void CpuDevice::copy(void* dst, const void* src, std::size_t bytes, CopyKind) {
 }
 void CpuDevice::zero(void* ptr, std::size_t bytes) {
   if (bytes) std::memset(ptr, 0, bytes);
+}
+
+void CpuDevice::discard(void* ptr, std::size_t bytes) {
+  // Whole pages go back to the kernel (private anonymous memory reads as zero afterwards);
+  // the partial pages at either end are zeroed in place.
+  static const std::uintptr_t page = static_cast<std::uintptr_t>(sysconf(_SC_PAGESIZE));
+  const auto first = reinterpret_cast<std::uintptr_t>(ptr);
+  const std::uintptr_t last = first + bytes;
+  const std::uintptr_t lo = (first + page - 1) / page * page;
+  const std::uintptr_t hi = last / page * page;
+  if (lo >= hi) {
+    zero(ptr, bytes);
+    return;
+  }
+  zero(ptr, lo - first);
+  zero(reinterpret_cast<void*>(hi), last - hi);
+  // No transparent huge pages here: khugepaged could fill the dropped pages back in.
+  void* pages = reinterpret_cast<void*>(lo);
+  madvise(pages, hi - lo, MADV_NOHUGEPAGE);  // best effort; DONTNEED below is what matters
+  if (madvise(pages, hi - lo, MADV_DONTNEED) != 0) {
+    zero(reinterpret_cast<void*>(lo), hi - lo);  // still correct, only not smaller
+  }
 }
 
 void CpuDevice::gemm(bool ta, bool tb, int M, int N, int K, float alpha, const float* A, int lda,

@@ -21,6 +21,8 @@ class CpuDevice final : public Device {
   void free(void* ptr) noexcept override;
   void copy(void* dst, const void* src, std::size_t bytes, CopyKind kind) override;
   void zero(void* ptr, std::size_t bytes) override;
+  void discard(void* ptr, std::size_t bytes) override;
+  static constexpr std::size_t kPage = 4096;
   void synchronize() override {}
 
   void gemm(bool trans_a, bool trans_b, int M, int N, int K, float alpha, const float* A, int lda,

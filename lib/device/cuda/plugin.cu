@@ -1,11 +1,17 @@
-// Entry points of the CUDA plugin (contract in lib/device/plugin.hpp). This build probes for
-// GPUs; the CUDA implementation of the Device interface (cuBLAS, kernels) is not part of it
-// yet, so dtrain_cuda_get_device returns null and `--device cuda` reports that clearly.
+// Entry points of the CUDA plugin (contract in lib/device/plugin.hpp). The core dlopens this
+// library only when a device is asked for, probes it with dtrain_cuda_device_count (which
+// never aborts, also without a driver) and takes its Device from dtrain_cuda_get_device.
 #include <cuda_runtime.h>
 
 #include <cstdio>
+#include <exception>
+#include <map>
+#include <mutex>
 
+#include "device/cuda/cuda_device.hpp"
+#include "device/cuda/device_choice.hpp"
 #include "device/plugin.hpp"
+#include "dtrain/core/log.hpp"
 
 #define DTRAIN_PLUGIN_EXPORT extern "C" __attribute__((visibility("default")))
 
@@ -26,4 +32,26 @@ DTRAIN_PLUGIN_EXPORT int dtrain_cuda_device_count(char* msg, unsigned long msg_l
   return count;
 }
 
-DTRAIN_PLUGIN_EXPORT dtrain::Device* dtrain_cuda_get_device(int) { return nullptr; }
+// One CudaDevice per GPU ordinal, created on first request. `ordinal` is relative to this
+// process's slot on the node (device_choice.hpp): the core's 0 is the node-local rank's GPU.
+// Devices are never destroyed: they live until exit, and the driver reclaims their memory.
+DTRAIN_PLUGIN_EXPORT dtrain::Device* dtrain_cuda_get_device(int ordinal) {
+  static std::mutex mutex;
+  static std::map<int, dtrain::cuda::CudaDevice*> devices;
+  try {
+    int visible = 0;
+    if (cudaGetDeviceCount(&visible) != cudaSuccess) return nullptr;
+    const int chosen = dtrain::cuda::choose_device(ordinal, visible);
+    std::lock_guard<std::mutex> lock(mutex);
+    dtrain::cuda::CudaDevice*& dev = devices[chosen];
+    if (!dev) {
+      dev = new dtrain::cuda::CudaDevice(chosen);
+      DTRAIN_LOG(debug, "CUDA device: " << dev->name());
+    }
+    return dev;
+  } catch (const std::exception& e) {
+    // No exception crosses the C entry point: the core reports "no device".
+    DTRAIN_LOG(error, "CUDA plugin: " << e.what());
+    return nullptr;
+  }
+}

@@ -1,134 +1,163 @@
 // Pipeline executor: walks the schedule's actions. Receives block right away (the schedule
-// puts them just before their use); sends go out non-blocking from a per-slot copy, and a
-// slot's previous send is waited for before the slot is written again.
+// puts them just before their use); sends go out non-blocking, activations straight from
+// the model's slot and input gradients from a per-slot copy, and a slot's previous send is
+// waited for before the slot is written again.
 #include "dtrain/parallel/pipeline.hpp"
 
 #include <algorithm>
 
 #include "dtrain/core/error.hpp"
+#include "dtrain/core/timer.hpp"
+#include "parallel/pp/schedule.hpp"
 
 namespace dtrain::parallel {
 
 namespace {
-// One tag per message kind: with one chunk per rank, FIFO order per pair does the rest.
-constexpr int kActivationTag = 1;
-constexpr int kGradTag = 2;
+// A message is told apart by kind and the receiving chunk: between two ranks, messages of
+// one (kind, chunk) arrive in the order sent, which the schedules rely on.
+int activation_tag(int receiving_chunk) { return 1 + 2 * receiving_chunk; }
+int grad_tag(int receiving_chunk) { return 2 + 2 * receiving_chunk; }
 }  // namespace
 
 PipelineExecutor::PipelineExecutor(GptModel& model, Communicator& pp, ScheduleKind kind,
-                                   int micro_batches, int micro_batch, int seq_len)
-    : model_(model), pp_(pp), micro_batch_(micro_batch), seq_len_(seq_len) {
-  DTRAIN_CHECK(kind != ScheduleKind::interleaved, Errc::not_implemented,
-               "--schedule interleaved: the pipeline executor runs one chunk per rank");
-  const int N = pp.size(), stage = pp.rank();
-  actions_ = build_schedule(kind, N, stage, micro_batches, 1);
-  slots_ = max_in_flight(kind, N, stage, micro_batches, 1);
+                                   int micro_batches, int micro_batch, int seq_len,
+                                   int virtual_stages)
+    : model_(model), pp_(pp), micro_batch_(micro_batch), seq_len_(seq_len),
+      virtual_stages_(virtual_stages) {
+  const int N = pp.size(), stage = pp.rank(), V = virtual_stages;
+  actions_ = build_schedule(kind, N, stage, micro_batches, V);
+  slots_ = chunk_slots(kind, N, stage, micro_batches, V);
   first_ = stage == 0;
   last_ = stage == N - 1;
-  DTRAIN_CHECK(model.stage().embedding == first_ && model.stage().head == last_,
-               Errc::invalid_argument,
-               "pipeline rank " << stage << " of " << N << " holds the wrong part of the model");
+  DTRAIN_CHECK(N > 1 || V == 1, Errc::invalid_config,
+               "--virtual-stages " << V << " needs --pp > 1");
+  DTRAIN_CHECK(model.chunks() == V, Errc::invalid_argument,
+               "pipeline rank " << stage << " holds " << model.chunks()
+                                << " model chunks, --virtual-stages is " << V);
+  int total_slots = 0;
+  for (int c = 0; c < V; ++c) {
+    const GptStage& ch = model.chunk(c);
+    DTRAIN_CHECK(ch.embedding == embeds(c) && ch.head == heads(c), Errc::invalid_argument,
+                 "pipeline rank " << stage << " of " << N << ", chunk " << c
+                                  << " holds the wrong part of the model");
+    DTRAIN_CHECK(ch.slots >= slots_[c], Errc::invalid_argument,
+                 "chunk " << c << " keeps " << ch.slots << " micro-batches' activations, the "
+                          << schedule_kind_name(kind) << " schedule needs " << slots_[c]);
+    slot_base_.push_back(total_slots);
+    total_slots += slots_[c];
+  }
   boundary_ = model.boundary_floats(micro_batch, seq_len);
-  const std::size_t ids = static_cast<std::size_t>(micro_batch) * seq_len * slots_;
-  Device& dev = model.device();
+  const std::size_t ids = static_cast<std::size_t>(micro_batch) * seq_len * sizeof(std::int32_t);
   const std::size_t act_bytes = boundary_ * sizeof(float);
+  Device& dev = model.device();
   if (first_ || last_) {
-    tokens_ = AlignedBuffer(ids * sizeof(std::int32_t));
-    targets_ = AlignedBuffer(ids * sizeof(std::int32_t));
+    tokens_ = AlignedBuffer(ids);
+    targets_ = AlignedBuffer(ids);
+    buffer_bytes_ += 2 * ids;
   }
-  if (!first_) {
-    input_ = DeviceBuffer(dev, act_bytes * slots_);
-    grad_out_ = DeviceBuffer(dev, act_bytes * slots_);
+  if (!(first_ && V == 1)) {  // some chunk sends input gradients
+    grad_out_ = DeviceBuffer(dev, act_bytes * static_cast<std::size_t>(total_slots));
+    buffer_bytes_ += act_bytes * static_cast<std::size_t>(total_slots);
   }
-  if (!last_) {
-    output_ = DeviceBuffer(dev, act_bytes * slots_);
+  if (!(last_ && V == 1)) {  // some chunk receives output gradients
     grad_in_ = DeviceBuffer(dev, act_bytes);
+    buffer_bytes_ += act_bytes;
   }
-  act_sends_.resize(static_cast<std::size_t>(slots_));
-  grad_sends_.resize(static_cast<std::size_t>(slots_));
-  recvs_.resize(1);
+  act_sends_.resize(static_cast<std::size_t>(total_slots));
+  grad_sends_.resize(static_cast<std::size_t>(total_slots));
+  losses_.assign(static_cast<std::size_t>(micro_batches), 0.0);
 }
 
-void PipelineExecutor::forward(int mb) {
-  const std::size_t slot = static_cast<std::size_t>(mb % slots_);
-  const std::size_t ids = static_cast<std::size_t>(micro_batch_) * seq_len_;
-  const std::int32_t* tok = first_ ? tokens_.as<std::int32_t>() + slot * ids : nullptr;
-  const std::int32_t* tgt = last_ ? targets_.as<std::int32_t>() + slot * ids : nullptr;
-  const float* in = first_ ? nullptr : input_.as<float>() + slot * boundary_;
-  const float loss = model_.forward_stage(tok, tgt, in, micro_batch_, seq_len_);
-  resident_ = mb;
-  if (last_) loss_sum_ += loss;
+std::size_t PipelineExecutor::slot_index(int chunk, int micro_batch) const {
+  const auto c = static_cast<std::size_t>(chunk);
+  return static_cast<std::size_t>(slot_base_[c] + micro_batch % slots_[c]);
 }
 
-void PipelineExecutor::backward(int mb, float dloss) {
-  if (resident_ != mb) {
-    // Recompute this micro-batch's activations from its saved input (the loss of the
-    // recomputation is not counted again).
-    const double kept = loss_sum_;
-    forward(mb);
-    loss_sum_ = kept;
-  }
-  model_.backward_stage(dloss, last_ ? nullptr : grad_in_.as<float>());
-  resident_ = -1;  // backward overwrote the logits / scratch
+void PipelineExecutor::wait(Request& r) {
+  ScopedAccumulate idle(idle_seconds_);
+  r.wait();
 }
 
-double PipelineExecutor::run_step(const Loader& load, float dloss) {
+double PipelineExecutor::run_step(const Loader& load, float dloss, const BackwardDone& done) {
+  DTRAIN_CHECK(!done || virtual_stages_ == 1, Errc::not_implemented,
+               "per-micro-batch gradients (--deterministic) with --virtual-stages "
+                   << virtual_stages_ << " are not implemented");
+  Stopwatch step;
   loss_sum_ = 0;
-  resident_ = -1;
+  idle_seconds_ = 0;
   Device& dev = model_.device();
-  const std::size_t ids = static_cast<std::size_t>(micro_batch_) * seq_len_;
   const auto n = static_cast<std::int64_t>(boundary_);
   for (const PipelineAction& a : actions_) {
-    const std::size_t slot = static_cast<std::size_t>(a.micro_batch % slots_);
+    const int c = a.chunk, slot = a.micro_batch % slots_[static_cast<std::size_t>(c)];
+    const std::size_t k = slot_index(c, a.micro_batch);
     switch (a.type) {
-      case ActionType::forward:
-        if (first_ || last_)
-          load(a.micro_batch, tokens_.as<std::int32_t>() + slot * ids,
-               targets_.as<std::int32_t>() + slot * ids);
-        forward(a.micro_batch);
-        break;
-      case ActionType::backward:
-        backward(a.micro_batch, dloss);
-        break;
-      case ActionType::send_activation: {
-        act_sends_[slot].wait();  // the slot's previous message has left
-        float* out = output_.as<float>() + slot * boundary_;
-        dev.copy_floats(out, model_.stage_output(), n);
-        act_sends_[slot] = pp_.isend(out, boundary_, DType::f32, a.peer, kActivationTag);
+      case ActionType::forward: {
+        wait(act_sends_[k]);  // the slot's output is about to be overwritten
+        if (embeds(c) || heads(c))
+          load(a.micro_batch, tokens_.as<std::int32_t>(), targets_.as<std::int32_t>());
+        const float* in = embeds(c) ? nullptr : model_.stage_input(c, slot);
+        const float loss = model_.forward_stage(tokens_.as<std::int32_t>(),
+                                                targets_.as<std::int32_t>(), in, micro_batch_,
+                                                seq_len_, c, slot);
+        if (heads(c)) {
+          loss_sum_ += loss;
+          losses_[static_cast<std::size_t>(a.micro_batch)] = loss;
+        }
         break;
       }
+      case ActionType::backward:
+        model_.backward_stage(dloss, heads(c) ? nullptr : grad_in_.as<float>(), c, slot);
+        if (done) done(a.micro_batch);
+        break;
+      case ActionType::send_activation:  // right after the forward: its output is current
+        act_sends_[k] = pp_.isend(model_.stage_output(), boundary_, DType::f32, a.peer,
+                                  activation_tag(a.peer_chunk));
+        break;
       case ActionType::send_grad: {
-        grad_sends_[slot].wait();
-        float* g = grad_out_.as<float>() + slot * boundary_;
+        wait(grad_sends_[k]);
+        float* g = grad_out_.as<float>() + k * boundary_;
         dev.copy_floats(g, model_.input_grad(), n);
-        grad_sends_[slot] = pp_.isend(g, boundary_, DType::f32, a.peer, kGradTag);
+        grad_sends_[k] = pp_.isend(g, boundary_, DType::f32, a.peer, grad_tag(a.peer_chunk));
         break;
       }
       case ActionType::recv_activation:
-        recvs_[0] = pp_.irecv(input_.as<float>() + slot * boundary_, boundary_, DType::f32,
-                              a.peer, kActivationTag);
-        recvs_[0].wait();
+        recv_ = pp_.irecv(model_.stage_input(c, slot), boundary_, DType::f32, a.peer,
+                          activation_tag(c));
+        wait(recv_);
         break;
       case ActionType::recv_grad:
-        recvs_[0] = pp_.irecv(grad_in_.as<float>(), boundary_, DType::f32, a.peer, kGradTag);
-        recvs_[0].wait();
+        recv_ = pp_.irecv(grad_in_.as<float>(), boundary_, DType::f32, a.peer, grad_tag(c));
+        wait(recv_);
         break;
     }
   }
   // Sends must be complete before the buffers are reused in the next step.
-  wait_all(act_sends_);
-  wait_all(grad_sends_);
+  for (Request& r : act_sends_) wait(r);
+  for (Request& r : grad_sends_) wait(r);
+  step_seconds_ = step.seconds();
   return loss_sum_;
 }
 
 double PipelineExecutor::forward_only(const std::int32_t* tokens, const std::int32_t* targets) {
-  const int stage = pp_.rank();
-  float* in = first_ ? nullptr : input_.as<float>();
-  if (!first_) pp_.recv(in, boundary_, DType::f32, stage - 1, kActivationTag);
-  const float loss = model_.forward_stage(tokens, targets, in, micro_batch_, seq_len_);
-  resident_ = -1;
-  if (!last_) pp_.send(model_.stage_output(), boundary_, DType::f32, stage + 1, kActivationTag);
-  return last_ ? loss : 0.0;
+  const int N = pp_.size(), stage = pp_.rank(), V = virtual_stages_;
+  double loss = 0;
+  for (int c = 0; c < V; ++c) {  // pieces in order: each waits for the one before
+    float* in = nullptr;
+    if (!embeds(c)) {
+      const pp::ChunkLocation prev = pp::previous_piece(N, V, stage, c);
+      in = model_.stage_input(c, 0);
+      pp_.recv(in, boundary_, DType::f32, prev.stage, activation_tag(c));
+    }
+    const float l = model_.forward_stage(tokens, targets, in, micro_batch_, seq_len_, c, 0);
+    if (heads(c)) {
+      loss = l;
+    } else {
+      const pp::ChunkLocation next = pp::next_piece(N, V, stage, c);
+      pp_.send(model_.stage_output(), boundary_, DType::f32, next.stage,
+               activation_tag(next.chunk));
+    }
+  }
+  return loss;
 }
 
 }  // namespace dtrain::parallel

@@ -161,6 +161,19 @@ int max_in_flight(ScheduleKind kind, int stages, int stage, int micro_batches,
   return micro_batches * virtual_stages;
 }
 
+std::vector<int> chunk_slots(ScheduleKind kind, int stages, int stage, int micro_batches,
+                             int virtual_stages) {
+  std::vector<int> slots(static_cast<std::size_t>(virtual_stages), 0);
+  std::vector<int> live(slots.size(), 0);
+  for (const PipelineAction& a : build_schedule(kind, stages, stage, micro_batches,
+                                                virtual_stages)) {
+    const auto c = static_cast<std::size_t>(a.chunk);
+    if (a.type == ActionType::forward) slots[c] = std::max(slots[c], ++live[c]);
+    if (a.type == ActionType::backward) --live[c];
+  }
+  return slots;
+}
+
 double bubble_fraction(ScheduleKind kind, int stages, int micro_batches, int virtual_stages) {
   validate_schedule(kind, stages, micro_batches, virtual_stages);
   const double N = stages;

@@ -1,0 +1,60 @@
+#include "options.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+static int usage(const char* why) {
+  fprintf(stderr,
+          "dtrain-c-example: %s\n"
+          "usage: mpiexec -n N dtrain-c-example [--steps N] [--lr X] [--save-dir DIR]\n"
+          "       [--save-every K] [--keep K] [--resume PATH|DIR|auto] [--out FILE]\n",
+          why);
+  return 1;
+}
+
+/* A whole, non-negative number. */
+static int parse_count(const char* s, int* v) {
+  char* end = NULL;
+  const long x = strtol(s, &end, 10);
+  if (!*s || *end || x < 0 || x > 1000000000L) return 1;
+  *v = (int)x;
+  return 0;
+}
+
+int parse_options(int argc, char** argv, options_t* o) {
+  o->steps = 300;
+  o->lr = 0.01f;
+  o->save_dir = NULL;
+  o->save_every = 0;
+  o->keep = 0;
+  o->resume = NULL;
+  o->out = NULL;
+  for (int i = 1; i < argc; ++i) {
+    const char* name = argv[i];
+    const char* value = i + 1 < argc ? argv[i + 1] : NULL;
+    if (!value) return usage("every option takes a value");
+    ++i;
+    if (strcmp(name, "--steps") == 0) {
+      if (parse_count(value, &o->steps)) return usage("--steps needs a whole number");
+    } else if (strcmp(name, "--lr") == 0) {
+      o->lr = strtof(value, NULL);
+      if (!(o->lr > 0)) return usage("--lr needs a positive number");
+    } else if (strcmp(name, "--save-dir") == 0) {
+      o->save_dir = value;
+    } else if (strcmp(name, "--save-every") == 0) {
+      if (parse_count(value, &o->save_every)) return usage("--save-every needs a whole number");
+    } else if (strcmp(name, "--keep") == 0) {
+      if (parse_count(value, &o->keep)) return usage("--keep needs a whole number");
+    } else if (strcmp(name, "--resume") == 0) {
+      o->resume = value;
+    } else if (strcmp(name, "--out") == 0) {
+      o->out = value;
+    } else {
+      return usage("unknown option");
+    }
+  }
+  if (o->resume && strcmp(o->resume, "auto") == 0 && !o->save_dir)
+    return usage("--resume auto needs --save-dir");
+  return 0;
+}

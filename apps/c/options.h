@@ -1,0 +1,18 @@
+/* Command line of dtrain-c-example. */
+#ifndef DTRAIN_C_EXAMPLE_OPTIONS_H
+#define DTRAIN_C_EXAMPLE_OPTIONS_H
+
+typedef struct {
+  int steps;            /* --steps N: train until N optimiser steps are done (300) */
+  float lr;             /* --lr X: AdamW learning rate (0.01) */
+  const char* save_dir; /* --save-dir DIR: write checkpoints there */
+  int save_every;       /* --save-every K: after every K steps (0: once, at the end) */
+  int keep;             /* --keep K: newest checkpoints kept (0: all) */
+  const char* resume;   /* --resume PATH|DIR|auto: continue from a checkpoint */
+  const char* out;      /* --out FILE: final evaluation loss and parameters, one per line */
+} options_t;
+
+/* 0 when argv holds valid options; otherwise prints why and the usage to stderr. */
+int parse_options(int argc, char** argv, options_t* o);
+
+#endif

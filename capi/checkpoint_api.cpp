@@ -1,0 +1,76 @@
+// Checkpoint entry points: save and load of byom tensors and built-in models, and finding
+// the checkpoint to resume from.
+#include <cstring>
+#include <string>
+
+#include "byom.hpp"
+#include "model.hpp"
+
+using namespace dtrain::capi;
+
+namespace {
+
+std::string need_path(const char* p, const char* name) {
+  need_ptr(p, name);
+  if (!*p) fail(DT_ERR_INVALID_ARGUMENT, std::string(name) + " must not be empty");
+  return p;
+}
+
+int need_keep(int keep) {
+  need(keep >= 0, "keep must be >= 0 (0 keeps every checkpoint)");
+  return keep;
+}
+
+}  // namespace
+
+extern "C" {
+
+dt_result_t dt_byom_save_checkpoint(dt_byom_t byom, const char* dir, int keep) {
+  return with_byom(__func__, byom, [&](dt_byom_s& b) {
+    const std::string d = need_path(dir, "dir");
+    need_keep(keep);
+    Checkpoints& io = b.checkpoint_io();
+    b.copy_in(false);  // the program's buffers are the parameters to save
+    io.save(d, keep);
+  });
+}
+
+dt_result_t dt_byom_load_checkpoint(dt_byom_t byom, const char* source) {
+  return with_byom(__func__, byom, [&](dt_byom_s& b) {
+    const std::string s = need_path(source, "source");
+    b.checkpoint_io().load(s);
+    b.copy_out();
+  });
+}
+
+dt_result_t dt_model_save_checkpoint(dt_model_t model, const char* dir, int keep) {
+  return with_model(__func__, model, [&](dt_model_s& m) {
+    const std::string d = need_path(dir, "dir");
+    need_keep(keep);
+    m.checkpoint_io().save(d, keep);
+  });
+}
+
+dt_result_t dt_model_load_checkpoint(dt_model_t model, const char* source) {
+  return with_model(__func__, model, [&](dt_model_s& m) {
+    const std::string s = need_path(source, "source");
+    m.checkpoint_io().load(s);
+    m.params().zero_grads();
+  });
+}
+
+dt_result_t dt_checkpoint_find(dt_comm_t comm, const char* dir, char* path, size_t capacity,
+                               size_t* length) {
+  return call<dt_comm_s>(__func__, comm, Kind::comm, "comm", [&](dt_comm_s& c) {
+    const std::string d = need_path(dir, "dir");
+    need_ptr(length, "length");
+    const std::string found = find_checkpoint(*c.comm, d);
+    *length = found.size();
+    if (capacity == 0 && !path) return;  // length query
+    need_ptr(path, "path");
+    need(capacity > found.size(), "capacity is too small for the path and its NUL");
+    std::memcpy(path, found.c_str(), found.size() + 1);
+  });
+}
+
+}  // extern "C"

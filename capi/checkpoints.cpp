@@ -1,0 +1,119 @@
+#include "checkpoints.hpp"
+
+#include <climits>
+#include <filesystem>
+#include <new>
+#include <sstream>
+
+#include "dtrain/ckpt/file.hpp"
+#include "dtrain/core/error.hpp"
+#include "guard.hpp"
+
+namespace dtrain::capi {
+namespace {
+
+// byom and MLP checkpoints are not GPTs: their /model attributes record zeros, and their
+// tensors are checked by name and shape (check_tensors) instead of by configuration.
+GptConfig not_a_gpt() {
+  GptConfig c;
+  c.layers = c.heads = c.d_model = c.seq_len = c.vocab = 0;
+  c.tie_embeddings = false;
+  return c;
+}
+
+std::string shape_text(const std::vector<std::uint64_t>& dims) {
+  std::ostringstream os;
+  os << "[";
+  for (std::size_t i = 0; i < dims.size(); ++i) os << (i ? ", " : "") << dims[i];
+  os << "]";
+  return os.str();
+}
+
+// Runs body on rank 0 only and makes every rank fail alike when it throws, so a check that
+// reads a file once still ends in the same code and message everywhere.
+template <class F>
+void on_root_for_all(Communicator& comm, F&& body) {
+  int code = DT_SUCCESS;
+  std::string message;
+  if (comm.rank() == 0) {
+    try {
+      body();
+    } catch (const CError& e) {
+      code = e.code();
+      message = e.what();
+    } catch (const Error& e) {
+      code = static_cast<int>(e.code());
+      message = e.what();
+    } catch (const std::bad_alloc&) {
+      code = DT_ERR_OUT_OF_MEMORY;
+      message = "out of memory";
+    } catch (const std::exception& e) {  // never leave the other ranks waiting
+      code = DT_ERR_INTERNAL;
+      message = std::string("internal error: ") + e.what();
+    }
+  }
+  comm.broadcast(&code, &code, 1, DType::i32, 0);
+  if (code == DT_SUCCESS) return;
+  std::uint64_t n = message.size();
+  comm.broadcast(&n, &n, 1, DType::i64, 0);
+  message.resize(n);
+  if (n > 0) comm.broadcast(message.data(), message.data(), n, DType::u8, 0);
+  fail(static_cast<dt_result_t>(code), message);
+}
+
+}  // namespace
+
+Checkpoints::Checkpoints(Communicator& dp, ParameterStore& params, StepEngine& engine,
+                         const GptConfig* gpt)
+    : grid_(dp, GridShape{}),
+      params_(params),
+      engine_(engine),
+      is_gpt_(gpt != nullptr),
+      checkpointer_(grid_, params, engine.optimizer(), engine.sharded(), gpt ? *gpt : not_a_gpt()) {}
+
+std::string Checkpoints::save(const std::string& dir, int keep) {
+  ckpt::CheckpointInfo info;
+  info.step = engine_.steps();
+  return checkpointer_.save(dir, info, keep == 0 ? INT_MAX : keep);
+}
+
+std::string Checkpoints::resolve(const std::string& source) {
+  Communicator& comm = grid_.world();
+  // "auto" on a directory gives its newest checkpoint; on anything else "".
+  std::string path = ckpt::resolve_resume(comm, "auto", source);
+  if (!path.empty()) return path;
+  on_root_for_all(comm, [&] {
+    std::error_code ec;
+    if (std::filesystem::is_directory(source, ec))
+      fail(DT_ERR_IO, "no checkpoint in directory '" + source + "'");
+    if (!std::filesystem::is_regular_file(source, ec))
+      fail(DT_ERR_IO, "no checkpoint file or directory '" + source + "'");
+  });
+  return source;
+}
+
+void Checkpoints::check_tensors(const std::string& path) {
+  on_root_for_all(grid_.world(), [&] {
+    const ckpt::CheckpointFile file(path);
+    for (const ParamInfo& p : params_) {
+      const ckpt::DatasetInfo* d = file.find("/model/" + p.name);
+      if (!d) fail(DT_ERR_INVALID_CONFIG, "checkpoint '" + path + "' has no tensor '" + p.name + "'");
+      const std::vector<std::uint64_t> want(p.shape.begin(), p.shape.end());
+      if (d->shape != want)
+        fail(DT_ERR_INVALID_CONFIG, "tensor '" + p.name + "' has shape " + shape_text(d->shape) +
+                                        " in checkpoint '" + path + "' but " + shape_text(want) + " here");
+    }
+  });
+}
+
+void Checkpoints::load(const std::string& source) {
+  const std::string path = resolve(source);
+  if (!is_gpt_) check_tensors(path);
+  checkpointer_.load(path);
+}
+
+std::string find_checkpoint(Communicator& comm, const std::string& dir) {
+  return ckpt::resolve_resume(comm, "auto", dir);
+}
+
+}  // namespace dtrain::capi

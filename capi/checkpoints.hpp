@@ -1,0 +1,42 @@
+#pragma once
+// HDF5 checkpoints of a byom or built-in model through the public lib/ckpt API: the dp group
+// of the handle becomes the world of a tp = pp = 1 process grid for the Checkpointer.
+#include <memory>
+#include <optional>
+#include <string>
+
+#include "dtrain/ckpt/checkpoint.hpp"
+#include "dtrain/comm/process_grid.hpp"
+#include "step_engine.hpp"
+
+namespace dtrain::capi {
+
+class Checkpoints {
+ public:
+  // Collective over dp. gpt: the GPT's configuration (checked on load by the checkpoint
+  // layer); null for byom and MLP, whose tensors are checked by name and shape instead.
+  // Every argument is borrowed for the object's lifetime.
+  Checkpoints(Communicator& dp, ParameterStore& params, StepEngine& engine, const GptConfig* gpt);
+  Checkpoints(const Checkpoints&) = delete;
+  Checkpoints& operator=(const Checkpoints&) = delete;
+
+  // Collective. Writes dir/step_<steps>.h5; keep 0 keeps every checkpoint. Returns the path.
+  std::string save(const std::string& dir, int keep);
+  // Collective. source: a file, or a directory whose newest checkpoint is loaded.
+  void load(const std::string& source);
+
+ private:
+  std::string resolve(const std::string& source);
+  void check_tensors(const std::string& path);
+
+  ProcessGrid grid_;
+  ParameterStore& params_;
+  StepEngine& engine_;
+  bool is_gpt_;
+  ckpt::Checkpointer checkpointer_;
+};
+
+// Collective over comm: the newest complete checkpoint in dir ("" when none).
+std::string find_checkpoint(Communicator& comm, const std::string& dir);
+
+}  // namespace dtrain::capi

@@ -1,0 +1,137 @@
+!> @file
+!> Bring your own model: arrays the program owns, averaged, clipped and updated by dtrain.
+!> @brief Part of module dtrain: registered parameter arrays and their optimiser step.
+module dtrain_byom
+  use, intrinsic :: iso_c_binding
+  use dtrain_types
+  use dtrain_c_binding
+  implicit none
+  private
+
+  public :: dt_byom_create, dt_byom_destroy, dt_byom_register, dt_byom_step, dt_byom_steps
+
+contains
+
+  !> An optimiser for arrays the program owns (AdamW, data parallel over dp). Not collective.
+  !> @param[in] dp the data-parallel group (the world, or dt_grid_comm(..., DT_GROUP_DP)).
+  !> @param[out] byom the new handle (null on failure).
+  !> @param[out] ierr DT_SUCCESS; DT_ERR_INVALID_HANDLE; DT_ERR_INVALID_CONFIG (a setting out
+  !>             of range); DT_ERR_NOT_IMPLEMENTED (zero_stage > 1).
+  !> @param[in] weight_decay optional decoupled weight decay (default 0.1).
+  !> @param[in] clip_grad optional global-norm clipping threshold, 0 disables (default 1).
+  !> @param[in] zero_stage optional 0 (default) or 1: ZeRO-1, moments sharded over dp.
+  !> @param[in] beta1 optional first-moment decay (default 0.9).
+  !> @param[in] beta2 optional second-moment decay (default 0.95).
+  !> @param[in] eps optional AdamW epsilon (default 1e-8).
+  !> @param[in] bucket_mb optional gradient bucket size in MiB, real(c_double) (default 25).
+  subroutine dt_byom_create(dp, byom, ierr, weight_decay, clip_grad, zero_stage, beta1, beta2, &
+                            eps, bucket_mb)
+    type(dt_comm), intent(in) :: dp
+    type(dt_byom), intent(out) :: byom
+    integer, intent(out) :: ierr
+    real, intent(in), optional :: weight_decay, clip_grad, beta1, beta2, eps
+    integer, intent(in), optional :: zero_stage
+    real(c_double), intent(in), optional :: bucket_mb
+    ierr = ret(c_byom_create(dp, optimizer_config(weight_decay, clip_grad, zero_stage, beta1, &
+                                                  beta2, eps, bucket_mb), byom))
+  end subroutine
+
+  !> Releases a byom handle (never the program's arrays).
+  !> @param[inout] byom the handle; null afterwards on success.
+  !> @param[out] ierr DT_SUCCESS or DT_ERR_INVALID_HANDLE.
+  subroutine dt_byom_destroy(byom, ierr)
+    type(dt_byom), intent(inout) :: byom
+    integer, intent(out) :: ierr
+    ierr = ret(c_byom_destroy(byom))
+    if (ierr == DT_SUCCESS) byom%ptr = c_null_ptr
+  end subroutine
+
+  !> Registers a parameter array and its gradient array, before the first step or checkpoint.
+  !> Both must be contiguous and stay allocated and in place until the handle is destroyed
+  !> (dtrain keeps their addresses: pass the arrays themselves, or dummies that refer to
+  !> them, never expressions or copies); every rank registers the same arrays in the same
+  !> order. The C (and checkpoint) shape is the Fortran shape reversed: w(nout, nin) is
+  !> stored as a row-major [nin, nout] tensor.
+  !> @param[in] byom a live byom.
+  !> @param[in] name unique name; the checkpoint dataset is /model/name.
+  !> @param[inout] param real(c_float) array of any rank, updated in place by each step.
+  !> @param[in] grad real(c_float) array of the same shape, read by each step.
+  !> @param[out] ierr DT_SUCCESS; DT_ERR_INVALID_ARGUMENT (a scalar, shapes differ, a strided
+  !>             section, a name used twice); DT_ERR_INVALID_STATE (after the first step or
+  !>             checkpoint).
+  !> @param[in] no_decay optional; .true. excludes the array from weight decay (biases).
+  subroutine dt_byom_register(byom, name, param, grad, ierr, no_decay)
+    type(dt_byom), intent(in) :: byom
+    character(len=*), intent(in) :: name
+    ! Not declared contiguous: that would let the compiler pass a temporary copy whose
+    ! address dies with the call. Contiguity is checked instead.
+    real(c_float), dimension(..), target, intent(inout) :: param
+    real(c_float), dimension(..), target, intent(in) :: grad
+    integer, intent(out) :: ierr
+    logical, intent(in), optional :: no_decay
+    integer(c_int64_t) :: c_shape(max(rank(param), 1))
+    integer(c_int) :: flags
+    integer :: d, nd
+    nd = rank(param)
+    if (nd == 0) then
+      call fail_here(ierr, DT_ERR_INVALID_ARGUMENT, 'dt_byom_register', 'param must be an array')
+      return
+    end if
+    if (rank(grad) /= nd) then
+      call fail_here(ierr, DT_ERR_INVALID_ARGUMENT, 'dt_byom_register', &
+                     'grad must have the shape of param')
+      return
+    end if
+    if (any(shape(grad) /= shape(param))) then
+      call fail_here(ierr, DT_ERR_INVALID_ARGUMENT, 'dt_byom_register', &
+                     'grad must have the shape of param')
+      return
+    end if
+    if (.not. (is_contiguous(param) .and. is_contiguous(grad))) then
+      call fail_here(ierr, DT_ERR_INVALID_ARGUMENT, 'dt_byom_register', &
+                     'param and grad must be contiguous (whole arrays, not strided sections)')
+      return
+    end if
+    do d = 1, nd
+      c_shape(d) = size(param, nd - d + 1, kind=c_int64_t)
+    end do
+    flags = 0
+    if (present(no_decay)) then
+      if (no_decay) flags = 1
+    end if
+    ierr = ret(c_byom_register(byom, c_string(name), int(nd, c_int), c_shape, DT_F32, &
+                               c_loc(param), c_loc(grad), flags))
+  end subroutine
+
+  !> One optimiser step: gradient average over dp, global-norm clipping, AdamW. Collective
+  !> over the dp group. The gradient arrays are read, never written: zero them yourself.
+  !> @param[in] byom a live byom.
+  !> @param[in] lr learning rate, >= 0.
+  !> @param[out] ierr DT_SUCCESS; DT_ERR_INVALID_STATE (nothing registered);
+  !>             DT_ERR_INVALID_ARGUMENT (lr).
+  !> @param[out] grad_norm optional global gradient norm before clipping.
+  subroutine dt_byom_step(byom, lr, ierr, grad_norm)
+    type(dt_byom), intent(in) :: byom
+    real, intent(in) :: lr
+    integer, intent(out) :: ierr
+    real, intent(out), optional :: grad_norm
+    real(c_float) :: norm
+    norm = 0
+    ierr = ret(c_byom_step(byom, real(lr, c_float), norm))
+    if (present(grad_norm)) grad_norm = norm
+  end subroutine
+
+  !> Optimiser steps taken (restored by dt_byom_load_checkpoint).
+  !> @param[in] byom a live byom.
+  !> @param[out] steps the count.
+  !> @param[out] ierr DT_SUCCESS or DT_ERR_INVALID_HANDLE.
+  subroutine dt_byom_steps(byom, steps, ierr)
+    type(dt_byom), intent(in) :: byom
+    integer, intent(out) :: steps, ierr
+    integer(c_long) :: n
+    n = 0
+    ierr = ret(c_byom_steps(byom, n))
+    steps = int(n)
+  end subroutine
+
+end module dtrain_byom

@@ -1,0 +1,300 @@
+!> @file
+!> Built-in models (MLP classifier, GPT): creation, forward and backward on the program's
+!> batches, evaluation, prediction and the optimiser step.
+!> @brief Part of module dtrain: the built-in MLP and GPT.
+module dtrain_models
+  use, intrinsic :: iso_c_binding
+  use dtrain_types
+  use dtrain_c_binding
+  use dtrain_tensors, only: dt_model_num_tensors, dt_model_tensor_name, dt_model_tensor_shape
+  implicit none
+  private
+
+  public :: dt_model_create_mlp, dt_model_create_gpt, dt_model_destroy, dt_model_step, &
+            dt_model_steps, dt_mlp_forward_backward, dt_mlp_evaluate, dt_mlp_predict, &
+            dt_gpt_forward_backward, dt_gpt_evaluate
+
+contains
+
+  !> The built-in MLP classifier: Linear layers with GELU between them, softmax
+  !> cross-entropy; parameters 'layers.I.weight' and 'layers.I.bias'. Collective over dp.
+  !> @param[in] dp the data-parallel group its steps average over.
+  !> @param[in] sizes integer(c_int) (inputs, hidden..., classes), at least 2 entries.
+  !> @param[in] max_batch largest batch passed to forward.
+  !> @param[out] model the new model (null on failure).
+  !> @param[out] ierr DT_SUCCESS; DT_ERR_INVALID_ARGUMENT (fewer than 2 sizes);
+  !>             DT_ERR_INVALID_CONFIG (a size, a setting, or seeds that differ over dp).
+  !> @param[in] seed optional integer(c_int64_t) weight initialisation (default 1337).
+  !> @param[in] weight_decay optional, as for dt_byom_create (default 0.1).
+  !> @param[in] clip_grad optional (default 1).
+  !> @param[in] zero_stage optional 0 or 1 (default 0).
+  !> @param[in] beta1 optional (default 0.9).
+  !> @param[in] beta2 optional (default 0.95).
+  !> @param[in] eps optional (default 1e-8).
+  !> @param[in] bucket_mb optional real(c_double) (default 25).
+  subroutine dt_model_create_mlp(dp, sizes, max_batch, model, ierr, seed, weight_decay, &
+                                 clip_grad, zero_stage, beta1, beta2, eps, bucket_mb)
+    type(dt_comm), intent(in) :: dp
+    integer(c_int), dimension(:), target, contiguous, intent(in) :: sizes
+    integer, intent(in) :: max_batch
+    type(dt_model), intent(out) :: model
+    integer, intent(out) :: ierr
+    integer(c_int64_t), intent(in), optional :: seed
+    real, intent(in), optional :: weight_decay, clip_grad, beta1, beta2, eps
+    integer, intent(in), optional :: zero_stage
+    real(c_double), intent(in), optional :: bucket_mb
+    type(mlp_config_c) :: cfg
+    cfg = mlp_config_c(0_c_size_t, size(sizes), c_loc(sizes), max_batch, 1337_c_int64_t)
+    cfg%struct_size = c_sizeof(cfg)
+    if (present(seed)) cfg%seed = seed
+    ierr = ret(c_model_create_mlp(dp, cfg, optimizer_config(weight_decay, clip_grad, zero_stage, &
+                                                            beta1, beta2, eps, bucket_mb), model))
+  end subroutine
+
+  !> A GPT-2-style model (names and shapes in docs/model.md). Collective over dp.
+  !> @param[in] dp the data-parallel group its steps average over.
+  !> @param[out] model the new model (null on failure).
+  !> @param[out] ierr DT_SUCCESS; DT_ERR_INVALID_CONFIG (an impossible shape or setting).
+  !> @param[in] layers optional transformer blocks (default 4).
+  !> @param[in] heads optional attention heads, dividing d_model (default 4).
+  !> @param[in] d_model optional width (default 256).
+  !> @param[in] seq_len optional longest sequence (default 256).
+  !> @param[in] vocab optional vocabulary size (default 256).
+  !> @param[in] tie_embeddings optional; .false. gives the LM head its own weights.
+  !> @param[in] max_batch optional largest number of sequences per forward (default 8).
+  !> @param[in] seed optional integer(c_int64_t) weight initialisation (default 1337).
+  !> @param[in] weight_decay optional, as for dt_byom_create (default 0.1).
+  !> @param[in] clip_grad optional (default 1).
+  !> @param[in] zero_stage optional 0 or 1 (default 0).
+  !> @param[in] beta1 optional (default 0.9).
+  !> @param[in] beta2 optional (default 0.95).
+  !> @param[in] eps optional (default 1e-8).
+  !> @param[in] bucket_mb optional real(c_double) (default 25).
+  subroutine dt_model_create_gpt(dp, model, ierr, layers, heads, d_model, seq_len, vocab, &
+                                 tie_embeddings, max_batch, seed, weight_decay, clip_grad, &
+                                 zero_stage, beta1, beta2, eps, bucket_mb)
+    type(dt_comm), intent(in) :: dp
+    type(dt_model), intent(out) :: model
+    integer, intent(out) :: ierr
+    integer, intent(in), optional :: layers, heads, d_model, seq_len, vocab, max_batch
+    logical, intent(in), optional :: tie_embeddings
+    integer(c_int64_t), intent(in), optional :: seed
+    real, intent(in), optional :: weight_decay, clip_grad, beta1, beta2, eps
+    integer, intent(in), optional :: zero_stage
+    real(c_double), intent(in), optional :: bucket_mb
+    type(gpt_config_c) :: cfg
+    cfg = gpt_config_c(0_c_size_t, 4, 4, 256, 256, 256, 1, 8, 1337_c_int64_t)
+    cfg%struct_size = c_sizeof(cfg)
+    if (present(layers)) cfg%layers = layers
+    if (present(heads)) cfg%heads = heads
+    if (present(d_model)) cfg%d_model = d_model
+    if (present(seq_len)) cfg%seq_len = seq_len
+    if (present(vocab)) cfg%vocab = vocab
+    if (present(max_batch)) cfg%max_batch = max_batch
+    if (present(tie_embeddings)) cfg%tie_embeddings = merge(1, 0, tie_embeddings)
+    if (present(seed)) cfg%seed = seed
+    ierr = ret(c_model_create_gpt(dp, cfg, optimizer_config(weight_decay, clip_grad, zero_stage, &
+                                                            beta1, beta2, eps, bucket_mb), model))
+  end subroutine
+
+  !> Releases a model and its optimiser state.
+  !> @param[inout] model the model; null afterwards on success.
+  !> @param[out] ierr DT_SUCCESS or DT_ERR_INVALID_HANDLE.
+  subroutine dt_model_destroy(model, ierr)
+    type(dt_model), intent(inout) :: model
+    integer, intent(out) :: ierr
+    ierr = ret(c_model_destroy(model))
+    if (ierr == DT_SUCCESS) model%ptr = c_null_ptr
+  end subroutine
+
+  ! Inputs and classes of an MLP, from the shapes of its first and last tensors; 0 when the
+  ! handle is bad or not an MLP (the C call then refuses it before touching any array).
+  subroutine mlp_dims(model, inputs, classes)
+    type(dt_model), intent(in) :: model
+    integer, intent(out) :: inputs, classes
+    character(len=:), allocatable :: first, last
+    integer(c_int64_t), allocatable :: s_in(:), s_out(:)
+    integer :: n, ierr
+    inputs = 0
+    classes = 0
+    call dt_model_num_tensors(model, n, ierr)
+    if (ierr /= DT_SUCCESS) return
+    call dt_model_tensor_name(model, 1, first, ierr)
+    if (ierr /= DT_SUCCESS .or. first /= 'layers.0.weight') return
+    call dt_model_tensor_name(model, n, last, ierr)
+    if (ierr /= DT_SUCCESS) return
+    call dt_model_tensor_shape(model, first, s_in, ierr)
+    if (ierr /= DT_SUCCESS) return
+    call dt_model_tensor_shape(model, last, s_out, ierr)
+    if (ierr /= DT_SUCCESS) return
+    inputs = int(s_in(1))
+    classes = int(s_out(1))
+  end subroutine
+
+  ! Checks x(inputs, batch), labels(batch) (nlabels < 0: none) and logits(classes, batch)
+  ! (logits_shape(1) < 0: none) against the model; .false. with ierr set when they do not fit.
+  logical function mlp_arrays_fit(model, x, nlabels, logits_shape, procedure, ierr) result(ok)
+    type(dt_model), intent(in) :: model
+    real(c_float), dimension(:, :), intent(in) :: x
+    integer, intent(in) :: nlabels, logits_shape(2)
+    character(len=*), intent(in) :: procedure
+    integer, intent(out) :: ierr
+    integer :: inputs, classes
+    ok = .false.
+    ierr = DT_SUCCESS
+    call mlp_dims(model, inputs, classes)
+    if (inputs > 0 .and. size(x, 1) /= inputs) then
+      call fail_here(ierr, DT_ERR_INVALID_ARGUMENT, procedure, 'x must have one row per input')
+    else if (nlabels >= 0 .and. nlabels /= size(x, 2)) then
+      call fail_here(ierr, DT_ERR_INVALID_ARGUMENT, procedure, &
+                     'labels must have one entry per column of x')
+    else if (classes > 0 .and. logits_shape(1) >= 0 .and. &
+             any(logits_shape /= [classes, size(x, 2)])) then
+      call fail_here(ierr, DT_ERR_INVALID_ARGUMENT, procedure, &
+                     'logits must be (classes, batch) with batch the columns of x')
+    else
+      ok = .true.
+    end if
+  end function
+
+  !> MLP forward and backward on this rank's batch; gradients accumulate until dt_model_step.
+  !> @param[in] model a live MLP.
+  !> @param[in] x real(c_float) x(inputs, batch): one sample per column.
+  !> @param[in] labels integer(c_int) labels(batch), 0-based classes (values, not indices).
+  !> @param[out] loss this rank's mean cross-entropy.
+  !> @param[out] ierr DT_SUCCESS; DT_ERR_INVALID_ARGUMENT (shapes, batch > max_batch, a label
+  !>             out of range, not an MLP).
+  subroutine dt_mlp_forward_backward(model, x, labels, loss, ierr)
+    type(dt_model), intent(in) :: model
+    real(c_float), dimension(:, :), contiguous, intent(in) :: x
+    integer(c_int), dimension(:), contiguous, intent(in) :: labels
+    real, intent(out) :: loss
+    integer, intent(out) :: ierr
+    real(c_float) :: l
+    l = 0
+    loss = 0
+    if (.not. mlp_arrays_fit(model, x, size(labels), [-1, -1], 'dt_mlp_forward_backward', ierr)) return
+    ierr = ret(c_mlp_forward_backward(model, x, labels, int(size(x, 2), c_int), l))
+    loss = l
+  end subroutine
+
+  !> Mean MLP loss on a batch, gradients untouched.
+  !> @param[in] model a live MLP.
+  !> @param[in] x real(c_float) x(inputs, batch).
+  !> @param[in] labels integer(c_int) labels(batch), 0-based classes.
+  !> @param[out] loss the mean cross-entropy.
+  !> @param[out] ierr DT_SUCCESS; DT_ERR_INVALID_ARGUMENT.
+  subroutine dt_mlp_evaluate(model, x, labels, loss, ierr)
+    type(dt_model), intent(in) :: model
+    real(c_float), dimension(:, :), contiguous, intent(in) :: x
+    integer(c_int), dimension(:), contiguous, intent(in) :: labels
+    real, intent(out) :: loss
+    integer, intent(out) :: ierr
+    real(c_float) :: l
+    l = 0
+    loss = 0
+    if (.not. mlp_arrays_fit(model, x, size(labels), [-1, -1], 'dt_mlp_evaluate', ierr)) return
+    ierr = ret(c_mlp_evaluate(model, x, labels, int(size(x, 2), c_int), l))
+    loss = l
+  end subroutine
+
+  !> MLP logits of a batch.
+  !> @param[in] model a live MLP.
+  !> @param[in] x real(c_float) x(inputs, batch).
+  !> @param[out] logits real(c_float) logits(classes, batch); the predicted class of sample
+  !>             s is maxloc(logits(:, s)) - 1.
+  !> @param[out] ierr DT_SUCCESS; DT_ERR_INVALID_ARGUMENT (shapes, not an MLP).
+  subroutine dt_mlp_predict(model, x, logits, ierr)
+    type(dt_model), intent(in) :: model
+    real(c_float), dimension(:, :), contiguous, intent(in) :: x
+    real(c_float), dimension(:, :), contiguous, intent(out) :: logits
+    integer, intent(out) :: ierr
+    if (.not. mlp_arrays_fit(model, x, -1, shape(logits), 'dt_mlp_predict', ierr)) return
+    ierr = ret(c_mlp_predict(model, x, int(size(x, 2), c_int), logits))
+  end subroutine
+
+  ! tokens and targets of one shape; .false. with ierr set otherwise.
+  logical function same_shape(tokens, targets, procedure, ierr) result(ok)
+    integer(c_int32_t), dimension(:, :), intent(in) :: tokens, targets
+    character(len=*), intent(in) :: procedure
+    integer, intent(out) :: ierr
+    ok = all(shape(tokens) == shape(targets))
+    ierr = DT_SUCCESS
+    if (.not. ok) call fail_here(ierr, DT_ERR_INVALID_ARGUMENT, procedure, &
+                                 'tokens and targets must have the same shape')
+  end function
+
+  !> GPT forward and backward (next-token cross-entropy); gradients accumulate until
+  !> dt_model_step.
+  !> @param[in] model a live GPT.
+  !> @param[in] tokens integer(c_int32_t) tokens(seq, batch): one sequence per column, token
+  !>            ids in [0, vocab) (values, not indices).
+  !> @param[in] targets integer(c_int32_t) targets(seq, batch), ids in [0, vocab).
+  !> @param[out] loss this rank's mean loss.
+  !> @param[out] ierr DT_SUCCESS; DT_ERR_INVALID_ARGUMENT (shapes, seq > seq_len, batch >
+  !>             max_batch, a token out of range, not a GPT).
+  subroutine dt_gpt_forward_backward(model, tokens, targets, loss, ierr)
+    type(dt_model), intent(in) :: model
+    integer(c_int32_t), dimension(:, :), contiguous, intent(in) :: tokens, targets
+    real, intent(out) :: loss
+    integer, intent(out) :: ierr
+    real(c_float) :: l
+    l = 0
+    loss = 0
+    if (.not. same_shape(tokens, targets, 'dt_gpt_forward_backward', ierr)) return
+    ierr = ret(c_gpt_forward_backward(model, tokens, targets, int(size(tokens, 2), c_int), &
+                                      int(size(tokens, 1), c_int), l))
+    loss = l
+  end subroutine
+
+  !> Mean GPT loss on a batch, gradients untouched.
+  !> @param[in] model a live GPT.
+  !> @param[in] tokens integer(c_int32_t) tokens(seq, batch), ids in [0, vocab).
+  !> @param[in] targets integer(c_int32_t) targets(seq, batch).
+  !> @param[out] loss the mean loss.
+  !> @param[out] ierr DT_SUCCESS; DT_ERR_INVALID_ARGUMENT.
+  subroutine dt_gpt_evaluate(model, tokens, targets, loss, ierr)
+    type(dt_model), intent(in) :: model
+    integer(c_int32_t), dimension(:, :), contiguous, intent(in) :: tokens, targets
+    real, intent(out) :: loss
+    integer, intent(out) :: ierr
+    real(c_float) :: l
+    l = 0
+    loss = 0
+    if (.not. same_shape(tokens, targets, 'dt_gpt_evaluate', ierr)) return
+    ierr = ret(c_gpt_evaluate(model, tokens, targets, int(size(tokens, 2), c_int), &
+                              int(size(tokens, 1), c_int), l))
+    loss = l
+  end subroutine
+
+  !> Optimiser step: average the accumulated gradients over dp, clip, AdamW, zero the
+  !> gradients. Collective over the model's dp group.
+  !> @param[in] model a live model.
+  !> @param[in] lr learning rate, >= 0.
+  !> @param[out] ierr DT_SUCCESS; DT_ERR_INVALID_ARGUMENT (lr).
+  !> @param[out] grad_norm optional global gradient norm before clipping.
+  subroutine dt_model_step(model, lr, ierr, grad_norm)
+    type(dt_model), intent(in) :: model
+    real, intent(in) :: lr
+    integer, intent(out) :: ierr
+    real, intent(out), optional :: grad_norm
+    real(c_float) :: norm
+    norm = 0
+    ierr = ret(c_model_step(model, real(lr, c_float), norm))
+    if (present(grad_norm)) grad_norm = norm
+  end subroutine
+
+  !> Optimiser steps taken (restored by dt_model_load_checkpoint).
+  !> @param[in] model a live model.
+  !> @param[out] steps the count.
+  !> @param[out] ierr DT_SUCCESS or DT_ERR_INVALID_HANDLE.
+  subroutine dt_model_steps(model, steps, ierr)
+    type(dt_model), intent(in) :: model
+    integer, intent(out) :: steps, ierr
+    integer(c_long) :: n
+    n = 0
+    ierr = ret(c_model_steps(model, n))
+    steps = int(n)
+  end subroutine
+
+end module dtrain_models

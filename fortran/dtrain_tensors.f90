@@ -1,0 +1,132 @@
+!> @file
+!> The parameters of a built-in model: all at once, or one tensor by index or name.
+!> @brief Part of module dtrain: reading and writing a built-in model's parameters.
+module dtrain_tensors
+  use, intrinsic :: iso_c_binding
+  use dtrain_types
+  use dtrain_c_binding
+  implicit none
+  private
+
+  public :: dt_model_num_parameters, dt_model_get_parameters, dt_model_num_tensors, &
+            dt_model_tensor_name, dt_model_tensor_shape, dt_model_get_tensor, dt_model_set_tensor
+
+contains
+
+  !> Number of parameter values of a model (all tensors together).
+  !> @param[in] model a live model.
+  !> @param[out] n the count.
+  !> @param[out] ierr DT_SUCCESS or DT_ERR_INVALID_HANDLE.
+  subroutine dt_model_num_parameters(model, n, ierr)
+    type(dt_model), intent(in) :: model
+    integer(c_size_t), intent(out) :: n
+    integer, intent(out) :: ierr
+    n = 0
+    ierr = ret(c_model_num_parameters(model, n))
+  end subroutine
+
+  !> Every parameter value, tensor after tensor in creation order, each in C (row-major)
+  !> order, which is the Fortran order of the reversed shape.
+  !> @param[in] model a live model.
+  !> @param[out] values at least dt_model_num_parameters elements.
+  !> @param[out] ierr DT_SUCCESS; DT_ERR_INVALID_ARGUMENT (values too short).
+  subroutine dt_model_get_parameters(model, values, ierr)
+    type(dt_model), intent(in) :: model
+    real(c_float), dimension(:), contiguous, intent(out) :: values
+    integer, intent(out) :: ierr
+    ierr = ret(c_model_get_parameters(model, values, int(size(values), c_size_t)))
+  end subroutine
+
+  !> Number of parameter tensors of a model.
+  !> @param[in] model a live model.
+  !> @param[out] n the count; tensors are numbered 1..n.
+  !> @param[out] ierr DT_SUCCESS or DT_ERR_INVALID_HANDLE.
+  subroutine dt_model_num_tensors(model, n, ierr)
+    type(dt_model), intent(in) :: model
+    integer, intent(out) :: n, ierr
+    integer(c_int) :: v
+    v = 0
+    ierr = ret(c_model_num_tensors(model, v))
+    n = v
+  end subroutine
+
+  !> Name of a parameter tensor, in creation order.
+  !> @param[in] model a live model.
+  !> @param[in] index 1-based, at most dt_model_num_tensors.
+  !> @param[out] name the name, e.g. 'layers.0.weight' (the names of the C API).
+  !> @param[out] ierr DT_SUCCESS; DT_ERR_INVALID_ARGUMENT (index out of range).
+  subroutine dt_model_tensor_name(model, index, name, ierr)
+    type(dt_model), intent(in) :: model
+    integer, intent(in) :: index
+    character(len=:), allocatable, intent(out) :: name
+    integer, intent(out) :: ierr
+    character(kind=c_char), allocatable, target :: buf(:)
+    integer(c_size_t) :: n, capacity
+    integer :: i
+    name = ''
+    n = 0
+    ierr = ret(c_model_tensor_name(model, int(index - 1, c_int), c_null_ptr, 0_c_size_t, n))
+    if (ierr /= DT_SUCCESS) return
+    capacity = n + 1
+    allocate(buf(capacity))
+    ierr = ret(c_model_tensor_name(model, int(index - 1, c_int), c_loc(buf), capacity, n))
+    if (ierr /= DT_SUCCESS) return
+    name = repeat(" ", int(n))
+    do i = 1, int(n)
+      name(i:i) = buf(i)
+    end do
+  end subroutine
+
+  !> Shape of a parameter tensor in Fortran order (the C shape reversed).
+  !> @param[in] model a live model.
+  !> @param[in] name a parameter name; unknown: DT_ERR_INVALID_ARGUMENT.
+  !> @param[out] shape one extent per dimension, e.g. (in, out) for 'layers.0.weight'.
+  !> @param[out] ierr DT_SUCCESS; DT_ERR_INVALID_ARGUMENT.
+  subroutine dt_model_tensor_shape(model, name, shape, ierr)
+    type(dt_model), intent(in) :: model
+    character(len=*), intent(in) :: name
+    integer(c_int64_t), allocatable, intent(out) :: shape(:)
+    integer, intent(out) :: ierr
+    integer(c_int64_t), allocatable, target :: c_shape(:)
+    integer(c_int) :: nd, capacity
+    nd = 0
+    ierr = ret(c_model_tensor_shape(model, c_string(name), c_null_ptr, 0_c_int, nd))
+    if (ierr /= DT_SUCCESS) then
+      allocate(shape(0))
+      return
+    end if
+    capacity = nd
+    allocate(c_shape(capacity))
+    ierr = ret(c_model_tensor_shape(model, c_string(name), c_loc(c_shape), capacity, nd))
+    shape = c_shape(capacity:1:-1)
+  end subroutine
+
+  !> Copies one parameter tensor into an array of any rank: declared with the Fortran shape
+  !> (dt_model_tensor_shape), it holds the tensor element for element.
+  !> @param[in] model a live model.
+  !> @param[in] name a parameter name; unknown: DT_ERR_INVALID_ARGUMENT.
+  !> @param[out] values real(c_float), at least as many elements as the tensor.
+  !> @param[out] ierr DT_SUCCESS; DT_ERR_INVALID_ARGUMENT (name, values too small).
+  subroutine dt_model_get_tensor(model, name, values, ierr)
+    type(dt_model), intent(in) :: model
+    character(len=*), intent(in) :: name
+    real(c_float), dimension(..), contiguous, target, intent(inout) :: values
+    integer, intent(out) :: ierr
+    ierr = ret(c_model_get_tensor(model, c_string(name), c_loc(values), int(size(values), c_size_t)))
+  end subroutine
+
+  !> Overwrites one parameter tensor (every rank of the dp group must set the same values).
+  !> @param[in] model a live model.
+  !> @param[in] name a parameter name; unknown: DT_ERR_INVALID_ARGUMENT.
+  !> @param[in] values real(c_float), exactly as many elements as the tensor, Fortran order of
+  !>            the reversed C shape.
+  !> @param[out] ierr DT_SUCCESS; DT_ERR_INVALID_ARGUMENT (name, size(values) differs).
+  subroutine dt_model_set_tensor(model, name, values, ierr)
+    type(dt_model), intent(in) :: model
+    character(len=*), intent(in) :: name
+    real(c_float), dimension(..), contiguous, target, intent(in) :: values
+    integer, intent(out) :: ierr
+    ierr = ret(c_model_set_tensor(model, c_string(name), c_loc(values), int(size(values), c_size_t)))
+  end subroutine
+
+end module dtrain_tensors

@@ -1,0 +1,61 @@
+#pragma once
+// ZeRO-3 parameter partitioning. Each rank keeps only its piece of every parameter unit
+// (the same pieces GradientSync's shard mode owns, so the optimiser updates them in place);
+// the rest of the parameter arena is discarded. The model calls acquire(unit, next) before
+// reading a unit (GptModel::ParamUseHooks): the unit is all-gathered in place, and the
+// gather of `next` starts without waiting, so it travels while this unit computes.
+// release(unit) discards the other ranks' pieces again once no pass holds the unit.
+#include <cstddef>
+#include <vector>
+
+#include "dtrain/comm/communicator.hpp"
+#include "dtrain/device/device.hpp"
+#include "dtrain/export.hpp"
+#include "dtrain/parallel/gradient_sync.hpp"
+
+namespace dtrain::parallel {
+
+class DTRAIN_API ParamGather {
+ public:
+  // units: arena ranges (one per GradientSync bucket, in bucket order); counts[u]: the
+  // elements of unit u each rank owns. Discards what this rank does not own right away.
+  ParamGather(Communicator& dp, Device& dev, float* params, std::vector<Range> units,
+              std::vector<std::vector<std::size_t>> counts);
+  ~ParamGather();
+  ParamGather(const ParamGather&) = delete;
+  ParamGather& operator=(const ParamGather&) = delete;
+
+  void acquire(int unit, int next);
+  void release(int unit);
+  // Every unit gathered and held (e.g. around a checkpoint write or read) / all let go.
+  void acquire_all();
+  void release_all();
+
+  // Elements held between passes (the owned pieces), and the most held at once so far.
+  std::size_t owned_numel() const noexcept { return owned_numel_; }
+  std::size_t peak_numel() const noexcept { return peak_numel_; }
+  // Time blocked waiting for gathers (not hidden behind compute) since construction.
+  double wait_seconds() const noexcept { return wait_seconds_; }
+
+ private:
+  void start(int unit);      // post the non-blocking gather
+  void complete(int unit);   // wait for it
+  void drop(int unit);       // discard the other ranks' pieces
+  std::size_t size(int unit) const { return units_[unit].second - units_[unit].first; }
+
+  Communicator& dp_;
+  Device& dev_;
+  float* params_;
+  std::vector<Range> units_;
+  std::vector<std::vector<std::size_t>> counts_;
+  std::vector<Range> owned_;
+  std::vector<int> holders_;     // acquires not yet released, per unit
+  std::vector<bool> gathered_;   // full (or being gathered) per unit
+  std::vector<Request> pending_;
+  std::size_t owned_numel_ = 0;
+  std::size_t held_numel_ = 0;   // owned pieces plus the gathered units' other pieces
+  std::size_t peak_numel_ = 0;
+  double wait_seconds_ = 0;
+};
+
+}  // namespace dtrain::parallel

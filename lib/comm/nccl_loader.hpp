@@ -1,0 +1,112 @@
+#pragma once
+// Communicators over CUDA device buffers. The transports live in the CUDA plugin
+// (libdtrain_cuda.so) so that libdtrain.so never links CUDA or NCCL; the comm layer opens the
+// plugin with dlopen, as lib/device does for the Device, and builds each transport on a host
+// (MPI) backend of the same group:
+//   nccl        one NCCL communicator over the group's ranks (one GPU per rank). The
+//               ncclUniqueId is created on rank 0 and broadcast through the MPI backend;
+//               sub-groups (split/dup) get their own NCCL communicator the same way.
+//               Collectives and send/recv run on a dedicated stream ordered after the work
+//               queued on the device's stream and before the work queued after them (events).
+//   mpi_staged  MPI on pinned host copies of the device buffers: slower, but any number of
+//               ranks may share one GPU (tests, small machines).
+// Both keep the Communicator rules (communicator.hpp) with device pointers as buffers.
+// Blocking calls return when the result is in place; "i" calls return a Request.
+//
+// The plugin implements DeviceBackend below, not comm::Backend: Backend may gain out-of-line
+// members whose symbols libdtrain.so keeps hidden, while this interface is header-only, so
+// the plugin never needs a hidden symbol. A core-side adapter turns it into a Backend.
+#include <cstddef>
+#include <memory>
+#include <string>
+
+#include "comm/backend.hpp"
+#include "dtrain/comm/communicator.hpp"
+
+namespace dtrain::comm {
+
+enum class DeviceTransport : int { nccl = 0, mpi_staged = 1 };
+const char* device_transport_name(DeviceTransport t) noexcept;
+
+// A backend for device buffers built on `host` (consumed, whether or not this succeeds).
+// Throws Error(Errc::unavailable) when the plugin, a GPU or NCCL is missing, and the
+// transport's own error (e.g. Errc::comm from NCCL's set-up) otherwise.
+std::unique_ptr<Backend> make_device_backend(std::unique_ptr<Backend> host, DeviceTransport t);
+
+// Collective over `host`: a new Communicator for device buffers over the same ranks, on a
+// duplicate of host's MPI communicator.
+Communicator device_communicator(const Communicator& host, DeviceTransport t,
+                                 const std::string& name);
+
+// ---- the plugin's side ------------------------------------------------------------------
+// Bump when DeviceBackend, DeviceRequest, Backend's vtable or the entry points change.
+constexpr int kCommPluginAbi = 1;
+
+class DeviceRequest {
+ public:
+  virtual ~DeviceRequest() = default;
+  virtual void wait() = 0;
+  virtual bool test() = 0;  // true once complete
+};
+using DeviceRequestPtr = std::unique_ptr<DeviceRequest>;
+
+// The data movement of a device-buffer transport; group membership (rank, size, split, ...)
+// stays with the host backend it was built on. Same arguments and rules as Backend.
+class DeviceBackend {
+ public:
+  virtual ~DeviceBackend() = default;
+  virtual BackendKind kind() const = 0;
+
+  virtual void all_reduce(const void* send, void* recv, std::size_t count, DType type,
+                          ReduceOp op, void* stream) = 0;
+  virtual void reduce_scatter(const void* send, void* recv, std::size_t recv_count, DType type,
+                              ReduceOp op, void* stream) = 0;
+  virtual void reduce_scatter_v(const void* send, void* recv, const std::size_t* recv_counts,
+                                DType type, ReduceOp op, void* stream) = 0;
+  virtual void all_gather(const void* send, void* recv, std::size_t send_count, DType type,
+                          void* stream) = 0;
+  virtual void all_gather_v(const void* send, void* recv, const std::size_t* recv_counts,
+                            DType type, void* stream) = 0;
+  virtual void broadcast(const void* send, void* recv, std::size_t count, DType type, int root,
+                         void* stream) = 0;
+  virtual void reduce(const void* send, void* recv, std::size_t count, DType type, ReduceOp op,
+                      int root, void* stream) = 0;
+  virtual void send(const void* buf, std::size_t count, DType type, int peer, int tag,
+                    void* stream) = 0;
+  virtual void recv(void* buf, std::size_t count, DType type, int peer, int tag,
+                    void* stream) = 0;
+  virtual void barrier(void* stream) = 0;
+
+  virtual DeviceRequestPtr iall_reduce(const void* send, void* recv, std::size_t count,
+                                       DType type, ReduceOp op, void* stream) = 0;
+  virtual DeviceRequestPtr ireduce_scatter(const void* send, void* recv, std::size_t recv_count,
+                                           DType type, ReduceOp op, void* stream) = 0;
+  virtual DeviceRequestPtr ireduce_scatter_v(const void* send, void* recv,
+                                             const std::size_t* recv_counts, DType type,
+                                             ReduceOp op, void* stream) = 0;
+  virtual DeviceRequestPtr iall_gather(const void* send, void* recv, std::size_t send_count,
+                                       DType type, void* stream) = 0;
+  virtual DeviceRequestPtr iall_gather_v(const void* send, void* recv,
+                                         const std::size_t* recv_counts, DType type,
+                                         void* stream) = 0;
+  virtual DeviceRequestPtr ibroadcast(const void* send, void* recv, std::size_t count,
+                                      DType type, int root, void* stream) = 0;
+  virtual DeviceRequestPtr isend(const void* buf, std::size_t count, DType type, int peer,
+                                 int tag, void* stream) = 0;
+  virtual DeviceRequestPtr irecv(void* buf, std::size_t count, DType type, int peer, int tag,
+                                 void* stream) = 0;
+};
+
+}  // namespace dtrain::comm
+
+extern "C" {
+// kCommPluginAbi of the plugin's build.
+typedef int (*dtrain_cuda_comm_abi_fn)(void);
+// A transport over `host` (borrowed: it must outlive the result), or null with a reason in
+// msg and a dtrain::Errc value in *errc. Collective over host. Never throws.
+typedef dtrain::comm::DeviceBackend* (*dtrain_cuda_make_comm_backend_fn)(
+    dtrain::comm::Backend* host, int transport, int* errc, char* msg, unsigned long msg_len);
+}
+
+#define DTRAIN_CUDA_SYM_COMM_ABI "dtrain_cuda_comm_abi"
+#define DTRAIN_CUDA_SYM_MAKE_COMM "dtrain_cuda_make_comm_backend"

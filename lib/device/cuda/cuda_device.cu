@@ -1,0 +1,125 @@
+// CudaDevice set-up, memory, copies and synchronisation.
+#include "device/cuda/cuda_device.hpp"
+
+#include <cstdio>
+
+#include "device/cuda/cuda_check.hpp"
+#include "device/cuda/kernels.hpp"
+#include "dtrain/core/env.hpp"
+
+namespace dtrain::cuda {
+namespace {
+constexpr std::size_t kBlasWorkspaceBytes = 32u << 20;  // what cuBLAS recommends on Hopper
+}  // namespace
+
+void* DeviceMemory::allocate(std::size_t bytes) noexcept {
+  void* p = nullptr;
+  if (cudaSetDevice(ordinal_) != cudaSuccess) return nullptr;
+  if (cudaMalloc(&p, bytes) != cudaSuccess) {
+    (void)cudaGetLastError();  // out of memory is not sticky: clear it for later checks
+    return nullptr;
+  }
+  return p;
+}
+
+void DeviceMemory::release(void* ptr) noexcept {
+  if (ptr) (void)cudaFree(ptr);
+}
+
+void DeviceMemory::wait_idle() noexcept { (void)cudaDeviceSynchronize(); }
+
+CudaDevice::CudaDevice(int ordinal) : ordinal_(ordinal), raw_(ordinal), alloc_(raw_) {
+  DTRAIN_CUDA(cudaSetDevice(ordinal_));
+  cudaDeviceProp prop{};
+  DTRAIN_CUDA(cudaGetDeviceProperties(&prop, ordinal_));
+  tf32_ = env::get_bool("DTRAIN_CUDA_TF32", true);
+  char text[320];
+  std::snprintf(text, sizeof text, "cuda:%d (%s, sm_%d%d, %.1f GiB, %s GEMMs)", ordinal_,
+                prop.name, prop.major, prop.minor,
+                static_cast<double>(prop.totalGlobalMem) / (1024.0 * 1024.0 * 1024.0),
+                tf32_ ? "TF32" : "fp32");
+  name_ = text;
+  DTRAIN_CUDA(cudaStreamCreateWithFlags(&stream_, cudaStreamNonBlocking));
+  DTRAIN_CUDA(cublasCreate(&blas_));
+  DTRAIN_CUDA(cublasSetStream(blas_, stream_));
+  // cuBLAS's workspace from the cache too, so GEMMs never allocate behind our back.
+  blas_workspace_ = alloc_.allocate(kBlasWorkspaceBytes);
+  DTRAIN_CUDA(cublasSetWorkspace(blas_, blas_workspace_, kBlasWorkspaceBytes));
+  sum_device_ = static_cast<double*>(alloc_.allocate(sizeof(double) * (1 + kSumSquaresPartials)));
+  DTRAIN_CUDA(cudaMallocHost(reinterpret_cast<void**>(&sum_host_), sizeof(double)));
+}
+
+// The plugin keeps its devices until the process exits and never runs this (the CUDA
+// runtime may already be unloaded by then); it exists for completeness.
+CudaDevice::~CudaDevice() {
+  (void)cudaSetDevice(ordinal_);
+  if (stream_) (void)cudaStreamSynchronize(stream_);
+  if (blas_) (void)cublasDestroy(blas_);
+  if (sum_host_) (void)cudaFreeHost(sum_host_);
+  alloc_.free(sum_device_);
+  alloc_.free(scratch_);
+  alloc_.free(blas_workspace_);
+  if (stream_) (void)cudaStreamDestroy(stream_);
+}
+
+void CudaDevice::activate() const {
+  thread_local int current = -1;
+  if (current != ordinal_) {
+    DTRAIN_CUDA(cudaSetDevice(ordinal_));
+    current = ordinal_;
+  }
+}
+
+void* CudaDevice::allocate(std::size_t bytes) {
+  activate();
+  if (bytes == 0) bytes = 1;  // a distinct, freeable pointer
+  void* p = alloc_.allocate(bytes);
+  // Zero-filled as the interface promises; queued, so later ops (and copies) see zeros.
+  DTRAIN_CUDA(cudaMemsetAsync(p, 0, bytes, stream_));
+  return p;
+}
+
+void CudaDevice::free(void* ptr) noexcept { alloc_.free(ptr); }
+
+void CudaDevice::copy(void* dst, const void* src, std::size_t bytes, CopyKind kind) {
+  if (bytes == 0) return;
+  activate();
+  // cudaMemcpyDefault: the direction follows from the pointers (unified addressing), so a
+  // pinned or device pointer passed as "host" memory still copies correctly.
+  DTRAIN_CUDA(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDefault, stream_));
+  // Host memory is the caller's again on return (it may read or overwrite it), as on the CPU.
+  if (kind != CopyKind::device_to_device) DTRAIN_CUDA(cudaStreamSynchronize(stream_));
+}
+
+void CudaDevice::zero(void* ptr, std::size_t bytes) {
+  if (bytes == 0) return;
+  activate();
+  DTRAIN_CUDA(cudaMemsetAsync(ptr, 0, bytes, stream_));
+}
+
+void CudaDevice::synchronize() {
+  activate();
+  DTRAIN_CUDA(cudaStreamSynchronize(stream_));
+}
+
+float* CudaDevice::scratch(std::size_t floats) {
+  if (floats > scratch_floats_) {
+    float* grown = static_cast<float*>(alloc_.allocate(floats * sizeof(float)));
+    alloc_.free(scratch_);
+    scratch_ = grown;
+    scratch_floats_ = floats;
+  }
+  return scratch_;
+}
+
+double CudaDevice::sum_squares(const float* x, std::int64_t n) {
+  activate();
+  std::lock_guard<std::mutex> lock(sum_mutex_);
+  cuda::sum_squares(stream_, sum_device_, sum_device_ + 1, x, n);
+  DTRAIN_CUDA(cudaMemcpyAsync(sum_host_, sum_device_, sizeof(double), cudaMemcpyDeviceToHost,
+                              stream_));
+  DTRAIN_CUDA(cudaStreamSynchronize(stream_));
+  return *sum_host_;
+}
+
+}  // namespace dtrain::cuda

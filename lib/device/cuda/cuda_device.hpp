@@ -1,0 +1,135 @@
+#pragma once
+// CudaDevice: the Device interface on one GPU. Every op is queued on the device's own
+// stream in call order (cuBLAS for GEMMs, dtrain's kernels for the rest), so ops never wait
+// for each other on the host; synchronize() and the copies that involve host memory wait.
+// Memory comes from a caching allocator: after set-up no op reaches cudaMalloc.
+//
+// fp32 GEMMs use TF32 tensor cores unless DTRAIN_CUDA_TF32=0 (exact fp32, used by the
+// kernel tests); everything else computes in fp32 (sum_squares in double), as the CPU does.
+#include <cublas_v2.h>
+#include <cuda_runtime.h>
+
+#include <mutex>
+#include <string>
+
+#include "device/cuda/allocator.hpp"
+#include "dtrain/device/device.hpp"
+
+namespace dtrain::cuda {
+
+// cudaMalloc/cudaFree on one device.
+class DeviceMemory final : public RawMemory {
+ public:
+  explicit DeviceMemory(int ordinal) : ordinal_(ordinal) {}
+  void* allocate(std::size_t bytes) noexcept override;
+  void release(void* ptr) noexcept override;
+  void wait_idle() noexcept override;
+
+ private:
+  int ordinal_;
+};
+
+class CudaDevice final : public Device {
+ public:
+  explicit CudaDevice(int ordinal);
+  ~CudaDevice() override;
+  CudaDevice(const CudaDevice&) = delete;
+  CudaDevice& operator=(const CudaDevice&) = delete;
+
+  int ordinal() const noexcept { return ordinal_; }
+  cudaStream_t stream() const noexcept { return stream_; }
+  AllocatorStats memory_stats() const { return alloc_.stats(); }
+  bool tf32() const noexcept { return tf32_; }
+  // Makes this GPU current on the calling thread (CUDA's current device is per thread).
+  void activate() const;
+
+  DeviceKind kind() const noexcept override { return DeviceKind::cuda; }
+  std::string name() const override { return name_; }
+  void set_num_threads(int) override {}  // kernel launch sizes are chosen per op
+  int num_threads() const override { return 1; }
+
+  void* allocate(std::size_t bytes) override;
+  void free(void* ptr) noexcept override;
+  void copy(void* dst, const void* src, std::size_t bytes, CopyKind kind) override;
+  void zero(void* ptr, std::size_t bytes) override;
+  void synchronize() override;
+
+  void gemm(bool trans_a, bool trans_b, int M, int N, int K, float alpha, const float* A, int lda,
+            const float* B, int ldb, float beta, float* C, int ldc) override;
+  void gemm_strided_batched(bool trans_a, bool trans_b, int M, int N, int K, float alpha,
+                            const float* A, int lda, std::int64_t stride_a, const float* B,
+                            int ldb, std::int64_t stride_b, float beta, float* C, int ldc,
+                            std::int64_t stride_c, int batch) override;
+  void linear_forward(float* out, const float* inp, const float* weight, const float* bias, int N,
+                      int C, int OC) override;
+  void linear_backward(float* dinp, float* dweight, float* dbias, const float* dout,
+                       const float* inp, const float* weight, int N, int C, int OC) override;
+  void embedding_forward(float* out, const std::int32_t* tokens, const float* wte, int N, int C,
+                         int vocab_start, int vocab_rows) override;
+  void embedding_backward(float* dwte, const float* dout, const std::int32_t* tokens, int N,
+                          int C, int vocab_start, int vocab_rows) override;
+  void positional_forward(float* out, const float* wpe, int B, int T, int C) override;
+  void positional_backward(float* dwpe, const float* dout, int B, int T, int C) override;
+  void layernorm_forward(float* out, float* mean, float* rstd, const float* inp,
+                         const float* weight, const float* bias, int N, int C) override;
+  void layernorm_backward(float* dinp, float* dweight, float* dbias, const float* dout,
+                          const float* inp, const float* weight, const float* mean,
+                          const float* rstd, int N, int C) override;
+  void gelu_forward(float* out, const float* inp, std::int64_t n) override;
+  void gelu_backward(float* dinp, const float* inp, const float* dout, std::int64_t n) override;
+  void attention_forward(float* out, float* att, const float* qkv, int B, int T, int C,
+                         int NH) override;
+  void attention_backward(float* dqkv, float* workspace, const float* dout, const float* qkv,
+                          const float* att, int B, int T, int C, int NH) override;
+  std::size_t attention_workspace_floats(int T) const override;
+  void residual_forward(float* out, const float* a, const float* b, std::int64_t n) override;
+  void accumulate(float* dst, const float* src, std::int64_t n) override;
+  void scale(float* x, float s, std::int64_t n) override;
+  void fill(float* x, float value, std::int64_t n) override;
+  void copy_floats(float* dst, const float* src, std::int64_t n) override;
+  double sum_squares(const float* x, std::int64_t n) override;
+  void crossentropy_forward(float* losses, float* lse, const float* logits,
+                            const std::int32_t* targets, int N, int V, int Vp) override;
+  void crossentropy_backward(float* dlogits, const float* logits, const float* lse,
+                             const std::int32_t* targets, const float* dlosses, int N, int V,
+                             int Vp) override;
+  void crossentropy_shard_stats(float* max, float* target_logit, const float* logits,
+                                const std::int32_t* targets, int N, int V, int ld,
+                                int vocab_start) override;
+  void crossentropy_shard_sumexp(float* sumexp, const float* logits, const float* max, int N,
+                                 int V, int ld) override;
+  void crossentropy_shard_finish(float* losses, float* lse, const float* max,
+                                 const float* sumexp, const float* target_logit, int N) override;
+  void crossentropy_shard_backward(float* dlogits, const float* logits, const float* lse,
+                                   const std::int32_t* targets, const float* dlosses, int N,
+                                   int V, int ld, int vocab_start) override;
+  void adamw(float* param, const float* grad, float* m, float* v, std::int64_t n, float lr,
+             float beta1, float beta2, float eps, float weight_decay, int step,
+             float grad_scale) override;
+  void sgd(float* param, const float* grad, float* mom, std::int64_t n, float lr, float momentum,
+           float weight_decay, float grad_scale) override;
+
+ private:
+  // Device scratch for reductions and the attention score gradients; grows to the largest
+  // request (during the first step) and is then reused. Valid until the next call; ops
+  // queued on the stream before a growth still see the old block, which the allocator hands
+  // out again only to work queued after them.
+  float* scratch(std::size_t floats);
+  cublasComputeType_t compute_type() const noexcept;
+
+  int ordinal_;
+  std::string name_;
+  DeviceMemory raw_;
+  CachingAllocator alloc_;
+  cudaStream_t stream_ = nullptr;
+  cublasHandle_t blas_ = nullptr;
+  bool tf32_ = true;
+  void* blas_workspace_ = nullptr;
+  float* scratch_ = nullptr;
+  std::size_t scratch_floats_ = 0;
+  double* sum_device_ = nullptr;  // [0]: result, then kSumSquaresPartials partial sums
+  double* sum_host_ = nullptr;    // pinned, so the read-back is one small DMA
+  std::mutex sum_mutex_;
+};
+
+}  // namespace dtrain::cuda

@@ -1,0 +1,74 @@
+// GEMMs through cuBLAS and the linear layer built on them. Row-major requests become
+// column-major cuBLAS calls with the operands swapped (gemm_args.hpp). fp32 storage; the
+// compute type is TF32 tensor cores or exact fp32 (DTRAIN_CUDA_TF32).
+#include "device/cuda/cuda_check.hpp"
+#include "device/cuda/cuda_device.hpp"
+#include "device/cuda/gemm_args.hpp"
+#include "device/cuda/kernels.hpp"
+
+namespace dtrain::cuda {
+namespace {
+inline cublasOperation_t op(bool trans) { return trans ? CUBLAS_OP_T : CUBLAS_OP_N; }
+}  // namespace
+
+cublasComputeType_t CudaDevice::compute_type() const noexcept {
+  return tf32_ ? CUBLAS_COMPUTE_32F_FAST_TF32 : CUBLAS_COMPUTE_32F;
+}
+
+void CudaDevice::gemm(bool trans_a, bool trans_b, int M, int N, int K, float alpha,
+                      const float* A, int lda, const float* B, int ldb, float beta, float* C,
+                      int ldc) {
+  if (M <= 0 || N <= 0) return;
+  activate();
+  if (K <= 0) {  // as on the CPU: C is scaled by beta
+    scale_matrix(stream_, C, M, N, ldc, beta, 1, 0);
+    return;
+  }
+  const ColumnMajorGemm g =
+      column_major_gemm(trans_a, trans_b, M, N, K, A, lda, 0, B, ldb, 0, C, ldc, 0);
+  DTRAIN_CUDA(cublasGemmEx(blas_, op(g.trans_a), op(g.trans_b), g.m, g.n, g.k, &alpha, g.a,
+                           CUDA_R_32F, g.lda, g.b, CUDA_R_32F, g.ldb, &beta, g.c, CUDA_R_32F,
+                           g.ldc, compute_type(), CUBLAS_GEMM_DEFAULT));
+}
+
+void CudaDevice::gemm_strided_batched(bool trans_a, bool trans_b, int M, int N, int K,
+                                      float alpha, const float* A, int lda,
+                                      std::int64_t stride_a, const float* B, int ldb,
+                                      std::int64_t stride_b, float beta, float* C, int ldc,
+                                      std::int64_t stride_c, int batch) {
+  if (M <= 0 || N <= 0 || batch <= 0) return;
+  activate();
+  if (K <= 0) {
+    scale_matrix(stream_, C, M, N, ldc, beta, batch, stride_c);
+    return;
+  }
+  const ColumnMajorGemm g = column_major_gemm(trans_a, trans_b, M, N, K, A, lda, stride_a, B,
+                                              ldb, stride_b, C, ldc, stride_c);
+  DTRAIN_CUDA(cublasGemmStridedBatchedEx(
+      blas_, op(g.trans_a), op(g.trans_b), g.m, g.n, g.k, &alpha, g.a, CUDA_R_32F, g.lda,
+      g.stride_a, g.b, CUDA_R_32F, g.ldb, g.stride_b, &beta, g.c, CUDA_R_32F, g.ldc, g.stride_c,
+      batch, compute_type(), CUBLAS_GEMM_DEFAULT));
+}
+
+// out[N,OC] = inp[N,C] · weight[OC,C]^T + bias: the bias is laid down first and the GEMM adds
+// onto it (beta = 1), in the CPU kernel's order.
+void CudaDevice::linear_forward(float* out, const float* inp, const float* weight,
+                                const float* bias, int N, int C, int OC) {
+  activate();
+  if (bias) broadcast_rows(stream_, out, bias, N, OC);
+  gemm(false, true, N, OC, C, 1.0f, inp, C, weight, C, bias ? 1.0f : 0.0f, out, OC);
+}
+
+// dinp += dout · W; dweight += dout^T · inp (both beta = 1); dbias += column sums of dout.
+void CudaDevice::linear_backward(float* dinp, float* dweight, float* dbias, const float* dout,
+                                 const float* inp, const float* weight, int N, int C, int OC) {
+  activate();
+  if (dinp) gemm(false, false, N, C, OC, 1.0f, dout, OC, weight, C, 1.0f, dinp, C);
+  if (dweight) gemm(true, false, OC, C, N, 1.0f, dout, OC, inp, C, 1.0f, dweight, C);
+  if (dbias) {
+    float* partials = scratch(column_sum_scratch_floats(N, OC));
+    column_sum_accumulate(stream_, dbias, dout, N, OC, partials);
+  }
+}
+
+}  // namespace dtrain::cuda

@@ -1,0 +1,87 @@
+#pragma once
+// Launchers of the CUDA kernels behind CudaDevice. Each mirrors the CPU kernel of the same
+// name in lib/device/cpu/kernels.hpp: same shapes (row-major), same overwrite-or-accumulate
+// rule, fp32 in and out. All are queued on `stream` and return at once.
+#include <cuda_runtime.h>
+
+#include <cstddef>
+#include <cstdint>
+
+namespace dtrain::cuda {
+
+// ---- kernels_elementwise.cu ------------------------------------------------------
+void residual_forward(cudaStream_t s, float* out, const float* a, const float* b, std::int64_t n);
+void accumulate(cudaStream_t s, float* dst, const float* src, std::int64_t n);  // dst += src
+void scale(cudaStream_t s, float* x, float v, std::int64_t n);
+void fill(cudaStream_t s, float* x, float v, std::int64_t n);
+// C[i*ldc + j] *= beta for i < rows, j < cols, in `batch` matrices stride_c apart (the K == 0
+// case of GEMM, which the CPU defines as scaling C).
+void scale_matrix(cudaStream_t s, float* C, int rows, int cols, int ldc, float beta, int batch,
+                  std::int64_t stride_c);
+// out[n, j] = row[j] for n < N, j < C
+void broadcast_rows(cudaStream_t s, float* out, const float* row, int N, int C);
+// dst[c] += sum_n src[n, c]; scratch holds column_sum_scratch_floats(N, C) floats.
+void column_sum_accumulate(cudaStream_t s, float* dst, const float* src, int N, int C,
+                           float* scratch);
+std::size_t column_sum_scratch_floats(int N, int C);
+// *result = sum x[i]^2 accumulated in double; partials holds kSumSquaresPartials doubles.
+constexpr int kSumSquaresPartials = 512;
+void sum_squares(cudaStream_t s, double* result, double* partials, const float* x, std::int64_t n);
+
+// ---- kernels_embedding.cu --------------------------------------------------------
+void embedding_forward(cudaStream_t s, float* out, const std::int32_t* tokens, const float* wte,
+                       int N, int C, int vocab_start, int vocab_rows);
+void embedding_backward(cudaStream_t s, float* dwte, const float* dout,
+                        const std::int32_t* tokens, int N, int C, int vocab_start,
+                        int vocab_rows);
+void positional_forward(cudaStream_t s, float* out, const float* wpe, int B, int T, int C);
+void positional_backward(cudaStream_t s, float* dwpe, const float* dout, int B, int T, int C);
+
+// ---- kernels_layernorm.cu --------------------------------------------------------
+void layernorm_forward(cudaStream_t s, float* out, float* mean, float* rstd, const float* inp,
+                       const float* weight, const float* bias, int N, int C);
+// scratch holds layernorm_backward_scratch_floats(N, C) floats.
+void layernorm_backward(cudaStream_t s, float* dinp, float* dweight, float* dbias,
+                        const float* dout, const float* inp, const float* weight,
+                        const float* mean, const float* rstd, int N, int C, float* scratch);
+std::size_t layernorm_backward_scratch_floats(int N, int C);
+
+// ---- kernels_gelu.cu -------------------------------------------------------------
+void gelu_forward(cudaStream_t s, float* out, const float* inp, std::int64_t n);
+void gelu_backward(cudaStream_t s, float* dinp, const float* inp, const float* dout,
+                   std::int64_t n);
+
+// ---- kernels_softmax.cu ----------------------------------------------------------
+// `matrices` score matrices [T,T] back to back: row t of each becomes the softmax of its
+// entries 0..t, entries above the diagonal 0 (in place).
+void causal_softmax_forward(cudaStream_t s, float* att, std::int64_t matrices, int T);
+// dP <- P * (dP - rowsum(P * dP)) * scale over the causal part, 0 above the diagonal.
+void causal_softmax_backward(cudaStream_t s, float* dP, const float* P, std::int64_t matrices,
+                             int T, float scale);
+
+// ---- kernels_crossentropy.cu -----------------------------------------------------
+void crossentropy_forward(cudaStream_t s, float* losses, float* lse, const float* logits,
+                          const std::int32_t* targets, int N, int V, int Vp);
+void crossentropy_backward(cudaStream_t s, float* dlogits, const float* logits, const float* lse,
+                           const std::int32_t* targets, const float* dlosses, int N, int V,
+                           int Vp);
+void crossentropy_shard_stats(cudaStream_t s, float* max, float* target_logit,
+                              const float* logits, const std::int32_t* targets, int N, int V,
+                              int ld, int vocab_start);
+void crossentropy_shard_sumexp(cudaStream_t s, float* sumexp, const float* logits,
+                               const float* max, int N, int V, int ld);
+void crossentropy_shard_finish(cudaStream_t s, float* losses, float* lse, const float* max,
+                               const float* sumexp, const float* target_logit, int N);
+void crossentropy_shard_backward(cudaStream_t s, float* dlogits, const float* logits,
+                                 const float* lse, const std::int32_t* targets,
+                                 const float* dlosses, int N, int V, int ld, int vocab_start);
+
+// ---- kernels_optimizer.cu --------------------------------------------------------
+// c1 = 1/(1 - beta1^step), c2 = 1/(1 - beta2^step), computed on the host in double as the CPU does.
+void adamw(cudaStream_t s, float* param, const float* grad, float* m, float* v, std::int64_t n,
+           float lr, float beta1, float beta2, float eps, float weight_decay, float c1, float c2,
+           float grad_scale);
+void sgd(cudaStream_t s, float* param, const float* grad, float* mom, std::int64_t n, float lr,
+         float momentum, float weight_decay, float grad_scale);
+
+}  // namespace dtrain::cuda

@@ -1,0 +1,49 @@
+// GELU, tanh approximation (as GPT-2 uses), with the constants of the CPU kernel. tanhf is
+// the accurate libdevice tanh (the CPU uses a fast tanh with absolute error < 1e-7).
+#include "device/cuda/cuda_check.hpp"
+#include "device/cuda/kernel_utils.cuh"
+#include "device/cuda/kernels.hpp"
+
+namespace dtrain::cuda {
+namespace {
+
+constexpr float kSqrt2OverPi = static_cast<float>(0.79788456080286535588);
+constexpr float kCubic = static_cast<float>(0.044715);
+
+__global__ void gelu_forward_kernel(float* out, const float* inp, std::int64_t n) {
+  for (std::int64_t i = blockIdx.x * static_cast<std::int64_t>(blockDim.x) + threadIdx.x; i < n;
+       i += static_cast<std::int64_t>(gridDim.x) * blockDim.x) {
+    const float x = inp[i];
+    out[i] = 0.5f * x * (1.0f + tanhf(kSqrt2OverPi * (x + kCubic * x * x * x)));
+  }
+}
+
+__global__ void gelu_backward_kernel(float* dinp, const float* inp, const float* dout,
+                                     std::int64_t n) {
+  for (std::int64_t i = blockIdx.x * static_cast<std::int64_t>(blockDim.x) + threadIdx.x; i < n;
+       i += static_cast<std::int64_t>(gridDim.x) * blockDim.x) {
+    const float x = inp[i];
+    const float th = tanhf(kSqrt2OverPi * (x + kCubic * x * x * x));
+    const float sech2 = 1.0f - th * th;
+    const float grad =
+        0.5f * (1.0f + th) + 0.5f * x * sech2 * kSqrt2OverPi * (1.0f + 3.0f * kCubic * x * x);
+    dinp[i] += grad * dout[i];
+  }
+}
+
+}  // namespace
+
+void gelu_forward(cudaStream_t s, float* out, const float* inp, std::int64_t n) {
+  if (n <= 0) return;
+  gelu_forward_kernel<<<blocks_for(n), kThreads, 0, s>>>(out, inp, n);
+  check_launch("gelu_forward");
+}
+
+void gelu_backward(cudaStream_t s, float* dinp, const float* inp, const float* dout,
+                   std::int64_t n) {
+  if (n <= 0) return;
+  gelu_backward_kernel<<<blocks_for(n), kThreads, 0, s>>>(dinp, inp, dout, n);
+  check_launch("gelu_backward");
+}
+
+}  // namespace dtrain::cuda

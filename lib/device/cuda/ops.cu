@@ -1,0 +1,129 @@
+// CudaDevice: the remaining ops, each forwarding to its kernel launcher on the device stream.
+#include <cmath>
+
+#include "device/cuda/cuda_check.hpp"
+#include "device/cuda/cuda_device.hpp"
+#include "device/cuda/kernels.hpp"
+
+namespace dtrain::cuda {
+
+void CudaDevice::embedding_forward(float* out, const std::int32_t* tokens, const float* wte,
+                                   int N, int C, int vocab_start, int vocab_rows) {
+  activate();
+  cuda::embedding_forward(stream_, out, tokens, wte, N, C, vocab_start, vocab_rows);
+}
+void CudaDevice::embedding_backward(float* dwte, const float* dout, const std::int32_t* tokens,
+                                    int N, int C, int vocab_start, int vocab_rows) {
+  activate();
+  cuda::embedding_backward(stream_, dwte, dout, tokens, N, C, vocab_start, vocab_rows);
+}
+void CudaDevice::positional_forward(float* out, const float* wpe, int B, int T, int C) {
+  activate();
+  cuda::positional_forward(stream_, out, wpe, B, T, C);
+}
+void CudaDevice::positional_backward(float* dwpe, const float* dout, int B, int T, int C) {
+  activate();
+  cuda::positional_backward(stream_, dwpe, dout, B, T, C);
+}
+
+void CudaDevice::layernorm_forward(float* out, float* mean, float* rstd, const float* inp,
+                                   const float* weight, const float* bias, int N, int C) {
+  activate();
+  cuda::layernorm_forward(stream_, out, mean, rstd, inp, weight, bias, N, C);
+}
+void CudaDevice::layernorm_backward(float* dinp, float* dweight, float* dbias, const float* dout,
+                                    const float* inp, const float* weight, const float* mean,
+                                    const float* rstd, int N, int C) {
+  activate();
+  float* partials = scratch(layernorm_backward_scratch_floats(N, C));
+  cuda::layernorm_backward(stream_, dinp, dweight, dbias, dout, inp, weight, mean, rstd, N, C,
+                           partials);
+}
+
+void CudaDevice::gelu_forward(float* out, const float* inp, std::int64_t n) {
+  activate();
+  cuda::gelu_forward(stream_, out, inp, n);
+}
+void CudaDevice::gelu_backward(float* dinp, const float* inp, const float* dout, std::int64_t n) {
+  activate();
+  cuda::gelu_backward(stream_, dinp, inp, dout, n);
+}
+
+void CudaDevice::residual_forward(float* out, const float* a, const float* b, std::int64_t n) {
+  activate();
+  cuda::residual_forward(stream_, out, a, b, n);
+}
+void CudaDevice::accumulate(float* dst, const float* src, std::int64_t n) {
+  activate();
+  cuda::accumulate(stream_, dst, src, n);
+}
+void CudaDevice::scale(float* x, float s, std::int64_t n) {
+  activate();
+  cuda::scale(stream_, x, s, n);
+}
+void CudaDevice::fill(float* x, float value, std::int64_t n) {
+  activate();
+  cuda::fill(stream_, x, value, n);
+}
+void CudaDevice::copy_floats(float* dst, const float* src, std::int64_t n) {
+  if (n <= 0 || dst == src) return;
+  activate();
+  DTRAIN_CUDA(cudaMemcpyAsync(dst, src, static_cast<std::size_t>(n) * sizeof(float),
+                              cudaMemcpyDeviceToDevice, stream_));
+}
+
+void CudaDevice::crossentropy_forward(float* losses, float* lse, const float* logits,
+                                      const std::int32_t* targets, int N, int V, int Vp) {
+  activate();
+  cuda::crossentropy_forward(stream_, losses, lse, logits, targets, N, V, Vp);
+}
+void CudaDevice::crossentropy_backward(float* dlogits, const float* logits, const float* lse,
+                                       const std::int32_t* targets, const float* dlosses, int N,
+                                       int V, int Vp) {
+  activate();
+  cuda::crossentropy_backward(stream_, dlogits, logits, lse, targets, dlosses, N, V, Vp);
+}
+void CudaDevice::crossentropy_shard_stats(float* max, float* target_logit, const float* logits,
+                                          const std::int32_t* targets, int N, int V, int ld,
+                                          int vocab_start) {
+  activate();
+  cuda::crossentropy_shard_stats(stream_, max, target_logit, logits, targets, N, V, ld,
+                                 vocab_start);
+}
+void CudaDevice::crossentropy_shard_sumexp(float* sumexp, const float* logits, const float* max,
+                                           int N, int V, int ld) {
+  activate();
+  cuda::crossentropy_shard_sumexp(stream_, sumexp, logits, max, N, V, ld);
+}
+void CudaDevice::crossentropy_shard_finish(float* losses, float* lse, const float* max,
+                                           const float* sumexp, const float* target_logit,
+                                           int N) {
+  activate();
+  cuda::crossentropy_shard_finish(stream_, losses, lse, max, sumexp, target_logit, N);
+}
+void CudaDevice::crossentropy_shard_backward(float* dlogits, const float* logits,
+                                             const float* lse, const std::int32_t* targets,
+                                             const float* dlosses, int N, int V, int ld,
+                                             int vocab_start) {
+  activate();
+  cuda::crossentropy_shard_backward(stream_, dlogits, logits, lse, targets, dlosses, N, V, ld,
+                                    vocab_start);
+}
+
+void CudaDevice::adamw(float* param, const float* grad, float* m, float* v, std::int64_t n,
+                       float lr, float beta1, float beta2, float eps, float weight_decay,
+                       int step, float grad_scale) {
+  activate();
+  // Bias corrections in double on the host, exactly as the CPU kernel computes them.
+  const float c1 = static_cast<float>(1.0 / (1.0 - std::pow(static_cast<double>(beta1), step)));
+  const float c2 = static_cast<float>(1.0 / (1.0 - std::pow(static_cast<double>(beta2), step)));
+  cuda::adamw(stream_, param, grad, m, v, n, lr, beta1, beta2, eps, weight_decay, c1, c2,
+              grad_scale);
+}
+void CudaDevice::sgd(float* param, const float* grad, float* mom, std::int64_t n, float lr,
+                     float momentum, float weight_decay, float grad_scale) {
+  activate();
+  cuda::sgd(stream_, param, grad, mom, n, lr, momentum, weight_decay, grad_scale);
+}
+
+}  // namespace dtrain::cuda

@@ -1,0 +1,103 @@
+#include "dtrain/parallel/param_gather.hpp"
+
+#include <algorithm>
+#include <numeric>
+
+#include "dtrain/core/error.hpp"
+#include "dtrain/core/timer.hpp"
+
+namespace dtrain::parallel {
+
+ParamGather::ParamGather(Communicator& dp, Device& dev, float* params, std::vector<Range> units,
+                         std::vector<std::vector<std::size_t>> counts)
+    : dp_(dp), dev_(dev), params_(params), units_(std::move(units)), counts_(std::move(counts)) {
+  DTRAIN_CHECK(units_.size() == counts_.size(), Errc::invalid_argument,
+               "ParamGather: " << units_.size() << " units but " << counts_.size() << " splits");
+  const std::size_t n = units_.size();
+  for (std::size_t u = 0; u < n; ++u) {
+    const auto& c = counts_[u];
+    DTRAIN_CHECK(c.size() == static_cast<std::size_t>(dp.size()) &&
+                     std::accumulate(c.begin(), c.end(), std::size_t{0}) ==
+                         units_[u].second - units_[u].first,
+                 Errc::invalid_argument, "ParamGather: unit " << u << " is split wrongly");
+    const std::size_t before = std::accumulate(c.begin(), c.begin() + dp.rank(), std::size_t{0});
+    owned_.push_back({units_[u].first + before, units_[u].first + before + c[dp.rank()]});
+    owned_numel_ += c[dp.rank()];
+  }
+  holders_.assign(n, 0);
+  gathered_.assign(n, true);  // the arena starts full (every rank initialised all of it)
+  pending_.resize(n);
+  held_numel_ = owned_numel_;
+  for (std::size_t u = 0; u < n; ++u) held_numel_ += size(static_cast<int>(u)) - counts_[u][dp.rank()];
+  for (std::size_t u = 0; u < n; ++u) drop(static_cast<int>(u));
+  peak_numel_ = held_numel_;
+}
+
+ParamGather::~ParamGather() {
+  for (Request& r : pending_) {
+    try {
+      r.wait();
+    } catch (...) {  // a failed gather during unwinding: nothing left to protect
+    }
+  }
+}
+
+void ParamGather::start(int unit) {
+  if (gathered_[unit]) return;
+  const Range& mine = owned_[unit];
+  pending_[unit] = dp_.iall_gather_v(params_ + mine.first, params_ + units_[unit].first,
+                                     counts_[unit].data(), DType::f32);
+  gathered_[unit] = true;
+  held_numel_ += size(unit) - (mine.second - mine.first);
+  peak_numel_ = std::max(peak_numel_, held_numel_);
+}
+
+void ParamGather::complete(int unit) {
+  if (!pending_[unit].valid()) return;
+  Stopwatch watch;
+  pending_[unit].wait();
+  wait_seconds_ += watch.seconds();
+}
+
+void ParamGather::drop(int unit) {
+  if (!gathered_[unit]) return;
+  complete(unit);  // never discard under a gather in flight
+  const Range& u = units_[unit];
+  const Range& mine = owned_[unit];
+  dev_.discard(params_ + u.first, sizeof(float) * (mine.first - u.first));
+  dev_.discard(params_ + mine.second, sizeof(float) * (u.second - mine.second));
+  gathered_[unit] = false;
+  held_numel_ -= size(unit) - (mine.second - mine.first);
+}
+
+void ParamGather::acquire(int unit, int next) {
+  DTRAIN_CHECK(unit >= 0 && static_cast<std::size_t>(unit) < units_.size(), Errc::internal,
+               "ParamGather: no unit " << unit);
+  start(unit);
+  if (next >= 0 && static_cast<std::size_t>(next) < units_.size()) start(next);  // prefetch
+  complete(unit);
+  ++holders_[unit];
+}
+
+void ParamGather::release(int unit) {
+  DTRAIN_CHECK(unit >= 0 && static_cast<std::size_t>(unit) < units_.size() && holders_[unit] > 0,
+               Errc::internal, "ParamGather: unit " << unit << " released but not held");
+  if (--holders_[unit] == 0) {
+    // A prefetched unit that no pass acquires stays until release_all(); this one is done.
+    drop(unit);
+  }
+}
+
+void ParamGather::acquire_all() {
+  for (std::size_t u = 0; u < units_.size(); ++u) start(static_cast<int>(u));
+  for (std::size_t u = 0; u < units_.size(); ++u) acquire(static_cast<int>(u), -1);
+}
+
+void ParamGather::release_all() {
+  for (std::size_t u = 0; u < units_.size(); ++u) {
+    holders_[u] = 0;
+    drop(static_cast<int>(u));
+  }
+}
+
+}  // namespace dtrain::parallel

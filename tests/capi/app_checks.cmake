@@ -1,0 +1,68 @@
+# dtrain_check_app(COMMAND exe [args...] WORK dir MPIEXEC mpiexec NPFLAG -n COMPARE compare
+#                  STEPS n TOLERANCE tol [SAVE_EVERY k] [H5LS h5ls H5LS_REGEX re])
+# What every example app must show (called from a `cmake -P` script):
+#  * trained from scratch at 1 and at 2 ranks it exits 0 (the app asserts its loss fell);
+#  * the 2-rank results (final evaluation loss and every parameter) equal the 1-rank ones
+#    within TOLERANCE (relative): data parallelism changes only the rounding;
+# and with SAVE_EVERY, of its checkpoints:
+#  * the files are there; h5ls, a reader independent of dtrain, sees the expected dataset;
+#  * resumed at 2 ranks from the first checkpoint, it ends exactly where it ended uninterrupted;
+#  * resumed at 1 rank from that 2-rank (ZeRO-1 sharded) checkpoint, it ends where the 1-rank
+#    run ended, within TOLERANCE;
+#  * `--resume auto` finds the newest checkpoint (the last step: nothing left to train).
+function(dtrain_check_app)
+  cmake_parse_arguments(A "" "WORK;MPIEXEC;NPFLAG;COMPARE;STEPS;TOLERANCE;SAVE_EVERY;H5LS;H5LS_REGEX"
+                        "COMMAND" ${ARGN})
+  file(REMOVE_RECURSE ${A_WORK})
+  file(MAKE_DIRECTORY ${A_WORK})
+  set(ckpt ${A_WORK}/ckpt)
+
+  macro(run_app np)
+    execute_process(COMMAND ${A_MPIEXEC} ${A_NPFLAG} ${np} ${A_COMMAND} --steps ${A_STEPS} ${ARGN}
+                    RESULT_VARIABLE rc OUTPUT_VARIABLE out ERROR_VARIABLE err)
+    string(REPLACE ";" " " args "${ARGN}")
+    message(STATUS "${np} rank(s): ${A_COMMAND} ${args}\n${out}")
+    if(NOT rc EQUAL 0)
+      message(FATAL_ERROR "the app failed at ${np} rank(s) (${rc}): ${args}\n${out}\n${err}")
+    endif()
+  endmacro()
+  macro(compare a b tolerance)
+    execute_process(COMMAND ${A_COMPARE} ${A_WORK}/${a} ${A_WORK}/${b} ${tolerance}
+                    RESULT_VARIABLE rc OUTPUT_VARIABLE out ERROR_VARIABLE err)
+    message(STATUS "${a} vs ${b}: ${out}")
+    if(NOT rc EQUAL 0)
+      message(FATAL_ERROR "${a} and ${b} differ:\n${out}${err}")
+    endif()
+  endmacro()
+
+  run_app(1 --out ${A_WORK}/np1.txt)
+  if(NOT A_SAVE_EVERY)
+    run_app(2 --out ${A_WORK}/np2.txt)
+    compare(np1.txt np2.txt ${A_TOLERANCE})
+    return()
+  endif()
+  run_app(2 --out ${A_WORK}/np2.txt --save-dir ${ckpt} --save-every ${A_SAVE_EVERY})
+  compare(np1.txt np2.txt ${A_TOLERANCE})
+
+  string(LENGTH "${A_SAVE_EVERY}" digits)
+  math(EXPR zeros "8 - ${digits}")
+  string(REPEAT "0" ${zeros} pad)
+  set(first ${ckpt}/step_${pad}${A_SAVE_EVERY}.h5)
+  foreach(f ${first} ${ckpt}/latest)
+    if(NOT EXISTS ${f})
+      message(FATAL_ERROR "the app did not write ${f}")
+    endif()
+  endforeach()
+  if(A_H5LS)
+    execute_process(COMMAND ${A_H5LS} -r ${first} OUTPUT_VARIABLE listing RESULT_VARIABLE rc)
+    if(NOT rc EQUAL 0 OR NOT listing MATCHES "${A_H5LS_REGEX}")
+      message(FATAL_ERROR "h5ls -r ${first} lacks ${A_H5LS_REGEX}:\n${listing}")
+    endif()
+  endif()
+  run_app(2 --out ${A_WORK}/resumed.txt --resume ${first})
+  compare(np2.txt resumed.txt 0)
+  run_app(1 --out ${A_WORK}/resumed1.txt --resume ${first})
+  compare(np1.txt resumed1.txt ${A_TOLERANCE})
+  run_app(2 --out ${A_WORK}/auto.txt --save-dir ${ckpt} --resume auto)
+  compare(np2.txt auto.txt 0)
+endfunction()

@@ -1,0 +1,420 @@
+/* Checkpoints through the C ABI: registered (byom) tensors and built-in models are saved and
+ * loaded; a run resumed from a checkpoint ends bit for bit where the uninterrupted run ends
+ * (also across ZeRO stages, to rounding); pruning, finding the newest checkpoint, tensor
+ * access by name, and the error paths (missing files, other models, unregistered names).
+ *   mpiexec -n N test_capi_checkpoint SCRATCH_DIR */
+#define _XOPEN_SOURCE 700 /* nftw, mkdir */
+#include <ftw.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include "check.h"
+
+static char scratch[1024];
+static int world_size = 1;
+
+static int remove_entry(const char* path, const struct stat* st, int flag, struct FTW* ftw) {
+  (void)st;
+  (void)flag;
+  (void)ftw;
+  return remove(path);
+}
+
+/* scratch/name, made empty by rank 0 (every rank waits for it). */
+static const char* fresh_dir(dt_context_t ctx, dt_comm_t world, const char* name, char* out, size_t n) {
+  snprintf(out, n, "%s/%s", scratch, name);
+  if (my_rank == 0) {
+    nftw(out, remove_entry, 16, FTW_DEPTH | FTW_PHYS);
+    mkdir(out, 0755);
+  }
+  OK(ctx, dt_barrier(world));
+  return out;
+}
+
+static int file_exists(const char* dir, const char* name) {
+  char path[1200];
+  FILE* f;
+  snprintf(path, sizeof path, "%s/%s", dir, name);
+  f = fopen(path, "rb");
+  if (f) fclose(f);
+  return f != NULL;
+}
+
+/* ---- a linear model the test owns (byom) ------------------------------------------------ */
+enum { IN = 3, OUT = 2, NS = 8 };
+
+typedef struct {
+  float W[OUT * IN], b[OUT], gW[OUT * IN], gb[OUT];
+  dt_byom_t h;
+} linear_t;
+
+static float xval(int step, int s, int i) { return sinf(0.3f * (float)((step * NS + s) * IN + i) + 0.2f); }
+static float yval(int step, int s, int o) { return cosf(0.17f * (float)((step * NS + s) * OUT + o)); }
+
+/* Gradient of the mean of 0.5*|Wx+b-y|^2 over this rank's share of the step's samples. */
+static void linear_grads(linear_t* m, int step) {
+  const int per = NS / world_size, first = my_rank * per;
+  memset(m->gW, 0, sizeof m->gW);
+  memset(m->gb, 0, sizeof m->gb);
+  for (int s = first; s < first + per; ++s)
+    for (int o = 0; o < OUT; ++o) {
+      float e = m->b[o];
+      for (int i = 0; i < IN; ++i) e += m->W[o * IN + i] * xval(step, s, i);
+      e = (e - yval(step, s, o)) / (float)per;
+      m->gb[o] += e;
+      for (int i = 0; i < IN; ++i) m->gW[o * IN + i] += e * xval(step, s, i);
+    }
+}
+
+static void linear_open(dt_context_t ctx, dt_comm_t world, int zero, float init, linear_t* m) {
+  const int64_t wshape[2] = {OUT, IN}, bshape[1] = {OUT};
+  dt_optimizer_config_t oc = DT_OPTIMIZER_CONFIG_INIT;
+  oc.zero_stage = zero;
+  oc.bucket_mb = 1e-5; /* several buckets */
+  for (int i = 0; i < OUT * IN; ++i) m->W[i] = init + 0.1f * (float)(i % 4);
+  for (int o = 0; o < OUT; ++o) m->b[o] = init;
+  OK(ctx, dt_byom_create(world, &oc, &m->h));
+  OK(ctx, dt_byom_register(m->h, "linear.weight", 2, wshape, DT_F32, m->W, m->gW, 0));
+  OK(ctx, dt_byom_register(m->h, "linear.bias", 1, bshape, DT_F32, m->b, m->gb, DT_PARAM_NO_DECAY));
+}
+
+static void linear_train(dt_context_t ctx, linear_t* m, int from, int to) {
+  for (int step = from; step < to; ++step) {
+    linear_grads(m, step);
+    OK(ctx, dt_byom_step(m->h, 0.05f, NULL));
+  }
+}
+
+static float max_diff(const float* a, const float* b, size_t n) {
+  float d = 0;
+  for (size_t i = 0; i < n; ++i) d = fmaxf(d, fabsf(a[i] - b[i]));
+  return d;
+}
+
+/* Save at step 4 with one ZeRO stage, resume in a fresh handle with another: the resumed run
+ * ends where the uninterrupted one does (bit for bit with the same stage). */
+static void test_byom_resume(dt_context_t ctx, dt_comm_t world, int zero_save, int zero_load) {
+  char name[64], dir[1100];
+  linear_t a, b;
+  float W4[OUT * IN], b4[OUT];
+  long steps = -1;
+  snprintf(name, sizeof name, "byom_z%d_z%d", zero_save, zero_load);
+  fresh_dir(ctx, world, name, dir, sizeof dir);
+
+  linear_open(ctx, world, zero_save, 0.0f, &a);
+  linear_train(ctx, &a, 0, 4);
+  OK(ctx, dt_byom_save_checkpoint(a.h, dir, 0));
+  memcpy(W4, a.W, sizeof W4);
+  memcpy(b4, a.b, sizeof b4);
+  linear_train(ctx, &a, 4, 8);
+
+  linear_open(ctx, world, zero_load, 0.5f, &b);
+  OK(ctx, dt_byom_load_checkpoint(b.h, dir)); /* a directory: its latest checkpoint */
+  OK(ctx, dt_byom_steps(b.h, &steps));
+  CHECK(steps == 4);
+  CHECK(memcmp(b.W, W4, sizeof W4) == 0 && memcmp(b.b, b4, sizeof b4) == 0);
+  linear_train(ctx, &b, 4, 8);
+  if (zero_save == zero_load) {
+    CHECK(memcmp(b.W, a.W, sizeof a.W) == 0 && memcmp(b.b, a.b, sizeof a.b) == 0);
+  } else {
+    CHECK(max_diff(b.W, a.W, OUT * IN) < 1e-6f && max_diff(b.b, a.b, OUT) < 1e-6f);
+  }
+  if (my_rank == 0)
+    printf("byom: saved with ZeRO-%d, resumed with ZeRO-%d: max |resumed - uninterrupted| = %.3g\n",
+           zero_save, zero_load, max_diff(b.W, a.W, OUT * IN));
+  OK(ctx, dt_byom_destroy(a.h));
+  OK(ctx, dt_byom_destroy(b.h));
+}
+
+/* keep prunes old checkpoints; dt_checkpoint_find names the newest. */
+static void test_keep_and_find(dt_context_t ctx, dt_comm_t world) {
+  char dir[1100], path[1200], tiny[8];
+  size_t len = 99;
+  linear_t m;
+  fresh_dir(ctx, world, "keep", dir, sizeof dir);
+  OK(ctx, dt_checkpoint_find(world, dir, path, sizeof path, &len));
+  CHECK(len == 0 && path[0] == '\0');
+  linear_open(ctx, world, 1, 0.0f, &m);
+  for (int s = 0; s < 3; ++s) {
+    linear_train(ctx, &m, s, s + 1);
+    OK(ctx, dt_byom_save_checkpoint(m.h, dir, 2));
+  }
+  OK(ctx, dt_barrier(world));
+  if (my_rank == 0) {
+    CHECK(!file_exists(dir, "step_00000001.h5"));
+    CHECK(file_exists(dir, "step_00000002.h5") && file_exists(dir, "step_00000003.h5"));
+    CHECK(file_exists(dir, "latest"));
+  }
+  OK(ctx, dt_checkpoint_find(world, dir, NULL, 0, &len));
+  CHECK(len == strlen(dir) + strlen("/step_00000003.h5"));
+  OK(ctx, dt_checkpoint_find(world, dir, path, sizeof path, &len));
+  CHECK(strstr(path, "step_00000003.h5") != NULL && strlen(path) == len);
+  FAILS(DT_ERR_INVALID_ARGUMENT, ctx, "dt_checkpoint_find: capacity is too small for the path",
+        dt_checkpoint_find(world, dir, tiny, sizeof tiny, &len));
+  CHECK(len == strlen(path));
+  snprintf(path, sizeof path, "%s/no_such_dir", dir);
+  OK(ctx, dt_checkpoint_find(world, path, tiny, sizeof tiny, &len));
+  CHECK(len == 0 && tiny[0] == '\0');
+  OK(ctx, dt_byom_destroy(m.h));
+}
+
+static void test_byom_errors(dt_context_t ctx, dt_comm_t world) {
+  char dir[1100], empty[1100], path[1200];
+  linear_t m;
+  dt_byom_t none = NULL, other = NULL;
+  float extra[2] = {0, 0}, gextra[2] = {0, 0}, W[OUT * IN], gW[OUT * IN];
+  const int64_t eshape[1] = {2}, transposed[2] = {IN, OUT};
+
+  fresh_dir(ctx, world, "errors", dir, sizeof dir);
+  fresh_dir(ctx, world, "empty", empty, sizeof empty);
+  OK(ctx, dt_byom_create(world, NULL, &none));
+  FAILS(DT_ERR_INVALID_STATE, ctx, "dt_byom_save_checkpoint: no tensors registered",
+        dt_byom_save_checkpoint(none, dir, 0));
+  FAILS(DT_ERR_INVALID_STATE, ctx, "dt_byom_load_checkpoint: no tensors registered",
+        dt_byom_load_checkpoint(none, dir));
+  OK(ctx, dt_byom_destroy(none));
+
+  linear_open(ctx, world, 0, 0.0f, &m);
+  linear_train(ctx, &m, 0, 1);
+  OK(ctx, dt_byom_save_checkpoint(m.h, dir, 0));
+  FAILS(DT_ERR_INVALID_STATE, ctx, "before the first step or checkpoint",
+        dt_byom_register(m.h, "late", 1, eshape, DT_F32, extra, gextra, 0));
+  FAILS(DT_ERR_IO, ctx, "dt_byom_load_checkpoint: no checkpoint in directory",
+        dt_byom_load_checkpoint(m.h, empty));
+  snprintf(path, sizeof path, "%s/missing.h5", dir);
+  FAILS(DT_ERR_IO, ctx, "no checkpoint file or directory", dt_byom_load_checkpoint(m.h, path));
+  snprintf(path, sizeof path, "%s/not_hdf5.h5", dir);
+  if (my_rank == 0) {
+    FILE* f = fopen(path, "wb");
+    fputs("this is not an HDF5 file", f);
+    fclose(f);
+  }
+  OK(ctx, dt_barrier(world));
+  EXPECT(DT_ERR_IO, ctx, dt_byom_load_checkpoint(m.h, path));
+  MESSAGE(ctx, "not_hdf5.h5");
+  snprintf(path, sizeof path, "%s/not_hdf5.h5/sub", dir); /* a directory inside a file */
+  EXPECT(DT_ERR_IO, ctx, dt_byom_save_checkpoint(m.h, path, 0));
+  /* Rank 0 creates the directory and says why it cannot; the others point to it. */
+  MESSAGE(ctx, my_rank == 0 ? "not_hdf5.h5/sub" : "checkpoint failed on world rank 0");
+
+  /* A tensor registered here but absent from the file, and one of another shape. */
+  OK(ctx, dt_byom_create(world, NULL, &other));
+  OK(ctx, dt_byom_register(other, "linear.weight", 2, (const int64_t[]){OUT, IN}, DT_F32, W, gW, 0));
+  OK(ctx, dt_byom_register(other, "extra", 1, eshape, DT_F32, extra, gextra, 0));
+  FAILS(DT_ERR_INVALID_CONFIG, ctx, "has no tensor 'extra'", dt_byom_load_checkpoint(other, dir));
+  OK(ctx, dt_byom_destroy(other));
+  OK(ctx, dt_byom_create(world, NULL, &other));
+  OK(ctx, dt_byom_register(other, "linear.weight", 2, transposed, DT_F32, W, gW, 0));
+  FAILS(DT_ERR_INVALID_CONFIG, ctx, "tensor 'linear.weight' has shape [2, 3] in checkpoint",
+        dt_byom_load_checkpoint(other, dir));
+  OK(ctx, dt_byom_destroy(other));
+  OK(ctx, dt_byom_destroy(m.h));
+}
+
+/* ---- built-in models ------------------------------------------------------------------- */
+enum { MIN = 4, MHID = 16, MCLASSES = 3, MBATCH = 8 };
+
+static void mlp_train(dt_context_t ctx, dt_model_t model, int from, int to) {
+  const int per = MBATCH / world_size;
+  float x[MBATCH * MIN];
+  int32_t y[MBATCH];
+  for (int step = from; step < to; ++step) {
+    for (int s = 0; s < per; ++s) {
+      const int id = step * MBATCH + my_rank * per + s;
+      float acc = 0;
+      for (int i = 0; i < MIN; ++i) acc += (x[s * MIN + i] = sinf(0.7f * (float)(id * MIN + i)));
+      y[s] = acc > 0.5f ? 2 : (acc > -0.5f ? 1 : 0);
+    }
+    OK(ctx, dt_mlp_forward_backward(model, x, y, per, NULL));
+    OK(ctx, dt_model_step(model, 0.01f, NULL));
+  }
+}
+
+static dt_model_t make_mlp(dt_context_t ctx, dt_comm_t world, uint64_t seed, int hidden) {
+  const int sizes[3] = {MIN, hidden, MCLASSES};
+  dt_mlp_config_t mc = DT_MLP_CONFIG_INIT;
+  dt_optimizer_config_t oc = DT_OPTIMIZER_CONFIG_INIT;
+  dt_model_t m = NULL;
+  mc.num_sizes = 3;
+  mc.sizes = sizes;
+  mc.max_batch = MBATCH;
+  mc.seed = seed;
+  oc.zero_stage = 1;
+  OK(ctx, dt_model_create_mlp(world, &mc, &oc, &m));
+  return m;
+}
+
+static dt_model_t make_gpt(dt_context_t ctx, dt_comm_t world, uint64_t seed) {
+  dt_gpt_config_t gc = DT_GPT_CONFIG_INIT;
+  dt_model_t m = NULL;
+  gc.layers = 1;
+  gc.heads = 2;
+  gc.d_model = 16;
+  gc.seq_len = 8;
+  gc.vocab = 24;
+  gc.max_batch = 2;
+  gc.seed = seed;
+  OK(ctx, dt_model_create_gpt(world, &gc, NULL, &m));
+  return m;
+}
+
+static float* parameters(dt_context_t ctx, dt_model_t m, size_t* n) {
+  float* p;
+  OK(ctx, dt_model_num_parameters(m, n));
+  p = malloc(*n * sizeof *p);
+  OK(ctx, dt_model_get_parameters(m, p, *n));
+  return p;
+}
+
+static void test_mlp_resume(dt_context_t ctx, dt_comm_t world, char* dir, size_t n_dir) {
+  dt_model_t a = make_mlp(ctx, world, 1, MHID), b = make_mlp(ctx, world, 2, MHID);
+  size_t n = 0;
+  long steps = -1;
+  float *p3, *pa, *pb;
+  fresh_dir(ctx, world, "mlp", dir, n_dir);
+  mlp_train(ctx, a, 0, 3);
+  OK(ctx, dt_model_save_checkpoint(a, dir, 0));
+  p3 = parameters(ctx, a, &n);
+  mlp_train(ctx, a, 3, 6);
+  pa = parameters(ctx, a, &n);
+
+  pb = parameters(ctx, b, &n);
+  CHECK(max_diff(pb, p3, n) > 0); /* another seed: other weights until loaded */
+  free(pb);
+  OK(ctx, dt_model_load_checkpoint(b, dir));
+  OK(ctx, dt_model_steps(b, &steps));
+  CHECK(steps == 3);
+  pb = parameters(ctx, b, &n);
+  CHECK(memcmp(pb, p3, n * sizeof *pb) == 0);
+  free(pb);
+  mlp_train(ctx, b, 3, 6);
+  pb = parameters(ctx, b, &n);
+  CHECK(memcmp(pb, pa, n * sizeof *pb) == 0);
+  if (my_rank == 0) printf("mlp: resumed run max |diff| = %.3g over %zu parameters\n", max_diff(pb, pa, n), n);
+  free(p3);
+  free(pa);
+  free(pb);
+  OK(ctx, dt_model_destroy(a));
+  OK(ctx, dt_model_destroy(b));
+}
+
+static void test_gpt_checkpoint(dt_context_t ctx, dt_comm_t world, const char* mlp_dir) {
+  enum { B = 2, T = 8 };
+  char dir[1100];
+  int32_t tokens[B * T], targets[B * T];
+  dt_model_t a = make_gpt(ctx, world, 3), b = make_gpt(ctx, world, 4), mlp = make_mlp(ctx, world, 1, MHID);
+  dt_model_t wider = make_mlp(ctx, world, 1, MHID + 1);
+  float la = 0, lb = -1, *pa, *pb;
+  size_t n = 0;
+  long steps = 0;
+  for (int i = 0; i < B * T; ++i) {
+    tokens[i] = (i * 7) % 24;
+    targets[i] = (i * 7 + 7) % 24;
+  }
+  fresh_dir(ctx, world, "gpt", dir, sizeof dir);
+  for (int s = 0; s < 2; ++s) {
+    OK(ctx, dt_gpt_forward_backward(a, tokens, targets, B, T, NULL));
+    OK(ctx, dt_model_step(a, 1e-2f, NULL));
+  }
+  OK(ctx, dt_model_save_checkpoint(a, dir, 1));
+  OK(ctx, dt_model_load_checkpoint(b, dir));
+  OK(ctx, dt_model_steps(b, &steps));
+  CHECK(steps == 2);
+  pa = parameters(ctx, a, &n);
+  pb = parameters(ctx, b, &n);
+  CHECK(memcmp(pa, pb, n * sizeof *pa) == 0);
+  OK(ctx, dt_gpt_evaluate(a, tokens, targets, B, T, &la));
+  OK(ctx, dt_gpt_evaluate(b, tokens, targets, B, T, &lb));
+  CHECK(la == lb);
+  free(pa);
+  free(pb);
+
+  /* A checkpoint of another model is refused, naming what differs. */
+  FAILS(DT_ERR_INVALID_CONFIG, ctx, "dt_model_load_checkpoint: checkpoint", dt_model_load_checkpoint(b, mlp_dir));
+  MESSAGE(ctx, "written for");
+  FAILS(DT_ERR_INVALID_CONFIG, ctx, "has no tensor 'layers.0.weight'", dt_model_load_checkpoint(mlp, dir));
+  FAILS(DT_ERR_INVALID_CONFIG, ctx, "tensor 'layers.0.weight' has shape [16, 4] in checkpoint",
+        dt_model_load_checkpoint(wider, mlp_dir));
+  OK(ctx, dt_model_destroy(a));
+  OK(ctx, dt_model_destroy(b));
+  OK(ctx, dt_model_destroy(mlp));
+  OK(ctx, dt_model_destroy(wider));
+}
+
+/* Tensors by index and by name: names, shape, values, and overwriting them. */
+static void test_tensor_access(dt_context_t ctx, dt_comm_t world) {
+  dt_model_t m = make_mlp(ctx, world, 5, MHID);
+  int64_t shape[4] = {0, 0, 0, 0};
+  int ndim = 0;
+  size_t n = 0;
+  float w[MHID * MIN], bias[MCLASSES] = {1.5f, -2.0f, 0.25f}, back[MCLASSES] = {0, 0, 0};
+  float* all = parameters(ctx, m, &n);
+  OK(ctx, dt_model_tensor_shape(m, "layers.0.weight", NULL, 0, &ndim));
+  CHECK(ndim == 2);
+  OK(ctx, dt_model_tensor_shape(m, "layers.0.weight", shape, 4, &ndim));
+  CHECK(ndim == 2 && shape[0] == MHID && shape[1] == MIN);
+  OK(ctx, dt_model_get_tensor(m, "layers.0.weight", w, MHID * MIN));
+  CHECK(memcmp(w, all, sizeof w) == 0); /* the first tensor in creation order */
+  {
+    /* Names by index, in creation order: layers.0.weight, layers.0.bias, layers.1.weight, ... */
+    int count = 0;
+    char name[32], tiny[4];
+    size_t len = 0;
+    OK(ctx, dt_model_num_tensors(m, &count));
+    CHECK(count == 4);
+    OK(ctx, dt_model_tensor_name(m, 3, NULL, 0, &len));
+    CHECK(len == strlen("layers.1.bias"));
+    OK(ctx, dt_model_tensor_name(m, 3, name, sizeof name, &len));
+    CHECK(strcmp(name, "layers.1.bias") == 0);
+    OK(ctx, dt_model_tensor_name(m, 0, name, sizeof name, &len));
+    CHECK(strcmp(name, "layers.0.weight") == 0);
+    FAILS(DT_ERR_INVALID_ARGUMENT, ctx, "capacity is too small for the name",
+          dt_model_tensor_name(m, 0, tiny, sizeof tiny, &len));
+    CHECK(len == strlen("layers.0.weight"));
+  }
+  OK(ctx, dt_model_set_tensor(m, "layers.1.bias", bias, MCLASSES));
+  OK(ctx, dt_model_get_tensor(m, "layers.1.bias", back, MCLASSES));
+  CHECK(memcmp(bias, back, sizeof bias) == 0);
+  free(all);
+  OK(ctx, dt_model_destroy(m));
+}
+
+int main(int argc, char** argv) {
+  dt_context_t ctx = NULL;
+  dt_comm_t world = NULL;
+  char mlp_dir[1100];
+  int status;
+  if (argc < 2) {
+    fprintf(stderr, "usage: test_capi_checkpoint SCRATCH_DIR\n");
+    return 2;
+  }
+  OK(NULL, dt_init(&argc, &argv, &ctx));
+  OK(ctx, dt_context_rank(ctx, &my_rank));
+  OK(ctx, dt_context_size(ctx, &world_size));
+  OK(ctx, dt_context_world(ctx, &world));
+  snprintf(scratch, sizeof scratch, "%s/np%d", argv[1], world_size);
+  if (my_rank == 0) {
+    mkdir(argv[1], 0755);
+    mkdir(scratch, 0755);
+  }
+  if (NS % world_size != 0 || MBATCH % world_size != 0) {
+    if (my_rank == 0) printf("capi_checkpoint: all 0 checks passed (needs 1, 2, 4 or 8 ranks)\n");
+    dt_finalize(ctx);
+    return 0;
+  }
+  test_byom_resume(ctx, world, 0, 0);
+  test_byom_resume(ctx, world, 1, 1);
+  test_byom_resume(ctx, world, 1, 0);
+  test_keep_and_find(ctx, world);
+  test_byom_errors(ctx, world);
+  test_mlp_resume(ctx, world, mlp_dir, sizeof mlp_dir);
+  test_gpt_checkpoint(ctx, world, mlp_dir);
+  test_tensor_access(ctx, world);
+  status = finish("capi_checkpoint", ctx, world);
+  OK(ctx, dt_finalize(ctx));
+  return status != 0 || failures != 0;
+}

@@ -1,0 +1,356 @@
+/* Every error class of every entry point of dtrain.h gives its documented code and message:
+ * NULL, wrong-kind, destroyed and finalized handles; NULL pointers; wrong sizes; unknown
+ * names. The program initialises MPI itself and starts dtrain over a C MPI_Comm
+ * (dtrain_mpi.h), so MPI outlives the context and calls after dt_finalize can be tried. */
+#include <mpi.h>
+#include <stdlib.h>
+
+#include "check.h"
+#include "dtrain_mpi.h"
+
+/* The live handles a call needs besides the one under test. */
+typedef struct {
+  dt_context_t ctx;
+  dt_comm_t comm;
+  dt_grid_t grid;
+  dt_byom_t byom;
+  dt_model_t model;
+} handles_t;
+
+/* Calls every entry point that takes a handle with the handles in h, each expected to be
+ * refused with DT_ERR_INVALID_HANDLE and "<function>: <argument> is not a live <type> <why>".
+ * Other arguments are valid, so the handle check is what fails. */
+static void expect_refused(handles_t h, const char* why) {
+  char text[256];
+  int i = 0;
+  long l = 0;
+  size_t n = 0;
+  float f[4] = {0}, loss = 0;
+  int32_t labels[1] = {0};
+  int64_t shape[1] = {1};
+  dt_comm_t comm = NULL;
+  dt_grid_t grid = NULL;
+  dt_byom_t byom = NULL;
+  dt_model_t model = NULL;
+  dt_grid_config_t gc = DT_GRID_CONFIG_INIT;
+  dt_mlp_config_t mc = DT_MLP_CONFIG_INIT;
+  dt_gpt_config_t tc = DT_GPT_CONFIG_INIT;
+  const int sizes[2] = {1, 2};
+  mc.num_sizes = 2;
+  mc.sizes = sizes;
+
+#define REFUSED(func, arg, type, call)                                                  \
+  do {                                                                                  \
+    snprintf(text, sizeof text, "%s: %s is not a live %s %s", func, arg, type, why);    \
+    FAILS(DT_ERR_INVALID_HANDLE, NULL, text, call);                                     \
+  } while (0)
+
+  REFUSED("dt_context_rank", "ctx", "dt_context_t", dt_context_rank(h.ctx, &i));
+  REFUSED("dt_context_size", "ctx", "dt_context_t", dt_context_size(h.ctx, &i));
+  REFUSED("dt_context_world", "ctx", "dt_context_t", dt_context_world(h.ctx, &comm));
+  REFUSED("dt_grid_create", "ctx", "dt_context_t", dt_grid_create(h.ctx, &gc, &grid));
+  CHECK(grid == NULL);
+  REFUSED("dt_finalize", "ctx", "dt_context_t", dt_finalize(h.ctx));
+
+  REFUSED("dt_comm_rank", "comm", "dt_comm_t", dt_comm_rank(h.comm, &i));
+  REFUSED("dt_comm_size", "comm", "dt_comm_t", dt_comm_size(h.comm, &i));
+  REFUSED("dt_comm_world_ranks", "comm", "dt_comm_t", dt_comm_world_ranks(h.comm, NULL, 0, &i));
+  REFUSED("dt_all_reduce", "comm", "dt_comm_t", dt_all_reduce(h.comm, f, f, 1, DT_F32, DT_SUM));
+  REFUSED("dt_all_gather", "comm", "dt_comm_t", dt_all_gather(h.comm, f, f, 1, DT_F32));
+  REFUSED("dt_reduce_scatter", "comm", "dt_comm_t", dt_reduce_scatter(h.comm, f, f, 1, DT_F32, DT_SUM));
+  REFUSED("dt_broadcast", "comm", "dt_comm_t", dt_broadcast(h.comm, f, f, 1, DT_F32, 0));
+  REFUSED("dt_barrier", "comm", "dt_comm_t", dt_barrier(h.comm));
+  REFUSED("dt_checkpoint_find", "comm", "dt_comm_t", dt_checkpoint_find(h.comm, ".", NULL, 0, &n));
+  REFUSED("dt_byom_create", "dp", "dt_comm_t", dt_byom_create(h.comm, NULL, &byom));
+  REFUSED("dt_model_create_mlp", "dp", "dt_comm_t", dt_model_create_mlp(h.comm, &mc, NULL, &model));
+  REFUSED("dt_model_create_gpt", "dp", "dt_comm_t", dt_model_create_gpt(h.comm, &tc, NULL, &model));
+  CHECK(byom == NULL && model == NULL);
+
+  REFUSED("dt_grid_shape", "grid", "dt_grid_t", dt_grid_shape(h.grid, &i, &i, &i));
+  REFUSED("dt_grid_coords", "grid", "dt_grid_t", dt_grid_coords(h.grid, &i, &i, &i));
+  REFUSED("dt_grid_comm", "grid", "dt_grid_t", dt_grid_comm(h.grid, DT_GROUP_DP, &comm));
+  REFUSED("dt_grid_destroy", "grid", "dt_grid_t", dt_grid_destroy(h.grid));
+
+  REFUSED("dt_byom_register", "byom", "dt_byom_t", dt_byom_register(h.byom, "w", 1, shape, DT_F32, f, f, 0));
+  REFUSED("dt_byom_step", "byom", "dt_byom_t", dt_byom_step(h.byom, 0.1f, NULL));
+  REFUSED("dt_byom_steps", "byom", "dt_byom_t", dt_byom_steps(h.byom, &l));
+  REFUSED("dt_byom_save_checkpoint", "byom", "dt_byom_t", dt_byom_save_checkpoint(h.byom, "d", 0));
+  REFUSED("dt_byom_load_checkpoint", "byom", "dt_byom_t", dt_byom_load_checkpoint(h.byom, "d"));
+  REFUSED("dt_byom_destroy", "byom", "dt_byom_t", dt_byom_destroy(h.byom));
+
+  REFUSED("dt_mlp_forward_backward", "model", "dt_model_t", dt_mlp_forward_backward(h.model, f, labels, 1, &loss));
+  REFUSED("dt_mlp_evaluate", "model", "dt_model_t", dt_mlp_evaluate(h.model, f, labels, 1, &loss));
+  REFUSED("dt_mlp_predict", "model", "dt_model_t", dt_mlp_predict(h.model, f, 1, f));
+  REFUSED("dt_gpt_forward_backward", "model", "dt_model_t", dt_gpt_forward_backward(h.model, labels, labels, 1, 1, &loss));
+  REFUSED("dt_gpt_evaluate", "model", "dt_model_t", dt_gpt_evaluate(h.model, labels, labels, 1, 1, &loss));
+  REFUSED("dt_model_step", "model", "dt_model_t", dt_model_step(h.model, 0.1f, NULL));
+  REFUSED("dt_model_num_parameters", "model", "dt_model_t", dt_model_num_parameters(h.model, &n));
+  REFUSED("dt_model_get_parameters", "model", "dt_model_t", dt_model_get_parameters(h.model, f, 4));
+  REFUSED("dt_model_steps", "model", "dt_model_t", dt_model_steps(h.model, &l));
+  REFUSED("dt_model_num_tensors", "model", "dt_model_t", dt_model_num_tensors(h.model, &i));
+  REFUSED("dt_model_tensor_name", "model", "dt_model_t", dt_model_tensor_name(h.model, 0, NULL, 0, &n));
+  REFUSED("dt_model_tensor_shape", "model", "dt_model_t", dt_model_tensor_shape(h.model, "w", NULL, 0, &i));
+  REFUSED("dt_model_get_tensor", "model", "dt_model_t", dt_model_get_tensor(h.model, "w", f, 4));
+  REFUSED("dt_model_set_tensor", "model", "dt_model_t", dt_model_set_tensor(h.model, "w", f, 4));
+  REFUSED("dt_model_save_checkpoint", "model", "dt_model_t", dt_model_save_checkpoint(h.model, "d", 0));
+  REFUSED("dt_model_load_checkpoint", "model", "dt_model_t", dt_model_load_checkpoint(h.model, "d"));
+  REFUSED("dt_model_destroy", "model", "dt_model_t", dt_model_destroy(h.model));
+#undef REFUSED
+}
+
+/* A pointer argument that must not be NULL is refused with "<name> must not be NULL". */
+static void null_pointers(handles_t h) {
+  dt_context_t ctx = h.ctx;
+  float f[64] = {0};
+  int32_t labels[4] = {0};
+  int64_t shape[1] = {4};
+  int i = 0;
+  size_t n = 0;
+  dt_grid_config_t gc = DT_GRID_CONFIG_INIT;
+  dt_grid_t grid = NULL;
+  dt_model_t model = NULL;
+
+  FAILS(DT_ERR_INVALID_ARGUMENT, NULL, "dt_init: ctx must not be NULL", dt_init(NULL, NULL, NULL));
+  FAILS(DT_ERR_INVALID_ARGUMENT, NULL, "dt_init_fortran_comm: ctx must not be NULL",
+        dt_init_fortran_comm((int)MPI_Comm_c2f(MPI_COMM_WORLD), NULL));
+  FAILS(DT_ERR_INVALID_ARGUMENT, ctx, "dt_context_rank: rank must not be NULL", dt_context_rank(ctx, NULL));
+  FAILS(DT_ERR_INVALID_ARGUMENT, ctx, "dt_context_size: size must not be NULL", dt_context_size(ctx, NULL));
+  FAILS(DT_ERR_INVALID_ARGUMENT, ctx, "dt_context_world: world must not be NULL", dt_context_world(ctx, NULL));
+  FAILS(DT_ERR_INVALID_ARGUMENT, ctx, "dt_grid_create: config must not be NULL", dt_grid_create(ctx, NULL, &grid));
+  FAILS(DT_ERR_INVALID_ARGUMENT, ctx, "dt_grid_create: grid must not be NULL", dt_grid_create(ctx, &gc, NULL));
+  FAILS(DT_ERR_INVALID_ARGUMENT, ctx, "dt_comm_rank: rank must not be NULL", dt_comm_rank(h.comm, NULL));
+  FAILS(DT_ERR_INVALID_ARGUMENT, ctx, "dt_comm_size: size must not be NULL", dt_comm_size(h.comm, NULL));
+  FAILS(DT_ERR_INVALID_ARGUMENT, ctx, "dt_comm_world_ranks: count must not be NULL",
+        dt_comm_world_ranks(h.comm, NULL, 0, NULL));
+  FAILS(DT_ERR_INVALID_ARGUMENT, ctx, "dt_comm_world_ranks: ranks must not be NULL",
+        dt_comm_world_ranks(h.comm, NULL, 4, &i));
+  FAILS(DT_ERR_INVALID_ARGUMENT, ctx, "dt_all_reduce: recv must not be NULL",
+        dt_all_reduce(h.comm, f, NULL, 1, DT_F32, DT_SUM));
+  FAILS(DT_ERR_INVALID_ARGUMENT, ctx, "dt_all_gather: send must not be NULL",
+        dt_all_gather(h.comm, NULL, f, 1, DT_F32));
+  FAILS(DT_ERR_INVALID_ARGUMENT, ctx, "dt_reduce_scatter: recv must not be NULL",
+        dt_reduce_scatter(h.comm, f, NULL, 1, DT_F32, DT_SUM));
+  FAILS(DT_ERR_INVALID_ARGUMENT, ctx, "dt_broadcast: recv must not be NULL",
+        dt_broadcast(h.comm, f, NULL, 1, DT_F32, 0));
+  FAILS(DT_ERR_INVALID_ARGUMENT, ctx, "dt_grid_comm: comm must not be NULL", dt_grid_comm(h.grid, DT_GROUP_TP, NULL));
+  FAILS(DT_ERR_INVALID_ARGUMENT, ctx, "dt_byom_create: byom must not be NULL", dt_byom_create(h.comm, NULL, NULL));
+  FAILS(DT_ERR_INVALID_ARGUMENT, ctx, "dt_byom_register: name must not be NULL",
+        dt_byom_register(h.byom, NULL, 1, shape, DT_F32, f, f, 0));
+  FAILS(DT_ERR_INVALID_ARGUMENT, ctx, "dt_byom_register: shape must not be NULL",
+        dt_byom_register(h.byom, "w", 1, NULL, DT_F32, f, f, 0));
+  FAILS(DT_ERR_INVALID_ARGUMENT, ctx, "dt_byom_register: param must not be NULL",
+        dt_byom_register(h.byom, "w", 1, shape, DT_F32, NULL, f, 0));
+  FAILS(DT_ERR_INVALID_ARGUMENT, ctx, "dt_byom_register: grad must not be NULL",
+        dt_byom_register(h.byom, "w", 1, shape, DT_F32, f, NULL, 0));
+  FAILS(DT_ERR_INVALID_ARGUMENT, ctx, "dt_byom_steps: steps must not be NULL", dt_byom_steps(h.byom, NULL));
+  FAILS(DT_ERR_INVALID_ARGUMENT, ctx, "dt_byom_save_checkpoint: dir must not be NULL",
+        dt_byom_save_checkpoint(h.byom, NULL, 0));
+  FAILS(DT_ERR_INVALID_ARGUMENT, ctx, "dt_byom_load_checkpoint: source must not be NULL",
+        dt_byom_load_checkpoint(h.byom, NULL));
+  FAILS(DT_ERR_INVALID_ARGUMENT, ctx, "dt_model_create_mlp: model must not be NULL",
+        dt_model_create_mlp(h.comm, NULL, NULL, NULL));
+  FAILS(DT_ERR_INVALID_ARGUMENT, ctx, "dt_model_create_mlp: config must not be NULL",
+        dt_model_create_mlp(h.comm, NULL, NULL, &model));
+  FAILS(DT_ERR_INVALID_ARGUMENT, ctx, "dt_model_create_gpt: config must not be NULL",
+        dt_model_create_gpt(h.comm, NULL, NULL, &model));
+  FAILS(DT_ERR_INVALID_ARGUMENT, ctx, "dt_mlp_forward_backward: x must not be NULL",
+        dt_mlp_forward_backward(h.model, NULL, labels, 1, NULL));
+  FAILS(DT_ERR_INVALID_ARGUMENT, ctx, "dt_mlp_forward_backward: labels must not be NULL",
+        dt_mlp_forward_backward(h.model, f, NULL, 1, NULL));
+  FAILS(DT_ERR_INVALID_ARGUMENT, ctx, "dt_mlp_evaluate: loss must not be NULL",
+        dt_mlp_evaluate(h.model, f, labels, 1, NULL));
+  FAILS(DT_ERR_INVALID_ARGUMENT, ctx, "dt_mlp_predict: logits must not be NULL", dt_mlp_predict(h.model, f, 1, NULL));
+  FAILS(DT_ERR_INVALID_ARGUMENT, ctx, "dt_model_num_parameters: count must not be NULL",
+        dt_model_num_parameters(h.model, NULL));
+  FAILS(DT_ERR_INVALID_ARGUMENT, ctx, "dt_model_get_parameters: dst must not be NULL",
+        dt_model_get_parameters(h.model, NULL, 64));
+  FAILS(DT_ERR_INVALID_ARGUMENT, ctx, "dt_model_steps: steps must not be NULL", dt_model_steps(h.model, NULL));
+  FAILS(DT_ERR_INVALID_ARGUMENT, ctx, "dt_model_num_tensors: count must not be NULL",
+        dt_model_num_tensors(h.model, NULL));
+  FAILS(DT_ERR_INVALID_ARGUMENT, ctx, "dt_model_tensor_name: length must not be NULL",
+        dt_model_tensor_name(h.model, 0, NULL, 0, NULL));
+  FAILS(DT_ERR_INVALID_ARGUMENT, ctx, "dt_model_tensor_name: name must not be NULL",
+        dt_model_tensor_name(h.model, 0, NULL, 8, &n));
+  FAILS(DT_ERR_INVALID_ARGUMENT, ctx, "dt_model_tensor_shape: name must not be NULL",
+        dt_model_tensor_shape(h.model, NULL, NULL, 0, &i));
+  FAILS(DT_ERR_INVALID_ARGUMENT, ctx, "dt_model_tensor_shape: ndim must not be NULL",
+        dt_model_tensor_shape(h.model, "layers.0.bias", NULL, 0, NULL));
+  FAILS(DT_ERR_INVALID_ARGUMENT, ctx, "dt_model_get_tensor: dst must not be NULL",
+        dt_model_get_tensor(h.model, "layers.0.bias", NULL, 4));
+  FAILS(DT_ERR_INVALID_ARGUMENT, ctx, "dt_model_set_tensor: src must not be NULL",
+        dt_model_set_tensor(h.model, "layers.0.bias", NULL, 4));
+  FAILS(DT_ERR_INVALID_ARGUMENT, ctx, "dt_model_save_checkpoint: dir must not be NULL",
+        dt_model_save_checkpoint(h.model, NULL, 0));
+  FAILS(DT_ERR_INVALID_ARGUMENT, ctx, "dt_model_load_checkpoint: source must not be NULL",
+        dt_model_load_checkpoint(h.model, NULL));
+  FAILS(DT_ERR_INVALID_ARGUMENT, ctx, "dt_checkpoint_find: dir must not be NULL",
+        dt_checkpoint_find(h.comm, NULL, NULL, 0, &n));
+  FAILS(DT_ERR_INVALID_ARGUMENT, ctx, "dt_checkpoint_find: length must not be NULL",
+        dt_checkpoint_find(h.comm, ".", NULL, 0, NULL));
+  FAILS(DT_ERR_INVALID_ARGUMENT, ctx, "dt_gpt_forward_backward: model is not a GPT",
+        dt_gpt_forward_backward(h.model, labels, labels, 1, 1, NULL));
+  CHECK(grid == NULL && model == NULL);
+}
+
+/* Sizes, counts, capacities and struct sizes out of range; names that are not there. */
+static void wrong_sizes_and_names(handles_t h, int size) {
+  dt_context_t ctx = h.ctx;
+  float f[64] = {0}, loss = 0;
+  int32_t labels[4] = {0};
+  int64_t shape2[2] = {4, 0}, shape[2] = {0, 0};
+  int i = 0, ranks[1];
+  size_t n = 0;
+  dt_grid_t grid = NULL;
+  dt_byom_t byom = NULL;
+  dt_model_t model = NULL;
+  dt_grid_config_t gc = DT_GRID_CONFIG_INIT;
+  dt_optimizer_config_t oc = DT_OPTIMIZER_CONFIG_INIT;
+  dt_mlp_config_t mc = DT_MLP_CONFIG_INIT;
+  dt_gpt_config_t tc = DT_GPT_CONFIG_INIT;
+
+  /* Config structs from an older or broken initialiser. */
+  gc.struct_size = sizeof(size_t);
+  FAILS(DT_ERR_INVALID_ARGUMENT, ctx, "initialise it with DT_GRID_CONFIG_INIT", dt_grid_create(ctx, &gc, &grid));
+  oc.struct_size = 12;
+  FAILS(DT_ERR_INVALID_ARGUMENT, ctx, "initialise it with DT_OPTIMIZER_CONFIG_INIT", dt_byom_create(h.comm, &oc, &byom));
+  mc.struct_size = 4;
+  FAILS(DT_ERR_INVALID_ARGUMENT, ctx, "initialise it with DT_MLP_CONFIG_INIT",
+        dt_model_create_mlp(h.comm, &mc, NULL, &model));
+  tc.struct_size = 4;
+  FAILS(DT_ERR_INVALID_ARGUMENT, ctx, "initialise it with DT_GPT_CONFIG_INIT",
+        dt_model_create_gpt(h.comm, &tc, NULL, &model));
+  CHECK(grid == NULL && byom == NULL && model == NULL);
+
+  /* Capacities smaller than what is to be written. */
+  if (size > 1)
+    FAILS(DT_ERR_INVALID_ARGUMENT, ctx, "capacity is smaller than the group size",
+          dt_comm_world_ranks(h.comm, ranks, 1, &i));
+  OK(ctx, dt_model_num_parameters(h.model, &n));
+  FAILS(DT_ERR_INVALID_ARGUMENT, ctx, "capacity is smaller than dt_model_num_parameters()",
+        dt_model_get_parameters(h.model, f, n - 1));
+  FAILS(DT_ERR_INVALID_ARGUMENT, ctx, "capacity is smaller than the tensor's number of dimensions",
+        dt_model_tensor_shape(h.model, "layers.0.weight", shape, 1, &i));
+  CHECK(i == 2);
+  FAILS(DT_ERR_INVALID_ARGUMENT, ctx, "capacity is smaller than the tensor's element count",
+        dt_model_get_tensor(h.model, "layers.0.weight", f, 3));
+  FAILS(DT_ERR_INVALID_ARGUMENT, ctx, "count is 3 but tensor 'layers.0.bias' has 4 elements",
+        dt_model_set_tensor(h.model, "layers.0.bias", f, 3));
+
+  /* Batches and sequences outside [1, max]. */
+  FAILS(DT_ERR_INVALID_ARGUMENT, ctx, "batch must be in [1, max_batch]",
+        dt_mlp_forward_backward(h.model, f, labels, 0, &loss));
+  FAILS(DT_ERR_INVALID_ARGUMENT, ctx, "batch must be in [1, max_batch]",
+        dt_mlp_evaluate(h.model, f, labels, 5, &loss));
+  FAILS(DT_ERR_INVALID_ARGUMENT, ctx, "batch must be in [1, max_batch]", dt_mlp_predict(h.model, f, -1, f));
+
+  /* Registration: dimensions, extents, flags, dtype, duplicate names. */
+  FAILS(DT_ERR_INVALID_ARGUMENT, ctx, "ndim must be in [1, 8]", dt_byom_register(h.byom, "w", 9, shape2, DT_F32, f, f, 0));
+  FAILS(DT_ERR_INVALID_ARGUMENT, ctx, "every extent of shape must be positive",
+        dt_byom_register(h.byom, "w", 2, shape2, DT_F32, f, f, 0));
+  FAILS(DT_ERR_INVALID_ARGUMENT, ctx, "unknown flags", dt_byom_register(h.byom, "w", 1, shape2, DT_F32, f, f, 4u));
+  FAILS(DT_ERR_NOT_IMPLEMENTED, ctx, "only DT_F32 tensors", dt_byom_register(h.byom, "w", 1, shape2, DT_BF16, f, f, 0));
+  OK(ctx, dt_byom_register(h.byom, "w", 1, shape2, DT_F32, f, f + 4, 0));
+  FAILS(DT_ERR_INVALID_ARGUMENT, ctx, "parameter 'w' registered twice",
+        dt_byom_register(h.byom, "w", 1, shape2, DT_F32, f, f + 4, 0));
+  FAILS(DT_ERR_INVALID_ARGUMENT, ctx, "parameter name must not be empty",
+        dt_byom_register(h.byom, "", 1, shape2, DT_F32, f, f + 4, 0));
+
+  /* Enum values outside their range. */
+  FAILS(DT_ERR_INVALID_ARGUMENT, ctx, "unknown dtype 42", dt_all_gather(h.comm, f, f, 1, (dt_dtype_t)42));
+  FAILS(DT_ERR_INVALID_ARGUMENT, ctx, "unknown reduce op 9",
+        dt_reduce_scatter(h.comm, f, f, 1, DT_F32, (dt_reduce_op_t)9));
+  FAILS(DT_ERR_INVALID_ARGUMENT, ctx, "unknown group", dt_grid_comm(h.grid, (dt_group_t)4, &h.comm));
+  FAILS(DT_ERR_INVALID_ARGUMENT, ctx, "root is not a rank", dt_broadcast(h.comm, f, f, 1, DT_F32, -1));
+  FAILS(DT_ERR_INVALID_ARGUMENT, ctx, "lr must be a finite value >= 0", dt_model_step(h.model, -1.0f, NULL));
+  FAILS(DT_ERR_INVALID_ARGUMENT, ctx, "keep must be >= 0", dt_model_save_checkpoint(h.model, "d", -2));
+  FAILS(DT_ERR_INVALID_ARGUMENT, ctx, "dir must not be empty", dt_model_save_checkpoint(h.model, "", 0));
+
+  FAILS(DT_ERR_INVALID_ARGUMENT, ctx, "index must be in [0, dt_model_num_tensors())",
+        dt_model_tensor_name(h.model, 4, NULL, 0, &n));
+  FAILS(DT_ERR_INVALID_ARGUMENT, ctx, "index must be in [0, dt_model_num_tensors())",
+        dt_model_tensor_name(h.model, -1, NULL, 0, &n));
+
+  /* Names the model does not have. */
+  FAILS(DT_ERR_INVALID_ARGUMENT, ctx, "dt_model_tensor_shape: the model has no parameter named 'nope'",
+        dt_model_tensor_shape(h.model, "nope", shape, 2, &i));
+  FAILS(DT_ERR_INVALID_ARGUMENT, ctx, "dt_model_get_tensor: the model has no parameter named 'layers.9.weight'",
+        dt_model_get_tensor(h.model, "layers.9.weight", f, 64));
+  FAILS(DT_ERR_INVALID_ARGUMENT, ctx, "dt_model_set_tensor: the model has no parameter named 'wte'",
+        dt_model_set_tensor(h.model, "wte", f, 4));
+
+  /* MPI_COMM_NULL is no communicator to start from. */
+  {
+    dt_context_t other = NULL;
+    FAILS(DT_ERR_INVALID_ARGUMENT, NULL, "user communicator is MPI_COMM_NULL",
+          dt_init_mpi_comm(MPI_COMM_NULL, &other));
+    CHECK(other == NULL);
+  }
+}
+
+/* Grid, byom and model handles made in ctx, plus a comm of the grid. */
+static handles_t make_handles(dt_context_t ctx, dt_comm_t world) {
+  handles_t h = {ctx, world, NULL, NULL, NULL};
+  dt_grid_config_t gc = DT_GRID_CONFIG_INIT;
+  dt_mlp_config_t mc = DT_MLP_CONFIG_INIT;
+  static const int sizes[3] = {4, 4, 2};
+  mc.num_sizes = 3;
+  mc.sizes = sizes;
+  mc.max_batch = 4;
+  OK(ctx, dt_grid_create(ctx, &gc, &h.grid));
+  OK(ctx, dt_byom_create(world, NULL, &h.byom));
+  OK(ctx, dt_model_create_mlp(world, &mc, NULL, &h.model));
+  return h;
+}
+
+int main(int argc, char** argv) {
+  dt_context_t ctx = NULL;
+  dt_comm_t world = NULL, dp = NULL;
+  int provided = 0, size = 0, status = 0;
+  const char* stale = "(destroyed, finalized, or another kind of handle)";
+  handles_t null_handles = {NULL, NULL, NULL, NULL, NULL};
+  handles_t h, wrong_kind;
+
+  MPI_Init_thread(&argc, &argv, MPI_THREAD_MULTIPLE, &provided);
+  MPI_Comm_rank(MPI_COMM_WORLD, &my_rank);
+  OK(NULL, dt_init_mpi_comm(MPI_COMM_WORLD, &ctx));
+  OK(ctx, dt_context_world(ctx, &world));
+  OK(ctx, dt_context_size(ctx, &size));
+
+  expect_refused(null_handles, "(NULL)");
+  h = make_handles(ctx, world);
+  /* Each handle passed where another kind is expected. */
+  wrong_kind.ctx = (dt_context_t)h.model;
+  wrong_kind.comm = (dt_comm_t)h.ctx;
+  wrong_kind.grid = (dt_grid_t)h.byom;
+  wrong_kind.byom = (dt_byom_t)h.grid;
+  wrong_kind.model = (dt_model_t)h.comm;
+  expect_refused(wrong_kind, stale);
+  null_pointers(h);
+  wrong_sizes_and_names(h, size);
+
+  /* Destroyed handles: a grid takes its groups with it. */
+  OK(ctx, dt_grid_comm(h.grid, DT_GROUP_DP, &dp));
+  OK(ctx, dt_byom_destroy(h.byom));
+  OK(ctx, dt_model_destroy(h.model));
+  OK(ctx, dt_grid_destroy(h.grid));
+  {
+    handles_t destroyed = {(dt_context_t)h.grid, dp, h.grid, h.byom, h.model};
+    expect_refused(destroyed, stale);
+  }
+
+  /* After dt_finalize every handle of the context is refused, and so is the context. */
+  h = make_handles(ctx, world);
+  status = finish("capi_errors (before dt_finalize)", ctx, world);
+  OK(ctx, dt_finalize(ctx));
+  h.ctx = ctx;
+  expect_refused(h, stale);
+  MESSAGE(ctx, "dt_model_destroy: model is not a live dt_model_t"); /* the thread's last error */
+
+  MPI_Finalize();
+  if (status != 0 || failures > 0) {
+    fprintf(stderr, "[rank %d] capi_errors: %d of %d checks failed\n", my_rank, failures, checks);
+    return 1;
+  }
+  if (my_rank == 0) printf("capi_errors: all %d checks passed\n", checks);
+  return 0;
+}

@@ -1,0 +1,290 @@
+! module dtrain's built-in GPT, tensor access and checkpoints from Fortran: the data-parallel
+! GPT equals one rank on the whole batch; tensors by index and name in Fortran order;
+! registered arrays, the MLP and the GPT saved and loaded, a resumed run ending where the
+! uninterrupted one does; error codes and messages for shapes, names and files.
+!   mpiexec -n N test_fortran_models SCRATCH_DIR
+program test_fortran_models
+  use, intrinsic :: iso_c_binding
+  use mpi_f08
+  use dtrain
+  use checks
+  implicit none
+  integer, parameter :: seq = 8, batch = 4, vocab = 24, d_model = 16
+  type(dt_context) :: ctx
+  type(dt_comm) :: world
+  integer :: ierr, nranks, provided
+  character(len=512) :: arg
+  character(len=:), allocatable :: scratch
+
+  call MPI_Init_thread(MPI_THREAD_MULTIPLE, provided, ierr)
+  call dt_init(ctx, ierr, comm=MPI_COMM_WORLD)
+  test_ctx = ctx
+  call expect(ierr, DT_SUCCESS, 'dt_init')
+  call dt_context_rank(ctx, my_rank, ierr)
+  call dt_context_size(ctx, nranks, ierr)
+  call dt_context_world(ctx, world, ierr)
+  call get_command_argument(1, arg)
+  scratch = trim(arg)//'/np'//achar(iachar('0') + nranks)
+
+  if (mod(batch, nranks) == 0) then
+    call test_gpt_data_parallel()
+    call test_tensors()
+    call test_byom_checkpoint()
+    call test_model_checkpoints()
+  end if
+  if (.not. verdict('fortran_models')) error stop 1
+  call dt_finalize(ctx, ierr)
+  call MPI_Finalize(ierr)
+
+contains
+
+  ! Sequence s of step t: tokens and their next-token targets.
+  subroutine make_batch(t, first, tokens, targets)
+    integer, intent(in) :: t, first
+    integer(c_int32_t), intent(out) :: tokens(:, :), targets(:, :)
+    integer :: i, s
+    do s = 1, size(tokens, 2)
+      do i = 1, seq
+        tokens(i, s) = int(mod(3 * (first + s) + 5 * i + 7 * t, vocab), c_int32_t)
+        targets(i, s) = int(mod(tokens(i, s) + 1, vocab), c_int32_t)
+      end do
+    end do
+  end subroutine
+
+  subroutine make_gpt(dp, model, seed)
+    type(dt_comm), intent(in) :: dp
+    type(dt_model), intent(out) :: model
+    integer(c_int64_t), intent(in) :: seed
+    call dt_model_create_gpt(dp, model, ierr, layers=1, heads=2, d_model=d_model, seq_len=seq, &
+                             vocab=vocab, max_batch=batch, seed=seed, zero_stage=1)
+    call expect(ierr, DT_SUCCESS, 'dt_model_create_gpt')
+  end subroutine
+
+  ! Each rank trains on its columns of the batch; a model over a dp group of one (pp = world
+  ! size) trains on all of them: same parameters, to rounding.
+  subroutine test_gpt_data_parallel()
+    type(dt_grid) :: solo_grid
+    type(dt_comm) :: solo
+    type(dt_model) :: dp_model, ref
+    integer(c_int32_t) :: tokens(seq, batch), targets(seq, batch)
+    real(c_float), allocatable :: a(:), r(:)
+    integer(c_size_t) :: n
+    real :: loss, ref_loss, first, eval
+    integer :: t, per, lo
+    per = batch / nranks
+    lo = my_rank * per + 1
+    call dt_grid_create(ctx, solo_grid, ierr, pp=nranks)
+    call dt_grid_comm(solo_grid, DT_GROUP_DP, solo, ierr)
+    call make_gpt(world, dp_model, 11_c_int64_t)
+    call make_gpt(solo, ref, 11_c_int64_t)
+    do t = 1, 8
+      call make_batch(t, 0, tokens, targets)
+      call dt_gpt_forward_backward(dp_model, tokens(:, lo:lo + per - 1), targets(:, lo:lo + per - 1), &
+                                   loss, ierr)
+      call expect(ierr, DT_SUCCESS, 'dt_gpt_forward_backward')
+      call dt_model_step(dp_model, 1e-2, ierr)
+      call dt_gpt_forward_backward(ref, tokens, targets, ref_loss, ierr)
+      call dt_model_step(ref, 1e-2, ierr)
+      if (t == 1) first = ref_loss
+    end do
+    call dt_gpt_evaluate(ref, tokens, targets, eval, ierr)
+    call expect(ierr, DT_SUCCESS, 'dt_gpt_evaluate')
+    call check(eval < first, 'gpt loss falls')
+    call dt_model_num_parameters(dp_model, n, ierr)
+    allocate(a(n), r(n))
+    call dt_model_get_parameters(dp_model, a, ierr)
+    call dt_model_get_parameters(ref, r, ierr)
+    if (my_rank == 0) print '(a,f8.4,a,f8.4,a,es10.3)', 'fortran gpt: loss ', first, ' -> ', eval, &
+                            '; max |dp - single rank| = ', maxval(abs(a - r))
+    call check(maxval(abs(a - r)) < 1e-4, 'data-parallel gpt equals one rank')
+
+    tokens(2, 1) = vocab
+    call dt_gpt_evaluate(ref, tokens, targets, eval, ierr)
+    call expect_message(ierr, DT_ERR_INVALID_ARGUMENT, ctx, 'tokens[1] = 24 is outside [0, vocab)', &
+                        'token out of range')
+    call dt_gpt_forward_backward(ref, tokens, targets(:, 1:2), loss, ierr)
+    call expect_message(ierr, DT_ERR_INVALID_ARGUMENT, ctx, &
+                        'dt_gpt_forward_backward: tokens and targets must have the same shape', 'shapes differ')
+    call dt_mlp_evaluate(ref, real(tokens, c_float), targets(1, :), eval, ierr)
+    call expect_message(ierr, DT_ERR_INVALID_ARGUMENT, ctx, 'model is not an MLP', 'gpt as mlp')
+    call dt_model_destroy(ref, ierr)
+    call dt_grid_destroy(solo_grid, ierr)
+    call expect(ierr, DT_SUCCESS, 'dt_grid_destroy after its model')
+    call dt_model_destroy(dp_model, ierr)
+  end subroutine
+
+  ! Tensors by 1-based index and by name; shapes in Fortran order.
+  subroutine test_tensors()
+    type(dt_model) :: gpt
+    character(len=:), allocatable :: name
+    integer(c_int64_t), allocatable :: s(:)
+    real(c_float) :: wte(d_model, vocab), back(d_model, vocab), small(3)
+    integer :: n
+    call make_gpt(world, gpt, 5_c_int64_t)
+    call dt_model_num_tensors(gpt, n, ierr)
+    call check(ierr == DT_SUCCESS .and. n > 2, 'dt_model_num_tensors')
+    call dt_model_tensor_name(gpt, 1, name, ierr)
+    call check(ierr == DT_SUCCESS .and. name == 'wte', 'first tensor is wte')
+    call dt_model_tensor_name(gpt, n + 1, name, ierr)
+    call expect_message(ierr, DT_ERR_INVALID_ARGUMENT, ctx, 'index must be in', 'index past the end')
+    call dt_model_tensor_shape(gpt, 'wte', s, ierr)
+    call check(ierr == DT_SUCCESS .and. size(s) == 2, 'wte has two dimensions')
+    call check(s(1) == d_model .and. s(2) == vocab, 'wte is (d_model, vocab) in Fortran order')
+    call dt_model_get_tensor(gpt, 'wte', wte, ierr)
+    call expect(ierr, DT_SUCCESS, 'dt_model_get_tensor')
+    wte(:, 1) = 0.5
+    call dt_model_set_tensor(gpt, 'wte', wte, ierr)
+    call expect(ierr, DT_SUCCESS, 'dt_model_set_tensor')
+    call dt_model_get_tensor(gpt, 'wte', back, ierr)
+    call check(all(back == wte), 'wte written and read back')
+    call dt_model_get_tensor(gpt, 'no.such.tensor', wte, ierr)
+    call expect_message(ierr, DT_ERR_INVALID_ARGUMENT, ctx, "the model has no parameter named 'no.such.tensor'", &
+                        'unknown name')
+    call dt_model_set_tensor(gpt, 'wte', small, ierr)
+    call expect_message(ierr, DT_ERR_INVALID_ARGUMENT, ctx, "count is 3 but tensor 'wte' has 384 elements", &
+                        'wrong size')
+    call dt_model_get_tensor(gpt, 'wte', small, ierr)
+    call expect_message(ierr, DT_ERR_INVALID_ARGUMENT, ctx, 'capacity is smaller', 'too small to read')
+    call dt_model_destroy(gpt, ierr)
+  end subroutine
+
+  ! y = W x + b, this rank's share of 8 samples per step.
+  subroutine linear_grads(t, w, b, gw, gb)
+    integer, intent(in) :: t
+    real(c_float), intent(in) :: w(:, :), b(:)
+    real(c_float), intent(out) :: gw(:, :), gb(:)
+    integer :: s, i, per
+    real(c_float) :: x(size(w, 2)), e(size(w, 1))
+    per = 8 / nranks
+    gw = 0
+    gb = 0
+    do s = my_rank * per + 1, (my_rank + 1) * per
+      x = [(sin(0.3 * (t * 8 + s) + 0.7 * i), i = 1, size(x))]
+      e = (matmul(w, x) + b - cos(0.2 * (t + s))) / per
+      gw = gw + spread(e, 2, size(x)) * spread(x, 1, size(e))
+      gb = gb + e
+    end do
+  end subroutine
+
+  subroutine open_linear(byom, w, b, gw, gb, init)
+    type(dt_byom), intent(out) :: byom
+    real(c_float), target, intent(inout) :: w(:, :), b(:), gw(:, :), gb(:)
+    real, intent(in) :: init
+    w = init
+    b = -init
+    call dt_byom_create(world, byom, ierr, zero_stage=1)
+    call dt_byom_register(byom, 'linear.weight', w, gw, ierr)
+    call dt_byom_register(byom, 'linear.bias', b, gb, ierr, no_decay=.true.)
+    call expect(ierr, DT_SUCCESS, 'register the linear model')
+  end subroutine
+
+  subroutine test_byom_checkpoint()
+    real(c_float), target :: w(3, 2), b(3), gw(3, 2), gb(3), w2(3, 2), b2(3), gw2(3, 2), gb2(3)
+    real(c_float), target :: e(4), ge(4)
+    real(c_float) :: w_saved(3, 2), w_end(3, 2), b_end(3)
+    type(dt_byom) :: a, r, bad
+    character(len=:), allocatable :: dir, found
+    integer :: t, steps
+    dir = scratch//'/fortran_byom'
+    call dt_byom_create(world, bad, ierr)
+    call dt_byom_register(bad, 'strided', w(1:3:2, :), gw(1:3:2, :), ierr)
+    call expect_message(ierr, DT_ERR_INVALID_ARGUMENT, ctx, 'param and grad must be contiguous', 'strided section')
+    call dt_byom_destroy(bad, ierr)
+    call open_linear(a, w, b, gw, gb, 0.1)
+    do t = 1, 3
+      call linear_grads(t, w, b, gw, gb)
+      call dt_byom_step(a, 0.05, ierr)
+    end do
+    call dt_byom_save_checkpoint(a, dir, ierr, keep=2)
+    call expect(ierr, DT_SUCCESS, 'dt_byom_save_checkpoint')
+    w_saved = w
+    do t = 4, 6
+      call linear_grads(t, w, b, gw, gb)
+      call dt_byom_step(a, 0.05, ierr)
+    end do
+    w_end = w
+    b_end = b
+
+    call open_linear(r, w2, b2, gw2, gb2, 0.7)
+    call dt_byom_load_checkpoint(r, dir, ierr)
+    call expect(ierr, DT_SUCCESS, 'dt_byom_load_checkpoint')
+    call dt_byom_steps(r, steps, ierr)
+    call check(steps == 3, 'steps restored')
+    call check(all(w2 == w_saved), 'arrays restored in Fortran order')
+    do t = 4, 6
+      call linear_grads(t, w2, b2, gw2, gb2)
+      call dt_byom_step(r, 0.05, ierr)
+    end do
+    call check(all(w2 == w_end) .and. all(b2 == b_end), 'resumed run ends where the uninterrupted one does')
+
+    call dt_checkpoint_find(world, dir, found, ierr)
+    call check(ierr == DT_SUCCESS .and. index(found, 'step_00000003.h5') > 0, 'dt_checkpoint_find')
+    call dt_checkpoint_find(world, dir//'/none', found, ierr)
+    call check(ierr == DT_SUCCESS .and. found == '', 'no checkpoint in a missing directory')
+    call dt_byom_load_checkpoint(r, dir//'/missing.h5', ierr)
+    call expect_message(ierr, DT_ERR_IO, ctx, 'no checkpoint file or directory', 'missing file')
+
+    call dt_byom_create(world, bad, ierr)
+    call dt_byom_register(bad, 'extra', e, ge, ierr)
+    call dt_byom_load_checkpoint(bad, dir, ierr)
+    call expect_message(ierr, DT_ERR_INVALID_CONFIG, ctx, "has no tensor 'extra'", 'unregistered in the file')
+    call dt_byom_destroy(bad, ierr)
+    call dt_byom_destroy(a, ierr)
+    call dt_byom_destroy(r, ierr)
+  end subroutine
+
+  subroutine test_model_checkpoints()
+    type(dt_model) :: mlp, mlp2, gpt, gpt2
+    integer(c_int) :: sizes(3) = [4, 8, 3]
+    real(c_float) :: x(4, batch), pa(100), pb(100)
+    integer(c_int) :: labels(batch)
+    integer(c_int32_t) :: tokens(seq, batch), targets(seq, batch)
+    integer(c_size_t) :: n
+    real :: loss, loss2
+    integer :: steps, s, i
+    character(len=:), allocatable :: mlp_dir, gpt_dir
+    mlp_dir = scratch//'/fortran_mlp'
+    gpt_dir = scratch//'/fortran_gpt'
+    call dt_model_create_mlp(world, sizes, batch, mlp, ierr, seed=1_c_int64_t)
+    call dt_model_create_mlp(world, sizes, batch, mlp2, ierr, seed=2_c_int64_t)
+    do s = 1, batch
+      x(:, s) = [(sin(0.5 * (s * 4 + i)), i = 1, 4)]
+      labels(s) = mod(s, 3)
+    end do
+    call dt_mlp_forward_backward(mlp, x, labels, loss, ierr)
+    call dt_model_step(mlp, 1e-2, ierr)
+    call dt_model_save_checkpoint(mlp, mlp_dir, ierr)
+    call expect(ierr, DT_SUCCESS, 'dt_model_save_checkpoint (mlp)')
+    call dt_model_load_checkpoint(mlp2, mlp_dir, ierr)
+    call expect(ierr, DT_SUCCESS, 'dt_model_load_checkpoint (mlp)')
+    call dt_model_steps(mlp2, steps, ierr)
+    call check(steps == 1, 'mlp steps restored')
+    call dt_model_num_parameters(mlp, n, ierr)
+    call dt_model_get_parameters(mlp, pa, ierr)
+    call dt_model_get_parameters(mlp2, pb, ierr)
+    call check(all(pa(1:n) == pb(1:n)), 'mlp parameters restored')
+
+    call make_gpt(world, gpt, 3_c_int64_t)
+    call make_gpt(world, gpt2, 4_c_int64_t)
+    call make_batch(1, 0, tokens, targets)
+    call dt_gpt_forward_backward(gpt, tokens, targets, loss, ierr)
+    call dt_model_step(gpt, 1e-2, ierr)
+    call dt_model_save_checkpoint(gpt, gpt_dir, ierr, keep=1)
+    call dt_model_load_checkpoint(gpt2, gpt_dir, ierr)
+    call expect(ierr, DT_SUCCESS, 'dt_model_load_checkpoint (gpt)')
+    call dt_gpt_evaluate(gpt, tokens, targets, loss, ierr)
+    call dt_gpt_evaluate(gpt2, tokens, targets, loss2, ierr)
+    call check(loss == loss2, 'gpt restored: same loss')
+    call dt_model_load_checkpoint(gpt2, mlp_dir, ierr)
+    call expect_message(ierr, DT_ERR_INVALID_CONFIG, ctx, 'written for', 'mlp checkpoint into a gpt')
+    call dt_model_load_checkpoint(mlp2, gpt_dir, ierr)
+    call expect_message(ierr, DT_ERR_INVALID_CONFIG, ctx, "has no tensor 'layers.0.weight'", &
+                        'gpt checkpoint into an mlp')
+    call dt_model_save_checkpoint(gpt2, '', ierr)
+    call expect_message(ierr, DT_ERR_INVALID_ARGUMENT, ctx, 'dir must not be empty', 'empty dir')
+    call dt_model_save_checkpoint(gpt2, gpt_dir, ierr, keep=-1)
+    call expect_message(ierr, DT_ERR_INVALID_ARGUMENT, ctx, 'keep must be >= 0', 'negative keep')
+    ! left alive on purpose: dt_finalize releases them
+  end subroutine
+
+end program test_fortran_models

@@ -1,0 +1,83 @@
+#pragma once
+// Helpers of the GPU tests: random inputs, device copies of host vectors, and the error
+// measure every comparison with the CPU kernels uses.
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstdint>
+#include <cstdio>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "dtrain/device/device.hpp"
+
+namespace gputest {
+
+// fp32 kernels against the CPU's: |gpu - cpu| <= 1e-5 * max|cpu| (see relative_error).
+constexpr double kFp32Bound = 1e-5;
+
+inline std::vector<float> random_floats(std::size_t n, std::uint32_t seed, float lo = -1.0f,
+                                        float hi = 1.0f) {
+  std::mt19937 gen(seed);
+  std::uniform_real_distribution<float> dist(lo, hi);
+  std::vector<float> v(n);
+  for (float& x : v) x = dist(gen);
+  return v;
+}
+
+inline std::vector<std::int32_t> random_ints(std::size_t n, std::uint32_t seed, int lo, int hi) {
+  std::mt19937 gen(seed);
+  std::uniform_int_distribution<int> dist(lo, hi - 1);
+  std::vector<std::int32_t> v(n);
+  for (auto& x : v) x = dist(gen);
+  return v;
+}
+
+// Device memory holding a copy of a host vector (or n zeros); host() reads it back.
+template <class T> class OnDevice {
+ public:
+  OnDevice(dtrain::Device& dev, const std::vector<T>& host)
+      : dev_(&dev), n_(host.size()), buf_(dev, bytes(host.size())) {
+    dev.copy(buf_.data(), host.data(), bytes(n_), dtrain::CopyKind::host_to_device);
+  }
+  OnDevice(dtrain::Device& dev, std::size_t n) : dev_(&dev), n_(n), buf_(dev, bytes(n)) {}
+  T* get() { return buf_.as<T>(); }
+  std::vector<T> host() const {
+    std::vector<T> out(n_);
+    dev_->copy(out.data(), buf_.data(), bytes(n_), dtrain::CopyKind::device_to_host);
+    return out;
+  }
+
+ private:
+  static std::size_t bytes(std::size_t n) { return std::max<std::size_t>(1, n) * sizeof(T); }
+  dtrain::Device* dev_;
+  std::size_t n_;
+  dtrain::DeviceBuffer buf_;
+};
+
+// max |got - want| / max |want|: the error relative to the largest reference value, so that
+// entries which are (near) zero, or cancel, do not make a relative bound meaningless.
+inline double relative_error(const std::vector<float>& got, const std::vector<float>& want) {
+  double diff = 0, scale = 0;
+  for (std::size_t i = 0; i < want.size(); ++i) {
+    diff = std::max(diff, std::fabs(static_cast<double>(got[i]) - want[i]));
+    scale = std::max(scale, std::fabs(static_cast<double>(want[i])));
+  }
+  if (std::isnan(diff)) return diff;
+  return scale > 0 ? diff / scale : diff;
+}
+
+inline void expect_close(const std::vector<float>& got, const std::vector<float>& want,
+                         double bound, const std::string& what) {
+  ASSERT_EQ(got.size(), want.size()) << what;
+  for (std::size_t i = 0; i < got.size(); ++i) {
+    ASSERT_FALSE(std::isnan(got[i]) && !std::isnan(want[i])) << what << ": NaN at " << i;
+  }
+  const double e = relative_error(got, want);
+  std::printf("  %-40s relative error %.3g (bound %.1g)\n", what.c_str(), e, bound);
+  EXPECT_LE(e, bound) << what;
+}
+
+}  // namespace gputest

@@ -1,0 +1,115 @@
+#!/usr/bin/env bash
+# Builds dtrain with its CUDA plugin for Hopper (sm_90), runs every GPU test and the GPT-2
+# 124M benchmark on one GPU, and prints tokens/s and MFU. Budget: 8 minutes on one H200; the
+# phases' time limits (configure 60 s, build 240 s, tests 60 s, benchmark 120 s) add up to it.
+#
+#   tests/gpu/run-device-checks.sh [BUILD_DIR]          (default: build-gpu in the source tree)
+#
+# Needs a GPU with its driver, the CUDA toolkit (nvcc, cuBLAS; NCCL optional) and dtrain's
+# usual build dependencies (CMake, Ninja, MPI, parallel HDF5, Boost, OpenBLAS, GoogleTest).
+# Environment (all optional):
+#   JOBS          parallel build jobs (default: all cores)
+#   RESULTS_DIR   where logs and the summary go (default: BUILD_DIR/device-checks)
+#   MICRO_BATCH   benchmark sequences per step (default 16, i.e. 16384 tokens)
+#   BENCH_STEPS   benchmark steps (default 20; the first 5 are warm-up and not averaged)
+#   PRECISION     --precision of the benchmark (default fp32: fp32 storage, TF32 GEMMs)
+#   PEAK_TFLOPS   the GPU's dense peak for that precision (default 494.7: TF32 on H100/H200
+#                 SXM by the vendor's datasheet; about 989 for bf16)
+# Exit status: 0 when the build, every test and the benchmark succeeded.
+set -uo pipefail
+
+SRC=$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)
+BUILD=${1:-$SRC/build-gpu}
+JOBS=${JOBS:-$(nproc)}
+RESULTS=${RESULTS_DIR:-$BUILD/device-checks}
+MICRO_BATCH=${MICRO_BATCH:-16}
+BENCH_STEPS=${BENCH_STEPS:-20}
+PRECISION=${PRECISION:-fp32}
+PEAK_TFLOPS=${PEAK_TFLOPS:-494.7}
+START=$(date +%s)
+STATUS=0
+
+elapsed() { echo $(( $(date +%s) - START )); }
+phase() { echo; echo "=== [$(elapsed) s] $*"; }
+fail() { echo "FAILED: $*"; STATUS=1; }
+
+mkdir -p "$RESULTS"
+exec > >(tee "$RESULTS/run.log") 2>&1
+
+phase "prerequisites"
+for tool in cmake ninja nvcc nvidia-smi mpiexec python3; do
+  command -v "$tool" >/dev/null || { echo "missing: $tool (see the header of this script)"; exit 2; }
+done
+nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader || {
+  echo "nvidia-smi sees no GPU: nothing to check here"; exit 2; }
+nvcc --version | tail -n 1
+# Open MPI refuses root and more ranks than cores unless told; this is the test environment,
+# the library never sets these.
+if [ "$(id -u)" = 0 ]; then
+  export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
+fi
+export OMPI_MCA_rmaps_base_oversubscribe=1
+
+phase "configure (CUDA on, sm_90, Release) in $BUILD"
+timeout 60 cmake -S "$SRC" -B "$BUILD" -G Ninja -DCMAKE_BUILD_TYPE=Release \
+  -DDTRAIN_ENABLE_CUDA=ON -DCMAKE_CUDA_ARCHITECTURES=90 \
+  -DDTRAIN_BUILD_TESTS=ON -DDTRAIN_BUILD_APPS=ON >"$RESULTS/configure.log" 2>&1 || {
+  tail -n 30 "$RESULTS/configure.log"; echo "configure failed"; exit 1; }
+grep -E "NCCL" "$RESULTS/configure.log" || true
+
+phase "build (plugin, app, GPU and plugin tests; $JOBS jobs)"
+TARGETS=(dtrain dtrain_cuda dtrain-gpt test_cuda_plugin test_cuda_kernels test_cuda_gemm_tf32
+         test_cuda_gpt_step test_device_comm test_plugin_loader test_cuda_host_logic)
+timeout 240 ninja -C "$BUILD" -j "$JOBS" "${TARGETS[@]}" >"$RESULTS/build.log" 2>&1 || {
+  grep -E "error|FAILED" "$RESULTS/build.log" | head -n 40; echo "build failed"; exit 1; }
+echo "built in $(elapsed) s"
+
+phase "GPU and plugin tests (ctest -L 'gpu|plugin')"
+timeout 60 ctest --test-dir "$BUILD" -L 'gpu|plugin' --output-on-failure --timeout 50 -j 2 \
+  >"$RESULTS/ctest.log" 2>&1 || fail "ctest reported failures"
+grep -E "Test +#|tests passed|Skipped|relative error|loss (cpu|after)|gradients:|TF32 gemm|device collectives" \
+  "$RESULTS/ctest.log" || true
+# With a GPU present nothing may skip: a skip would mean the plugin did not find the device.
+if grep -q "Skipped" "$RESULTS/ctest.log"; then
+  fail "GPU tests skipped on a machine with a GPU"
+  grep -B2 -A2 "skipped:" "$RESULTS/ctest.log" | head -n 20
+fi
+
+phase "benchmark: GPT-2 124M (12 layers, 12 heads, d 768, seq 1024, vocab 50257), micro-batch $MICRO_BATCH, $PRECISION"
+BENCH_JSON="$RESULTS/bench.jsonl"
+rm -f "$BENCH_JSON"
+timeout 120 mpiexec -n 1 "$BUILD/apps/dtrain-gpt/dtrain-gpt" --device cuda --precision "$PRECISION" \
+  --layers 12 --heads 12 --d-model 768 --seq-len 1024 --vocab 50257 \
+  --micro-batch "$MICRO_BATCH" --steps "$BENCH_STEPS" --warmup-steps 10 --log-every 1 \
+  --eval-every 0 --eval-batches 1 --metrics "$BENCH_JSON" >"$RESULTS/bench.log" 2>&1 \
+  || fail "benchmark run failed (see bench.log)"
+grep -E "layout|done:|rror" "$RESULTS/bench.log" | head -n 5
+
+if [ -s "$BENCH_JSON" ]; then
+  python3 - "$BENCH_JSON" "$PEAK_TFLOPS" "$MICRO_BATCH" <<'PY' | tee "$RESULTS/summary.txt"
+import json, statistics, sys
+path, peak_tflops, micro_batch = sys.argv[1], float(sys.argv[2]), int(sys.argv[3])
+rows = [json.loads(line) for line in open(path) if line.strip()]
+steady = [r for r in rows if r["step"] > 5] or rows  # steps 1-5 include set-up and warm-up
+L, C, T, V = 12, 768, 1024, 50257
+# GptModel::flops_per_token (docs/model.md): 6 * matmul parameters + 12 * L * C * T
+flops_per_token = 6.0 * (L * 12.0 * C * C + V * C) + 12.0 * L * C * T
+tps = statistics.median(r["tokens_per_s"] for r in steady)
+step_ms = statistics.median(r["step_ms"] for r in steady)
+mfu_nominal = tps * flops_per_token / (peak_tflops * 1e12)
+mfu_app = statistics.median(r["mfu"] for r in steady if r.get("mfu") is not None)
+print(f"steps averaged: {len(steady)} (median), micro-batch {micro_batch} x 1024 tokens")
+print(f"tokens/s: {tps:.0f}   step: {step_ms:.1f} ms   model FLOPs/token: {flops_per_token:.4g}")
+print(f"MFU vs {peak_tflops:g} TFLOP/s (datasheet dense peak): {100 * mfu_nominal:.1f}%")
+print(f"MFU as dtrain-gpt reports it (vs the GEMM rate it measures at start-up): {100 * mfu_app:.1f}%")
+print(f"final loss: {rows[-1]['loss']:.4f}")
+PY
+  [ "${PIPESTATUS[0]}" = 0 ] || fail "could not read the benchmark metrics"
+else
+  fail "no benchmark metrics written"
+fi
+
+phase "done in $(elapsed) s (budget 480 s); results in $RESULTS"
+[ "$(elapsed)" -le 480 ] || echo "warning: over the 8-minute budget"
+[ "$STATUS" = 0 ] && echo "ALL DEVICE CHECKS PASSED" || echo "SOME DEVICE CHECKS FAILED"
+exit $STATUS

@@ -1,0 +1,364 @@
+// Every op of the CUDA device against the CPU kernel on random inputs, fp32 (run with
+// DTRAIN_CUDA_TF32=0 so GEMMs are exact fp32): |gpu - cpu| <= 1e-5 * max|cpu|. Gradient
+// buffers start with random values, so accumulate-vs-overwrite mistakes show.
+#include <limits>
+
+#include "gpu_test.hpp"
+
+namespace {
+
+using dtrain::Device;
+using dtrain::DeviceKind;
+using gputest::expect_close;
+using gputest::kFp32Bound;
+using gputest::OnDevice;
+using gputest::random_floats;
+using gputest::random_ints;
+
+class CudaKernels : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    ASSERT_EQ(gpu.kind(), DeviceKind::cuda);
+    // The fp32 bound needs exact fp32 GEMMs (the TF32 bound has its own test).
+    ASSERT_EQ(gpu.name().find("TF32"), std::string::npos)
+        << "run with DTRAIN_CUDA_TF32=0; device: " << gpu.name();
+  }
+  template <class T> OnDevice<T> up(const std::vector<T>& v) { return OnDevice<T>(gpu, v); }
+
+  Device& cpu = dtrain::cpu_device();
+  Device& gpu = dtrain::select_device("cuda");
+};
+
+TEST_F(CudaKernels, MemoryIsZeroFilledCopiedAndReused) {
+  const std::size_t n = 100003;
+  OnDevice<float> zeros(gpu, n);
+  for (float x : zeros.host()) ASSERT_EQ(x, 0.0f);
+
+  const auto data = random_floats(n, 1);
+  OnDevice<float> a = up(data);
+  OnDevice<float> b(gpu, n);
+  gpu.copy(b.get(), a.get(), n * sizeof(float), dtrain::CopyKind::device_to_device);
+  EXPECT_EQ(b.host(), data);
+  gpu.zero(b.get() + 10, 20 * sizeof(float));
+  const auto z = b.host();
+  for (int i = 10; i < 30; ++i) EXPECT_EQ(z[i], 0.0f);
+  EXPECT_EQ(z[9], data[9]);
+  EXPECT_EQ(z[30], data[30]);
+
+  // the caching allocator hands the same block back for the same size
+  void* p = gpu.allocate(1 << 20);
+  gpu.free(p);
+  void* q = gpu.allocate(1 << 20);
+  EXPECT_EQ(p, q);
+  gpu.free(q);
+}
+
+TEST_F(CudaKernels, GemmAllTransposes) {
+  const int M = 37, N = 53, K = 71;
+  for (int ta = 0; ta < 2; ++ta) {
+    for (int tb = 0; tb < 2; ++tb) {
+      // padded leading dimensions: the kernels must honour lda/ldb/ldc
+      const int lda = (ta ? M : K) + 3, ldb = (tb ? K : N) + 5, ldc = N + 2;
+      const int rows_a = ta ? K : M, rows_b = tb ? N : K;
+      auto A = random_floats(static_cast<std::size_t>(rows_a) * lda, 10 + ta);
+      auto B = random_floats(static_cast<std::size_t>(rows_b) * ldb, 20 + tb);
+      auto C = random_floats(static_cast<std::size_t>(M) * ldc, 30);
+      auto dA = up(A), dB = up(B), dC = up(C);
+      cpu.gemm(ta, tb, M, N, K, 0.7f, A.data(), lda, B.data(), ldb, 0.3f, C.data(), ldc);
+      gpu.gemm(ta, tb, M, N, K, 0.7f, dA.get(), lda, dB.get(), ldb, 0.3f, dC.get(), ldc);
+      expect_close(dC.host(), C, kFp32Bound,
+                   "gemm trans_a=" + std::to_string(ta) + " trans_b=" + std::to_string(tb));
+    }
+  }
+}
+
+TEST_F(CudaKernels, GemmWithoutInnerDimensionScalesC) {
+  auto C = random_floats(6 * 9, 3);
+  auto dC = up(C);
+  cpu.gemm(false, false, 6, 7, 0, 1.0f, nullptr, 1, nullptr, 9, 0.5f, C.data(), 9);
+  gpu.gemm(false, false, 6, 7, 0, 1.0f, nullptr, 1, nullptr, 9, 0.5f, dC.get(), 9);
+  EXPECT_EQ(dC.host(), C);
+}
+
+TEST_F(CudaKernels, GemmStridedBatched) {
+  const int M = 19, N = 23, K = 29, batch = 3;
+  const std::int64_t sa = M * K + 7, sb = K * N + 11, sc = M * N + 13;
+  auto A = random_floats(static_cast<std::size_t>(sa * batch), 4);
+  auto B = random_floats(static_cast<std::size_t>(sb * batch), 5);
+  auto C = random_floats(static_cast<std::size_t>(sc * batch), 6);
+  auto dA = up(A), dB = up(B), dC = up(C);
+  cpu.gemm_strided_batched(false, true, M, N, K, 1.5f, A.data(), K, sa, B.data(), K, sb, 1.0f,
+                           C.data(), N, sc, batch);
+  gpu.gemm_strided_batched(false, true, M, N, K, 1.5f, dA.get(), K, sa, dB.get(), K, sb, 1.0f,
+                           dC.get(), N, sc, batch);
+  expect_close(dC.host(), C, kFp32Bound, "gemm_strided_batched");
+}
+
+TEST_F(CudaKernels, LinearForwardAndBackward) {
+  const int N = 300, C = 96, OC = 130;  // N > 256: several column-sum chunks
+  auto inp = random_floats(N * C, 1), w = random_floats(OC * C, 2), bias = random_floats(OC, 3);
+  auto out = random_floats(N * OC, 4);  // overwritten
+  auto dinp = random_floats(N * C, 5), dw = random_floats(OC * C, 6),
+       db = random_floats(OC, 7);  // accumulated into
+  auto dout = random_floats(N * OC, 8);
+  auto d_inp = up(inp), d_w = up(w), d_bias = up(bias), d_out = up(out), d_dinp = up(dinp),
+       d_dw = up(dw), d_db = up(db), d_dout = up(dout);
+
+  cpu.linear_forward(out.data(), inp.data(), w.data(), bias.data(), N, C, OC);
+  gpu.linear_forward(d_out.get(), d_inp.get(), d_w.get(), d_bias.get(), N, C, OC);
+  expect_close(d_out.host(), out, kFp32Bound, "linear_forward (bias)");
+  cpu.linear_forward(out.data(), inp.data(), w.data(), nullptr, N, C, OC);
+  gpu.linear_forward(d_out.get(), d_inp.get(), d_w.get(), nullptr, N, C, OC);
+  expect_close(d_out.host(), out, kFp32Bound, "linear_forward (no bias)");
+
+  cpu.linear_backward(dinp.data(), dw.data(), db.data(), dout.data(), inp.data(), w.data(), N, C,
+                      OC);
+  gpu.linear_backward(d_dinp.get(), d_dw.get(), d_db.get(), d_dout.get(), d_inp.get(), d_w.get(),
+                      N, C, OC);
+  expect_close(d_dinp.host(), dinp, kFp32Bound, "linear_backward dinp");
+  expect_close(d_dw.host(), dw, kFp32Bound, "linear_backward dweight");
+  expect_close(d_db.host(), db, kFp32Bound, "linear_backward dbias");
+  // optional gradients left out
+  cpu.linear_backward(nullptr, dw.data(), nullptr, dout.data(), inp.data(), w.data(), N, C, OC);
+  gpu.linear_backward(nullptr, d_dw.get(), nullptr, d_dout.get(), d_inp.get(), d_w.get(), N, C,
+                      OC);
+  expect_close(d_dw.host(), dw, kFp32Bound, "linear_backward dweight only");
+  expect_close(d_db.host(), db, kFp32Bound, "linear_backward dbias untouched");
+}
+
+TEST_F(CudaKernels, EmbeddingOfAVocabularyShard) {
+  const int N = 257, C = 40, start = 10, rows = 40;  // tokens outside [10, 50) give zeros
+  auto tokens = random_ints(N, 1, 0, 64);
+  tokens[0] = tokens[1] = tokens[2] = 12;  // repeats add into one row
+  auto wte = random_floats(rows * C, 2);
+  auto out = random_floats(N * C, 3), dwte = random_floats(rows * C, 4),
+       dout = random_floats(N * C, 5);
+  auto d_tok = up(tokens);
+  auto d_wte = up(wte), d_out = up(out), d_dwte = up(dwte), d_dout = up(dout);
+  cpu.embedding_forward(out.data(), tokens.data(), wte.data(), N, C, start, rows);
+  gpu.embedding_forward(d_out.get(), d_tok.get(), d_wte.get(), N, C, start, rows);
+  EXPECT_EQ(d_out.host(), out) << "embedding_forward copies rows exactly";
+  cpu.embedding_backward(dwte.data(), dout.data(), tokens.data(), N, C, start, rows);
+  gpu.embedding_backward(d_dwte.get(), d_dout.get(), d_tok.get(), N, C, start, rows);
+  expect_close(d_dwte.host(), dwte, kFp32Bound, "embedding_backward");
+}
+
+TEST_F(CudaKernels, PositionalEmbedding) {
+  const int B = 3, T = 50, C = 24;
+  auto out = random_floats(B * T * C, 1), wpe = random_floats(T * C, 2),
+       dwpe = random_floats(T * C, 3), dout = random_floats(B * T * C, 4);
+  auto d_out = up(out), d_wpe = up(wpe), d_dwpe = up(dwpe), d_dout = up(dout);
+  cpu.positional_forward(out.data(), wpe.data(), B, T, C);
+  gpu.positional_forward(d_out.get(), d_wpe.get(), B, T, C);
+  EXPECT_EQ(d_out.host(), out);
+  cpu.positional_backward(dwpe.data(), dout.data(), B, T, C);
+  gpu.positional_backward(d_dwpe.get(), d_dout.get(), B, T, C);
+  EXPECT_EQ(d_dwpe.host(), dwpe) << "same summation order as the CPU";
+}
+
+TEST_F(CudaKernels, LayerNorm) {
+  for (auto [N, C] : {std::pair<int, int>{64, 100}, {300, 768}}) {
+    auto inp = random_floats(static_cast<std::size_t>(N) * C, 1, 2.0f, 4.0f);  // mean far from 0
+    auto w = random_floats(C, 2), b = random_floats(C, 3);
+    std::vector<float> out(static_cast<std::size_t>(N) * C), mean(N), rstd(N);
+    auto dinp = random_floats(static_cast<std::size_t>(N) * C, 4),
+         dw = random_floats(C, 5), db = random_floats(C, 6),
+         dout = random_floats(static_cast<std::size_t>(N) * C, 7);
+    auto d_inp = up(inp), d_w = up(w), d_b = up(b), d_dinp = up(dinp), d_dw = up(dw),
+         d_db = up(db), d_dout = up(dout);
+    OnDevice<float> d_out(gpu, out.size()), d_mean(gpu, N), d_rstd(gpu, N);
+    cpu.layernorm_forward(out.data(), mean.data(), rstd.data(), inp.data(), w.data(), b.data(),
+                          N, C);
+    gpu.layernorm_forward(d_out.get(), d_mean.get(), d_rstd.get(), d_inp.get(), d_w.get(),
+                          d_b.get(), N, C);
+    const std::string tag = " N=" + std::to_string(N) + " C=" + std::to_string(C);
+    expect_close(d_out.host(), out, kFp32Bound, "layernorm_forward out" + tag);
+    expect_close(d_mean.host(), mean, kFp32Bound, "layernorm_forward mean" + tag);
+    expect_close(d_rstd.host(), rstd, kFp32Bound, "layernorm_forward rstd" + tag);
+    // backward from the CPU's saved statistics on both sides
+    auto d_mean_cpu = up(mean), d_rstd_cpu = up(rstd);
+    cpu.layernorm_backward(dinp.data(), dw.data(), db.data(), dout.data(), inp.data(), w.data(),
+                           mean.data(), rstd.data(), N, C);
+    gpu.layernorm_backward(d_dinp.get(), d_dw.get(), d_db.get(), d_dout.get(), d_inp.get(),
+                           d_w.get(), d_mean_cpu.get(), d_rstd_cpu.get(), N, C);
+    expect_close(d_dinp.host(), dinp, kFp32Bound, "layernorm_backward dinp" + tag);
+    expect_close(d_dw.host(), dw, kFp32Bound, "layernorm_backward dweight" + tag);
+    expect_close(d_db.host(), db, kFp32Bound, "layernorm_backward dbias" + tag);
+  }
+}
+
+TEST_F(CudaKernels, Gelu) {
+  const std::int64_t n = 10007;
+  auto x = random_floats(n, 1, -4.0f, 4.0f);
+  std::vector<float> out(n);
+  auto dinp = random_floats(n, 2), dout = random_floats(n, 3);
+  auto d_x = up(x), d_dinp = up(dinp), d_dout = up(dout);
+  OnDevice<float> d_out(gpu, n);
+  cpu.gelu_forward(out.data(), x.data(), n);
+  gpu.gelu_forward(d_out.get(), d_x.get(), n);
+  expect_close(d_out.host(), out, kFp32Bound, "gelu_forward");
+  cpu.gelu_backward(dinp.data(), x.data(), dout.data(), n);
+  gpu.gelu_backward(d_dinp.get(), d_x.get(), d_dout.get(), n);
+  expect_close(d_dinp.host(), dinp, kFp32Bound, "gelu_backward");
+}
+
+TEST_F(CudaKernels, CausalAttention) {
+  struct Shape {
+    int B, T, C, NH;
+  };
+  // T = 67: neither a multiple of a warp nor of the CPU's 64-row blocks
+  for (const Shape s : {Shape{2, 67, 48, 4}, Shape{1, 128, 64, 2}}) {
+    const std::size_t nqkv = static_cast<std::size_t>(s.B) * s.T * 3 * s.C;
+    const std::size_t nout = static_cast<std::size_t>(s.B) * s.T * s.C;
+    const std::size_t natt = static_cast<std::size_t>(s.B) * s.NH * s.T * s.T;
+    auto qkv = random_floats(nqkv, 1, -2.0f, 2.0f);
+    std::vector<float> out(nout), att(natt);
+    auto dqkv = random_floats(nqkv, 2), dout = random_floats(nout, 3);
+    std::vector<float> ws(cpu.attention_workspace_floats(s.T));
+    auto d_qkv = up(qkv), d_dqkv = up(dqkv), d_dout = up(dout);
+    OnDevice<float> d_out(gpu, nout), d_att(gpu, natt),
+        d_ws(gpu, std::max<std::size_t>(1, gpu.attention_workspace_floats(s.T)));
+    cpu.attention_forward(out.data(), att.data(), qkv.data(), s.B, s.T, s.C, s.NH);
+    gpu.attention_forward(d_out.get(), d_att.get(), d_qkv.get(), s.B, s.T, s.C, s.NH);
+    const std::string tag = " T=" + std::to_string(s.T) + " NH=" + std::to_string(s.NH);
+    expect_close(d_out.host(), out, kFp32Bound, "attention_forward out" + tag);
+    const auto g_att = d_att.host();
+    expect_close(g_att, att, kFp32Bound, "attention_forward probabilities" + tag);
+    for (std::size_t m = 0; m < static_cast<std::size_t>(s.B * s.NH); ++m)  // masked: exact 0
+      for (int t = 0; t < s.T; ++t)
+        for (int j = t + 1; j < s.T; ++j)
+          ASSERT_EQ(g_att[(m * s.T + t) * s.T + j], 0.0f);
+    cpu.attention_backward(dqkv.data(), ws.data(), dout.data(), qkv.data(), att.data(), s.B, s.T,
+                           s.C, s.NH);
+    gpu.attention_backward(d_dqkv.get(), d_ws.get(), d_dout.get(), d_qkv.get(), d_att.get(), s.B,
+                           s.T, s.C, s.NH);
+    expect_close(d_dqkv.host(), dqkv, kFp32Bound, "attention_backward dqkv" + tag);
+  }
+}
+
+TEST_F(CudaKernels, Elementwise) {
+  const std::int64_t n = 1000003;
+  auto a = random_floats(n, 1), b = random_floats(n, 2);
+  auto d_a = up(a), d_b = up(b);
+  OnDevice<float> d_out(gpu, n);
+  std::vector<float> out(n);
+  cpu.residual_forward(out.data(), a.data(), b.data(), n);
+  gpu.residual_forward(d_out.get(), d_a.get(), d_b.get(), n);
+  EXPECT_EQ(d_out.host(), out);
+  cpu.accumulate(a.data(), b.data(), n);
+  gpu.accumulate(d_a.get(), d_b.get(), n);
+  EXPECT_EQ(d_a.host(), a);
+  cpu.scale(a.data(), 0.37f, n);
+  gpu.scale(d_a.get(), 0.37f, n);
+  EXPECT_EQ(d_a.host(), a);
+  cpu.copy_floats(out.data(), a.data(), n);
+  gpu.copy_floats(d_out.get(), d_a.get(), n);
+  EXPECT_EQ(d_out.host(), out);
+  cpu.fill(out.data() + 5, -2.5f, 1000);
+  gpu.fill(d_out.get() + 5, -2.5f, 1000);
+  EXPECT_EQ(d_out.host(), out);
+  // sum of squares in double: only the summation order differs
+  const double want = cpu.sum_squares(a.data(), n), got = gpu.sum_squares(d_a.get(), n);
+  EXPECT_NEAR(got, want, 1e-12 * want);
+  EXPECT_EQ(gpu.sum_squares(d_a.get(), 0), 0.0);
+}
+
+TEST_F(CudaKernels, CrossEntropy) {
+  const int N = 50, V = 300, Vp = 320;
+  auto logits = random_floats(static_cast<std::size_t>(N) * Vp, 1, -4.0f, 4.0f);
+  auto targets = random_ints(N, 2, 0, V);
+  auto dlosses = random_floats(N, 3);
+  std::vector<float> losses(N), lse(N), dlogits(logits.size());
+  auto d_logits = up(logits), d_dlosses = up(dlosses);
+  auto d_targets = up(targets);
+  OnDevice<float> d_losses(gpu, N), d_lse(gpu, N), d_dlogits(gpu, logits.size());
+  cpu.crossentropy_forward(losses.data(), lse.data(), logits.data(), targets.data(), N, V, Vp);
+  gpu.crossentropy_forward(d_losses.get(), d_lse.get(), d_logits.get(), d_targets.get(), N, V, Vp);
+  expect_close(d_losses.host(), losses, kFp32Bound, "crossentropy_forward losses");
+  expect_close(d_lse.host(), lse, kFp32Bound, "crossentropy_forward lse");
+  cpu.crossentropy_backward(dlogits.data(), logits.data(), lse.data(), targets.data(),
+                            dlosses.data(), N, V, Vp);
+  gpu.crossentropy_backward(d_dlogits.get(), d_logits.get(), d_lse.get(), d_targets.get(),
+                            d_dlosses.get(), N, V, Vp);
+  expect_close(d_dlogits.host(), dlogits, kFp32Bound, "crossentropy_backward");
+  // in place over the logits, as the model calls it
+  gpu.crossentropy_backward(d_logits.get(), d_logits.get(), d_lse.get(), d_targets.get(),
+                            d_dlosses.get(), N, V, Vp);
+  expect_close(d_logits.host(), dlogits, kFp32Bound, "crossentropy_backward in place");
+}
+
+TEST_F(CudaKernels, CrossEntropyOfVocabularyShards) {
+  const int N = 40, ld = 128;
+  auto targets = random_ints(N, 2, 0, 400);
+  auto dlosses = random_floats(N, 3);
+  auto d_targets = up(targets);
+  auto d_dlosses = up(dlosses);
+  struct Shard {
+    int start, V;
+  };
+  for (const Shard sh : {Shard{100, 120}, Shard{0, 128}, Shard{300, 0}}) {
+    const std::string tag = " start=" + std::to_string(sh.start) + " V=" + std::to_string(sh.V);
+    auto logits = random_floats(static_cast<std::size_t>(N) * ld, 1, -4.0f, 4.0f);
+    std::vector<float> mx(N), tl(N), se(N), losses(N), lse(N), dl(logits.size());
+    auto d_logits = up(logits);
+    OnDevice<float> d_mx(gpu, N), d_tl(gpu, N), d_se(gpu, N), d_losses(gpu, N), d_lse(gpu, N);
+    cpu.crossentropy_shard_stats(mx.data(), tl.data(), logits.data(), targets.data(), N, sh.V, ld,
+                                 sh.start);
+    gpu.crossentropy_shard_stats(d_mx.get(), d_tl.get(), d_logits.get(), d_targets.get(), N, sh.V,
+                                 ld, sh.start);
+    const auto g_mx = d_mx.host();
+    if (sh.V == 0) {
+      for (int n = 0; n < N; ++n) EXPECT_EQ(g_mx[n], -std::numeric_limits<float>::infinity());
+    } else {
+      EXPECT_EQ(g_mx, mx) << "max is exact" << tag;
+    }
+    EXPECT_EQ(d_tl.host(), tl) << "target logit is exact" << tag;
+    if (sh.V == 0) continue;
+    cpu.crossentropy_shard_sumexp(se.data(), logits.data(), mx.data(), N, sh.V, ld);
+    gpu.crossentropy_shard_sumexp(d_se.get(), d_logits.get(), d_mx.get(), N, sh.V, ld);
+    expect_close(d_se.host(), se, kFp32Bound, "crossentropy_shard_sumexp" + tag);
+    auto d_se_cpu = up(se);
+    cpu.crossentropy_shard_finish(losses.data(), lse.data(), mx.data(), se.data(), tl.data(), N);
+    gpu.crossentropy_shard_finish(d_losses.get(), d_lse.get(), d_mx.get(), d_se_cpu.get(),
+                                  d_tl.get(), N);
+    expect_close(d_losses.host(), losses, kFp32Bound, "crossentropy_shard_finish losses" + tag);
+    expect_close(d_lse.host(), lse, kFp32Bound, "crossentropy_shard_finish lse" + tag);
+    auto d_lse_cpu = up(lse);
+    cpu.crossentropy_shard_backward(logits.data(), logits.data(), lse.data(), targets.data(),
+                                    dlosses.data(), N, sh.V, ld, sh.start);
+    gpu.crossentropy_shard_backward(d_logits.get(), d_logits.get(), d_lse_cpu.get(),
+                                    d_targets.get(), d_dlosses.get(), N, sh.V, ld, sh.start);
+    expect_close(d_logits.host(), logits, kFp32Bound, "crossentropy_shard_backward" + tag);
+  }
+}
+
+TEST_F(CudaKernels, AdamW) {
+  const std::int64_t n = 10001;
+  auto p = random_floats(n, 1), g = random_floats(n, 2), m = random_floats(n, 3);
+  auto v = random_floats(n, 4, 0.0f, 0.01f);
+  auto d_p = up(p), d_g = up(g), d_m = up(m), d_v = up(v);
+  for (int step = 1; step <= 3; ++step) {
+    cpu.adamw(p.data(), g.data(), m.data(), v.data(), n, 1e-2f, 0.9f, 0.95f, 1e-8f, 0.1f, step,
+              0.5f);
+    gpu.adamw(d_p.get(), d_g.get(), d_m.get(), d_v.get(), n, 1e-2f, 0.9f, 0.95f, 1e-8f, 0.1f,
+              step, 0.5f);
+  }
+  expect_close(d_p.host(), p, kFp32Bound, "adamw param");
+  expect_close(d_m.host(), m, kFp32Bound, "adamw m");
+  expect_close(d_v.host(), v, kFp32Bound, "adamw v");
+}
+
+TEST_F(CudaKernels, Sgd) {
+  const std::int64_t n = 10001;
+  auto p = random_floats(n, 1), g = random_floats(n, 2), mom = random_floats(n, 3);
+  auto d_p = up(p), d_g = up(g), d_mom = up(mom);
+  cpu.sgd(p.data(), g.data(), mom.data(), n, 0.1f, 0.9f, 0.01f, 2.0f);
+  gpu.sgd(d_p.get(), d_g.get(), d_mom.get(), n, 0.1f, 0.9f, 0.01f, 2.0f);
+  expect_close(d_p.host(), p, kFp32Bound, "sgd momentum param");
+  expect_close(d_mom.host(), mom, kFp32Bound, "sgd momentum buffer");
+  cpu.sgd(p.data(), g.data(), nullptr, n, 0.1f, 0.0f, 0.01f, 1.0f);
+  gpu.sgd(d_p.get(), d_g.get(), nullptr, n, 0.1f, 0.0f, 0.01f, 1.0f);
+  expect_close(d_p.host(), p, kFp32Bound, "sgd plain");
+}
+
+}  // namespace
