@@ -122,7 +122,7 @@ const TrainConfig& validated(const TrainConfig& cfg, int world_size) {
 
 // Kernel/BLAS threads per rank: DTRAIN_NUM_THREADS, else this node's cores shared evenly
 // among its ranks (two ranks on two cores must not both spawn two threads).
-Device& configured_device(const std::string& which, const Communicator& world,
+Device& configured_device(const std::string& which, Communicator& world,
                            bool deterministic) {
   Device& dev = select_device(which);
   int threads = env::params().num_threads;
@@ -132,6 +132,14 @@ Device& configured_device(const std::string& which, const Communicator& world,
     threads = std::max(1, cores / std::max(1, world.local_size()));
   }
   dev.set_num_threads(threads);
+  // The trainer's collectives run on host buffers over MPI; device buffers need the NCCL
+  // data path (docs/cuda.md), which it does not use yet. Agreed by all ranks, so every rank
+  // refuses alike (one may have found a GPU where another did not).
+  int on_gpu = dev.kind() == DeviceKind::cpu ? 0 : 1;
+  world.all_reduce(&on_gpu, &on_gpu, 1, DType::i32, ReduceOp::max);
+  DTRAIN_CHECK(on_gpu == 0 || world.size() == 1, Errc::not_implemented,
+               "training on the GPU with more than one rank is not supported yet: the trainer's "
+               "collectives do not use the NCCL data path (use --device cpu, or one rank)");
   return dev;
 }
 

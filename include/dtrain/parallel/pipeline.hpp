@@ -71,6 +71,12 @@ class DTRAIN_API PipelineExecutor {
   bool heads(int chunk) const noexcept { return last_ && chunk == virtual_stages_ - 1; }
   std::size_t slot_index(int chunk, int micro_batch) const;  // into the per-slot arrays
   void wait(Request& r);                                     // counted as idle
+  // Without a single-copy transport a large message advances only while its sender is
+  // inside MPI: poll_sends lets pending sends move on (true when none is left), push_sends
+  // keeps them moving for up to a millisecond (counted as idle), so a message to a peer
+  // that already waits for it arrives now rather than after this rank's next computation.
+  bool poll_sends();
+  void push_sends();
 
   GptModel& model_;
   Communicator& pp_;

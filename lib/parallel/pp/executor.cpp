@@ -1,10 +1,9 @@
 // Pipeline executor: walks the schedule's actions. Receives block right away (the schedule
 // puts them just before their use); sends go out non-blocking, activations straight from
 // the model's slot and input gradients from a per-slot copy, and a slot's previous send is
-// waited for before the slot is written again.
+// waited for before the slot is written again. Pending sends are kept moving around every
+// message and before every computation (see push_sends).
 #include "dtrain/parallel/pipeline.hpp"
-
-#include <algorithm>
 
 #include "dtrain/core/error.hpp"
 #include "dtrain/core/timer.hpp"
@@ -13,6 +12,10 @@
 namespace dtrain::parallel {
 
 namespace {
+// How long to keep pending sends moving after posting one or finishing a receive: long
+// enough for a message to a waiting peer to go through (a few hundred microseconds for
+// activations of megabytes through shared memory), short against a computation.
+constexpr double kPushSeconds = 1e-3;
 // A message is told apart by kind and the receiving chunk: between two ranks, messages of
 // one (kind, chunk) arrive in the order sent, which the schedules rely on.
 int activation_tag(int receiving_chunk) { return 1 + 2 * receiving_chunk; }
@@ -73,6 +76,20 @@ std::size_t PipelineExecutor::slot_index(int chunk, int micro_batch) const {
   return static_cast<std::size_t>(slot_base_[c] + micro_batch % slots_[c]);
 }
 
+bool PipelineExecutor::poll_sends() {
+  bool done = true;
+  for (Request& r : act_sends_) done = r.test() && done;
+  for (Request& r : grad_sends_) done = r.test() && done;
+  return done;
+}
+
+void PipelineExecutor::push_sends() {
+  ScopedAccumulate idle(idle_seconds_);
+  Stopwatch spent;
+  while (!poll_sends() && spent.seconds() < kPushSeconds) {
+  }
+}
+
 void PipelineExecutor::wait(Request& r) {
   ScopedAccumulate idle(idle_seconds_);
   r.wait();
@@ -92,6 +109,7 @@ double PipelineExecutor::run_step(const Loader& load, float dloss, const Backwar
     const std::size_t k = slot_index(c, a.micro_batch);
     switch (a.type) {
       case ActionType::forward: {
+        poll_sends();
         wait(act_sends_[k]);  // the slot's output is about to be overwritten
         if (embeds(c) || heads(c))
           load(a.micro_batch, tokens_.as<std::int32_t>(), targets_.as<std::int32_t>());
@@ -106,28 +124,33 @@ double PipelineExecutor::run_step(const Loader& load, float dloss, const Backwar
         break;
       }
       case ActionType::backward:
+        poll_sends();
         model_.backward_stage(dloss, heads(c) ? nullptr : grad_in_.as<float>(), c, slot);
         if (done) done(a.micro_batch);
         break;
       case ActionType::send_activation:  // right after the forward: its output is current
         act_sends_[k] = pp_.isend(model_.stage_output(), boundary_, DType::f32, a.peer,
                                   activation_tag(a.peer_chunk));
+        push_sends();
         break;
       case ActionType::send_grad: {
         wait(grad_sends_[k]);
         float* g = grad_out_.as<float>() + k * boundary_;
         dev.copy_floats(g, model_.input_grad(), n);
         grad_sends_[k] = pp_.isend(g, boundary_, DType::f32, a.peer, grad_tag(a.peer_chunk));
+        push_sends();
         break;
       }
       case ActionType::recv_activation:
         recv_ = pp_.irecv(model_.stage_input(c, slot), boundary_, DType::f32, a.peer,
                           activation_tag(c));
         wait(recv_);
+        push_sends();
         break;
       case ActionType::recv_grad:
         recv_ = pp_.irecv(grad_in_.as<float>(), boundary_, DType::f32, a.peer, grad_tag(c));
         wait(recv_);
+        push_sends();
         break;
     }
   }
