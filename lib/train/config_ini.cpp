@@ -21,6 +21,9 @@ std::string TrainConfig::to_ini() const {
   kv("dp", dp);
   kv("zero", zero);
   kv("schedule", schedule);
+  kv("virtual-stages", virtual_stages);
+  kv("sequence-parallel", sequence_parallel ? "true" : "false");
+  kv("bucket-mb", bucket_mb);
   kv("pipeline-layers", pipeline_layers);
   kv("micro-batch", micro_batch);
   kv("global-batch", global_batch);
