@@ -1,60 +1,37 @@
-// Finding the device-buffer transports in the CUDA plugin (see nccl_loader.hpp). The plugin
-// is looked up where lib/device looks for it: DTRAIN_CUDA_PLUGIN, beside libdtrain.so, then
-// the loader's search path. dlopen of an already loaded plugin returns the same handle.
+// Finding the device-buffer transports in the CUDA plugin (see nccl_loader.hpp), opened
+// once per process for lib/device and this file alike (core/cuda_plugin_handle.hpp).
 #include "comm/nccl_loader.hpp"
-
-#include <dlfcn.h>
 
 #include "comm/comm_state.hpp"
 #include "comm/watchdog.hpp"
+#include "core/cuda_plugin_handle.hpp"
 #include "dtrain/core/env.hpp"
 #include "dtrain/core/error.hpp"
 
 namespace dtrain::comm {
 namespace {
 
-constexpr const char* kPluginName = "libdtrain_cuda.so";  // lib/device/plugin.hpp's name
-
 struct CommPlugin {
   dtrain_cuda_make_comm_backend_fn make = nullptr;
   std::string reason;  // why make is null
 };
 
-std::string own_directory() {
-  Dl_info info{};
-  if (dladdr(reinterpret_cast<void*>(&own_directory), &info) && info.dli_fname) {
-    std::string path = info.dli_fname;
-    const auto slash = path.rfind('/');
-    if (slash != std::string::npos) return path.substr(0, slash + 1);
-  }
-  return {};
-}
-
 CommPlugin load_plugin() {
   CommPlugin p;
-  const std::string candidates[3] = {env::get_string("DTRAIN_CUDA_PLUGIN", ""),
-                                     own_directory() + kPluginName, kPluginName};
-  void* handle = nullptr;
-  std::string last_error = "not found";
-  for (const std::string& name : candidates) {
-    if (name.empty()) continue;
-    handle = dlopen(name.c_str(), RTLD_NOW | RTLD_LOCAL);
-    if (handle) break;
-    if (const char* err = dlerror()) last_error = err;
-  }
-  if (!handle) {
-    p.reason = std::string(kPluginName) + " could not be loaded: " + last_error;
+  const CudaPluginHandle& plugin = cuda_plugin_handle();
+  if (!plugin.handle) {
+    p.reason = plugin.error;
     return p;
   }
-  auto abi = reinterpret_cast<dtrain_cuda_comm_abi_fn>(dlsym(handle, DTRAIN_CUDA_SYM_COMM_ABI));
-  auto make =
-      reinterpret_cast<dtrain_cuda_make_comm_backend_fn>(dlsym(handle, DTRAIN_CUDA_SYM_MAKE_COMM));
+  auto abi = reinterpret_cast<dtrain_cuda_comm_abi_fn>(plugin.symbol(DTRAIN_CUDA_SYM_COMM_ABI));
+  auto make = reinterpret_cast<dtrain_cuda_make_comm_backend_fn>(
+      plugin.symbol(DTRAIN_CUDA_SYM_MAKE_COMM));
   if (!abi || !make) {
-    p.reason = std::string(kPluginName) + " has no device-buffer communication entry points";
+    p.reason = std::string(kCudaPluginName) + " has no device-buffer communication entry points";
     return p;
   }
   if (abi() != kCommPluginAbi) {
-    p.reason = std::string(kPluginName) + " has communication ABI " + std::to_string(abi()) +
+    p.reason = std::string(kCudaPluginName) + " has communication ABI " + std::to_string(abi()) +
                ", this library needs " + std::to_string(kCommPluginAbi);
     return p;
   }

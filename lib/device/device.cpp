@@ -1,12 +1,12 @@
 // Device base class, DeviceBuffer, and choosing a device (CPU, or CUDA through the plugin).
 #include "dtrain/device/device.hpp"
 
-#include <dlfcn.h>
 
 #include <mutex>
 #include <string>
 #include <utility>
 
+#include "core/cuda_plugin_handle.hpp"
 #include "device/plugin.hpp"
 #include "dtrain/core/env.hpp"
 #include "dtrain/core/error.hpp"
@@ -56,49 +56,24 @@ struct CudaPlugin {
   std::string reason;        // why not, otherwise
 };
 
-// Directory holding this library, so the plugin installed next to libdtrain.so is found
-// without LD_LIBRARY_PATH.
-std::string own_directory() {
-  Dl_info info{};
-  if (dladdr(reinterpret_cast<void*>(&own_directory), &info) && info.dli_fname) {
-    std::string path = info.dli_fname;
-    const auto slash = path.rfind('/');
-    if (slash != std::string::npos) return path.substr(0, slash + 1);
-  }
-  return {};
-}
-
 CudaPlugin load_cuda_plugin() {
   CudaPlugin p;
-  // DTRAIN_CUDA_PLUGIN names the plugin explicitly; otherwise look beside this library, then
-  // on the normal loader path.
-  std::string candidates[3] = {env::get_string("DTRAIN_CUDA_PLUGIN", ""),
-                               own_directory() + DTRAIN_CUDA_PLUGIN_NAME,
-                               DTRAIN_CUDA_PLUGIN_NAME};
-  void* handle = nullptr;
-  std::string last_error = "not found";
-  for (const std::string& name : candidates) {
-    if (name.empty()) continue;
-    handle = dlopen(name.c_str(), RTLD_NOW | RTLD_LOCAL);
-    if (handle) break;
-    const char* err = dlerror();
-    if (err) last_error = err;
-  }
-  if (!handle) {
-    p.reason = std::string(DTRAIN_CUDA_PLUGIN_NAME " could not be loaded: ") + last_error;
+  const CudaPluginHandle& plugin = cuda_plugin_handle();
+  if (!plugin.handle) {
+    p.reason = plugin.error;
     return p;
   }
   // The plugin stays loaded for the life of the process (its device is a static there).
-  auto abi = reinterpret_cast<dtrain_cuda_plugin_abi_fn>(dlsym(handle, DTRAIN_CUDA_SYM_ABI));
+  auto abi = reinterpret_cast<dtrain_cuda_plugin_abi_fn>(plugin.symbol(DTRAIN_CUDA_SYM_ABI));
   auto count =
-      reinterpret_cast<dtrain_cuda_device_count_fn>(dlsym(handle, DTRAIN_CUDA_SYM_COUNT));
-  auto get = reinterpret_cast<dtrain_cuda_get_device_fn>(dlsym(handle, DTRAIN_CUDA_SYM_GET));
+      reinterpret_cast<dtrain_cuda_device_count_fn>(plugin.symbol(DTRAIN_CUDA_SYM_COUNT));
+  auto get = reinterpret_cast<dtrain_cuda_get_device_fn>(plugin.symbol(DTRAIN_CUDA_SYM_GET));
   if (!abi || !count || !get) {
-    p.reason = DTRAIN_CUDA_PLUGIN_NAME " lacks the dtrain plugin entry points";
+    p.reason = std::string(kCudaPluginName) + " lacks the dtrain plugin entry points";
     return p;
   }
   if (abi() != kCudaPluginAbi) {
-    p.reason = std::string(DTRAIN_CUDA_PLUGIN_NAME " has plugin ABI ") + std::to_string(abi()) +
+    p.reason = std::string(kCudaPluginName) + " has plugin ABI " + std::to_string(abi()) +
                ", this library needs " + std::to_string(kCudaPluginAbi);
     return p;
   }

@@ -18,7 +18,6 @@ typedef int (*dtrain_cuda_device_count_fn)(char* msg, unsigned long msg_len);
 typedef dtrain::Device* (*dtrain_cuda_get_device_fn)(int ordinal);
 }
 
-#define DTRAIN_CUDA_PLUGIN_NAME "libdtrain_cuda.so"
 #define DTRAIN_CUDA_SYM_ABI "dtrain_cuda_plugin_abi"
 #define DTRAIN_CUDA_SYM_COUNT "dtrain_cuda_device_count"
 #define DTRAIN_CUDA_SYM_GET "dtrain_cuda_get_device"

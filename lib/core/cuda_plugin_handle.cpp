@@ -1,0 +1,48 @@
+#include "core/cuda_plugin_handle.hpp"
+
+#include <dlfcn.h>
+
+#include "dtrain/core/env.hpp"
+
+namespace dtrain {
+namespace {
+
+// Directory holding this library, so the plugin installed next to libdtrain.so is found
+// without LD_LIBRARY_PATH.
+std::string own_directory() {
+  Dl_info info{};
+  if (dladdr(reinterpret_cast<void*>(&own_directory), &info) && info.dli_fname) {
+    std::string path = info.dli_fname;
+    const auto slash = path.rfind('/');
+    if (slash != std::string::npos) return path.substr(0, slash + 1);
+  }
+  return {};
+}
+
+CudaPluginHandle open_plugin() {
+  CudaPluginHandle p;
+  const std::string candidates[3] = {env::get_string("DTRAIN_CUDA_PLUGIN", ""),
+                                     own_directory() + kCudaPluginName, kCudaPluginName};
+  std::string last_error = "not found";
+  for (const std::string& name : candidates) {
+    if (name.empty()) continue;
+    p.handle = dlopen(name.c_str(), RTLD_NOW | RTLD_LOCAL);
+    if (p.handle) return p;
+    if (const char* err = dlerror()) last_error = err;
+  }
+  p.error = std::string(kCudaPluginName) + " could not be loaded: " + last_error;
+  return p;
+}
+
+}  // namespace
+
+void* CudaPluginHandle::symbol(const char* name) const {
+  return handle ? dlsym(handle, name) : nullptr;
+}
+
+const CudaPluginHandle& cuda_plugin_handle() {
+  static const CudaPluginHandle p = open_plugin();  // thread-safe, once per process
+  return p;
+}
+
+}  // namespace dtrain
