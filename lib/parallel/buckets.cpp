@@ -43,6 +43,12 @@ std::vector<std::size_t> split_evenly(std::size_t n, int parts) {
   return sizes;
 }
 
+Range piece_of(const Range& whole, const std::vector<std::size_t>& counts, int rank) {
+  std::size_t first = whole.first;
+  for (int r = 0; r < rank; ++r) first += counts[static_cast<std::size_t>(r)];
+  return {first, first + counts[static_cast<std::size_t>(rank)]};
+}
+
 std::vector<std::size_t> split_aligned(std::size_t n, int parts, std::size_t align,
                                        std::size_t rotate) {
   DTRAIN_CHECK(align > 0, Errc::invalid_argument, "alignment must be positive");

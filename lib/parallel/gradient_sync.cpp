@@ -1,7 +1,5 @@
 #include "dtrain/parallel/gradient_sync.hpp"
 
-#include <numeric>
-
 #include "dtrain/core/error.hpp"
 #include "dtrain/core/timer.hpp"
 #include "dtrain/nn/parameters.hpp"
@@ -24,14 +22,10 @@ GradientSync::GradientSync(Communicator& dp, float* grads, const std::vector<Ran
                                 ? split_aligned(buckets_[b].numel(), dp.size(),
                                                 ParameterStore::kUnitAlignFloats, b)
                                 : split_evenly(buckets_[b].numel(), dp.size()));
-    const auto& counts = piece_counts_.back();
-    const std::size_t before =
-        std::accumulate(counts.begin(), counts.begin() + dp.rank(), std::size_t{0});
-    if (mode_ == GradReduction::all_reduce) {
-      owned_.push_back({buckets_[b].first, buckets_[b].last});
-    } else {
-      owned_.push_back({buckets_[b].first + before, buckets_[b].first + before + counts[dp.rank()]});
-    }
+    const Range whole{buckets_[b].first, buckets_[b].last};
+    owned_.push_back(mode_ == GradReduction::all_reduce
+                         ? whole
+                         : piece_of(whole, piece_counts_.back(), dp.rank()));
   }
   for (std::size_t i = 0; i < ready_ranges.size(); ++i) {
     range_by_first_[ready_ranges[i].first] = static_cast<int>(i);

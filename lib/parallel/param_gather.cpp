@@ -20,8 +20,7 @@ ParamGather::ParamGather(Communicator& dp, Device& dev, float* params, std::vect
                      std::accumulate(c.begin(), c.end(), std::size_t{0}) ==
                          units_[u].second - units_[u].first,
                  Errc::invalid_argument, "ParamGather: unit " << u << " is split wrongly");
-    const std::size_t before = std::accumulate(c.begin(), c.begin() + dp.rank(), std::size_t{0});
-    owned_.push_back({units_[u].first + before, units_[u].first + before + c[dp.rank()]});
+    owned_.push_back(piece_of(units_[u], c, dp.rank()));
     owned_numel_ += c[dp.rank()];
   }
   holders_.assign(n, 0);

@@ -34,15 +34,8 @@ train::TrainConfig tiny_config() {
   return c;
 }
 
-// A fresh directory per test and rank count (the np runs may overlap).
 std::string test_dir(const std::string& name) {
-  const std::string dir = "ckpt_" + name + "_np" + std::to_string(world().size());
-  if (world().rank() == 0) {
-    fs::remove_all(dir);
-    fs::create_directories(dir);
-  }
-  world().barrier();
-  return dir;
+  return test::fresh_dir(world(), "ckpt", name, world().size());
 }
 
 std::uint32_t bits_of(float f) {

@@ -66,15 +66,8 @@ train::TrainConfig at_layout(train::TrainConfig cfg, const Layout& l) {
   return cfg;
 }
 
-// A fresh directory per test and rank count (the np runs may overlap).
 std::string test_dir(const std::string& name) {
-  const std::string dir = "ckpt_pipeline_" + name + "_np" + std::to_string(world().size());
-  if (world().rank() == 0) {
-    fs::remove_all(dir);
-    fs::create_directories(dir);
-  }
-  world().barrier();
-  return dir;
+  return test::fresh_dir(world(), "ckpt_pipeline", name, world().size());
 }
 
 // Runs fn(trainer) on the first l.ranks world ranks, then waits for every rank.

@@ -8,7 +8,6 @@
 
 #include <cmath>
 #include <cstdint>
-#include <filesystem>
 #include <string>
 #include <vector>
 
@@ -155,12 +154,7 @@ TEST(Zero, CheckpointsMoveBetweenStagesAndLayouts) {
   cfg.resume = "none";
   cfg.global_batch = static_cast<long>(cfg.micro_batch) * world().size();  // also on one rank
   const std::vector<double> straight = train_losses(cfg, world());
-  const std::string dir = "zero_ckpt_np" + std::to_string(world().size());
-  if (world().rank() == 0) {
-    std::filesystem::remove_all(dir);
-    std::filesystem::create_directories(dir);
-  }
-  world().barrier();
+  const std::string dir = test::fresh_dir(world(), "zero", "ckpt", world().size());
   struct Pair {
     int save_zero, load_zero;
     bool load_alone;

@@ -1,5 +1,7 @@
 #pragma once
 // Shared by the Trainer tests: a tiny, quiet training configuration and a loss-curve runner.
+#include <filesystem>
+#include <string>
 #include <vector>
 
 #include "dtrain/comm/communicator.hpp"
@@ -23,6 +25,19 @@ inline train::TrainConfig tiny_train_config() {
   c.eval_batches = 1;
   c.log_every = 1000;
   return c;
+}
+
+// A fresh, empty directory `prefix_name_np<world size>` made by rank 0 (the np runs of one
+// test may overlap), seen by every rank of comm when this returns.
+inline std::string fresh_dir(Communicator& comm, const std::string& prefix,
+                             const std::string& name, int world_size) {
+  const std::string dir = prefix + "_" + name + "_np" + std::to_string(world_size);
+  if (comm.rank() == 0) {
+    std::filesystem::remove_all(dir);
+    std::filesystem::create_directories(dir);
+  }
+  comm.barrier();
+  return dir;
 }
 
 // The loss history of cfg.steps steps of cfg on comm.

@@ -35,6 +35,10 @@ DTRAIN_API std::vector<std::size_t> split_evenly(std::size_t n, int parts);
 // by page (ZeRO 2/3). Pieces are balanced in units of `align`; the one-unit-longer pieces
 // start at part `rotate` (mod parts), so that splitting many buckets with rotate = bucket
 // index spreads the extra pages over the ranks.
+// The piece of arena range `whole` that rank `rank` holds when it is split into `counts`
+// (in rank order): [whole.first + counts before rank, + counts[rank]).
+DTRAIN_API Range piece_of(const Range& whole, const std::vector<std::size_t>& counts, int rank);
+
 DTRAIN_API std::vector<std::size_t> split_aligned(std::size_t n, int parts, std::size_t align,
                                                   std::size_t rotate = 0);
 
