@@ -1,6 +1,7 @@
 // Bring your own model: registration and the optimiser step over the program's buffers.
 #include "byom.hpp"
 
+#include <algorithm>
 #include <string>
 
 #include "dtrain/device/device.hpp"
@@ -15,7 +16,11 @@ void dt_byom_s::close() {
   if (engine) return;
   if (buffers.empty()) fail(DT_ERR_INVALID_STATE, "no tensors registered");
   store.allocate();
-  engine = std::make_unique<StepEngine>(*comm->comm, store, cfg);
+  // The program holds whole gradients and hands them over at the step: ZeRO 2 can shard
+  // only the reduction and the AdamW state there, which is what ZeRO 1 does.
+  dt_optimizer_config_t engine_cfg = cfg;
+  engine_cfg.zero_stage = std::min(cfg.zero_stage, 1);
+  engine = std::make_unique<StepEngine>(*comm->comm, store, engine_cfg);
 }
 
 void dt_byom_s::copy_in(bool with_grads) {
@@ -47,7 +52,12 @@ dt_result_t dt_byom_create(dt_comm_t dp, const dt_optimizer_config_t* config, dt
   return call<dt_comm_s>(__func__, dp, Kind::comm, "dp", [&](dt_comm_s& c) {
     need_ptr(byom, "byom");
     *byom = nullptr;
-    *byom = adopt(std::make_unique<dt_byom_s>(&c, read_optimizer_config(config)));
+    const dt_optimizer_config_t opt = read_optimizer_config(config);
+    if (opt.zero_stage == 3)
+      fail(DT_ERR_NOT_IMPLEMENTED,
+           "zero_stage 3 shards the parameters, but a byom's parameters live in the program's "
+           "buffers: use zero_stage 0, 1 or 2 (2 shards as much as 1 here)");
+    *byom = adopt(std::make_unique<dt_byom_s>(&c, opt));
   });
 }
 

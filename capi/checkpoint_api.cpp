@@ -47,15 +47,21 @@ dt_result_t dt_model_save_checkpoint(dt_model_t model, const char* dir, int keep
   return with_model(__func__, model, [&](dt_model_s& m) {
     const std::string d = need_path(dir, "dir");
     need_keep(keep);
-    m.checkpoint_io().save(d, keep);
+    Checkpoints& io = m.checkpoint_io();
+    WholeParameters whole(*m.engine);  // ZeRO 3: the file holds every tensor whole
+    io.save(d, keep);
   });
 }
 
 dt_result_t dt_model_load_checkpoint(dt_model_t model, const char* source) {
   return with_model(__func__, model, [&](dt_model_s& m) {
     const std::string s = need_path(source, "source");
-    m.checkpoint_io().load(s);
-    m.params().zero_grads();
+    Checkpoints& io = m.checkpoint_io();
+    {
+      WholeParameters whole(*m.engine);  // ZeRO 3: read whole tensors, keep the pieces after
+      io.load(s);
+    }
+    m.engine->zero_grads();
   });
 }
 

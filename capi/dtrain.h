@@ -356,7 +356,27 @@ DT_API dt_result_t dt_grid_comm(dt_grid_t grid, dt_group_t group, dt_comm_t* com
 
 /* ---- optimiser settings (shared by byom and built-in models) --------------------------- */
 
-/** AdamW and data-parallel settings; initialise with ::DT_OPTIMIZER_CONFIG_INIT. */
+/**
+ * @brief AdamW and data-parallel settings; initialise with ::DT_OPTIMIZER_CONFIG_INIT.
+ *
+ * ZeRO stages (zero_stage; any other value: ::DT_ERR_INVALID_CONFIG). Every stage trains the
+ * same model: stages 1-3 reproduce stage 0 to rounding, the gradient norm is always the
+ * whole model's, and a checkpoint written under one stage loads under any other.
+ *  - 0: gradients all-reduced in the step; parameters, gradients and AdamW state replicated.
+ *  - 1: gradients reduce-scattered in the step; each rank keeps the AdamW moments of its
+ *    share of the parameters, updates that share and all-gathers the update.
+ *  - 2: as 1, and a built-in model keeps only its share of the gradients: every
+ *    dt_mlp_forward_backward() / dt_gpt_forward_backward() reduce-scatters into the shares
+ *    (so those calls become collective over dp, and accumulation over several calls before
+ *    a step happens in the shares). A byom accepts stage 2 and runs it as stage 1: the
+ *    program's buffers hold whole gradients, so only the reduction and the AdamW state are
+ *    sharded.
+ *  - 3: as 2, and a built-in model keeps only its share of the parameters, gathered while a
+ *    pass uses them (a GPT block by block, an MLP whole for each call); its evaluate and
+ *    predict calls, dt_model_get_parameters(), dt_model_get_tensor() and the checkpoint
+ *    calls become collective over dp. A byom refuses it (::DT_ERR_NOT_IMPLEMENTED at
+ *    dt_byom_create()): its parameters live in the program's buffers.
+ */
 typedef struct dt_optimizer_config_t {
   size_t struct_size;  /**< sizeof(dt_optimizer_config_t); set by DT_OPTIMIZER_CONFIG_INIT */
   float beta1;         /**< first-moment decay, in [0, 1) (default 0.9) */
@@ -364,7 +384,9 @@ typedef struct dt_optimizer_config_t {
   float eps;           /**< added to the root of the second moment, > 0 (default 1e-8) */
   float weight_decay;  /**< decoupled (AdamW); applies to tensors registered with decay */
   float clip_grad;     /**< global-norm clipping threshold; 0 disables */
-  int zero_stage;      /**< 0: all-reduce; 1: ZeRO-1 (optimiser state sharded over dp) */
+  int zero_stage;      /**< 0: all-reduce; 1: ZeRO-1 (optimiser state sharded over dp);
+                            2: ZeRO-2 (gradients too; byom: as 1); 3: ZeRO-3 (parameters too;
+                            built-in models only). See ::dt_optimizer_config_t. */
   double bucket_mb;    /**< gradient bucket size for the data-parallel reduction (MiB) */
 } dt_optimizer_config_t;
 /** Defaults of ::dt_optimizer_config_t: 0.9, 0.95, 1e-8, decay 0.1, clip 1, ZeRO 0, 25 MiB. */
@@ -384,7 +406,8 @@ typedef struct dt_optimizer_config_t {
  * @param[out] byom the new handle; NULL on failure.
  * @return ::DT_SUCCESS; ::DT_ERR_INVALID_HANDLE, ::DT_ERR_INVALID_ARGUMENT (byom NULL,
  *         struct_size too small), ::DT_ERR_INVALID_CONFIG (a setting out of range),
- *         ::DT_ERR_NOT_IMPLEMENTED (zero_stage > 1).
+ *         ::DT_ERR_NOT_IMPLEMENTED (zero_stage 3: the program owns the parameters; stage 2
+ *         runs as stage 1).
  */
 DT_API dt_result_t dt_byom_create(dt_comm_t dp, const dt_optimizer_config_t* config,
                                   dt_byom_t* byom);
@@ -485,7 +508,7 @@ typedef struct dt_gpt_config_t {
  * @param[out] model the new model; NULL on failure.
  * @return ::DT_SUCCESS; ::DT_ERR_INVALID_HANDLE, ::DT_ERR_INVALID_ARGUMENT (NULL pointer,
  *         struct_size too small, fewer than 2 sizes), ::DT_ERR_INVALID_CONFIG (a size or setting
- *         out of range, seeds differ between ranks), ::DT_ERR_NOT_IMPLEMENTED (zero_stage > 1).
+ *         out of range, seeds differ between ranks).
  */
 DT_API dt_result_t dt_model_create_mlp(dt_comm_t dp, const dt_mlp_config_t* config,
                                        const dt_optimizer_config_t* optimizer, dt_model_t* model);
@@ -498,7 +521,7 @@ DT_API dt_result_t dt_model_create_mlp(dt_comm_t dp, const dt_mlp_config_t* conf
  * @param[out] model the new model; NULL on failure.
  * @return ::DT_SUCCESS; ::DT_ERR_INVALID_HANDLE, ::DT_ERR_INVALID_ARGUMENT (NULL pointer,
  *         struct_size too small, max_batch < 1), ::DT_ERR_INVALID_CONFIG (an impossible shape or
- *         setting, seeds differ), ::DT_ERR_NOT_IMPLEMENTED (zero_stage > 1).
+ *         setting, seeds differ).
  */
 DT_API dt_result_t dt_model_create_gpt(dt_comm_t dp, const dt_gpt_config_t* config,
                                        const dt_optimizer_config_t* optimizer, dt_model_t* model);
@@ -513,7 +536,9 @@ DT_API dt_result_t dt_model_destroy(dt_model_t model);
 /**
  * @brief MLP forward and backward on this rank's batch.
  *
- * Gradients of the mean cross-entropy ACCUMULATE until the next dt_model_step().
+ * Gradients of the mean cross-entropy ACCUMULATE until the next dt_model_step(). Not
+ * collective, except under zero_stage 2 and 3, where each call reduces its gradients into
+ * the ranks' shares (collective over dp: every rank makes the same number of calls).
  * @param model a live MLP.
  * @param x batch * inputs floats, row-major [batch][inputs].
  * @param labels batch class indices in [0, classes).
@@ -527,6 +552,8 @@ DT_API dt_result_t dt_mlp_forward_backward(dt_model_t model, const float* x,
 
 /**
  * @brief Mean MLP loss on a batch, without touching gradients.
+ *
+ * Collective over dp under zero_stage 3 (the parameters are gathered), else not.
  * @param model a live MLP.
  * @param x [batch][inputs] floats.
  * @param labels batch class indices in [0, classes).
@@ -540,6 +567,8 @@ DT_API dt_result_t dt_mlp_evaluate(dt_model_t model, const float* x, const int32
 
 /**
  * @brief MLP logits of a batch.
+ *
+ * Collective over dp under zero_stage 3 (the parameters are gathered), else not.
  * @param model a live MLP.
  * @param x [batch][inputs] floats.
  * @param batch samples, 1..max_batch.
@@ -552,7 +581,9 @@ DT_API dt_result_t dt_mlp_predict(dt_model_t model, const float* x, int batch, f
 /**
  * @brief GPT forward and backward (next-token cross-entropy).
  *
- * Gradients accumulate until dt_model_step().
+ * Gradients accumulate until dt_model_step(). Not collective, except under zero_stage 2
+ * and 3, where each call reduces its gradients into the ranks' shares as backward produces
+ * them (collective over dp: every rank makes the same number of calls).
  * @param model a live GPT.
  * @param tokens [batch][seq] int32 in [0, vocab) (checked).
  * @param targets [batch][seq] int32 in [0, vocab) (checked).
@@ -567,6 +598,8 @@ DT_API dt_result_t dt_gpt_forward_backward(dt_model_t model, const int32_t* toke
 
 /**
  * @brief Mean GPT loss on a batch, without touching gradients.
+ *
+ * Collective over dp under zero_stage 3 (the parameters are gathered), else not.
  * @param model a live GPT.
  * @param tokens [batch][seq] int32 in [0, vocab).
  * @param targets [batch][seq] int32 in [0, vocab).
@@ -582,8 +615,9 @@ DT_API dt_result_t dt_gpt_evaluate(dt_model_t model, const int32_t* tokens,
 /**
  * @brief Optimiser step. Collective over the model's dp group.
  *
- * Averages the accumulated gradients over dp, clips, applies AdamW at lr, then zeroes the
- * gradients.
+ * Averages the accumulated gradients over dp (under zero_stage 2 and 3 the forward-backward
+ * calls have already summed them into the ranks' shares), clips by the whole model's norm,
+ * applies AdamW at lr, then zeroes the gradients.
  * @param model a live model.
  * @param lr learning rate, finite and >= 0.
  * @param[out] grad_norm global norm before clipping; may be NULL.
@@ -602,6 +636,9 @@ DT_API dt_result_t dt_model_num_parameters(dt_model_t model, size_t* count);
 
 /**
  * @brief Copies every parameter, tensor after tensor in creation order (each row-major).
+ *
+ * Whole tensors under every ZeRO stage; under zero_stage 3 they are gathered one at a time,
+ * so the call is collective over dp.
  * @param model a live model.
  * @param[out] dst capacity floats.
  * @param capacity must be >= dt_model_num_parameters().
@@ -656,6 +693,9 @@ DT_API dt_result_t dt_model_tensor_shape(dt_model_t model, const char* name, int
 
 /**
  * @brief Copies one parameter tensor of a model, row-major.
+ *
+ * The whole tensor under every ZeRO stage; under zero_stage 3 it is gathered, so the call is
+ * collective over dp.
  * @param model a live model.
  * @param name a parameter name; unknown: ::DT_ERR_INVALID_ARGUMENT.
  * @param[out] dst capacity floats.
@@ -669,7 +709,8 @@ DT_API dt_result_t dt_model_get_tensor(dt_model_t model, const char* name, float
 /**
  * @brief Overwrites one parameter tensor of a model (e.g. with pretrained values).
  *
- * Not collective, but every rank of the dp group must set the same values, or the replicas
+ * Not collective (also under zero_stage 3, where each rank keeps its share of the values),
+ * but every rank of the dp group must set the same values, or the replicas
  * diverge.
  * @param model a live model.
  * @param name a parameter name; unknown: ::DT_ERR_INVALID_ARGUMENT.
@@ -726,8 +767,9 @@ DT_API dt_result_t dt_byom_load_checkpoint(dt_byom_t byom, const char* source);
 /**
  * @brief Writes a built-in model and its optimiser state to a checkpoint.
  *
- * The file is dir/step_NNNNNNNN.h5, NNNNNNNN being dt_model_steps(). Collective over the
- * model's dp group.
+ * The file is dir/step_NNNNNNNN.h5, NNNNNNNN being dt_model_steps(). Every tensor is
+ * written whole (under zero_stage 3 gathered from the shares). Collective over the model's
+ * dp group.
  * @param model a live model.
  * @param dir the checkpoint directory (created when missing).
  * @param keep > 0: keep only the newest keep checkpoints in dir; 0: keep all.

@@ -1,7 +1,10 @@
 // A built-in model's parameters: all of them at once, or one tensor by name or index; its
 // step count.
+#include <algorithm>
 #include <cstring>
+#include <memory>
 #include <string>
+#include <vector>
 
 #include "model.hpp"
 
@@ -23,6 +26,23 @@ std::size_t total_numel(dtrain::ParameterStore& ps) {
   return n;
 }
 
+// Writes a whole tensor into the arena; under ZeRO 3 only the parts in this rank's pieces,
+// since every rank is given the same values and the rest would be dropped at the next pass.
+void write_tensor(dt_model_s& m, const dtrain::ParamInfo& p, const float* src) {
+  float* arena = m.params().params();
+  const std::size_t first = p.offset, last = p.offset + p.local_numel();
+  if (!m.engine->gather()) {
+    m.device().copy(arena + first, src, p.local_numel() * sizeof(float), dtrain::CopyKind::host_to_device);
+    return;
+  }
+  for (const dtrain::parallel::Range& r : m.engine->owned()) {
+    const std::size_t lo = std::max(first, r.first), hi = std::min(last, r.second);
+    if (lo < hi)
+      m.device().copy(arena + lo, src + (lo - first), (hi - lo) * sizeof(float),
+                      dtrain::CopyKind::host_to_device);
+  }
+}
+
 }  // namespace
 
 extern "C" {
@@ -39,7 +59,16 @@ dt_result_t dt_model_get_parameters(dt_model_t model, float* dst, size_t capacit
     need_ptr(dst, "dst");
     dtrain::ParameterStore& ps = m.params();
     need(capacity >= total_numel(ps), "capacity is smaller than dt_model_num_parameters()");
+    // ZeRO 3: the units of one tensor at a time, held on while the next tensors share them.
+    std::unique_ptr<HeldUnits> held;
+    std::vector<int> held_units;
     for (const dtrain::ParamInfo& p : ps) {
+      std::vector<int> units = m.engine->units_overlapping(p.offset, p.offset + p.numel);
+      if (m.engine->gather() && units != held_units) {
+        held.reset();
+        held = std::make_unique<HeldUnits>(*m.engine, p.offset, p.offset + p.numel);
+        held_units = std::move(units);
+      }
       m.device().copy(dst, ps.param(p), p.local_numel() * sizeof(float), dtrain::CopyKind::device_to_host);
       dst += p.local_numel();
     }
@@ -93,6 +122,7 @@ dt_result_t dt_model_get_tensor(dt_model_t model, const char* name, float* dst, 
     const dtrain::ParamInfo& p = tensor(m, name);
     need_ptr(dst, "dst");
     need(capacity >= p.local_numel(), "capacity is smaller than the tensor's element count");
+    HeldUnits whole(*m.engine, p.offset, p.offset + p.numel);  // ZeRO 3
     m.device().copy(dst, m.params().param(p), p.local_numel() * sizeof(float),
                     dtrain::CopyKind::device_to_host);
   });
@@ -105,7 +135,7 @@ dt_result_t dt_model_set_tensor(dt_model_t model, const char* name, const float*
     if (count != p.local_numel())
       fail(DT_ERR_INVALID_ARGUMENT, "count is " + std::to_string(count) + " but tensor '" + p.name +
                                         "' has " + std::to_string(p.local_numel()) + " elements");
-    m.device().copy(m.params().param(p), src, count * sizeof(float), dtrain::CopyKind::host_to_device);
+    write_tensor(m, p, src);
   });
 }
 

@@ -67,6 +67,15 @@ float gpt_forward(dtrain::GptModel& g, const int32_t* tokens, const int32_t* tar
   return g.forward(tokens, targets, batch, seq);
 }
 
+// The engine reduces gradient ranges as backward finishes them (ZeRO 2/3) and, under
+// ZeRO 3, gathers each parameter unit while a pass uses it.
+void connect_hooks(dtrain::GptModel& g, StepEngine& e) {
+  g.set_grad_ready_hook([&e](std::size_t first, std::size_t last) { e.ready(first, last); });
+  if (dtrain::parallel::ParamGather* pg = e.gather())
+    g.set_param_use_hooks({[pg](int unit, int next) { pg->acquire(unit, next); },
+                           [pg](int unit) { pg->release(unit); }});
+}
+
 }  // namespace
 
 extern "C" {
@@ -88,6 +97,8 @@ dt_result_t dt_model_create_mlp(dt_comm_t dp, const dt_mlp_config_t* config,
     m->mlp = std::make_unique<dtrain::MlpModel>(mc, dtrain::cpu_device(), config->seed,
                                                 config->max_batch);
     m->engine = std::make_unique<StepEngine>(*c.comm, m->params(), opt);
+    // The MLP has no per-layer parameter hooks: under ZeRO 3 each pass holds it whole
+    // (WholeParameters in its entry points), and only the pieces stay between passes.
     *model = adopt(std::move(m));
   });
 }
@@ -113,7 +124,8 @@ dt_result_t dt_model_create_gpt(dt_comm_t dp, const dt_gpt_config_t* config,
     auto m = std::make_unique<dt_model_s>(&c);
     m->gpt = std::make_unique<dtrain::GptModel>(gc, dtrain::cpu_device(), config->seed,
                                                 config->max_batch);
-    m->engine = std::make_unique<StepEngine>(*c.comm, m->params(), opt);
+    m->engine = std::make_unique<StepEngine>(*c.comm, m->params(), opt, m->gpt->grad_ready_ranges());
+    connect_hooks(*m->gpt, *m->engine);
     *model = adopt(std::move(m));
   });
 }
@@ -129,8 +141,14 @@ dt_result_t dt_mlp_forward_backward(dt_model_t model, const float* x, const int3
     need_ptr(x, "x");
     need_ptr(labels, "labels");
     need(batch >= 1 && batch <= mlp.max_batch(), "batch must be in [1, max_batch]");
-    const float l = mlp.forward(x, labels, batch);
-    mlp.backward(1.0f);
+    float l = 0;
+    {
+      WholeParameters whole(*m.engine);  // ZeRO 3
+      l = mlp.forward(x, labels, batch);
+      m.engine->begin_backward();
+      mlp.backward(1.0f);
+    }
+    m.engine->end_backward();
     if (loss) *loss = l;
   });
 }
@@ -143,6 +161,7 @@ dt_result_t dt_mlp_evaluate(dt_model_t model, const float* x, const int32_t* lab
     need_ptr(labels, "labels");
     need_ptr(loss, "loss");
     need(batch >= 1 && batch <= mlp.max_batch(), "batch must be in [1, max_batch]");
+    WholeParameters whole(*m.engine);  // ZeRO 3
     *loss = mlp.forward(x, labels, batch);
   });
 }
@@ -153,6 +172,7 @@ dt_result_t dt_mlp_predict(dt_model_t model, const float* x, int batch, float* l
     need_ptr(x, "x");
     need_ptr(logits, "logits");
     need(batch >= 1 && batch <= mlp.max_batch(), "batch must be in [1, max_batch]");
+    WholeParameters whole(*m.engine);  // ZeRO 3
     mlp.forward(x, nullptr, batch);
     const std::size_t n = static_cast<std::size_t>(batch) * static_cast<std::size_t>(mlp.config().sizes.back());
     m.device().copy(logits, mlp.logits(), n * sizeof(float), dtrain::CopyKind::device_to_host);
@@ -164,7 +184,9 @@ dt_result_t dt_gpt_forward_backward(dt_model_t model, const int32_t* tokens, con
   return with_model(__func__, model, [&](dt_model_s& m) {
     dtrain::GptModel& g = need_gpt(m);
     const float l = gpt_forward(g, tokens, targets, batch, seq);
-    g.backward(1.0f);
+    m.engine->begin_backward();
+    g.backward(1.0f);  // under ZeRO 2/3 its hook reduces each range as backward finishes it
+    m.engine->end_backward();
     if (loss) *loss = l;
   });
 }
@@ -182,7 +204,7 @@ dt_result_t dt_model_step(dt_model_t model, float lr, float* grad_norm) {
   return with_model(__func__, model, [&](dt_model_s& m) {
     need(lr >= 0 && lr < 1e30f, "lr must be a finite value >= 0");
     const double norm = m.engine->step(lr);
-    m.params().zero_grads();
+    m.engine->zero_grads();
     if (grad_norm) *grad_norm = static_cast<float>(norm);
   });
 }

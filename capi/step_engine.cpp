@@ -4,6 +4,7 @@
 #include <cmath>
 #include <cstring>
 
+#include "dtrain/device/device.hpp"
 #include "dtrain/parallel/zero.hpp"
 #include "guard.hpp"
 
@@ -23,33 +24,79 @@ dt_optimizer_config_t read_optimizer_config(const dt_optimizer_config_t* cfg) {
   if (!(out.eps > 0)) bad("optimizer eps must be positive");
   if (!(out.weight_decay >= 0)) bad("optimizer weight_decay must be >= 0");
   if (!(out.clip_grad >= 0)) bad("optimizer clip_grad must be >= 0 (0 disables clipping)");
-  if (out.zero_stage != 0 && out.zero_stage != 1)
-    fail(DT_ERR_NOT_IMPLEMENTED, "optimizer zero_stage must be 0 or 1 in this version");
+  if (out.zero_stage < 0 || out.zero_stage > 3) bad("optimizer zero_stage must be 0, 1, 2 or 3");
   if (!(out.bucket_mb > 0)) bad("optimizer bucket_mb must be positive");
   return out;
 }
 
-StepEngine::StepEngine(Communicator& dp, ParameterStore& params, const dt_optimizer_config_t& cfg)
-    : dp_(dp), params_(params), cfg_(cfg) {
-  // One ready-range per tensor, each reaching to the next tensor so they tile the arena.
+namespace {
+
+// One range per tensor, each reaching to the next tensor so that they tile the arena.
+std::vector<parallel::Range> tensor_ranges(const ParameterStore& params) {
+  std::vector<parallel::Range> ranges;
   const auto& infos = params.infos();
   for (std::size_t i = 0; i < infos.size(); ++i) {
     const std::size_t end = i + 1 < infos.size() ? infos[i + 1].offset : params.numel();
-    ranges_.push_back({infos[i].offset, end});
+    ranges.push_back({infos[i].offset, end});
   }
-  const auto mode = cfg.zero_stage >= 1 ? parallel::GradReduction::reduce_scatter
-                                        : parallel::GradReduction::all_reduce;
-  sync_ = std::make_unique<parallel::GradientSync>(
-      dp, params.grads(), ranges_, static_cast<std::size_t>(cfg.bucket_mb * 1024 * 1024), mode);
-  auto segments = mode == parallel::GradReduction::reduce_scatter
-                      ? parallel::owned_segments(params, sync_->owned())
-                      : parallel::parameter_segments(params);
+  return ranges;
+}
+
+parallel::GradReduction reduction(int zero_stage) {
+  if (zero_stage >= 2) return parallel::GradReduction::shard;
+  return zero_stage == 1 ? parallel::GradReduction::reduce_scatter
+                         : parallel::GradReduction::all_reduce;
+}
+
+}  // namespace
+
+StepEngine::StepEngine(Communicator& dp, ParameterStore& params, const dt_optimizer_config_t& cfg,
+                       std::vector<parallel::Range> ready_ranges)
+    : dp_(dp), params_(params), cfg_(cfg) {
+  if (ready_ranges.empty()) ready_ranges = tensor_ranges(params);
+  // ZeRO 3 gathers parameters bucket by bucket: one bucket per range makes the units the
+  // model's own (a GPT's units are its grad-ready ranges), and the gradient pieces a rank
+  // owns exactly its parameter pieces.
+  const std::size_t bucket_bytes =
+      cfg.zero_stage == 3 ? 0 : static_cast<std::size_t>(cfg.bucket_mb * 1024 * 1024);
+  const auto mode = reduction(cfg.zero_stage);
+  sync_ = std::make_unique<parallel::GradientSync>(dp, params.grads(), ready_ranges, bucket_bytes,
+                                                   mode, &params.device());
+  if (cfg.zero_stage == 3) {
+    std::vector<parallel::Range> units;
+    std::vector<std::vector<std::size_t>> counts;
+    for (std::size_t b = 0; b < sync_->buckets().size(); ++b) {
+      units.push_back({sync_->buckets()[b].first, sync_->buckets()[b].last});
+      counts.push_back(sync_->piece_counts(b));
+    }
+    gather_ = std::make_unique<parallel::ParamGather>(dp, params.device(), params.params(),
+                                                      std::move(units), std::move(counts));
+  }
+  auto segments = mode == parallel::GradReduction::all_reduce
+                      ? parallel::parameter_segments(params)
+                      : parallel::owned_segments(params, sync_->owned());
   optim::AdamWConfig a;
   a.beta1 = cfg.beta1;
   a.beta2 = cfg.beta2;
   a.eps = cfg.eps;
   a.weight_decay = cfg.weight_decay;
   optimizer_ = std::make_unique<optim::AdamW>(params.device(), std::move(segments), params.numel(), a);
+}
+
+void StepEngine::begin_backward() {
+  // Not the step's last backward as far as the sync knows: the step divides by dp itself,
+  // since only the program knows how many backwards a step has.
+  sync_->begin(shards_gradients() && dp_.size() > 1, false);
+}
+
+void StepEngine::end_backward() { sync_->finish(); }  // launches what the model never reported
+
+std::vector<int> StepEngine::units_overlapping(std::size_t first, std::size_t last) const {
+  std::vector<int> units;
+  const auto& buckets = sync_->buckets();
+  for (std::size_t b = 0; b < buckets.size(); ++b)
+    if (buckets[b].first < last && first < buckets[b].last) units.push_back(static_cast<int>(b));
+  return units;
 }
 
 // Over what this rank holds averaged; summed over dp when the state is sharded.
@@ -65,13 +112,54 @@ double StepEngine::gradient_norm() {
 }
 
 double StepEngine::step(float lr) {
-  sync_->begin(dp_.size() > 1);
-  for (const auto& r : ranges_) sync_->ready(r.first, r.second);
-  sync_->finish();
+  if (shards_gradients()) {
+    // Each backward summed its gradients of every rank into the pieces: sum -> average.
+    if (dp_.size() > 1) {
+      const float inv = 1.0f / static_cast<float>(dp_.size());
+      for (const parallel::Range& r : sync_->owned())
+        params_.device().scale(params_.grads() + r.first, inv,
+                               static_cast<std::int64_t>(r.second - r.first));
+    }
+  } else {
+    sync_->begin(dp_.size() > 1);
+    sync_->finish();  // launches every bucket
+  }
   const double norm = gradient_norm();
   optimizer_->step(params_.params(), params_.grads(), lr, optim::clip_factor(norm, cfg_.clip_grad));
-  sync_->all_gather(params_.params());  // ZeRO-1: every rank's updated piece to all
+  // ZeRO 1/2: every rank's updated piece to all. ZeRO 3 keeps the pieces; passes gather them.
+  if (!gather_) sync_->all_gather(params_.params());
   return norm;
+}
+
+void StepEngine::zero_grads() {
+  if (shards_gradients())
+    sync_->zero_grads();  // the other pieces are dropped, not zeroed
+  else
+    params_.zero_grads();
+}
+
+HeldUnits::HeldUnits(StepEngine& engine, std::size_t first, std::size_t last)
+    : gather_(engine.gather()) {
+  if (!gather_) return;
+  const std::vector<int> units = engine.units_overlapping(first, last);
+  for (std::size_t i = 0; i < units.size(); ++i) {
+    gather_->acquire(units[i], i + 1 < units.size() ? units[i + 1] : -1);
+    units_.push_back(units[i]);  // the destructor releases what was acquired
+  }
+}
+
+HeldUnits::~HeldUnits() {
+  try {
+    for (int u : units_) gather_->release(u);
+  } catch (...) {  // a failed wait while unwinding: the entry point reports the first error
+  }
+}
+
+WholeParameters::~WholeParameters() {
+  try {
+    if (gather_) gather_->release_all();
+  } catch (...) {  // as ~HeldUnits
+  }
 }
 
 }  // namespace dtrain::capi

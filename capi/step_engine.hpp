@@ -1,13 +1,21 @@
 #pragma once
 // The optimiser step shared by byom and built-in models: bucketed data-parallel gradient
-// average, global-norm clipping and AdamW (optionally ZeRO-1 sharded) over a ParameterStore.
+// reduction, global-norm clipping and AdamW over a ParameterStore, with the ZeRO stages:
+//  0  gradients all-reduced in the step, everything replicated;
+//  1  gradients reduce-scattered in the step, AdamW state sharded;
+//  2  as 1, but every backward reduce-scatters into this rank's gradient pieces and drops
+//     the rest (begin_backward/end_backward around each backward);
+//  3  as 2, and only this rank's parameter pieces are kept: passes gather them unit by unit
+//     (gather()), readers of whole tensors hold them (HeldUnits, WholeParameters).
 #include <memory>
+#include <vector>
 
 #include "dtrain.h"
 #include "dtrain/comm/communicator.hpp"
 #include "dtrain/nn/parameters.hpp"
 #include "dtrain/optim/optimizer.hpp"
 #include "dtrain/parallel/gradient_sync.hpp"
+#include "dtrain/parallel/param_gather.hpp"
 
 namespace dtrain::capi {
 
@@ -16,25 +24,79 @@ dt_optimizer_config_t read_optimizer_config(const dt_optimizer_config_t* cfg);
 
 class StepEngine {
  public:
-  // params must be allocated; both it and dp outlive the engine.
-  StepEngine(Communicator& dp, ParameterStore& params, const dt_optimizer_config_t& cfg);
-  // Averages the arena's gradients over dp, clips, updates the arena's parameters.
-  // Returns the global gradient norm before clipping. Collective over dp.
+  // params must be allocated; both it and dp outlive the engine. ready_ranges: arena ranges
+  // in the order backward completes them, tiling the arena (a GPT's grad_ready_ranges(),
+  // which are also its ZeRO-3 units); empty: one range per tensor.
+  StepEngine(Communicator& dp, ParameterStore& params, const dt_optimizer_config_t& cfg,
+             std::vector<parallel::Range> ready_ranges = {});
+
+  // Around every backward of a built-in model. Under ZeRO 2/3 each backward is reduced into
+  // this rank's pieces at once (the other pieces are dropped, so accumulation must happen
+  // there); otherwise gradients accumulate in place and the step reduces them. Collective
+  // over dp under ZeRO 2/3.
+  void begin_backward();
+  void end_backward();
+  // The grad-ready hook: [first, last) of the gradients is final for this backward.
+  void ready(std::size_t first, std::size_t last) { sync_->ready(first, last); }
+
+  // Averages the gradients over dp (ZeRO 0/1: reduces them now; ZeRO 2/3: they are already
+  // summed into the pieces), clips, updates this rank's parameters, and under ZeRO 1/2 gives
+  // every rank the whole update. Returns the global gradient norm before clipping.
+  // Collective over dp.
   double step(float lr);
+  // Zeroes the gradients this rank holds (under ZeRO 2/3 its pieces only).
+  void zero_grads();
+
   long steps() const { return optimizer_->steps_taken(); }
   // For checkpoints: the AdamW state, and whether it holds only this rank's ZeRO piece.
   optim::AdamW& optimizer() { return *optimizer_; }
   bool sharded() const { return cfg_.zero_stage >= 1; }
+  // ZeRO 3: the parameter gatherer (units = gradient buckets); null otherwise.
+  parallel::ParamGather* gather() { return gather_.get(); }
+  // Arena ranges this rank updates: the gradient pieces it owns (the whole arena at ZeRO 0).
+  const std::vector<parallel::Range>& owned() const { return sync_->owned(); }
+  // ZeRO 3: units (buckets) that overlap [first, last).
+  std::vector<int> units_overlapping(std::size_t first, std::size_t last) const;
 
  private:
   double gradient_norm();
+  bool shards_gradients() const { return cfg_.zero_stage >= 2; }
 
   Communicator& dp_;
   ParameterStore& params_;
   dt_optimizer_config_t cfg_;
-  std::vector<parallel::Range> ranges_;
   std::unique_ptr<parallel::GradientSync> sync_;
+  std::unique_ptr<parallel::ParamGather> gather_;
   std::unique_ptr<optim::AdamW> optimizer_;
+};
+
+// ZeRO 3: the units overlapping an arena range gathered whole for the scope's lifetime, so
+// a tensor can be read as a whole; a no-op otherwise. Collective over dp under ZeRO 3.
+class HeldUnits {
+ public:
+  HeldUnits(StepEngine& engine, std::size_t first, std::size_t last);
+  ~HeldUnits();
+  HeldUnits(const HeldUnits&) = delete;
+  HeldUnits& operator=(const HeldUnits&) = delete;
+
+ private:
+  parallel::ParamGather* gather_;
+  std::vector<int> units_;
+};
+
+// ZeRO 3: every unit gathered for the scope's lifetime (checkpoint IO, the MLP's passes);
+// a no-op otherwise. Collective over dp under ZeRO 3.
+class WholeParameters {
+ public:
+  explicit WholeParameters(StepEngine& engine) : gather_(engine.gather()) {
+    if (gather_) gather_->acquire_all();
+  }
+  ~WholeParameters();
+  WholeParameters(const WholeParameters&) = delete;
+  WholeParameters& operator=(const WholeParameters&) = delete;
+
+ private:
+  parallel::ParamGather* gather_;
 };
 
 }  // namespace dtrain::capi

@@ -16,10 +16,12 @@ contains
   !> @param[in] dp the data-parallel group (the world, or dt_grid_comm(..., DT_GROUP_DP)).
   !> @param[out] byom the new handle (null on failure).
   !> @param[out] ierr DT_SUCCESS; DT_ERR_INVALID_HANDLE; DT_ERR_INVALID_CONFIG (a setting out
-  !>             of range); DT_ERR_NOT_IMPLEMENTED (zero_stage > 1).
+  !>             of range); DT_ERR_NOT_IMPLEMENTED (zero_stage 3).
   !> @param[in] weight_decay optional decoupled weight decay (default 0.1).
   !> @param[in] clip_grad optional global-norm clipping threshold, 0 disables (default 1).
-  !> @param[in] zero_stage optional 0 (default) or 1: ZeRO-1, moments sharded over dp.
+  !> @param[in] zero_stage optional 0 (default); 1: ZeRO-1, moments sharded over dp; 2: runs
+  !>            as 1 (the program's arrays hold whole gradients); 3: refused (the program
+  !>            owns the parameters).
   !> @param[in] beta1 optional first-moment decay (default 0.9).
   !> @param[in] beta2 optional second-moment decay (default 0.95).
   !> @param[in] eps optional AdamW epsilon (default 1e-8).

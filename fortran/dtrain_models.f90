@@ -27,7 +27,8 @@ contains
   !> @param[in] seed optional integer(c_int64_t) weight initialisation (default 1337).
   !> @param[in] weight_decay optional, as for dt_byom_create (default 0.1).
   !> @param[in] clip_grad optional (default 1).
-  !> @param[in] zero_stage optional 0 or 1 (default 0).
+  !> @param[in] zero_stage optional 0 to 3 (default 0); 2 and 3 make each forward-backward
+  !>            collective over dp, 3 also the evaluate and tensor-reading calls (docs/c-api.md).
   !> @param[in] beta1 optional (default 0.9).
   !> @param[in] beta2 optional (default 0.95).
   !> @param[in] eps optional (default 1e-8).
@@ -65,7 +66,8 @@ contains
   !> @param[in] seed optional integer(c_int64_t) weight initialisation (default 1337).
   !> @param[in] weight_decay optional, as for dt_byom_create (default 0.1).
   !> @param[in] clip_grad optional (default 1).
-  !> @param[in] zero_stage optional 0 or 1 (default 0).
+  !> @param[in] zero_stage optional 0 to 3 (default 0); 2 and 3 make each forward-backward
+  !>            collective over dp, 3 also the evaluate and tensor-reading calls (docs/c-api.md).
   !> @param[in] beta1 optional (default 0.9).
   !> @param[in] beta2 optional (default 0.95).
   !> @param[in] eps optional (default 1e-8).

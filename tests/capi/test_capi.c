@@ -243,8 +243,13 @@ static void test_byom(dt_context_t ctx, dt_comm_t world, int size, int zero_stag
 static void test_byom_config_errors(dt_context_t ctx, dt_comm_t world) {
   dt_optimizer_config_t oc = DT_OPTIMIZER_CONFIG_INIT;
   dt_byom_t byom = NULL;
-  oc.zero_stage = 3;
+  oc.zero_stage = 3; /* the parameters live in the program's buffers */
   EXPECT(DT_ERR_NOT_IMPLEMENTED, ctx, dt_byom_create(world, &oc, &byom));
+  MESSAGE(ctx, "zero_stage 3 shards the parameters, but a byom's parameters live in the program's buffers");
+  CHECK(byom == NULL);
+  oc.zero_stage = -1;
+  EXPECT(DT_ERR_INVALID_CONFIG, ctx, dt_byom_create(world, &oc, &byom));
+  MESSAGE(ctx, "zero_stage must be 0, 1, 2 or 3");
   oc.zero_stage = 0;
   oc.beta1 = 1.5f;
   EXPECT(DT_ERR_INVALID_CONFIG, ctx, dt_byom_create(world, &oc, &byom));
@@ -409,6 +414,7 @@ int main(int argc, char** argv) {
   test_grid(ctx, size);
   test_byom(ctx, world, size, 0);
   test_byom(ctx, world, size, 1);
+  test_byom(ctx, world, size, 2); /* byom: ZeRO 2 shards what ZeRO 1 does */
   test_byom_config_errors(ctx, world);
   test_mlp(ctx, world, size);
   test_gpt(ctx, world);

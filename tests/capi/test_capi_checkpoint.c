@@ -409,6 +409,7 @@ int main(int argc, char** argv) {
   test_byom_resume(ctx, world, 0, 0);
   test_byom_resume(ctx, world, 1, 1);
   test_byom_resume(ctx, world, 1, 0);
+  test_byom_resume(ctx, world, 2, 0); /* byom ZeRO 2 (sharded like ZeRO 1) */
   test_keep_and_find(ctx, world);
   test_byom_errors(ctx, world);
   test_mlp_resume(ctx, world, mlp_dir, sizeof mlp_dir);

@@ -1,5 +1,5 @@
 ! module dtrain's built-in GPT, tensor access and checkpoints from Fortran: the data-parallel
-! GPT equals one rank on the whole batch; tensors by index and name in Fortran order;
+! GPT (ZeRO 3) equals one rank on the whole batch; tensors by index and name in Fortran order;
 ! registered arrays, the MLP and the GPT saved and loaded, a resumed run ending where the
 ! uninterrupted one does; error codes and messages for shapes, names and files.
 !   mpiexec -n N test_fortran_models SCRATCH_DIR
@@ -51,17 +51,22 @@ contains
     end do
   end subroutine
 
-  subroutine make_gpt(dp, model, seed)
+  ! zero: the ZeRO stage (default 1).
+  subroutine make_gpt(dp, model, seed, zero)
     type(dt_comm), intent(in) :: dp
     type(dt_model), intent(out) :: model
     integer(c_int64_t), intent(in) :: seed
+    integer, intent(in), optional :: zero
+    integer :: stage
+    stage = 1
+    if (present(zero)) stage = zero
     call dt_model_create_gpt(dp, model, ierr, layers=1, heads=2, d_model=d_model, seq_len=seq, &
-                             vocab=vocab, max_batch=batch, seed=seed, zero_stage=1)
+                             vocab=vocab, max_batch=batch, seed=seed, zero_stage=stage)
     call expect(ierr, DT_SUCCESS, 'dt_model_create_gpt')
   end subroutine
 
-  ! Each rank trains on its columns of the batch; a model over a dp group of one (pp = world
-  ! size) trains on all of them: same parameters, to rounding.
+  ! Each rank trains on its columns of the batch (under ZeRO 3); a model over a dp group of
+  ! one (pp = world size) trains on all of them: same parameters, to rounding.
   subroutine test_gpt_data_parallel()
     type(dt_grid) :: solo_grid
     type(dt_comm) :: solo
@@ -75,7 +80,7 @@ contains
     lo = my_rank * per + 1
     call dt_grid_create(ctx, solo_grid, ierr, pp=nranks)
     call dt_grid_comm(solo_grid, DT_GROUP_DP, solo, ierr)
-    call make_gpt(world, dp_model, 11_c_int64_t)
+    call make_gpt(world, dp_model, 11_c_int64_t, zero=3)
     call make_gpt(solo, ref, 11_c_int64_t)
     do t = 1, 8
       call make_batch(t, 0, tokens, targets)
