@@ -1,49 +1,97 @@
 #include "dtrain/parallel/fixed_order_sum.hpp"
 
 #include "dtrain/core/error.hpp"
-#include "dtrain/parallel/buckets.hpp"
+#include "dtrain/core/timer.hpp"
 
 namespace dtrain::parallel {
 
-FixedOrderSum::FixedOrderSum(Device& dev, Communicator& dp, std::size_t numel,
+FixedOrderSum::FixedOrderSum(Device& dev, Communicator& dp, std::vector<Range> units,
+                             std::vector<std::vector<std::size_t>> counts,
                              int local_micro_batches)
     : dev_(dev),
       dp_(dp),
-      numel_(numel),
+      units_(std::move(units)),
+      counts_(std::move(counts)),
       local_(local_micro_batches),
-      chunk_counts_(split_evenly(numel, dp.size())),
-      slots_(dev, sizeof(float) * numel * local_micro_batches),
-      inbox_(dev, sizeof(float) * chunk_counts_[dp.rank()] * local_micro_batches * dp.size()),
       all_losses_(static_cast<std::size_t>(local_micro_batches) * dp.size()) {
   DTRAIN_CHECK(local_micro_batches > 0, Errc::invalid_argument, "no micro-batches to sum");
-  std::size_t start = 0;
-  for (std::size_t c : chunk_counts_) {
-    chunk_starts_.push_back(start);
-    start += c;
+  DTRAIN_CHECK(units_.size() == counts_.size(), Errc::invalid_argument,
+               "FixedOrderSum: one count list per unit");
+  for (std::size_t u = 0; u < units_.size(); ++u) {
+    owned_.push_back(piece_of(units_[u], counts_[u], dp.rank()));
+    owned_numel_ += owned_.back().second - owned_.back().first;
   }
-  requests_.reserve(2 * static_cast<std::size_t>(local_micro_batches) * dp.size());
+  const auto peers = static_cast<std::size_t>(dp.size() - 1);
+  inbox_ = DeviceBuffer(dev, sizeof(float) * owned_numel_ * peers);
+  total_ = DeviceBuffer(dev, sizeof(float) * owned_numel_);
+  requests_.reserve(2 * peers * units_.size());
+}
+
+float* FixedOrderSum::inbox(int peer) {
+  const int slot = peer < dp_.rank() ? peer : peer - 1;
+  return inbox_.as<float>() + static_cast<std::size_t>(slot) * owned_numel_;
+}
+
+void FixedOrderSum::add(int m, const float* grads) {
+  const int P = dp_.size(), me = dp_.rank();
+  Stopwatch watch;
+  requests_.clear();
+  for (int p = 0; p < P; ++p) {
+    if (p == me) continue;
+    std::size_t at = 0;  // pieces arrive back to back in unit order, as total_ holds them
+    for (std::size_t u = 0; u < units_.size(); ++u) {
+      const std::size_t mine = counts_[u][me], theirs = counts_[u][p];
+      const auto tag = static_cast<int>(u);
+      if (mine > 0) requests_.push_back(dp_.irecv(inbox(p) + at, mine, DType::f32, p, tag));
+      if (theirs > 0) {
+        const Range piece = piece_of(units_[u], counts_[u], p);
+        requests_.push_back(dp_.isend(grads + piece.first, theirs, DType::f32, p, tag));
+      }
+      at += mine;
+    }
+  }
+  for (Request& r : requests_) r.wait();
+  wait_seconds_ += watch.seconds();
+  // Fold in rank order: micro-batch k = m * P + p.
+  float* total = total_.as<float>();
+  for (int p = 0; p < P; ++p) {
+    const bool first = m == 0 && p == 0;
+    std::size_t at = 0;
+    for (const Range& piece : owned_) {
+      const std::size_t n = piece.second - piece.first;
+      const float* src = p == me ? grads + piece.first : inbox(p) + at;
+      if (first) {
+        dev_.copy_floats(total + at, src, static_cast<std::int64_t>(n));
+      } else {
+        dev_.accumulate(total + at, src, static_cast<std::int64_t>(n));
+      }
+      at += n;
+    }
+  }
+}
+
+void FixedOrderSum::sum_owned(float* out) {
+  std::size_t at = 0;
+  for (const Range& piece : owned_) {
+    const std::size_t n = piece.second - piece.first;
+    dev_.copy_floats(out + piece.first, total_.as<float>() + at, static_cast<std::int64_t>(n));
+    at += n;
+  }
 }
 
 void FixedOrderSum::sum(float* out) {
-  const int P = dp_.size(), me = dp_.rank();
-  const std::size_t mine = chunk_counts_[me];
-  float* inbox = inbox_.as<float>();
-  // inbox piece k = m*P + p holds chunk `me` of rank p's local micro-batch m.
-  requests_.clear();
-  for (int m = 0; m < local_; ++m) {
-    for (int p = 0; p < P; ++p) {
-      if (p == me) continue;
-      requests_.push_back(dp_.irecv(inbox + (m * P + p) * mine, mine, DType::f32, p, m));
-      requests_.push_back(dp_.isend(slot(m) + chunk_starts_[p], chunk_counts_[p], DType::f32, p, m));
-    }
-    dev_.copy_floats(inbox + (m * P + me) * mine, slot(m) + chunk_starts_[me],
-                     static_cast<std::int64_t>(mine));
+  sum_owned(out);
+  all_gather(out);
+}
+
+void FixedOrderSum::all_gather(float* arena) {
+  if (dp_.size() == 1) return;
+  Stopwatch watch;
+  for (std::size_t u = 0; u < units_.size(); ++u) {
+    dp_.all_gather_v(arena + owned_[u].first, arena + units_[u].first, counts_[u].data(),
+                     DType::f32);
   }
-  for (Request& r : requests_) r.wait();
-  float* acc = out + chunk_starts_[me];
-  dev_.copy_floats(acc, inbox, static_cast<std::int64_t>(mine));
-  for (int k = 1; k < local_ * P; ++k) dev_.accumulate(acc, inbox + k * mine, static_cast<std::int64_t>(mine));
-  dp_.all_gather_v(acc, out, chunk_counts_.data(), DType::f32);
+  wait_seconds_ += watch.seconds();
 }
 
 double FixedOrderSum::sum_losses(const double* local_losses) {

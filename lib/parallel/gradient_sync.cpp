@@ -2,7 +2,7 @@
 
 #include "dtrain/core/error.hpp"
 #include "dtrain/core/timer.hpp"
-#include "dtrain/nn/parameters.hpp"
+#include "dtrain/parallel/zero.hpp"
 
 namespace dtrain::parallel {
 
@@ -19,8 +19,7 @@ GradientSync::GradientSync(Communicator& dp, float* grads, const std::vector<Ran
   for (std::size_t b = 0; b < buckets_.size(); ++b) {
     for (int r : buckets_[b].ranges) bucket_of_range_[r] = static_cast<int>(b);
     piece_counts_.push_back(mode_ == GradReduction::shard
-                                ? split_aligned(buckets_[b].numel(), dp.size(),
-                                                ParameterStore::kUnitAlignFloats, b)
+                                ? shard_piece_counts(buckets_[b].numel(), dp.size(), b)
                                 : split_evenly(buckets_[b].numel(), dp.size()));
     const Range whole{buckets_[b].first, buckets_[b].last};
     owned_.push_back(mode_ == GradReduction::all_reduce

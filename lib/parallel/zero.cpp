@@ -23,4 +23,8 @@ std::vector<optim::Segment> owned_segments(const ParameterStore& params,
   return segs;
 }
 
+std::vector<std::size_t> shard_piece_counts(std::size_t numel, int parts, std::size_t index) {
+  return split_aligned(numel, parts, ParameterStore::kUnitAlignFloats, index);
+}
+
 }  // namespace dtrain::parallel

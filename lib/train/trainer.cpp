@@ -20,6 +20,7 @@
 #include "dtrain/nn/tensor_parallel.hpp"
 #include "dtrain/optim/optimizer.hpp"
 #include "dtrain/optim/schedule.hpp"
+#include "dtrain/parallel/fixed_order_norm.hpp"
 #include "dtrain/parallel/fixed_order_sum.hpp"
 #include "dtrain/parallel/gradient_sync.hpp"
 #include "dtrain/parallel/param_gather.hpp"
@@ -42,6 +43,7 @@ struct Trainer::State {
   std::unique_ptr<parallel::GradientSync> sync;          // bucketed, overlapped (ZeRO 0-3)
   std::unique_ptr<parallel::ParamGather> gather;         // ZeRO 3: parameters by unit
   std::unique_ptr<parallel::FixedOrderSum> fixed_order;  // --deterministic
+  std::unique_ptr<parallel::FixedOrderNorm> fixed_norm;  // --deterministic
   optim::AdamW optimizer;
   optim::LrSchedule schedule;
   BatchLoader loader;
@@ -69,6 +71,8 @@ struct Trainer::State {
 
   State(const TrainConfig& c, Communicator& w);
   std::vector<optim::Segment> optimizer_segments();
+  void shard_parameters(std::vector<parallel::Range> units,
+                        std::vector<std::vector<std::size_t>> counts);
   double sync_gradients_bucketed();
   double sync_gradients_fixed_order();
   double sync_gradients_pipeline();
@@ -78,15 +82,23 @@ struct Trainer::State {
   void reduce_tied_embedding();
   double duplicate_wte_squares();
   double gradient_norm();
-  std::vector<char> segment_in_norm;  // ZeRO-1: optimiser segment counts toward the norm
+  std::vector<char> segment_in_norm;  // ZeRO 1-3: optimiser segment counts toward the norm
   void plan_norm_segments();
+  bool counts_in_norm(const ParamInfo& p) const;
+  // --deterministic: whether every rank ends the reduction with the whole gradient (ZeRO 0,
+  // and pipelines, whose tied embedding copies are summed afterwards) or only its pieces.
+  bool fixed_order_whole() const { return cfg.zero == 0 || grid.pp_size() > 1; }
+  void clear_gradients();
+  void finish_fixed_order_sum();
+  void share_updated_parameters();
   double forward_micro(Split split, std::uint64_t first_sample);
   double average_over_dp(double loss_sum, int n_micro);
   ckpt::Checkpointer& checkpoints();
   bool agree_stop();
   int accum() const { return loader.plan().accum_steps; }
   double comm_wait_seconds() const {
-    return (sync ? sync->wait_seconds() : 0) + (gather ? gather->wait_seconds() : 0);
+    return (sync ? sync->wait_seconds() : 0) + (gather ? gather->wait_seconds() : 0) +
+           (fixed_order ? fixed_order->wait_seconds() : 0);
   }
   long tokens_per_step() const {
     return static_cast<long>(loader.plan().global_batch()) * cfg.seq_len;
@@ -234,9 +246,10 @@ Trainer::State::State(const TrainConfig& c, Communicator& w)
   // Held between steps: ZeRO 2 keeps only this rank's gradient pieces, ZeRO 3 also only its
   // parameter pieces (docs/data-parallel.md: the transient units during a pass come on top).
   const std::size_t n = model.parameters().numel();
-  const bool sharded_grads = sync && sync->mode() == parallel::GradReduction::shard;
+  const bool sharded_grads = cfg.zero >= 2;
+  const std::size_t owned = sync ? sync->owned_numel() : fixed_order->owned_numel();
   memory.params = (gather ? gather->owned_numel() : n) * sizeof(float);
-  memory.grads = (sharded_grads ? sync->owned_numel() : n) * sizeof(float) +
+  memory.grads = (sharded_grads ? owned : n) * sizeof(float) +
                  (fixed_order ? fixed_order->bytes() : 0);
   memory.optimizer = optimizer.state_bytes();
   memory.activations = model.activation_bytes() + (pipeline ? pipeline->buffer_bytes() : 0);
@@ -260,8 +273,23 @@ std::vector<optim::Segment> Trainer::State::optimizer_segments() {
   Communicator& dp = grid.dp();
   const BatchPlan plan = batch_plan(cfg, grid, world.size());
   if (cfg.deterministic) {
-    fixed_order = std::make_unique<parallel::FixedOrderSum>(dev, dp, params.numel(), plan.accum_steps);
-    return parallel::parameter_segments(params);
+    // One unit, the whole arena; under ZeRO 3 the model's units, as parameters are gathered.
+    std::vector<parallel::Range> units{{0, params.numel()}};
+    if (cfg.zero == 3) {
+      units.clear();
+      for (const parallel::Bucket& b : parallel::plan_buckets(model.grad_ready_ranges(), 0))
+        units.push_back({b.first, b.last});
+    }
+    std::vector<std::vector<std::size_t>> counts;
+    for (std::size_t u = 0; u < units.size(); ++u)
+      counts.push_back(parallel::shard_piece_counts(units[u].second - units[u].first, dp.size(), u));
+    fixed_order = std::make_unique<parallel::FixedOrderSum>(dev, dp, units, counts, plan.accum_steps);
+    if (cfg.zero == 3) shard_parameters(units, counts);
+    std::vector<bool> counted;
+    for (const ParamInfo& p : params) counted.push_back(counts_in_norm(p));
+    fixed_norm = std::make_unique<parallel::FixedOrderNorm>(dev, dp, params, std::move(counted));
+    if (cfg.zero == 0) return parallel::parameter_segments(params);
+    return parallel::owned_segments(params, fixed_order->owned());
   }
   const auto mode = cfg.zero >= 2   ? parallel::GradReduction::shard
                    : cfg.zero == 1 ? parallel::GradReduction::reduce_scatter
@@ -281,21 +309,36 @@ std::vector<optim::Segment> Trainer::State::optimizer_segments() {
       units.push_back({sync->buckets()[b].first, sync->buckets()[b].last});
       counts.push_back(sync->piece_counts(b));
     }
-    gather = std::make_unique<parallel::ParamGather>(dp, dev, params.params(), std::move(units),
-                                                     std::move(counts));
-    parallel::ParamGather* g = gather.get();
-    model.set_param_use_hooks({[g](int unit, int next) { g->acquire(unit, next); },
-                               [g](int unit) { g->release(unit); }});
+    shard_parameters(std::move(units), std::move(counts));
   }
   if (mode == parallel::GradReduction::all_reduce) return parallel::parameter_segments(params);
   return parallel::owned_segments(params, sync->owned());
+}
+
+// ZeRO 3: keep only this rank's piece of every unit; the model's passes gather units as
+// they use them.
+void Trainer::State::shard_parameters(std::vector<parallel::Range> units,
+                                      std::vector<std::vector<std::size_t>> counts) {
+  gather = std::make_unique<parallel::ParamGather>(grid.dp(), dev, model.parameters().params(),
+                                                   std::move(units), std::move(counts));
+  parallel::ParamGather* g = gather.get();
+  model.set_param_use_hooks({[g](int unit, int next) { g->acquire(unit, next); },
+                             [g](int unit) { g->release(unit); }});
 }
 
 // Global gradient norm over everything the model holds across TP and (ZeRO) DP ranks, the
 // same as a single rank's. A parameter replicated over the TP group counts once.
 double Trainer::State::gradient_norm() {
   const ParameterStore& params = model.parameters();
-  if (cfg.zero == 0 || cfg.deterministic) {
+  if (fixed_norm) {
+    const std::vector<parallel::Range> whole{{0, params.numel()}};
+    const bool all = fixed_order_whole();
+    double sq = fixed_norm->sum_squares(params.grads(), all ? whole : fixed_order->owned(), all);
+    if (grid.tp_size() > 1) grid.tp().all_reduce(&sq, &sq, 1, DType::f64, ReduceOp::sum);
+    if (grid.pp_size() > 1) grid.pp().all_reduce(&sq, &sq, 1, DType::f64, ReduceOp::sum);
+    return std::sqrt(sq);
+  }
+  if (cfg.zero == 0) {
     double sq = nn::grad_sum_squares(params, dev, &grid.tp());
     if (grid.pp_size() > 1) {
       sq -= duplicate_wte_squares();
@@ -316,18 +359,21 @@ double Trainer::State::gradient_norm() {
   return std::sqrt(local);
 }
 
-// ZeRO-1: which owned optimiser segments count toward the global norm. A parameter
-// replicated over the TP group counts on TP rank 0 only, and the last stage's copy of a tied
-// wte not at all (the first stage counts it).
+// Whether a parameter's gradient counts toward the global norm on this rank, when norms
+// are summed over TP and PP ranks: one replicated over the TP group counts on TP rank 0
+// only, and the last stage's copy of a tied wte not at all (the first stage counts it).
+bool Trainer::State::counts_in_norm(const ParamInfo& p) const {
+  const bool skip_wte = grid.pp_size() > 1 && grid.is_last_stage() && cfg.tie_embeddings;
+  return (p.tp_sharded || grid.tp_rank() == 0) && !(skip_wte && p.name == "wte");
+}
+
+// ZeRO 1-3: which owned optimiser segments count toward the global norm.
 void Trainer::State::plan_norm_segments() {
   if (cfg.zero == 0 || cfg.deterministic) return;
-  const bool skip_wte = grid.pp_size() > 1 && grid.is_last_stage() && cfg.tie_embeddings;
   for (const optim::Segment& seg : optimizer.segments()) {
     bool counted = true;
     for (const ParamInfo& p : model.parameters()) {
-      if (seg.offset >= p.offset && seg.offset < p.offset + p.numel) {
-        counted = (p.tp_sharded || grid.tp_rank() == 0) && !(skip_wte && p.name == "wte");
-      }
+      if (seg.offset >= p.offset && seg.offset < p.offset + p.numel) counted = counts_in_norm(p);
     }
     segment_in_norm.push_back(counted);
   }
@@ -404,18 +450,17 @@ double Trainer::State::run_pipeline(float dloss,
 }
 
 // --pp > 1 with --deterministic: a stage's backwards run in micro-batch order, so each
-// micro-batch's gradient is set aside as its backward ends; then the fixed-order sum over the
-// data-parallel group, and the tied embedding copies (a sum of two: order-free).
+// micro-batch's gradient joins the fixed-order sum over the data-parallel group as its
+// backward ends; then the tied embedding copies are summed (a sum of two: order-free).
 double Trainer::State::sync_gradients_pipeline_fixed_order() {
   ParameterStore& params = model.parameters();
   const int n_micro = accum();
-  const auto numel = static_cast<std::int64_t>(params.numel());
   params.zero_grads();
-  run_pipeline(1.0f / static_cast<float>(n_micro * grid.dp_size()), [this, &params, numel](int mb) {
-    dev.copy_floats(fixed_order->slot(mb), params.grads(), numel);
+  run_pipeline(1.0f / static_cast<float>(n_micro * grid.dp_size()), [this, &params](int mb) {
+    fixed_order->add(mb, params.grads());
     params.zero_grads();
   });
-  fixed_order->sum(params.grads());
+  finish_fixed_order_sum();
   reduce_tied_embedding();
   double loss = fixed_order->sum_losses(pipeline->last_losses().data()) / (n_micro * grid.dp_size());
   grid.pp().broadcast(&loss, &loss, 1, DType::f64, grid.pp_size() - 1);  // the last stage's
@@ -474,13 +519,48 @@ double Trainer::State::sync_gradients_fixed_order() {
   const int n_micro = accum();
   const float dloss = 1.0f / static_cast<float>(n_micro * grid.dp_size());
   for (int micro = 0; micro < n_micro; ++micro) {
-    params.zero_grads();
+    clear_gradients();
     micro_losses[micro] = forward_micro(Split::train, loader.plan().first_sample(step, micro));
     model.backward(dloss);
-    dev.copy_floats(fixed_order->slot(micro), params.grads(), static_cast<std::int64_t>(params.numel()));
+    fixed_order->add(micro, params.grads());
   }
-  fixed_order->sum(params.grads());
+  finish_fixed_order_sum();
   return fixed_order->sum_losses(micro_losses.data()) / (n_micro * grid.dp_size());
+}
+
+// --deterministic: zeroes the gradient arena for the next micro-batch. ZeRO 2/3 hold no
+// gradient between steps except their pieces, so the arena's pages are handed back instead
+// (they read as zeros when backward touches them again).
+void Trainer::State::clear_gradients() {
+  ParameterStore& params = model.parameters();
+  if (cfg.zero >= 2) {
+    dev.discard(params.grads(), params.numel() * sizeof(float));
+  } else {
+    params.zero_grads();
+  }
+}
+
+// --deterministic, after the last micro-batch: the sum lands in the whole arena, or in
+// this rank's pieces only (the rest is never read: the optimiser updates the pieces).
+void Trainer::State::finish_fixed_order_sum() {
+  float* grads = model.parameters().grads();
+  if (fixed_order_whole()) {
+    fixed_order->sum(grads);
+    return;
+  }
+  if (cfg.zero >= 2) clear_gradients();  // all but the pieces handed back
+  fixed_order->sum_owned(grads);
+}
+
+// ZeRO 1/2: every rank's updated pieces to all. ZeRO 3 keeps the pieces; passes gather them.
+void Trainer::State::share_updated_parameters() {
+  if (gather || cfg.zero == 0) return;
+  float* params = model.parameters().params();
+  if (sync) {
+    sync->all_gather(params);
+  } else {
+    fixed_order->all_gather(params);
+  }
 }
 
 Trainer::Trainer(const TrainConfig& cfg, Communicator& world)
@@ -507,12 +587,12 @@ long Trainer::step() const { return s_->step; }
 GptModel& Trainer::model() { return s_->model; }
 optim::AdamW& Trainer::optimizer() { return s_->optimizer; }
 ProcessGrid& Trainer::grid() { return s_->grid; }
-bool Trainer::optimizer_sharded() const { return !s_->fixed_order && s_->cfg.zero >= 1; }
+bool Trainer::optimizer_sharded() const { return s_->cfg.zero >= 1; }
 
 ckpt::Checkpointer& Trainer::State::checkpoints() {
   if (!checkpointer) {
     checkpointer = std::make_unique<ckpt::Checkpointer>(
-        grid, model.parameters(), optimizer, !fixed_order && cfg.zero >= 1, model.config());
+        grid, model.parameters(), optimizer, cfg.zero >= 1, model.config());
   }
   return *checkpointer;
 }
@@ -568,8 +648,7 @@ double Trainer::train_step() {
   s.last_lr = s.schedule.at(s.step);
   const float clip = optim::clip_factor(s.last_grad_norm, s.cfg.clip_grad);
   s.optimizer.step(params.params(), params.grads(), static_cast<float>(s.last_lr), clip);
-  // ZeRO 1/2: bring every rank's update back. ZeRO 3 keeps the pieces; passes gather them.
-  if (s.sync && !s.gather) s.sync->all_gather(params.params());
+  s.share_updated_parameters();
   ++s.step;
   s.losses.push_back(loss);
   return loss;

@@ -17,4 +17,10 @@ DTRAIN_API std::vector<optim::Segment> parameter_segments(const ParameterStore& 
 DTRAIN_API std::vector<optim::Segment> owned_segments(const ParameterStore& params,
                                                       const std::vector<Range>& owned);
 
+// ZeRO 2/3 pieces of a unit (or bucket) of `numel` elements: split over `parts` ranks at
+// page boundaries (ParameterStore::kUnitAlignFloats), the one-page-longer pieces starting
+// at rank `index` mod parts so that the extra pages spread over the ranks unit by unit.
+DTRAIN_API std::vector<std::size_t> shard_piece_counts(std::size_t numel, int parts,
+                                                       std::size_t index);
+
 }  // namespace dtrain::parallel
