@@ -497,12 +497,15 @@ float GptModel::forward_stage(const std::int32_t* tokens, const std::int32_t* ta
     // attention: res2 = residual + c_proj(attn(c_attn(ln_1(residual))))
     b.ln_1.forward(d, b.ln1, b.ln1_mean, b.ln1_rstd, residual, R);
     b.c_attn.forward(d, b.qkv, enter_region_fwd(b.ln1, R), N);
+    progress();
     d.attention_forward(b.atty, b.att, b.qkv, B, T, C_local_, heads_local_);
+    progress();
     b.attn_proj.forward(d, proj_, b.atty, N);
     d.residual_forward(b.res2, residual, leave_region_fwd(proj_, b.res2, N, R), RC);
     // MLP: res3 = res2 + c_proj(gelu(c_fc(ln_2(res2))))
     b.ln_2.forward(d, b.ln2, b.ln2_mean, b.ln2_rstd, b.res2, R);
     b.c_fc.forward(d, b.fch, enter_region_fwd(b.ln2, R), N);
+    progress();
     d.gelu_forward(b.fch_gelu, b.fch, static_cast<std::int64_t>(N) * hidden_local_);
     b.mlp_proj.forward(d, proj_, b.fch_gelu, N);
     d.residual_forward(b.res3, b.res2, leave_region_fwd(proj_, b.res3, N, R), RC);
@@ -566,6 +569,7 @@ void GptModel::backward_stage(float dloss, const float* doutput, int chunk, int 
     // dhead[Vl,C] += dlogits^T · lnf (complete: each row sees only its own logits)
     const float* head_in = sp_ ? lnf_full_ : lnf_;
     d.gemm(false, false, N, C, Vl, 1.0f, dlogits, Vl, head_w_, C, 0.0f, dln_, C);
+    progress();
     d.gemm(true, false, Vl, C, N, 1.0f, dlogits, Vl, head_in, C, 1.0f, head_dw_, C);
     const float* dlnf = enter_region_bwd(dln_, N, R);
 
@@ -588,17 +592,21 @@ void GptModel::backward_stage(float dloss, const float* doutput, int chunk, int 
     // MLP: res3 = res2 + c_proj(gelu(c_fc(ln_2(res2))))
     zero(dfch_gelu_, NF);
     b.mlp_proj.backward(d, dfch_gelu_, leave_region_bwd(dres_, R), b.fch_gelu, N);
+    progress();
     zero(dfch_, NF);
     d.gelu_backward(dfch_, b.fch, dfch_gelu_, NF);
     zero(dln_, NC);
     b.c_fc.backward(d, dln_, dfch_, enter_region_fwd(b.ln2, R), N);  // re-gathered with SP
+    progress();
     b.ln_2.backward(d, dres_, enter_region_bwd(dln_, N, R), b.res2, b.ln2_mean, b.ln2_rstd,
                     R);  // dres_ is now d(res2)
     // attention: res2 = res_in + c_proj(attn(c_attn(ln_1(res_in))))
     zero(datty_, NCl);
     b.attn_proj.backward(d, datty_, leave_region_bwd(dres_, R), b.atty, N);
+    progress();
     zero(dqkv_, 3 * NCl);
     d.attention_backward(dqkv_, att_ws_, datty_, b.qkv, b.att, B, T, C_local_, heads_local_);
+    progress();
     zero(dln_, NC);
     b.c_attn.backward(d, dln_, dqkv_, enter_region_fwd(b.ln1, R), N);
     b.ln_1.backward(d, dres_, enter_region_bwd(dln_, N, R), res_in, b.ln1_mean, b.ln1_rstd,

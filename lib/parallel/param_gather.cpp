@@ -78,6 +78,12 @@ void ParamGather::acquire(int unit, int next) {
   ++holders_[unit];
 }
 
+void ParamGather::poll() {
+  for (Request& r : pending_) {
+    if (r.valid()) r.test();
+  }
+}
+
 void ParamGather::release(int unit) {
   DTRAIN_CHECK(unit >= 0 && static_cast<std::size_t>(unit) < units_.size() && holders_[unit] > 0,
                Errc::internal, "ParamGather: unit " << unit << " released but not held");

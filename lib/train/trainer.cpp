@@ -302,6 +302,10 @@ std::vector<optim::Segment> Trainer::State::optimizer_segments() {
                                                   bucket_bytes, mode, &dev);
   parallel::GradientSync* s = sync.get();
   model.set_grad_ready_hook([s](std::size_t first, std::size_t last) { s->ready(first, last); });
+  model.set_progress_hook([this] {
+    sync->poll();
+    if (gather) gather->poll();
+  });
   if (cfg.zero == 3) {
     std::vector<parallel::Range> units;
     std::vector<std::vector<std::size_t>> counts;

@@ -143,6 +143,11 @@ class DTRAIN_API GptModel {
     std::function<void(int unit)> release;
   };
   void set_param_use_hooks(ParamUseHooks hooks) { param_hooks_ = std::move(hooks); }
+  // Called between the large ops of every block and of the LM head, forward and backward,
+  // so that non-blocking collectives in flight (gradient buckets, prefetched ZeRO-3 units)
+  // advance while the block computes: MPI moves a large message only while a rank is
+  // inside the library.
+  void set_progress_hook(std::function<void()> hook) { progress_hook_ = std::move(hook); }
   // Per-position losses of the last forward (device memory, [B, T]).
   const float* losses() const noexcept { return losses_; }
 
@@ -195,6 +200,7 @@ class DTRAIN_API GptModel {
   int embedding_unit() const noexcept { return ready_index_.back(); }
   void acquire(int unit, int next) const;
   void release(int unit) const;
+  void progress() const { if (progress_hook_) progress_hook_(); }
 
   GptConfig cfg_;
   GptStage stage_;                  // summary of chunks_
@@ -219,6 +225,7 @@ class DTRAIN_API GptModel {
   // activations (one device allocation, carved once)
   GradReadyHook grad_ready_hook_;
   ParamUseHooks param_hooks_;
+  std::function<void()> progress_hook_;
   std::vector<std::pair<std::size_t, std::size_t>> grad_ready_ranges_;
   std::vector<int> ready_index_;  // backward's report k -> its range in grad_ready_ranges_
 

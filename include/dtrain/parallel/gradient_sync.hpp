@@ -42,6 +42,7 @@ class DTRAIN_API GradientSync {
   void begin(bool sync, bool last_micro = true);
   void ready(std::size_t first, std::size_t last);  // the hook: [first, last) is final
   void finish();  // launch what was never reported, wait for everything
+  void poll();    // lets the reductions in flight progress; never blocks
 
   // Zeroes the gradients this rank holds: the whole arena, or in shard mode its pieces.
   void zero_grads();
@@ -62,7 +63,6 @@ class DTRAIN_API GradientSync {
 
  private:
   void launch(std::size_t bucket);
-  void poll();
   void discard_others(std::size_t bucket);  // shard mode: drop what other ranks own
 
   Communicator& dp_;
