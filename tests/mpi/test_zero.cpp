@@ -257,3 +257,36 @@ TEST(Zero, CheckpointsMoveBetweenStagesAndLayouts) {
     world().barrier();
   }
 }
+
+TEST(Zero, DeterministicCheckpointsResumeBitForBitAtAnotherStageAndDegree) {
+  // --deterministic: save at ZeRO 3 on all ranks, resume at ZeRO 0 on one rank (and at
+  // ZeRO 2 on all): the continued losses are the uninterrupted run's bits.
+  train::TrainConfig cfg = test::tiny_train_config();
+  cfg.steps = 8;
+  cfg.resume = "none";
+  cfg.deterministic = true;
+  cfg.global_batch = static_cast<long>(cfg.micro_batch) * world().size();
+  const std::vector<double> straight = train_losses(cfg, world());
+  const std::string dir = test::fresh_dir(world(), "zero", "det_ckpt", world().size());
+  std::string path;
+  {
+    train::TrainConfig c = cfg;
+    c.save_dir = dir;
+    c.zero = 3;
+    train::Trainer t(c, world());
+    for (int i = 0; i < 4; ++i) t.train_step();
+    path = t.save_checkpoint();
+  }
+  for (bool alone : {true, false}) {
+    train::TrainConfig c = cfg;
+    c.zero = alone ? 0 : 2;
+    c.resume = path;
+    Communicator self = world().split(world().rank(), 0, "self");
+    train::Trainer resumed(c, alone ? self : world());
+    ASSERT_EQ(resumed.step(), 4);
+    for (int i = 4; i < 8; ++i)
+      EXPECT_EQ(resumed.train_step(), straight[static_cast<std::size_t>(i)])
+          << (alone ? "zero 0, one rank" : "zero 2") << ", step " << i + 1;
+    world().barrier();
+  }
+}
