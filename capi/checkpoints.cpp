@@ -21,14 +21,6 @@ GptConfig not_a_gpt() {
   return c;
 }
 
-std::string shape_text(const std::vector<std::uint64_t>& dims) {
-  std::ostringstream os;
-  os << "[";
-  for (std::size_t i = 0; i < dims.size(); ++i) os << (i ? ", " : "") << dims[i];
-  os << "]";
-  return os.str();
-}
-
 // Runs body on rank 0 only and makes every rank fail alike when it throws, so a check that
 // reads a file once still ends in the same code and message everywhere.
 template <class F>
@@ -100,8 +92,8 @@ void Checkpoints::check_tensors(const std::string& path) {
       if (!d) fail(DT_ERR_INVALID_CONFIG, "checkpoint '" + path + "' has no tensor '" + p.name + "'");
       const std::vector<std::uint64_t> want(p.shape.begin(), p.shape.end());
       if (d->shape != want)
-        fail(DT_ERR_INVALID_CONFIG, "tensor '" + p.name + "' has shape " + shape_text(d->shape) +
-                                        " in checkpoint '" + path + "' but " + shape_text(want) + " here");
+        fail(DT_ERR_INVALID_CONFIG, "tensor '" + p.name + "' has shape " + ckpt::shape_text(d->shape) +
+                                        " in checkpoint '" + path + "' but " + ckpt::shape_text(want) + " here");
     }
   });
 }

@@ -29,14 +29,6 @@ std::string dataset_path(const TensorEntry& e, int kind) {
   return kind == kParam ? "/model/" + e.name : "/optimizer/" + e.name + "/" + kStateNames[kind];
 }
 
-std::string shape_text(const std::vector<std::uint64_t>& dims) {
-  std::ostringstream os;
-  os << "[";
-  for (std::size_t i = 0; i < dims.size(); ++i) os << (i ? ", " : "") << dims[i];
-  os << "]";
-  return os.str();
-}
-
 std::string model_text(long layers, long heads, long d_model, long seq_len, long vocab, long tie) {
   std::ostringstream os;
   os << "layers=" << layers << " heads=" << heads << " d-model=" << d_model << " seq-len=" << seq_len
@@ -66,6 +58,14 @@ void agree(Communicator& world, bool failed, Errc code, const std::string& messa
 }
 
 }  // namespace
+
+std::string shape_text(const std::vector<std::uint64_t>& dims) {
+  std::ostringstream os;
+  os << "[";
+  for (std::size_t i = 0; i < dims.size(); ++i) os << (i ? ", " : "") << dims[i];
+  os << "]";
+  return os.str();
+}
 
 struct Checkpointer::Impl {
   ProcessGrid& grid;

@@ -11,6 +11,7 @@
 #include <cstdint>
 #include <memory>
 #include <string>
+#include <vector>
 
 #include "dtrain/comm/process_grid.hpp"
 #include "dtrain/export.hpp"
@@ -62,6 +63,9 @@ class DTRAIN_API Checkpointer {
 
 // "step_00001234.h5"
 DTRAIN_API std::string checkpoint_name(long step);
+
+// "[768, 50304]": a tensor shape as error messages print it.
+DTRAIN_API std::string shape_text(const std::vector<std::uint64_t>& dims);
 
 // Collective over world: what to resume from, decided by world rank 0 and broadcast.
 //   "none"  -> "" (start fresh)
