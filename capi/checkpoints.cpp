@@ -3,7 +3,6 @@
 #include <climits>
 #include <filesystem>
 #include <new>
-#include <sstream>
 
 #include "dtrain/ckpt/file.hpp"
 #include "dtrain/core/error.hpp"
