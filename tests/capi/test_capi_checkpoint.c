@@ -13,27 +13,9 @@
 #include <unistd.h>
 
 #include "check.h"
+#include "scratch_dir.h"
 
-static char scratch[1024];
 static int world_size = 1;
-
-static int remove_entry(const char* path, const struct stat* st, int flag, struct FTW* ftw) {
-  (void)st;
-  (void)flag;
-  (void)ftw;
-  return remove(path);
-}
-
-/* scratch/name, made empty by rank 0 (every rank waits for it). */
-static const char* fresh_dir(dt_context_t ctx, dt_comm_t world, const char* name, char* out, size_t n) {
-  snprintf(out, n, "%s/%s", scratch, name);
-  if (my_rank == 0) {
-    nftw(out, remove_entry, 16, FTW_DEPTH | FTW_PHYS);
-    mkdir(out, 0755);
-  }
-  OK(ctx, dt_barrier(world));
-  return out;
-}
 
 static int file_exists(const char* dir, const char* name) {
   char path[1200];
@@ -396,11 +378,7 @@ int main(int argc, char** argv) {
   OK(ctx, dt_context_rank(ctx, &my_rank));
   OK(ctx, dt_context_size(ctx, &world_size));
   OK(ctx, dt_context_world(ctx, &world));
-  snprintf(scratch, sizeof scratch, "%s/np%d", argv[1], world_size);
-  if (my_rank == 0) {
-    mkdir(argv[1], 0755);
-    mkdir(scratch, 0755);
-  }
+  set_scratch(argv[1], world_size);
   if (NS % world_size != 0 || MBATCH % world_size != 0) {
     if (my_rank == 0) printf("capi_checkpoint: all 0 checks passed (needs 1, 2, 4 or 8 ranks)\n");
     dt_finalize(ctx);

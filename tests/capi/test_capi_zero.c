@@ -13,28 +13,10 @@
 #include <sys/stat.h>
 
 #include "check.h"
+#include "scratch_dir.h"
 
 enum { STEPS = 12, B = 2, T = 8, VOCAB = 64, MIN = 6, MHID = 300, MCLASSES = 4, MB = 4 };
 static const float TOL = 1e-5f; /* relative, per step */
-static char scratch[1024];
-
-static int remove_entry(const char* path, const struct stat* st, int flag, struct FTW* ftw) {
-  (void)st;
-  (void)flag;
-  (void)ftw;
-  return remove(path);
-}
-
-/* scratch/name, made empty by rank 0 (every rank waits for it). */
-static const char* fresh_dir(dt_context_t ctx, dt_comm_t world, const char* name, char* out, size_t n) {
-  snprintf(out, n, "%s/%s", scratch, name);
-  if (my_rank == 0) {
-    nftw(out, remove_entry, 16, FTW_DEPTH | FTW_PHYS);
-    mkdir(out, 0755);
-  }
-  OK(ctx, dt_barrier(world));
-  return out;
-}
 
 /* Backward calls of a step: 1, 2, 3, 1, 2, 3, ... (accumulation from the second step on). */
 static int micro_steps(int step) { return 1 + step % 3; }
@@ -300,11 +282,7 @@ int main(int argc, char** argv) {
   OK(ctx, dt_context_rank(ctx, &my_rank));
   OK(ctx, dt_context_size(ctx, &size));
   OK(ctx, dt_context_world(ctx, &world));
-  snprintf(scratch, sizeof scratch, "%s/np%d", argv[1], size);
-  if (my_rank == 0) {
-    mkdir(argv[1], 0755);
-    mkdir(scratch, 0755);
-  }
+  set_scratch(argv[1], size);
   {
     /* Stages beyond 3 do not exist. */
     dt_optimizer_config_t oc = DT_OPTIMIZER_CONFIG_INIT;
