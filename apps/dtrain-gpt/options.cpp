@@ -62,7 +62,10 @@ po::options_description describe(dtrain::train::TrainConfig& c, std::string& con
       ("steps", po::value(&c.steps)->default_value(c.steps), "optimiser steps")
       ("seed", po::value(&c.seed)->default_value(c.seed), "seed of initialisation and data")
       ("device", po::value(&c.device)->default_value(c.device), "auto, cpu or cuda")
-      ("precision", po::value(&c.precision)->default_value(c.precision), "fp32, bf16 or fp16")
+      ("precision", po::value(&c.precision)->default_value(c.precision), "fp32, bf16 or fp16 (fp32 master weights)")
+      ("loss-scale", po::value(&c.loss_scale)->default_value(c.loss_scale), "fp16: initial loss scale")
+      ("loss-scale-window", po::value(&c.loss_scale_window)->default_value(c.loss_scale_window), "fp16: clean steps before the loss scale doubles")
+      ("min-loss-scale", po::value(&c.min_loss_scale)->default_value(c.min_loss_scale), "fp16: an overflow at this loss scale is an error")
       ("deterministic", po::bool_switch(&c.deterministic), "bitwise-reproducible runs");
 
   po::options_description ckpt("Checkpoints");

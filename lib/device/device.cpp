@@ -122,4 +122,10 @@ Device& select_device(const std::string& which) {
               "--device must be one of auto, cpu, cuda; got '" << which << "'");
 }
 
+DType check_16bit_format(DType fmt, const char* op) {
+  DTRAIN_CHECK(fmt == DType::bf16 || fmt == DType::f16, Errc::invalid_argument,
+               op << ": the format must be bf16 or f16, got " << dtype_name(fmt));
+  return fmt;
+}
+
 }  // namespace dtrain

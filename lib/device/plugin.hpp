@@ -5,7 +5,7 @@
 #include "dtrain/device/device.hpp"
 
 namespace dtrain {
-constexpr int kCudaPluginAbi = 2;  // 2: Device::discard
+constexpr int kCudaPluginAbi = 3;  // 2: Device::discard; 3: 16-bit casts, any_nonfinite
 }  // namespace dtrain
 
 extern "C" {

@@ -36,9 +36,47 @@ void AdamW::step(float* params, const float* grads, float lr, float grad_scale) 
   for (std::size_t i = 0; i < segments_.size(); ++i) {
     const Segment& s = segments_[i];
     const std::size_t st = state_offsets_[i];
-    dev_.adamw(params + s.offset, grads + s.offset, exp_avg() + st, exp_avg_sq() + st,
-               static_cast<std::int64_t>(s.numel), lr, cfg_.beta1, cfg_.beta2, cfg_.eps,
-               s.decay ? cfg_.weight_decay : 0.0f, static_cast<int>(step_), grad_scale);
+    const auto n = static_cast<std::int64_t>(s.numel);
+    float* target = has_master_weights() ? master_weights() + st : params + s.offset;
+    dev_.adamw(target, grads + s.offset, exp_avg() + st, exp_avg_sq() + st, n, lr, cfg_.beta1,
+               cfg_.beta2, cfg_.eps, s.decay ? cfg_.weight_decay : 0.0f, static_cast<int>(step_),
+               grad_scale);
+    if (has_master_weights()) dev_.round_to_16bit(params + s.offset, target, n, low_);
+  }
+}
+
+void AdamW::use_master_weights(float* params, DType low) {
+  check_16bit_format(low, "AdamW::use_master_weights");
+  if (!has_master_weights()) w_ = DeviceBuffer(dev_, state_offsets_.back() * sizeof(float));
+  low_ = low;
+  load_master_weights(params);
+}
+
+void AdamW::load_master_weights(float* params) {
+  if (!has_master_weights()) return;
+  for (std::size_t i = 0; i < segments_.size(); ++i) {
+    const Segment& s = segments_[i];
+    dev_.copy_floats(master_weights() + state_offsets_[i], params + s.offset,
+                     static_cast<std::int64_t>(s.numel));
+  }
+  round_params(params);
+}
+
+void AdamW::store_master_weights(float* params) {
+  if (!has_master_weights()) return;
+  for (std::size_t i = 0; i < segments_.size(); ++i) {
+    const Segment& s = segments_[i];
+    dev_.copy_floats(params + s.offset, master_weights() + state_offsets_[i],
+                     static_cast<std::int64_t>(s.numel));
+  }
+}
+
+void AdamW::round_params(float* params) {
+  if (!has_master_weights()) return;
+  for (std::size_t i = 0; i < segments_.size(); ++i) {
+    const Segment& s = segments_[i];
+    dev_.round_to_16bit(params + s.offset, master_weights() + state_offsets_[i],
+                        static_cast<std::int64_t>(s.numel), low_);
   }
 }
 

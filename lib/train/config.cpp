@@ -90,8 +90,13 @@ void TrainConfig::validate(int world_size) const {
                "--device must be auto, cpu or cuda, got '" << device << "'");
   DTRAIN_CHECK(precision == "fp32" || precision == "bf16" || precision == "fp16",
                Errc::invalid_config, "--precision must be fp32, bf16 or fp16, got '" << precision << "'");
-  DTRAIN_CHECK(precision == "fp32", Errc::not_implemented,
-               "--precision " << precision << ": mixed precision is not implemented yet (use fp32)");
+  DTRAIN_CHECK(min_loss_scale > 0 && std::isfinite(min_loss_scale), Errc::invalid_config,
+               "--min-loss-scale must be positive, got " << min_loss_scale);
+  DTRAIN_CHECK(loss_scale >= min_loss_scale && std::isfinite(loss_scale), Errc::invalid_config,
+               "--loss-scale must be at least --min-loss-scale (" << min_loss_scale << "), got "
+                                                                   << loss_scale);
+  DTRAIN_CHECK(loss_scale_window > 0, Errc::invalid_config,
+               "--loss-scale-window must be positive, got " << loss_scale_window);
   DTRAIN_CHECK(save_every >= 0, Errc::invalid_config, "--save-every must be >= 0");
   DTRAIN_CHECK(save_every == 0 || !save_dir.empty(), Errc::invalid_config,
                "--save-every " << save_every << " needs --save-dir");

@@ -37,6 +37,9 @@ std::string TrainConfig::to_ini() const {
   kv("steps", steps);
   kv("seed", seed);
   kv("precision", precision);
+  kv("loss-scale", loss_scale);
+  kv("loss-scale-window", loss_scale_window);
+  kv("min-loss-scale", min_loss_scale);
   kv("deterministic", deterministic ? "true" : "false");
   return os.str();
 }

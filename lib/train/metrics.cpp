@@ -45,6 +45,11 @@ std::string to_json(const StepMetrics& m) {
   put_number(os, m.step_ms);
   os << ",\"mfu\":";
   put_number(os, m.mfu);
+  if (m.loss_scale > 0) {
+    os << ",\"loss_scale\":";
+    put_number(os, m.loss_scale);
+  }
+  if (m.skipped_steps >= 0) os << ",\"skipped_steps\":" << m.skipped_steps;
   put_array(os, "peak_param_bytes", m.memory_per_rank, [](const MemoryUse& u) { return u.params; });
   put_array(os, "peak_grad_bytes", m.memory_per_rank, [](const MemoryUse& u) { return u.grads; });
   put_array(os, "peak_optimizer_bytes", m.memory_per_rank, [](const MemoryUse& u) { return u.optimizer; });

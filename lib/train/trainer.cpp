@@ -18,6 +18,7 @@
 #include "dtrain/device/device.hpp"
 #include "dtrain/nn/gpt.hpp"
 #include "dtrain/nn/tensor_parallel.hpp"
+#include "dtrain/optim/loss_scaler.hpp"
 #include "dtrain/optim/optimizer.hpp"
 #include "dtrain/optim/schedule.hpp"
 #include "dtrain/parallel/fixed_order_norm.hpp"
@@ -28,6 +29,7 @@
 #include "dtrain/train/data.hpp"
 #include "dtrain/train/signals.hpp"
 #include "train/peak_flops.hpp"
+#include "train/precision.hpp"
 #include "train/progress.hpp"
 
 namespace dtrain::train {
@@ -46,6 +48,11 @@ struct Trainer::State {
   std::unique_ptr<parallel::FixedOrderNorm> fixed_norm;  // --deterministic
   optim::AdamW optimizer;
   optim::LrSchedule schedule;
+  // Mixed precision: the arena's 16-bit format (f32: plain fp32 training), and the fp16
+  // loss scaler (disabled otherwise). The fp32 masters live in the optimiser.
+  DType low = DType::f32;
+  optim::LossScaler scaler;
+  double last_loss_scale = 1;  // the scale the last step's backward was seeded with
   BatchLoader loader;
   std::unique_ptr<parallel::PipelineExecutor> pipeline;  // --pp > 1
   // Bubble timers: this stage's busy time (pipeline step minus time blocked on messages) and
@@ -78,6 +85,9 @@ struct Trainer::State {
   double sync_gradients_pipeline();
   double sync_gradients_pipeline_fixed_order();
   double run_pipeline(float dloss, const parallel::PipelineExecutor::BackwardDone& done);
+  // The backward seed of a micro-batch: its share of the mean, times the fp16 loss scale.
+  float seed(float share) const { return share * scaler.scale(); }
+  bool apply_overflow_check();
   void log_pipeline_bubble(bool whole_run);
   void reduce_tied_embedding();
   double duplicate_wte_squares();
@@ -234,6 +244,14 @@ Trainer::State::State(const TrainConfig& c, Communicator& w)
   schedule.warmup_steps = cfg.warmup_steps;
   schedule.total_steps = std::max(1L, cfg.steps);
   schedule.validate();
+  low = precision_format(cfg.precision);
+  scaler = make_loss_scaler(cfg);
+  if (low != DType::f32) {
+    // fp32 masters of this rank's segments; the arena (what every pass reads) gets them
+    // rounded, and ZeRO 1/2 share the rounded pieces.
+    optimizer.use_master_weights(model.parameters().params(), low);
+    share_updated_parameters();
+  }
   if (w.rank() == 0 && !cfg.metrics.empty()) metrics.open(cfg.metrics);
   micro_losses.resize(static_cast<std::size_t>(accum()));
   if (grid.pp_size() > 1) {
@@ -424,7 +442,7 @@ double Trainer::State::sync_gradients_pipeline() {
   model.parameters().zero_grads();
   const int n_micro = accum();
   sync->begin(false);  // the backward hooks only accumulate
-  double loss = run_pipeline(1.0f / static_cast<float>(n_micro), {});
+  double loss = run_pipeline(seed(1.0f / static_cast<float>(n_micro)), {});
   reduce_tied_embedding();
   sync->begin(grid.dp_size() > 1);
   sync->finish();  // launches every bucket
@@ -460,7 +478,7 @@ double Trainer::State::sync_gradients_pipeline_fixed_order() {
   ParameterStore& params = model.parameters();
   const int n_micro = accum();
   params.zero_grads();
-  run_pipeline(1.0f / static_cast<float>(n_micro * grid.dp_size()), [this, &params](int mb) {
+  run_pipeline(seed(1.0f / static_cast<float>(n_micro * grid.dp_size())), [this, &params](int mb) {
     fixed_order->add(mb, params.grads());
     params.zero_grads();
   });
@@ -510,7 +528,7 @@ double Trainer::State::sync_gradients_bucketed() {
     const bool last = micro == n_micro - 1;
     loss += forward_micro(Split::train, loader.plan().first_sample(step, micro));
     sync->begin(grid.dp_size() > 1 && (last || every_micro), last);
-    model.backward(1.0f / static_cast<float>(n_micro));
+    model.backward(seed(1.0f / static_cast<float>(n_micro)));
     sync->finish();
   }
   return average_over_dp(loss, n_micro);
@@ -521,7 +539,7 @@ double Trainer::State::sync_gradients_fixed_order() {
   if (pipeline) return sync_gradients_pipeline_fixed_order();
   ParameterStore& params = model.parameters();
   const int n_micro = accum();
-  const float dloss = 1.0f / static_cast<float>(n_micro * grid.dp_size());
+  const float dloss = seed(1.0f / static_cast<float>(n_micro * grid.dp_size()));
   for (int micro = 0; micro < n_micro; ++micro) {
     clear_gradients();
     micro_losses[micro] = forward_micro(Split::train, loader.plan().first_sample(step, micro));
@@ -567,6 +585,23 @@ void Trainer::State::share_updated_parameters() {
   }
 }
 
+// fp16: whether this step's update is to be applied. Every rank checks the gradients it
+// holds (its optimiser segments), all agree on one flag, and the scaler decides from it:
+// skip and halve, or apply (and maybe grow). An overflow at the minimum scale throws on
+// every rank alike. Without loss scaling there is nothing to check.
+bool Trainer::State::apply_overflow_check() {
+  if (!scaler.enabled()) return true;
+  const float* grads = model.parameters().grads();
+  const bool overflow = agree_overflow(world, segments_nonfinite(dev, grads, optimizer.segments()));
+  const double used = scaler.scale();
+  const bool apply = scaler.update(overflow);
+  if (!apply && world.rank() == 0) {
+    DTRAIN_LOG(warn, "fp16: gradients overflowed at loss scale " << used << ": step " << step + 1
+                     << " skipped, loss scale now " << scaler.scale());
+  }
+  return apply;
+}
+
 Trainer::Trainer(const TrainConfig& cfg, Communicator& world)
     : s_(std::make_unique<State>(cfg, world)) {
   const auto& m = s_->model.parameters();
@@ -590,6 +625,7 @@ Trainer::~Trainer() = default;
 long Trainer::step() const { return s_->step; }
 GptModel& Trainer::model() { return s_->model; }
 optim::AdamW& Trainer::optimizer() { return s_->optimizer; }
+optim::LossScaler& Trainer::loss_scaler() { return s_->scaler; }
 ProcessGrid& Trainer::grid() { return s_->grid; }
 bool Trainer::optimizer_sharded() const { return s_->cfg.zero >= 1; }
 
@@ -618,8 +654,20 @@ std::string Trainer::save_checkpoint() {
   info.data_position = info.consumed_samples;  // the data order is a function of the sample index
   info.run_config = s.cfg.to_ini();
   Stopwatch watch;
-  HeldParameters whole(s.gather.get());  // ZeRO 3: the checkpointer reads whole tensors
-  const std::string path = s.checkpoints().save(s.cfg.save_dir, info, s.cfg.keep);
+  // Mixed precision: the file holds the fp32 masters as the parameters, so the arena holds
+  // them while it is written, and their rounded values again afterwards.
+  float* params = s.model.parameters().params();
+  s.optimizer.store_master_weights(params);
+  if (s.optimizer.has_master_weights()) s.share_updated_parameters();
+  std::string path;
+  {
+    HeldParameters whole(s.gather.get());  // ZeRO 3: the checkpointer reads whole tensors
+    path = s.checkpoints().save(s.cfg.save_dir, info, s.cfg.keep);
+  }
+  if (s.optimizer.has_master_weights()) {
+    s.optimizer.round_params(params);
+    s.share_updated_parameters();
+  }
   s.last_saved_step = s.step;
   DTRAIN_LOG(info, "checkpoint: wrote " << path << " (step " << s.step << ", " << watch.seconds() << " s)");
   return path;
@@ -628,8 +676,16 @@ std::string Trainer::save_checkpoint() {
 void Trainer::load_checkpoint(const std::string& path) {
   State& s = *s_;
   Stopwatch watch;
-  HeldParameters whole(s.gather.get());  // ZeRO 3: read whole tensors, keep the pieces after
-  const ckpt::CheckpointInfo info = s.checkpoints().load(path);
+  ckpt::CheckpointInfo info;
+  {
+    HeldParameters whole(s.gather.get());  // ZeRO 3: read whole tensors, keep the pieces after
+    info = s.checkpoints().load(path);
+  }
+  // Mixed precision: the loaded fp32 parameters become the masters; the arena is rounded.
+  if (s.optimizer.has_master_weights()) {
+    s.optimizer.load_master_weights(s.model.parameters().params());
+    s.share_updated_parameters();
+  }
   const std::uint64_t expected = static_cast<std::uint64_t>(info.step) * s.loader.plan().global_batch();
   if (info.data_position != expected) {
     DTRAIN_LOG(warn, "checkpoint " << path << " was at sample " << info.data_position
@@ -648,9 +704,21 @@ double Trainer::train_step() {
   ParameterStore& params = s.model.parameters();
   // Gradients averaged over the global batch: identical to one rank training on all of it.
   const double loss = s.fixed_order ? s.sync_gradients_fixed_order() : s.sync_gradients_bucketed();
-  s.last_grad_norm = s.gradient_norm();
   s.last_lr = s.schedule.at(s.step);
-  const float clip = optim::clip_factor(s.last_grad_norm, s.cfg.clip_grad);
+  s.last_loss_scale = s.scaler.scale();
+  const float unscale = s.scaler.inverse_scale();  // of this step's seed (1 unless fp16)
+  // Mixed precision: the reduced gradients in the 16-bit format (fp16: beyond 65504 -> inf).
+  if (s.low != DType::f32) round_segments(s.dev, params.grads(), s.optimizer.segments(), s.low);
+  if (!s.apply_overflow_check()) {
+    // Skipped: the batch is consumed and the step counter (hence the LR schedule) moves on;
+    // parameters, moments and the optimiser's own step count stay as they were.
+    s.last_grad_norm = std::numeric_limits<double>::quiet_NaN();
+    ++s.step;
+    s.losses.push_back(loss);
+    return loss;
+  }
+  s.last_grad_norm = s.gradient_norm() * static_cast<double>(unscale);
+  const float clip = optim::clip_factor(s.last_grad_norm, s.cfg.clip_grad) * unscale;
   s.optimizer.step(params.params(), params.grads(), static_cast<float>(s.last_lr), clip);
   s.share_updated_parameters();
   ++s.step;
@@ -732,6 +800,10 @@ TrainSummary Trainer::run() {
       StepMetrics m = progress.metrics(s.step, loss, val, s.last_lr, s.last_grad_norm, step_s,
                                        loop.seconds());
       m.memory_per_rank = s.memory_per_rank;
+      if (s.scaler.enabled()) {
+        m.loss_scale = s.last_loss_scale;
+        m.skipped_steps = s.scaler.skipped_steps();
+      }
       s.metrics.write(m);
       if (s.world.rank() == 0) DTRAIN_LOG(info, progress.line(m, s.memory.total(), loop.seconds()));
       if (s.pipeline) s.log_pipeline_bubble(false);
@@ -746,6 +818,7 @@ TrainSummary Trainer::run() {
   }
   if (s.pipeline && s.step > s.start_step + 1) s.log_pipeline_bubble(true);
   sum.steps = s.step;
+  sum.skipped_steps = s.scaler.skipped_steps();
   sum.seconds = loop.seconds();
   if (s.step > s.start_step + 1) {
     sum.tokens_per_s =
@@ -762,6 +835,10 @@ TrainSummary Trainer::run() {
   }
   DTRAIN_LOG(info, progress.summary(sum.steps, sum.final_loss, sum.final_val_loss, sum.seconds,
                                     sum.tokens_per_s, sum.mfu, s.memory.total()));
+  if (s.scaler.enabled()) {
+    DTRAIN_LOG(info, "fp16: " << sum.skipped_steps << " of " << sum.steps - sum.start_step
+                     << " steps skipped on gradient overflow; loss scale now " << s.scaler.scale());
+  }
   const double mib = 1024.0 * 1024.0;
   std::string gathered;  // ZeRO 3 holds whole units on top of its pieces during a pass
   if (s.gather) {

@@ -81,6 +81,28 @@ TEST(TrainConfig, BadValuesNameTheOption) {
   c = {};
   c.device = "tpu";
   expect_config_error(c, 1, "--device must be auto, cpu or cuda");
+  c = {};
+  c.precision = "fp8";
+  expect_config_error(c, 1, "--precision must be fp32, bf16 or fp16");
+  c = {};
+  c.loss_scale = 0.5;
+  expect_config_error(c, 1, "--loss-scale must be at least --min-loss-scale");
+  c = {};
+  c.loss_scale_window = 0;
+  expect_config_error(c, 1, "--loss-scale-window must be positive");
+  c = {};
+  c.min_loss_scale = 0;
+  expect_config_error(c, 1, "--min-loss-scale must be positive");
+}
+
+TEST(TrainConfig, MixedPrecisionIsAccepted) {
+  for (const char* p : {"fp32", "bf16", "fp16"}) {
+    train::TrainConfig c;
+    c.precision = p;
+    c.deterministic = true;
+    EXPECT_NO_THROW(c.validate(2)) << p;
+    EXPECT_NE(c.to_ini().find(std::string("precision = ") + p), std::string::npos);
+  }
 }
 
 TEST(Schedule, WarmupThenCosine) {

@@ -8,7 +8,8 @@
 // tensors are row-major, shapes are given in the comment of each method. Forward ops write
 // their outputs; backward ops ACCUMULATE (+=) into both parameter gradients and input
 // gradients, so the caller zeroes gradient buffers once and layers may share them. All
-// floating-point ops are fp32 for now. Ops are synchronous on the CPU; on an asynchronous
+// floating-point ops are fp32 for now; the 16-bit formats appear only as rounding and
+// conversion ops. Ops are synchronous on the CPU; on an asynchronous
 // device they are ordered on the device's stream and synchronize() waits for them.
 #include <cstddef>
 #include <cstdint>
@@ -111,6 +112,22 @@ class DTRAIN_API Device {
   // sum of squares, accumulated in double (for the global gradient norm).
   virtual double sum_squares(const float* x, std::int64_t n) = 0;
 
+  // ---- 16-bit float formats (mixed precision) --------------------------------
+  // fmt is DType::bf16 or DType::f16 (anything else: Error(Errc::invalid_argument)).
+  // Rounding is to nearest, ties to even, with subnormals; f16 values of magnitude 65520 and
+  // above become +-inf; NaN stays NaN (quiet), inf stays inf. Results are bit for bit the
+  // same on every device.
+  // dst[i] = the 16-bit encoding of src[i].
+  virtual void convert_to_16bit(std::uint16_t* dst, const float* src, std::int64_t n,
+                                DType fmt) = 0;
+  // dst[i] = the fp32 value of the 16-bit encoding src[i] (exact).
+  virtual void convert_from_16bit(float* dst, const std::uint16_t* src, std::int64_t n,
+                                  DType fmt) = 0;
+  // dst[i] = src[i] rounded to the nearest value of fmt, kept in fp32; dst may equal src.
+  virtual void round_to_16bit(float* dst, const float* src, std::int64_t n, DType fmt) = 0;
+  // Whether any of x[0..n) is inf or NaN (waits for the result on an asynchronous device).
+  virtual bool any_nonfinite(const float* x, std::int64_t n) = 0;
+
   // ---- loss ----------------------------------------------------------------
   // Fused softmax + cross-entropy over logits[N,Vp] whose first V columns are the real
   // vocabulary (padding columns never affect anything). losses[N] = lse[n] - logit[target];
@@ -160,6 +177,10 @@ class DTRAIN_API Device {
 
 // The process-wide CPU device.
 DTRAIN_API Device& cpu_device();
+
+// Returns fmt when it is DType::bf16 or DType::f16; otherwise throws
+// Error(Errc::invalid_argument) naming `op` (the 16-bit ops of Device check with it).
+DTRAIN_API DType check_16bit_format(DType fmt, const char* op);
 
 // "cpu", "cuda" or "auto". "cuda" without a usable GPU and plugin throws
 // Error(Errc::unavailable); "auto" picks CUDA when both are present and the CPU otherwise.

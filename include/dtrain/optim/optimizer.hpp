@@ -31,8 +31,26 @@ class DTRAIN_API AdamW {
   // only the segments' elements, segment after segment (so a ZeRO shard's state is small).
   AdamW(Device& dev, std::vector<Segment> segments, std::size_t numel, AdamWConfig cfg);
 
-  // One update of every segment; grads are multiplied by grad_scale first (for clipping).
+  // One update of every segment; grads are multiplied by grad_scale first (for clipping,
+  // and the 1/scale of loss scaling). With master weights the update goes to the masters
+  // and the arena's segments get the masters rounded to the low-precision format.
   void step(float* params, const float* grads, float lr, float grad_scale = 1.0f);
+
+  // Mixed precision (docs/mixed-precision.md): keep fp32 master weights of the segments,
+  // compact like the moments (so a ZeRO shard holds only its own), and from now on keep the
+  // arena's segments equal to the masters rounded to `low` (bf16 or f16). Takes the masters
+  // from the arena's current values and rounds the arena. Call at set-up (it allocates).
+  void use_master_weights(float* params, DType low);
+  bool has_master_weights() const { return low_ != DType::f32; }
+  DType low_precision() const { return low_; }
+  float* master_weights() { return w_.as<float>(); }
+  // masters <- the arena's segments (after a checkpoint load replaced the arena), then the
+  // arena's segments <- the masters rounded. No-op without master weights.
+  void load_master_weights(float* params);
+  // The arena's segments <- the fp32 masters, unrounded (for a checkpoint, which stores
+  // fp32 parameters). round_params() undoes it. No-ops without master weights.
+  void store_master_weights(float* params);
+  void round_params(float* params);
 
   long steps_taken() const { return step_; }
   void set_steps_taken(long s) { step_ = s; }
@@ -41,7 +59,7 @@ class DTRAIN_API AdamW {
   float* exp_avg_sq() { return v_.as<float>(); }
   std::size_t state_offset(std::size_t segment) const { return state_offsets_[segment]; }
   const std::vector<Segment>& segments() const { return segments_; }
-  std::size_t state_bytes() const { return m_.bytes() + v_.bytes(); }
+  std::size_t state_bytes() const { return m_.bytes() + v_.bytes() + w_.bytes(); }
   const AdamWConfig& config() const { return cfg_; }
 
  private:
@@ -50,6 +68,8 @@ class DTRAIN_API AdamW {
   std::vector<std::size_t> state_offsets_;
   AdamWConfig cfg_;
   DeviceBuffer m_, v_;
+  DeviceBuffer w_;              // fp32 master weights (mixed precision only)
+  DType low_ = DType::f32;      // the arena's format when w_ is used
   long step_ = 0;
 };
 

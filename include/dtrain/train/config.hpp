@@ -44,7 +44,12 @@ struct DTRAIN_API TrainConfig {
   long steps = 300;
   std::uint64_t seed = 1337;
   std::string device = "auto";
-  std::string precision = "fp32";
+  std::string precision = "fp32";  // fp32, bf16 or fp16 (docs/mixed-precision.md)
+  // fp16 dynamic loss scaling: initial scale, clean steps before it doubles, and the
+  // minimum (an overflow there stops training with an error).
+  double loss_scale = 65536;
+  long loss_scale_window = 2000;
+  double min_loss_scale = 1;
   bool deterministic = false;
   // checkpoints
   std::string save_dir;      // empty: no checkpoints are written

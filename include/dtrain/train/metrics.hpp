@@ -27,6 +27,10 @@ struct DTRAIN_API StepMetrics {
   double tokens_per_s = 0;
   double step_ms = 0;
   double mfu = 0;
+  // fp16 only (absent from the JSON when negative): the loss scale the step's backward used,
+  // and the steps skipped so far because their gradients overflowed.
+  double loss_scale = -1;
+  long skipped_steps = -1;
   std::vector<MemoryUse> memory_per_rank;  // index = world rank
 };
 

@@ -16,13 +16,15 @@ class GptModel;
 class ProcessGrid;
 namespace optim {
 class AdamW;
+class LossScaler;
 }  // namespace optim
 }  // namespace dtrain
 
 namespace dtrain::train {
 
 struct DTRAIN_API TrainSummary {
-  long steps = 0;               // optimiser steps taken
+  long steps = 0;               // steps taken (fp16: skipped ones included)
+  long skipped_steps = 0;       // fp16: steps skipped because their gradients overflowed
   double final_loss = 0;        // training loss of the last step
   double final_val_loss = -1;   // negative: never evaluated
   double entropy_rate = -1;     // of the data source where known (nats/token)
@@ -66,6 +68,7 @@ class DTRAIN_API Trainer {
   // The pieces, for programs and tests that inspect the state.
   GptModel& model();
   optim::AdamW& optimizer();
+  optim::LossScaler& loss_scaler();   // fp16 dynamic loss scaling (disabled otherwise)
   ProcessGrid& grid();
   bool optimizer_sharded() const;     // ZeRO >= 1: the optimiser holds this rank's piece only
 

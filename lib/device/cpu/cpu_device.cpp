@@ -140,6 +140,30 @@ void CpuDevice::copy_floats(float* dst, const float* src, std::int64_t n) {
 double CpuDevice::sum_squares(const float* x, std::int64_t n) {
   return cpu::sum_squares<float>(x, n);
 }
+void CpuDevice::convert_to_16bit(std::uint16_t* dst, const float* src, std::int64_t n,
+                                 DType fmt) {
+  if (check_16bit_format(fmt, "convert_to_16bit") == DType::bf16) {
+    cpu::convert_to_bf16(dst, src, n);
+  } else {
+    cpu::convert_to_f16(dst, src, n);
+  }
+}
+void CpuDevice::convert_from_16bit(float* dst, const std::uint16_t* src, std::int64_t n,
+                                   DType fmt) {
+  if (check_16bit_format(fmt, "convert_from_16bit") == DType::bf16) {
+    cpu::convert_from_bf16(dst, src, n);
+  } else {
+    cpu::convert_from_f16(dst, src, n);
+  }
+}
+void CpuDevice::round_to_16bit(float* dst, const float* src, std::int64_t n, DType fmt) {
+  if (check_16bit_format(fmt, "round_to_16bit") == DType::bf16) {
+    cpu::round_to_bf16(dst, src, n);
+  } else {
+    cpu::round_to_f16(dst, src, n);
+  }
+}
+bool CpuDevice::any_nonfinite(const float* x, std::int64_t n) { return cpu::any_nonfinite(x, n); }
 void CpuDevice::crossentropy_forward(float* losses, float* lse, const float* logits,
                                      const std::int32_t* targets, int N, int V, int Vp) {
   cpu::crossentropy_forward<float>(losses, lse, logits, targets, N, V, Vp);

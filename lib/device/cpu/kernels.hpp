@@ -78,6 +78,16 @@ template <class T> void fill(T* x, T value, std::int64_t n);
 template <class T> void copy(T* dst, const T* src, std::int64_t n);
 template <class T> double sum_squares(const T* x, std::int64_t n);
 
+// ---- cast.cpp ----------------------------------------------------------------
+// Round to nearest even; f16 overflow -> inf; NaN stays NaN. dst may equal src for round_*.
+void convert_to_bf16(std::uint16_t* dst, const float* src, std::int64_t n);
+void convert_to_f16(std::uint16_t* dst, const float* src, std::int64_t n);
+void convert_from_bf16(float* dst, const std::uint16_t* src, std::int64_t n);
+void convert_from_f16(float* dst, const std::uint16_t* src, std::int64_t n);
+void round_to_bf16(float* dst, const float* src, std::int64_t n);
+void round_to_f16(float* dst, const float* src, std::int64_t n);
+bool any_nonfinite(const float* x, std::int64_t n);
+
 // ---- crossentropy.cpp --------------------------------------------------------
 // logits[N,Vp] (real vocab V <= Vp), targets[N] -> losses[N], lse[N]
 template <class T>

@@ -47,6 +47,8 @@ CudaDevice::CudaDevice(int ordinal) : ordinal_(ordinal), raw_(ordinal), alloc_(r
   DTRAIN_CUDA(cublasSetWorkspace(blas_, blas_workspace_, kBlasWorkspaceBytes));
   sum_device_ = static_cast<double*>(alloc_.allocate(sizeof(double) * (1 + kSumSquaresPartials)));
   DTRAIN_CUDA(cudaMallocHost(reinterpret_cast<void**>(&sum_host_), sizeof(double)));
+  flag_device_ = static_cast<int*>(alloc_.allocate(sizeof(int)));
+  DTRAIN_CUDA(cudaMallocHost(reinterpret_cast<void**>(&flag_host_), sizeof(int)));
 }
 
 // The plugin keeps its devices until the process exits and never runs this (the CUDA
@@ -57,6 +59,8 @@ CudaDevice::~CudaDevice() {
   if (blas_) (void)cublasDestroy(blas_);
   if (sum_host_) (void)cudaFreeHost(sum_host_);
   alloc_.free(sum_device_);
+  if (flag_host_) (void)cudaFreeHost(flag_host_);
+  alloc_.free(flag_device_);
   alloc_.free(scratch_);
   alloc_.free(blas_workspace_);
   if (stream_) (void)cudaStreamDestroy(stream_);
@@ -120,6 +124,16 @@ double CudaDevice::sum_squares(const float* x, std::int64_t n) {
                               stream_));
   DTRAIN_CUDA(cudaStreamSynchronize(stream_));
   return *sum_host_;
+}
+
+bool CudaDevice::any_nonfinite(const float* x, std::int64_t n) {
+  activate();
+  std::lock_guard<std::mutex> lock(flag_mutex_);
+  cuda::any_nonfinite(stream_, flag_device_, x, n);
+  DTRAIN_CUDA(cudaMemcpyAsync(flag_host_, flag_device_, sizeof(int), cudaMemcpyDeviceToHost,
+                              stream_));
+  DTRAIN_CUDA(cudaStreamSynchronize(stream_));
+  return *flag_host_ != 0;
 }
 
 }  // namespace dtrain::cuda

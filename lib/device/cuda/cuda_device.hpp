@@ -88,6 +88,12 @@ class CudaDevice final : public Device {
   void fill(float* x, float value, std::int64_t n) override;
   void copy_floats(float* dst, const float* src, std::int64_t n) override;
   double sum_squares(const float* x, std::int64_t n) override;
+  void convert_to_16bit(std::uint16_t* dst, const float* src, std::int64_t n,
+                        DType fmt) override;
+  void convert_from_16bit(float* dst, const std::uint16_t* src, std::int64_t n,
+                          DType fmt) override;
+  void round_to_16bit(float* dst, const float* src, std::int64_t n, DType fmt) override;
+  bool any_nonfinite(const float* x, std::int64_t n) override;
   void crossentropy_forward(float* losses, float* lse, const float* logits,
                             const std::int32_t* targets, int N, int V, int Vp) override;
   void crossentropy_backward(float* dlogits, const float* logits, const float* lse,
@@ -130,6 +136,9 @@ class CudaDevice final : public Device {
   double* sum_device_ = nullptr;  // [0]: result, then kSumSquaresPartials partial sums
   double* sum_host_ = nullptr;    // pinned, so the read-back is one small DMA
   std::mutex sum_mutex_;
+  int* flag_device_ = nullptr;  // any_nonfinite's result
+  int* flag_host_ = nullptr;    // pinned
+  std::mutex flag_mutex_;
 };
 
 }  // namespace dtrain::cuda

@@ -28,6 +28,16 @@ std::size_t column_sum_scratch_floats(int N, int C);
 constexpr int kSumSquaresPartials = 512;
 void sum_squares(cudaStream_t s, double* result, double* partials, const float* x, std::int64_t n);
 
+// ---- kernels_cast.cu -------------------------------------------------------------
+// bf16 when `bf16`, else f16; rounding as device/half_bits.hpp. dst may equal src for round.
+void convert_to_16bit(cudaStream_t s, std::uint16_t* dst, const float* src, std::int64_t n,
+                      bool bf16);
+void convert_from_16bit(cudaStream_t s, float* dst, const std::uint16_t* src, std::int64_t n,
+                        bool bf16);
+void round_to_16bit(cudaStream_t s, float* dst, const float* src, std::int64_t n, bool bf16);
+// *flag (device int) = 1 when any x[i] is inf or NaN, else 0.
+void any_nonfinite(cudaStream_t s, int* flag, const float* x, std::int64_t n);
+
 // ---- kernels_embedding.cu --------------------------------------------------------
 void embedding_forward(cudaStream_t s, float* out, const std::int32_t* tokens, const float* wte,
                        int N, int C, int vocab_start, int vocab_rows);

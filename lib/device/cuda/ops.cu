@@ -72,6 +72,24 @@ void CudaDevice::copy_floats(float* dst, const float* src, std::int64_t n) {
                               cudaMemcpyDeviceToDevice, stream_));
 }
 
+void CudaDevice::convert_to_16bit(std::uint16_t* dst, const float* src, std::int64_t n,
+                                  DType fmt) {
+  const bool bf16 = check_16bit_format(fmt, "convert_to_16bit") == DType::bf16;
+  activate();
+  cuda::convert_to_16bit(stream_, dst, src, n, bf16);
+}
+void CudaDevice::convert_from_16bit(float* dst, const std::uint16_t* src, std::int64_t n,
+                                    DType fmt) {
+  const bool bf16 = check_16bit_format(fmt, "convert_from_16bit") == DType::bf16;
+  activate();
+  cuda::convert_from_16bit(stream_, dst, src, n, bf16);
+}
+void CudaDevice::round_to_16bit(float* dst, const float* src, std::int64_t n, DType fmt) {
+  const bool bf16 = check_16bit_format(fmt, "round_to_16bit") == DType::bf16;
+  activate();
+  cuda::round_to_16bit(stream_, dst, src, n, bf16);
+}
+
 void CudaDevice::crossentropy_forward(float* losses, float* lse, const float* logits,
                                       const std::int32_t* targets, int N, int V, int Vp) {
   activate();
