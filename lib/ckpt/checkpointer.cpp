@@ -177,6 +177,10 @@ void Checkpointer::Impl::write_file(const std::string& path, const CheckpointInf
   h5::write_attr(file, "consumed_samples", static_cast<std::uint64_t>(info.consumed_samples));
   h5::write_attr(file, "data_position", static_cast<std::uint64_t>(info.data_position));
   h5::write_attr(file, "run_config", info.run_config);
+  if (info.loss_scale > 0) {
+    h5::write_attr(file, "loss_scale", info.loss_scale);
+    h5::write_attr(file, "loss_scale_clean_steps", static_cast<std::int64_t>(info.loss_scale_clean_steps));
+  }
 
   h5::Handle mg = h5::group_handle(H5Gcreate2(file, "/model", H5P_DEFAULT, H5P_DEFAULT, H5P_DEFAULT), "/model");
   h5::write_attr(mg, "layers", static_cast<std::int64_t>(model.layers));
@@ -291,6 +295,10 @@ CheckpointInfo Checkpointer::Impl::read_file(const std::string& path) {
   info.consumed_samples = h5::read_attr_u64(file, "consumed_samples", where);
   info.data_position = h5::read_attr_u64(file, "data_position", where);
   info.run_config = h5::read_attr_string(file, "run_config", where);
+  if (h5::has_attr(file, "loss_scale")) {  // written by fp16 runs only
+    info.loss_scale = h5::read_attr_f64(file, "loss_scale", where);
+    info.loss_scale_clean_steps = h5::read_attr_i64(file, "loss_scale_clean_steps", where);
+  }
   h5::Handle og = h5::group_handle(H5Gopen2(file, "/optimizer", H5P_DEFAULT), where + ": no /optimizer group");
   const long opt_step = h5::read_attr_i64(og, "step", where + " /optimizer");
 

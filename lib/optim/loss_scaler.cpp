@@ -49,10 +49,10 @@ bool LossScaler::update(bool overflow) {
   return true;
 }
 
-void LossScaler::set_scale(double scale) {
+void LossScaler::set_scale(double scale, long clean_steps_in_a_row) {
   if (!enabled_) return;  // a disabled scaler stays at 1
   scale_ = std::min(cfg_.max_scale, std::max(cfg_.min_scale, scale));
-  clean_ = 0;
+  clean_ = std::max(0L, clean_steps_in_a_row);
 }
 
 }  // namespace dtrain::optim

@@ -653,6 +653,10 @@ std::string Trainer::save_checkpoint() {
   info.consumed_samples = static_cast<std::uint64_t>(s.step) * s.loader.plan().global_batch();
   info.data_position = info.consumed_samples;  // the data order is a function of the sample index
   info.run_config = s.cfg.to_ini();
+  if (s.scaler.enabled()) {
+    info.loss_scale = s.scaler.scale();
+    info.loss_scale_clean_steps = s.scaler.clean_steps_in_a_row();
+  }
   Stopwatch watch;
   // Mixed precision: the file holds the fp32 masters as the parameters, so the arena holds
   // them while it is written, and their rounded values again afterwards.
@@ -681,6 +685,10 @@ void Trainer::load_checkpoint(const std::string& path) {
     HeldParameters whole(s.gather.get());  // ZeRO 3: read whole tensors, keep the pieces after
     info = s.checkpoints().load(path);
   }
+  // fp16 goes on from the saved loss scale; a file without one (another precision) leaves
+  // --loss-scale.
+  if (s.scaler.enabled() && info.loss_scale > 0)
+    s.scaler.set_scale(info.loss_scale, info.loss_scale_clean_steps);
   // Mixed precision: the loaded fp32 parameters become the masters; the arena is rounded.
   if (s.optimizer.has_master_weights()) {
     s.optimizer.load_master_weights(s.model.parameters().params());

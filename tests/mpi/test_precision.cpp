@@ -7,6 +7,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
+#include <cstdlib>
 #include <fstream>
 #include <limits>
 #include <sstream>
@@ -253,6 +254,81 @@ TEST(Precision, Bf16CheckpointResumesLikeTheUninterruptedRun) {
   ASSERT_EQ(tail.size(), 6u);
   for (std::size_t i = 0; i < tail.size(); ++i)
     EXPECT_NEAR(tail[i], whole[6 + i], 1e-6 * whole[6 + i]) << "step " << 7 + i;
+}
+
+TEST(Precision, Fp16CheckpointCarriesTheLossScale) {
+  // The scale grows every 3 clean steps from 2^10: at step 7 it has grown twice and counted
+  // one clean step toward the next growth. The file keeps both, and the resumed run's scale
+  // and losses follow the uninterrupted run's step for step.
+  train::TrainConfig cfg = config("fp16");
+  cfg.steps = 14;
+  cfg.loss_scale = 1024;
+  cfg.loss_scale_window = 3;
+  cfg.zero = world().size() > 1 ? 1 : 0;
+  cfg.resume = "none";
+  std::vector<double> losses, scales;
+  {
+    train::Trainer whole(cfg, world());
+    while (whole.step() < cfg.steps) {
+      losses.push_back(whole.train_step());
+      scales.push_back(whole.loss_scaler().scale());
+    }
+  }
+  ASSERT_EQ(scales[6], 4096.0) << "the schedule this test relies on changed";
+  cfg.save_dir = test::fresh_dir(world(), "precision_ckpt", "fp16", world().size());
+  std::string path;
+  {
+    train::Trainer first(cfg, world());
+    for (int s = 0; s < 7; ++s) first.train_step();
+    path = first.save_checkpoint();
+  }
+  cfg.resume = path;
+  train::Trainer second(cfg, world());
+  ASSERT_EQ(second.step(), 7);
+  EXPECT_EQ(second.loss_scaler().scale(), 4096.0);
+  EXPECT_EQ(second.loss_scaler().clean_steps_in_a_row(), 1);
+  for (std::size_t i = 7; i < losses.size(); ++i) {
+    const double loss = second.train_step();
+    EXPECT_NEAR(loss, losses[i], 1e-6 * losses[i]) << "step " << i + 1;
+    EXPECT_EQ(second.loss_scaler().scale(), scales[i]) << "step " << i + 1;
+  }
+}
+
+// grad_norm of every line of a metrics file.
+std::vector<double> logged_grad_norms(const std::string& path) {
+  std::vector<double> norms;
+  std::ifstream in(path);
+  const std::string key = "\"grad_norm\":";
+  for (std::string line; std::getline(in, line);) {
+    const std::size_t at = line.find(key);
+    if (at != std::string::npos) norms.push_back(std::strtod(line.c_str() + at + key.size(), nullptr));
+  }
+  return norms;
+}
+
+TEST(Precision, Fp16GradNormIsOfTheUnscaledGradientsWhileTheScaleGrows) {
+  // With a window of 1 the scale doubles after every step; the norm must still be the one
+  // of the gradients divided by the scale this step's backward was seeded with, as with a
+  // fixed scale (power-of-two scales leave fp16 rounding alone in the normal range).
+  const std::string dir = test::fresh_dir(world(), "precision_metrics", "norm", world().size());
+  std::vector<double> norms[2];
+  for (int grow : {0, 1}) {
+    train::TrainConfig cfg = config("fp16");
+    cfg.steps = 8;
+    cfg.log_every = 1;
+    cfg.loss_scale = 1024;
+    cfg.loss_scale_window = grow ? 1 : 2000;
+    cfg.metrics = dir + "/grow" + std::to_string(grow) + ".jsonl";
+    train::Trainer t(cfg, world());
+    t.run();
+    EXPECT_EQ(t.loss_scaler().scale(), grow ? 1024.0 * 256 : 1024.0);
+    if (world().rank() == 0) norms[grow] = logged_grad_norms(cfg.metrics);
+  }
+  if (world().rank() != 0) return;
+  ASSERT_EQ(norms[0].size(), 8u);
+  ASSERT_EQ(norms[1].size(), 8u);
+  for (std::size_t i = 0; i < 8; ++i)
+    EXPECT_NEAR(norms[1][i], norms[0][i], 1e-3 * norms[0][i]) << "step " << i + 1;
 }
 
 TEST(Precision, StepLoopAllocatesNothingAfterTheFirstStepAndCountsTheMasters) {

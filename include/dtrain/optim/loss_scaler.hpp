@@ -40,8 +40,9 @@ class DTRAIN_API LossScaler {
   long skipped_steps() const { return skipped_; }
   long clean_steps_in_a_row() const { return clean_; }
   const LossScalerConfig& config() const { return cfg_; }
-  // Restores a scale (a resumed run, tests); clamped to [min_scale, max_scale].
-  void set_scale(double scale);
+  // Restores a scale (a resumed run, tests); clamped to [min_scale, max_scale]. The count
+  // of clean steps toward the next growth restarts at clean_steps_in_a_row.
+  void set_scale(double scale, long clean_steps_in_a_row = 0);
 
  private:
   bool enabled_ = false;
