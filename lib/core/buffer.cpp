@@ -1,5 +1,8 @@
 #include "dtrain/core/buffer.hpp"
 
+#include <sys/mman.h>
+#include <unistd.h>
+
 #include <atomic>
 #include <cstdlib>
 #include <cstring>
@@ -12,9 +15,19 @@ namespace {
 std::atomic<std::uint64_t> g_allocations{0};
 }
 
-AlignedBuffer::AlignedBuffer(std::size_t bytes, std::size_t alignment) : alignment_(alignment) {
+namespace {
+std::size_t page_size() {
+  static const auto page = static_cast<std::size_t>(sysconf(_SC_PAGESIZE));
+  return page;
+}
+}  // namespace
+
+AlignedBuffer::AlignedBuffer(std::size_t bytes, std::size_t alignment, Faulting faulting)
+    : alignment_(alignment), faulting_(faulting) {
   DTRAIN_CHECK(alignment >= sizeof(void*) && (alignment & (alignment - 1)) == 0,
                Errc::invalid_argument, "alignment " << alignment << " is not a power of two");
+  DTRAIN_CHECK(faulting == Faulting::now || alignment <= page_size(), Errc::invalid_argument,
+               "alignment " << alignment << " is larger than a page");
   ensure(bytes);
 }
 
@@ -23,7 +36,9 @@ AlignedBuffer::~AlignedBuffer() { release(); }
 AlignedBuffer::AlignedBuffer(AlignedBuffer&& o) noexcept
     : data_(std::exchange(o.data_, nullptr)),
       bytes_(std::exchange(o.bytes_, 0)),
-      alignment_(o.alignment_) {}
+      alignment_(o.alignment_),
+      faulting_(o.faulting_),
+      mapped_bytes_(std::exchange(o.mapped_bytes_, 0)) {}
 
 AlignedBuffer& AlignedBuffer::operator=(AlignedBuffer&& o) noexcept {
   if (this != &o) {
@@ -31,6 +46,8 @@ AlignedBuffer& AlignedBuffer::operator=(AlignedBuffer&& o) noexcept {
     data_ = std::exchange(o.data_, nullptr);
     bytes_ = std::exchange(o.bytes_, 0);
     alignment_ = o.alignment_;
+    faulting_ = o.faulting_;
+    mapped_bytes_ = std::exchange(o.mapped_bytes_, 0);
   }
   return *this;
 }
@@ -38,6 +55,18 @@ AlignedBuffer& AlignedBuffer::operator=(AlignedBuffer&& o) noexcept {
 bool AlignedBuffer::ensure(std::size_t bytes) {
   if (bytes <= bytes_) return false;
   release();
+  if (faulting_ == Faulting::on_use) {
+    // Fresh anonymous pages read as zero and take memory only once written.
+    const std::size_t length = (bytes + page_size() - 1) / page_size() * page_size();
+    void* p = mmap(nullptr, length, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+    DTRAIN_CHECK(p != MAP_FAILED, Errc::out_of_memory,
+                 "cannot map " << bytes << " bytes of host memory");
+    data_ = p;
+    bytes_ = bytes;
+    mapped_bytes_ = length;
+    ++g_allocations;
+    return true;
+  }
   // Round up so aligned_alloc's size contract holds.
   const std::size_t rounded = (bytes + alignment_ - 1) / alignment_ * alignment_;
   void* p = nullptr;
@@ -52,7 +81,12 @@ bool AlignedBuffer::ensure(std::size_t bytes) {
 }
 
 void AlignedBuffer::release() noexcept {
-  std::free(data_);
+  if (mapped_bytes_ > 0) {
+    munmap(data_, mapped_bytes_);
+    mapped_bytes_ = 0;
+  } else {
+    std::free(data_);
+  }
   data_ = nullptr;
   bytes_ = 0;
 }

@@ -79,7 +79,8 @@ GptModel::GptModel(const GptConfig& cfg, Device& dev, std::uint64_t seed, int ma
     : GptModel(cfg, dev, seed, max_batch, std::vector<GptStage>{stage}, tp, sequence_parallel) {}
 
 GptModel::GptModel(const GptConfig& cfg, Device& dev, std::uint64_t seed, int max_batch,
-                   const std::vector<GptStage>& chunks, Communicator* tp, bool sequence_parallel)
+                   const std::vector<GptStage>& chunks, Communicator* tp, bool sequence_parallel,
+                   Weights weights)
     : cfg_(cfg), chunks_(chunks), dev_(&dev), max_batch_(max_batch), tp_(nullptr, dev),
       params_(dev) {
   // Every check before the first collective, so a bad configuration throws on all ranks.
@@ -119,7 +120,8 @@ GptModel::GptModel(const GptConfig& cfg, Device& dev, std::uint64_t seed, int ma
   blocks_.resize(static_cast<std::size_t>(stage_.layers));
   declare_parameters();
   params_.allocate();
-  init_parameters(seed);
+  bind_parameters();
+  if (weights == Weights::init) init_weights(seed);
   allocate_activations();
   bind_layernorm_grads();
   plan_grad_ready_ranges();
@@ -189,7 +191,7 @@ void GptModel::declare_parameters() {
   ce_.shard = has_wte() ? wte_.shard : lm_head_.shard;
 }
 
-void GptModel::init_parameters(std::uint64_t seed) {
+void GptModel::init_weights(std::uint64_t seed, const ParameterStore::ArenaRanges* only) {
   // GPT-2: weights N(0, 0.02); the two projections that write into the residual stream are
   // scaled by 1/sqrt(2*layers) so its variance does not grow with depth; biases 0; LN 1/0.
   // init_normal keys every element by its logical index, so any split starts identical.
@@ -203,16 +205,18 @@ void GptModel::init_parameters(std::uint64_t seed) {
     };
     const bool is_ln = n.find("ln_") != std::string::npos;
     if (is_ln && ends_with(".weight")) {
-      params_.init_constant(p, 1.0f);
+      params_.init_constant(p, 1.0f, only);
     } else if (ends_with(".bias")) {
       // arenas are zero-filled at allocation
     } else if (ends_with("attn.c_proj.weight") || ends_with("mlp.c_proj.weight")) {
-      params_.init_normal(p, seed, 0.0f, std_res);
+      params_.init_normal(p, seed, 0.0f, std_res, only);
     } else {
-      params_.init_normal(p, seed, 0.0f, std_w);  // wte, wpe, c_attn, c_fc, lm_head
+      params_.init_normal(p, seed, 0.0f, std_w, only);  // wte, wpe, c_attn, c_fc, lm_head
     }
   }
-  // bind layer pointers into the arenas
+}
+
+void GptModel::bind_parameters() {
   if (has_wte()) wte_.bind(params_);
   if (stage_.embedding) {
     const ParamInfo& ppe = params_.at("wpe");

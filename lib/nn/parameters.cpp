@@ -1,6 +1,7 @@
 // Flat parameter/gradient arenas and the registry of named parameters.
 #include "dtrain/nn/parameters.hpp"
 
+#include <algorithm>
 #include <utility>
 
 #include "dtrain/core/buffer.hpp"
@@ -126,9 +127,28 @@ const ParamInfo& ParameterStore::at(const std::string& name) const {
   return *p;
 }
 
-void ParameterStore::init_normal(const ParamInfo& p, std::uint64_t seed, float mean, float std) {
+namespace {
+
+// The spans [first, last) of p's local elements to initialise: all of them, or those inside
+// the arena ranges `only`.
+std::vector<std::pair<std::size_t, std::size_t>> init_spans(const ParamInfo& p,
+                                                            const ParameterStore::ArenaRanges* only) {
+  const std::size_t n = p.local_numel();
+  if (!only) return {{0, n}};
+  std::vector<std::pair<std::size_t, std::size_t>> spans;
+  for (const auto& r : *only) {
+    const std::size_t lo = std::max(r.first, p.offset), hi = std::min(r.second, p.offset + n);
+    if (lo < hi) spans.push_back({lo - p.offset, hi - p.offset});
+  }
+  return spans;
+}
+
+}  // namespace
+
+void ParameterStore::init_normal(const ParamInfo& p, std::uint64_t seed, float mean, float std,
+                                 const ArenaRanges* only) {
   DTRAIN_CHECK(allocated(), Errc::internal, "init before allocate()");
-  // Values are generated on the host; a non-CPU device gets them with one copy.
+  // Values are generated on the host; a non-CPU device gets them with one copy per span.
   const bool host = dev_->kind() == DeviceKind::cpu;
   AlignedBuffer staging;
   float* out = param(p);
@@ -138,18 +158,26 @@ void ParameterStore::init_normal(const ParamInfo& p, std::uint64_t seed, float m
   }
   const std::uint64_t stream = rng::stream_id(p.name);
   // Runs of consecutive logical elements: a row of the last dim (a part of dim 0 for 1-D
-  // tensors), each filled from the logical index of its first element.
-  const std::int64_t run = p.local_shape.size() == 1 ? p.local_shape[0] / p.slice_blocks
-                                                     : p.local_shape.back();
-  const std::size_t n = p.local_numel();
-  for (std::size_t i = 0; i < n; i += static_cast<std::size_t>(run))
-    rng::fill_normal(out + i, run, seed, stream, p.logical_index(i), mean, std);
-  if (!host) dev_->copy(param(p), out, p.numel * sizeof(float), CopyKind::host_to_device);
+  // tensors); a span's piece of a run is filled from the logical index of its first element.
+  const auto run = static_cast<std::size_t>(
+      p.local_shape.size() == 1 ? p.local_shape[0] / p.slice_blocks : p.local_shape.back());
+  for (const auto& [first, last] : init_spans(p, only)) {
+    for (std::size_t i = first; i < last;) {
+      const std::size_t end = std::min(last, (i / run + 1) * run);
+      rng::fill_normal(out + i, end - i, seed, stream, p.logical_index(i), mean, std);
+      i = end;
+    }
+    if (!host) {
+      dev_->copy(param(p) + first, out + first, (last - first) * sizeof(float),
+                 CopyKind::host_to_device);
+    }
+  }
 }
 
-void ParameterStore::init_constant(const ParamInfo& p, float value) {
+void ParameterStore::init_constant(const ParamInfo& p, float value, const ArenaRanges* only) {
   DTRAIN_CHECK(allocated(), Errc::internal, "init before allocate()");
-  dev_->fill(param(p), value, static_cast<std::int64_t>(p.local_numel()));
+  for (const auto& [first, last] : init_spans(p, only))
+    dev_->fill(param(p) + first, value, static_cast<std::int64_t>(last - first));
 }
 
 }  // namespace dtrain

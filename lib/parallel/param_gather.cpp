@@ -24,7 +24,7 @@ ParamGather::ParamGather(Communicator& dp, Device& dev, float* params, std::vect
     owned_numel_ += c[dp.rank()];
   }
   holders_.assign(n, 0);
-  gathered_.assign(n, true);  // the arena starts full (every rank initialised all of it)
+  gathered_.assign(n, true);  // the arena may start full: drop what this rank does not own
   pending_.resize(n);
   held_numel_ = owned_numel_;
   for (std::size_t u = 0; u < n; ++u) held_numel_ += size(static_cast<int>(u)) - counts_[u][dp.rank()];

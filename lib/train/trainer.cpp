@@ -233,8 +233,10 @@ Trainer::State::State(const TrainConfig& c, Communicator& w)
       grid(w, grid_shape(cfg)),
       dev(configured_device(cfg.device, w, cfg.deterministic)),
       source(open_source(cfg)),
+      // ZeRO 3 writes only the parameter pieces this rank keeps, once they are known.
       model(model_config(cfg), dev, cfg.seed, cfg.micro_batch, model_chunks(cfg, grid, w.size()),
-            &grid.tp(), cfg.sequence_parallel),
+            &grid.tp(), cfg.sequence_parallel,
+            cfg.zero == 3 ? GptModel::Weights::deferred : GptModel::Weights::init),
       optimizer(dev, optimizer_segments(), model.parameters().numel(), adamw_config(cfg)),
       loader(*source, batch_plan(cfg, grid, w.size()), cfg.seq_len),
       tokens(sizeof(std::int32_t) * cfg.micro_batch * cfg.seq_len),
@@ -244,6 +246,7 @@ Trainer::State::State(const TrainConfig& c, Communicator& w)
   schedule.warmup_steps = cfg.warmup_steps;
   schedule.total_steps = std::max(1L, cfg.steps);
   schedule.validate();
+  if (gather) model.init_weights(cfg.seed, &gather->owned());
   low = precision_format(cfg.precision);
   scaler = make_loss_scaler(cfg);
   if (low != DType::f32) {

@@ -9,6 +9,8 @@
 
 #include <cmath>
 #include <cstdint>
+#include <cstdio>
+#include <fstream>
 #include <string>
 #include <vector>
 
@@ -46,6 +48,16 @@ std::size_t resident_bytes(const void* p, std::size_t bytes) {
   for (unsigned char c : in_core) n += c & 1;
   return n * page;
 }
+
+// Peak resident memory of this process (VmHWM, KiB); reset_peak_rss() first sets the peak
+// to the current resident size.
+long peak_rss_kib() {
+  std::ifstream status("/proc/self/status");
+  for (std::string line; std::getline(status, line);)
+    if (line.rfind("VmHWM:", 0) == 0) return std::stol(line.substr(6));
+  return -1;
+}
+void reset_peak_rss() { std::ofstream("/proc/self/clear_refs") << "5"; }
 
 }  // namespace
 
@@ -288,5 +300,40 @@ TEST(Zero, DeterministicCheckpointsResumeBitForBitAtAnotherStageAndDegree) {
       EXPECT_EQ(resumed.train_step(), straight[static_cast<std::size_t>(i)])
           << (alone ? "zero 0, one rank" : "zero 2") << ", step " << i + 1;
     world().barrier();
+  }
+}
+
+TEST(Zero, StageThreeWritesOnlyItsPiecesAtStartUp) {
+  // A ZeRO-3 rank initialises only the parameter pieces it keeps (and leaves the gradient
+  // and optimiser arenas untouched until used): building the trainer raises the peak resident
+  // memory by at least 70% of (1 - 1/Nd) x the parameter bytes less than ZeRO 0's build,
+  // which writes the whole parameter arena. Initialising everything and dropping it after
+  // would peak as high as ZeRO 0.
+  const int nd = world().size();
+  train::TrainConfig cfg = test::tiny_train_config();
+  cfg.layers = 4;
+  cfg.d_model = 512;
+  cfg.heads = 8;
+  cfg.vocab = 256;
+  cfg.micro_batch = 1;
+  long growth[4] = {0, 0, 0, 0};
+  std::size_t arena_bytes = 0;
+  for (int stage : {0, 3}) {
+    cfg.zero = stage;
+    world().barrier();
+    reset_peak_rss();
+    const long before = peak_rss_kib();
+    ASSERT_GT(before, 0) << "no VmHWM in /proc/self/status";
+    train::Trainer t(cfg, world());
+    growth[stage] = peak_rss_kib() - before;
+    arena_bytes = t.model().parameters().bytes();
+  }
+  const double saved_kib = static_cast<double>(growth[0] - growth[3]);
+  const double expected_kib = (1.0 - 1.0 / nd) * static_cast<double>(arena_bytes) / 1024.0;
+  EXPECT_GT(saved_kib, 0.7 * expected_kib)
+      << "peak growth: zero 0 " << growth[0] << " KiB, zero 3 " << growth[3] << " KiB";
+  if (world().rank() == 0) {
+    std::printf("peak resident growth while building: zero 0 %ld KiB, zero 3 %ld KiB "
+                "(parameter arena %zu KiB, dp %d)\n", growth[0], growth[3], arena_bytes / 1024, nd);
   }
 }

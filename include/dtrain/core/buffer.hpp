@@ -1,6 +1,9 @@
 #pragma once
 // Aligned host buffers that are allocated once and reused. Touching fresh pages is slow, so
 // a buffer is pre-faulted (zeroed) when created: the cost lands at set-up, never in a step.
+// A buffer made with Faulting::on_use instead maps fresh zero pages from the kernel and
+// leaves them untouched, for memory that may never be used whole on this rank (a ZeRO-3
+// arena holds only its pieces): a page costs memory only once it is written.
 #include <cstddef>
 #include <cstdint>
 
@@ -8,12 +11,16 @@
 
 namespace dtrain {
 
+enum class Faulting { now, on_use };
+
 class DTRAIN_API AlignedBuffer {
  public:
   static constexpr std::size_t kAlignment = 64;
 
   AlignedBuffer() = default;
-  explicit AlignedBuffer(std::size_t bytes, std::size_t alignment = kAlignment);
+  // on_use: page-aligned whatever `alignment` says (it may be at most a page).
+  explicit AlignedBuffer(std::size_t bytes, std::size_t alignment = kAlignment,
+                         Faulting faulting = Faulting::now);
   ~AlignedBuffer();
   AlignedBuffer(AlignedBuffer&& other) noexcept;
   AlignedBuffer& operator=(AlignedBuffer&& other) noexcept;
@@ -39,6 +46,8 @@ class DTRAIN_API AlignedBuffer {
   void* data_ = nullptr;
   std::size_t bytes_ = 0;
   std::size_t alignment_ = kAlignment;
+  Faulting faulting_ = Faulting::now;
+  std::size_t mapped_bytes_ = 0;  // on_use: the length of the mapping
 };
 
 }  // namespace dtrain

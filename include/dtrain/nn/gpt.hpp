@@ -69,15 +69,21 @@ class DTRAIN_API GptModel {
   // Several layer chunks in one model (one parameter arena): an interleaved pipeline rank
   // holds chunk c = piece c*pp + rank. Chunks are listed in layer order; only the first may
   // hold the embedding, only the last the head; each keeps its own activation slots.
+  // weights = deferred: the arena stays untouched (zeros) until init_weights() is called,
+  // so that a ZeRO-3 rank can write only the pieces it keeps.
+  enum class Weights { init, deferred };
   GptModel(const GptConfig& cfg, Device& dev, std::uint64_t seed, int max_batch,
            const std::vector<GptStage>& chunks, Communicator* tp = nullptr,
-           bool sequence_parallel = false);
+           bool sequence_parallel = false, Weights weights = Weights::init);
   ~GptModel();
   GptModel(const GptModel&) = delete;
   GptModel& operator=(const GptModel&) = delete;
 
   ParameterStore& parameters() noexcept { return params_; }
   const ParameterStore& parameters() const noexcept { return params_; }
+  // GPT-2's initial weights from seed, keyed by logical element (any layout and any subset
+  // gets the values of the whole model); only: just the elements in these arena ranges.
+  void init_weights(std::uint64_t seed, const ParameterStore::ArenaRanges* only = nullptr);
 
   // tokens, targets: host arrays [B, T] of int32 in [0, vocab) (T <= seq_len, B <= max_batch).
   // Returns the mean cross-entropy over the B*T positions and keeps the activations for
@@ -175,7 +181,7 @@ class DTRAIN_API GptModel {
   struct ChunkActivations;  // where each (chunk, slot) keeps its saved activations
   bool has_wte() const noexcept { return stage_.embedding || (stage_.head && cfg_.tie_embeddings); }
   void declare_parameters();
-  void init_parameters(std::uint64_t seed);
+  void bind_parameters();  // points the layers at their tensors in the arenas
   void allocate_activations();
   // Points the saved-activation members (encoded_, each block's ln1 ... res3, logits_, ...)
   // of `chunk` at `slot`, and returns that slot's bookkeeping.

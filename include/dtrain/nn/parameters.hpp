@@ -19,6 +19,7 @@
 #include <cstdint>
 #include <string>
 #include <unordered_map>
+#include <utility>
 #include <vector>
 
 #include "dtrain/device/device.hpp"
@@ -101,8 +102,12 @@ class DTRAIN_API ParameterStore {
 
   // Fills the owned slice of p from N(mean, std) keyed by (seed, stream_id(p.name), element
   // index in the LOGICAL tensor), so any layout gets bit-identical values. Padding stays 0.
-  void init_normal(const ParamInfo& p, std::uint64_t seed, float mean, float std);
-  void init_constant(const ParamInfo& p, float value);
+  // only: fill just the elements inside these arena ranges [first, last) (null: all), with
+  // the same values they would get in a full fill.
+  using ArenaRanges = std::vector<std::pair<std::size_t, std::size_t>>;
+  void init_normal(const ParamInfo& p, std::uint64_t seed, float mean, float std,
+                   const ArenaRanges* only = nullptr);
+  void init_constant(const ParamInfo& p, float value, const ArenaRanges* only = nullptr);
 
  private:
   Device* dev_;

@@ -34,6 +34,7 @@ class DTRAIN_API ParamGather {
 
   // Elements held between passes (the owned pieces), and the most held at once so far.
   std::size_t owned_numel() const noexcept { return owned_numel_; }
+  const std::vector<Range>& owned() const noexcept { return owned_; }  // one piece per unit
   std::size_t peak_numel() const noexcept { return peak_numel_; }
   // Time blocked waiting for gathers (not hidden behind compute) since construction.
   double wait_seconds() const noexcept { return wait_seconds_; }

@@ -23,8 +23,11 @@ int CpuDevice::num_threads() const { return cpu::num_threads(); }
 
 void* CpuDevice::allocate(std::size_t bytes) {
   if (bytes == 0) bytes = AlignedBuffer::kAlignment;  // distinct, freeable pointer
-  // Page-aligned from one page up, so discard() can hand whole pages back.
-  AlignedBuffer buf(bytes, bytes >= kPage ? kPage : AlignedBuffer::kAlignment);
+  // Page-aligned from one page up, so discard() can hand whole pages back. Large blocks
+  // (arenas, activations) are faulted in where they are first written: a ZeRO-3 rank never
+  // touches the parameter and gradient pieces it does not own outside a pass.
+  AlignedBuffer buf(bytes, bytes >= kPage ? kPage : AlignedBuffer::kAlignment,
+                    bytes >= kLazyBytes ? Faulting::on_use : Faulting::now);
   void* p = buf.data();
   std::lock_guard<std::mutex> lock(mutex_);
   blocks_.emplace(p, std::move(buf));

@@ -23,6 +23,7 @@ class CpuDevice final : public Device {
   void zero(void* ptr, std::size_t bytes) override;
   void discard(void* ptr, std::size_t bytes) override;
   static constexpr std::size_t kPage = 4096;
+  static constexpr std::size_t kLazyBytes = std::size_t{1} << 20;  // on_use from 1 MiB up
   void synchronize() override {}
 
   void gemm(bool trans_a, bool trans_b, int M, int N, int K, float alpha, const float* A, int lda,
