@@ -6,6 +6,7 @@
 
 #include "dtrain/ckpt/file.hpp"
 #include "dtrain/core/error.hpp"
+#include "agree.hpp"
 #include "guard.hpp"
 
 namespace dtrain::capi {
@@ -18,38 +19,6 @@ GptConfig not_a_gpt() {
   c.layers = c.heads = c.d_model = c.seq_len = c.vocab = 0;
   c.tie_embeddings = false;
   return c;
-}
-
-// Runs body on rank 0 only and makes every rank fail alike when it throws, so a check that
-// reads a file once still ends in the same code and message everywhere.
-template <class F>
-void on_root_for_all(Communicator& comm, F&& body) {
-  int code = DT_SUCCESS;
-  std::string message;
-  if (comm.rank() == 0) {
-    try {
-      body();
-    } catch (const CError& e) {
-      code = e.code();
-      message = e.what();
-    } catch (const Error& e) {
-      code = static_cast<int>(e.code());
-      message = e.what();
-    } catch (const std::bad_alloc&) {
-      code = DT_ERR_OUT_OF_MEMORY;
-      message = "out of memory";
-    } catch (const std::exception& e) {  // never leave the other ranks waiting
-      code = DT_ERR_INTERNAL;
-      message = std::string("internal error: ") + e.what();
-    }
-  }
-  comm.broadcast(&code, &code, 1, DType::i32, 0);
-  if (code == DT_SUCCESS) return;
-  std::uint64_t n = message.size();
-  comm.broadcast(&n, &n, 1, DType::i64, 0);
-  message.resize(n);
-  if (n > 0) comm.broadcast(message.data(), message.data(), n, DType::u8, 0);
-  fail(static_cast<dt_result_t>(code), message);
 }
 
 }  // namespace

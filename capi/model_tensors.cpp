@@ -6,6 +6,7 @@
 #include <string>
 #include <vector>
 
+#include "agree.hpp"
 #include "model.hpp"
 
 using namespace dtrain::capi;
@@ -56,9 +57,11 @@ dt_result_t dt_model_num_parameters(dt_model_t model, size_t* count) {
 
 dt_result_t dt_model_get_parameters(dt_model_t model, float* dst, size_t capacity) {
   return with_model(__func__, model, [&](dt_model_s& m) {
-    need_ptr(dst, "dst");
     dtrain::ParameterStore& ps = m.params();
-    need(capacity >= total_numel(ps), "capacity is smaller than dt_model_num_parameters()");
+    agreed_checks(m.engine->dp(), m.engine->gather() != nullptr, [&] {  // ZeRO 3: collective
+      need_ptr(dst, "dst");
+      need(capacity >= total_numel(ps), "capacity is smaller than dt_model_num_parameters()");
+    });
     // ZeRO 3: the units of one tensor at a time, held on while the next tensors share them.
     std::unique_ptr<HeldUnits> held;
     std::vector<int> held_units;
@@ -119,9 +122,13 @@ dt_result_t dt_model_tensor_shape(dt_model_t model, const char* name, int64_t* s
 
 dt_result_t dt_model_get_tensor(dt_model_t model, const char* name, float* dst, size_t capacity) {
   return with_model(__func__, model, [&](dt_model_s& m) {
-    const dtrain::ParamInfo& p = tensor(m, name);
-    need_ptr(dst, "dst");
-    need(capacity >= p.local_numel(), "capacity is smaller than the tensor's element count");
+    const dtrain::ParamInfo* found = nullptr;
+    agreed_checks(m.engine->dp(), m.engine->gather() != nullptr, [&] {  // ZeRO 3: collective
+      found = &tensor(m, name);
+      need_ptr(dst, "dst");
+      need(capacity >= found->local_numel(), "capacity is smaller than the tensor's element count");
+    });
+    const dtrain::ParamInfo& p = *found;
     HeldUnits whole(*m.engine, p.offset, p.offset + p.numel);  // ZeRO 3
     m.device().copy(dst, m.params().param(p), p.local_numel() * sizeof(float),
                     dtrain::CopyKind::device_to_host);

@@ -5,6 +5,7 @@
 #include <vector>
 
 #include "dtrain/device/device.hpp"
+#include "agree.hpp"
 #include "guard.hpp"
 #include "model.hpp"
 
@@ -58,19 +59,40 @@ void need_gpt_batch(dtrain::GptModel& g, int batch, int seq) {
   need(seq >= 1 && seq <= g.config().seq_len, "seq must be in [1, seq_len]");
 }
 
-float gpt_forward(dtrain::GptModel& g, const int32_t* tokens, const int32_t* targets, int batch,
-                  int seq) {
-  need_gpt_batch(g, batch, seq);
-  const std::size_t n = static_cast<std::size_t>(batch) * static_cast<std::size_t>(seq);
-  need_tokens(tokens, n, g.config().vocab, "tokens");
-  need_tokens(targets, n, g.config().vocab, "targets");
-  return g.forward(tokens, targets, batch, seq);
+// A GPT pass's arguments, checked by every rank alike when the pass is collective.
+void need_gpt_inputs(dt_model_s& m, const int32_t* tokens, const int32_t* targets, int batch,
+                     int seq, bool collective) {
+  dtrain::GptModel& g = need_gpt(m);
+  agreed_checks(m.engine->dp(), collective, [&] {
+    need_gpt_batch(g, batch, seq);
+    const std::size_t n = static_cast<std::size_t>(batch) * static_cast<std::size_t>(seq);
+    need_tokens(tokens, n, g.config().vocab, "tokens");
+    need_tokens(targets, n, g.config().vocab, "targets");
+  });
+}
+
+// An MLP pass's arguments (labels may be NULL for predict), as need_gpt_inputs.
+void need_mlp_inputs(dt_model_s& m, const float* x, const int32_t* labels, bool with_labels,
+                     int batch, bool collective) {
+  dtrain::MlpModel& mlp = need_mlp(m);
+  agreed_checks(m.engine->dp(), collective, [&] {
+    need_ptr(x, "x");
+    need(batch >= 1 && batch <= mlp.max_batch(), "batch must be in [1, max_batch]");
+    if (!with_labels) return;
+    need_ptr(labels, "labels");
+    const int classes = mlp.config().sizes.back();
+    for (int i = 0; i < batch; ++i)
+      if (labels[i] < 0 || labels[i] >= classes)
+        fail(DT_ERR_INVALID_ARGUMENT, "labels[" + std::to_string(i) + "] = " +
+                                          std::to_string(labels[i]) + " is outside [0, classes)");
+  });
 }
 
 // The engine reduces gradient ranges as backward finishes them (ZeRO 2/3) and, under
 // ZeRO 3, gathers each parameter unit while a pass uses it.
 void connect_hooks(dtrain::GptModel& g, StepEngine& e) {
   g.set_grad_ready_hook([&e](std::size_t first, std::size_t last) { e.ready(first, last); });
+  g.set_progress_hook([&e] { e.poll(); });
   if (dtrain::parallel::ParamGather* pg = e.gather())
     g.set_param_use_hooks({[pg](int unit, int next) { pg->acquire(unit, next); },
                            [pg](int unit) { pg->release(unit); }});
@@ -137,10 +159,8 @@ dt_result_t dt_model_destroy(dt_model_t model) {
 dt_result_t dt_mlp_forward_backward(dt_model_t model, const float* x, const int32_t* labels,
                                     int batch, float* loss) {
   return with_model(__func__, model, [&](dt_model_s& m) {
+    need_mlp_inputs(m, x, labels, true, batch, m.engine->shards_gradients());
     dtrain::MlpModel& mlp = need_mlp(m);
-    need_ptr(x, "x");
-    need_ptr(labels, "labels");
-    need(batch >= 1 && batch <= mlp.max_batch(), "batch must be in [1, max_batch]");
     float l = 0;
     {
       WholeParameters whole(*m.engine);  // ZeRO 3
@@ -156,11 +176,9 @@ dt_result_t dt_mlp_forward_backward(dt_model_t model, const float* x, const int3
 dt_result_t dt_mlp_evaluate(dt_model_t model, const float* x, const int32_t* labels, int batch,
                             float* loss) {
   return with_model(__func__, model, [&](dt_model_s& m) {
-    dtrain::MlpModel& mlp = need_mlp(m);
-    need_ptr(x, "x");
-    need_ptr(labels, "labels");
+    need_mlp_inputs(m, x, labels, true, batch, m.engine->gather() != nullptr);
     need_ptr(loss, "loss");
-    need(batch >= 1 && batch <= mlp.max_batch(), "batch must be in [1, max_batch]");
+    dtrain::MlpModel& mlp = need_mlp(m);
     WholeParameters whole(*m.engine);  // ZeRO 3
     *loss = mlp.forward(x, labels, batch);
   });
@@ -168,10 +186,9 @@ dt_result_t dt_mlp_evaluate(dt_model_t model, const float* x, const int32_t* lab
 
 dt_result_t dt_mlp_predict(dt_model_t model, const float* x, int batch, float* logits) {
   return with_model(__func__, model, [&](dt_model_s& m) {
-    dtrain::MlpModel& mlp = need_mlp(m);
-    need_ptr(x, "x");
+    need_mlp_inputs(m, x, nullptr, false, batch, m.engine->gather() != nullptr);
     need_ptr(logits, "logits");
-    need(batch >= 1 && batch <= mlp.max_batch(), "batch must be in [1, max_batch]");
+    dtrain::MlpModel& mlp = need_mlp(m);
     WholeParameters whole(*m.engine);  // ZeRO 3
     mlp.forward(x, nullptr, batch);
     const std::size_t n = static_cast<std::size_t>(batch) * static_cast<std::size_t>(mlp.config().sizes.back());
@@ -182,8 +199,9 @@ dt_result_t dt_mlp_predict(dt_model_t model, const float* x, int batch, float* l
 dt_result_t dt_gpt_forward_backward(dt_model_t model, const int32_t* tokens, const int32_t* targets,
                                     int batch, int seq, float* loss) {
   return with_model(__func__, model, [&](dt_model_s& m) {
+    need_gpt_inputs(m, tokens, targets, batch, seq, m.engine->shards_gradients());
     dtrain::GptModel& g = need_gpt(m);
-    const float l = gpt_forward(g, tokens, targets, batch, seq);
+    const float l = g.forward(tokens, targets, batch, seq);
     m.engine->begin_backward();
     g.backward(1.0f);  // under ZeRO 2/3 its hook reduces each range as backward finishes it
     m.engine->end_backward();
@@ -194,9 +212,9 @@ dt_result_t dt_gpt_forward_backward(dt_model_t model, const int32_t* tokens, con
 dt_result_t dt_gpt_evaluate(dt_model_t model, const int32_t* tokens, const int32_t* targets,
                             int batch, int seq, float* loss) {
   return with_model(__func__, model, [&](dt_model_s& m) {
-    dtrain::GptModel& g = need_gpt(m);
+    need_gpt_inputs(m, tokens, targets, batch, seq, m.engine->gather() != nullptr);
     need_ptr(loss, "loss");
-    *loss = gpt_forward(g, tokens, targets, batch, seq);
+    *loss = need_gpt(m).forward(tokens, targets, batch, seq);
   });
 }
 

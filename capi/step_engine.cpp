@@ -62,16 +62,7 @@ StepEngine::StepEngine(Communicator& dp, ParameterStore& params, const dt_optimi
   const auto mode = reduction(cfg.zero_stage);
   sync_ = std::make_unique<parallel::GradientSync>(dp, params.grads(), ready_ranges, bucket_bytes,
                                                    mode, &params.device());
-  if (cfg.zero_stage == 3) {
-    std::vector<parallel::Range> units;
-    std::vector<std::vector<std::size_t>> counts;
-    for (std::size_t b = 0; b < sync_->buckets().size(); ++b) {
-      units.push_back({sync_->buckets()[b].first, sync_->buckets()[b].last});
-      counts.push_back(sync_->piece_counts(b));
-    }
-    gather_ = std::make_unique<parallel::ParamGather>(dp, params.device(), params.params(),
-                                                      std::move(units), std::move(counts));
-  }
+  if (cfg.zero_stage == 3) gather_ = parallel::gather_by_bucket(dp, params.device(), params.params(), *sync_);
   auto segments = mode == parallel::GradReduction::all_reduce
                       ? parallel::parameter_segments(params)
                       : parallel::owned_segments(params, sync_->owned());
@@ -142,24 +133,25 @@ HeldUnits::HeldUnits(StepEngine& engine, std::size_t first, std::size_t last)
     : gather_(engine.gather()) {
   if (!gather_) return;
   const std::vector<int> units = engine.units_overlapping(first, last);
-  for (std::size_t i = 0; i < units.size(); ++i) {
-    gather_->acquire(units[i], i + 1 < units.size() ? units[i + 1] : -1);
-    units_.push_back(units[i]);  // the destructor releases what was acquired
+  try {
+    for (std::size_t i = 0; i < units.size(); ++i) {
+      gather_->acquire(units[i], i + 1 < units.size() ? units[i + 1] : -1);
+      units_.push_back(units[i]);
+    }
+  } catch (...) {
+    release();  // no destructor runs for a constructor that throws
+    throw;
   }
 }
 
-HeldUnits::~HeldUnits() {
+HeldUnits::~HeldUnits() { release(); }
+
+void HeldUnits::release() noexcept {
   try {
     for (int u : units_) gather_->release(u);
   } catch (...) {  // a failed wait while unwinding: the entry point reports the first error
   }
-}
-
-WholeParameters::~WholeParameters() {
-  try {
-    if (gather_) gather_->release_all();
-  } catch (...) {  // as ~HeldUnits
-  }
+  units_.clear();
 }
 
 }  // namespace dtrain::capi

@@ -38,6 +38,11 @@ class StepEngine {
   void end_backward();
   // The grad-ready hook: [first, last) of the gradients is final for this backward.
   void ready(std::size_t first, std::size_t last) { sync_->ready(first, last); }
+  // Lets reductions and gathers in flight progress (the model's progress hook).
+  void poll() {
+    sync_->poll();
+    if (gather_) gather_->poll();
+  }
 
   // Averages the gradients over dp (ZeRO 0/1: reduces them now; ZeRO 2/3: they are already
   // summed into the pieces), clips, updates this rank's parameters, and under ZeRO 1/2 gives
@@ -48,6 +53,9 @@ class StepEngine {
   void zero_grads();
 
   long steps() const { return optimizer_->steps_taken(); }
+  Communicator& dp() { return dp_; }
+  // ZeRO 2/3: every backward reduces over dp, so forward-backward calls are collective.
+  bool shards_gradients() const { return cfg_.zero_stage >= 2; }
   // For checkpoints: the AdamW state, and whether it holds only this rank's ZeRO piece.
   optim::AdamW& optimizer() { return *optimizer_; }
   bool sharded() const { return cfg_.zero_stage >= 1; }
@@ -60,7 +68,6 @@ class StepEngine {
 
  private:
   double gradient_norm();
-  bool shards_gradients() const { return cfg_.zero_stage >= 2; }
 
   Communicator& dp_;
   ParameterStore& params_;
@@ -80,23 +87,15 @@ class HeldUnits {
   HeldUnits& operator=(const HeldUnits&) = delete;
 
  private:
+  void release() noexcept;  // the units acquired so far
   parallel::ParamGather* gather_;
-  std::vector<int> units_;
+  std::vector<int> units_;  // acquired, in order
 };
 
 // ZeRO 3: every unit gathered for the scope's lifetime (checkpoint IO, the MLP's passes);
 // a no-op otherwise. Collective over dp under ZeRO 3.
-class WholeParameters {
- public:
-  explicit WholeParameters(StepEngine& engine) : gather_(engine.gather()) {
-    if (gather_) gather_->acquire_all();
-  }
-  ~WholeParameters();
-  WholeParameters(const WholeParameters&) = delete;
-  WholeParameters& operator=(const WholeParameters&) = delete;
-
- private:
-  parallel::ParamGather* gather_;
+struct WholeParameters : parallel::HeldParameters {
+  explicit WholeParameters(StepEngine& engine) : parallel::HeldParameters(engine.gather()) {}
 };
 
 }  // namespace dtrain::capi

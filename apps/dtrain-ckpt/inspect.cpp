@@ -5,18 +5,11 @@
 #include <string>
 
 #include "commands.hpp"
+#include "dtrain/ckpt/checkpoint.hpp"
 #include "dtrain/ckpt/file.hpp"
 
 namespace dtrain_ckpt {
 namespace {
-
-std::string shape_text(const std::vector<std::uint64_t>& shape) {
-  std::ostringstream os;
-  os << "[";
-  for (std::size_t i = 0; i < shape.size(); ++i) os << (i ? ", " : "") << shape[i];
-  os << "]";
-  return os.str();
-}
 
 // Multi-line values (run_config) go below their name, indented.
 void print_attributes(const dtrain::ckpt::CheckpointFile& f, const std::string& object) {
@@ -52,7 +45,7 @@ int inspect(const std::string& file) {
   std::printf("datasets (%zu, %llu elements)\n", f.datasets().size(),
               static_cast<unsigned long long>(total));
   for (const auto& d : f.datasets()) {
-    std::printf("  %-44s %-8s %-14s", d.path.c_str(), d.dtype.c_str(), shape_text(d.shape).c_str());
+    std::printf("  %-44s %-8s %-14s", d.path.c_str(), d.dtype.c_str(), dtrain::ckpt::shape_text(d.shape).c_str());
     if (d.has_checksum) std::printf(" checksum %llu", static_cast<unsigned long long>(d.checksum));
     if (d.file_offset != dtrain::ckpt::DatasetInfo::kNoOffset)
       std::printf(" offset %llu", static_cast<unsigned long long>(d.file_offset));

@@ -34,6 +34,10 @@ float* FixedOrderSum::inbox(int peer) {
 
 void FixedOrderSum::add(int m, const float* grads) {
   const int P = dp_.size(), me = dp_.rank();
+  DTRAIN_CHECK(m == 0 || m == next_m_, Errc::internal,
+               "FixedOrderSum: micro-batch " << m << " added after " << next_m_ - 1
+                                             << " (they must come in order)");
+  next_m_ = m + 1;
   Stopwatch watch;
   requests_.clear();
   for (int p = 0; p < P; ++p) {

@@ -4,6 +4,7 @@
 #include <numeric>
 
 #include "dtrain/core/error.hpp"
+#include "dtrain/core/log.hpp"
 #include "dtrain/core/timer.hpp"
 
 namespace dtrain::parallel {
@@ -102,6 +103,26 @@ void ParamGather::release_all() {
   for (std::size_t u = 0; u < units_.size(); ++u) {
     holders_[u] = 0;
     drop(static_cast<int>(u));
+  }
+}
+
+std::unique_ptr<ParamGather> gather_by_bucket(Communicator& dp, Device& dev, float* params,
+                                              const GradientSync& sync) {
+  std::vector<Range> units;
+  std::vector<std::vector<std::size_t>> counts;
+  for (std::size_t b = 0; b < sync.buckets().size(); ++b) {
+    units.push_back({sync.buckets()[b].first, sync.buckets()[b].last});
+    counts.push_back(sync.piece_counts(b));
+  }
+  return std::make_unique<ParamGather>(dp, dev, params, std::move(units), std::move(counts));
+}
+
+HeldParameters::~HeldParameters() {
+  if (!gather_) return;
+  try {
+    gather_->release_all();
+  } catch (const std::exception& e) {  // a failed wait while unwinding: the first error wins
+    DTRAIN_LOG(error, "releasing the gathered parameters failed: " << e.what());
   }
 }
 

@@ -46,6 +46,7 @@ struct Trainer::State {
   std::unique_ptr<parallel::ParamGather> gather;         // ZeRO 3: parameters by unit
   std::unique_ptr<parallel::FixedOrderSum> fixed_order;  // --deterministic
   std::unique_ptr<parallel::FixedOrderNorm> fixed_norm;  // --deterministic
+  std::vector<parallel::Range> whole_arena;              // {[0, numel)}: made once
   optim::AdamW optimizer;
   optim::LrSchedule schedule;
   // Mixed precision: the arena's 16-bit format (f32: plain fp32 training), and the fp16
@@ -78,8 +79,7 @@ struct Trainer::State {
 
   State(const TrainConfig& c, Communicator& w);
   std::vector<optim::Segment> optimizer_segments();
-  void shard_parameters(std::vector<parallel::Range> units,
-                        std::vector<std::vector<std::size_t>> counts);
+  void shard_parameters(std::unique_ptr<parallel::ParamGather> g);
   double sync_gradients_bucketed();
   double sync_gradients_fixed_order();
   double sync_gradients_pipeline();
@@ -98,7 +98,7 @@ struct Trainer::State {
   // --deterministic: whether every rank ends the reduction with the whole gradient (ZeRO 0,
   // and pipelines, whose tied embedding copies are summed afterwards) or only its pieces.
   bool fixed_order_whole() const { return cfg.zero == 0 || grid.pp_size() > 1; }
-  void clear_gradients();
+  void clear_gradients(bool hand_back);
   void finish_fixed_order_sum();
   void share_updated_parameters();
   double forward_micro(Split split, std::uint64_t first_sample);
@@ -203,19 +203,6 @@ std::vector<GptStage> model_chunks(const TrainConfig& cfg, const ProcessGrid& gr
   return chunks;
 }
 
-// ZeRO 3: every parameter unit gathered for the scope's lifetime (no-op without ZeRO 3).
-struct HeldParameters {
-  parallel::ParamGather* gather;
-  explicit HeldParameters(parallel::ParamGather* g) : gather(g) {
-    if (gather) gather->acquire_all();
-  }
-  ~HeldParameters() {
-    if (gather) gather->release_all();
-  }
-  HeldParameters(const HeldParameters&) = delete;
-  HeldParameters& operator=(const HeldParameters&) = delete;
-};
-
 BatchPlan batch_plan(const TrainConfig& cfg, const ProcessGrid& grid, int world_size) {
   BatchPlan p;
   p.micro_batch = cfg.micro_batch;
@@ -247,6 +234,12 @@ Trainer::State::State(const TrainConfig& c, Communicator& w)
   schedule.total_steps = std::max(1L, cfg.steps);
   schedule.validate();
   if (gather) model.init_weights(cfg.seed, &gather->owned());
+  if (sync || gather) {  // collectives in flight move on while a block computes
+    model.set_progress_hook([this] {
+      if (sync) sync->poll();
+      if (gather) gather->poll();
+    });
+  }
   low = precision_format(cfg.precision);
   scaler = make_loss_scaler(cfg);
   if (low != DType::f32) {
@@ -305,10 +298,13 @@ std::vector<optim::Segment> Trainer::State::optimizer_segments() {
     for (std::size_t u = 0; u < units.size(); ++u)
       counts.push_back(parallel::shard_piece_counts(units[u].second - units[u].first, dp.size(), u));
     fixed_order = std::make_unique<parallel::FixedOrderSum>(dev, dp, units, counts, plan.accum_steps);
-    if (cfg.zero == 3) shard_parameters(units, counts);
+    if (cfg.zero == 3) {
+      shard_parameters(std::make_unique<parallel::ParamGather>(dp, dev, params.params(), units, counts));
+    }
     std::vector<bool> counted;
     for (const ParamInfo& p : params) counted.push_back(counts_in_norm(p));
     fixed_norm = std::make_unique<parallel::FixedOrderNorm>(dev, dp, params, std::move(counted));
+    whole_arena = {{0, params.numel()}};
     if (cfg.zero == 0) return parallel::parameter_segments(params);
     return parallel::owned_segments(params, fixed_order->owned());
   }
@@ -323,29 +319,15 @@ std::vector<optim::Segment> Trainer::State::optimizer_segments() {
                                                   bucket_bytes, mode, &dev);
   parallel::GradientSync* s = sync.get();
   model.set_grad_ready_hook([s](std::size_t first, std::size_t last) { s->ready(first, last); });
-  model.set_progress_hook([this] {
-    sync->poll();
-    if (gather) gather->poll();
-  });
-  if (cfg.zero == 3) {
-    std::vector<parallel::Range> units;
-    std::vector<std::vector<std::size_t>> counts;
-    for (std::size_t b = 0; b < sync->buckets().size(); ++b) {
-      units.push_back({sync->buckets()[b].first, sync->buckets()[b].last});
-      counts.push_back(sync->piece_counts(b));
-    }
-    shard_parameters(std::move(units), std::move(counts));
-  }
+  if (cfg.zero == 3) shard_parameters(parallel::gather_by_bucket(dp, dev, params.params(), *sync));
   if (mode == parallel::GradReduction::all_reduce) return parallel::parameter_segments(params);
   return parallel::owned_segments(params, sync->owned());
 }
 
 // ZeRO 3: keep only this rank's piece of every unit; the model's passes gather units as
 // they use them.
-void Trainer::State::shard_parameters(std::vector<parallel::Range> units,
-                                      std::vector<std::vector<std::size_t>> counts) {
-  gather = std::make_unique<parallel::ParamGather>(grid.dp(), dev, model.parameters().params(),
-                                                   std::move(units), std::move(counts));
+void Trainer::State::shard_parameters(std::unique_ptr<parallel::ParamGather> g_owner) {
+  gather = std::move(g_owner);
   parallel::ParamGather* g = gather.get();
   model.set_param_use_hooks({[g](int unit, int next) { g->acquire(unit, next); },
                              [g](int unit) { g->release(unit); }});
@@ -356,9 +338,8 @@ void Trainer::State::shard_parameters(std::vector<parallel::Range> units,
 double Trainer::State::gradient_norm() {
   const ParameterStore& params = model.parameters();
   if (fixed_norm) {
-    const std::vector<parallel::Range> whole{{0, params.numel()}};
     const bool all = fixed_order_whole();
-    double sq = fixed_norm->sum_squares(params.grads(), all ? whole : fixed_order->owned(), all);
+    double sq = fixed_norm->sum_squares(params.grads(), all ? whole_arena : fixed_order->owned(), all);
     if (grid.tp_size() > 1) grid.tp().all_reduce(&sq, &sq, 1, DType::f64, ReduceOp::sum);
     if (grid.pp_size() > 1) grid.pp().all_reduce(&sq, &sq, 1, DType::f64, ReduceOp::sum);
     return std::sqrt(sq);
@@ -544,7 +525,7 @@ double Trainer::State::sync_gradients_fixed_order() {
   const int n_micro = accum();
   const float dloss = seed(1.0f / static_cast<float>(n_micro * grid.dp_size()));
   for (int micro = 0; micro < n_micro; ++micro) {
-    clear_gradients();
+    clear_gradients(micro == 0);
     micro_losses[micro] = forward_micro(Split::train, loader.plan().first_sample(step, micro));
     model.backward(dloss);
     fixed_order->add(micro, params.grads());
@@ -553,12 +534,13 @@ double Trainer::State::sync_gradients_fixed_order() {
   return fixed_order->sum_losses(micro_losses.data()) / (n_micro * grid.dp_size());
 }
 
-// --deterministic: zeroes the gradient arena for the next micro-batch. ZeRO 2/3 hold no
-// gradient between steps except their pieces, so the arena's pages are handed back instead
-// (they read as zeros when backward touches them again).
-void Trainer::State::clear_gradients() {
+// --deterministic: zeroes the gradient arena for the next micro-batch. Between steps ZeRO
+// 2/3 hold only their pieces (the rest was handed back), so at a step's first micro-batch
+// the arena is handed back whole (its pages read as zeros when backward touches them);
+// later micro-batches find it resident and zero it in place.
+void Trainer::State::clear_gradients(bool hand_back) {
   ParameterStore& params = model.parameters();
-  if (cfg.zero >= 2) {
+  if (cfg.zero >= 2 && hand_back) {
     dev.discard(params.grads(), params.numel() * sizeof(float));
   } else {
     params.zero_grads();
@@ -573,7 +555,7 @@ void Trainer::State::finish_fixed_order_sum() {
     fixed_order->sum(grads);
     return;
   }
-  if (cfg.zero >= 2) clear_gradients();  // all but the pieces handed back
+  if (cfg.zero >= 2) clear_gradients(true);  // all but the pieces handed back
   fixed_order->sum_owned(grads);
 }
 
@@ -666,15 +648,20 @@ std::string Trainer::save_checkpoint() {
   float* params = s.model.parameters().params();
   s.optimizer.store_master_weights(params);
   if (s.optimizer.has_master_weights()) s.share_updated_parameters();
-  std::string path;
-  {
-    HeldParameters whole(s.gather.get());  // ZeRO 3: the checkpointer reads whole tensors
-    path = s.checkpoints().save(s.cfg.save_dir, info, s.cfg.keep);
-  }
-  if (s.optimizer.has_master_weights()) {
+  auto round_again = [&s, params] {  // also when the save fails and the caller goes on
+    if (!s.optimizer.has_master_weights()) return;
     s.optimizer.round_params(params);
     s.share_updated_parameters();
+  };
+  std::string path;
+  try {
+    parallel::HeldParameters whole(s.gather.get());  // ZeRO 3: the checkpointer reads whole tensors
+    path = s.checkpoints().save(s.cfg.save_dir, info, s.cfg.keep);
+  } catch (...) {
+    round_again();
+    throw;
   }
+  round_again();
   s.last_saved_step = s.step;
   DTRAIN_LOG(info, "checkpoint: wrote " << path << " (step " << s.step << ", " << watch.seconds() << " s)");
   return path;
@@ -685,7 +672,7 @@ void Trainer::load_checkpoint(const std::string& path) {
   Stopwatch watch;
   ckpt::CheckpointInfo info;
   {
-    HeldParameters whole(s.gather.get());  // ZeRO 3: read whole tensors, keep the pieces after
+    parallel::HeldParameters whole(s.gather.get());  // ZeRO 3: read whole tensors, keep the pieces after
     info = s.checkpoints().load(path);
   }
   // fp16 goes on from the saved loss scale; a file without one (another precision) leaves

@@ -124,7 +124,8 @@ static void test_gpt_stages(dt_context_t ctx, dt_comm_t world, int tied) {
   OK(ctx, dt_model_destroy(ref));
 }
 
-/* Tensor access under ZeRO 3: whole tensors out, whole tensors in (not collective). */
+/* Tensor access under ZeRO 3: whole tensors out (collective: the units are gathered), whole
+ * tensors in (local: each rank writes its own pieces). */
 static void test_gpt_tensors(dt_context_t ctx, dt_comm_t world) {
   dt_model_t z0 = make_gpt(ctx, world, 0, 1), z3 = make_gpt(ctx, world, 3, 1);
   enum { N = 3 * 32 * 32 };
@@ -270,6 +271,31 @@ static void test_mlp_stages(dt_context_t ctx, dt_comm_t world) {
   OK(ctx, dt_model_destroy(ref));
 }
 
+/* One rank's bad argument to a call that is collective under ZeRO 2/3 fails that call on
+ * every rank, with the failing rank's message, instead of leaving the others waiting. */
+static void test_bad_input_fails_everywhere(dt_context_t ctx, dt_comm_t world, int size) {
+  int32_t tokens[B * T], targets[B * T];
+  static float dst[3 * 32 * 32];
+  dt_model_t z2, z3;
+  float loss = 0;
+  if (size < 2) return;
+  z2 = make_gpt(ctx, world, 2, 1);
+  z3 = make_gpt(ctx, world, 3, 1);
+  gpt_batch(0, 0, tokens, targets);
+  if (my_rank == 1) tokens[3] = VOCAB; /* out of range on one rank only */
+  FAILS(DT_ERR_INVALID_ARGUMENT, ctx, "rank 1: tokens[3]",
+        dt_gpt_forward_backward(z2, tokens, targets, B, T, &loss));
+  FAILS(DT_ERR_INVALID_ARGUMENT, ctx, "rank 1: tokens[3]",
+        dt_gpt_evaluate(z3, tokens, targets, B, T, &loss));
+  FAILS(DT_ERR_INVALID_ARGUMENT, ctx, "rank 1: dst must not be NULL",
+        dt_model_get_tensor(z3, "h.1.attn.c_attn.weight", my_rank == 1 ? NULL : dst, 3 * 32 * 32));
+  gpt_batch(0, 0, tokens, targets); /* and the models still work afterwards */
+  OK(ctx, dt_gpt_forward_backward(z2, tokens, targets, B, T, &loss));
+  OK(ctx, dt_model_get_tensor(z3, "h.1.attn.c_attn.weight", dst, 3 * 32 * 32));
+  OK(ctx, dt_model_destroy(z2));
+  OK(ctx, dt_model_destroy(z3));
+}
+
 int main(int argc, char** argv) {
   dt_context_t ctx = NULL;
   dt_comm_t world = NULL;
@@ -298,6 +324,7 @@ int main(int argc, char** argv) {
   test_gpt_tensors(ctx, world);
   test_gpt_checkpoint(ctx, world);
   test_mlp_stages(ctx, world);
+  test_bad_input_fails_everywhere(ctx, world, size);
   status = finish("capi_zero", ctx, world);
   OK(ctx, dt_finalize(ctx));
   return status != 0 || failures != 0;

@@ -120,7 +120,7 @@ TEST(Precision, DataParallelAndZeroMatchTheSingleRankBf16Run) {
   train::TrainConfig cfg = config("bf16");
   cfg.global_batch = static_cast<long>(cfg.micro_batch) * world().size() * 2;
   const std::vector<double> single = single_rank_losses(cfg);
-  for (int zero : {0, 1, 2}) {
+  for (int zero : {0, 1, 2, 3}) {
     cfg.zero = zero;
     const std::vector<double> parallel = train_losses(cfg, world());
     if (world().rank() == 0) {
@@ -230,30 +230,33 @@ TEST(Precision, Fp16OverflowAtTheMinimumScaleIsAnErrorOnEveryRank) {
 }
 
 TEST(Precision, Bf16CheckpointResumesLikeTheUninterruptedRun) {
-  train::TrainConfig cfg = config("bf16");
-  cfg.steps = 12;
-  cfg.zero = world().size() > 1 ? 1 : 0;  // sharded masters where there is more than one rank
-  const std::vector<double> whole = train_losses(cfg, world());
-  cfg.save_dir = test::fresh_dir(world(), "precision_ckpt", "bf16", world().size());
-  cfg.resume = "none";
-  std::string path;
-  {
-    train::Trainer first(cfg, world());
-    for (int s = 0; s < 6; ++s) first.train_step();
-    path = first.save_checkpoint();
-    // saving puts the fp32 masters in the file, and the rounded values back in the arena
-    std::vector<float> w = arena(first), r(w.size());
-    cpu_device().round_to_16bit(r.data(), w.data(), static_cast<std::int64_t>(w.size()), DType::bf16);
-    EXPECT_TRUE(w == r);
+  for (int zero : {1, 3}) {  // sharded masters where there is more than one rank
+    SCOPED_TRACE("zero " + std::to_string(zero));
+    train::TrainConfig cfg = config("bf16");
+    cfg.steps = 12;
+    cfg.zero = world().size() > 1 ? zero : 0;
+    const std::vector<double> whole = train_losses(cfg, world());
+    cfg.save_dir = test::fresh_dir(world(), "precision_ckpt", "bf16_z" + std::to_string(zero), world().size());
+    cfg.resume = "none";
+    std::string path;
+    {
+      train::Trainer first(cfg, world());
+      for (int s = 0; s < 6; ++s) first.train_step();
+      path = first.save_checkpoint();
+      // saving puts the fp32 masters in the file, and the rounded values back in the arena
+      std::vector<float> w = arena(first), r(w.size());
+      cpu_device().round_to_16bit(r.data(), w.data(), static_cast<std::int64_t>(w.size()), DType::bf16);
+      EXPECT_TRUE(w == r);
+    }
+    cfg.resume = path;
+    train::Trainer second(cfg, world());
+    ASSERT_EQ(second.step(), 6);
+    while (second.step() < cfg.steps) second.train_step();
+    const std::vector<double>& tail = second.loss_history();
+    ASSERT_EQ(tail.size(), 6u);
+    for (std::size_t i = 0; i < tail.size(); ++i)
+      EXPECT_NEAR(tail[i], whole[6 + i], 1e-6 * whole[6 + i]) << "step " << 7 + i;
   }
-  cfg.resume = path;
-  train::Trainer second(cfg, world());
-  ASSERT_EQ(second.step(), 6);
-  while (second.step() < cfg.steps) second.train_step();
-  const std::vector<double>& tail = second.loss_history();
-  ASSERT_EQ(tail.size(), 6u);
-  for (std::size_t i = 0; i < tail.size(); ++i)
-    EXPECT_NEAR(tail[i], whole[6 + i], 1e-6 * whole[6 + i]) << "step " << 7 + i;
 }
 
 TEST(Precision, Fp16CheckpointCarriesTheLossScale) {

@@ -10,7 +10,7 @@
 // it owns of its gradient (point-to-point), and each rank folds the P gradients of its pieces
 // in rank order onto its running sum: micro-batch k = m * P + p lands in order k. Same bytes
 // moved as a reduce-scatter per micro-batch. Memory: one received piece set per peer plus
-// the running sum (about 1 + 1/P gradient arenas).
+// the running sum ((P - 1)/P + 1/P = one gradient arena).
 //
 // What then: sum() gives everyone the whole sum (ZeRO 0), sum_owned() only the pieces this
 // rank updates (ZeRO 1-3), and all_gather() returns updated pieces to everyone.
@@ -64,6 +64,7 @@ class DTRAIN_API FixedOrderSum {
   std::vector<Request> requests_;
   std::vector<double> all_losses_;
   double wait_seconds_ = 0;
+  int next_m_ = 0;  // the local micro-batch add() expects next (0 also starts a new sum)
 };
 
 }  // namespace dtrain::parallel

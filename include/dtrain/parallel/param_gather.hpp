@@ -6,6 +6,7 @@
 // gather of `next` starts without waiting, so it travels while this unit computes.
 // release(unit) discards the other ranks' pieces again once no pass holds the unit.
 #include <cstddef>
+#include <memory>
 #include <vector>
 
 #include "dtrain/comm/communicator.hpp"
@@ -58,6 +59,27 @@ class DTRAIN_API ParamGather {
   std::size_t held_numel_ = 0;   // owned pieces plus the gathered units' other pieces
   std::size_t peak_numel_ = 0;
   double wait_seconds_ = 0;
+};
+
+// A ParamGather whose units are sync's buckets and whose pieces are the gradient pieces sync
+// owns (its shard mode with one bucket per unit), so the optimiser updates parameters and
+// gradients in the same places.
+DTRAIN_API std::unique_ptr<ParamGather> gather_by_bucket(Communicator& dp, Device& dev,
+                                                         float* params, const GradientSync& sync);
+
+// Every unit gathered for the scope's lifetime (a checkpoint written or read whole, a model
+// without per-unit hooks); a no-op for null. Collective over dp.
+class DTRAIN_API HeldParameters {
+ public:
+  explicit HeldParameters(ParamGather* gather) : gather_(gather) {
+    if (gather_) gather_->acquire_all();
+  }
+  ~HeldParameters();
+  HeldParameters(const HeldParameters&) = delete;
+  HeldParameters& operator=(const HeldParameters&) = delete;
+
+ private:
+  ParamGather* gather_;
 };
 
 }  // namespace dtrain::parallel
