@@ -1,0 +1,250 @@
+// The Trainer's construction: layout, device, data, model, the gradient reduction and ZeRO
+// partition the optimiser is built on, and which gradients count toward the global norm.
+#include <algorithm>
+#include <thread>
+
+#include "dtrain/core/env.hpp"
+#include "dtrain/parallel/pipeline_partition.hpp"
+#include "train/trainer_state.hpp"
+
+namespace dtrain::train {
+
+namespace {
+
+GridShape grid_shape(const TrainConfig& cfg) {
+  GridShape g;
+  g.tp = cfg.tp;
+  g.pp = cfg.pp;
+  g.dp = cfg.dp;
+  return g;
+}
+
+GptConfig model_config(const TrainConfig& cfg) {
+  GptConfig m;
+  m.layers = cfg.layers;
+  m.heads = cfg.heads;
+  m.d_model = cfg.d_model;
+  m.seq_len = cfg.seq_len;
+  m.vocab = cfg.vocab;
+  m.tie_embeddings = cfg.tie_embeddings;
+  m.validate();
+  return m;
+}
+
+const TrainConfig& validated(const TrainConfig& cfg, int world_size) {
+  cfg.validate(world_size);
+  return cfg;
+}
+
+// Kernel/BLAS threads per rank: DTRAIN_NUM_THREADS, else this node's cores shared evenly
+// among its ranks (two ranks on two cores must not both spawn two threads).
+Device& configured_device(const std::string& which, Communicator& world,
+                           bool deterministic) {
+  Device& dev = select_device(which);
+  int threads = env::params().num_threads;
+  if (deterministic) threads = 1;  // reductions inside kernels must not depend on threads
+  if (threads <= 0) {
+    const int cores = static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
+    threads = std::max(1, cores / std::max(1, world.local_size()));
+  }
+  dev.set_num_threads(threads);
+  // The trainer's collectives run on host buffers over MPI; device buffers need the NCCL
+  // data path (docs/cuda.md), which it does not use yet. Agreed by all ranks, so every rank
+  // refuses alike (one may have found a GPU where another did not).
+  int on_gpu = dev.kind() == DeviceKind::cpu ? 0 : 1;
+  world.all_reduce(&on_gpu, &on_gpu, 1, DType::i32, ReduceOp::max);
+  DTRAIN_CHECK(on_gpu == 0 || world.size() == 1, Errc::not_implemented,
+               "training on the GPU with more than one rank is not supported yet: the trainer's "
+               "collectives do not use the NCCL data path (use --device cpu, or one rank)");
+  return dev;
+}
+
+std::unique_ptr<TokenSource> open_source(const TrainConfig& cfg) {
+  auto src = cfg.data.empty() ? make_synthetic_corpus(cfg.seed)
+                              : open_token_file(cfg.data, cfg.seq_len, cfg.val_fraction, cfg.seed);
+  DTRAIN_CHECK(src->vocab_needed() <= cfg.vocab, Errc::invalid_config,
+               "--vocab " << cfg.vocab << " is too small for " << src->describe()
+                          << ", which needs at least " << src->vocab_needed());
+  return src;
+}
+
+optim::AdamWConfig adamw_config(const TrainConfig& cfg) {
+  optim::AdamWConfig a;
+  a.beta1 = static_cast<float>(cfg.beta1);
+  a.beta2 = static_cast<float>(cfg.beta2);
+  a.eps = static_cast<float>(cfg.eps);
+  a.weight_decay = static_cast<float>(cfg.weight_decay);
+  return a;
+}
+
+// This rank's pipeline stage: its layer chunks (chunk c = piece c*pp + stage), the
+// embedding / head at the ends, and as many activation slots as the schedule keeps in flight.
+std::vector<GptStage> model_chunks(const TrainConfig& cfg, const ProcessGrid& grid,
+                                   int world_size) {
+  if (cfg.pp == 1) return {GptStage{}};
+  const int V = cfg.virtual_stages, s = grid.pp_rank();
+  const auto split = parallel::partition_layers(
+      cfg.layers, cfg.pp * V, parallel::parse_pipeline_layers(cfg.pipeline_layers));
+  const std::vector<int> slots =
+      parallel::chunk_slots(parallel::parse_schedule_kind(cfg.schedule), cfg.pp, s,
+                            cfg.accum_steps(world_size), V);
+  std::vector<GptStage> chunks;
+  for (int c = 0; c < V; ++c) {
+    const parallel::LayerRange r = split[static_cast<std::size_t>(c * cfg.pp + s)];
+    chunks.push_back({r.first, r.count, grid.is_first_stage() && c == 0,
+                      grid.is_last_stage() && c == V - 1, slots[static_cast<std::size_t>(c)]});
+  }
+  return chunks;
+}
+
+BatchPlan batch_plan(const TrainConfig& cfg, const ProcessGrid& grid, int world_size) {
+  BatchPlan p;
+  p.micro_batch = cfg.micro_batch;
+  p.dp_size = grid.dp_size();
+  p.dp_rank = grid.dp_rank();
+  p.accum_steps = cfg.accum_steps(world_size);
+  return p;
+}
+
+}  // namespace
+
+Trainer::State::State(const TrainConfig& c, Communicator& w)
+    : cfg(validated(c, w.size())),
+      world(w),
+      grid(w, grid_shape(cfg)),
+      dev(configured_device(cfg.device, w, cfg.deterministic)),
+      source(open_source(cfg)),
+      // ZeRO 3 writes only the parameter pieces this rank keeps, once they are known.
+      model(model_config(cfg), dev, cfg.seed, cfg.micro_batch, model_chunks(cfg, grid, w.size()),
+            &grid.tp(), cfg.sequence_parallel,
+            cfg.zero == 3 ? GptModel::Weights::deferred : GptModel::Weights::init),
+      optimizer(dev, optimizer_segments(), model.parameters().numel(), adamw_config(cfg)),
+      loader(*source, batch_plan(cfg, grid, w.size()), cfg.seq_len),
+      tokens(sizeof(std::int32_t) * cfg.micro_batch * cfg.seq_len),
+      targets(sizeof(std::int32_t) * cfg.micro_batch * cfg.seq_len) {
+  schedule.lr = cfg.lr;
+  schedule.min_lr = cfg.min_lr;
+  schedule.warmup_steps = cfg.warmup_steps;
+  schedule.total_steps = std::max(1L, cfg.steps);
+  schedule.validate();
+  if (gather) model.init_weights(cfg.seed, &gather->owned());
+  if (sync || gather) {  // collectives in flight move on while a block computes
+    model.set_progress_hook([this] {
+      if (sync) sync->poll();
+      if (gather) gather->poll();
+    });
+  }
+  low = precision_format(cfg.precision);
+  scaler = make_loss_scaler(cfg);
+  if (low != DType::f32) {
+    // fp32 masters of this rank's segments; the arena (what every pass reads) gets them
+    // rounded, and ZeRO 1/2 share the rounded pieces.
+    optimizer.use_master_weights(model.parameters().params(), low);
+    share_updated_parameters();
+  }
+  if (w.rank() == 0 && !cfg.metrics.empty()) metrics.open(cfg.metrics);
+  micro_losses.resize(static_cast<std::size_t>(accum()));
+  if (grid.pp_size() > 1) {
+    pipeline = std::make_unique<parallel::PipelineExecutor>(
+        model, grid.pp(), parallel::parse_schedule_kind(cfg.schedule), accum(), cfg.micro_batch,
+        cfg.seq_len, cfg.virtual_stages);
+  }
+  losses.reserve(static_cast<std::size_t>(std::max(0L, cfg.steps)));  // no growth in the loop
+
+  // Held between steps: ZeRO 2 keeps only this rank's gradient pieces, ZeRO 3 also only its
+  // parameter pieces (docs/data-parallel.md: the transient units during a pass come on top).
+  const std::size_t n = model.parameters().numel();
+  const bool sharded_grads = cfg.zero >= 2;
+  const std::size_t owned = sync ? sync->owned_numel() : fixed_order->owned_numel();
+  memory.params = (gather ? gather->owned_numel() : n) * sizeof(float);
+  memory.grads = (sharded_grads ? owned : n) * sizeof(float) +
+                 (fixed_order ? fixed_order->bytes() : 0);
+  memory.optimizer = optimizer.state_bytes();
+  memory.activations = model.activation_bytes() + (pipeline ? pipeline->buffer_bytes() : 0);
+  memory_per_rank.resize(w.size());
+  std::uint64_t mine[4] = {memory.params, memory.grads, memory.optimizer, memory.activations};
+  std::vector<std::uint64_t> all(4 * static_cast<std::size_t>(w.size()));
+  w.all_gather(mine, all.data(), 4, DType::i64);
+  for (int r = 0; r < w.size(); ++r) {
+    memory_per_rank[r] = {all[4 * r], all[4 * r + 1], all[4 * r + 2], all[4 * r + 3]};
+  }
+  double peak = measure_peak_flops(dev);
+  w.all_reduce(&peak, &peak, 1, DType::f64, ReduceOp::avg);
+  peak_flops_per_rank = peak;
+  plan_norm_segments();
+}
+
+// Called while constructing `optimizer`: sets up the gradient reduction first, because under
+// ZeRO the optimiser updates only the pieces of the arena this rank owns.
+std::vector<optim::Segment> Trainer::State::optimizer_segments() {
+  ParameterStore& params = model.parameters();
+  Communicator& dp = grid.dp();
+  const BatchPlan plan = batch_plan(cfg, grid, world.size());
+  if (cfg.deterministic) {
+    // One unit, the whole arena; under ZeRO 3 the model's units, as parameters are gathered.
+    std::vector<parallel::Range> units{{0, params.numel()}};
+    if (cfg.zero == 3) {
+      units.clear();
+      for (const parallel::Bucket& b : parallel::plan_buckets(model.grad_ready_ranges(), 0))
+        units.push_back({b.first, b.last});
+    }
+    std::vector<std::vector<std::size_t>> counts;
+    for (std::size_t u = 0; u < units.size(); ++u)
+      counts.push_back(parallel::shard_piece_counts(units[u].second - units[u].first, dp.size(), u));
+    fixed_order = std::make_unique<parallel::FixedOrderSum>(dev, dp, units, counts, plan.accum_steps);
+    if (cfg.zero == 3) {
+      shard_parameters(std::make_unique<parallel::ParamGather>(dp, dev, params.params(), units, counts));
+    }
+    std::vector<bool> counted;
+    for (const ParamInfo& p : params) counted.push_back(counts_in_norm(p));
+    fixed_norm = std::make_unique<parallel::FixedOrderNorm>(dev, dp, params, std::move(counted));
+    whole_arena = {{0, params.numel()}};
+    if (cfg.zero == 0) return parallel::parameter_segments(params);
+    return parallel::owned_segments(params, fixed_order->owned());
+  }
+  const auto mode = cfg.zero >= 2   ? parallel::GradReduction::shard
+                   : cfg.zero == 1 ? parallel::GradReduction::reduce_scatter
+                                   : parallel::GradReduction::all_reduce;
+  // ZeRO 3 gathers parameters unit by unit: one bucket per unit, so the gradient pieces a
+  // rank owns are exactly its parameter pieces.
+  const std::size_t bucket_bytes =
+      cfg.zero == 3 ? 0 : static_cast<std::size_t>(cfg.bucket_mb * 1024 * 1024);
+  sync = std::make_unique<parallel::GradientSync>(dp, params.grads(), model.grad_ready_ranges(),
+                                                  bucket_bytes, mode, &dev);
+  parallel::GradientSync* s = sync.get();
+  model.set_grad_ready_hook([s](std::size_t first, std::size_t last) { s->ready(first, last); });
+  if (cfg.zero == 3) shard_parameters(parallel::gather_by_bucket(dp, dev, params.params(), *sync));
+  if (mode == parallel::GradReduction::all_reduce) return parallel::parameter_segments(params);
+  return parallel::owned_segments(params, sync->owned());
+}
+
+// ZeRO 3: keep only this rank's piece of every unit; the model's passes gather units as
+// they use them.
+void Trainer::State::shard_parameters(std::unique_ptr<parallel::ParamGather> g_owner) {
+  gather = std::move(g_owner);
+  parallel::ParamGather* g = gather.get();
+  model.set_param_use_hooks({[g](int unit, int next) { g->acquire(unit, next); },
+                             [g](int unit) { g->release(unit); }});
+}
+
+// Whether a parameter's gradient counts toward the global norm on this rank, when norms
+// are summed over TP and PP ranks: one replicated over the TP group counts on TP rank 0
+// only, and the last stage's copy of a tied wte not at all (the first stage counts it).
+bool Trainer::State::counts_in_norm(const ParamInfo& p) const {
+  const bool skip_wte = grid.pp_size() > 1 && grid.is_last_stage() && cfg.tie_embeddings;
+  return (p.tp_sharded || grid.tp_rank() == 0) && !(skip_wte && p.name == "wte");
+}
+
+// ZeRO 1-3: which owned optimiser segments count toward the global norm.
+void Trainer::State::plan_norm_segments() {
+  if (cfg.zero == 0 || cfg.deterministic) return;
+  for (const optim::Segment& seg : optimizer.segments()) {
+    bool counted = true;
+    for (const ParamInfo& p : model.parameters()) {
+      if (seg.offset >= p.offset && seg.offset < p.offset + p.numel) counted = counts_in_norm(p);
+    }
+    segment_in_norm.push_back(counted);
+  }
+}
+
+}  // namespace dtrain::train

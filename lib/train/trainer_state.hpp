@@ -1,0 +1,119 @@
+#pragma once
+// The Trainer's state (internal to lib/train): the layout, the model, the gradient
+// reduction in use, the optimiser, the data and the run's bookkeeping. Built in
+// trainer_setup.cpp; the per-step gradient paths live in trainer_gradients.cpp, the public
+// Trainer methods in trainer.cpp.
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "dtrain/ckpt/checkpoint.hpp"
+#include "dtrain/comm/process_grid.hpp"
+#include "dtrain/core/buffer.hpp"
+#include "dtrain/core/error.hpp"
+#include "dtrain/core/log.hpp"
+#include "dtrain/core/timer.hpp"
+#include "dtrain/device/device.hpp"
+#include "dtrain/nn/gpt.hpp"
+#include "dtrain/nn/tensor_parallel.hpp"
+#include "dtrain/optim/loss_scaler.hpp"
+#include "dtrain/optim/optimizer.hpp"
+#include "dtrain/optim/schedule.hpp"
+#include "dtrain/parallel/fixed_order_norm.hpp"
+#include "dtrain/parallel/fixed_order_sum.hpp"
+#include "dtrain/parallel/gradient_sync.hpp"
+#include "dtrain/parallel/param_gather.hpp"
+#include "dtrain/parallel/pipeline.hpp"
+#include "dtrain/parallel/zero.hpp"
+#include "dtrain/train/data.hpp"
+#include "dtrain/train/signals.hpp"
+#include "dtrain/train/trainer.hpp"
+#include "train/peak_flops.hpp"
+#include "train/precision.hpp"
+#include "train/progress.hpp"
+
+namespace dtrain::train {
+
+struct Trainer::State {
+  TrainConfig cfg;
+  Communicator& world;
+  ProcessGrid grid;
+  Device& dev;
+  std::unique_ptr<TokenSource> source;
+  GptModel model;
+  // Exactly one of these reduces gradients over the data-parallel group.
+  std::unique_ptr<parallel::GradientSync> sync;          // bucketed, overlapped (ZeRO 0-3)
+  std::unique_ptr<parallel::ParamGather> gather;         // ZeRO 3: parameters by unit
+  std::unique_ptr<parallel::FixedOrderSum> fixed_order;  // --deterministic
+  std::unique_ptr<parallel::FixedOrderNorm> fixed_norm;  // --deterministic
+  std::vector<parallel::Range> whole_arena;              // {[0, numel)}: made once
+  optim::AdamW optimizer;
+  optim::LrSchedule schedule;
+  // Mixed precision: the arena's 16-bit format (f32: plain fp32 training), and the fp16
+  // loss scaler (disabled otherwise). The fp32 masters live in the optimiser.
+  DType low = DType::f32;
+  optim::LossScaler scaler;
+  double last_loss_scale = 1;  // the scale the last step's backward was seeded with
+  BatchLoader loader;
+  std::unique_ptr<parallel::PipelineExecutor> pipeline;  // --pp > 1
+  // Bubble timers: this stage's busy time (pipeline step minus time blocked on messages) and
+  // the step's makespan (slowest stage), for the last step and summed over the steps after
+  // the first.
+  double busy_last = 0, span_last = 0, busy_sum = 0, span_sum = 0;
+  std::vector<double> stage_bubbles;                // per pipeline stage, for the log
+  AlignedBuffer tokens, targets;
+  MetricsWriter metrics;
+  MemoryUse memory;
+  std::vector<MemoryUse> memory_per_rank;
+  double peak_flops_per_rank = 0;
+  long step = 0;
+  double last_grad_norm = 0;
+  double last_lr = 0;
+  std::vector<double> losses;
+  std::vector<double> micro_losses;  // per local micro-batch (deterministic mode)
+  std::unique_ptr<ckpt::Checkpointer> checkpointer;  // made at the first save or load
+  long start_step = 0;
+  long last_saved_step = -1;
+  bool watch_stop = false;  // inside run(): poll for SIGTERM/SIGUSR1
+  bool stopped = false;     // all ranks agreed to stop
+
+  State(const TrainConfig& c, Communicator& w);
+  std::vector<optim::Segment> optimizer_segments();
+  void shard_parameters(std::unique_ptr<parallel::ParamGather> g);
+  double sync_gradients_bucketed();
+  double sync_gradients_fixed_order();
+  double sync_gradients_pipeline();
+  double sync_gradients_pipeline_fixed_order();
+  double run_pipeline(float dloss, const parallel::PipelineExecutor::BackwardDone& done);
+  // The backward seed of a micro-batch: its share of the mean, times the fp16 loss scale.
+  float seed(float share) const { return share * scaler.scale(); }
+  bool apply_overflow_check();
+  void log_pipeline_bubble(bool whole_run);
+  void reduce_tied_embedding();
+  double duplicate_wte_squares();
+  double gradient_norm();
+  std::vector<char> segment_in_norm;  // ZeRO 1-3: optimiser segment counts toward the norm
+  void plan_norm_segments();
+  bool counts_in_norm(const ParamInfo& p) const;
+  // --deterministic: whether every rank ends the reduction with the whole gradient (ZeRO 0,
+  // and pipelines, whose tied embedding copies are summed afterwards) or only its pieces.
+  bool fixed_order_whole() const { return cfg.zero == 0 || grid.pp_size() > 1; }
+  void clear_gradients(bool hand_back);
+  void finish_fixed_order_sum();
+  void share_updated_parameters();
+  double forward_micro(Split split, std::uint64_t first_sample);
+  double average_over_dp(double loss_sum, int n_micro);
+  ckpt::Checkpointer& checkpoints();
+  bool agree_stop();
+  int accum() const { return loader.plan().accum_steps; }
+  double comm_wait_seconds() const {
+    return (sync ? sync->wait_seconds() : 0) + (gather ? gather->wait_seconds() : 0) +
+           (fixed_order ? fixed_order->wait_seconds() : 0);
+  }
+  long tokens_per_step() const {
+    return static_cast<long>(loader.plan().global_batch()) * cfg.seq_len;
+  }
+};
+
+}  // namespace dtrain::train
