@@ -16,6 +16,9 @@ void GptConfig::validate() const {
   DTRAIN_CHECK(layers > 0, Errc::invalid_config, "layers must be positive, got " << layers);
   DTRAIN_CHECK(heads > 0, Errc::invalid_config, "heads must be positive, got " << heads);
   DTRAIN_CHECK(d_model > 0, Errc::invalid_config, "d-model must be positive, got " << d_model);
+  DTRAIN_CHECK(saved_activations == DType::f32 || saved_activations == DType::bf16 ||
+                   saved_activations == DType::f16,
+               Errc::invalid_config, "saved activations must be f32, bf16 or f16");
   DTRAIN_CHECK(d_model % heads == 0, Errc::invalid_config,
                "heads (" << heads << ") must divide d-model (" << d_model << ")");
   DTRAIN_CHECK(seq_len > 0, Errc::invalid_config, "seq-len must be positive, got " << seq_len);
@@ -54,6 +57,9 @@ struct GptModel::Block {
   float *ln1 = nullptr, *ln1_mean = nullptr, *ln1_rstd = nullptr, *qkv = nullptr,
         *atty = nullptr, *att = nullptr, *res2 = nullptr, *ln2 = nullptr, *ln2_mean = nullptr,
         *ln2_rstd = nullptr, *fch = nullptr, *fch_gelu = nullptr, *res3 = nullptr;
+  // 16-bit saved activations: rounded copies of att, fch and fch_gelu (uint16 values in
+  // float-sized places), which then point at the shared fp32 scratch
+  float *att16 = nullptr, *fch16 = nullptr, *fch_gelu16 = nullptr;
 };
 
 // The saved activations of one chunk for one micro-batch form a fixed layout, repeated once
@@ -155,6 +161,17 @@ void GptModel::acquire(int unit, int next) const {
 
 void GptModel::release(int unit) const {
   if (param_hooks_.release && unit >= 0) param_hooks_.release(unit);
+}
+
+void GptModel::keep_16bit(float* dst16, const float* src, std::int64_t n) const {
+  if (cfg_.saved_activations == DType::f32) return;
+  dev_->convert_to_16bit(reinterpret_cast<std::uint16_t*>(dst16), src, n, cfg_.saved_activations);
+}
+
+void GptModel::restore_16bit(float* dst, const float* src16, std::int64_t n) const {
+  if (cfg_.saved_activations == DType::f32) return;
+  dev_->convert_from_16bit(dst, reinterpret_cast<const std::uint16_t*>(src16), n,
+                           cfg_.saved_activations);
 }
 
 void GptModel::grads_ready(std::size_t index) const {
@@ -269,6 +286,14 @@ void GptModel::allocate_activations() {
   want(dfch_, N * Fl);
   want(dfch_gelu_, N * Fl);
   want(att_ws_, dev_->attention_workspace_floats(cfg_.seq_len));
+  const bool half = cfg_.saved_activations != DType::f32;
+  const std::size_t n_att = static_cast<std::size_t>(max_batch_) * H * T * T;
+  if (half) {
+    want(att_full_, n_att);
+    want(fch_full_, N * Fl);
+    want(fch_gelu_full_, N * Fl);
+  }
+  auto halves = [](std::size_t n) { return (n + 1) / 2; };  // 16-bit values, in floats
   if (sp_) {
     want(gather_, N * C);
     want(dres_full_, N * C);
@@ -302,13 +327,22 @@ void GptModel::allocate_activations() {
       keep(b.ln1_rstd, R);
       keep(b.qkv, N * 3 * Cl);
       keep(b.atty, N * Cl);
-      keep(b.att, static_cast<std::size_t>(max_batch_) * H * T * T);
+      if (half) {
+        keep(b.att16, halves(n_att));
+      } else {
+        keep(b.att, n_att);
+      }
       keep(b.res2, R * C);
       keep(b.ln2, R * C);
       keep(b.ln2_mean, R);
       keep(b.ln2_rstd, R);
-      keep(b.fch, N * Fl);
-      keep(b.fch_gelu, N * Fl);
+      if (half) {
+        keep(b.fch16, halves(N * Fl));
+        keep(b.fch_gelu16, halves(N * Fl));
+      } else {
+        keep(b.fch, N * Fl);
+        keep(b.fch_gelu, N * Fl);
+      }
       keep(b.res3, R * C);
     }
     if (chunks_[c].head) {
@@ -335,6 +369,13 @@ void GptModel::allocate_activations() {
   for (ChunkActivations& a : chunk_acts_) {
     a.base = base;
     base += a.stride * a.use.size();
+  }
+  if (half) {  // every block computes in the shared fp32 scratch
+    for (Block& b : blocks_) {
+      b.att = att_full_;
+      b.fch = fch_full_;
+      b.fch_gelu = fch_gelu_full_;
+    }
   }
   ce_.scratch = ce_scratch_;
   host_losses_.resize(N);
@@ -495,6 +536,8 @@ float GptModel::forward_stage(const std::int32_t* tokens, const std::int32_t* ta
   }
 
   const float* residual = encoded_;
+  const std::int64_t n_att = static_cast<std::int64_t>(B) * heads_local_ * T * T;
+  const std::int64_t n_hidden = static_cast<std::int64_t>(N) * hidden_local_;
   for (int l = l0; l < l1; ++l) {
     Block& b = blocks_[l];
     acquire(block_unit(l), l + 1 < l1 ? block_unit(l + 1) : (head ? head_unit() : -1));
@@ -503,6 +546,7 @@ float GptModel::forward_stage(const std::int32_t* tokens, const std::int32_t* ta
     b.c_attn.forward(d, b.qkv, enter_region_fwd(b.ln1, R), N);
     progress();
     d.attention_forward(b.atty, b.att, b.qkv, B, T, C_local_, heads_local_);
+    keep_16bit(b.att16, b.att, n_att);
     progress();
     b.attn_proj.forward(d, proj_, b.atty, N);
     d.residual_forward(b.res2, residual, leave_region_fwd(proj_, b.res2, N, R), RC);
@@ -511,6 +555,8 @@ float GptModel::forward_stage(const std::int32_t* tokens, const std::int32_t* ta
     b.c_fc.forward(d, b.fch, enter_region_fwd(b.ln2, R), N);
     progress();
     d.gelu_forward(b.fch_gelu, b.fch, static_cast<std::int64_t>(N) * hidden_local_);
+    keep_16bit(b.fch16, b.fch, n_hidden);
+    keep_16bit(b.fch_gelu16, b.fch_gelu, n_hidden);
     b.mlp_proj.forward(d, proj_, b.fch_gelu, N);
     d.residual_forward(b.res3, b.res2, leave_region_fwd(proj_, b.res3, N, R), RC);
     release(block_unit(l));
@@ -588,12 +634,15 @@ void GptModel::backward_stage(float dloss, const float* doutput, int chunk, int 
     d.copy_floats(dres_, doutput, static_cast<std::int64_t>(R) * C);
   }
   if (head) grads_ready(0);
+  const std::int64_t n_att = static_cast<std::int64_t>(B) * heads_local_ * T * T;
 
   for (int l = l1 - 1; l >= l0; --l) {
     Block& b = blocks_[l];
     const float* res_in = l == l0 ? encoded_ : blocks_[l - 1].res3;
     acquire(block_unit(l), l > l0 ? block_unit(l - 1) : -1);  // the embedding backward needs no weights
     // MLP: res3 = res2 + c_proj(gelu(c_fc(ln_2(res2))))
+    restore_16bit(b.fch_gelu, b.fch_gelu16, NF);
+    restore_16bit(b.fch, b.fch16, NF);
     zero(dfch_gelu_, NF);
     b.mlp_proj.backward(d, dfch_gelu_, leave_region_bwd(dres_, R), b.fch_gelu, N);
     progress();
@@ -609,6 +658,7 @@ void GptModel::backward_stage(float dloss, const float* doutput, int chunk, int 
     b.attn_proj.backward(d, datty_, leave_region_bwd(dres_, R), b.atty, N);
     progress();
     zero(dqkv_, 3 * NCl);
+    restore_16bit(b.att, b.att16, n_att);
     d.attention_backward(dqkv_, att_ws_, datty_, b.qkv, b.att, B, T, C_local_, heads_local_);
     progress();
     zero(dln_, NC);

@@ -27,6 +27,7 @@ GptConfig model_config(const TrainConfig& cfg) {
   m.seq_len = cfg.seq_len;
   m.vocab = cfg.vocab;
   m.tie_embeddings = cfg.tie_embeddings;
+  m.saved_activations = precision_format(cfg.precision);  // mixed precision keeps them 16-bit
   m.validate();
   return m;
 }

@@ -4,6 +4,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstdio>
 #include <cstring>
 #include <string>
 #include <vector>
@@ -394,4 +395,47 @@ TEST(Device, SelectDevice) {
   EXPECT_EQ(x.numel(), 6);
   EXPECT_EQ(x.bytes(), 24u);
   EXPECT_THROW(Tensor(t, {1, 2, 3, 4, 5}), Error);
+}
+
+TEST(GptModel, SixteenBitSavedActivationsHalveTheirBytesAndKeepGradientsClose) {
+  // bf16 saved activations: every block keeps its attention probabilities and MLP hidden
+  // layers (before and after GELU) in half the bytes, plus one fp32 copy shared by all
+  // blocks. Forward computes in fp32 as before (the same loss bits); backward reads the
+  // rounded values, so the gradients differ a little, within bf16's precision.
+  GptConfig cfg;
+  cfg.layers = 4;
+  cfg.heads = 2;
+  cfg.d_model = 32;
+  cfg.seq_len = 16;
+  cfg.vocab = 100;
+  const int B = 3, T = 16, L = cfg.layers;
+  auto tok = tokens_for(B * T, cfg.vocab, 1), tgt = tokens_for(B * T, cfg.vocab, 2);
+  GptModel full(cfg, cpu_device(), 5, B);
+  cfg.saved_activations = DType::bf16;
+  GptModel half(cfg, cpu_device(), 5, B);
+
+  const double per_block = 4.0 * (B * cfg.heads * T * T + 2.0 * B * T * 4 * cfg.d_model);
+  const double saved = per_block / 2 * L - per_block;  // halved per block, one fp32 copy
+  const double got = static_cast<double>(full.activation_bytes()) -
+                     static_cast<double>(half.activation_bytes());
+  EXPECT_NEAR(got, saved, 64.0 * 3 * L) << "64-byte rounding per kept tensor at most";
+
+  EXPECT_EQ(float_bits(full.forward(tok.data(), tgt.data(), B, T)),
+            float_bits(half.forward(tok.data(), tgt.data(), B, T)));
+  full.parameters().zero_grads();
+  half.parameters().zero_grads();
+  full.backward(1.0f);
+  half.backward(1.0f);
+  const ParameterStore& a = full.parameters();
+  const ParameterStore& b = half.parameters();
+  double scale = 0, diff = 0;
+  for (std::size_t i = 0; i < a.numel(); ++i) {
+    scale = std::max(scale, static_cast<double>(std::fabs(a.grads()[i])));
+    diff = std::max(diff, static_cast<double>(std::fabs(a.grads()[i] - b.grads()[i])));
+  }
+  EXPECT_GT(diff, 0.0) << "backward did not read the rounded activations";
+  EXPECT_LT(diff, 2e-2 * scale);
+  std::printf("bf16 saved activations: %zu of %zu bytes; largest gradient difference %.3g of "
+              "the largest gradient\n", half.activation_bytes(), full.activation_bytes(),
+              diff / scale);
 }

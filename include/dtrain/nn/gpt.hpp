@@ -10,6 +10,7 @@
 #include <utility>
 #include <vector>
 
+#include "dtrain/core/dtype.hpp"
 #include "dtrain/device/device.hpp"
 #include "dtrain/export.hpp"
 #include "dtrain/nn/layers.hpp"
@@ -25,6 +26,10 @@ struct DTRAIN_API GptConfig {
   int seq_len = 256;
   int vocab = 256;
   bool tie_embeddings = true;
+  // How backward's largest saved activations are kept (attention probabilities, the MLP's
+  // hidden layer before and after GELU): f32, or bf16/f16 (half the bytes; the forward still
+  // computes them in fp32, and backward reads the rounded values). Mixed precision sets it.
+  DType saved_activations = DType::f32;
 
   // Throws Error(Errc::invalid_config) with a message naming the command-line option.
   void validate() const;
@@ -207,6 +212,10 @@ class DTRAIN_API GptModel {
   void acquire(int unit, int next) const;
   void release(int unit) const;
   void progress() const { if (progress_hook_) progress_hook_(); }
+  // GptConfig::saved_activations in 16 bits: keep the rounded copy of a block's fp32 values /
+  // read it back into the fp32 scratch for backward (no-ops for f32).
+  void keep_16bit(float* dst16, const float* src, std::int64_t n) const;
+  void restore_16bit(float* dst, const float* src16, std::int64_t n) const;
 
   GptConfig cfg_;
   GptStage stage_;                  // summary of chunks_
@@ -241,6 +250,9 @@ class DTRAIN_API GptModel {
   float *encoded_ = nullptr, *proj_ = nullptr, *lnf_ = nullptr, *lnf_mean_ = nullptr,
         *lnf_rstd_ = nullptr, *logits_ = nullptr, *lse_ = nullptr, *losses_ = nullptr,
         *dlosses_ = nullptr;
+  // 16-bit saved activations (GptConfig::saved_activations): the fp32 values of one block
+  // live here while it computes, each block keeps the rounded copies (Block::*16)
+  float *att_full_ = nullptr, *fch_full_ = nullptr, *fch_gelu_full_ = nullptr;
   // gradient scratch shared by all layers
   float *dres_ = nullptr, *dln_ = nullptr, *dqkv_ = nullptr, *datty_ = nullptr, *dfch_ = nullptr,
         *dfch_gelu_ = nullptr, *att_ws_ = nullptr, *ce_scratch_ = nullptr;
