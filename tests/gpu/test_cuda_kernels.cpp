@@ -140,7 +140,8 @@ TEST_F(CudaKernels, EmbeddingOfAVocabularyShard) {
   EXPECT_EQ(d_out.host(), out) << "embedding_forward copies rows exactly";
   cpu.embedding_backward(dwte.data(), dout.data(), tokens.data(), N, C, start, rows);
   gpu.embedding_backward(d_dwte.get(), d_dout.get(), d_tok.get(), N, C, start, rows);
-  expect_close(d_dwte.host(), dwte, kFp32Bound, "embedding_backward");
+  // Each row adds its positions in increasing order on both devices: the same bits.
+  EXPECT_EQ(d_dwte.host(), dwte) << "embedding_backward sums in the CPU's order";
 }
 
 TEST_F(CudaKernels, PositionalEmbedding) {

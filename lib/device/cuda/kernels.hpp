@@ -41,9 +41,11 @@ void any_nonfinite(cudaStream_t s, int* flag, const float* x, std::int64_t n);
 // ---- kernels_embedding.cu --------------------------------------------------------
 void embedding_forward(cudaStream_t s, float* out, const std::int32_t* tokens, const float* wte,
                        int N, int C, int vocab_start, int vocab_rows);
+// Deterministic: positions are sorted by token and each row adds its positions in order.
+std::size_t embedding_backward_workspace_bytes(int N);
 void embedding_backward(cudaStream_t s, float* dwte, const float* dout,
                         const std::int32_t* tokens, int N, int C, int vocab_start,
-                        int vocab_rows);
+                        int vocab_rows, void* workspace);
 void positional_forward(cudaStream_t s, float* out, const float* wpe, int B, int T, int C);
 void positional_backward(cudaStream_t s, float* dwpe, const float* dout, int B, int T, int C);
 

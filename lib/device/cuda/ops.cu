@@ -15,7 +15,9 @@ void CudaDevice::embedding_forward(float* out, const std::int32_t* tokens, const
 void CudaDevice::embedding_backward(float* dwte, const float* dout, const std::int32_t* tokens,
                                     int N, int C, int vocab_start, int vocab_rows) {
   activate();
-  cuda::embedding_backward(stream_, dwte, dout, tokens, N, C, vocab_start, vocab_rows);
+  const std::size_t bytes = cuda::embedding_backward_workspace_bytes(N);
+  cuda::embedding_backward(stream_, dwte, dout, tokens, N, C, vocab_start, vocab_rows,
+                           scratch((bytes + sizeof(float) - 1) / sizeof(float)));
 }
 void CudaDevice::positional_forward(float* out, const float* wpe, int B, int T, int C) {
   activate();
