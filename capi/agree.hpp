@@ -1,11 +1,14 @@
 #pragma once
 // Failing alike on every rank of a collective call: when one rank's check fails, the others
 // must not be left waiting in the call's collectives. The ranks agree on the outcome first,
-// and every rank fails with the same code and message.
-#include <functional>
+// and every rank fails with the same code and message. Templates, so that the checks of a
+// per-step call (dt_gpt_forward_backward) cost no allocation.
+#include <climits>
+#include <new>
 #include <string>
 
 #include "dtrain/comm/communicator.hpp"
+#include "dtrain/core/error.hpp"
 #include "guard.hpp"
 
 namespace dtrain::capi {
@@ -16,7 +19,21 @@ struct Outcome {
 };
 
 // What running body ended in: success, or the code and message its exception maps to.
-Outcome capture(const std::function<void()>& body);
+template <class F>
+Outcome capture(F&& body) {
+  try {
+    body();
+    return {};
+  } catch (const CError& e) {
+    return {e.code(), e.what()};
+  } catch (const Error& e) {
+    return {static_cast<int>(e.code()), e.what()};
+  } catch (const std::bad_alloc&) {
+    return {DT_ERR_OUT_OF_MEMORY, "out of memory"};
+  } catch (const std::exception& e) {  // never leave the other ranks waiting
+    return {DT_ERR_INTERNAL, std::string("internal error: ") + e.what()};
+  }
+}
 
 // Collective over comm: when rank `from`'s outcome is a failure, every rank fails with it
 // (prefix, if any, goes before the message).
@@ -24,11 +41,26 @@ void share_failure(Communicator& comm, const Outcome& mine, int from, const std:
 
 // body runs on comm's rank 0 only (e.g. a file check read once); every rank fails alike
 // when it throws.
-void on_root_for_all(Communicator& comm, const std::function<void()>& body);
+template <class F>
+void on_root_for_all(Communicator& comm, F&& body) {
+  const Outcome o = comm.rank() == 0 ? capture(body) : Outcome{};
+  share_failure(comm, o, 0, "");
+}
 
 // A call's argument checks, run by every rank on its own arguments. When the call is
 // collective, the ranks agree before any communication: all fail with the lowest failing
 // rank's code and message ("rank r: ..."). Otherwise the checks simply run.
-void agreed_checks(Communicator& comm, bool collective, const std::function<void()>& checks);
+template <class F>
+void agreed_checks(Communicator& comm, bool collective, F&& checks) {
+  if (!collective || comm.size() == 1) {
+    checks();
+    return;
+  }
+  const Outcome o = capture(checks);
+  int first = o.code == DT_SUCCESS ? INT_MAX : comm.rank();
+  comm.all_reduce(&first, &first, 1, DType::i32, ReduceOp::min);
+  if (first == INT_MAX) return;
+  share_failure(comm, o, first, "rank " + std::to_string(first) + ": ");
+}
 
 }  // namespace dtrain::capi

@@ -78,13 +78,8 @@ void need_mlp_inputs(dt_model_s& m, const float* x, const int32_t* labels, bool 
   agreed_checks(m.engine->dp(), collective, [&] {
     need_ptr(x, "x");
     need(batch >= 1 && batch <= mlp.max_batch(), "batch must be in [1, max_batch]");
-    if (!with_labels) return;
-    need_ptr(labels, "labels");
-    const int classes = mlp.config().sizes.back();
-    for (int i = 0; i < batch; ++i)
-      if (labels[i] < 0 || labels[i] >= classes)
-        fail(DT_ERR_INVALID_ARGUMENT, "labels[" + std::to_string(i) + "] = " +
-                                          std::to_string(labels[i]) + " is outside [0, classes)");
+    if (with_labels) need_ptr(labels, "labels");
+    mlp.check_inputs(with_labels ? labels : nullptr, batch);
   });
 }
 

@@ -71,7 +71,7 @@ MlpModel::MlpModel(const MlpConfig& cfg, Device& dev, std::uint64_t seed, int ma
 
 MlpModel::~MlpModel() = default;
 
-float MlpModel::forward(const float* x, const std::int32_t* labels, int B) {
+void MlpModel::check_inputs(const std::int32_t* labels, int B) const {
   DTRAIN_CHECK(B > 0 && B <= max_batch_, Errc::invalid_argument,
                "batch " << B << " outside [1, " << max_batch_ << "]");
   const int classes = cfg_.sizes.back();
@@ -80,6 +80,11 @@ float MlpModel::forward(const float* x, const std::int32_t* labels, int B) {
       DTRAIN_CHECK(labels[i] >= 0 && labels[i] < classes, Errc::invalid_argument,
                    "label " << labels[i] << " of sample " << i << " outside [0, " << classes
                             << ")");
+}
+
+float MlpModel::forward(const float* x, const std::int32_t* labels, int B) {
+  check_inputs(labels, B);
+  const int classes = cfg_.sizes.back();
   Device& d = *dev_;
   d.copy(acts_[0], x, sizeof(float) * static_cast<std::size_t>(B) * cfg_.sizes[0],
          CopyKind::host_to_device);

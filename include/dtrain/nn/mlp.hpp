@@ -33,6 +33,9 @@ class DTRAIN_API MlpModel {
   // x: host [B, in] floats; labels: host [B] int32 in [0, classes) or null (inference).
   // Returns the mean cross-entropy over B (0 without labels).
   float forward(const float* x, const std::int32_t* labels, int B);
+  // forward()'s argument checks on their own (batch size, labels in range; labels may be
+  // null): Error(Errc::invalid_argument). For callers that must agree on them first.
+  void check_inputs(const std::int32_t* labels, int B) const;
   // Accumulates (+=) d(objective)/d(params) given dloss = d(objective)/d(mean loss).
   void backward(float dloss);
   // Logits of the last forward, device memory [B, classes]; valid until backward().
