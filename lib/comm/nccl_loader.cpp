@@ -2,17 +2,25 @@
 // once per process for lib/device and this file alike (core/cuda_plugin_handle.hpp).
 #include "comm/nccl_loader.hpp"
 
+#include <mutex>
+
 #include "comm/comm_state.hpp"
 #include "comm/watchdog.hpp"
 #include "core/cuda_plugin_handle.hpp"
+#include "device/plugin.hpp"
 #include "dtrain/core/env.hpp"
 #include "dtrain/core/error.hpp"
 
 namespace dtrain::comm {
 namespace {
 
+// ---- the plugin's transports ----------------------------------------------------------------
+
 struct CommPlugin {
   dtrain_cuda_make_comm_backend_fn make = nullptr;
+  dtrain_cuda_pointer_on_device_fn on_device = nullptr;
+  dtrain_cuda_comm_has_nccl_fn has_nccl = nullptr;
+  dtrain_cuda_device_count_fn device_count = nullptr;
   std::string reason;  // why make is null
 };
 
@@ -26,7 +34,12 @@ CommPlugin load_plugin() {
   auto abi = reinterpret_cast<dtrain_cuda_comm_abi_fn>(plugin.symbol(DTRAIN_CUDA_SYM_COMM_ABI));
   auto make = reinterpret_cast<dtrain_cuda_make_comm_backend_fn>(
       plugin.symbol(DTRAIN_CUDA_SYM_MAKE_COMM));
-  if (!abi || !make) {
+  auto on_device = reinterpret_cast<dtrain_cuda_pointer_on_device_fn>(
+      plugin.symbol(DTRAIN_CUDA_SYM_ON_DEVICE));
+  auto has_nccl =
+      reinterpret_cast<dtrain_cuda_comm_has_nccl_fn>(plugin.symbol(DTRAIN_CUDA_SYM_HAS_NCCL));
+  auto count = reinterpret_cast<dtrain_cuda_device_count_fn>(plugin.symbol(DTRAIN_CUDA_SYM_COUNT));
+  if (!abi || !make || !on_device || !has_nccl || !count) {
     p.reason = std::string(kCudaPluginName) + " has no device-buffer communication entry points";
     return p;
   }
@@ -36,6 +49,9 @@ CommPlugin load_plugin() {
     return p;
   }
   p.make = make;
+  p.on_device = on_device;
+  p.has_nccl = has_nccl;
+  p.device_count = count;
   return p;
 }
 
@@ -44,126 +60,12 @@ const CommPlugin& plugin() {
   return p;
 }
 
-}  // namespace
-
-const char* device_transport_name(DeviceTransport t) noexcept {
-  switch (t) {
-    case DeviceTransport::nccl: return "nccl";
-    case DeviceTransport::mpi_staged: return "mpi_staged";
-  }
-  return "unknown";
-}
-
-namespace {
-
-class RequestAdapter final : public RequestImpl {
+class PluginTransports final : public DeviceTransports {
  public:
-  explicit RequestAdapter(DeviceRequestPtr impl) : impl_(std::move(impl)) {}
-  void wait() override { impl_->wait(); }
-  bool test() override { return impl_->test(); }
-
- private:
-  DeviceRequestPtr impl_;
-};
-
-RequestPtr adapt(DeviceRequestPtr r) { return std::make_unique<RequestAdapter>(std::move(r)); }
-
-// A Backend whose membership comes from the host backend and whose data moves through the
-// plugin's DeviceBackend.
-class DeviceBackendAdapter final : public Backend {
- public:
-  DeviceBackendAdapter(std::unique_ptr<Backend> host, DeviceTransport t)
-      : host_(std::move(host)), transport_(t), impl_(create(*host_, t)) {}
-
-  BackendKind kind() const override { return impl_->kind(); }
-  int rank() const override { return host_->rank(); }
-  int size() const override { return host_->size(); }
-  int local_rank() const override { return host_->local_rank(); }
-  int local_size() const override { return host_->local_size(); }
-  const std::vector<int>& world_ranks() const override { return host_->world_ranks(); }
-  int fortran_handle() const override { return host_->fortran_handle(); }
-
-  std::unique_ptr<Backend> split(int color, int key) const override {
-    std::unique_ptr<Backend> sub = host_->split(color, key);
-    if (!sub) return nullptr;
-    return std::make_unique<DeviceBackendAdapter>(std::move(sub), transport_);
+  bool on_device(const void* p) const override {
+    return plugin().on_device && plugin().on_device(p) != 0;
   }
-  std::unique_ptr<Backend> dup() const override {
-    return std::make_unique<DeviceBackendAdapter>(host_->dup(), transport_);
-  }
-
-  void all_reduce(const void* send, void* recv, std::size_t count, DType type, ReduceOp op,
-                  void* stream) override {
-    impl_->all_reduce(send, recv, count, type, op, stream);
-  }
-  void reduce_scatter(const void* send, void* recv, std::size_t recv_count, DType type,
-                      ReduceOp op, void* stream) override {
-    impl_->reduce_scatter(send, recv, recv_count, type, op, stream);
-  }
-  void reduce_scatter_v(const void* send, void* recv, const std::size_t* recv_counts, DType type,
-                        ReduceOp op, void* stream) override {
-    impl_->reduce_scatter_v(send, recv, recv_counts, type, op, stream);
-  }
-  void all_gather(const void* send, void* recv, std::size_t send_count, DType type,
-                  void* stream) override {
-    impl_->all_gather(send, recv, send_count, type, stream);
-  }
-  void all_gather_v(const void* send, void* recv, const std::size_t* recv_counts, DType type,
-                    void* stream) override {
-    impl_->all_gather_v(send, recv, recv_counts, type, stream);
-  }
-  void broadcast(const void* send, void* recv, std::size_t count, DType type, int root,
-                 void* stream) override {
-    impl_->broadcast(send, recv, count, type, root, stream);
-  }
-  void reduce(const void* send, void* recv, std::size_t count, DType type, ReduceOp op, int root,
-              void* stream) override {
-    impl_->reduce(send, recv, count, type, op, root, stream);
-  }
-  void send(const void* buf, std::size_t count, DType type, int peer, int tag,
-            void* stream) override {
-    impl_->send(buf, count, type, peer, tag, stream);
-  }
-  void recv(void* buf, std::size_t count, DType type, int peer, int tag, void* stream) override {
-    impl_->recv(buf, count, type, peer, tag, stream);
-  }
-  void barrier(void* stream) override { impl_->barrier(stream); }
-
-  RequestPtr iall_reduce(const void* send, void* recv, std::size_t count, DType type, ReduceOp op,
-                         void* stream) override {
-    return adapt(impl_->iall_reduce(send, recv, count, type, op, stream));
-  }
-  RequestPtr ireduce_scatter(const void* send, void* recv, std::size_t recv_count, DType type,
-                             ReduceOp op, void* stream) override {
-    return adapt(impl_->ireduce_scatter(send, recv, recv_count, type, op, stream));
-  }
-  RequestPtr ireduce_scatter_v(const void* send, void* recv, const std::size_t* recv_counts,
-                               DType type, ReduceOp op, void* stream) override {
-    return adapt(impl_->ireduce_scatter_v(send, recv, recv_counts, type, op, stream));
-  }
-  RequestPtr iall_gather(const void* send, void* recv, std::size_t send_count, DType type,
-                         void* stream) override {
-    return adapt(impl_->iall_gather(send, recv, send_count, type, stream));
-  }
-  RequestPtr iall_gather_v(const void* send, void* recv, const std::size_t* recv_counts,
-                           DType type, void* stream) override {
-    return adapt(impl_->iall_gather_v(send, recv, recv_counts, type, stream));
-  }
-  RequestPtr ibroadcast(const void* send, void* recv, std::size_t count, DType type, int root,
-                        void* stream) override {
-    return adapt(impl_->ibroadcast(send, recv, count, type, root, stream));
-  }
-  RequestPtr isend(const void* buf, std::size_t count, DType type, int peer, int tag,
-                   void* stream) override {
-    return adapt(impl_->isend(buf, count, type, peer, tag, stream));
-  }
-  RequestPtr irecv(void* buf, std::size_t count, DType type, int peer, int tag,
-                   void* stream) override {
-    return adapt(impl_->irecv(buf, count, type, peer, tag, stream));
-  }
-
- private:
-  static std::unique_ptr<DeviceBackend> create(Backend& host, DeviceTransport t) {
+  std::unique_ptr<DeviceBackend> make(Backend& host, DeviceTransport t) const override {
     const CommPlugin& p = plugin();
     DTRAIN_CHECK(p.make != nullptr, Errc::unavailable,
                  "device-buffer communication (" << device_transport_name(t)
@@ -179,18 +81,228 @@ class DeviceBackendAdapter final : public Backend {
     }
     return std::unique_ptr<DeviceBackend>(made);
   }
+  bool nccl_usable(int ranks_on_node) const override {
+    const CommPlugin& p = plugin();
+    return p.make && p.has_nccl() == 1 && ranks_on_node <= p.device_count(nullptr, 0);
+  }
+};
 
-  std::unique_ptr<Backend> host_;  // declared first: impl_ borrows it and goes first
+std::mutex override_mutex;
+std::shared_ptr<const DeviceTransports> overridden;
+
+std::shared_ptr<const DeviceTransports> active_transports() {
+  std::lock_guard<std::mutex> lock(override_mutex);
+  if (overridden) return overridden;
+  static const auto from_plugin = std::make_shared<const PluginTransports>();
+  return from_plugin;
+}
+
+// ---- routing by buffer ------------------------------------------------------------------------
+
+class RequestAdapter final : public RequestImpl {
+ public:
+  explicit RequestAdapter(DeviceRequestPtr impl) : impl_(std::move(impl)) {}
+  void wait() override { impl_->wait(); }
+  bool test() override { return impl_->test(); }
+
+ private:
+  DeviceRequestPtr impl_;
+};
+
+RequestPtr adapt(DeviceRequestPtr r) { return std::make_unique<RequestAdapter>(std::move(r)); }
+
+// A Backend whose membership comes from the host backend and whose calls go, by their
+// buffers, to the host backend or to a device transport (design in nccl_loader.hpp).
+class RoutedBackend final : public Backend {
+ public:
+  RoutedBackend(std::unique_ptr<Backend> host, DeviceTransport t,
+                std::shared_ptr<const DeviceTransports> transports)
+      : host_(std::move(host)), transport_(t), transports_(std::move(transports)),
+        collectives_(transports_->make(*host_, t)),
+        staged_p2p_(t == DeviceTransport::nccl
+                        ? transports_->make(*host_, DeviceTransport::mpi_staged)
+                        : nullptr) {}
+
+  BackendKind kind() const override { return collectives_->kind(); }
+  int rank() const override { return host_->rank(); }
+  int size() const override { return host_->size(); }
+  int local_rank() const override { return host_->local_rank(); }
+  int local_size() const override { return host_->local_size(); }
+  const std::vector<int>& world_ranks() const override { return host_->world_ranks(); }
+  int fortran_handle() const override { return host_->fortran_handle(); }
+
+  std::unique_ptr<Backend> split(int color, int key) const override {
+    std::unique_ptr<Backend> sub = host_->split(color, key);
+    if (!sub) return nullptr;
+    return std::make_unique<RoutedBackend>(std::move(sub), transport_, transports_);
+  }
+  std::unique_ptr<Backend> dup() const override {
+    return std::make_unique<RoutedBackend>(host_->dup(), transport_, transports_);
+  }
+
+  void all_reduce(const void* send, void* recv, std::size_t count, DType type, ReduceOp op,
+                  void* stream) override {
+    if (on_device(send, count, recv, count))
+      return collectives_->all_reduce(send, recv, count, type, op, stream);
+    host_->all_reduce(send, recv, count, type, op, stream);
+  }
+  void reduce_scatter(const void* send, void* recv, std::size_t recv_count, DType type,
+                      ReduceOp op, void* stream) override {
+    if (on_device(send, recv_count, recv, recv_count))
+      return collectives_->reduce_scatter(send, recv, recv_count, type, op, stream);
+    host_->reduce_scatter(send, recv, recv_count, type, op, stream);
+  }
+  void reduce_scatter_v(const void* send, void* recv, const std::size_t* recv_counts, DType type,
+                        ReduceOp op, void* stream) override {
+    if (on_device(send, sum(recv_counts), recv, recv_counts[rank()]))
+      return collectives_->reduce_scatter_v(send, recv, recv_counts, type, op, stream);
+    host_->reduce_scatter_v(send, recv, recv_counts, type, op, stream);
+  }
+  void all_gather(const void* send, void* recv, std::size_t send_count, DType type,
+                  void* stream) override {
+    if (on_device(send, send_count, recv, send_count))
+      return collectives_->all_gather(send, recv, send_count, type, stream);
+    host_->all_gather(send, recv, send_count, type, stream);
+  }
+  void all_gather_v(const void* send, void* recv, const std::size_t* recv_counts, DType type,
+                    void* stream) override {
+    if (on_device(send, recv_counts[rank()], recv, sum(recv_counts)))
+      return collectives_->all_gather_v(send, recv, recv_counts, type, stream);
+    host_->all_gather_v(send, recv, recv_counts, type, stream);
+  }
+  void broadcast(const void* send, void* recv, std::size_t count, DType type, int root,
+                 void* stream) override {
+    if (on_device(send, count, recv, count))
+      return collectives_->broadcast(send, recv, count, type, root, stream);
+    host_->broadcast(send, recv, count, type, root, stream);
+  }
+  void reduce(const void* send, void* recv, std::size_t count, DType type, ReduceOp op, int root,
+              void* stream) override {
+    if (on_device(send, count, recv, count))
+      return collectives_->reduce(send, recv, count, type, op, root, stream);
+    host_->reduce(send, recv, count, type, op, root, stream);
+  }
+  void send(const void* buf, std::size_t count, DType type, int peer, int tag,
+            void* stream) override {
+    if (on_device(buf, count, nullptr, 0)) return p2p().send(buf, count, type, peer, tag, stream);
+    host_->send(buf, count, type, peer, tag, stream);
+  }
+  void recv(void* buf, std::size_t count, DType type, int peer, int tag, void* stream) override {
+    if (on_device(buf, count, nullptr, 0)) return p2p().recv(buf, count, type, peer, tag, stream);
+    host_->recv(buf, count, type, peer, tag, stream);
+  }
+  void barrier(void* stream) override { collectives_->barrier(stream); }
+
+  RequestPtr iall_reduce(const void* send, void* recv, std::size_t count, DType type, ReduceOp op,
+                         void* stream) override {
+    if (on_device(send, count, recv, count))
+      return adapt(collectives_->iall_reduce(send, recv, count, type, op, stream));
+    return host_->iall_reduce(send, recv, count, type, op, stream);
+  }
+  RequestPtr ireduce_scatter(const void* send, void* recv, std::size_t recv_count, DType type,
+                             ReduceOp op, void* stream) override {
+    if (on_device(send, recv_count, recv, recv_count))
+      return adapt(collectives_->ireduce_scatter(send, recv, recv_count, type, op, stream));
+    return host_->ireduce_scatter(send, recv, recv_count, type, op, stream);
+  }
+  RequestPtr ireduce_scatter_v(const void* send, void* recv, const std::size_t* recv_counts,
+                               DType type, ReduceOp op, void* stream) override {
+    if (on_device(send, sum(recv_counts), recv, recv_counts[rank()]))
+      return adapt(collectives_->ireduce_scatter_v(send, recv, recv_counts, type, op, stream));
+    return host_->ireduce_scatter_v(send, recv, recv_counts, type, op, stream);
+  }
+  RequestPtr iall_gather(const void* send, void* recv, std::size_t send_count, DType type,
+                         void* stream) override {
+    if (on_device(send, send_count, recv, send_count))
+      return adapt(collectives_->iall_gather(send, recv, send_count, type, stream));
+    return host_->iall_gather(send, recv, send_count, type, stream);
+  }
+  RequestPtr iall_gather_v(const void* send, void* recv, const std::size_t* recv_counts,
+                           DType type, void* stream) override {
+    if (on_device(send, recv_counts[rank()], recv, sum(recv_counts)))
+      return adapt(collectives_->iall_gather_v(send, recv, recv_counts, type, stream));
+    return host_->iall_gather_v(send, recv, recv_counts, type, stream);
+  }
+  RequestPtr ibroadcast(const void* send, void* recv, std::size_t count, DType type, int root,
+                        void* stream) override {
+    if (on_device(send, count, recv, count))
+      return adapt(collectives_->ibroadcast(send, recv, count, type, root, stream));
+    return host_->ibroadcast(send, recv, count, type, root, stream);
+  }
+  RequestPtr isend(const void* buf, std::size_t count, DType type, int peer, int tag,
+                   void* stream) override {
+    if (on_device(buf, count, nullptr, 0))
+      return adapt(p2p().isend(buf, count, type, peer, tag, stream));
+    return host_->isend(buf, count, type, peer, tag, stream);
+  }
+  RequestPtr irecv(void* buf, std::size_t count, DType type, int peer, int tag,
+                   void* stream) override {
+    if (on_device(buf, count, nullptr, 0))
+      return adapt(p2p().irecv(buf, count, type, peer, tag, stream));
+    return host_->irecv(buf, count, type, peer, tag, stream);
+  }
+
+ private:
+  // Where a call's buffers live. An empty side (a rooted call's unused buffer, a rank's
+  // zero-length share, which may point one past its allocation) has no say; a call mixing
+  // host and device buffers has no transport that could serve it.
+  bool on_device(const void* a, std::size_t a_count, const void* b, std::size_t b_count) const {
+    const int where_a = a && a_count ? (transports_->on_device(a) ? 1 : 0) : -1;
+    const int where_b = b && b_count ? (transports_->on_device(b) ? 1 : 0) : -1;
+    DTRAIN_CHECK(where_a < 0 || where_b < 0 || where_a == where_b, Errc::invalid_argument,
+                 "a collective was given one host and one device buffer; both must live on the "
+                 "same side");
+    return where_a == 1 || where_b == 1;
+  }
+  std::size_t sum(const std::size_t* counts) const {
+    std::size_t total = 0;
+    for (int r = 0; r < size(); ++r) total += counts[r];
+    return total;
+  }
+  DeviceBackend& p2p() { return staged_p2p_ ? *staged_p2p_ : *collectives_; }
+
+  std::unique_ptr<Backend> host_;  // declared first: the transports borrow it and go first
   DeviceTransport transport_;
-  std::unique_ptr<DeviceBackend> impl_;
+  std::shared_ptr<const DeviceTransports> transports_;
+  std::unique_ptr<DeviceBackend> collectives_;
+  std::unique_ptr<DeviceBackend> staged_p2p_;  // nccl only: tagged point-to-point over MPI
 };
 
 }  // namespace
 
+const char* device_transport_name(DeviceTransport t) noexcept {
+  switch (t) {
+    case DeviceTransport::nccl: return "nccl";
+    case DeviceTransport::mpi_staged: return "mpi_staged";
+  }
+  return "unknown";
+}
+
+void override_device_transports(std::shared_ptr<const DeviceTransports> t) {
+  std::lock_guard<std::mutex> lock(override_mutex);
+  overridden = std::move(t);
+}
+
+bool device_transports_overridden() {
+  std::lock_guard<std::mutex> lock(override_mutex);
+  return overridden != nullptr;
+}
+
+DeviceTransport choose_device_transport(Communicator& world) {
+  const std::string asked = env::get_string("DTRAIN_DEVICE_COMM", "auto");
+  DTRAIN_CHECK(asked == "auto" || asked == "nccl" || asked == "mpi_staged", Errc::invalid_config,
+               "DTRAIN_DEVICE_COMM must be auto, nccl or mpi_staged, got '" << asked << "'");
+  if (asked == "nccl") return DeviceTransport::nccl;
+  if (asked == "mpi_staged") return DeviceTransport::mpi_staged;
+  int usable = active_transports()->nccl_usable(world.local_size()) ? 1 : 0;
+  world.all_reduce(&usable, &usable, 1, DType::i32, ReduceOp::min);
+  return usable == 1 ? DeviceTransport::nccl : DeviceTransport::mpi_staged;
+}
+
 std::unique_ptr<Backend> make_device_backend(std::unique_ptr<Backend> host, DeviceTransport t) {
   DTRAIN_CHECK(host != nullptr, Errc::invalid_argument,
                "device-buffer communicator needs a host backend");
-  return std::make_unique<DeviceBackendAdapter>(std::move(host), t);
+  return std::make_unique<RoutedBackend>(std::move(host), t, active_transports());
 }
 
 Communicator device_communicator(const Communicator& host, DeviceTransport t,

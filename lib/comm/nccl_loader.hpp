@@ -13,6 +13,14 @@
 // Both keep the Communicator rules (communicator.hpp) with device pointers as buffers.
 // Blocking calls return when the result is in place; "i" calls return a Request.
 //
+// A device communicator routes every call by its buffers, as a CUDA-aware MPI would: host
+// buffers (a loss, a norm, a flag) go to the host backend, device buffers to the transport,
+// and one call mixing both is refused (Errc::invalid_argument). A side with no elements on
+// this rank has no say, so a rank with an empty share takes the same route as the others.
+// Under nccl, point-to-point calls go through an mpi_staged transport: NCCL has no tags and
+// runs sends and receives in posting order on one stream, where MPI matches them by tag (a
+// pipeline's schedule and the deterministic gradient exchange rely on that).
+//
 // The plugin implements DeviceBackend below, not comm::Backend: Backend may gain out-of-line
 // members whose symbols libdtrain.so keeps hidden, while this interface is header-only, so
 // the plugin never needs a hidden symbol. A core-side adapter turns it into a Backend.
@@ -26,7 +34,30 @@
 namespace dtrain::comm {
 
 enum class DeviceTransport : int { nccl = 0, mpi_staged = 1 };
+class DeviceBackend;  // the plugin's side, below
 const char* device_transport_name(DeviceTransport t) noexcept;
+
+// Where device buffers live and how transports are made: the CUDA plugin's (the default), or
+// a test's own, which runs the routing over CPU memory.
+class DeviceTransports {
+ public:
+  virtual ~DeviceTransports() = default;
+  // True for memory that only the device's transports may move.
+  virtual bool on_device(const void* p) const = 0;
+  // A transport over host (borrowed; it outlives the result). Collective over host.
+  virtual std::unique_ptr<DeviceBackend> make(Backend& host, DeviceTransport t) const = 0;
+  // Whether nccl can serve `ranks_on_node` ranks of this node (one GPU each), on this rank.
+  virtual bool nccl_usable(int ranks_on_node) const = 0;
+};
+
+// Tests only: use `t` instead of the plugin from now on (null: the plugin again).
+void override_device_transports(std::shared_ptr<const DeviceTransports> t);
+bool device_transports_overridden();
+
+// The transport for a job's device buffers, agreed by every rank of `world` (collective):
+// DTRAIN_DEVICE_COMM = nccl | mpi_staged | auto (default: nccl where every rank can use it,
+// else mpi_staged, e.g. several ranks sharing one GPU, or a plugin built without NCCL).
+DeviceTransport choose_device_transport(Communicator& world);
 
 // A backend for device buffers built on `host` (consumed, whether or not this succeeds).
 // Throws Error(Errc::unavailable) when the plugin, a GPU or NCCL is missing, and the
@@ -40,7 +71,7 @@ Communicator device_communicator(const Communicator& host, DeviceTransport t,
 
 // ---- the plugin's side ------------------------------------------------------------------
 // Bump when DeviceBackend, DeviceRequest, Backend's vtable or the entry points change.
-constexpr int kCommPluginAbi = 1;
+constexpr int kCommPluginAbi = 2;
 
 class DeviceRequest {
  public:
@@ -106,7 +137,13 @@ typedef int (*dtrain_cuda_comm_abi_fn)(void);
 // msg and a dtrain::Errc value in *errc. Collective over host. Never throws.
 typedef dtrain::comm::DeviceBackend* (*dtrain_cuda_make_comm_backend_fn)(
     dtrain::comm::Backend* host, int transport, int* errc, char* msg, unsigned long msg_len);
+// 1 when p is device (or managed) memory, 0 for host memory. Never throws.
+typedef int (*dtrain_cuda_pointer_on_device_fn)(const void* p);
+// 1 when the plugin was built with NCCL, else 0.
+typedef int (*dtrain_cuda_comm_has_nccl_fn)(void);
 }
 
 #define DTRAIN_CUDA_SYM_COMM_ABI "dtrain_cuda_comm_abi"
 #define DTRAIN_CUDA_SYM_MAKE_COMM "dtrain_cuda_make_comm_backend"
+#define DTRAIN_CUDA_SYM_ON_DEVICE "dtrain_cuda_pointer_on_device"
+#define DTRAIN_CUDA_SYM_HAS_NCCL "dtrain_cuda_comm_has_nccl"

@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <thread>
 
+#include "comm/nccl_loader.hpp"
 #include "dtrain/core/env.hpp"
 #include "dtrain/parallel/pipeline_partition.hpp"
 #include "train/trainer_state.hpp"
@@ -49,15 +50,30 @@ Device& configured_device(const std::string& which, Communicator& world,
     threads = std::max(1, cores / std::max(1, world.local_size()));
   }
   dev.set_num_threads(threads);
-  // The trainer's collectives run on host buffers over MPI; device buffers need the NCCL
-  // data path (docs/cuda.md), which it does not use yet. Agreed by all ranks, so every rank
-  // refuses alike (one may have found a GPU where another did not).
-  int on_gpu = dev.kind() == DeviceKind::cpu ? 0 : 1;
+  // Agreed by all ranks, so that every rank refuses alike: one may have found a GPU where
+  // another did not.
+  int on_gpu = dev.kind() == DeviceKind::cpu ? 0 : 1, all_on_gpu = on_gpu;
   world.all_reduce(&on_gpu, &on_gpu, 1, DType::i32, ReduceOp::max);
-  DTRAIN_CHECK(on_gpu == 0 || world.size() == 1, Errc::not_implemented,
-               "training on the GPU with more than one rank is not supported yet: the trainer's "
-               "collectives do not use the NCCL data path (use --device cpu, or one rank)");
+  world.all_reduce(&all_on_gpu, &all_on_gpu, 1, DType::i32, ReduceOp::min);
+  DTRAIN_CHECK(on_gpu == all_on_gpu, Errc::unavailable,
+               "--device " << which << " found a GPU on some ranks but not on others; every rank "
+               "must train on the same kind of device");
   return dev;
+}
+
+// On a GPU, gradients, parameters and activations are device buffers: the world the grid's
+// groups are split from moves them over a device transport (NCCL, or MPI staged through
+// pinned host memory), and still sends host buffers (losses, norms, flags) over MPI.
+Communicator device_world_for(Communicator& world, const Device& dev) {
+  if (dev.kind() == DeviceKind::cpu && !comm::device_transports_overridden()) return {};
+  const comm::DeviceTransport t = comm::choose_device_transport(world);
+  if (world.rank() == 0) {
+    DTRAIN_LOG(info, "device buffers move over " << comm::device_transport_name(t)
+                                                 << (t == comm::DeviceTransport::nccl
+                                                         ? " (point-to-point: mpi_staged)"
+                                                         : ""));
+  }
+  return comm::device_communicator(world, t, "world.device");
 }
 
 std::unique_ptr<TokenSource> open_source(const TrainConfig& cfg) {
@@ -112,8 +128,9 @@ BatchPlan batch_plan(const TrainConfig& cfg, const ProcessGrid& grid, int world_
 Trainer::State::State(const TrainConfig& c, Communicator& w)
     : cfg(validated(c, w.size())),
       world(w),
-      grid(w, grid_shape(cfg)),
       dev(configured_device(cfg.device, w, cfg.deterministic)),
+      device_world(device_world_for(w, dev)),
+      grid(device_world.valid() ? device_world : w, grid_shape(cfg)),
       source(open_source(cfg)),
       // ZeRO 3 writes only the parameter pieces this rank keeps, once they are known.
       model(model_config(cfg), dev, cfg.seed, cfg.micro_batch, model_chunks(cfg, grid, w.size()),

@@ -38,8 +38,11 @@ namespace dtrain::train {
 struct Trainer::State {
   TrainConfig cfg;
   Communicator& world;
-  ProcessGrid grid;
   Device& dev;
+  // On a GPU: the world over a device transport, which the groups below are split from, so
+  // that gradients, parameters and activations move between GPUs (empty on the CPU).
+  Communicator device_world;
+  ProcessGrid grid;
   std::unique_ptr<TokenSource> source;
   GptModel model;
   // Exactly one of these reduces gradients over the data-parallel group.

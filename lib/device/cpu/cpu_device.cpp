@@ -6,6 +6,7 @@
 
 #include <cstdint>
 #include <cstring>
+#include <iterator>
 
 #include "device/cpu/kernels.hpp"
 #include "dtrain/core/env.hpp"
@@ -30,14 +31,23 @@ void* CpuDevice::allocate(std::size_t bytes) {
                     bytes >= kLazyBytes ? Faulting::on_use : Faulting::now);
   void* p = buf.data();
   std::lock_guard<std::mutex> lock(mutex_);
-  blocks_.emplace(p, std::move(buf));
+  blocks_.emplace(static_cast<const char*>(p), std::move(buf));
   return p;
 }
 
 void CpuDevice::free(void* ptr) noexcept {
   if (!ptr) return;
   std::lock_guard<std::mutex> lock(mutex_);
-  blocks_.erase(ptr);
+  blocks_.erase(static_cast<const char*>(ptr));
+}
+
+bool CpuDevice::contains(const void* p) const {
+  const char* c = static_cast<const char*>(p);
+  std::lock_guard<std::mutex> lock(mutex_);
+  auto after = blocks_.upper_bound(c);  // the first block starting beyond p
+  if (after == blocks_.begin()) return false;
+  const auto& [start, buf] = *std::prev(after);
+  return c < start + buf.bytes();
 }
 
 void CpuDevice::copy(void* dst, const void* src, std::size_t bytes, CopyKind) {

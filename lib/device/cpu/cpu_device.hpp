@@ -1,7 +1,7 @@
 #pragma once
 // CpuDevice: the Device interface over the fp32 CPU kernels and OpenBLAS.
+#include <map>
 #include <mutex>
-#include <unordered_map>
 
 #include "dtrain/core/buffer.hpp"
 #include "dtrain/device/device.hpp"
@@ -19,6 +19,9 @@ class CpuDevice final : public Device {
 
   void* allocate(std::size_t bytes) override;
   void free(void* ptr) noexcept override;
+  // Whether p points into a live allocation of this device. Lets tests run the device-buffer
+  // communication path over CPU memory (comm::DeviceTransports).
+  bool contains(const void* p) const;
   void copy(void* dst, const void* src, std::size_t bytes, CopyKind kind) override;
   void zero(void* ptr, std::size_t bytes) override;
   void discard(void* ptr, std::size_t bytes) override;
@@ -89,8 +92,8 @@ class CpuDevice final : public Device {
 
  private:
   // Allocations are AlignedBuffers (pre-faulted, counted), kept by address until freed.
-  std::mutex mutex_;
-  std::unordered_map<void*, AlignedBuffer> blocks_;
+  mutable std::mutex mutex_;
+  std::map<const char*, AlignedBuffer> blocks_;  // by start address, for contains()
 };
 
 }  // namespace dtrain

@@ -1,6 +1,8 @@
 // The plugin's entry point for communicators over device buffers (contract in
 // comm/nccl_loader.hpp): the core passes a host (MPI) backend and gets back an NCCL or an
 // MPI-staged transport for the process's GPU.
+#include <cuda_runtime.h>
+
 #include <cstdio>
 #include <exception>
 #include <memory>
@@ -17,6 +19,23 @@
 extern "C" dtrain::Device* dtrain_cuda_get_device(int ordinal);  // plugin.cu
 
 DTRAIN_PLUGIN_EXPORT int dtrain_cuda_comm_abi(void) { return dtrain::comm::kCommPluginAbi; }
+
+DTRAIN_PLUGIN_EXPORT int dtrain_cuda_pointer_on_device(const void* p) {
+  cudaPointerAttributes attr{};
+  if (cudaPointerGetAttributes(&attr, p) != cudaSuccess) {
+    (void)cudaGetLastError();  // memory CUDA does not know of: host memory, and no sticky error
+    return 0;
+  }
+  return attr.type == cudaMemoryTypeDevice || attr.type == cudaMemoryTypeManaged ? 1 : 0;
+}
+
+DTRAIN_PLUGIN_EXPORT int dtrain_cuda_comm_has_nccl(void) {
+#ifdef DTRAIN_HAVE_NCCL
+  return 1;
+#else
+  return 0;
+#endif
+}
 
 DTRAIN_PLUGIN_EXPORT dtrain::comm::DeviceBackend* dtrain_cuda_make_comm_backend(
     dtrain::comm::Backend* host, int transport, int* errc, char* msg, unsigned long msg_len) {
