@@ -24,6 +24,10 @@ const char* device_kind_name(DeviceKind kind) noexcept {
 
 Device::~Device() = default;
 
+void Device::set_gemm_operand_format(DType fmt) {
+  if (fmt != DType::f32) check_16bit_format(fmt, "set_gemm_operand_format");
+}
+
 // ---- DeviceBuffer --------------------------------------------------------------
 DeviceBuffer::DeviceBuffer(Device& dev, std::size_t bytes)
     : dev_(&dev), data_(dev.allocate(bytes)), bytes_(bytes) {}

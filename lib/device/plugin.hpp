@@ -5,7 +5,8 @@
 #include "dtrain/device/device.hpp"
 
 namespace dtrain {
-constexpr int kCudaPluginAbi = 3;  // 2: Device::discard; 3: 16-bit casts, any_nonfinite
+constexpr int kCudaPluginAbi = 4;  // 2: Device::discard; 3: 16-bit casts, any_nonfinite;
+                                   // 4: Device::set_gemm_operand_format
 }  // namespace dtrain
 
 extern "C" {

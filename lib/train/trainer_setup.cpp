@@ -38,13 +38,15 @@ const TrainConfig& validated(const TrainConfig& cfg, int world_size) {
   return cfg;
 }
 
-// Kernel/BLAS threads per rank: DTRAIN_NUM_THREADS, else this node's cores shared evenly
-// among its ranks (two ranks on two cores must not both spawn two threads).
-Device& configured_device(const std::string& which, Communicator& world,
-                           bool deterministic) {
-  Device& dev = select_device(which);
+// The device for cfg. Kernel/BLAS threads per rank: DTRAIN_NUM_THREADS, else this node's
+// cores shared evenly among its ranks (two ranks on two cores must not both spawn two
+// threads). GEMM operands in the precision's format: set for every Trainer, since the device
+// is the process's and outlives it.
+Device& configured_device(const TrainConfig& cfg, Communicator& world) {
+  Device& dev = select_device(cfg.device);
+  dev.set_gemm_operand_format(precision_format(cfg.precision));
   int threads = env::params().num_threads;
-  if (deterministic) threads = 1;  // reductions inside kernels must not depend on threads
+  if (cfg.deterministic) threads = 1;  // reductions inside kernels must not depend on threads
   if (threads <= 0) {
     const int cores = static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
     threads = std::max(1, cores / std::max(1, world.local_size()));
@@ -56,7 +58,7 @@ Device& configured_device(const std::string& which, Communicator& world,
   world.all_reduce(&on_gpu, &on_gpu, 1, DType::i32, ReduceOp::max);
   world.all_reduce(&all_on_gpu, &all_on_gpu, 1, DType::i32, ReduceOp::min);
   DTRAIN_CHECK(on_gpu == all_on_gpu, Errc::unavailable,
-               "--device " << which << " found a GPU on some ranks but not on others; every rank "
+               "--device " << cfg.device << " found a GPU on some ranks but not on others; every rank "
                "must train on the same kind of device");
   return dev;
 }
@@ -128,7 +130,7 @@ BatchPlan batch_plan(const TrainConfig& cfg, const ProcessGrid& grid, int world_
 Trainer::State::State(const TrainConfig& c, Communicator& w)
     : cfg(validated(c, w.size())),
       world(w),
-      dev(configured_device(cfg.device, w, cfg.deterministic)),
+      dev(configured_device(cfg, w)),
       device_world(device_world_for(w, dev)),
       grid(device_world.valid() ? device_world : w, grid_shape(cfg)),
       source(open_source(cfg)),

@@ -6,7 +6,7 @@
 // order of fp32 additions (GEMM blocking, reductions) and in exp/tanh implementations, each
 // ~1e-7 relative per op; about thirty ops are chained, so the loss is held to 1e-5 and the
 // gradients to 1e-4 of the largest gradient. With TF32 GEMMs (the default) each GEMM is off by
-// up to ~1e-3 relative (see test_cuda_gemm_tf32.cpp): the loss is held to 1e-3 and the
+// up to ~1e-3 relative (see test_cuda_gemm_tensor_cores.cpp): the loss is held to 1e-3 and the
 // gradients to 2e-2. These bounds are reasoned, not yet measured on a GPU (docs/cuda.md).
 #include <cmath>
 

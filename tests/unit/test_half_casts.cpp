@@ -193,6 +193,16 @@ TEST(HalfCastsFormat, OtherTypesAreRefused) {
   EXPECT_THROW(dev.convert_from_16bit(&x, &h, 1, DType::f64), dtrain::Error);
 }
 
+// The CPU keeps fp32 GEMM operands under mixed precision, but takes the same formats.
+TEST(HalfCastsFormat, GemmOperandFormats) {
+  dtrain::Device& dev = dtrain::cpu_device();
+  for (DType fmt : {DType::bf16, DType::f16, DType::f32}) {
+    EXPECT_NO_THROW(dev.set_gemm_operand_format(fmt)) << dtrain::dtype_name(fmt);
+  }
+  EXPECT_THROW(dev.set_gemm_operand_format(DType::i32), dtrain::Error);
+  EXPECT_THROW(dev.set_gemm_operand_format(DType::f64), dtrain::Error);
+}
+
 TEST(NonFinite, FindsInfAndNanAnywhere) {
   dtrain::Device& dev = dtrain::cpu_device();
   std::vector<float> x(10007);

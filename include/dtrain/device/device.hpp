@@ -56,6 +56,11 @@ class DTRAIN_API Device {
                                     const float* A, int lda, std::int64_t stride_a,
                                     const float* B, int ldb, std::int64_t stride_b, float beta,
                                     float* C, int ldc, std::int64_t stride_c, int batch) = 0;
+  // The precision GEMM operands need: DType::f32 (the default), or bf16/f16 under mixed
+  // precision. A device with 16-bit matrix units may then round both operands to fmt and
+  // multiply on them, accumulating in fp32 (the CUDA device); one without keeps fp32
+  // operands (the CPU, which only checks fmt). Anything else: Error(Errc::invalid_argument).
+  virtual void set_gemm_operand_format(DType fmt);
 
   // ---- linear layer --------------------------------------------------------
   // out[N,OC] = inp[N,C] · weight[OC,C]^T + bias[OC]   (bias may be null)

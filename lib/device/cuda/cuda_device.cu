@@ -34,10 +34,9 @@ CudaDevice::CudaDevice(int ordinal) : ordinal_(ordinal), raw_(ordinal), alloc_(r
   DTRAIN_CUDA(cudaGetDeviceProperties(&prop, ordinal_));
   tf32_ = env::get_bool("DTRAIN_CUDA_TF32", true);
   char text[320];
-  std::snprintf(text, sizeof text, "cuda:%d (%s, sm_%d%d, %.1f GiB, %s GEMMs)", ordinal_,
-                prop.name, prop.major, prop.minor,
-                static_cast<double>(prop.totalGlobalMem) / (1024.0 * 1024.0 * 1024.0),
-                tf32_ ? "TF32" : "fp32");
+  std::snprintf(text, sizeof text, "cuda:%d (%s, sm_%d%d, %.1f GiB", ordinal_, prop.name,
+                prop.major, prop.minor,
+                static_cast<double>(prop.totalGlobalMem) / (1024.0 * 1024.0 * 1024.0));
   name_ = text;
   DTRAIN_CUDA(cudaStreamCreateWithFlags(&stream_, cudaStreamNonBlocking));
   DTRAIN_CUDA(cublasCreate(&blas_));

@@ -5,7 +5,8 @@
 // Memory comes from a caching allocator: after set-up no op reaches cudaMalloc.
 //
 // fp32 GEMMs use TF32 tensor cores unless DTRAIN_CUDA_TF32=0 (exact fp32, used by the
-// kernel tests); everything else computes in fp32 (sum_squares in double), as the CPU does.
+// kernel tests); under mixed precision (set_gemm_operand_format) bf16/fp16 tensor cores with
+// fp32 accumulation. Everything else computes in fp32 (sum_squares in double), as the CPU does.
 #include <cublas_v2.h>
 #include <cuda_runtime.h>
 
@@ -44,7 +45,7 @@ class CudaDevice final : public Device {
   void activate() const;
 
   DeviceKind kind() const noexcept override { return DeviceKind::cuda; }
-  std::string name() const override { return name_; }
+  std::string name() const override;
   void set_num_threads(int) override {}  // kernel launch sizes are chosen per op
   int num_threads() const override { return 1; }
 
@@ -54,6 +55,7 @@ class CudaDevice final : public Device {
   void zero(void* ptr, std::size_t bytes) override;
   void synchronize() override;
 
+  void set_gemm_operand_format(DType fmt) override;
   void gemm(bool trans_a, bool trans_b, int M, int N, int K, float alpha, const float* A, int lda,
             const float* B, int ldb, float beta, float* C, int ldc) override;
   void gemm_strided_batched(bool trans_a, bool trans_b, int M, int N, int K, float alpha,
@@ -124,12 +126,13 @@ class CudaDevice final : public Device {
   cublasComputeType_t compute_type() const noexcept;
 
   int ordinal_;
-  std::string name_;
+  std::string name_;  // the GPU; name() adds the GEMM precision
   DeviceMemory raw_;
   CachingAllocator alloc_;
   cudaStream_t stream_ = nullptr;
   cublasHandle_t blas_ = nullptr;
   bool tf32_ = true;
+  DType gemm_operands_ = DType::f32;  // set_gemm_operand_format
   void* blas_workspace_ = nullptr;
   float* scratch_ = nullptr;
   std::size_t scratch_floats_ = 0;

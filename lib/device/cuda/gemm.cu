@@ -1,6 +1,8 @@
 // GEMMs through cuBLAS and the linear layer built on them. Row-major requests become
 // column-major cuBLAS calls with the operands swapped (gemm_args.hpp). fp32 storage; the
-// compute type is TF32 tensor cores or exact fp32 (DTRAIN_CUDA_TF32).
+// compute type is TF32 tensor cores or exact fp32 (DTRAIN_CUDA_TF32), or, under mixed
+// precision, bf16/fp16 tensor cores: cuBLAS rounds the fp32 operands to the format inside
+// the GEMM and accumulates in fp32 (CUBLAS_COMPUTE_32F_FAST_16BF / _16F).
 #include "device/cuda/cuda_check.hpp"
 #include "device/cuda/cuda_device.hpp"
 #include "device/cuda/gemm_args.hpp"
@@ -11,7 +13,21 @@ namespace {
 inline cublasOperation_t op(bool trans) { return trans ? CUBLAS_OP_T : CUBLAS_OP_N; }
 }  // namespace
 
+void CudaDevice::set_gemm_operand_format(DType fmt) {
+  gemm_operands_ = fmt == DType::f32 ? fmt : check_16bit_format(fmt, "set_gemm_operand_format");
+}
+
+std::string CudaDevice::name() const {
+  const char* gemms = gemm_operands_ == DType::bf16  ? "bf16"
+                      : gemm_operands_ == DType::f16 ? "fp16"
+                      : tf32_                        ? "TF32"
+                                                     : "fp32";
+  return name_ + ", " + gemms + " GEMMs)";
+}
+
 cublasComputeType_t CudaDevice::compute_type() const noexcept {
+  if (gemm_operands_ == DType::bf16) return CUBLAS_COMPUTE_32F_FAST_16BF;
+  if (gemm_operands_ == DType::f16) return CUBLAS_COMPUTE_32F_FAST_16F;
   return tf32_ ? CUBLAS_COMPUTE_32F_FAST_TF32 : CUBLAS_COMPUTE_32F;
 }
 
