@@ -4,6 +4,7 @@
 // docs/tensor-parallel.md). A group of one runs exactly the single-process computation.
 #include "dtrain/nn/gpt.hpp"
 
+#include <array>
 #include <cmath>
 #include <string>
 
@@ -57,9 +58,21 @@ struct GptModel::Block {
   float *ln1 = nullptr, *ln1_mean = nullptr, *ln1_rstd = nullptr, *qkv = nullptr,
         *atty = nullptr, *att = nullptr, *res2 = nullptr, *ln2 = nullptr, *ln2_mean = nullptr,
         *ln2_rstd = nullptr, *fch = nullptr, *fch_gelu = nullptr, *res3 = nullptr;
-  // 16-bit saved activations: rounded copies of att, fch and fch_gelu (uint16 values in
-  // float-sized places), which then point at the shared fp32 scratch
-  float *att16 = nullptr, *fch16 = nullptr, *fch_gelu16 = nullptr;
+  // 16-bit saved activations: rounded copies (uint16 values in float-sized places) of the
+  // tensors kept16() lists, which then point at the shared fp32 scratch
+  float *ln1_16 = nullptr, *qkv16 = nullptr, *atty16 = nullptr, *att16 = nullptr,
+        *ln2_16 = nullptr, *fch16 = nullptr, *fch_gelu16 = nullptr;
+  // (fp32 value, rounded copy) of every tensor kept in 16 bits, in GptModel::kept16_numel's
+  // order. The residual stream (res2, res3) and the LayerNorm statistics stay fp32.
+  std::array<std::pair<float**, float**>, kKept16> kept16() {
+    return {{{&ln1, &ln1_16},
+             {&qkv, &qkv16},
+             {&atty, &atty16},
+             {&att, &att16},
+             {&ln2, &ln2_16},
+             {&fch, &fch16},
+             {&fch_gelu, &fch_gelu16}}};
+  }
 };
 
 // The saved activations of one chunk for one micro-batch form a fixed layout, repeated once
@@ -163,15 +176,32 @@ void GptModel::release(int unit) const {
   if (param_hooks_.release && unit >= 0) param_hooks_.release(unit);
 }
 
-void GptModel::keep_16bit(float* dst16, const float* src, std::int64_t n) const {
-  if (cfg_.saved_activations == DType::f32) return;
-  dev_->convert_to_16bit(reinterpret_cast<std::uint16_t*>(dst16), src, n, cfg_.saved_activations);
+std::array<std::int64_t, GptModel::kKept16> GptModel::kept16_numel(int B) const {
+  const std::int64_t N = static_cast<std::int64_t>(B) * cfg_.seq_len, T = cfg_.seq_len;
+  const std::int64_t R = sp_ ? N / tp_.size() : N, C = cfg_.d_model, Cl = C_local_;
+  const std::int64_t att = static_cast<std::int64_t>(B) * heads_local_ * T * T;
+  const std::int64_t hidden = N * hidden_local_;
+  return {R * C, N * 3 * Cl, N * Cl, att, R * C, hidden, hidden};
 }
 
-void GptModel::restore_16bit(float* dst, const float* src16, std::int64_t n) const {
+void GptModel::keep_16bit(Block& b, int B) const {
   if (cfg_.saved_activations == DType::f32) return;
-  dev_->convert_from_16bit(dst, reinterpret_cast<const std::uint16_t*>(src16), n,
-                           cfg_.saved_activations);
+  const auto numel = kept16_numel(B);
+  const auto kept = b.kept16();
+  for (std::size_t i = 0; i < kKept16; ++i) {
+    dev_->convert_to_16bit(reinterpret_cast<std::uint16_t*>(*kept[i].second), *kept[i].first,
+                           numel[i], cfg_.saved_activations);
+  }
+}
+
+void GptModel::restore_16bit(Block& b, int B) const {
+  if (cfg_.saved_activations == DType::f32) return;
+  const auto numel = kept16_numel(B);
+  const auto kept = b.kept16();
+  for (std::size_t i = 0; i < kKept16; ++i) {
+    dev_->convert_from_16bit(*kept[i].first, reinterpret_cast<const std::uint16_t*>(*kept[i].second),
+                             numel[i], cfg_.saved_activations);
+  }
 }
 
 void GptModel::grads_ready(std::size_t index) const {
@@ -264,7 +294,7 @@ void GptModel::allocate_activations() {
   const int P = tp_.size();
   const std::size_t N = static_cast<std::size_t>(max_batch_) * cfg_.seq_len;
   const std::size_t R = sp_ ? (N + P - 1) / P : N;  // residual-stream rows kept here
-  const std::size_t C = cfg_.d_model, T = cfg_.seq_len, H = heads_local_;
+  const std::size_t C = cfg_.d_model;
   const std::size_t Cl = C_local_, Fl = hidden_local_;
   const std::size_t Vl = stage_.head ? static_cast<std::size_t>(ce_.shard.padded_rows) : 0;
   auto round = [](std::size_t n) { return (n + 15) / 16 * 16; };  // 64-byte boundaries
@@ -287,11 +317,10 @@ void GptModel::allocate_activations() {
   want(dfch_gelu_, N * Fl);
   want(att_ws_, dev_->attention_workspace_floats(cfg_.seq_len));
   const bool half = cfg_.saved_activations != DType::f32;
-  const std::size_t n_att = static_cast<std::size_t>(max_batch_) * H * T * T;
+  const auto kept_numel = kept16_numel(max_batch_);
   if (half) {
-    want(att_full_, n_att);
-    want(fch_full_, N * Fl);
-    want(fch_gelu_full_, N * Fl);
+    for (std::size_t i = 0; i < kKept16; ++i)
+      want(kept16_scratch_[i], static_cast<std::size_t>(kept_numel[i]));
   }
   auto halves = [](std::size_t n) { return (n + 1) / 2; };  // 16-bit values, in floats
   if (sp_) {
@@ -322,27 +351,20 @@ void GptModel::allocate_activations() {
     keep(encoded_, R * C);
     for (int l = chunk_begin_[c]; l < chunk_begin_[c + 1]; ++l) {
       Block& b = blocks_[static_cast<std::size_t>(l)];
-      keep(b.ln1, R * C);
+      const auto kept = b.kept16();  // fp32, or their 16-bit copies
+      for (std::size_t i = 0; i < kKept16; ++i) {
+        const auto n = static_cast<std::size_t>(kept_numel[i]);
+        if (half) {
+          keep(*kept[i].second, halves(n));
+        } else {
+          keep(*kept[i].first, n);
+        }
+      }
       keep(b.ln1_mean, R);
       keep(b.ln1_rstd, R);
-      keep(b.qkv, N * 3 * Cl);
-      keep(b.atty, N * Cl);
-      if (half) {
-        keep(b.att16, halves(n_att));
-      } else {
-        keep(b.att, n_att);
-      }
       keep(b.res2, R * C);
-      keep(b.ln2, R * C);
       keep(b.ln2_mean, R);
       keep(b.ln2_rstd, R);
-      if (half) {
-        keep(b.fch16, halves(N * Fl));
-        keep(b.fch_gelu16, halves(N * Fl));
-      } else {
-        keep(b.fch, N * Fl);
-        keep(b.fch_gelu, N * Fl);
-      }
       keep(b.res3, R * C);
     }
     if (chunks_[c].head) {
@@ -372,9 +394,8 @@ void GptModel::allocate_activations() {
   }
   if (half) {  // every block computes in the shared fp32 scratch
     for (Block& b : blocks_) {
-      b.att = att_full_;
-      b.fch = fch_full_;
-      b.fch_gelu = fch_gelu_full_;
+      const auto kept = b.kept16();
+      for (std::size_t i = 0; i < kKept16; ++i) *kept[i].first = kept16_scratch_[i];
     }
   }
   ce_.scratch = ce_scratch_;
@@ -536,8 +557,6 @@ float GptModel::forward_stage(const std::int32_t* tokens, const std::int32_t* ta
   }
 
   const float* residual = encoded_;
-  const std::int64_t n_att = static_cast<std::int64_t>(B) * heads_local_ * T * T;
-  const std::int64_t n_hidden = static_cast<std::int64_t>(N) * hidden_local_;
   for (int l = l0; l < l1; ++l) {
     Block& b = blocks_[l];
     acquire(block_unit(l), l + 1 < l1 ? block_unit(l + 1) : (head ? head_unit() : -1));
@@ -546,7 +565,6 @@ float GptModel::forward_stage(const std::int32_t* tokens, const std::int32_t* ta
     b.c_attn.forward(d, b.qkv, enter_region_fwd(b.ln1, R), N);
     progress();
     d.attention_forward(b.atty, b.att, b.qkv, B, T, C_local_, heads_local_);
-    keep_16bit(b.att16, b.att, n_att);
     progress();
     b.attn_proj.forward(d, proj_, b.atty, N);
     d.residual_forward(b.res2, residual, leave_region_fwd(proj_, b.res2, N, R), RC);
@@ -555,10 +573,9 @@ float GptModel::forward_stage(const std::int32_t* tokens, const std::int32_t* ta
     b.c_fc.forward(d, b.fch, enter_region_fwd(b.ln2, R), N);
     progress();
     d.gelu_forward(b.fch_gelu, b.fch, static_cast<std::int64_t>(N) * hidden_local_);
-    keep_16bit(b.fch16, b.fch, n_hidden);
-    keep_16bit(b.fch_gelu16, b.fch_gelu, n_hidden);
     b.mlp_proj.forward(d, proj_, b.fch_gelu, N);
     d.residual_forward(b.res3, b.res2, leave_region_fwd(proj_, b.res3, N, R), RC);
+    keep_16bit(b, B);
     release(block_unit(l));
     residual = b.res3;
   }
@@ -634,15 +651,13 @@ void GptModel::backward_stage(float dloss, const float* doutput, int chunk, int 
     d.copy_floats(dres_, doutput, static_cast<std::int64_t>(R) * C);
   }
   if (head) grads_ready(0);
-  const std::int64_t n_att = static_cast<std::int64_t>(B) * heads_local_ * T * T;
 
   for (int l = l1 - 1; l >= l0; --l) {
     Block& b = blocks_[l];
     const float* res_in = l == l0 ? encoded_ : blocks_[l - 1].res3;
     acquire(block_unit(l), l > l0 ? block_unit(l - 1) : -1);  // the embedding backward needs no weights
+    restore_16bit(b, B);
     // MLP: res3 = res2 + c_proj(gelu(c_fc(ln_2(res2))))
-    restore_16bit(b.fch_gelu, b.fch_gelu16, NF);
-    restore_16bit(b.fch, b.fch16, NF);
     zero(dfch_gelu_, NF);
     b.mlp_proj.backward(d, dfch_gelu_, leave_region_bwd(dres_, R), b.fch_gelu, N);
     progress();
@@ -658,7 +673,6 @@ void GptModel::backward_stage(float dloss, const float* doutput, int chunk, int 
     b.attn_proj.backward(d, datty_, leave_region_bwd(dres_, R), b.atty, N);
     progress();
     zero(dqkv_, 3 * NCl);
-    restore_16bit(b.att, b.att16, n_att);
     d.attention_backward(dqkv_, att_ws_, datty_, b.qkv, b.att, B, T, C_local_, heads_local_);
     progress();
     zero(dln_, NC);

@@ -398,9 +398,9 @@ TEST(Device, SelectDevice) {
 }
 
 TEST(GptModel, SixteenBitSavedActivationsHalveTheirBytesAndKeepGradientsClose) {
-  // bf16 saved activations: every block keeps its attention probabilities and MLP hidden
-  // layers (before and after GELU) in half the bytes, plus one fp32 copy shared by all
-  // blocks. Forward computes in fp32 as before (the same loss bits); backward reads the
+  // bf16 saved activations: every block keeps its LayerNorm outputs, qkv, attention output
+  // and probabilities and MLP hidden layers (before and after GELU) in half the bytes, plus
+  // one fp32 copy shared by all blocks. Forward computes in fp32 as before (the same loss bits); backward reads the
   // rounded values, so the gradients differ a little, within bf16's precision.
   GptConfig cfg;
   cfg.layers = 4;
@@ -414,11 +414,12 @@ TEST(GptModel, SixteenBitSavedActivationsHalveTheirBytesAndKeepGradientsClose) {
   cfg.saved_activations = DType::bf16;
   GptModel half(cfg, cpu_device(), 5, B);
 
-  const double per_block = 4.0 * (B * cfg.heads * T * T + 2.0 * B * T * 4 * cfg.d_model);
+  // ln1 + qkv + attention output + ln2 (6 C per token), probabilities, hidden x 2 (8 C)
+  const double per_block = 4.0 * (B * cfg.heads * T * T + 14.0 * B * T * cfg.d_model);
   const double saved = per_block / 2 * L - per_block;  // halved per block, one fp32 copy
   const double got = static_cast<double>(full.activation_bytes()) -
                      static_cast<double>(half.activation_bytes());
-  EXPECT_NEAR(got, saved, 64.0 * 3 * L) << "64-byte rounding per kept tensor at most";
+  EXPECT_NEAR(got, saved, 64.0 * 7 * L) << "64-byte rounding per kept tensor at most";
 
   EXPECT_EQ(float_bits(full.forward(tok.data(), tgt.data(), B, T)),
             float_bits(half.forward(tok.data(), tgt.data(), B, T)));

@@ -3,6 +3,7 @@
 // pre-LayerNorm blocks (causal multi-head attention, GELU MLP of width 4C), final LayerNorm,
 // LM head tied to wte unless tie_embeddings is false. See docs/model.md for names, shapes,
 // initialisation and the FLOP count, docs/tensor-parallel.md for the tensor-parallel layout.
+#include <array>
 #include <cstddef>
 #include <cstdint>
 #include <functional>
@@ -26,9 +27,10 @@ struct DTRAIN_API GptConfig {
   int seq_len = 256;
   int vocab = 256;
   bool tie_embeddings = true;
-  // How backward's largest saved activations are kept (attention probabilities, the MLP's
-  // hidden layer before and after GELU): f32, or bf16/f16 (half the bytes; the forward still
-  // computes them in fp32, and backward reads the rounded values). Mixed precision sets it.
+  // How the blocks' saved activations are kept (LayerNorm outputs, qkv, attention output and
+  // probabilities, the MLP's hidden layer before and after GELU; not the residual stream or
+  // LayerNorm statistics): f32, or bf16/f16 (half the bytes; the forward still computes them
+  // in fp32, and backward reads the rounded values). Mixed precision sets it.
   DType saved_activations = DType::f32;
 
   // Throws Error(Errc::invalid_config) with a message naming the command-line option.
@@ -212,10 +214,13 @@ class DTRAIN_API GptModel {
   void acquire(int unit, int next) const;
   void release(int unit) const;
   void progress() const { if (progress_hook_) progress_hook_(); }
-  // GptConfig::saved_activations in 16 bits: keep the rounded copy of a block's fp32 values /
-  // read it back into the fp32 scratch for backward (no-ops for f32).
-  void keep_16bit(float* dst16, const float* src, std::int64_t n) const;
-  void restore_16bit(float* dst, const float* src16, std::int64_t n) const;
+  // GptConfig::saved_activations in 16 bits: keep the rounded copies of a block's saved
+  // activations after its forward / read them back into the fp32 scratch before its
+  // backward (no-ops for f32), for a micro-batch of B sequences.
+  static constexpr std::size_t kKept16 = 7;  // tensors per block: Block::kept16()
+  std::array<std::int64_t, kKept16> kept16_numel(int B) const;
+  void keep_16bit(Block& b, int B) const;
+  void restore_16bit(Block& b, int B) const;
 
   GptConfig cfg_;
   GptStage stage_;                  // summary of chunks_
@@ -251,8 +256,8 @@ class DTRAIN_API GptModel {
         *lnf_rstd_ = nullptr, *logits_ = nullptr, *lse_ = nullptr, *losses_ = nullptr,
         *dlosses_ = nullptr;
   // 16-bit saved activations (GptConfig::saved_activations): the fp32 values of one block
-  // live here while it computes, each block keeps the rounded copies (Block::*16)
-  float *att_full_ = nullptr, *fch_full_ = nullptr, *fch_gelu_full_ = nullptr;
+  // live here while it computes, each block keeps the rounded copies (Block::kept16())
+  std::array<float*, kKept16> kept16_scratch_{};
   // gradient scratch shared by all layers
   float *dres_ = nullptr, *dln_ = nullptr, *dqkv_ = nullptr, *datty_ = nullptr, *dfch_ = nullptr,
         *dfch_gelu_ = nullptr, *att_ws_ = nullptr, *ce_scratch_ = nullptr;
