@@ -129,7 +129,11 @@ struct NcclShared {
 
   bool ready(cudaEvent_t e) {
     const cudaError_t q = cudaEventQuery(e);
-    if (q == cudaSuccess) return true;
+    if (q == cudaSuccess) {
+      // An abort makes NCCL's kernels exit, so their events complete: not a result.
+      DTRAIN_CHECK(!aborted.load(), Errc::comm, "NCCL communicator was aborted after an error");
+      return true;
+    }
     if (q != cudaErrorNotReady) check_cuda(q, "cudaEventQuery");
     poll_async_error();
     return false;
@@ -329,21 +333,23 @@ class NcclBackend final : public DeviceBackend {
     return stream ? static_cast<cudaStream_t>(stream) : compute_;
   }
 
-  // Queues enqueue(nccl stream) between the two stream orderings; returns the completion
-  // event (the caller owns it).
+  // Queues enqueue(nccl stream) after the work queued so far on the caller's stream (the
+  // inputs); returns the completion event (the caller owns it). The caller's stream does not
+  // wait for it: the host does, in wait()/test(), before the results may be used, and once
+  // the event has completed, work queued afterwards sees them. So a non-blocking call
+  // overlaps the compute queued after it, and calls on different communicators never
+  // serialise through the compute stream.
   template <class Enqueue> cudaEvent_t ordered(void* stream, Enqueue&& enqueue) {
     shared_->poll_async_error();
     check_cuda(cudaSetDevice(device_), "cudaSetDevice");
-    const cudaStream_t caller = caller_stream(stream);
-    check_cuda(cudaEventRecord(inputs_ready_, caller), "cudaEventRecord");
+    check_cuda(cudaEventRecord(inputs_ready_, caller_stream(stream)), "cudaEventRecord");
     check_cuda(cudaStreamWaitEvent(stream_, inputs_ready_, 0), "cudaStreamWaitEvent");
     enqueue(stream_);
     cudaEvent_t done = shared_->take_event();
     const cudaError_t rec = cudaEventRecord(done, stream_);
-    const cudaError_t join = rec == cudaSuccess ? cudaStreamWaitEvent(caller, done, 0) : rec;
-    if (join != cudaSuccess) {
+    if (rec != cudaSuccess) {
       shared_->give_event(done);
-      check_cuda(join, "ordering the NCCL stream before the caller's");
+      check_cuda(rec, "cudaEventRecord");
     }
     return done;
   }

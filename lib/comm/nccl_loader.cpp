@@ -172,13 +172,13 @@ class RoutedBackend final : public Backend {
   }
   void broadcast(const void* send, void* recv, std::size_t count, DType type, int root,
                  void* stream) override {
-    if (on_device(send, count, recv, count))
+    if (on_device(send, root_only(root, count), recv, count))
       return collectives_->broadcast(send, recv, count, type, root, stream);
     host_->broadcast(send, recv, count, type, root, stream);
   }
   void reduce(const void* send, void* recv, std::size_t count, DType type, ReduceOp op, int root,
               void* stream) override {
-    if (on_device(send, count, recv, count))
+    if (on_device(send, count, recv, root_only(root, count)))
       return collectives_->reduce(send, recv, count, type, op, root, stream);
     host_->reduce(send, recv, count, type, op, root, stream);
   }
@@ -225,7 +225,7 @@ class RoutedBackend final : public Backend {
   }
   RequestPtr ibroadcast(const void* send, void* recv, std::size_t count, DType type, int root,
                         void* stream) override {
-    if (on_device(send, count, recv, count))
+    if (on_device(send, root_only(root, count), recv, count))
       return adapt(collectives_->ibroadcast(send, recv, count, type, root, stream));
     return host_->ibroadcast(send, recv, count, type, root, stream);
   }
@@ -254,6 +254,8 @@ class RoutedBackend final : public Backend {
                  "same side");
     return where_a == 1 || where_b == 1;
   }
+  // The count of a rooted call's root-only buffer (broadcast's send, reduce's recv).
+  std::size_t root_only(int root, std::size_t count) const { return rank() == root ? count : 0; }
   std::size_t sum(const std::size_t* counts) const {
     std::size_t total = 0;
     for (int r = 0; r < size(); ++r) total += counts[r];

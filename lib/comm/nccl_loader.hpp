@@ -7,7 +7,7 @@
 //               ncclUniqueId is created on rank 0 and broadcast through the MPI backend;
 //               sub-groups (split/dup) get their own NCCL communicator the same way.
 //               Collectives and send/recv run on a dedicated stream ordered after the work
-//               queued on the device's stream and before the work queued after them (events).
+//               queued on the device's stream (an event); the host waits for their end.
 //   mpi_staged  MPI on pinned host copies of the device buffers: slower, but any number of
 //               ranks may share one GPU (tests, small machines).
 // Both keep the Communicator rules (communicator.hpp) with device pointers as buffers.

@@ -242,6 +242,15 @@ TEST(DevicePath, RoutesEachCallByItsBuffers) {
     dev.all_gather_v(mine, gathered.data(), shares.data(), DType::f32);
     EXPECT_EQ(counts.collectives, 3) << "an empty share sent the gather to the host";
   }
+  // Nor do a rooted call's root-only buffers off the root (broadcast's send, reduce's recv),
+  // whatever they point at.
+  {
+    const bool root = world().rank() == 0;
+    DeviceBuffer reduced(cpu_device(), 8 * sizeof(float));
+    dev.broadcast(root ? buf.as<float>() : host, buf.data(), 8, DType::f32, 0);
+    dev.reduce(buf.data(), root ? reduced.data() : host, 8, DType::f32, ReduceOp::sum, 0);
+    EXPECT_EQ(counts.collectives, 5) << "an unused buffer decided a rooted call's route";
+  }
 
   try {
     dev.all_reduce(host, buf.data(), 8, DType::f32, ReduceOp::sum);

@@ -65,5 +65,7 @@ DTRAIN_PLUGIN_EXPORT dtrain::comm::DeviceBackend* dtrain_cuda_make_comm_backend(
     return refuse(e.code(), e.what());
   } catch (const std::exception& e) {
     return refuse(Errc::internal, e.what());
+  } catch (...) {
+    return refuse(Errc::internal, "unknown exception while making a device transport");
   }
 }

@@ -78,7 +78,8 @@ class Staging {
   Staging& operator=(const Staging&) = delete;
   Staging& operator=(Staging&&) = delete;
 
-  // Copies the inputs to the host and waits for them. A null pointer or zero size means the
+  // Copies the inputs to the host and waits for them (only when there are any: a receive
+  // must not wait for the compute queued before it). A null pointer or zero size means the
   // operation does not use that buffer on this rank.
   void in(const void* send, std::size_t send_bytes, void* recv, std::size_t recv_bytes) {
     const char* s = send_bytes ? static_cast<const char*>(send) : nullptr;
@@ -103,7 +104,7 @@ class Staging {
     }
     recv_device_ = r;
     recv_bytes_ = r ? recv_bytes : 0;
-    DTRAIN_CUDA(cudaStreamSynchronize(stream_));
+    if (s) DTRAIN_CUDA(cudaStreamSynchronize(stream_));  // an overlapping span has s too
   }
 
   // Copies the result back and waits for it (the block is reused afterwards).
