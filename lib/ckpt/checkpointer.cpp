@@ -1,5 +1,6 @@
 // Checkpointer: the parallel HDF5 write and read of the planned pieces (io_plan.hpp), the
 // attributes of docs/checkpoint-format.md, and the verification on load.
+#include <array>
 #include <climits>
 #include <csignal>
 #include <cstdio>
@@ -82,11 +83,21 @@ struct Checkpointer::Impl {
   // Test hook (docs/checkpoint-format.md): the highest world rank kills itself with SIGKILL
   // after writing this many datasets of a save's temporary file; -1 = never.
   long kill_after_datasets = env::get_int("DTRAIN_TEST_CKPT_KILL_AFTER_DATASETS", -1, -1, LONG_MAX);
+  // HDF5 reads and writes host memory only. On a GPU the transfers go through host copies of
+  // the arena and both moments (empty on the CPU): filled from the device before a save and
+  // before a load (so what a load does not overwrite keeps its value), and copied back only
+  // after a load has passed its checksums, so a corrupt file leaves the device untouched.
+  // Test hook: DTRAIN_TEST_CKPT_STAGE_THROUGH_HOST=1 takes this path on the CPU too.
+  std::array<std::vector<float>, 3> host_copies;
 
   Impl(ProcessGrid& g, ParameterStore& p, optim::AdamW& o, bool sharded, const GptConfig& m)
       : grid(g), params(p), optimizer(o), model(m) {
-    DTRAIN_CHECK(p.device().kind() == DeviceKind::cpu, Errc::not_implemented,
-                 "checkpoints of parameters in " << p.device().name() << " memory are not implemented yet");
+    if (p.device().kind() != DeviceKind::cpu ||
+        env::get_bool("DTRAIN_TEST_CKPT_STAGE_THROUGH_HOST", false)) {
+      host_copies[kParam].resize(p.numel());
+      host_copies[kExpAvg].resize(o.state_numel());
+      host_copies[kExpAvgSq].resize(o.state_numel());
+    }
     PlanLayout layout;
     layout.dp_rank = g.dp_rank();
     layout.dp_size = g.dp_size();
@@ -102,9 +113,29 @@ struct Checkpointer::Impl {
     g.world().all_reduce(calls.data(), calls.data(), calls.size(), DType::i32, ReduceOp::max);
   }
 
+  // Where the transfers of `kind` read and write: the host copy on a GPU, else the arena or
+  // moment itself.
   float* memory(int kind) {
+    if (staged()) return host_copies[kind].data();
+    return device_memory(kind);
+  }
+  float* device_memory(int kind) {
     if (kind == kParam) return params.params();
     return kind == kExpAvg ? optimizer.exp_avg() : optimizer.exp_avg_sq();
+  }
+  bool staged() const { return !host_copies[kParam].empty(); }
+  void copy_between_host_and_device(CopyKind direction) {
+    if (!staged()) return;
+    for (int kind : {kParam, kExpAvg, kExpAvgSq}) {
+      std::vector<float>& h = host_copies[kind];
+      float* d = device_memory(kind);
+      const std::size_t bytes = sizeof(float) * h.size();
+      if (direction == CopyKind::device_to_host) {
+        params.device().copy(h.data(), d, bytes, direction);
+      } else {
+        params.device().copy(d, h.data(), bytes, direction);
+      }
+    }
   }
 
   h5::Handle file_access() {
@@ -207,6 +238,7 @@ void Checkpointer::Impl::write_file(const std::string& path, const CheckpointInf
 
   std::vector<h5::Handle> dsets;
   std::vector<std::uint64_t> sums;
+  copy_between_host_and_device(CopyKind::device_to_host);
   for (std::size_t t = 0; t < plans.size(); ++t) {
     const TensorPlan& plan = plans[t];
     const TensorEntry& e = *plan.entry;
@@ -306,6 +338,7 @@ CheckpointInfo Checkpointer::Impl::read_file(const std::string& path) {
   h5::check_status(H5Pset_dxpl_mpio(dxpl, H5FD_MPIO_COLLECTIVE), "H5Pset_dxpl_mpio");
   std::vector<std::uint64_t> sums, stored;
   std::vector<std::string> names;
+  copy_between_host_and_device(CopyKind::device_to_host);
   for (std::size_t t = 0; t < plans.size(); ++t) {
     const TensorPlan& plan = plans[t];
     const TensorEntry& e = *plan.entry;
@@ -334,6 +367,7 @@ CheckpointInfo Checkpointer::Impl::read_file(const std::string& path) {
                  where << ": dataset " << names[i] << " fails its checksum (stored " << stored[i]
                        << ", computed " << sums[i] << "): the file is corrupt");
   }
+  copy_between_host_and_device(CopyKind::host_to_device);
   optimizer.set_steps_taken(opt_step);
   return info;
 }

@@ -57,6 +57,7 @@ class DTRAIN_API AdamW {
   // Moments, compact: segment i's state starts at state_offset(i).
   float* exp_avg() { return m_.as<float>(); }
   float* exp_avg_sq() { return v_.as<float>(); }
+  std::size_t state_numel() const { return m_.bytes() / sizeof(float); }  // of each moment
   std::size_t state_offset(std::size_t segment) const { return state_offsets_[segment]; }
   const std::vector<Segment>& segments() const { return segments_; }
   std::size_t state_bytes() const { return m_.bytes() + v_.bytes() + w_.bytes(); }
