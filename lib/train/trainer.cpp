@@ -20,7 +20,8 @@ Trainer::Trainer(const TrainConfig& cfg, Communicator& world)
                    << cfg.micro_batch << ", global batch " << s_->loader.plan().global_batch()
                    << " sequences (" << s_->accum() << " micro-steps/step), device "
                    << s_->dev.name());
-  DTRAIN_LOG(info, "peak: measured SGEMM " << s_->peak_flops_per_rank / 1e9
+  DTRAIN_LOG(info, "peak: measured " << (s_->dev.kind() == DeviceKind::cpu ? "SGEMM " : "GEMM ")
+                   << s_->peak_flops_per_rank / 1e9
                    << " GFLOP/s per rank (the MFU denominator)");
   const std::string from = ckpt::resolve_resume(world, cfg.resume, cfg.save_dir);
   if (!from.empty()) load_checkpoint(from);
@@ -196,6 +197,7 @@ TrainSummary Trainer::run() {
     Stopwatch watch;
     const double waited_before = s.comm_wait_seconds();
     const double loss = train_step();
+    s.dev.synchronize();  // a GPU may still be running the step's last kernels
     const double step_s = watch.seconds();
     if (s.step == s.start_step + 1) {
       allocations_before = AlignedBuffer::allocation_count();

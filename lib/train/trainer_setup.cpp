@@ -172,11 +172,18 @@ Trainer::State::State(const TrainConfig& c, Communicator& w)
   losses.reserve(static_cast<std::size_t>(std::max(0L, cfg.steps)));  // no growth in the loop
 
   // Held between steps: ZeRO 2 keeps only this rank's gradient pieces, ZeRO 3 also only its
-  // parameter pieces (docs/data-parallel.md: the transient units during a pass come on top).
+  // parameter pieces (docs/data-parallel.md: the transient units during a pass come on top),
+  // where the device can hand back the rest of the arenas (the CPU; not yet a GPU).
   const std::size_t n = model.parameters().numel();
-  const bool sharded_grads = cfg.zero >= 2;
+  const bool released = dev.discard_releases_memory();
+  const bool sharded_grads = cfg.zero >= 2 && released;
   const std::size_t owned = sync ? sync->owned_numel() : fixed_order->owned_numel();
-  memory.params = (gather ? gather->owned_numel() : n) * sizeof(float);
+  memory.params = (gather && released ? gather->owned_numel() : n) * sizeof(float);
+  if (cfg.zero >= 2 && !released && w.rank() == 0) {
+    DTRAIN_LOG(warn, "ZeRO " << cfg.zero << " on " << dev.name() << " shards the optimizer "
+               "state and the communication, but the whole parameter and gradient arenas stay "
+               "resident: this device cannot yet hand back part of an allocation");
+  }
   memory.grads = (sharded_grads ? owned : n) * sizeof(float) +
                  (fixed_order ? fixed_order->bytes() : 0);
   memory.optimizer = optimizer.state_bytes();

@@ -8,8 +8,10 @@
 // tensors are row-major, shapes are given in the comment of each method. Forward ops write
 // their outputs; backward ops ACCUMULATE (+=) into both parameter gradients and input
 // gradients, so the caller zeroes gradient buffers once and layers may share them. All
-// floating-point ops are fp32 for now; the 16-bit formats appear only as rounding and
-// conversion ops. Ops are synchronous on the CPU; on an asynchronous
+// floating-point data is fp32; the 16-bit formats appear as rounding and conversion ops.
+// Arithmetic is fp32 except GEMMs, which a device may run with reduced-precision operands
+// (the CUDA device: TF32 by default, bf16/fp16 after set_gemm_operand_format) and fp32
+// accumulation. Ops are synchronous on the CPU; on an asynchronous
 // device they are ordered on the device's stream and synchronize() waits for them.
 #include <cstddef>
 #include <cstdint>
@@ -44,6 +46,8 @@ class DTRAIN_API Device {
   // they are mapped again, zero-filled, when next written (ZeRO 2/3 drop the pieces of the
   // arenas a rank does not own this way). The default only zeroes.
   virtual void discard(void* ptr, std::size_t bytes) { zero(ptr, bytes); }
+  // Whether discard() hands memory back (the CPU) or only zeroes it (the default).
+  virtual bool discard_releases_memory() const noexcept { return false; }
   virtual void synchronize() = 0;
 
   // ---- GEMM ----------------------------------------------------------------

@@ -25,6 +25,7 @@ class CpuDevice final : public Device {
   void copy(void* dst, const void* src, std::size_t bytes, CopyKind kind) override;
   void zero(void* ptr, std::size_t bytes) override;
   void discard(void* ptr, std::size_t bytes) override;
+  bool discard_releases_memory() const noexcept override { return true; }
   static constexpr std::size_t kPage = 4096;
   static constexpr std::size_t kLazyBytes = std::size_t{1} << 20;  // on_use from 1 MiB up
   void synchronize() override {}

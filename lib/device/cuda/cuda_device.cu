@@ -65,13 +65,10 @@ CudaDevice::~CudaDevice() {
   if (stream_) (void)cudaStreamDestroy(stream_);
 }
 
-void CudaDevice::activate() const {
-  thread_local int current = -1;
-  if (current != ordinal_) {
-    DTRAIN_CUDA(cudaSetDevice(ordinal_));
-    current = ordinal_;
-  }
-}
+// No per-thread cache of the current device: other code (the constructor, the allocator, the
+// transports) sets it too, and a stale cache would launch on the wrong context. Setting the
+// device that is already current is cheap.
+void CudaDevice::activate() const { DTRAIN_CUDA(cudaSetDevice(ordinal_)); }
 
 void* CudaDevice::allocate(std::size_t bytes) {
   activate();
