@@ -2,14 +2,19 @@
 // once per process for lib/device and this file alike (core/cuda_plugin_handle.hpp).
 #include "comm/nccl_loader.hpp"
 
+#include <unistd.h>
+
+#include <algorithm>
+#include <cstring>
 #include <mutex>
+#include <vector>
 
 #include "comm/comm_state.hpp"
 #include "comm/watchdog.hpp"
 #include "core/cuda_plugin_handle.hpp"
-#include "device/plugin.hpp"
 #include "dtrain/core/env.hpp"
 #include "dtrain/core/error.hpp"
+#include "dtrain/core/log.hpp"
 
 namespace dtrain::comm {
 namespace {
@@ -19,8 +24,7 @@ namespace {
 struct CommPlugin {
   dtrain_cuda_make_comm_backend_fn make = nullptr;
   dtrain_cuda_pointer_on_device_fn on_device = nullptr;
-  dtrain_cuda_comm_has_nccl_fn has_nccl = nullptr;
-  dtrain_cuda_device_count_fn device_count = nullptr;
+  dtrain_cuda_comm_nccl_gpu_fn nccl_gpu = nullptr;
   std::string reason;  // why make is null
 };
 
@@ -36,10 +40,9 @@ CommPlugin load_plugin() {
       plugin.symbol(DTRAIN_CUDA_SYM_MAKE_COMM));
   auto on_device = reinterpret_cast<dtrain_cuda_pointer_on_device_fn>(
       plugin.symbol(DTRAIN_CUDA_SYM_ON_DEVICE));
-  auto has_nccl =
-      reinterpret_cast<dtrain_cuda_comm_has_nccl_fn>(plugin.symbol(DTRAIN_CUDA_SYM_HAS_NCCL));
-  auto count = reinterpret_cast<dtrain_cuda_device_count_fn>(plugin.symbol(DTRAIN_CUDA_SYM_COUNT));
-  if (!abi || !make || !on_device || !has_nccl || !count) {
+  auto nccl_gpu =
+      reinterpret_cast<dtrain_cuda_comm_nccl_gpu_fn>(plugin.symbol(DTRAIN_CUDA_SYM_NCCL_GPU));
+  if (!abi || !make || !on_device || !nccl_gpu) {
     p.reason = std::string(kCudaPluginName) + " has no device-buffer communication entry points";
     return p;
   }
@@ -50,8 +53,7 @@ CommPlugin load_plugin() {
   }
   p.make = make;
   p.on_device = on_device;
-  p.has_nccl = has_nccl;
-  p.device_count = count;
+  p.nccl_gpu = nccl_gpu;
   return p;
 }
 
@@ -81,9 +83,9 @@ class PluginTransports final : public DeviceTransports {
     }
     return std::unique_ptr<DeviceBackend>(made);
   }
-  bool nccl_usable(int ranks_on_node) const override {
+  bool nccl_gpu(std::uint8_t uuid[16]) const override {
     const CommPlugin& p = plugin();
-    return p.make && p.has_nccl() == 1 && ranks_on_node <= p.device_count(nullptr, 0);
+    return p.make && p.nccl_gpu(uuid) == 1;
   }
 };
 
@@ -296,9 +298,39 @@ DeviceTransport choose_device_transport(Communicator& world) {
                "DTRAIN_DEVICE_COMM must be auto, nccl or mpi_staged, got '" << asked << "'");
   if (asked == "nccl") return DeviceTransport::nccl;
   if (asked == "mpi_staged") return DeviceTransport::mpi_staged;
-  int usable = active_transports()->nccl_usable(world.local_size()) ? 1 : 0;
-  world.all_reduce(&usable, &usable, 1, DType::i32, ReduceOp::min);
-  return usable == 1 ? DeviceTransport::nccl : DeviceTransport::mpi_staged;
+  // nccl needs a GPU of its own on every rank: gather (usable, hash of node name and GPU
+  // UUID) from all ranks; equal hashes are two ranks on one GPU (or, with odds of about
+  // n^2 / 2^64, a hash collision, which only costs the faster transport).
+  std::uint8_t uuid[16] = {};
+  const bool usable = active_transports()->nccl_gpu(uuid);
+  char host[256] = {};
+  if (gethostname(host, sizeof host - 1) != 0) host[0] = '\0';
+  std::uint64_t seat = 14695981039346656037ull;  // FNV-1a over the node name, then the UUID
+  auto mix = [&seat](const void* bytes, std::size_t n) {
+    for (std::size_t i = 0; i < n; ++i) {
+      seat = (seat ^ static_cast<const unsigned char*>(bytes)[i]) * 1099511628211ull;
+    }
+  };
+  mix(host, std::strlen(host) + 1);
+  mix(uuid, sizeof uuid);
+  const std::int64_t mine[2] = {usable ? 1 : 0, static_cast<std::int64_t>(seat)};
+  std::vector<std::int64_t> all(2 * static_cast<std::size_t>(world.size()));
+  world.all_gather(mine, all.data(), 2, DType::i64);
+  std::vector<std::int64_t> seats;
+  bool every_rank_usable = true;
+  for (std::size_t r = 0; r < all.size(); r += 2) {
+    every_rank_usable = every_rank_usable && all[r] == 1;
+    seats.push_back(all[r + 1]);
+  }
+  std::sort(seats.begin(), seats.end());
+  const bool shared = std::adjacent_find(seats.begin(), seats.end()) != seats.end();
+  if (every_rank_usable && !shared) return DeviceTransport::nccl;
+  if (world.rank() == 0) {
+    DTRAIN_LOG(info, "device transport auto: mpi_staged, since "
+                         << (every_rank_usable ? "two ranks of one node share a GPU"
+                                               : "not every rank has NCCL and a GPU"));
+  }
+  return DeviceTransport::mpi_staged;
 }
 
 std::unique_ptr<Backend> make_device_backend(std::unique_ptr<Backend> host, DeviceTransport t) {

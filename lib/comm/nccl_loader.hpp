@@ -25,6 +25,7 @@
 // members whose symbols libdtrain.so keeps hidden, while this interface is header-only, so
 // the plugin never needs a hidden symbol. A core-side adapter turns it into a Backend.
 #include <cstddef>
+#include <cstdint>
 #include <memory>
 #include <string>
 
@@ -46,8 +47,8 @@ class DeviceTransports {
   virtual bool on_device(const void* p) const = 0;
   // A transport over host (borrowed; it outlives the result). Collective over host.
   virtual std::unique_ptr<DeviceBackend> make(Backend& host, DeviceTransport t) const = 0;
-  // Whether nccl can serve `ranks_on_node` ranks of this node (one GPU each), on this rank.
-  virtual bool nccl_usable(int ranks_on_node) const = 0;
+  // Whether this rank can use nccl, and then the 16-byte id (UUID) of the GPU it would use.
+  virtual bool nccl_gpu(std::uint8_t uuid[16]) const = 0;
 };
 
 // Tests only: use `t` instead of the plugin from now on (null: the plugin again).
@@ -55,8 +56,10 @@ void override_device_transports(std::shared_ptr<const DeviceTransports> t);
 bool device_transports_overridden();
 
 // The transport for a job's device buffers, agreed by every rank of `world` (collective):
-// DTRAIN_DEVICE_COMM = nccl | mpi_staged | auto (default: nccl where every rank can use it,
-// else mpi_staged, e.g. several ranks sharing one GPU, or a plugin built without NCCL).
+// DTRAIN_DEVICE_COMM = nccl | mpi_staged | auto (default: nccl where every rank can use it
+// on a GPU of its own, i.e. no two ranks of a node on the same GPU UUID; else mpi_staged,
+// e.g. several ranks sharing one GPU, or a plugin built without NCCL). Rank 0 logs why auto
+// chose mpi_staged.
 DeviceTransport choose_device_transport(Communicator& world);
 
 // A backend for device buffers built on `host` (consumed, whether or not this succeeds).
@@ -139,11 +142,12 @@ typedef dtrain::comm::DeviceBackend* (*dtrain_cuda_make_comm_backend_fn)(
     dtrain::comm::Backend* host, int transport, int* errc, char* msg, unsigned long msg_len);
 // 1 when p is device (or managed) memory, 0 for host memory. Never throws.
 typedef int (*dtrain_cuda_pointer_on_device_fn)(const void* p);
-// 1 when the plugin was built with NCCL, else 0.
-typedef int (*dtrain_cuda_comm_has_nccl_fn)(void);
+// 1 when the plugin was built with NCCL and this process has a GPU, whose 16-byte UUID it then
+// writes to uuid; else 0. Never throws.
+typedef int (*dtrain_cuda_comm_nccl_gpu_fn)(unsigned char* uuid);
 }
 
 #define DTRAIN_CUDA_SYM_COMM_ABI "dtrain_cuda_comm_abi"
 #define DTRAIN_CUDA_SYM_MAKE_COMM "dtrain_cuda_make_comm_backend"
 #define DTRAIN_CUDA_SYM_ON_DEVICE "dtrain_cuda_pointer_on_device"
-#define DTRAIN_CUDA_SYM_HAS_NCCL "dtrain_cuda_comm_has_nccl"
+#define DTRAIN_CUDA_SYM_NCCL_GPU "dtrain_cuda_comm_nccl_gpu"

@@ -10,6 +10,8 @@
 //   - the losses are the bits of the plain MPI run.
 #include <gtest/gtest.h>
 
+#include <algorithm>
+#include <cstdint>
 #include <cstdlib>
 #include <filesystem>
 #include <memory>
@@ -155,8 +157,12 @@ class CountingTransport final : public comm::DeviceBackend {
   comm::DeviceTransport t_;
 };
 
+// How the ranks' "GPUs" look to the transport choice.
+enum class Gpus { one_each, shared, none_on_last_rank };
+
 class CpuAsDevice final : public comm::DeviceTransports {
  public:
+  explicit CpuAsDevice(Gpus gpus) : gpus_(gpus) {}
   bool on_device(const void* p) const override {
     return static_cast<const CpuDevice&>(cpu_device()).contains(p);
   }
@@ -164,13 +170,22 @@ class CpuAsDevice final : public comm::DeviceTransports {
                                             comm::DeviceTransport t) const override {
     return std::make_unique<CountingTransport>(host, t);
   }
-  bool nccl_usable(int) const override { return true; }
+  bool nccl_gpu(std::uint8_t uuid[16]) const override {
+    const int r = world().rank();
+    if (gpus_ == Gpus::none_on_last_rank && r == world().size() - 1) return false;
+    std::fill(uuid, uuid + 16, std::uint8_t{0});
+    if (gpus_ == Gpus::one_each) uuid[0] = static_cast<std::uint8_t>(r);
+    return true;
+  }
+
+ private:
+  Gpus gpus_;
 };
 
 // The test transports for the life of one scope, and DTRAIN_DEVICE_COMM as given.
 struct DevicePath {
-  explicit DevicePath(const char* transport) {
-    comm::override_device_transports(std::make_shared<CpuAsDevice>());
+  explicit DevicePath(const char* transport, Gpus gpus = Gpus::one_each) {
+    comm::override_device_transports(std::make_shared<CpuAsDevice>(gpus));
     setenv("DTRAIN_DEVICE_COMM", transport, 1);
     counts = Counts{};
   }
@@ -275,6 +290,20 @@ TEST(DevicePath, RoutesEachCallByItsBuffers) {
 TEST(DevicePath, ChoosesNcclUnlessAskedOtherwise) {
   {
     DevicePath on("auto");
+    EXPECT_EQ(comm::choose_device_transport(world()), comm::DeviceTransport::nccl);
+  }
+  {  // every rank of this test runs on one node: a shared GPU rules NCCL out
+    DevicePath on("auto", Gpus::shared);
+    EXPECT_EQ(comm::choose_device_transport(world()), multi_rank()
+                                                          ? comm::DeviceTransport::mpi_staged
+                                                          : comm::DeviceTransport::nccl);
+  }
+  {
+    DevicePath on("auto", Gpus::none_on_last_rank);
+    EXPECT_EQ(comm::choose_device_transport(world()), comm::DeviceTransport::mpi_staged);
+  }
+  {
+    DevicePath on("nccl", Gpus::shared);  // asked for: taken as given
     EXPECT_EQ(comm::choose_device_transport(world()), comm::DeviceTransport::nccl);
   }
   {

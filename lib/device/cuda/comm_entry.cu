@@ -4,6 +4,7 @@
 #include <cuda_runtime.h>
 
 #include <cstdio>
+#include <cstring>
 #include <exception>
 #include <memory>
 
@@ -29,10 +30,22 @@ DTRAIN_PLUGIN_EXPORT int dtrain_cuda_pointer_on_device(const void* p) {
   return attr.type == cudaMemoryTypeDevice || attr.type == cudaMemoryTypeManaged ? 1 : 0;
 }
 
-DTRAIN_PLUGIN_EXPORT int dtrain_cuda_comm_has_nccl(void) {
+DTRAIN_PLUGIN_EXPORT int dtrain_cuda_comm_nccl_gpu(unsigned char* uuid) {
 #ifdef DTRAIN_HAVE_NCCL
-  return 1;
+  try {
+    auto* dev = static_cast<dtrain::cuda::CudaDevice*>(dtrain_cuda_get_device(0));
+    cudaDeviceProp prop{};
+    if (!dev || cudaGetDeviceProperties(&prop, dev->ordinal()) != cudaSuccess) {
+      (void)cudaGetLastError();
+      return 0;
+    }
+    std::memcpy(uuid, prop.uuid.bytes, sizeof prop.uuid.bytes);
+    return 1;
+  } catch (...) {
+    return 0;
+  }
 #else
+  (void)uuid;
   return 0;
 #endif
 }
