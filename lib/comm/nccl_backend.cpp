@@ -178,10 +178,16 @@ class NcclBackend final : public DeviceBackend {
       : rank_(host.rank()), size_(host.size()), shared_(std::make_shared<NcclShared>()),
         compute_(compute), device_(device) {
     check_cuda(cudaSetDevice(device_), "cudaSetDevice");
-    ncclUniqueId id{};
-    if (rank_ == 0) check_nccl(ncclGetUniqueId(&id), "ncclGetUniqueId");
-    host.broadcast(&id, &id, sizeof id, DType::u8, 0, nullptr);
-    check_nccl(ncclCommInitRank(&shared_->comm, size_, id, rank_), "ncclCommInitRank");
+    // Rank 0 sends the id with its status, so a failure there fails every rank alike
+    // instead of leaving the others waiting in ncclCommInitRank.
+    struct {
+      ncclUniqueId id;
+      int status;
+    } start{};
+    if (rank_ == 0) start.status = static_cast<int>(ncclGetUniqueId(&start.id));
+    host.broadcast(&start, &start, sizeof start, DType::u8, 0, nullptr);
+    check_nccl(static_cast<ncclResult_t>(start.status), "ncclGetUniqueId (on rank 0)");
+    check_nccl(ncclCommInitRank(&shared_->comm, size_, start.id, rank_), "ncclCommInitRank");
     check_cuda(cudaStreamCreateWithFlags(&stream_, cudaStreamNonBlocking), "cudaStreamCreate");
     check_cuda(cudaEventCreateWithFlags(&inputs_ready_, cudaEventDisableTiming),
                "cudaEventCreate");
@@ -190,7 +196,7 @@ class NcclBackend final : public DeviceBackend {
 
   ~NcclBackend() override {
     (void)cudaSetDevice(device_);
-    if (stream_) (void)cudaStreamSynchronize(stream_);
+    if (stream_) finish_pending();
     if (scratch_) (void)cudaFree(scratch_);
     if (barrier_word_) (void)cudaFree(barrier_word_);
     if (inputs_ready_) (void)cudaEventDestroy(inputs_ready_);
@@ -331,6 +337,23 @@ class NcclBackend final : public DeviceBackend {
 
   cudaStream_t caller_stream(void* stream) const {
     return stream ? static_cast<cudaStream_t>(stream) : compute_;
+  }
+
+  // Waits for the operations still queued (a request may outlive its communicator) while
+  // polling for asynchronous errors, which abort the communicator: a peer that died must
+  // not hang the destructor.
+  void finish_pending() noexcept {
+    try {
+      cudaEvent_t last = shared_->take_event();
+      if (cudaEventRecord(last, stream_) == cudaSuccess) {
+        try {
+          shared_->wait(last);
+        } catch (...) {
+        }
+      }
+      shared_->give_event(last);
+    } catch (...) {
+    }
   }
 
   // Queues enqueue(nccl stream) after the work queued so far on the caller's stream (the
