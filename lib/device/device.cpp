@@ -24,6 +24,11 @@ const char* device_kind_name(DeviceKind kind) noexcept {
 
 Device::~Device() = default;
 
+void Device::sum_squares_runs(const float* x, const std::int64_t* starts,
+                              const std::int64_t* lengths, std::size_t runs, double* sums) {
+  for (std::size_t i = 0; i < runs; ++i) sums[i] = sum_squares(x + starts[i], lengths[i]);
+}
+
 void Device::set_gemm_operand_format(DType fmt) {
   if (fmt != DType::f32) check_16bit_format(fmt, "set_gemm_operand_format");
 }

@@ -7,7 +7,7 @@
 namespace dtrain {
 constexpr int kCudaPluginAbi = 4;  // 2: Device::discard; 3: 16-bit casts, any_nonfinite;
                                    // 4: Device::set_gemm_operand_format,
-                                   //    discard_releases_memory
+                                   //    discard_releases_memory, sum_squares_runs
 }  // namespace dtrain
 
 extern "C" {

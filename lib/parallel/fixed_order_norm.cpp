@@ -23,7 +23,11 @@ FixedOrderNorm::FixedOrderNorm(Device& dev, Communicator& dp, const ParameterSto
 
 double FixedOrderNorm::sum_squares(const float* grads, const std::vector<Range>& held,
                                    bool whole) {
-  std::fill(partials_.begin(), partials_.end(), 0.0);
+  // The runs (a counted parameter's elements within one block) in the order their squares
+  // are added to the block partials, summed by the device in one go.
+  run_starts_.clear();
+  run_lengths_.clear();
+  run_blocks_.clear();
   const auto& infos = params_.infos();
   for (const Range& r : held) {
     DTRAIN_CHECK(r.first % kBlock == 0, Errc::internal,
@@ -35,11 +39,18 @@ double FixedOrderNorm::sum_squares(const float* grads, const std::vector<Range>&
       for (std::size_t at = lo; at < hi;) {
         const std::size_t block = at / kBlock;
         const std::size_t end = std::min(hi, (block + 1) * kBlock);
-        partials_[block] += dev_.sum_squares(grads + at, static_cast<std::int64_t>(end - at));
+        run_starts_.push_back(static_cast<std::int64_t>(at));
+        run_lengths_.push_back(static_cast<std::int64_t>(end - at));
+        run_blocks_.push_back(block);
         at = end;
       }
     }
   }
+  run_sums_.resize(run_starts_.size());
+  dev_.sum_squares_runs(grads, run_starts_.data(), run_lengths_.data(), run_starts_.size(),
+                        run_sums_.data());
+  std::fill(partials_.begin(), partials_.end(), 0.0);
+  for (std::size_t i = 0; i < run_sums_.size(); ++i) partials_[run_blocks_[i]] += run_sums_[i];
   if (!whole && dp_.size() > 1) {
     dp_.all_reduce(partials_.data(), partials_.data(), partials_.size(), DType::f64, ReduceOp::sum);
   }

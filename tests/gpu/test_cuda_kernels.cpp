@@ -262,6 +262,19 @@ TEST_F(CudaKernels, Elementwise) {
   const double want = cpu.sum_squares(a.data(), n), got = gpu.sum_squares(d_a.get(), n);
   EXPECT_NEAR(got, want, 1e-12 * want);
   EXPECT_EQ(gpu.sum_squares(d_a.get(), 0), 0.0);
+  // many runs at once (deterministic gradient norm): each as its own sum_squares, empty runs
+  // give 0, and about 333 000 runs (more than one grid's 65535 blocks) all get their sums
+  std::vector<std::int64_t> starts, lengths;
+  for (std::int64_t at = 0; at + 7 <= n; at += 3) {  // overlapping runs are allowed
+    starts.push_back(at);
+    lengths.push_back(at % 5 == 0 ? 0 : 7);
+  }
+  std::vector<double> sums(starts.size(), -1.0);
+  gpu.sum_squares_runs(d_a.get(), starts.data(), lengths.data(), starts.size(), sums.data());
+  for (std::size_t i = 0; i < sums.size(); ++i) {
+    const double w = cpu.sum_squares(a.data() + starts[i], lengths[i]);
+    ASSERT_NEAR(sums[i], w, 1e-12 * w) << "run " << i;
+  }
 }
 
 TEST_F(CudaKernels, CrossEntropy) {

@@ -120,6 +120,12 @@ class DTRAIN_API Device {
   virtual void copy_floats(float* dst, const float* src, std::int64_t n) = 0;
   // sum of squares, accumulated in double (for the global gradient norm).
   virtual double sum_squares(const float* x, std::int64_t n) = 0;
+  // sums[i] = the sum of squares of x[starts[i], starts[i] + lengths[i]) in double, for i in
+  // [0, runs), all in one go (one wait on an asynchronous device; sums is host memory). Each
+  // run's sum depends only on its own elements, so fixed-order reductions stay reproducible.
+  // The default calls sum_squares once per run.
+  virtual void sum_squares_runs(const float* x, const std::int64_t* starts,
+                                const std::int64_t* lengths, std::size_t runs, double* sums);
 
   // ---- 16-bit float formats (mixed precision) --------------------------------
   // fmt is DType::bf16 or DType::f16 (anything else: Error(Errc::invalid_argument)).

@@ -7,6 +7,7 @@
 // piece: summing the partials over the group, where every block has one non-zero
 // contribution, is exact.
 #include <cstddef>
+#include <cstdint>
 #include <vector>
 
 #include "dtrain/comm/communicator.hpp"
@@ -34,6 +35,10 @@ class DTRAIN_API FixedOrderNorm {
   const ParameterStore& params_;
   std::vector<bool> counted_;
   std::vector<double> partials_;  // per block
+  // One step's runs (reused, so they stop growing after the first step)
+  std::vector<std::int64_t> run_starts_, run_lengths_;
+  std::vector<std::size_t> run_blocks_;
+  std::vector<double> run_sums_;
 };
 
 }  // namespace dtrain::parallel

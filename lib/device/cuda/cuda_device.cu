@@ -122,6 +122,27 @@ double CudaDevice::sum_squares(const float* x, std::int64_t n) {
   return *sum_host_;
 }
 
+// The run table goes up and the sums come back through the grow-only scratch: starts, lengths
+// (int64) and sums (double), 8 bytes each per run.
+void CudaDevice::sum_squares_runs(const float* x, const std::int64_t* starts,
+                                  const std::int64_t* lengths, std::size_t runs, double* sums) {
+  if (runs == 0) return;
+  activate();
+  std::lock_guard<std::mutex> lock(sum_mutex_);
+  auto* table = reinterpret_cast<std::int64_t*>(scratch(6 * runs));  // 3 x 8 bytes per run
+  std::int64_t* d_starts = table;
+  std::int64_t* d_lengths = table + runs;
+  auto* d_sums = reinterpret_cast<double*>(table + 2 * runs);
+  const std::size_t bytes = sizeof(std::int64_t) * runs;
+  DTRAIN_CUDA(cudaMemcpyAsync(d_starts, starts, bytes, cudaMemcpyHostToDevice, stream_));
+  DTRAIN_CUDA(cudaMemcpyAsync(d_lengths, lengths, bytes, cudaMemcpyHostToDevice, stream_));
+  cuda::sum_squares_runs(stream_, d_sums, x, d_starts, d_lengths,
+                         static_cast<std::int64_t>(runs));
+  DTRAIN_CUDA(cudaMemcpyAsync(sums, d_sums, sizeof(double) * runs, cudaMemcpyDeviceToHost,
+                              stream_));
+  DTRAIN_CUDA(cudaStreamSynchronize(stream_));
+}
+
 bool CudaDevice::any_nonfinite(const float* x, std::int64_t n) {
   activate();
   std::lock_guard<std::mutex> lock(flag_mutex_);

@@ -90,6 +90,8 @@ class CudaDevice final : public Device {
   void fill(float* x, float value, std::int64_t n) override;
   void copy_floats(float* dst, const float* src, std::int64_t n) override;
   double sum_squares(const float* x, std::int64_t n) override;
+  void sum_squares_runs(const float* x, const std::int64_t* starts, const std::int64_t* lengths,
+                        std::size_t runs, double* sums) override;
   void convert_to_16bit(std::uint16_t* dst, const float* src, std::int64_t n,
                         DType fmt) override;
   void convert_from_16bit(float* dst, const std::uint16_t* src, std::int64_t n,

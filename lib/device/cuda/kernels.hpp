@@ -27,6 +27,10 @@ std::size_t column_sum_scratch_floats(int N, int C);
 // *result = sum x[i]^2 accumulated in double; partials holds kSumSquaresPartials doubles.
 constexpr int kSumSquaresPartials = 512;
 void sum_squares(cudaStream_t s, double* result, double* partials, const float* x, std::int64_t n);
+// sums[i] = sum of squares of x[starts[i], starts[i] + lengths[i]) (device arrays), one block
+// per run.
+void sum_squares_runs(cudaStream_t s, double* sums, const float* x, const std::int64_t* starts,
+                      const std::int64_t* lengths, std::int64_t runs);
 
 // ---- kernels_cast.cu -------------------------------------------------------------
 // bf16 when `bf16`, else f16; rounding as device/half_bits.hpp. dst may equal src for round.

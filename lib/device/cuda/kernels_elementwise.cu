@@ -68,6 +68,21 @@ __global__ void sum_squares_partials_kernel(double* partials, const float* x, st
   if (threadIdx.x == 0) partials[blockIdx.x] = acc;
 }
 
+__global__ void sum_squares_runs_kernel(double* sums, const float* x, const std::int64_t* starts,
+                                        const std::int64_t* lengths, std::int64_t runs) {
+  __shared__ double shared[32];
+  for (std::int64_t run = blockIdx.x; run < runs; run += gridDim.x) {  // uniform per block
+    const float* v = x + starts[run];
+    double acc = 0.0;
+    for (std::int64_t i = threadIdx.x; i < lengths[run]; i += blockDim.x) {
+      const double e = v[i];
+      acc += e * e;
+    }
+    acc = block_sum(acc, shared);
+    if (threadIdx.x == 0) sums[run] = acc;
+  }
+}
+
 __global__ void sum_partials_kernel(double* result, const double* partials, int count) {
   __shared__ double shared[32];
   double acc = 0.0;
@@ -137,6 +152,14 @@ void sum_squares(cudaStream_t s, double* result, double* partials, const float* 
   if (blocks > 0) sum_squares_partials_kernel<<<blocks, kThreads, 0, s>>>(partials, x, n);
   sum_partials_kernel<<<1, kThreads, 0, s>>>(result, partials, blocks);
   check_launch("sum_squares");
+}
+
+void sum_squares_runs(cudaStream_t s, double* sums, const float* x, const std::int64_t* starts,
+                      const std::int64_t* lengths, std::int64_t runs) {
+  if (runs <= 0) return;
+  const int blocks = static_cast<int>(std::min<std::int64_t>(runs, kMaxBlocks));
+  sum_squares_runs_kernel<<<blocks, kThreads, 0, s>>>(sums, x, starts, lengths, runs);
+  check_launch("sum_squares_runs");
 }
 
 }  // namespace dtrain::cuda
