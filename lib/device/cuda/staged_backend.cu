@@ -6,6 +6,8 @@
 #include <algorithm>
 #include <mutex>
 #include <numeric>
+#include <tuple>
+#include <utility>
 #include <vector>
 
 #include "device/cuda/cuda_check.hpp"
@@ -16,14 +18,21 @@ namespace {
 
 constexpr std::size_t kPinnedRound = 1u << 20;  // pinned blocks come in whole MiB
 
-// Pinned host blocks, reused: after the first step every operation finds a free one.
+// Pinned host blocks, reused: after the first step every operation finds a free one. Each
+// block has an event recorded after the last copy out of it (the result going back to the
+// device, queued without waiting): a block is handed out again only once that has landed.
 class PinnedPool {
  public:
   ~PinnedPool() {
-    for (const Block& b : blocks_) (void)cudaFreeHost(b.ptr);
+    for (const Block& b : blocks_) {
+      (void)cudaEventSynchronize(b.copied_out);
+      (void)cudaEventDestroy(b.copied_out);
+      (void)cudaFreeHost(b.ptr);
+    }
   }
 
-  char* acquire(std::size_t bytes) {
+  // A free block of at least `bytes`, and its copied-out event.
+  std::pair<char*, cudaEvent_t> acquire(std::size_t bytes) {
     std::lock_guard<std::mutex> lock(mutex_);
     Block* best = nullptr;
     for (Block& b : blocks_) {
@@ -33,11 +42,16 @@ class PinnedPool {
       const std::size_t size = (bytes + kPinnedRound - 1) / kPinnedRound * kPinnedRound;
       void* p = nullptr;
       DTRAIN_CUDA(cudaHostAlloc(&p, size, cudaHostAllocDefault));
-      blocks_.push_back({static_cast<char*>(p), size, false});
+      cudaEvent_t e = nullptr;
+      const cudaError_t made = cudaEventCreateWithFlags(&e, cudaEventDisableTiming);
+      if (made != cudaSuccess) (void)cudaFreeHost(p);
+      DTRAIN_CUDA(made);
+      blocks_.push_back({static_cast<char*>(p), size, false, e});
       best = &blocks_.back();
     }
+    DTRAIN_CUDA(cudaEventSynchronize(best->copied_out));  // never recorded: returns at once
     best->busy = true;
-    return best->ptr;
+    return {best->ptr, best->copied_out};
   }
 
   void release(char* p) noexcept {
@@ -52,6 +66,7 @@ class PinnedPool {
     char* ptr;
     std::size_t bytes;
     bool busy;
+    cudaEvent_t copied_out;
   };
   std::mutex mutex_;
   std::vector<Block> blocks_;
@@ -71,7 +86,8 @@ class Staging {
   }
   Staging(Staging&& o) noexcept
       : pool_(std::move(o.pool_)), dev_(o.dev_), stream_(o.stream_), block_(o.block_),
-        send_(o.send_), recv_(o.recv_), recv_device_(o.recv_device_), recv_bytes_(o.recv_bytes_) {
+        copied_out_(o.copied_out_), send_(o.send_), recv_(o.recv_), recv_device_(o.recv_device_),
+        recv_bytes_(o.recv_bytes_) {
     o.block_ = nullptr;
   }
   Staging(const Staging&) = delete;
@@ -87,7 +103,7 @@ class Staging {
     if (s && r && overlaps(s, send_bytes, r, recv_bytes)) {
       const char* lo = std::min<const char*>(s, r);
       const char* hi = std::max<const char*>(s + send_bytes, r + recv_bytes);
-      block_ = pool_->acquire(static_cast<std::size_t>(hi - lo));
+      std::tie(block_, copied_out_) = pool_->acquire(static_cast<std::size_t>(hi - lo));
       DTRAIN_CUDA(cudaMemcpyAsync(block_, lo, static_cast<std::size_t>(hi - lo),
                                   cudaMemcpyDeviceToHost, stream_));
       send_ = block_ + (s - lo);
@@ -95,7 +111,7 @@ class Staging {
     } else {
       const std::size_t send_part = s ? (send_bytes + 63) / 64 * 64 : 0;
       const std::size_t total = send_part + (r ? recv_bytes : 0);
-      if (total) block_ = pool_->acquire(total);
+      if (total) std::tie(block_, copied_out_) = pool_->acquire(total);
       if (s) {
         DTRAIN_CUDA(cudaMemcpyAsync(block_, s, send_bytes, cudaMemcpyDeviceToHost, stream_));
         send_ = block_;
@@ -107,12 +123,14 @@ class Staging {
     if (s) DTRAIN_CUDA(cudaStreamSynchronize(stream_));  // an overlapping span has s too
   }
 
-  // Copies the result back and waits for it (the block is reused afterwards).
+  // Queues the copy of the result back to the device, without waiting: work queued after it
+  // on the stream sees the result, and the pool hands the block out again only once the copy
+  // has landed (its copied-out event).
   void out() {
     if (!recv_bytes_) return;
     dev_->activate();  // a request may complete on another thread
     DTRAIN_CUDA(cudaMemcpyAsync(recv_device_, recv_, recv_bytes_, cudaMemcpyHostToDevice, stream_));
-    DTRAIN_CUDA(cudaStreamSynchronize(stream_));
+    DTRAIN_CUDA(cudaEventRecord(copied_out_, stream_));
     recv_bytes_ = 0;
   }
 
@@ -124,6 +142,7 @@ class Staging {
   CudaDevice* dev_;
   cudaStream_t stream_;
   char* block_ = nullptr;
+  cudaEvent_t copied_out_ = nullptr;  // the block's
   const char* send_ = nullptr;
   char* recv_ = nullptr;
   void* recv_device_ = nullptr;
