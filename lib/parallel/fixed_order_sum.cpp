@@ -88,12 +88,11 @@ void FixedOrderSum::sum(float* out) {
   all_gather(out);
 }
 
-void FixedOrderSum::all_gather(float* arena) {
+void FixedOrderSum::all_gather(float* arena, DType wire) {
   if (dp_.size() == 1) return;
   Stopwatch watch;
   for (std::size_t u = 0; u < units_.size(); ++u) {
-    dp_.all_gather_v(arena + owned_[u].first, arena + units_[u].first, counts_[u].data(),
-                     DType::f32);
+    share_.all_gather_v(dp_, dev_, arena, units_[u], owned_[u], counts_[u].data(), wire);
   }
   wait_seconds_ += watch.seconds();
 }

@@ -121,11 +121,13 @@ void GradientSync::zero_grads() {
   for (const Bucket& b : buckets_) dev_->zero(grads_ + b.first, sizeof(float) * b.numel());
 }
 
-void GradientSync::all_gather(float* params) {
+void GradientSync::all_gather(float* params, DType wire) {
   if (mode_ == GradReduction::all_reduce) return;
+  DTRAIN_CHECK(wire == DType::f32 || dev_ != nullptr, Errc::invalid_argument,
+               "GradientSync::all_gather in 16 bits needs the device");
   for (std::size_t b = 0; b < buckets_.size(); ++b) {
-    dp_.all_gather_v(params + owned_[b].first, params + buckets_[b].first, piece_counts_[b].data(),
-                     DType::f32);
+    const Range bucket{buckets_[b].first, buckets_[b].last};
+    share_.all_gather_v(dp_, *dev_, params, bucket, owned_[b], piece_counts_[b].data(), wire);
   }
 }
 

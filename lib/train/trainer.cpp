@@ -69,7 +69,7 @@ std::string Trainer::save_checkpoint() {
   // them while it is written, and their rounded values again afterwards.
   float* params = s.model.parameters().params();
   s.optimizer.store_master_weights(params);
-  if (s.optimizer.has_master_weights()) s.share_updated_parameters();
+  if (s.optimizer.has_master_weights()) s.share_updated_parameters(/*rounded=*/false);
   auto round_again = [&s, params] {  // also when the save fails and the caller goes on
     if (!s.optimizer.has_master_weights()) return;
     s.optimizer.round_params(params);

@@ -216,13 +216,16 @@ void Trainer::State::finish_fixed_order_sum() {
 }
 
 // ZeRO 1/2: every rank's updated pieces to all. ZeRO 3 keeps the pieces; passes gather them.
-void Trainer::State::share_updated_parameters() {
+void Trainer::State::share_updated_parameters(bool rounded) {
   if (gather || cfg.zero == 0) return;
   float* params = model.parameters().params();
+  // Rounded pieces are exact 16-bit values: they travel in half the bytes.
+  const DType wire = rounded && optimizer.has_master_weights() ? optimizer.low_precision()
+                                                                : DType::f32;
   if (sync) {
-    sync->all_gather(params);
+    sync->all_gather(params, wire);
   } else {
-    fixed_order->all_gather(params);
+    fixed_order->all_gather(params, wire);
   }
 }
 

@@ -104,7 +104,9 @@ struct Trainer::State {
   bool fixed_order_whole() const { return cfg.zero == 0 || grid.pp_size() > 1; }
   void clear_gradients(bool hand_back);
   void finish_fixed_order_sum();
-  void share_updated_parameters();
+  // ZeRO 1/2: every rank's updated pieces to all. rounded: the arena holds the masters
+  // rounded to the low-precision format (not the fp32 masters a checkpoint write puts there).
+  void share_updated_parameters(bool rounded = true);
   double forward_micro(Split split, std::uint64_t first_sample);
   double average_over_dp(double loss_sum, int n_micro);
   ckpt::Checkpointer& checkpoints();

@@ -22,6 +22,7 @@
 #include "device/cpu/cpu_device.hpp"
 #include "dtrain/core/error.hpp"
 #include "dtrain/device/device.hpp"
+#include "dtrain/parallel/piece_gather.hpp"
 #include "dtrain/train/trainer.hpp"
 #include "test_support.hpp"
 #include "train_fixtures.hpp"
@@ -284,6 +285,27 @@ TEST(DevicePath, RoutesEachCallByItsBuffers) {
     r.wait();
     EXPECT_EQ(counts.staged_p2p, 2);
     EXPECT_EQ(counts.nccl_p2p, 0);
+  }
+}
+
+// ZeRO 1/2 share updated bf16 parameters as 16-bit words: half the bytes, the same values.
+TEST(DevicePath, RoundedPiecesTravelAsSixteenBitWords) {
+  DevicePath on("nccl");
+  Communicator dev = comm::device_communicator(world(), comm::DeviceTransport::nccl, "dev");
+  const std::size_t P = static_cast<std::size_t>(world().size()), per = 1000, n = per * P;
+  const std::size_t r = static_cast<std::size_t>(world().rank());
+  DeviceBuffer arena(cpu_device(), n * sizeof(float));
+  float* a = arena.as<float>();
+  auto value = [](std::size_t i) { return static_cast<float>(i % 97) * 0.25f - 3.0f; };  // exact
+  for (std::size_t i = r * per; i < (r + 1) * per; ++i) a[i] = value(i);
+  a[r * per] = 1.0f + 1.0f / 4096;  // not a bf16 value: arrives rounded to 1
+  const std::vector<std::size_t> shares(P, per);
+  parallel::PieceGather share;
+  share.all_gather_v(dev, cpu_device(), a, {0, n}, {r * per, (r + 1) * per}, shares.data(),
+                     DType::bf16);
+  EXPECT_EQ(counts.collective_bytes, static_cast<long>(n * 2)) << "not 16-bit words";
+  for (std::size_t i = 0; i < n; ++i) {
+    ASSERT_EQ(a[i], i % per == 0 ? 1.0f : value(i)) << "element " << i;
   }
 }
 

@@ -127,7 +127,10 @@ TEST(Precision, DataParallelAndZeroMatchTheSingleRankBf16Run) {
       std::printf("bf16 dp %d zero %d vs one rank: max relative gap %.3g\n", world().size(), zero,
                   max_relative_gap(parallel, single));
     }
-    expect_close(parallel, single, 1e-5, "zero " + std::to_string(zero));
+    // The data-parallel sum differs from one rank's in the last fp32 bit; each bf16 rounding
+    // (the arena, every kept activation) can turn that into one element's 2^-8 difference.
+    // Measured: 7.1e-6 (2 ranks), 2.1e-6 (4); bf16 against fp32 is 1.4e-4 and more.
+    expect_close(parallel, single, 3e-5, "zero " + std::to_string(zero));
   }
 }
 

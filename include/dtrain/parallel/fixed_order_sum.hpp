@@ -21,6 +21,7 @@
 #include "dtrain/device/device.hpp"
 #include "dtrain/export.hpp"
 #include "dtrain/parallel/buckets.hpp"
+#include "dtrain/parallel/piece_gather.hpp"
 
 namespace dtrain::parallel {
 
@@ -38,8 +39,9 @@ class DTRAIN_API FixedOrderSum {
   // After the last add: the sum in this rank's pieces of out, or in all of out.
   void sum_owned(float* out);
   void sum(float* out);
-  // Every rank's pieces of arena to all ranks, in place.
-  void all_gather(float* arena);
+  // Every rank's pieces of arena to all ranks, in place; as 16-bit words when wire is
+  // bf16/f16 (PieceGather).
+  void all_gather(float* arena, DType wire = DType::f32);
   // The same fixed-order sum of the micro-batches' losses (local_losses[m] for local m).
   double sum_losses(const double* local_losses);
 
@@ -62,6 +64,7 @@ class DTRAIN_API FixedOrderSum {
   DeviceBuffer inbox_;             // (P - 1) x owned_numel_
   DeviceBuffer total_;             // owned_numel_: the running sum, pieces back to back
   std::vector<Request> requests_;
+  PieceGather share_;
   std::vector<double> all_losses_;
   double wait_seconds_ = 0;
   int next_m_ = 0;  // the local micro-batch add() expects next (0 also starts a new sum)

@@ -26,6 +26,7 @@
 #include "dtrain/device/device.hpp"
 #include "dtrain/export.hpp"
 #include "dtrain/parallel/buckets.hpp"
+#include "dtrain/parallel/piece_gather.hpp"
 
 namespace dtrain::parallel {
 
@@ -54,8 +55,8 @@ class DTRAIN_API GradientSync {
   const std::vector<std::size_t>& piece_counts(std::size_t b) const { return piece_counts_[b]; }
   std::size_t owned_numel() const noexcept;  // sum of owned()
   // Every rank's pieces of params to all ranks, bucket by bucket, in place (reduce_scatter,
-  // shard).
-  void all_gather(float* params);
+  // shard); as 16-bit words when wire is bf16/f16 (PieceGather; needs the device).
+  void all_gather(float* params, DType wire = DType::f32);
 
   const std::vector<Bucket>& buckets() const { return buckets_; }
   // Time blocked in finish() since construction: the reduction not hidden behind backward.
@@ -78,6 +79,7 @@ class DTRAIN_API GradientSync {
   std::vector<bool> launched_;
   std::vector<bool> discarded_;      // shard mode: the bucket's other pieces are dropped
   std::vector<Request> in_flight_;   // one slot per bucket, reused every step
+  PieceGather share_;
   bool sync_ = false;
   bool last_micro_ = true;
   double wait_seconds_ = 0;
