@@ -1,6 +1,7 @@
 #include "dtrain/parallel/param_gather.hpp"
 
 #include <algorithm>
+#include <cstdint>
 #include <numeric>
 
 #include "dtrain/core/error.hpp"
@@ -27,6 +28,7 @@ ParamGather::ParamGather(Communicator& dp, Device& dev, float* params, std::vect
   holders_.assign(n, 0);
   gathered_.assign(n, true);  // the arena may start full: drop what this rank does not own
   pending_.resize(n);
+  words_of_.assign(n, -1);
   held_numel_ = owned_numel_;
   for (std::size_t u = 0; u < n; ++u) held_numel_ += size(static_cast<int>(u)) - counts_[u][dp.rank()];
   for (std::size_t u = 0; u < n; ++u) drop(static_cast<int>(u));
@@ -42,21 +44,57 @@ ParamGather::~ParamGather() {
   }
 }
 
+void ParamGather::set_wire(DType wire) {
+  wire_ = wire == DType::f32 ? wire : check_16bit_format(wire, "ParamGather::set_wire");
+  // Land what is in flight now, so that nothing gathered before the switch is widened into
+  // the arena after the caller has changed it (e.g. written the fp32 masters there).
+  for (std::size_t u = 0; u < units_.size(); ++u) complete(static_cast<int>(u));
+}
+
 void ParamGather::start(int unit) {
   if (gathered_[unit]) return;
   const Range& mine = owned_[unit];
-  pending_[unit] = dp_.iall_gather_v(params_ + mine.first, params_ + units_[unit].first,
-                                     counts_[unit].data(), DType::f32);
+  const std::size_t n_mine = mine.second - mine.first;
+  if (wire_ == DType::f32) {
+    pending_[unit] = dp_.iall_gather_v(params_ + mine.first, params_ + units_[unit].first,
+                                       counts_[unit].data(), DType::f32);
+  } else {
+    const int w = take_words(n_mine, size(unit));
+    auto* send = words_[w].send.as<std::uint16_t>();
+    dev_.convert_to_16bit(send, params_ + mine.first, static_cast<std::int64_t>(n_mine), wire_);
+    pending_[unit] = dp_.iall_gather_v(send, words_[w].recv.data(), counts_[unit].data(), wire_);
+    words_[w].format = wire_;
+    words_of_[unit] = w;
+  }
   gathered_[unit] = true;
   held_numel_ += size(unit) - (mine.second - mine.first);
   peak_numel_ = std::max(peak_numel_, held_numel_);
 }
 
 void ParamGather::complete(int unit) {
-  if (!pending_[unit].valid()) return;
-  Stopwatch watch;
-  pending_[unit].wait();
-  wait_seconds_ += watch.seconds();
+  if (pending_[unit].valid()) {  // not when poll() has seen it finish already
+    Stopwatch watch;
+    pending_[unit].wait();
+    wait_seconds_ += watch.seconds();
+  }
+  const int w = words_of_[unit];
+  if (w < 0) return;
+  words_of_[unit] = -1;
+  dev_.convert_from_16bit(params_ + units_[unit].first, words_[w].recv.as<std::uint16_t>(),
+                          static_cast<std::int64_t>(size(unit)), words_[w].format);
+  words_[w].busy = false;
+}
+
+int ParamGather::take_words(std::size_t send_numel, std::size_t recv_numel) {
+  std::size_t w = 0;
+  while (w < words_.size() && words_[w].busy) ++w;
+  if (w == words_.size()) words_.emplace_back();
+  Words& words = words_[w];
+  const std::size_t send_bytes = 2 * send_numel, recv_bytes = 2 * recv_numel;
+  if (words.send.bytes() < send_bytes) words.send = DeviceBuffer(dev_, send_bytes);
+  if (words.recv.bytes() < recv_bytes) words.recv = DeviceBuffer(dev_, recv_bytes);
+  words.busy = true;
+  return static_cast<int>(w);
 }
 
 void ParamGather::drop(int unit) {

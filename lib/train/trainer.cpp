@@ -68,12 +68,14 @@ std::string Trainer::save_checkpoint() {
   // Mixed precision: the file holds the fp32 masters as the parameters, so the arena holds
   // them while it is written, and their rounded values again afterwards.
   float* params = s.model.parameters().params();
+  if (s.gather && s.optimizer.has_master_weights()) s.gather->set_wire(DType::f32);  // masters
   s.optimizer.store_master_weights(params);
   if (s.optimizer.has_master_weights()) s.share_updated_parameters(/*rounded=*/false);
   auto round_again = [&s, params] {  // also when the save fails and the caller goes on
     if (!s.optimizer.has_master_weights()) return;
     s.optimizer.round_params(params);
     s.share_updated_parameters();
+    if (s.gather) s.gather->set_wire(s.optimizer.low_precision());
   };
   std::string path;
   try {

@@ -161,6 +161,7 @@ Trainer::State::State(const TrainConfig& c, Communicator& w)
     // rounded, and ZeRO 1/2 share the rounded pieces.
     optimizer.use_master_weights(model.parameters().params(), low);
     share_updated_parameters();
+    if (gather) gather->set_wire(low);  // ZeRO 3 gathers the rounded pieces as 16-bit words
   }
   if (w.rank() == 0 && !cfg.metrics.empty()) metrics.open(cfg.metrics);
   micro_losses.resize(static_cast<std::size_t>(accum()));

@@ -11,17 +11,20 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <chrono>
 #include <cstdint>
 #include <cstdlib>
 #include <filesystem>
 #include <memory>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "comm/nccl_loader.hpp"
 #include "device/cpu/cpu_device.hpp"
 #include "dtrain/core/error.hpp"
 #include "dtrain/device/device.hpp"
+#include "dtrain/parallel/param_gather.hpp"
 #include "dtrain/parallel/piece_gather.hpp"
 #include "dtrain/train/trainer.hpp"
 #include "test_support.hpp"
@@ -307,6 +310,35 @@ TEST(DevicePath, RoundedPiecesTravelAsSixteenBitWords) {
   for (std::size_t i = 0; i < n; ++i) {
     ASSERT_EQ(a[i], i % per == 0 ? 1.0f : value(i)) << "element " << i;
   }
+}
+
+// ZeRO 3 gathers rounded units as 16-bit words too, and widens them into the arena also when
+// poll() (called while a block computes) has seen the gather finish.
+TEST(DevicePath, ZeroThreeGathersSixteenBitWordsAndWidensThem) {
+  DevicePath on("nccl");
+  Communicator routed = comm::device_communicator(world(), comm::DeviceTransport::nccl, "dev");
+  const std::size_t P = static_cast<std::size_t>(world().size()), per = 512, unit = per * P;
+  const std::size_t r = static_cast<std::size_t>(world().rank());
+  DeviceBuffer arena(cpu_device(), 2 * unit * sizeof(float));
+  float* a = arena.as<float>();
+  auto value = [](std::size_t i) { return static_cast<float>(i % 61) * 0.5f - 7.0f; };  // exact
+  for (std::size_t u = 0; u < 2; ++u) {
+    for (std::size_t i = u * unit + r * per; i < u * unit + (r + 1) * per; ++i) a[i] = value(i);
+  }
+  parallel::ParamGather gather(routed, cpu_device(), a, {{0, unit}, {unit, 2 * unit}},
+                               {std::vector<std::size_t>(P, per), std::vector<std::size_t>(P, per)});
+  gather.set_wire(DType::bf16);
+  counts = Counts{};
+  gather.acquire(0, 1);  // unit 1 is prefetched
+  for (int i = 0; i < 200; ++i) {  // as between a block's ops: the prefetch finishes here
+    gather.poll();
+    std::this_thread::sleep_for(std::chrono::microseconds(100));
+  }
+  gather.acquire(1, -1);
+  for (std::size_t i = 0; i < 2 * unit; ++i) ASSERT_EQ(a[i], value(i)) << "element " << i;
+  gather.release(0);
+  gather.release(1);
+  EXPECT_EQ(counts.collective_bytes, static_cast<long>(2 * unit * 2)) << "not 16-bit words";
 }
 
 TEST(DevicePath, ChoosesNcclUnlessAskedOtherwise) {

@@ -141,7 +141,9 @@ TEST(Precision, DeterministicModeIsBitwiseIdenticalAcrossDataParallelDegrees) {
     cfg.steps = 10;
     cfg.global_batch = static_cast<long>(cfg.micro_batch) * world().size() * 2;
     const std::vector<double> single = single_rank_losses(cfg);
-    for (int zero : {0, 1}) {
+    // ZeRO 1-3 share or gather the rounded parameters as 16-bit words: bitwise equality
+    // shows that loses nothing.
+    for (int zero : {0, 1, 2, 3}) {
       cfg.zero = zero;
       const std::vector<double> parallel = train_losses(cfg, world());
       ASSERT_EQ(parallel.size(), single.size());

@@ -10,6 +10,7 @@
 #include <vector>
 
 #include "dtrain/comm/communicator.hpp"
+#include "dtrain/core/dtype.hpp"
 #include "dtrain/device/device.hpp"
 #include "dtrain/export.hpp"
 #include "dtrain/parallel/gradient_sync.hpp"
@@ -39,10 +40,16 @@ class DTRAIN_API ParamGather {
   std::size_t peak_numel() const noexcept { return peak_numel_; }
   // Time blocked waiting for gathers (not hidden behind compute) since construction.
   double wait_seconds() const noexcept { return wait_seconds_; }
+  // What the gathers started from now on move: DType::f32 (the default), or bf16/f16 while
+  // every owned piece holds exact values of that format (mixed precision, between updates):
+  // 16-bit words, half the bytes, the same values once widened. Completes the gathers in
+  // flight first (collective over dp when there are any, as every rank has the same ones).
+  void set_wire(DType wire);
 
  private:
   void start(int unit);      // post the non-blocking gather
-  void complete(int unit);   // wait for it
+  void complete(int unit);   // wait for it (and widen 16-bit words into the arena)
+  int take_words(std::size_t send_numel, std::size_t recv_numel);  // a free pair, grown
   void drop(int unit);       // discard the other ranks' pieces
   std::size_t size(int unit) const { return units_[unit].second - units_[unit].first; }
 
@@ -55,6 +62,15 @@ class DTRAIN_API ParamGather {
   std::vector<int> holders_;     // acquires not yet released, per unit
   std::vector<bool> gathered_;   // full (or being gathered) per unit
   std::vector<Request> pending_;
+  // 16-bit gathers: buffer pairs, grow-only, one per gather in flight (words_of_[unit])
+  struct Words {
+    DeviceBuffer send, recv;
+    DType format = DType::bf16;  // of the gather in flight
+    bool busy = false;
+  };
+  DType wire_ = DType::f32;
+  std::vector<Words> words_;
+  std::vector<int> words_of_;  // per unit: its Words while a 16-bit gather is in flight, or -1
   std::size_t owned_numel_ = 0;
   std::size_t held_numel_ = 0;   // owned pieces plus the gathered units' other pieces
   std::size_t peak_numel_ = 0;
