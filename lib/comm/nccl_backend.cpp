@@ -11,11 +11,13 @@
 #include <nccl.h>
 
 #include <atomic>
+#include <chrono>
 #include <mutex>
 #include <string>
 #include <thread>
 #include <vector>
 
+#include "dtrain/core/env.hpp"
 #include "dtrain/core/error.hpp"
 
 namespace dtrain::comm {
@@ -340,15 +342,25 @@ class NcclBackend final : public DeviceBackend {
   }
 
   // Waits for the operations still queued (a request may outlive its communicator) while
-  // polling for asynchronous errors, which abort the communicator: a peer that died must
-  // not hang the destructor.
+  // polling for asynchronous errors, which abort the communicator, and for at most
+  // DTRAIN_COMM_TIMEOUT: a peer that died (NCCL may never report it) must not hang the
+  // destructor. Past the limit the communicator is aborted, which ends its kernels.
   void finish_pending() noexcept {
     try {
       cudaEvent_t last = shared_->take_event();
       if (cudaEventRecord(last, stream_) == cudaSuccess) {
+        const auto limit = std::chrono::duration<double>(env::params().comm_timeout_s);
+        const auto deadline = std::chrono::steady_clock::now() + limit;
         try {
-          shared_->wait(last);
-        } catch (...) {
+          while (!shared_->ready(last)) {
+            if (std::chrono::steady_clock::now() > deadline) {
+              shared_->aborted.store(true);
+              (void)ncclCommAbort(shared_->comm);
+              break;
+            }
+            std::this_thread::yield();
+          }
+        } catch (...) {  // an asynchronous error: ready() aborted the communicator
         }
       }
       shared_->give_event(last);

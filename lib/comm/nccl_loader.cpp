@@ -294,10 +294,7 @@ bool device_transports_overridden() {
 
 DeviceTransport choose_device_transport(Communicator& world) {
   const std::string asked = env::get_string("DTRAIN_DEVICE_COMM", "auto");
-  DTRAIN_CHECK(asked == "auto" || asked == "nccl" || asked == "mpi_staged", Errc::invalid_config,
-               "DTRAIN_DEVICE_COMM must be auto, nccl or mpi_staged, got '" << asked << "'");
-  if (asked == "nccl") return DeviceTransport::nccl;
-  if (asked == "mpi_staged") return DeviceTransport::mpi_staged;
+  const int code = asked == "auto" ? 0 : asked == "nccl" ? 1 : asked == "mpi_staged" ? 2 : -1;
   // nccl needs a GPU of its own on every rank: gather (usable, hash of node name and GPU
   // UUID) from all ranks; equal hashes are two ranks on one GPU (or, with odds of about
   // n^2 / 2^64, a hash collision, which only costs the faster transport).
@@ -313,15 +310,25 @@ DeviceTransport choose_device_transport(Communicator& world) {
   };
   mix(host, std::strlen(host) + 1);
   mix(uuid, sizeof uuid);
-  const std::int64_t mine[2] = {usable ? 1 : 0, static_cast<std::int64_t>(seat)};
-  std::vector<std::int64_t> all(2 * static_cast<std::size_t>(world.size()));
-  world.all_gather(mine, all.data(), 2, DType::i64);
+  // One gather, also when the transport is asked for: every rank checks that all asked alike
+  // (an environment not passed to every rank must fail everywhere, not hang some).
+  const std::int64_t mine[3] = {code, usable ? 1 : 0, static_cast<std::int64_t>(seat)};
+  std::vector<std::int64_t> all(3 * static_cast<std::size_t>(world.size()));
+  world.all_gather(mine, all.data(), 3, DType::i64);
   std::vector<std::int64_t> seats;
-  bool every_rank_usable = true;
-  for (std::size_t r = 0; r < all.size(); r += 2) {
-    every_rank_usable = every_rank_usable && all[r] == 1;
-    seats.push_back(all[r + 1]);
+  bool every_rank_usable = true, same_request = true;
+  for (std::size_t r = 0; r < all.size(); r += 3) {
+    same_request = same_request && all[r] == code;
+    every_rank_usable = every_rank_usable && all[r + 1] == 1;
+    seats.push_back(all[r + 2]);
   }
+  DTRAIN_CHECK(code >= 0, Errc::invalid_config,
+               "DTRAIN_DEVICE_COMM must be auto, nccl or mpi_staged, got '" << asked << "'");
+  DTRAIN_CHECK(same_request, Errc::invalid_config,
+               "DTRAIN_DEVICE_COMM differs between ranks (this rank: '" << asked
+                   << "'); set it alike for the whole job");
+  if (code == 1) return DeviceTransport::nccl;
+  if (code == 2) return DeviceTransport::mpi_staged;
   std::sort(seats.begin(), seats.end());
   const bool shared = std::adjacent_find(seats.begin(), seats.end()) != seats.end();
   if (every_rank_usable && !shared) return DeviceTransport::nccl;

@@ -68,21 +68,25 @@ std::string Trainer::save_checkpoint() {
   // Mixed precision: the file holds the fp32 masters as the parameters, so the arena holds
   // them while it is written, and their rounded values again afterwards.
   float* params = s.model.parameters().params();
-  if (s.gather && s.optimizer.has_master_weights()) s.gather->set_wire(DType::f32);  // masters
-  s.optimizer.store_master_weights(params);
-  if (s.optimizer.has_master_weights()) s.share_updated_parameters(/*rounded=*/false);
-  auto round_again = [&s, params] {  // also when the save fails and the caller goes on
-    if (!s.optimizer.has_master_weights()) return;
+  const bool masters = s.optimizer.has_master_weights();
+  auto round_again = [&s, params, masters] {  // also when the save fails and the caller goes on
+    if (!masters) return;
     s.optimizer.round_params(params);
     s.share_updated_parameters();
     if (s.gather) s.gather->set_wire(s.optimizer.low_precision());
   };
   std::string path;
   try {
+    if (s.gather && masters) s.gather->set_wire(DType::f32);  // the masters are not 16-bit
+    s.optimizer.store_master_weights(params);
+    if (masters) s.share_updated_parameters(/*rounded=*/false);
     parallel::HeldParameters whole(s.gather.get());  // ZeRO 3: the checkpointer reads whole tensors
     path = s.checkpoints().save(s.cfg.save_dir, info, s.cfg.keep);
   } catch (...) {
-    round_again();
+    try {
+      round_again();
+    } catch (...) {  // the save's error is the one to report
+    }
     throw;
   }
   round_again();

@@ -43,7 +43,23 @@ const TrainConfig& validated(const TrainConfig& cfg, int world_size) {
 // threads). GEMM operands in the precision's format: set for every Trainer, since the device
 // is the process's and outlives it.
 Device& configured_device(const TrainConfig& cfg, Communicator& world) {
-  Device& dev = select_device(cfg.device);
+  // A rank that cannot open the device (--device cuda without a GPU there) must not leave
+  // the others waiting in the agreement below: every rank fails alike.
+  Device* chosen = nullptr;
+  Errc code = Errc::unavailable;
+  std::string why;
+  try {
+    chosen = &select_device(cfg.device);
+  } catch (const Error& e) {
+    code = e.code();
+    why = e.what();
+  }
+  int failed = chosen ? 0 : 1;
+  world.all_reduce(&failed, &failed, 1, DType::i32, ReduceOp::max);
+  if (!chosen) throw Error(code, why);
+  DTRAIN_CHECK(failed == 0, Errc::unavailable,
+               "--device " << cfg.device << " is unavailable on another rank");
+  Device& dev = *chosen;
   dev.set_gemm_operand_format(precision_format(cfg.precision));
   int threads = env::params().num_threads;
   if (cfg.deterministic) threads = 1;  // reductions inside kernels must not depend on threads

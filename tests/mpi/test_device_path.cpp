@@ -360,6 +360,14 @@ TEST(DevicePath, ChoosesNcclUnlessAskedOtherwise) {
     DevicePath on("nccl", Gpus::shared);  // asked for: taken as given
     EXPECT_EQ(comm::choose_device_transport(world()), comm::DeviceTransport::nccl);
   }
+  {  // asked differently on different ranks: every rank refuses, none waits for the others
+    DevicePath on(world().rank() == 0 ? "nccl" : "mpi_staged");
+    if (multi_rank()) {
+      EXPECT_THROW(comm::choose_device_transport(world()), Error);
+    } else {
+      EXPECT_EQ(comm::choose_device_transport(world()), comm::DeviceTransport::nccl);
+    }
+  }
   {
     DevicePath on("mpi_staged");
     EXPECT_EQ(comm::choose_device_transport(world()), comm::DeviceTransport::mpi_staged);
@@ -416,6 +424,20 @@ TEST(DevicePath, MixedPrecision) {
     cfg.precision = precision;
     cfg.zero = 1;
     expect_device_path_matches(cfg, "auto", precision);
+  }
+}
+
+// --device cuda where one rank has no GPU (here: the only rank asking for one, on a machine
+// without): every rank fails with Errc::unavailable instead of some waiting for the others.
+TEST(DevicePath, DeviceMissingOnOneRankFailsEveryRank) {
+  train::TrainConfig cfg = base(1, 1);
+  cfg.device = world().rank() == 0 ? "cuda" : "cpu";
+  if (cuda_available()) GTEST_SKIP() << "this machine has a GPU";
+  try {
+    train::Trainer t(cfg, world());
+    ADD_FAILURE() << "a rank without its device trained";
+  } catch (const Error& e) {
+    EXPECT_EQ(e.code(), Errc::unavailable) << e.what();
   }
 }
 

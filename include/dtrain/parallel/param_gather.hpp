@@ -30,7 +30,8 @@ class DTRAIN_API ParamGather {
   void acquire(int unit, int next);
   void release(int unit);
   void poll();  // lets the gathers in flight progress; never blocks
-  // Every unit gathered and held (e.g. around a checkpoint write or read) / all let go.
+  // Every unit gathered (in fp32) and held (e.g. around a checkpoint write or read) / all
+  // let go.
   void acquire_all();
   void release_all();
 

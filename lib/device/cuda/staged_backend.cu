@@ -20,12 +20,14 @@ constexpr std::size_t kPinnedRound = 1u << 20;  // pinned blocks come in whole M
 
 // Pinned host blocks, reused: after the first step every operation finds a free one. Each
 // block has an event recorded after the last copy out of it (the result going back to the
-// device, queued without waiting): a block is handed out again only once that has landed.
+// device, queued without waiting): a block is handed out again only once that has landed,
+// and rather than wait for one, the pool makes another (so a receive never waits for the
+// compute queued before a copy-back).
 class PinnedPool {
  public:
   ~PinnedPool() {
     for (const Block& b : blocks_) {
-      (void)cudaEventSynchronize(b.copied_out);
+      (void)cudaEventSynchronize(b.copied_out);  // nothing may still be copying out of it
       (void)cudaEventDestroy(b.copied_out);
       (void)cudaFreeHost(b.ptr);
     }
@@ -36,7 +38,13 @@ class PinnedPool {
     std::lock_guard<std::mutex> lock(mutex_);
     Block* best = nullptr;
     for (Block& b : blocks_) {
-      if (!b.busy && b.bytes >= bytes && (!best || b.bytes < best->bytes)) best = &b;
+      if (b.busy || b.bytes < bytes || (best && b.bytes >= best->bytes)) continue;
+      const cudaError_t q = cudaEventQuery(b.copied_out);  // never recorded: success
+      if (q == cudaSuccess) {
+        best = &b;
+      } else if (q != cudaErrorNotReady) {
+        DTRAIN_CUDA(q);
+      }
     }
     if (!best) {
       const std::size_t size = (bytes + kPinnedRound - 1) / kPinnedRound * kPinnedRound;
@@ -49,7 +57,6 @@ class PinnedPool {
       blocks_.push_back({static_cast<char*>(p), size, false, e});
       best = &blocks_.back();
     }
-    DTRAIN_CUDA(cudaEventSynchronize(best->copied_out));  // never recorded: returns at once
     best->busy = true;
     return {best->ptr, best->copied_out};
   }
