@@ -1,7 +1,6 @@
 #include "dtrain/parallel/param_gather.hpp"
 
 #include <algorithm>
-#include <cstdint>
 #include <numeric>
 
 #include "dtrain/core/error.hpp"
@@ -54,16 +53,13 @@ void ParamGather::set_wire(DType wire) {
 void ParamGather::start(int unit) {
   if (gathered_[unit]) return;
   const Range& mine = owned_[unit];
-  const std::size_t n_mine = mine.second - mine.first;
   if (wire_ == DType::f32) {
     pending_[unit] = dp_.iall_gather_v(params_ + mine.first, params_ + units_[unit].first,
                                        counts_[unit].data(), DType::f32);
   } else {
-    const int w = take_words(n_mine, size(unit));
-    auto* send = words_[w].send.as<std::uint16_t>();
-    dev_.convert_to_16bit(send, params_ + mine.first, static_cast<std::int64_t>(n_mine), wire_);
-    pending_[unit] = dp_.iall_gather_v(send, words_[w].recv.data(), counts_[unit].data(), wire_);
-    words_[w].format = wire_;
+    const int w = take_words();
+    pending_[unit] = words_[w].gather.start(dp_, dev_, params_, units_[unit], mine,
+                                            counts_[unit].data(), wire_);
     words_of_[unit] = w;
   }
   gathered_[unit] = true;
@@ -80,20 +76,15 @@ void ParamGather::complete(int unit) {
   const int w = words_of_[unit];
   if (w < 0) return;
   words_of_[unit] = -1;
-  dev_.convert_from_16bit(params_ + units_[unit].first, words_[w].recv.as<std::uint16_t>(),
-                          static_cast<std::int64_t>(size(unit)), words_[w].format);
+  words_[w].gather.widen(dev_, params_);
   words_[w].busy = false;
 }
 
-int ParamGather::take_words(std::size_t send_numel, std::size_t recv_numel) {
+int ParamGather::take_words() {
   std::size_t w = 0;
   while (w < words_.size() && words_[w].busy) ++w;
   if (w == words_.size()) words_.emplace_back();
-  Words& words = words_[w];
-  const std::size_t send_bytes = 2 * send_numel, recv_bytes = 2 * recv_numel;
-  if (words.send.bytes() < send_bytes) words.send = DeviceBuffer(dev_, send_bytes);
-  if (words.recv.bytes() < recv_bytes) words.recv = DeviceBuffer(dev_, recv_bytes);
-  words.busy = true;
+  words_[w].busy = true;
   return static_cast<int>(w);
 }
 

@@ -9,21 +9,31 @@ void grow(DeviceBuffer& buf, Device& dev, std::size_t bytes) {
 }
 }  // namespace
 
+Request WordGather::start(Communicator& dp, Device& dev, const float* arena, const Range& unit,
+                          const Range& mine, const std::size_t* counts, DType fmt) {
+  fmt_ = check_16bit_format(fmt, "WordGather::start");
+  unit_ = unit;
+  const std::size_t n_mine = mine.second - mine.first;
+  grow(send_, dev, sizeof(std::uint16_t) * n_mine);
+  grow(recv_, dev, sizeof(std::uint16_t) * (unit.second - unit.first));
+  dev.convert_to_16bit(send_.as<std::uint16_t>(), arena + mine.first,
+                       static_cast<std::int64_t>(n_mine), fmt);
+  return dp.iall_gather_v(send_.data(), recv_.data(), counts, fmt);
+}
+
+void WordGather::widen(Device& dev, float* arena) {
+  dev.convert_from_16bit(arena + unit_.first, recv_.as<std::uint16_t>(),
+                         static_cast<std::int64_t>(unit_.second - unit_.first), fmt_);
+}
+
 void PieceGather::all_gather_v(Communicator& dp, Device& dev, float* arena, const Range& unit,
                                const Range& mine, const std::size_t* counts, DType wire) {
   if (wire == DType::f32) {
     dp.all_gather_v(arena + mine.first, arena + unit.first, counts, DType::f32);
     return;
   }
-  check_16bit_format(wire, "PieceGather::all_gather_v");
-  const std::size_t n_mine = mine.second - mine.first, n_unit = unit.second - unit.first;
-  grow(send16_, dev, sizeof(std::uint16_t) * n_mine);
-  grow(recv16_, dev, sizeof(std::uint16_t) * n_unit);
-  auto* send = send16_.as<std::uint16_t>();
-  auto* recv = recv16_.as<std::uint16_t>();
-  dev.convert_to_16bit(send, arena + mine.first, static_cast<std::int64_t>(n_mine), wire);
-  dp.all_gather_v(send, recv, counts, wire);
-  dev.convert_from_16bit(arena + unit.first, recv, static_cast<std::int64_t>(n_unit), wire);
+  words_.start(dp, dev, arena, unit, mine, counts, wire).wait();
+  words_.widen(dev, arena);
 }
 
 }  // namespace dtrain::parallel

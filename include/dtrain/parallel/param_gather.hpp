@@ -14,6 +14,7 @@
 #include "dtrain/device/device.hpp"
 #include "dtrain/export.hpp"
 #include "dtrain/parallel/gradient_sync.hpp"
+#include "dtrain/parallel/piece_gather.hpp"
 
 namespace dtrain::parallel {
 
@@ -50,7 +51,7 @@ class DTRAIN_API ParamGather {
  private:
   void start(int unit);      // post the non-blocking gather
   void complete(int unit);   // wait for it (and widen 16-bit words into the arena)
-  int take_words(std::size_t send_numel, std::size_t recv_numel);  // a free pair, grown
+  int take_words();          // a free WordGather of the pool
   void drop(int unit);       // discard the other ranks' pieces
   std::size_t size(int unit) const { return units_[unit].second - units_[unit].first; }
 
@@ -63,10 +64,10 @@ class DTRAIN_API ParamGather {
   std::vector<int> holders_;     // acquires not yet released, per unit
   std::vector<bool> gathered_;   // full (or being gathered) per unit
   std::vector<Request> pending_;
-  // 16-bit gathers: buffer pairs, grow-only, one per gather in flight (words_of_[unit])
+  // 16-bit gathers: one WordGather per gather in flight (words_of_[unit]); the pool grows to
+  // the most in flight at once (two during the passes: a unit and its prefetch)
   struct Words {
-    DeviceBuffer send, recv;
-    DType format = DType::bf16;  // of the gather in flight
+    WordGather gather;
     bool busy = false;
   };
   DType wire_ = DType::f32;
