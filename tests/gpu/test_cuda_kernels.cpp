@@ -126,6 +126,16 @@ TEST_F(CudaKernels, LinearForwardAndBackward) {
   expect_close(d_db.host(), db, kFp32Bound, "linear_backward dbias untouched");
 }
 
+// Bias gradients over more rows than one grid's 65535 chunks of 256: every chunk counted.
+// Ones sum exactly in chunks of 256 (the CPU's running sum would stall at 2^24).
+TEST_F(CudaKernels, ColumnSumsOverMoreChunksThanOneGrid) {
+  const int N = (65535 + 2) * 256, OC = 2;
+  std::vector<float> ones(static_cast<std::size_t>(N) * OC, 1.0f);
+  OnDevice<float> d_dout(gpu, ones), d_db(gpu, static_cast<std::size_t>(OC));
+  gpu.linear_backward(nullptr, nullptr, d_db.get(), d_dout.get(), nullptr, nullptr, N, 1, OC);
+  for (float v : d_db.host()) EXPECT_EQ(v, static_cast<float>(N));
+}
+
 TEST_F(CudaKernels, EmbeddingOfAVocabularyShard) {
   const int N = 257, C = 40, start = 10, rows = 40;  // tokens outside [10, 50) give zeros
   auto tokens = random_ints(N, 1, 0, 64);

@@ -57,28 +57,31 @@ __device__ inline float block_max(float v, float* shared) {
 // chunk of kColumnChunkRows rows; partials[k][chunk][c] gets that chunk's sum. Load is a
 // functor: load(n, c, v) fills v[0..K) for element (n, c).
 template <int K, class Load>
-__global__ void column_partials_kernel(float* partials, int N, int C, Load load) {
+__global__ void column_partials_kernel(float* partials, int N, int C, int chunks, Load load) {
   __shared__ float part[K][8][33];
   const int c = blockIdx.x * 32 + threadIdx.x;
-  const int chunk = blockIdx.y, chunks = gridDim.y;
-  const int r0 = chunk * kColumnChunkRows;
-  const int r1 = min(N, r0 + kColumnChunkRows);
-  float acc[K];
-  for (int k = 0; k < K; ++k) acc[k] = 0.0f;
-  if (c < C) {
-    for (int n = r0 + threadIdx.y; n < r1; n += 8) {
-      float v[K];
-      load(n, c, v);
-      for (int k = 0; k < K; ++k) acc[k] += v[k];
+  // grid.y is capped at 65535: a block takes every gridDim.y-th chunk (uniform per block)
+  for (int chunk = blockIdx.y; chunk < chunks; chunk += gridDim.y) {
+    const int r0 = chunk * kColumnChunkRows;
+    const int r1 = min(N, r0 + kColumnChunkRows);
+    float acc[K];
+    for (int k = 0; k < K; ++k) acc[k] = 0.0f;
+    if (c < C) {
+      for (int n = r0 + threadIdx.y; n < r1; n += 8) {
+        float v[K];
+        load(n, c, v);
+        for (int k = 0; k < K; ++k) acc[k] += v[k];
+      }
     }
-  }
-  for (int k = 0; k < K; ++k) part[k][threadIdx.y][threadIdx.x] = acc[k];
-  __syncthreads();
-  if (threadIdx.y == 0 && c < C) {
-    for (int k = 0; k < K; ++k) {
-      float s = 0.0f;
-      for (int y = 0; y < 8; ++y) s += part[k][y][threadIdx.x];
-      partials[(static_cast<std::int64_t>(k) * chunks + chunk) * C + c] = s;
+    __syncthreads();  // the previous chunk's sums have been read
+    for (int k = 0; k < K; ++k) part[k][threadIdx.y][threadIdx.x] = acc[k];
+    __syncthreads();
+    if (threadIdx.y == 0 && c < C) {
+      for (int k = 0; k < K; ++k) {
+        float s = 0.0f;
+        for (int y = 0; y < 8; ++y) s += part[k][y][threadIdx.x];
+        partials[(static_cast<std::int64_t>(k) * chunks + chunk) * C + c] = s;
+      }
     }
   }
 }
@@ -106,8 +109,8 @@ void column_sums_accumulate(cudaStream_t stream, ColumnTargets<K> targets, float
                             int N, int C, Load load) {
   if (N <= 0 || C <= 0) return;
   const int chunks = column_chunks(N);
-  const dim3 grid((C + 31) / 32, chunks), block(32, 8);
-  column_partials_kernel<K, Load><<<grid, block, 0, stream>>>(partials, N, C, load);
+  const dim3 grid((C + 31) / 32, chunks < kMaxBlocks ? chunks : kMaxBlocks), block(32, 8);
+  column_partials_kernel<K, Load><<<grid, block, 0, stream>>>(partials, N, C, chunks, load);
   column_finish_kernel<K><<<(C + kThreads - 1) / kThreads, kThreads, 0, stream>>>(
       targets, partials, chunks, C);
 }
