@@ -98,6 +98,9 @@ void GradientSync::discard_others(std::size_t b) {
 
 void GradientSync::finish() {
   if (!sync_) return;
+  // On an asynchronous device the backward may still be running: the wait below is to count
+  // communication only (the host would wait for that compute anyway).
+  if (dev_) dev_->synchronize();
   Stopwatch watch;
   for (std::size_t b = 0; b < buckets_.size(); ++b) {
     if (!launched_[b]) launch(b);  // ranges a model never reported (none for GptModel)
