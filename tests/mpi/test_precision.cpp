@@ -252,6 +252,12 @@ TEST(Precision, Bf16CheckpointResumesLikeTheUninterruptedRun) {
       std::vector<float> w = arena(first), r(w.size());
       cpu_device().round_to_16bit(r.data(), w.data(), static_cast<std::int64_t>(w.size()), DType::bf16);
       EXPECT_TRUE(w == r);
+      // and the run goes on as if nothing happened (the gathers back to 16-bit words)
+      while (first.step() < cfg.steps) first.train_step();
+      const std::vector<double>& went_on = first.loss_history();
+      ASSERT_EQ(went_on.size(), whole.size());
+      for (std::size_t i = 6; i < whole.size(); ++i)
+        EXPECT_EQ(went_on[i], whole[i]) << "step " << i + 1 << " after the save";
     }
     cfg.resume = path;
     train::Trainer second(cfg, world());
