@@ -84,20 +84,18 @@ struct Checkpointer::Impl {
   // after writing this many datasets of a save's temporary file; -1 = never.
   long kill_after_datasets = env::get_int("DTRAIN_TEST_CKPT_KILL_AFTER_DATASETS", -1, -1, LONG_MAX);
   // HDF5 reads and writes host memory only. On a GPU the transfers go through host copies of
-  // the arena and both moments (empty on the CPU): filled from the device before a save and
-  // before a load (so what a load does not overwrite keeps its value), and copied back only
-  // after a load has passed its checksums, so a corrupt file leaves the device untouched.
-  // Test hook: DTRAIN_TEST_CKPT_STAGE_THROUGH_HOST=1 takes this path on the CPU too.
+  // the arena and both moments, which live for one save or load (HostStaging): filled from
+  // the device before a save and before a load (so what a load does not overwrite keeps its
+  // value), and copied back only after a load has passed its checksums, so a corrupt file
+  // leaves the device untouched. Test hook: DTRAIN_TEST_CKPT_STAGE_THROUGH_HOST=1 takes this
+  // path on the CPU too.
+  bool staged = false;
   std::array<std::vector<float>, 3> host_copies;
 
   Impl(ProcessGrid& g, ParameterStore& p, optim::AdamW& o, bool sharded, const GptConfig& m)
       : grid(g), params(p), optimizer(o), model(m) {
-    if (p.device().kind() != DeviceKind::cpu ||
-        env::get_bool("DTRAIN_TEST_CKPT_STAGE_THROUGH_HOST", false)) {
-      host_copies[kParam].resize(p.numel());
-      host_copies[kExpAvg].resize(o.state_numel());
-      host_copies[kExpAvgSq].resize(o.state_numel());
-    }
+    staged = p.device().kind() != DeviceKind::cpu ||
+             env::get_bool("DTRAIN_TEST_CKPT_STAGE_THROUGH_HOST", false);
     PlanLayout layout;
     layout.dp_rank = g.dp_rank();
     layout.dp_size = g.dp_size();
@@ -116,27 +114,45 @@ struct Checkpointer::Impl {
   // Where the transfers of `kind` read and write: the host copy on a GPU, else the arena or
   // moment itself.
   float* memory(int kind) {
-    if (staged()) return host_copies[kind].data();
+    if (staged) return host_copies[kind].data();
     return device_memory(kind);
   }
   float* device_memory(int kind) {
     if (kind == kParam) return params.params();
     return kind == kExpAvg ? optimizer.exp_avg() : optimizer.exp_avg_sq();
   }
-  bool staged() const { return !host_copies[kParam].empty(); }
-  void copy_between_host_and_device(CopyKind direction) {
-    if (!staged()) return;
+  std::size_t numel(int kind) const {
+    return kind == kParam ? params.numel() : optimizer.state_numel();
+  }
+  void copy_back_to_device() {
+    if (!staged) return;
     for (int kind : {kParam, kExpAvg, kExpAvgSq}) {
-      std::vector<float>& h = host_copies[kind];
-      float* d = device_memory(kind);
-      const std::size_t bytes = sizeof(float) * h.size();
-      if (direction == CopyKind::device_to_host) {
-        params.device().copy(h.data(), d, bytes, direction);
-      } else {
-        params.device().copy(d, h.data(), bytes, direction);
-      }
+      params.device().copy(device_memory(kind), host_copies[kind].data(),
+                           sizeof(float) * host_copies[kind].size(), CopyKind::host_to_device);
     }
   }
+
+  // The host copies for one save or load, filled from the device; freed afterwards.
+  class HostStaging {
+   public:
+    explicit HostStaging(Impl& impl) : impl_(impl) {
+      if (!impl_.staged) return;
+      for (int kind : {kParam, kExpAvg, kExpAvgSq}) {
+        std::vector<float>& h = impl_.host_copies[kind];
+        h.resize(impl_.numel(kind));
+        impl_.params.device().copy(h.data(), impl_.device_memory(kind), sizeof(float) * h.size(),
+                                   CopyKind::device_to_host);
+      }
+    }
+    ~HostStaging() {
+      for (std::vector<float>& h : impl_.host_copies) std::vector<float>().swap(h);
+    }
+    HostStaging(const HostStaging&) = delete;
+    HostStaging& operator=(const HostStaging&) = delete;
+
+   private:
+    Impl& impl_;
+  };
 
   h5::Handle file_access() {
     h5::Handle fapl = h5::plist_handle(H5Pcreate(H5P_FILE_ACCESS), "H5Pcreate");
@@ -238,7 +254,7 @@ void Checkpointer::Impl::write_file(const std::string& path, const CheckpointInf
 
   std::vector<h5::Handle> dsets;
   std::vector<std::uint64_t> sums;
-  copy_between_host_and_device(CopyKind::device_to_host);
+  HostStaging staging(*this);
   for (std::size_t t = 0; t < plans.size(); ++t) {
     const TensorPlan& plan = plans[t];
     const TensorEntry& e = *plan.entry;
@@ -338,7 +354,7 @@ CheckpointInfo Checkpointer::Impl::read_file(const std::string& path) {
   h5::check_status(H5Pset_dxpl_mpio(dxpl, H5FD_MPIO_COLLECTIVE), "H5Pset_dxpl_mpio");
   std::vector<std::uint64_t> sums, stored;
   std::vector<std::string> names;
-  copy_between_host_and_device(CopyKind::device_to_host);
+  HostStaging staging(*this);
   for (std::size_t t = 0; t < plans.size(); ++t) {
     const TensorPlan& plan = plans[t];
     const TensorEntry& e = *plan.entry;
@@ -367,7 +383,7 @@ CheckpointInfo Checkpointer::Impl::read_file(const std::string& path) {
                  where << ": dataset " << names[i] << " fails its checksum (stored " << stored[i]
                        << ", computed " << sums[i] << "): the file is corrupt");
   }
-  copy_between_host_and_device(CopyKind::host_to_device);
+  copy_back_to_device();
   optimizer.set_steps_taken(opt_step);
   return info;
 }
