@@ -30,7 +30,7 @@ void Device::sum_squares_runs(const float* x, const std::int64_t* starts,
 }
 
 void Device::set_gemm_operand_format(DType fmt) {
-  if (fmt != DType::f32) check_16bit_format(fmt, "set_gemm_operand_format");
+  check_float_format(fmt, "set_gemm_operand_format");
 }
 
 // ---- DeviceBuffer --------------------------------------------------------------
@@ -129,6 +129,10 @@ Device& select_device(const std::string& which) {
   }
   DTRAIN_FAIL(Errc::invalid_argument,
               "--device must be one of auto, cpu, cuda; got '" << which << "'");
+}
+
+DType check_float_format(DType fmt, const char* op) {
+  return fmt == DType::f32 ? fmt : check_16bit_format(fmt, op);
 }
 
 DType check_16bit_format(DType fmt, const char* op) {

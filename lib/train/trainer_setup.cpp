@@ -54,11 +54,16 @@ Device& configured_device(const TrainConfig& cfg, Communicator& world) {
     code = e.code();
     why = e.what();
   }
-  int failed = chosen ? 0 : 1;
-  world.all_reduce(&failed, &failed, 1, DType::i32, ReduceOp::max);
+  // One agreement: did any rank fail, did any find a GPU, did any not (max over ranks).
+  const bool on_gpu = chosen && chosen->kind() != DeviceKind::cpu;
+  int any[3] = {chosen ? 0 : 1, on_gpu ? 1 : 0, on_gpu ? 0 : 1};
+  world.all_reduce(any, any, 3, DType::i32, ReduceOp::max);
   if (!chosen) throw Error(code, why);
-  DTRAIN_CHECK(failed == 0, Errc::unavailable,
+  DTRAIN_CHECK(any[0] == 0, Errc::unavailable,
                "--device " << cfg.device << " is unavailable on another rank");
+  DTRAIN_CHECK(any[1] == 0 || any[2] == 0, Errc::unavailable,
+               "--device " << cfg.device << " found a GPU on some ranks but not on others; "
+               "every rank must train on the same kind of device");
   Device& dev = *chosen;
   dev.set_gemm_operand_format(precision_format(cfg.precision));
   int threads = env::params().num_threads;
@@ -68,14 +73,6 @@ Device& configured_device(const TrainConfig& cfg, Communicator& world) {
     threads = std::max(1, cores / std::max(1, world.local_size()));
   }
   dev.set_num_threads(threads);
-  // Agreed by all ranks, so that every rank refuses alike: one may have found a GPU where
-  // another did not.
-  int on_gpu = dev.kind() == DeviceKind::cpu ? 0 : 1, all_on_gpu = on_gpu;
-  world.all_reduce(&on_gpu, &on_gpu, 1, DType::i32, ReduceOp::max);
-  world.all_reduce(&all_on_gpu, &all_on_gpu, 1, DType::i32, ReduceOp::min);
-  DTRAIN_CHECK(on_gpu == all_on_gpu, Errc::unavailable,
-               "--device " << cfg.device << " found a GPU on some ranks but not on others; every rank "
-               "must train on the same kind of device");
   return dev;
 }
 

@@ -196,6 +196,8 @@ DTRAIN_API Device& cpu_device();
 // Returns fmt when it is DType::bf16 or DType::f16; otherwise throws
 // Error(Errc::invalid_argument) naming `op` (the 16-bit ops of Device check with it).
 DTRAIN_API DType check_16bit_format(DType fmt, const char* op);
+// The same, with DType::f32 also accepted (a precision that may be full or 16-bit).
+DTRAIN_API DType check_float_format(DType fmt, const char* op);
 
 // "cpu", "cuda" or "auto". "cuda" without a usable GPU and plugin throws
 // Error(Errc::unavailable); "auto" picks CUDA when both are present and the CPU otherwise.

@@ -14,7 +14,7 @@ inline cublasOperation_t op(bool trans) { return trans ? CUBLAS_OP_T : CUBLAS_OP
 }  // namespace
 
 void CudaDevice::set_gemm_operand_format(DType fmt) {
-  gemm_operands_ = fmt == DType::f32 ? fmt : check_16bit_format(fmt, "set_gemm_operand_format");
+  gemm_operands_ = check_float_format(fmt, "set_gemm_operand_format");
 }
 
 std::string CudaDevice::name() const {

@@ -1,0 +1,50 @@
+#pragma once
+// GptModel's private parts shared by its source files: a transformer block (its layers and
+// the pointers to its saved activations) and the per-chunk activation layout.
+#include <array>
+#include <cstddef>
+#include <utility>
+#include <vector>
+
+#include "dtrain/nn/gpt.hpp"
+#include "dtrain/nn/layers.hpp"
+#include "dtrain/nn/tensor_parallel.hpp"
+
+namespace dtrain {
+
+struct GptModel::Block {
+  nn::LayerNorm ln_1, ln_2;
+  nn::ColumnParallelLinear c_attn, c_fc;   // split by output (heads / hidden units)
+  nn::RowParallelLinear attn_proj, mlp_proj;  // split by input; outputs are partial sums
+  // saved activations; ln*, res* hold the R rows of the residual stream kept here
+  float *ln1 = nullptr, *ln1_mean = nullptr, *ln1_rstd = nullptr, *qkv = nullptr,
+        *atty = nullptr, *att = nullptr, *res2 = nullptr, *ln2 = nullptr, *ln2_mean = nullptr,
+        *ln2_rstd = nullptr, *fch = nullptr, *fch_gelu = nullptr, *res3 = nullptr;
+  // 16-bit saved activations: rounded copies (uint16 values in float-sized places) of the
+  // tensors kept16() lists, which then point at the shared fp32 scratch
+  float *ln1_16 = nullptr, *qkv16 = nullptr, *atty16 = nullptr, *att16 = nullptr,
+        *ln2_16 = nullptr, *fch16 = nullptr, *fch_gelu16 = nullptr;
+  // (fp32 value, rounded copy) of every tensor kept in 16 bits, in GptModel::kept16_numel's
+  // order. The residual stream (res2, res3) and the LayerNorm statistics stay fp32.
+  std::array<std::pair<float**, float**>, kKept16> kept16() {
+    return {{{&ln1, &ln1_16},
+             {&qkv, &qkv16},
+             {&atty, &atty16},
+             {&att, &att16},
+             {&ln2, &ln2_16},
+             {&fch, &fch16},
+             {&fch_gelu, &fch_gelu16}}};
+  }
+};
+
+// The saved activations of one chunk for one micro-batch form a fixed layout, repeated once
+// per slot: binding a slot points the members named in `fields` at that slot's copy.
+struct GptModel::ChunkActivations {
+  std::vector<std::pair<float**, std::size_t>> fields;  // (member, offset in floats)
+  std::size_t tokens_at = 0, targets_at = 0;            // int32 ids (if held), in floats
+  std::size_t stride = 0;                               // floats of one slot
+  float* base = nullptr;                                // slot 0
+  std::vector<SlotUse> use;                             // per slot
+};
+
+}  // namespace dtrain
