@@ -41,8 +41,23 @@ void AdamW::step(float* params, const float* grads, float lr, float grad_scale) 
     dev_.adamw(target, grads + s.offset, exp_avg() + st, exp_avg_sq() + st, n, lr, cfg_.beta1,
                cfg_.beta2, cfg_.eps, s.decay ? cfg_.weight_decay : 0.0f, static_cast<int>(step_),
                grad_scale);
-    if (has_master_weights()) dev_.round_to_16bit(params + s.offset, target, n, low_);
+    if (has_master_weights()) write_rounded(params, s, target);
   }
+}
+
+void AdamW::write_rounded(float* params, const Segment& s, const float* masters) {
+  const auto n = static_cast<std::int64_t>(s.numel);
+  if (words_) {
+    dev_.convert_to_16bit(words_ + s.offset, masters, n, low_);
+  } else {
+    dev_.round_to_16bit(params + s.offset, masters, n, low_);
+  }
+}
+
+void AdamW::write_params_as_16bit(std::uint16_t* words) {
+  DTRAIN_CHECK(!words || has_master_weights(), Errc::invalid_argument,
+               "AdamW::write_params_as_16bit needs master weights");
+  words_ = words;
 }
 
 void AdamW::use_master_weights(float* params, DType low) {
@@ -73,11 +88,8 @@ void AdamW::store_master_weights(float* params) {
 
 void AdamW::round_params(float* params) {
   if (!has_master_weights()) return;
-  for (std::size_t i = 0; i < segments_.size(); ++i) {
-    const Segment& s = segments_[i];
-    dev_.round_to_16bit(params + s.offset, master_weights() + state_offsets_[i],
-                        static_cast<std::int64_t>(s.numel), low_);
-  }
+  for (std::size_t i = 0; i < segments_.size(); ++i)
+    write_rounded(params, segments_[i], master_weights() + state_offsets_[i]);
 }
 
 Sgd::Sgd(Device& dev, std::vector<Segment> segments, std::size_t numel, float momentum,

@@ -97,6 +97,16 @@ void FixedOrderSum::all_gather(float* arena, DType wire) {
   wait_seconds_ += watch.seconds();
 }
 
+void FixedOrderSum::all_gather_words(std::uint16_t* words, DType fmt) {
+  if (dp_.size() == 1) return;
+  check_16bit_format(fmt, "FixedOrderSum::all_gather_words");
+  Stopwatch watch;
+  for (std::size_t u = 0; u < units_.size(); ++u) {
+    dp_.all_gather_v(words + owned_[u].first, words + units_[u].first, counts_[u].data(), fmt);
+  }
+  wait_seconds_ += watch.seconds();
+}
+
 double FixedOrderSum::sum_losses(const double* local_losses) {
   const int P = dp_.size();
   // Gathered rank-major: rank p's local m sits at p*local_ + m; fold in k = m*P + p order.

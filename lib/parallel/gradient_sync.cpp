@@ -134,4 +134,13 @@ void GradientSync::all_gather(float* params, DType wire) {
   }
 }
 
+void GradientSync::all_gather_words(std::uint16_t* words, DType fmt) {
+  if (mode_ == GradReduction::all_reduce) return;
+  check_16bit_format(fmt, "GradientSync::all_gather_words");
+  for (std::size_t b = 0; b < buckets_.size(); ++b) {
+    dp_.all_gather_v(words + owned_[b].first, words + buckets_[b].first,
+                     piece_counts_[b].data(), fmt);
+  }
+}
+
 }  // namespace dtrain::parallel

@@ -151,13 +151,4 @@ std::unique_ptr<ParamGather> gather_by_bucket(Communicator& dp, Device& dev, flo
   return std::make_unique<ParamGather>(dp, dev, params, std::move(units), std::move(counts));
 }
 
-HeldParameters::~HeldParameters() {
-  if (!gather_) return;
-  try {
-    gather_->release_all();
-  } catch (const std::exception& e) {  // a failed wait while unwinding: the first error wins
-    DTRAIN_LOG(error, "releasing the gathered parameters failed: " << e.what());
-  }
-}
-
 }  // namespace dtrain::parallel

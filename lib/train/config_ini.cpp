@@ -41,6 +41,7 @@ std::string TrainConfig::to_ini() const {
   kv("loss-scale-window", loss_scale_window);
   kv("min-loss-scale", min_loss_scale);
   kv("deterministic", deterministic ? "true" : "false");
+  kv("fp32-param-arena", fp32_param_arena ? "true" : "false");
   return os.str();
 }
 

@@ -31,6 +31,9 @@ Trainer::~Trainer() = default;
 
 long Trainer::step() const { return s_->step; }
 GptModel& Trainer::model() { return s_->model; }
+parallel::HeldParameters Trainer::whole_parameters() {
+  return parallel::HeldParameters(s_->residency());
+}
 optim::AdamW& Trainer::optimizer() { return s_->optimizer; }
 optim::LossScaler& Trainer::loss_scaler() { return s_->scaler; }
 ProcessGrid& Trainer::grid() { return s_->grid; }
@@ -76,6 +79,7 @@ std::string Trainer::save_checkpoint() {
     if (s.gather) s.gather->set_wire(s.optimizer.low_precision());
   };
   std::string path;
+  parallel::HeldParameters unpacked(s.packed.get());  // 16-bit storage: the arena whole
   try {
     if (s.gather && masters) s.gather->set_wire(DType::f32);  // the masters are not 16-bit
     s.optimizer.store_master_weights(params);
@@ -100,18 +104,20 @@ void Trainer::load_checkpoint(const std::string& path) {
   Stopwatch watch;
   ckpt::CheckpointInfo info;
   {
-    parallel::HeldParameters whole(s.gather.get());  // ZeRO 3: read whole tensors, keep the pieces after
+    // Whole tensors are read; afterwards ZeRO 3 keeps its pieces, 16-bit storage its words.
+    parallel::HeldParameters whole(s.residency());
     info = s.checkpoints().load(path);
+    // Mixed precision: the loaded fp32 parameters become the masters; the arena (or the
+    // 16-bit words) gets them rounded.
+    if (s.optimizer.has_master_weights()) {
+      s.optimizer.load_master_weights(s.model.parameters().params());
+      s.share_updated_parameters();
+    }
   }
   // fp16 goes on from the saved loss scale; a file without one (another precision) leaves
   // --loss-scale.
   if (s.scaler.enabled() && info.loss_scale > 0)
     s.scaler.set_scale(info.loss_scale, info.loss_scale_clean_steps);
-  // Mixed precision: the loaded fp32 parameters become the masters; the arena is rounded.
-  if (s.optimizer.has_master_weights()) {
-    s.optimizer.load_master_weights(s.model.parameters().params());
-    s.share_updated_parameters();
-  }
   const std::uint64_t expected = static_cast<std::uint64_t>(info.step) * s.loader.plan().global_batch();
   if (info.data_position != expected) {
     DTRAIN_LOG(warn, "checkpoint " << path << " was at sample " << info.data_position
@@ -267,14 +273,14 @@ TrainSummary Trainer::run() {
                      << " steps skipped on gradient overflow; loss scale now " << s.scaler.scale());
   }
   const double mib = 1024.0 * 1024.0;
-  std::string gathered;  // ZeRO 3 holds whole units on top of its pieces during a pass
-  if (s.gather) {
-    gathered = ", peak parameters in a pass " +
-               std::to_string(static_cast<double>(s.gather->peak_numel() * sizeof(float)) / mib);
+  std::string in_pass;  // ZeRO 3 and 16-bit storage hold whole units in fp32 during a pass
+  if (s.residency()) {
+    in_pass = ", peak parameters in a pass " +
+              std::to_string(static_cast<double>(s.peak_param_bytes()) / mib);
   }
   DTRAIN_LOG(info, "memory of rank 0 (MiB): parameters " << s.memory.params / mib << ", gradients "
                    << s.memory.grads / mib << ", optimizer " << s.memory.optimizer / mib
-                   << ", activations " << s.memory.activations / mib << gathered);
+                   << ", activations " << s.memory.activations / mib << in_pass);
   return sum;
 }
 

@@ -175,6 +175,7 @@ Trainer::State::State(const TrainConfig& c, Communicator& w)
     optimizer.use_master_weights(model.parameters().params(), low);
     share_updated_parameters();
     if (gather) gather->set_wire(low);  // ZeRO 3 gathers the rounded pieces as 16-bit words
+    if (!gather && !cfg.fp32_param_arena && dev.discard_releases_memory()) pack_parameters();
   }
   if (w.rank() == 0 && !cfg.metrics.empty()) metrics.open(cfg.metrics);
   micro_losses.resize(static_cast<std::size_t>(accum()));
@@ -192,7 +193,8 @@ Trainer::State::State(const TrainConfig& c, Communicator& w)
   const bool released = dev.discard_releases_memory();
   const bool sharded_grads = cfg.zero >= 2 && released;
   const std::size_t owned = sync ? sync->owned_numel() : fixed_order->owned_numel();
-  memory.params = (gather && released ? gather->owned_numel() : n) * sizeof(float);
+  memory.params = packed ? packed->bytes()
+                         : (gather && released ? gather->owned_numel() : n) * sizeof(float);
   if (cfg.zero >= 2 && !released && w.rank() == 0) {
     DTRAIN_LOG(warn, "ZeRO " << cfg.zero << " on " << dev.name() << " shards the optimizer "
                "state and the communication, but the whole parameter and gradient arenas stay "
@@ -263,9 +265,28 @@ std::vector<optim::Segment> Trainer::State::optimizer_segments() {
 // they use them.
 void Trainer::State::shard_parameters(std::unique_ptr<parallel::ParamGather> g_owner) {
   gather = std::move(g_owner);
-  parallel::ParamGather* g = gather.get();
-  model.set_param_use_hooks({[g](int unit, int next) { g->acquire(unit, next); },
-                             [g](int unit) { g->release(unit); }});
+  use_parameters_by_unit(*gather);
+}
+
+// Mixed precision: the arena holds exact 16-bit values (the masters rounded); keep them as
+// 16-bit words, which the optimiser updates, and widen each unit around its use.
+void Trainer::State::pack_parameters() {
+  ParameterStore& params = model.parameters();
+  packed = std::make_unique<parallel::PackedParameters>(dev, params.params(), params.numel(),
+                                                        model.grad_ready_ranges(), low);
+  optimizer.write_params_as_16bit(packed->words());
+  use_parameters_by_unit(*packed);
+}
+
+void Trainer::State::use_parameters_by_unit(parallel::ParamResidency& r) {
+  parallel::ParamResidency* p = &r;
+  model.set_param_use_hooks({[p](int unit, int next) { p->acquire(unit, next); },
+                             [p](int unit) { p->release(unit); }});
+}
+
+std::size_t Trainer::State::peak_param_bytes() const {
+  if (gather) return gather->peak_numel() * sizeof(float);
+  return packed ? packed->bytes() + packed->peak_numel() * sizeof(float) : 0;
 }
 
 // Whether a parameter's gradient counts toward the global norm on this rank, when norms

@@ -23,6 +23,7 @@
 #include "dtrain/parallel/fixed_order_norm.hpp"
 #include "dtrain/parallel/fixed_order_sum.hpp"
 #include "dtrain/parallel/gradient_sync.hpp"
+#include "dtrain/parallel/packed_parameters.hpp"
 #include "dtrain/parallel/param_gather.hpp"
 #include "dtrain/parallel/pipeline.hpp"
 #include "dtrain/parallel/zero.hpp"
@@ -48,6 +49,9 @@ struct Trainer::State {
   // Exactly one of these reduces gradients over the data-parallel group.
   std::unique_ptr<parallel::GradientSync> sync;          // bucketed, overlapped (ZeRO 0-3)
   std::unique_ptr<parallel::ParamGather> gather;         // ZeRO 3: parameters by unit
+  // Mixed precision below ZeRO 3 where discarding hands memory back: 16-bit parameter
+  // storage, widened unit by unit around the passes. At most one of gather and packed.
+  std::unique_ptr<parallel::PackedParameters> packed;
   std::unique_ptr<parallel::FixedOrderSum> fixed_order;  // --deterministic
   std::unique_ptr<parallel::FixedOrderNorm> fixed_norm;  // --deterministic
   std::vector<parallel::Range> whole_arena;              // {[0, numel)}: made once
@@ -84,6 +88,13 @@ struct Trainer::State {
   State(const TrainConfig& c, Communicator& w);
   std::vector<optim::Segment> optimizer_segments();
   void shard_parameters(std::unique_ptr<parallel::ParamGather> g);
+  void pack_parameters();
+  void use_parameters_by_unit(parallel::ParamResidency& r);
+  // What keeps the arena's parameters only around their use (null: the arena is whole).
+  parallel::ParamResidency* residency() const {
+    return gather ? static_cast<parallel::ParamResidency*>(gather.get()) : packed.get();
+  }
+  std::size_t peak_param_bytes() const;  // in a pass, when residency() is not null
   double sync_gradients_bucketed();
   double sync_gradients_fixed_order();
   double sync_gradients_pipeline();

@@ -69,6 +69,7 @@ bool same_everywhere(double v) {
 }
 
 std::vector<float> arena(train::Trainer& t) {
+  const parallel::HeldParameters whole = t.whole_parameters();  // 16-bit storage on the CPU
   const ParameterStore& p = t.model().parameters();
   return std::vector<float>(p.params(), p.params() + p.numel());
 }
@@ -149,6 +150,54 @@ TEST(Precision, DeterministicModeIsBitwiseIdenticalAcrossDataParallelDegrees) {
       ASSERT_EQ(parallel.size(), single.size());
       for (std::size_t i = 0; i < single.size(); ++i)
         EXPECT_EQ(parallel[i], single[i]) << p << " zero " << zero << " step " << i + 1;
+    }
+  }
+}
+
+// 16-bit parameter storage (the default under mixed precision on the CPU) holds exactly the
+// values the fp32 arena would: each layout trains and evaluates bit for bit like the same run
+// with the whole fp32 arena kept, and ends with the same parameters.
+TEST(Precision, SixteenBitParameterStorageTrainsLikeTheFp32Arena) {
+  struct Layout {
+    int tp, pp, zero;
+    bool deterministic;
+  };
+  std::vector<Layout> layouts = {{1, 1, 0, false}, {1, 1, 1, false}, {1, 1, 2, false},
+                                 {1, 1, 2, true}};
+  if (world().size() % 2 == 0) {
+    layouts.push_back({2, 1, 1, false});  // tensor parallel with sequence parallelism
+    layouts.push_back({1, 2, 1, false});  // a pipeline: tied embedding copies on both ends
+  }
+  for (const char* p : {"bf16", "fp16"}) {
+    for (const Layout& l : layouts) {
+      train::TrainConfig cfg = config(p);
+      cfg.steps = 6;
+      cfg.tp = l.tp;
+      cfg.pp = l.pp;
+      cfg.sequence_parallel = l.tp > 1;
+      cfg.zero = l.zero;
+      cfg.deterministic = l.deterministic;
+      cfg.global_batch = static_cast<long>(cfg.micro_batch) * world().size() * 2 / (l.tp * l.pp);
+      std::vector<double> losses[2];
+      std::vector<float> params[2];
+      double val[2] = {0, 0};
+      train::TrainSummary summary[2];
+      for (int whole = 0; whole < 2; ++whole) {
+        cfg.fp32_param_arena = whole == 1;
+        train::Trainer t(cfg, world());
+        summary[whole] = t.run();
+        losses[whole] = t.loss_history();
+        val[whole] = t.evaluate();
+        params[whole] = arena(t);
+      }
+      const std::string what = std::string(p) + " tp " + std::to_string(l.tp) + " pp " +
+                               std::to_string(l.pp) + " zero " + std::to_string(l.zero) +
+                               (l.deterministic ? " deterministic" : "");
+      EXPECT_TRUE(losses[0] == losses[1]) << what;
+      EXPECT_EQ(val[0], val[1]) << what;
+      EXPECT_TRUE(params[0] == params[1]) << what;
+      // Between steps the parameters take half the bytes.
+      EXPECT_EQ(2 * summary[0].memory.params, summary[1].memory.params) << what;
     }
   }
 }
@@ -363,6 +412,12 @@ TEST(Precision, StepLoopAllocatesNothingAfterTheFirstStepAndCountsTheMasters) {
       const std::size_t owned = t.optimizer().state_offset(t.optimizer().segments().size());
       const std::size_t per = std::string(p) == "fp32" ? 8 : 12;
       EXPECT_EQ(s.memory.optimizer, owned * per) << p << " zero " << zero;
+      // parameters: 16-bit words below ZeRO 3 in mixed precision, else fp32 (ZeRO 3: pieces)
+      const std::size_t n = zero == 3 ? t.model().parameters().numel() / world().size()
+                                      : t.model().parameters().numel();
+      const std::size_t param_bytes = std::string(p) == "fp32" || zero == 3 ? 4 : 2;
+      if (zero < 3 || world().size() == 1)
+        EXPECT_EQ(s.memory.params, n * param_bytes) << p << " zero " << zero;
       if (world().rank() == 0) {
         std::ifstream in(cfg.metrics);
         std::string line;

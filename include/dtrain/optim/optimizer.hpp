@@ -33,7 +33,8 @@ class DTRAIN_API AdamW {
 
   // One update of every segment; grads are multiplied by grad_scale first (for clipping,
   // and the 1/scale of loss scaling). With master weights the update goes to the masters
-  // and the arena's segments get the masters rounded to the low-precision format.
+  // and the arena's segments (or the 16-bit words, write_params_as_16bit) get the masters
+  // rounded to the low-precision format.
   void step(float* params, const float* grads, float lr, float grad_scale = 1.0f);
 
   // Mixed precision (docs/mixed-precision.md): keep fp32 master weights of the segments,
@@ -51,6 +52,10 @@ class DTRAIN_API AdamW {
   // fp32 parameters). round_params() undoes it. No-ops without master weights.
   void store_master_weights(float* params);
   void round_params(float* params);
+  // 16-bit parameter storage (parallel::PackedParameters): from now on the rounded masters
+  // go to these words, at the segments' offsets (words[i] is arena element i), instead of
+  // the arena. Needs master weights; null goes back to the arena.
+  void write_params_as_16bit(std::uint16_t* words);
 
   long steps_taken() const { return step_; }
   void set_steps_taken(long s) { step_ = s; }
@@ -64,6 +69,9 @@ class DTRAIN_API AdamW {
   const AdamWConfig& config() const { return cfg_; }
 
  private:
+  // The segment's rounded masters to the words (when set) or the arena.
+  void write_rounded(float* params, const Segment& s, const float* masters);
+
   Device& dev_;
   std::vector<Segment> segments_;
   std::vector<std::size_t> state_offsets_;
@@ -71,6 +79,7 @@ class DTRAIN_API AdamW {
   DeviceBuffer m_, v_;
   DeviceBuffer w_;              // fp32 master weights (mixed precision only)
   DType low_ = DType::f32;      // the arena's format when w_ is used
+  std::uint16_t* words_ = nullptr;  // where the rounded masters go instead, when set
   long step_ = 0;
 };
 

@@ -15,6 +15,7 @@
 // What then: sum() gives everyone the whole sum (ZeRO 0), sum_owned() only the pieces this
 // rank updates (ZeRO 1-3), and all_gather() returns updated pieces to everyone.
 #include <cstddef>
+#include <cstdint>
 #include <vector>
 
 #include "dtrain/comm/communicator.hpp"
@@ -42,6 +43,9 @@ class DTRAIN_API FixedOrderSum {
   // Every rank's pieces of arena to all ranks, in place; as 16-bit words when wire is
   // bf16/f16 (PieceGather).
   void all_gather(float* arena, DType wire = DType::f32);
+  // The same for 16-bit parameter storage (PackedParameters): words[i] is arena element i,
+  // fmt bf16 or f16.
+  void all_gather_words(std::uint16_t* words, DType fmt);
   // The same fixed-order sum of the micro-batches' losses (local_losses[m] for local m).
   double sum_losses(const double* local_losses);
 

@@ -19,6 +19,7 @@
 //    micro-step divides the pieces by the group size. Pieces are cut at page boundaries
 //    (split_aligned) so that discarding returns whole pages.
 #include <cstddef>
+#include <cstdint>
 #include <unordered_map>
 #include <vector>
 
@@ -57,6 +58,9 @@ class DTRAIN_API GradientSync {
   // Every rank's pieces of params to all ranks, bucket by bucket, in place (reduce_scatter,
   // shard); as 16-bit words when wire is bf16/f16 (PieceGather; needs the device).
   void all_gather(float* params, DType wire = DType::f32);
+  // The same for 16-bit parameter storage (PackedParameters): words[i] is arena element i,
+  // fmt bf16 or f16.
+  void all_gather_words(std::uint16_t* words, DType fmt);
 
   const std::vector<Bucket>& buckets() const { return buckets_; }
   // Time blocked in finish() since construction: the reduction not hidden behind backward.

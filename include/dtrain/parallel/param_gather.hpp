@@ -1,10 +1,9 @@
 #pragma once
 // ZeRO-3 parameter partitioning. Each rank keeps only its piece of every parameter unit
 // (the same pieces GradientSync's shard mode owns, so the optimiser updates them in place);
-// the rest of the parameter arena is discarded. The model calls acquire(unit, next) before
-// reading a unit (GptModel::ParamUseHooks): the unit is all-gathered in place, and the
-// gather of `next` starts without waiting, so it travels while this unit computes.
-// release(unit) discards the other ranks' pieces again once no pass holds the unit.
+// the rest of the parameter arena is discarded. acquire(unit, next) all-gathers the unit in
+// place, and the gather of `next` starts without waiting, so it travels while this unit
+// computes. release(unit) discards the other ranks' pieces again once no pass holds the unit.
 #include <cstddef>
 #include <memory>
 #include <vector>
@@ -14,27 +13,26 @@
 #include "dtrain/device/device.hpp"
 #include "dtrain/export.hpp"
 #include "dtrain/parallel/gradient_sync.hpp"
+#include "dtrain/parallel/param_residency.hpp"
 #include "dtrain/parallel/piece_gather.hpp"
 
 namespace dtrain::parallel {
 
-class DTRAIN_API ParamGather {
+class DTRAIN_API ParamGather final : public ParamResidency {
  public:
   // units: arena ranges (one per GradientSync bucket, in bucket order); counts[u]: the
   // elements of unit u each rank owns. Discards what this rank does not own right away.
   ParamGather(Communicator& dp, Device& dev, float* params, std::vector<Range> units,
               std::vector<std::vector<std::size_t>> counts);
-  ~ParamGather();
+  ~ParamGather() override;
   ParamGather(const ParamGather&) = delete;
   ParamGather& operator=(const ParamGather&) = delete;
 
-  void acquire(int unit, int next);
-  void release(int unit);
-  void poll();  // lets the gathers in flight progress; never blocks
-  // Every unit gathered (in fp32) and held (e.g. around a checkpoint write or read) / all
-  // let go.
-  void acquire_all();
-  void release_all();
+  void acquire(int unit, int next) override;
+  void release(int unit) override;
+  void poll() override;
+  void acquire_all() override;  // gathers in fp32
+  void release_all() override;
 
   // Elements held between passes (the owned pieces), and the most held at once so far.
   std::size_t owned_numel() const noexcept { return owned_numel_; }
@@ -84,20 +82,5 @@ class DTRAIN_API ParamGather {
 // gradients in the same places.
 DTRAIN_API std::unique_ptr<ParamGather> gather_by_bucket(Communicator& dp, Device& dev,
                                                          float* params, const GradientSync& sync);
-
-// Every unit gathered for the scope's lifetime (a checkpoint written or read whole, a model
-// without per-unit hooks); a no-op for null. Collective over dp.
-class DTRAIN_API HeldParameters {
- public:
-  explicit HeldParameters(ParamGather* gather) : gather_(gather) {
-    if (gather_) gather_->acquire_all();
-  }
-  ~HeldParameters();
-  HeldParameters(const HeldParameters&) = delete;
-  HeldParameters& operator=(const HeldParameters&) = delete;
-
- private:
-  ParamGather* gather_;
-};
 
 }  // namespace dtrain::parallel

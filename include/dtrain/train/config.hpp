@@ -51,6 +51,9 @@ struct DTRAIN_API TrainConfig {
   long loss_scale_window = 2000;
   double min_loss_scale = 1;
   bool deterministic = false;
+  // Mixed precision keeps the parameters in 16 bits between their uses where the device can
+  // hand memory back (the CPU); true keeps the whole fp32 arena resident instead.
+  bool fp32_param_arena = false;
   // checkpoints
   std::string save_dir;      // empty: no checkpoints are written
   long save_every = 0;       // 0: only at the end (and on SIGTERM/SIGUSR1)

@@ -8,6 +8,7 @@
 
 #include "dtrain/comm/communicator.hpp"
 #include "dtrain/export.hpp"
+#include "dtrain/parallel/param_residency.hpp"
 #include "dtrain/train/config.hpp"
 #include "dtrain/train/metrics.hpp"
 
@@ -67,6 +68,11 @@ class DTRAIN_API Trainer {
 
   // The pieces, for programs and tests that inspect the state.
   GptModel& model();
+  // Between steps the model's parameter arena holds only this rank's pieces under ZeRO 3,
+  // and nothing under 16-bit parameter storage (--precision bf16|fp16 on the CPU); while
+  // the returned scope lives it holds every parameter. Collective over the data-parallel
+  // group under ZeRO 3.
+  parallel::HeldParameters whole_parameters();
   optim::AdamW& optimizer();
   optim::LossScaler& loss_scaler();   // fp16 dynamic loss scaling (disabled otherwise)
   ProcessGrid& grid();
