@@ -54,7 +54,9 @@ void PackedParameters::release(int unit) {
 }
 
 void PackedParameters::acquire_all() {
+  const std::size_t peak = peak_numel_;
   for (std::size_t u = 0; u < units_.size(); ++u) acquire(static_cast<int>(u), -1);
+  peak_numel_ = peak;
 }
 
 void PackedParameters::release_all() {

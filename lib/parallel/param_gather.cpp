@@ -127,10 +127,12 @@ void ParamGather::acquire_all() {
   // fp32 words: all units are in flight at once, and 16-bit ones would need a buffer pair
   // per unit (the whole arena again, kept by the grow-only pool).
   const DType wire = wire_;
+  const std::size_t peak = peak_numel_;
   wire_ = DType::f32;
   for (std::size_t u = 0; u < units_.size(); ++u) start(static_cast<int>(u));
   wire_ = wire;
   for (std::size_t u = 0; u < units_.size(); ++u) acquire(static_cast<int>(u), -1);
+  peak_numel_ = peak;
 }
 
 void ParamGather::release_all() {

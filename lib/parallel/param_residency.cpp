@@ -7,7 +7,7 @@
 namespace dtrain::parallel {
 
 HeldParameters::~HeldParameters() {
-  if (!residency_) return;
+  if (!residency_ || --residency_->whole_scopes_ > 0) return;
   try {
     residency_->release_all();
   } catch (const std::exception& e) {  // a failed wait while unwinding: the first error wins

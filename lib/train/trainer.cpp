@@ -58,6 +58,7 @@ bool Trainer::State::agree_stop() {
 std::string Trainer::save_checkpoint() {
   State& s = *s_;
   DTRAIN_CHECK(!s.cfg.save_dir.empty(), Errc::invalid_config, "saving a checkpoint needs --save-dir");
+  s.check_not_held("save_checkpoint()");
   ckpt::CheckpointInfo info;
   info.step = s.step;
   info.consumed_samples = static_cast<std::uint64_t>(s.step) * s.loader.plan().global_batch();
@@ -101,6 +102,7 @@ std::string Trainer::save_checkpoint() {
 
 void Trainer::load_checkpoint(const std::string& path) {
   State& s = *s_;
+  s.check_not_held("load_checkpoint()");
   Stopwatch watch;
   ckpt::CheckpointInfo info;
   {
@@ -133,6 +135,7 @@ const std::vector<double>& Trainer::loss_history() const { return s_->losses; }
 
 double Trainer::train_step() {
   State& s = *s_;
+  s.check_not_held("train_step()");
   ParameterStore& params = s.model.parameters();
   // Gradients averaged over the global batch: identical to one rank training on all of it.
   const double loss = s.fixed_order ? s.sync_gradients_fixed_order() : s.sync_gradients_bucketed();

@@ -284,6 +284,13 @@ void Trainer::State::use_parameters_by_unit(parallel::ParamResidency& r) {
                              [p](int unit) { p->release(unit); }});
 }
 
+void Trainer::State::check_not_held(const char* what) const {
+  const parallel::ParamResidency* r = residency();
+  DTRAIN_CHECK(!r || !r->held_whole(), Errc::invalid_argument,
+               what << " inside a Trainer::whole_parameters() scope: the held parameters would "
+                    "not follow the change; end the scope first");
+}
+
 std::size_t Trainer::State::peak_param_bytes() const {
   if (gather) return gather->peak_numel() * sizeof(float);
   return packed ? packed->bytes() + packed->peak_numel() * sizeof(float) : 0;

@@ -95,6 +95,9 @@ struct Trainer::State {
     return gather ? static_cast<parallel::ParamResidency*>(gather.get()) : packed.get();
   }
   std::size_t peak_param_bytes() const;  // in a pass, when residency() is not null
+  // Errc::invalid_argument when a Trainer::whole_parameters() scope is open: `what` would
+  // change the stored parameters, which the held arena does not follow.
+  void check_not_held(const char* what) const;
   double sync_gradients_bucketed();
   double sync_gradients_fixed_order();
   double sync_gradients_pipeline();

@@ -202,6 +202,35 @@ TEST(Precision, SixteenBitParameterStorageTrainsLikeTheFp32Arena) {
   }
 }
 
+// The whole_parameters() scope is for reading: what would change the stored parameters under
+// it is refused on every rank (the held arena would not follow), and training goes on after.
+TEST(Precision, WholeParametersScopeRefusesChangesUnderIt) {
+  for (int zero : {1, 3}) {  // 16-bit storage, and ZeRO 3's pieces
+    train::TrainConfig cfg = config("bf16");
+    cfg.zero = zero;
+    cfg.steps = 3;
+    train::Trainer t(cfg, world());
+    t.train_step();
+    std::vector<float> held;
+    {
+      const parallel::HeldParameters whole = t.whole_parameters();
+      held = arena(t);  // a nested scope
+      EXPECT_TRUE(arena(t) == held) << "the nested scope let go of the outer one's arena";
+      EXPECT_TRUE(std::isfinite(t.evaluate()));
+      try {
+        t.train_step();
+        ADD_FAILURE() << "train_step() inside whole_parameters() was accepted, zero " << zero;
+      } catch (const Error& e) {
+        EXPECT_EQ(e.code(), Errc::invalid_argument);
+        EXPECT_NE(std::string(e.what()).find("whole_parameters"), std::string::npos) << e.what();
+      }
+      EXPECT_THROW(t.load_checkpoint("unused.h5"), Error);
+    }
+    t.train_step();
+    EXPECT_FALSE(arena(t) == held) << "the step after the scope updated nothing";
+  }
+}
+
 TEST(Precision, OneRanksOverflowIsEveryRanksOverflow) {
   // The agreement alone: only the last rank sees an inf in the gradients it holds.
   std::vector<float> grads(1000, 0.5f);

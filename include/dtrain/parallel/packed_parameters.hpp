@@ -33,7 +33,7 @@ class DTRAIN_API PackedParameters final : public ParamResidency {
   std::uint16_t* words() { return words_.as<std::uint16_t>(); }  // the whole arena, packed
   DType format() const noexcept { return fmt_; }
   std::size_t bytes() const noexcept { return words_.bytes(); }
-  // Arena floats held at once: now, and the most so far (both 0 between passes).
+  // Arena floats held at once: now, and the most in a pass so far (0 between passes).
   std::size_t held_numel() const noexcept { return held_numel_; }
   std::size_t peak_numel() const noexcept { return peak_numel_; }
 

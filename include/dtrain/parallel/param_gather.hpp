@@ -37,7 +37,7 @@ class DTRAIN_API ParamGather final : public ParamResidency {
   // Elements held between passes (the owned pieces), and the most held at once so far.
   std::size_t owned_numel() const noexcept { return owned_numel_; }
   const std::vector<Range>& owned() const noexcept { return owned_; }  // one piece per unit
-  std::size_t peak_numel() const noexcept { return peak_numel_; }
+  std::size_t peak_numel() const noexcept { return peak_numel_; }  // outside acquire_all()
   // Time blocked waiting for gathers (not hidden behind compute) since construction.
   double wait_seconds() const noexcept { return wait_seconds_; }
   // What the gathers started from now on move: DType::f32 (the default), or bf16/f16 while

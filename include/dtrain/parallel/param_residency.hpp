@@ -15,17 +15,29 @@ class DTRAIN_API ParamResidency {
   virtual void acquire(int unit, int next) = 0;
   virtual void release(int unit) = 0;
   virtual void poll() {}  // lets work in flight progress; never blocks
-  // Every unit in the arena and held (a checkpoint written or read whole) / all let go.
+  // Every unit in the arena and held (a checkpoint written or read whole) / all let go. The
+  // peak held in a pass does not count this.
   virtual void acquire_all() = 0;
   virtual void release_all() = 0;
+
+  // Whether a HeldParameters scope holds every unit now. The held arena does not follow
+  // changes of the stored parameters (an update, a checkpoint load), so the Trainer refuses
+  // those inside such a scope.
+  bool held_whole() const noexcept { return whole_scopes_ > 0; }
+
+ private:
+  friend class HeldParameters;
+  int whole_scopes_ = 0;
 };
 
 // Every unit held for the scope's lifetime; a no-op for null. Collective over the data
-// parallel group for ZeRO 3.
+// parallel group for ZeRO 3. Scopes nest: the outermost one acquires and releases.
 class DTRAIN_API HeldParameters {
  public:
   explicit HeldParameters(ParamResidency* residency) : residency_(residency) {
-    if (residency_) residency_->acquire_all();
+    if (!residency_) return;
+    if (residency_->whole_scopes_ == 0) residency_->acquire_all();
+    ++residency_->whole_scopes_;
   }
   ~HeldParameters();
   HeldParameters(const HeldParameters&) = delete;

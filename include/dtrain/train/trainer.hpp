@@ -70,8 +70,9 @@ class DTRAIN_API Trainer {
   GptModel& model();
   // Between steps the model's parameter arena holds only this rank's pieces under ZeRO 3,
   // and nothing under 16-bit parameter storage (--precision bf16|fp16 on the CPU); while
-  // the returned scope lives it holds every parameter. Collective over the data-parallel
-  // group under ZeRO 3.
+  // the returned scope lives it holds every parameter, for reading (evaluate() may run).
+  // train_step(), save_checkpoint() and load_checkpoint() inside it are refused
+  // (Errc::invalid_argument). Collective over the data-parallel group under ZeRO 3.
   parallel::HeldParameters whole_parameters();
   optim::AdamW& optimizer();
   optim::LossScaler& loss_scaler();   // fp16 dynamic loss scaling (disabled otherwise)
