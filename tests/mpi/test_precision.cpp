@@ -161,12 +161,14 @@ TEST(Precision, SixteenBitParameterStorageTrainsLikeTheFp32Arena) {
   struct Layout {
     int tp, pp, zero;
     bool deterministic;
+    int virtual_stages;
   };
-  std::vector<Layout> layouts = {{1, 1, 0, false}, {1, 1, 1, false}, {1, 1, 2, false},
-                                 {1, 1, 2, true}};
+  std::vector<Layout> layouts = {{1, 1, 0, false, 1}, {1, 1, 1, false, 1},
+                                 {1, 1, 2, false, 1}, {1, 1, 2, true, 1}};
   if (world().size() % 2 == 0) {
-    layouts.push_back({2, 1, 1, false});  // tensor parallel with sequence parallelism
-    layouts.push_back({1, 2, 1, false});  // a pipeline: tied embedding copies on both ends
+    layouts.push_back({2, 1, 1, false, 1});  // tensor parallel with sequence parallelism
+    layouts.push_back({1, 2, 1, false, 1});  // a pipeline: tied embedding copies on both ends
+    layouts.push_back({1, 2, 0, false, 2});  // interleaved: two chunks per stage
   }
   for (const char* p : {"bf16", "fp16"}) {
     for (const Layout& l : layouts) {
@@ -177,6 +179,11 @@ TEST(Precision, SixteenBitParameterStorageTrainsLikeTheFp32Arena) {
       cfg.sequence_parallel = l.tp > 1;
       cfg.zero = l.zero;
       cfg.deterministic = l.deterministic;
+      cfg.virtual_stages = l.virtual_stages;
+      if (l.virtual_stages > 1) {
+        cfg.layers = 4;
+        cfg.schedule = "interleaved";
+      }
       cfg.global_batch = static_cast<long>(cfg.micro_batch) * world().size() * 2 / (l.tp * l.pp);
       std::vector<double> losses[2];
       std::vector<float> params[2];
@@ -191,7 +198,8 @@ TEST(Precision, SixteenBitParameterStorageTrainsLikeTheFp32Arena) {
         params[whole] = arena(t);
       }
       const std::string what = std::string(p) + " tp " + std::to_string(l.tp) + " pp " +
-                               std::to_string(l.pp) + " zero " + std::to_string(l.zero) +
+                               std::to_string(l.pp) + " v " + std::to_string(l.virtual_stages) +
+                               " zero " + std::to_string(l.zero) +
                                (l.deterministic ? " deterministic" : "");
       EXPECT_TRUE(losses[0] == losses[1]) << what;
       EXPECT_EQ(val[0], val[1]) << what;
