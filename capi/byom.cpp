@@ -49,9 +49,9 @@ Checkpoints& dt_byom_s::checkpoint_io() {
 extern "C" {
 
 dt_result_t dt_byom_create(dt_comm_t dp, const dt_optimizer_config_t* config, dt_byom_t* byom) {
+  clear_output(byom);
   return call<dt_comm_s>(__func__, dp, Kind::comm, "dp", [&](dt_comm_s& c) {
     need_ptr(byom, "byom");
-    *byom = nullptr;
     const dt_optimizer_config_t opt = read_optimizer_config(config);
     if (opt.zero_stage == 3)
       fail(DT_ERR_NOT_IMPLEMENTED,
@@ -76,14 +76,22 @@ dt_result_t dt_byom_register(dt_byom_t byom, const char* name, int ndim, const i
     need_ptr(param, "param");
     need_ptr(grad, "grad");
     need((flags & ~DT_PARAM_NO_DECAY) == 0u, "unknown flags");
+    need(dtype >= DT_F32 && dtype <= DT_U8, "unknown dtype");
     if (dtype != DT_F32)
       fail(DT_ERR_NOT_IMPLEMENTED, "only DT_F32 tensors can be registered in this version");
     std::vector<std::int64_t> dims(shape, shape + ndim);
+    // Far beyond any memory, and small enough that byte counts and offsets never wrap.
+    constexpr std::size_t kMaxNumel = (std::size_t{1} << 60) / sizeof(float);
     std::size_t numel = 1;
     for (std::int64_t d : dims) {
       need(d > 0, "every extent of shape must be positive");
+      need(static_cast<std::size_t>(d) <= kMaxNumel / numel,
+           "shape has too many elements (more than 2^58)");
       numel *= static_cast<std::size_t>(d);
     }
+    std::size_t total = numel;
+    for (const auto& buf : b.buffers) total += buf.numel;
+    need(total <= kMaxNumel, "the registered tensors have too many elements (more than 2^58)");
     b.store.add(name, dims, (flags & DT_PARAM_NO_DECAY) == 0u);
     b.buffers.push_back({static_cast<float*>(param), static_cast<const float*>(grad), numel});
   });

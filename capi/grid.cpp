@@ -23,9 +23,9 @@ dtrain::GridShape grid_shape(const dt_grid_config_t* cfg) {
 extern "C" {
 
 dt_result_t dt_grid_create(dt_context_t ctx, const dt_grid_config_t* config, dt_grid_t* grid) {
+  clear_output(grid);
   return call<dt_context_s>(__func__, ctx, Kind::context, "ctx", [&](dt_context_s& c) {
     need_ptr(grid, "grid");
-    *grid = nullptr;
     *grid = adopt(std::make_unique<dt_grid_s>(&c, grid_shape(config)));
   });
 }

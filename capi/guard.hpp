@@ -36,6 +36,13 @@ inline void need_ptr(P* p, const char* name) {
   if (!p) fail(DT_ERR_INVALID_ARGUMENT, std::string(name) + " must not be NULL");
 }
 
+// An output handle is NULL after any failure, also one found before the call's body runs
+// (a bad input handle): clear it first.
+template <class H>
+inline void clear_output(H* out) noexcept {
+  if (out) *out = nullptr;
+}
+
 template <class T>
 T& resolve(const void* h, Kind k, const char* arg) {
   Handle* found = find_handle(h, k);

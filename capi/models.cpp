@@ -61,9 +61,11 @@ void need_gpt_batch(dtrain::GptModel& g, int batch, int seq) {
 
 // A GPT pass's arguments, checked by every rank alike when the pass is collective.
 void need_gpt_inputs(dt_model_s& m, const int32_t* tokens, const int32_t* targets, int batch,
-                     int seq, bool collective) {
+                     int seq, bool collective, const float* out = nullptr,
+                     const char* out_name = nullptr) {
   dtrain::GptModel& g = need_gpt(m);
   agreed_checks(m.engine->dp(), collective, [&] {
+    if (out_name) need_ptr(out, out_name);
     need_gpt_batch(g, batch, seq);
     const std::size_t n = static_cast<std::size_t>(batch) * static_cast<std::size_t>(seq);
     need_tokens(tokens, n, g.config().vocab, "tokens");
@@ -73,9 +75,11 @@ void need_gpt_inputs(dt_model_s& m, const int32_t* tokens, const int32_t* target
 
 // An MLP pass's arguments (labels may be NULL for predict), as need_gpt_inputs.
 void need_mlp_inputs(dt_model_s& m, const float* x, const int32_t* labels, bool with_labels,
-                     int batch, bool collective) {
+                     int batch, bool collective, const float* out = nullptr,
+                     const char* out_name = nullptr) {
   dtrain::MlpModel& mlp = need_mlp(m);
   agreed_checks(m.engine->dp(), collective, [&] {
+    if (out_name) need_ptr(out, out_name);
     need_ptr(x, "x");
     need(batch >= 1 && batch <= mlp.max_batch(), "batch must be in [1, max_batch]");
     if (with_labels) need_ptr(labels, "labels");
@@ -99,9 +103,9 @@ extern "C" {
 
 dt_result_t dt_model_create_mlp(dt_comm_t dp, const dt_mlp_config_t* config,
                                 const dt_optimizer_config_t* optimizer, dt_model_t* model) {
+  clear_output(model);
   return call<dt_comm_s>(__func__, dp, Kind::comm, "dp", [&](dt_comm_s& c) {
     need_ptr(model, "model");
-    *model = nullptr;
     need_struct(config, config ? config->struct_size : 0,
                 offsetof(dt_mlp_config_t, seed) + sizeof(uint64_t), "DT_MLP_CONFIG_INIT");
     need(config->num_sizes >= 2, "config->num_sizes must be at least 2");
@@ -122,9 +126,9 @@ dt_result_t dt_model_create_mlp(dt_comm_t dp, const dt_mlp_config_t* config,
 
 dt_result_t dt_model_create_gpt(dt_comm_t dp, const dt_gpt_config_t* config,
                                 const dt_optimizer_config_t* optimizer, dt_model_t* model) {
+  clear_output(model);
   return call<dt_comm_s>(__func__, dp, Kind::comm, "dp", [&](dt_comm_s& c) {
     need_ptr(model, "model");
-    *model = nullptr;
     need_struct(config, config ? config->struct_size : 0,
                 offsetof(dt_gpt_config_t, seed) + sizeof(uint64_t), "DT_GPT_CONFIG_INIT");
     const dt_optimizer_config_t opt = read_optimizer_config(optimizer);
@@ -171,8 +175,7 @@ dt_result_t dt_mlp_forward_backward(dt_model_t model, const float* x, const int3
 dt_result_t dt_mlp_evaluate(dt_model_t model, const float* x, const int32_t* labels, int batch,
                             float* loss) {
   return with_model(__func__, model, [&](dt_model_s& m) {
-    need_mlp_inputs(m, x, labels, true, batch, m.engine->gather() != nullptr);
-    need_ptr(loss, "loss");
+    need_mlp_inputs(m, x, labels, true, batch, m.engine->gather() != nullptr, loss, "loss");
     dtrain::MlpModel& mlp = need_mlp(m);
     WholeParameters whole(*m.engine);  // ZeRO 3
     *loss = mlp.forward(x, labels, batch);
@@ -181,8 +184,8 @@ dt_result_t dt_mlp_evaluate(dt_model_t model, const float* x, const int32_t* lab
 
 dt_result_t dt_mlp_predict(dt_model_t model, const float* x, int batch, float* logits) {
   return with_model(__func__, model, [&](dt_model_s& m) {
-    need_mlp_inputs(m, x, nullptr, false, batch, m.engine->gather() != nullptr);
-    need_ptr(logits, "logits");
+    need_mlp_inputs(m, x, nullptr, false, batch, m.engine->gather() != nullptr, logits,
+                    "logits");
     dtrain::MlpModel& mlp = need_mlp(m);
     WholeParameters whole(*m.engine);  // ZeRO 3
     mlp.forward(x, nullptr, batch);
@@ -207,8 +210,7 @@ dt_result_t dt_gpt_forward_backward(dt_model_t model, const int32_t* tokens, con
 dt_result_t dt_gpt_evaluate(dt_model_t model, const int32_t* tokens, const int32_t* targets,
                             int batch, int seq, float* loss) {
   return with_model(__func__, model, [&](dt_model_s& m) {
-    need_gpt_inputs(m, tokens, targets, batch, seq, m.engine->gather() != nullptr);
-    need_ptr(loss, "loss");
+    need_gpt_inputs(m, tokens, targets, batch, seq, m.engine->gather() != nullptr, loss, "loss");
     *loss = need_gpt(m).forward(tokens, targets, batch, seq);
   });
 }

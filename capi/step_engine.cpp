@@ -21,8 +21,9 @@ dt_optimizer_config_t read_optimizer_config(const dt_optimizer_config_t* cfg) {
   auto bad = [](const char* what) { fail(DT_ERR_INVALID_CONFIG, what); };
   if (!(out.beta1 >= 0 && out.beta1 < 1)) bad("optimizer beta1 must be in [0, 1)");
   if (!(out.beta2 >= 0 && out.beta2 < 1)) bad("optimizer beta2 must be in [0, 1)");
-  if (!(out.eps > 0)) bad("optimizer eps must be positive");
-  if (!(out.weight_decay >= 0)) bad("optimizer weight_decay must be >= 0");
+  if (!(out.eps > 0 && std::isfinite(out.eps))) bad("optimizer eps must be positive and finite");
+  if (!(out.weight_decay >= 0 && std::isfinite(out.weight_decay)))
+    bad("optimizer weight_decay must be finite and >= 0");
   if (!(out.clip_grad >= 0)) bad("optimizer clip_grad must be >= 0 (0 disables clipping)");
   if (out.zero_stage < 0 || out.zero_stage > 3) bad("optimizer zero_stage must be 0, 1, 2 or 3");
   if (!(out.bucket_mb > 0)) bad("optimizer bucket_mb must be positive");

@@ -4,6 +4,7 @@
 #include <climits>
 #include <csignal>
 #include <cstdio>
+#include <exception>
 #include <filesystem>
 #include <sstream>
 
@@ -46,6 +47,20 @@ bool link_exists(hid_t file, const std::string& path) {
   }
 }
 
+// A failure of this rank, to be agreed on: dtrain's own code, else an I/O error (the file
+// system's exceptions, an allocation that failed).
+struct Failure {
+  bool failed = false;
+  Errc code = Errc::io;
+  std::string message;
+  void record(const std::exception& e) {
+    failed = true;
+    const auto* own = dynamic_cast<const Error*>(&e);
+    code = own ? own->code() : Errc::io;
+    message = e.what();
+  }
+};
+
 // Collective: when `failed` on any rank, every rank throws (rank `first`'s message where
 // it is the one that failed, a pointer to it elsewhere).
 void agree(Communicator& world, bool failed, Errc code, const std::string& message) {
@@ -83,19 +98,20 @@ struct Checkpointer::Impl {
   // Test hook (docs/checkpoint-format.md): the highest world rank kills itself with SIGKILL
   // after writing this many datasets of a save's temporary file; -1 = never.
   long kill_after_datasets = env::get_int("DTRAIN_TEST_CKPT_KILL_AFTER_DATASETS", -1, -1, LONG_MAX);
-  // HDF5 reads and writes host memory only. On a GPU the transfers go through host copies of
-  // the arena and both moments, which live for one save or load (HostStaging): filled from
-  // the device before a save and before a load (so what a load does not overwrite keeps its
-  // value), and copied back only after a load has passed its checksums, so a corrupt file
-  // leaves the device untouched. Test hook: DTRAIN_TEST_CKPT_STAGE_THROUGH_HOST=1 takes this
-  // path on the CPU too.
-  bool staged = false;
+  // Loads go through host copies of the arena and both moments, which live for one load
+  // (HostStaging): filled before the read (so what a load does not overwrite keeps its
+  // value) and copied over the model only after every dataset has passed its checksum, so a
+  // corrupt file leaves the model as it was. Saves do the same on a GPU only (HDF5 reads
+  // and writes host memory). Test hook: DTRAIN_TEST_CKPT_STAGE_THROUGH_HOST=1 stages saves
+  // on the CPU too.
+  bool stage_saves = false;
+  bool staging = false;  // inside a HostStaging
   std::array<std::vector<float>, 3> host_copies;
 
   Impl(ProcessGrid& g, ParameterStore& p, optim::AdamW& o, bool sharded, const GptConfig& m)
       : grid(g), params(p), optimizer(o), model(m) {
-    staged = p.device().kind() != DeviceKind::cpu ||
-             env::get_bool("DTRAIN_TEST_CKPT_STAGE_THROUGH_HOST", false);
+    stage_saves = p.device().kind() != DeviceKind::cpu ||
+                  env::get_bool("DTRAIN_TEST_CKPT_STAGE_THROUGH_HOST", false);
     PlanLayout layout;
     layout.dp_rank = g.dp_rank();
     layout.dp_size = g.dp_size();
@@ -111,10 +127,10 @@ struct Checkpointer::Impl {
     g.world().all_reduce(calls.data(), calls.data(), calls.size(), DType::i32, ReduceOp::max);
   }
 
-  // Where the transfers of `kind` read and write: the host copy on a GPU, else the arena or
-  // moment itself.
+  // Where the transfers of `kind` read and write: the host copy while staging, else the
+  // arena or moment itself.
   float* memory(int kind) {
-    if (staged) return host_copies[kind].data();
+    if (staging) return host_copies[kind].data();
     return device_memory(kind);
   }
   float* device_memory(int kind) {
@@ -125,18 +141,20 @@ struct Checkpointer::Impl {
     return kind == kParam ? params.numel() : optimizer.state_numel();
   }
   void copy_back_to_device() {
-    if (!staged) return;
+    if (!staging) return;
     for (int kind : {kParam, kExpAvg, kExpAvgSq}) {
       params.device().copy(device_memory(kind), host_copies[kind].data(),
                            sizeof(float) * host_copies[kind].size(), CopyKind::host_to_device);
     }
   }
 
-  // The host copies for one save or load, filled from the device; freed afterwards.
+  // The host copies for one save or load (when active), filled from the model; freed
+  // afterwards.
   class HostStaging {
    public:
-    explicit HostStaging(Impl& impl) : impl_(impl) {
-      if (!impl_.staged) return;
+    HostStaging(Impl& impl, bool active) : impl_(impl) {
+      if (!active) return;
+      impl_.staging = true;
       for (int kind : {kParam, kExpAvg, kExpAvgSq}) {
         std::vector<float>& h = impl_.host_copies[kind];
         h.resize(impl_.numel(kind));
@@ -145,6 +163,7 @@ struct Checkpointer::Impl {
       }
     }
     ~HostStaging() {
+      impl_.staging = false;
       for (std::vector<float>& h : impl_.host_copies) std::vector<float>().swap(h);
     }
     HostStaging(const HostStaging&) = delete;
@@ -161,6 +180,11 @@ struct Checkpointer::Impl {
     // Metadata read once and broadcast, written collectively: scales past a few ranks.
     h5::check_status(H5Pset_all_coll_metadata_ops(fapl, true), "H5Pset_all_coll_metadata_ops");
     h5::check_status(H5Pset_coll_metadata_write(fapl, true), "H5Pset_coll_metadata_write");
+    // The 1.10 file format checksums all metadata (superblock, object headers with their
+    // attributes, B-trees), so a damaged header is refused instead of misread; readable by
+    // HDF5 1.10 and later.
+    h5::check_status(H5Pset_libver_bounds(fapl, H5F_LIBVER_V110, H5F_LIBVER_LATEST),
+                     "H5Pset_libver_bounds");
     return fapl;
   }
 
@@ -254,7 +278,7 @@ void Checkpointer::Impl::write_file(const std::string& path, const CheckpointInf
 
   std::vector<h5::Handle> dsets;
   std::vector<std::uint64_t> sums;
-  HostStaging staging(*this);
+  HostStaging staging(*this, stage_saves);
   for (std::size_t t = 0; t < plans.size(); ++t) {
     const TensorPlan& plan = plans[t];
     const TensorEntry& e = *plan.entry;
@@ -354,7 +378,7 @@ CheckpointInfo Checkpointer::Impl::read_file(const std::string& path) {
   h5::check_status(H5Pset_dxpl_mpio(dxpl, H5FD_MPIO_COLLECTIVE), "H5Pset_dxpl_mpio");
   std::vector<std::uint64_t> sums, stored;
   std::vector<std::string> names;
-  HostStaging staging(*this);
+  HostStaging staging(*this, /*active=*/true);  // a corrupt file changes nothing
   for (std::size_t t = 0; t < plans.size(); ++t) {
     const TensorPlan& plan = plans[t];
     const TensorEntry& e = *plan.entry;
@@ -406,56 +430,46 @@ std::string Checkpointer::save(const std::string& dir, const CheckpointInfo& inf
   const std::string name = checkpoint_name(info.step);
   const std::string final_path = (std::filesystem::path(dir) / name).string();
   const std::string tmp = final_path + ".tmp";
-  bool failed = false;
-  Errc code = Errc::io;
-  std::string message;
+  Failure f;
   if (world.rank() == 0) {
     std::error_code ec;
     std::filesystem::create_directories(dir, ec);
     if (ec) {
-      failed = true;
-      message = "cannot create checkpoint directory '" + dir + "': " + ec.message();
+      f.failed = true;
+      f.message = "cannot create checkpoint directory '" + dir + "': " + ec.message();
     }
   }
-  agree(world, failed, code, message);
+  agree(world, f.failed, f.code, f.message);
   try {
     impl_->write_file(tmp, info);
-  } catch (const Error& e) {
-    failed = true;
-    code = e.code();
-    message = e.what();
+  } catch (const std::exception& e) {
+    f.record(e);
   }
-  agree(world, failed, code, message);
+  agree(world, f.failed, f.code, f.message);
   // Every rank has closed the file: publish it, then move `latest`, then prune.
   if (world.rank() == 0) {
     try {
       publish(tmp, final_path);
       write_latest(dir, name);
       prune(dir, keep, name);
-    } catch (const Error& e) {
-      failed = true;
-      code = e.code();
-      message = e.what();
+    } catch (const std::exception& e) {
+      f.record(e);
     }
   }
-  agree(world, failed, code, message);
+  agree(world, f.failed, f.code, f.message);
   return final_path;
 }
 
 CheckpointInfo Checkpointer::load(const std::string& path) {
   h5::QuietErrors quiet;
   CheckpointInfo info;
-  bool failed = false;
-  Errc code = Errc::io;
-  std::string message;
+  Failure f;
   try {
     info = impl_->read_file(path);
-  } catch (const Error& e) {
-    failed = true;
-    code = e.code();
-    message = e.what();
+  } catch (const std::exception& e) {
+    f.record(e);
   }
-  agree(impl_->grid.world(), failed, code, message);
+  agree(impl_->grid.world(), f.failed, f.code, f.message);
   return info;
 }
 

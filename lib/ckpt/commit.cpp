@@ -46,8 +46,10 @@ long step_of_name(const std::string& name) {
       name.compare(name.size() - 3, 3, suffix) != 0) {
     return -1;
   }
+  // Digits only, and few enough to fit: any other name is not a checkpoint of ours.
   const std::string digits = name.substr(5, name.size() - 8);
-  if (!std::all_of(digits.begin(), digits.end(), [](char c) { return c >= '0' && c <= '9'; }))
+  if (digits.size() > 18 ||
+      !std::all_of(digits.begin(), digits.end(), [](char c) { return c >= '0' && c <= '9'; }))
     return -1;
   return std::stol(digits);
 }
@@ -58,7 +60,7 @@ std::vector<std::string> list_checkpoints(const std::string& dir) {
   for (const auto& entry : fs::directory_iterator(dir, ec)) {
     const std::string name = entry.path().filename().string();
     const long step = step_of_name(name);
-    if (step >= 0 && entry.is_regular_file()) found.emplace_back(step, name);
+    if (step >= 0 && entry.is_regular_file(ec)) found.emplace_back(step, name);
   }
   std::sort(found.begin(), found.end());
   std::vector<std::string> names;
@@ -95,11 +97,12 @@ std::string read_latest(const std::string& dir) {
 void prune(const std::string& dir, int keep, const std::string& current) {
   std::vector<std::string> names = list_checkpoints(dir);
   const std::size_t n = names.size();
+  // Best effort: the new checkpoint is committed already, so nothing here may fail the save.
+  std::error_code ec;
   for (std::size_t i = 0; i + static_cast<std::size_t>(std::max(keep, 1)) < n; ++i) {
-    if (names[i] != current) fs::remove(fs::path(dir) / names[i]);
+    if (names[i] != current) fs::remove(fs::path(dir) / names[i], ec);
   }
   // Temporaries left by a run that died while writing.
-  std::error_code ec;
   for (const auto& entry : fs::directory_iterator(dir, ec)) {
     const std::string name = entry.path().filename().string();
     const bool tmp = name.size() > 4 && name.compare(name.size() - 4, 4, ".tmp") == 0;

@@ -1,4 +1,5 @@
 // resolve_resume: which checkpoint a run continues from (rules in checkpoint.hpp).
+#include <exception>
 #include <filesystem>
 
 #include "ckpt/commit.hpp"
@@ -48,6 +49,10 @@ std::string resolve_resume(Communicator& world, const std::string& resume, const
     } catch (const Error& e) {
       code = static_cast<int>(e.code());
       result = e.what();
+    } catch (const std::exception& e) {  // the file system's (a symlink loop, a long name)
+      code = static_cast<int>(Errc::io);
+      result = "cannot look for a checkpoint in '" + (resume == "auto" ? save_dir : resume) +
+               "': " + e.what();
     }
   }
   // Rank 0 decides, so every rank loads the same file (or fails with the same message).

@@ -73,8 +73,7 @@ Communicator Communicator::from_fortran_comm(int fortran_comm_handle, const std:
   int initialized = 0;
   MPI_Initialized(&initialized);
   DTRAIN_CHECK(initialized, Errc::invalid_config, "MPI must be initialised to wrap a user communicator");
-  MPI_Comm user = MPI_Comm_f2c(static_cast<MPI_Fint>(fortran_comm_handle));
-  DTRAIN_CHECK(user != MPI_COMM_NULL, Errc::invalid_argument, "user communicator is MPI_COMM_NULL");
+  MPI_Comm user = comm::communicator_of_fortran_handle(fortran_comm_handle);
   MPI_Comm mine = MPI_COMM_NULL;
   comm::mpi_check(MPI_Comm_dup(user, &mine), "MPI_Comm_dup");
   return wrap(std::make_unique<comm::MpiBackend>(mine), name);

@@ -8,6 +8,21 @@
 
 namespace dtrain::comm {
 
+MPI_Comm communicator_of_fortran_handle(int fortran_handle) {
+  const MPI_Comm c = MPI_Comm_f2c(static_cast<MPI_Fint>(fortran_handle));
+  DTRAIN_CHECK(c != MPI_COMM_NULL, Errc::invalid_argument, "user communicator is MPI_COMM_NULL");
+  MPI_Errhandler saved = MPI_ERRHANDLER_NULL;
+  MPI_Comm_get_errhandler(MPI_COMM_WORLD, &saved);
+  MPI_Comm_set_errhandler(MPI_COMM_WORLD, MPI_ERRORS_RETURN);
+  int size = 0;
+  const int rc = MPI_Comm_size(c, &size);
+  MPI_Comm_set_errhandler(MPI_COMM_WORLD, saved);
+  MPI_Errhandler_free(&saved);
+  DTRAIN_CHECK(rc == MPI_SUCCESS && size > 0, Errc::invalid_argument,
+               "Fortran handle " << fortran_handle << " names no MPI communicator");
+  return c;
+}
+
 void throw_mpi_error(int code, const char* what) {
   char text[MPI_MAX_ERROR_STRING] = {0};
   int len = 0;

@@ -17,6 +17,11 @@ inline void mpi_check(int code, const char* what) {
   if (code != MPI_SUCCESS) throw_mpi_error(code, what);
 }
 
+// The communicator a Fortran handle names: Errc::invalid_argument for MPI_COMM_NULL or a
+// handle that names none (MPI would raise that on MPI_COMM_WORLD, whose handler aborts by
+// default: it is asked with errors returned instead, then the handler is restored).
+MPI_Comm communicator_of_fortran_handle(int fortran_handle);
+
 // The datatype that moves `type` (bf16/f16 travel as 16-bit words).
 MPI_Datatype mpi_datatype(DType type);
 // The reduction MPI applies (avg reduces with sum; 16-bit floats use dtrain's own ops).

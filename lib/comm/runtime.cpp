@@ -5,6 +5,7 @@
 #include "comm/comm_state.hpp"
 #include "comm/mpi_backend.hpp"
 #include "comm/mpi_session.hpp"
+#include "comm/mpi_util.hpp"
 #include "dtrain/core/error.hpp"
 #include "dtrain/core/log.hpp"
 
@@ -22,8 +23,7 @@ struct Runtime::Impl {
     comm::session::acquire(argc, argv, may_initialize);
     session = std::make_unique<SessionGuard>();
     MPI_Comm base = MPI_COMM_WORLD;
-    if (!may_initialize) base = MPI_Comm_f2c(static_cast<MPI_Fint>(user_fortran_comm));
-    DTRAIN_CHECK(base != MPI_COMM_NULL, Errc::invalid_argument, "user communicator is MPI_COMM_NULL");
+    if (!may_initialize) base = comm::communicator_of_fortran_handle(user_fortran_comm);
     // Communicator::from_fortran_comm duplicates, so dtrain's traffic never mixes with the user's.
     world = Communicator::from_fortran_comm(static_cast<int>(MPI_Comm_c2f(base)), "world");
     log::set_rank(world.rank(), world.size());

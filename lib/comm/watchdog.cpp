@@ -30,6 +30,17 @@ struct Monitor {
   std::condition_variable wake;
   std::thread thread;
   bool stop = false;
+  // A program that exits without shutting dtrain down (no dt_finalize) must not end in
+  // std::terminate from a running thread's destructor.
+  ~Monitor() {
+    {
+      std::lock_guard<std::mutex> lock(mutex);
+      if (!thread.joinable()) return;
+      stop = true;
+    }
+    wake.notify_all();
+    thread.join();
+  }
 };
 Monitor g_monitor;
 

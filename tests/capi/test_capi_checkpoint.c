@@ -141,6 +141,28 @@ static void test_keep_and_find(dt_context_t ctx, dt_comm_t world) {
   snprintf(path, sizeof path, "%s/no_such_dir", dir);
   OK(ctx, dt_checkpoint_find(world, path, tiny, sizeof tiny, &len));
   CHECK(len == 0 && tiny[0] == '\0');
+  /* Names that only look like checkpoints are passed over, also by pruning. */
+  if (my_rank == 0) {
+    FILE* f;
+    snprintf(path, sizeof path, "%s/step_99999999999999999999.h5", dir);
+    f = fopen(path, "wb");
+    fclose(f);
+    snprintf(path, sizeof path, "%s/latest", dir);
+    remove(path);
+  }
+  OK(ctx, dt_barrier(world));
+  OK(ctx, dt_checkpoint_find(world, dir, path, sizeof path, &len));
+  CHECK(strstr(path, "step_00000003.h5") != NULL);
+  linear_train(ctx, &m, 3, 4);
+  OK(ctx, dt_byom_save_checkpoint(m.h, dir, 2));
+  OK(ctx, dt_checkpoint_find(world, dir, path, sizeof path, &len));
+  CHECK(strstr(path, "step_00000004.h5") != NULL);
+  /* A directory the file system cannot resolve fails on every rank alike, with no hang. */
+  snprintf(path, sizeof path, "%s/loop", dir);
+  if (my_rank == 0) CHECK(symlink(path, path) == 0);
+  OK(ctx, dt_barrier(world));
+  FAILS(DT_ERR_IO, ctx, "loop", dt_checkpoint_find(world, path, tiny, sizeof tiny, &len));
+  FAILS(DT_ERR_IO, ctx, "loop", dt_byom_load_checkpoint(m.h, path));
   OK(ctx, dt_byom_destroy(m.h));
 }
 
@@ -284,6 +306,59 @@ static void test_mlp_resume(dt_context_t ctx, dt_comm_t world, char* dir, size_t
   OK(ctx, dt_model_destroy(b));
 }
 
+/* Loads copies of dir/name, each with one byte flipped (every 499th byte, and the first
+ * bytes of the file), into model, whose parameters are `want` (n of them) at step 2 before
+ * and must be after every load, refused or not. Rank 0 writes the copies. */
+static void corrupt_loads_change_nothing(dt_context_t ctx, dt_comm_t world, dt_model_t model,
+                                         const char* dir, const char* name, const float* want,
+                                         size_t n) {
+  char path[1200], bad[1200];
+  unsigned char* bytes = NULL;
+  long size = 0, refused = 0, tried = 0;
+  FILE* f;
+  snprintf(path, sizeof path, "%s/%s", dir, name);
+  snprintf(bad, sizeof bad, "%s/flipped.h5", dir);
+  f = fopen(path, "rb");
+  CHECK(f != NULL);
+  if (!f) return;
+  fseek(f, 0, SEEK_END);
+  size = ftell(f);
+  fseek(f, 0, SEEK_SET);
+  bytes = malloc((size_t)size);
+  CHECK(fread(bytes, 1, (size_t)size, f) == (size_t)size);
+  fclose(f);
+  for (long at = 0; at < size; at += at < 64 ? 7 : 499) {
+    dt_result_t rc;
+    long steps = -1;
+    size_t got = 0;
+    float* now;
+    if (my_rank == 0) {
+      bytes[at] ^= 0xFF;
+      f = fopen(bad, "wb");
+      fwrite(bytes, 1, (size_t)size, f);
+      fclose(f);
+      bytes[at] ^= 0xFF;
+    }
+    OK(ctx, dt_barrier(world));
+    rc = dt_model_load_checkpoint(model, bad);
+    ++tried;
+    if (rc != DT_SUCCESS) ++refused;
+    CHECK(rc == DT_SUCCESS || rc == DT_ERR_CORRUPT_DATA || rc == DT_ERR_IO || rc == DT_ERR_INVALID_CONFIG);
+    OK(ctx, dt_model_steps(model, &steps));
+    now = parameters(ctx, model, &got);
+    if (got != n || memcmp(now, want, n * sizeof *now) != 0 || steps != 2) {
+      ++checks;
+      ++failures;
+      fprintf(stderr, "[rank %d] byte %ld flipped: load returned %d (%s) and changed the model\n",
+              my_rank, at, (int)rc, dt_get_last_error(ctx));
+    }
+    free(now);
+  }
+  free(bytes);
+  CHECK(refused > tried / 2); /* most bytes are data, checksummed, or metadata, checksummed */
+  if (my_rank == 0) printf("corrupt loads: %ld of %ld flipped bytes refused, none changed the model\n", refused, tried);
+}
+
 static void test_gpt_checkpoint(dt_context_t ctx, dt_comm_t world, const char* mlp_dir) {
   enum { B = 2, T = 8 };
   char dir[1100];
@@ -312,6 +387,11 @@ static void test_gpt_checkpoint(dt_context_t ctx, dt_comm_t world, const char* m
   OK(ctx, dt_gpt_evaluate(a, tokens, targets, B, T, &la));
   OK(ctx, dt_gpt_evaluate(b, tokens, targets, B, T, &lb));
   CHECK(la == lb);
+
+  /* Damaged copies of the file, one byte flipped at a time across it: whatever each load
+   * returns, the model keeps exactly the parameters and step count of the good checkpoint
+   * (a refused load changes nothing; a flip the load cannot see changed nothing it reads). */
+  corrupt_loads_change_nothing(ctx, world, b, dir, "step_00000002.h5", pb, n);
   free(pa);
   free(pb);
 

@@ -2,7 +2,9 @@
  * NULL, wrong-kind, destroyed and finalized handles; NULL pointers; wrong sizes; unknown
  * names. The program initialises MPI itself and starts dtrain over a C MPI_Comm
  * (dtrain_mpi.h), so MPI outlives the context and calls after dt_finalize can be tried. */
+#include <math.h>
 #include <mpi.h>
+#include <stdint.h>
 #include <stdlib.h>
 
 #include "check.h"
@@ -278,12 +280,50 @@ static void wrong_sizes_and_names(handles_t h, int size) {
   FAILS(DT_ERR_INVALID_ARGUMENT, ctx, "dt_model_set_tensor: the model has no parameter named 'wte'",
         dt_model_set_tensor(h.model, "wte", f, 4));
 
-  /* MPI_COMM_NULL is no communicator to start from. */
+  /* MPI_COMM_NULL, or a Fortran handle of no communicator, is no communicator to start from
+   * (an error code, not MPI's abort). */
   {
     dt_context_t other = NULL;
     FAILS(DT_ERR_INVALID_ARGUMENT, NULL, "user communicator is MPI_COMM_NULL",
           dt_init_mpi_comm(MPI_COMM_NULL, &other));
     CHECK(other == NULL);
+    FAILS(DT_ERR_INVALID_ARGUMENT, NULL, "names no MPI communicator", dt_init_fortran_comm(12345, &other));
+    CHECK(other == NULL);
+  }
+
+  /* Element counts beyond any memory (they would wrap), and a dtype that does not exist. */
+  {
+    const int64_t wraps[2] = {(int64_t)1 << 32, (int64_t)1 << 32}, huge[1] = {INT64_MAX};
+    FAILS(DT_ERR_INVALID_ARGUMENT, ctx, "shape has too many elements",
+          dt_byom_register(h.byom, "wraps", 2, wraps, DT_F32, f, f, 0));
+    FAILS(DT_ERR_INVALID_ARGUMENT, ctx, "shape has too many elements",
+          dt_byom_register(h.byom, "huge", 1, huge, DT_F32, f, f, 0));
+    FAILS(DT_ERR_INVALID_ARGUMENT, ctx, "unknown dtype",
+          dt_byom_register(h.byom, "v", 1, shape2, (dt_dtype_t)99, f, f, 0));
+  }
+
+  /* Settings that are not finite. */
+  oc = (dt_optimizer_config_t)DT_OPTIMIZER_CONFIG_INIT;
+  oc.weight_decay = INFINITY;
+  FAILS(DT_ERR_INVALID_CONFIG, ctx, "weight_decay must be finite", dt_byom_create(h.comm, &oc, &byom));
+
+  /* A new handle's output is NULL after a failure, also when the input handle is what is
+   * wrong. */
+  {
+    dt_model_t m = (dt_model_t)&failures;
+    dt_grid_t g = (dt_grid_t)&failures;
+    dt_byom_t y = (dt_byom_t)&failures;
+    tc = (dt_gpt_config_t)DT_GPT_CONFIG_INIT;
+    mc = (dt_mlp_config_t)DT_MLP_CONFIG_INIT;
+    EXPECT(DT_ERR_INVALID_HANDLE, ctx, dt_model_create_gpt(NULL, &tc, NULL, &m));
+    CHECK(m == NULL);
+    m = (dt_model_t)&failures;
+    EXPECT(DT_ERR_INVALID_HANDLE, ctx, dt_model_create_mlp(NULL, &mc, NULL, &m));
+    CHECK(m == NULL);
+    EXPECT(DT_ERR_INVALID_HANDLE, ctx, dt_grid_create(NULL, &gc, &g));
+    CHECK(g == NULL);
+    EXPECT(DT_ERR_INVALID_HANDLE, ctx, dt_byom_create(NULL, NULL, &y));
+    CHECK(y == NULL);
   }
 }
 

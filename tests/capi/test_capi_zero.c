@@ -289,7 +289,10 @@ static void test_bad_input_fails_everywhere(dt_context_t ctx, dt_comm_t world, i
         dt_gpt_evaluate(z3, tokens, targets, B, T, &loss));
   FAILS(DT_ERR_INVALID_ARGUMENT, ctx, "rank 1: dst must not be NULL",
         dt_model_get_tensor(z3, "h.1.attn.c_attn.weight", my_rank == 1 ? NULL : dst, 3 * 32 * 32));
-  gpt_batch(0, 0, tokens, targets); /* and the models still work afterwards */
+  gpt_batch(0, 0, tokens, targets);
+  FAILS(DT_ERR_INVALID_ARGUMENT, ctx, "rank 1: loss must not be NULL",
+        dt_gpt_evaluate(z3, tokens, targets, B, T, my_rank == 1 ? NULL : &loss));
+  /* and the models still work afterwards */
   OK(ctx, dt_gpt_forward_backward(z2, tokens, targets, B, T, &loss));
   OK(ctx, dt_model_get_tensor(z3, "h.1.attn.c_attn.weight", dst, 3 * 32 * 32));
   OK(ctx, dt_model_destroy(z2));
