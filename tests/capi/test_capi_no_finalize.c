@@ -1,0 +1,18 @@
+/* A program that leaves without dt_finalize (it finalizes MPI itself) still exits cleanly:
+ * nothing of dtrain's may end the process in an abort at exit. The exit code is the test. */
+#include <mpi.h>
+#include <stdio.h>
+
+#include "dtrain_mpi.h"
+
+int main(int argc, char** argv) {
+  int provided = 0;
+  dt_context_t ctx = NULL;
+  MPI_Init_thread(&argc, &argv, MPI_THREAD_MULTIPLE, &provided);
+  if (dt_init_mpi_comm(MPI_COMM_WORLD, &ctx) != DT_SUCCESS) {
+    fprintf(stderr, "no_finalize: dt_init_mpi_comm failed: %s\n", dt_get_last_error(NULL));
+    return 1;
+  }
+  MPI_Finalize();
+  return 0;
+}
