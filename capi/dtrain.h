@@ -431,14 +431,16 @@ DT_API dt_result_t dt_byom_destroy(dt_byom_t byom);
  * @param byom a live byom.
  * @param name unique global name (the checkpoint dataset is /model/NAME).
  * @param ndim number of dimensions, 1..8.
- * @param shape ndim extents, row-major (C) logical shape, every extent > 0.
- * @param dtype ::DT_F32 only (others: ::DT_ERR_NOT_IMPLEMENTED).
+ * @param shape ndim extents, row-major (C) logical shape, every extent > 0; at most 2^58
+ *        elements, in this tensor and in all registered together.
+ * @param dtype ::DT_F32 only (other dtypes: ::DT_ERR_NOT_IMPLEMENTED; a value that is no
+ *        ::dt_dtype_t: ::DT_ERR_INVALID_ARGUMENT).
  * @param param the parameter values (updated in place by each step).
  * @param grad the gradients (read by each step, never written).
  * @param flags 0 or ::DT_PARAM_NO_DECAY.
  * @return ::DT_SUCCESS; ::DT_ERR_INVALID_HANDLE, ::DT_ERR_INVALID_ARGUMENT (NULL pointer, empty
- *         or duplicate name, ndim or an extent out of range, unknown flags),
- *         ::DT_ERR_NOT_IMPLEMENTED (dtype), ::DT_ERR_INVALID_STATE (after the first step or
+ *         or duplicate name, ndim, an extent or the element count out of range, unknown
+ *         flags or dtype), ::DT_ERR_NOT_IMPLEMENTED (dtype), ::DT_ERR_INVALID_STATE (after the first step or
  *         checkpoint).
  */
 DT_API dt_result_t dt_byom_register(dt_byom_t byom, const char* name, int ndim,
