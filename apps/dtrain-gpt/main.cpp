@@ -66,8 +66,13 @@ int main(int argc, char** argv) {
       if (world.rank() == 0) std::cout << "dtrain-gpt " << DTRAIN_VERSION_STRING << "\n";
       return 0;
     }
-    const dtrain::train::TrainSummary summary = trainer->run();
-    return summary.stopped_by_signal ? dtrain::train::kExitPreempted : 0;
+    try {
+      const dtrain::train::TrainSummary summary = trainer->run();
+      return summary.stopped_by_signal ? dtrain::train::kExitPreempted : 0;
+    } catch (const dtrain::AgreedError& e) {  // every rank has it: one reports
+      if (world.rank() == 0) DTRAIN_LOG(error, e.what());
+      return exit_code(e.code());
+    }
   } catch (const dtrain::Error& e) {
     // A failure inside the step loop: collectives may be half done, so no agreement is
     // attempted; mpiexec ends the other ranks when this one exits non-zero.

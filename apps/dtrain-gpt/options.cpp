@@ -1,8 +1,10 @@
 #include "options.hpp"
 
 #include <boost/program_options.hpp>
+#include <filesystem>
 #include <fstream>
 #include <sstream>
+#include <vector>
 
 #include "dtrain/core/error.hpp"
 
@@ -98,9 +100,22 @@ Parsed parse_options(int argc, char** argv) {
   po::options_description all = describe(out.config, config_file);
   po::variables_map vm;
   try {
-    po::store(po::parse_command_line(argc, argv, all), vm);
+    // No positional arguments: a stray word (`--deterministic 0`, `lr=0.5`) is an error,
+    // not silently dropped. They are collected under a hidden name to be named in it.
+    po::options_description with_stray;
+    with_stray.add(all).add_options()("stray", po::value<std::vector<std::string>>());
+    po::positional_options_description stray;
+    stray.add("stray", -1);
+    po::store(po::command_line_parser(argc, argv).options(with_stray).positional(stray).run(), vm);
+    DTRAIN_CHECK(!vm.count("stray"), Errc::invalid_config,
+                 "unexpected argument '" << vm["stray"].as<std::vector<std::string>>().front()
+                     << "': options are --name value, and switches such as --deterministic "
+                        "take no value (see --help)");
     if (vm.count("config")) {
       const std::string path = vm["config"].as<std::string>();
+      std::error_code ec;
+      DTRAIN_CHECK(!std::filesystem::exists(path, ec) || std::filesystem::is_regular_file(path, ec),
+                   Errc::invalid_config, "--config '" << path << "' is not a file");
       std::ifstream in(path);
       DTRAIN_CHECK(in.good(), Errc::invalid_config, "cannot read --config file '" << path << "'");
       // Command-line values were stored first and take precedence over the file.

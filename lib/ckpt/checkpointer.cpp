@@ -61,16 +61,22 @@ struct Failure {
   }
 };
 
-// Collective: when `failed` on any rank, every rank throws (rank `first`'s message where
-// it is the one that failed, a pointer to it elsewhere).
+// Collective: when `failed` on any rank, every rank throws AgreedError with the lowest
+// failing rank's code and message (elsewhere prefixed "checkpoint failed on world rank R: ").
 void agree(Communicator& world, bool failed, Errc code, const std::string& message) {
   int first = failed ? world.rank() : world.size();
   world.all_reduce(&first, &first, 1, DType::i32, ReduceOp::min);
   if (first == world.size()) return;
   int c = static_cast<int>(code);
   world.broadcast(&c, &c, 1, DType::i32, first);
-  if (failed) throw Error(code, message);
-  throw Error(static_cast<Errc>(c), "checkpoint failed on world rank " + std::to_string(first));
+  std::string text = world.rank() == first ? message : std::string();
+  std::uint64_t n = text.size();
+  world.broadcast(&n, &n, 1, DType::i64, first);
+  text.resize(n);
+  if (n > 0) world.broadcast(text.data(), text.data(), n, DType::u8, first);
+  if (world.rank() == first) throw AgreedError(code, message);
+  throw AgreedError(static_cast<Errc>(c),
+                    "checkpoint failed on world rank " + std::to_string(first) + ": " + text);
 }
 
 }  // namespace

@@ -1,5 +1,6 @@
 #include "dtrain/train/config.hpp"
 
+#include <climits>
 #include <cmath>
 
 #include "dtrain/core/error.hpp"
@@ -9,7 +10,7 @@
 namespace dtrain::train {
 
 int TrainConfig::resolved_dp(int world_size) const {
-  return dp > 0 ? dp : world_size / (tp * pp);
+  return dp > 0 ? dp : static_cast<int>(world_size / (static_cast<long>(tp) * pp));
 }
 
 int TrainConfig::accum_steps(int world_size) const {
@@ -32,7 +33,8 @@ void TrainConfig::validate(int world_size) const {
   positive(tp, "--tp");
   positive(pp, "--pp");
   DTRAIN_CHECK(dp >= 0, Errc::invalid_config, "--dp must be >= 0 (0 = infer), got " << dp);
-  DTRAIN_CHECK(world_size % (tp * pp) == 0, Errc::invalid_config,
+  const long tp_pp = static_cast<long>(tp) * pp;  // an int product could wrap to 0
+  DTRAIN_CHECK(tp_pp <= world_size && world_size % tp_pp == 0, Errc::invalid_config,
                "--tp " << tp << " x --pp " << pp << " does not divide the " << world_size
                        << " ranks");
   DTRAIN_CHECK(static_cast<long>(tp) * pp * resolved_dp(world_size) == world_size,
@@ -43,6 +45,11 @@ void TrainConfig::validate(int world_size) const {
   DTRAIN_CHECK(schedule == "gpipe" || schedule == "1f1b" || schedule == "interleaved",
                Errc::invalid_config, "--schedule must be gpipe, 1f1b or interleaved, got '" << schedule << "'");
   positive(virtual_stages, "--virtual-stages");
+  const long chunks = static_cast<long>(pp) * virtual_stages;  // an int product could wrap
+  DTRAIN_CHECK(chunks <= layers, Errc::invalid_config,
+               "--layers " << layers << " is fewer than the " << chunks
+                           << " pipeline stages (--pp x --virtual-stages): every stage needs at "
+                              "least one layer");
   // Not implemented: refuse rather than silently ignore.
   DTRAIN_CHECK(zero <= 1 || pp == 1, Errc::not_implemented,
                "--zero " << zero << " with --pp " << pp
@@ -59,7 +66,9 @@ void TrainConfig::validate(int world_size) const {
     const long per_step = static_cast<long>(micro_batch) * resolved_dp(world_size);
     DTRAIN_CHECK(global_batch % per_step == 0, Errc::invalid_config,
                  "--global-batch (" << global_batch << ") must be a multiple of --micro-batch x dp = "
-                                    << micro_batch << " x " << resolved_dp(world_size) << " = " << per_step);
+                                    << micro_batch << " x " << resolved_dp(world_size) << " = " << per_step);    DTRAIN_CHECK(global_batch / per_step <= INT_MAX, Errc::invalid_config,
+                 "--global-batch " << global_batch << " would take " << global_batch / per_step
+                                   << " micro-steps per step, more than " << INT_MAX);
   }
 
   // The split (also an explicit one at --pp 1, never silently ignored) and the schedule,
@@ -80,12 +89,19 @@ void TrainConfig::validate(int world_size) const {
   DTRAIN_CHECK(min_lr >= 0 && min_lr <= lr, Errc::invalid_config,
                "--min-lr must be in [0, --lr], got " << min_lr);
   DTRAIN_CHECK(warmup_steps >= 0, Errc::invalid_config, "--warmup-steps must be >= 0");
-  DTRAIN_CHECK(weight_decay >= 0, Errc::invalid_config, "--weight-decay must be >= 0");
-  DTRAIN_CHECK(clip_grad >= 0, Errc::invalid_config, "--clip-grad must be >= 0 (0 disables)");
+  DTRAIN_CHECK(weight_decay >= 0 && std::isfinite(weight_decay), Errc::invalid_config,
+               "--weight-decay must be finite and >= 0, got " << weight_decay);
+  DTRAIN_CHECK(clip_grad >= 0 && std::isfinite(clip_grad), Errc::invalid_config,
+               "--clip-grad must be finite and >= 0 (0 disables), got " << clip_grad);
+  DTRAIN_CHECK(beta1 >= 0 && beta1 < 1, Errc::invalid_config, "beta1 must be in [0, 1), got " << beta1);
+  DTRAIN_CHECK(beta2 >= 0 && beta2 < 1, Errc::invalid_config, "beta2 must be in [0, 1), got " << beta2);
+  DTRAIN_CHECK(eps > 0 && std::isfinite(eps), Errc::invalid_config,
+               "eps must be positive and finite, got " << eps);
   DTRAIN_CHECK(val_fraction >= 0 && val_fraction < 1, Errc::invalid_config,
                "validation fraction must be in [0, 1)");
 
-  DTRAIN_CHECK(steps >= 0, Errc::invalid_config, "--steps must be >= 0, got " << steps);
+  DTRAIN_CHECK(steps >= 0 && steps <= INT_MAX, Errc::invalid_config,
+               "--steps must be in [0, " << INT_MAX << "], got " << steps);
   DTRAIN_CHECK(device == "auto" || device == "cpu" || device == "cuda", Errc::invalid_config,
                "--device must be auto, cpu or cuda, got '" << device << "'");
   DTRAIN_CHECK(precision == "fp32" || precision == "bf16" || precision == "fp16",

@@ -139,6 +139,7 @@ double Trainer::train_step() {
   ParameterStore& params = s.model.parameters();
   // Gradients averaged over the global batch: identical to one rank training on all of it.
   const double loss = s.fixed_order ? s.sync_gradients_fixed_order() : s.sync_gradients_bucketed();
+  s.check_finite_loss(loss);
   s.last_lr = s.schedule.at(s.step);
   s.last_loss_scale = s.scaler.scale();
   const float unscale = s.scaler.inverse_scale();  // of this step's seed (1 unless fp16)
@@ -200,6 +201,13 @@ TrainSummary Trainer::run() {
     sum.final_val_loss = evaluate();
     sum.stopped_by_signal = s.stopped;
     DTRAIN_LOG(info, "eval: val loss " << sum.final_val_loss);
+    return sum;
+  }
+  if (s.step >= s.cfg.steps) {
+    DTRAIN_LOG(info, "nothing to train: the run resumed at step " << s.step << " and --steps is "
+                     << s.cfg.steps);
+    sum.steps = s.step;
+    sum.final_loss = std::numeric_limits<double>::quiet_NaN();
     return sum;
   }
   Progress progress(s.cfg.steps, s.tokens_per_step(), s.model.flops_per_token(),

@@ -3,6 +3,7 @@
 // global norm, the fp16 overflow check, and sharing updated ZeRO pieces.
 #include <cmath>
 #include <cstdio>
+#include <sstream>
 #include <string>
 
 #include "train/trainer_state.hpp"
@@ -237,6 +238,17 @@ void Trainer::State::share_updated_parameters(bool rounded) {
   }
 }
 
+void Trainer::State::check_finite_loss(double loss) {
+  int bad = std::isfinite(loss) ? 0 : 1;
+  world.all_reduce(&bad, &bad, 1, DType::i32, ReduceOp::max);
+  if (bad == 0) return;
+  std::ostringstream msg;
+  msg << "training diverged: the loss of step " << step + 1 << " is " << loss
+      << "; stopped before updating, so no checkpoint holds it (a smaller --lr, or --clip-grad, "
+         "may help)";
+  throw AgreedError(Errc::invalid_config, msg.str());
+}
+
 // fp16: whether this step's update is to be applied. Every rank checks the gradients it
 // holds (its optimiser segments), all agree on one flag, and the scaler decides from it:
 // skip and halve, or apply (and maybe grow). An overflow at the minimum scale throws on
@@ -246,7 +258,12 @@ bool Trainer::State::apply_overflow_check() {
   const float* grads = model.parameters().grads();
   const bool overflow = agree_overflow(world, segments_nonfinite(dev, grads, optimizer.segments()));
   const double used = scaler.scale();
-  const bool apply = scaler.update(overflow);
+  bool apply = false;
+  try {
+    apply = scaler.update(overflow);
+  } catch (const Error& e) {  // overflow at the minimum scale: the flag was agreed
+    throw AgreedError(e.code(), e.what());
+  }
   if (!apply && world.rank() == 0) {
     DTRAIN_LOG(warn, "fp16: gradients overflowed at loss scale " << used << ": step " << step + 1
                      << " skipped, loss scale now " << scaler.scale());

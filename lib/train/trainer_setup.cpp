@@ -1,6 +1,11 @@
 // The Trainer's construction: layout, device, data, model, the gradient reduction and ZeRO
 // partition the optimiser is built on, and which gradients count toward the global norm.
 #include <algorithm>
+#include <cerrno>
+#include <cstring>
+#include <filesystem>
+#include <fstream>
+#include <functional>
 #include <thread>
 
 #include "comm/nccl_loader.hpp"
@@ -129,6 +134,52 @@ std::vector<GptStage> model_chunks(const TrainConfig& cfg, const ProcessGrid& gr
   return chunks;
 }
 
+// body runs on rank 0 only (files only rank 0 touches); when it throws, every rank throws
+// the same error, so that none is left waiting in the next collective.
+void on_root_for_all(Communicator& world, const std::function<void()>& body) {
+  int code = 0;
+  std::string why;
+  if (world.rank() == 0) {
+    try {
+      body();
+    } catch (const Error& e) {
+      code = static_cast<int>(e.code());
+      why = e.what();
+    } catch (const std::exception& e) {
+      code = static_cast<int>(Errc::io);
+      why = e.what();
+    }
+  }
+  world.broadcast(&code, &code, 1, DType::i32, 0);
+  if (code == 0) return;
+  std::uint64_t n = why.size();
+  world.broadcast(&n, &n, 1, DType::i64, 0);
+  why.resize(n);
+  if (n > 0) world.broadcast(why.data(), why.data(), n, DType::u8, 0);
+  throw Error(static_cast<Errc>(code), why);
+}
+
+// --save-dir is checked before training, not after it: the directory is made, a file can be
+// created in it, and `latest` there, if any, is a file.
+void check_save_dir(const std::string& dir) {
+  namespace fs = std::filesystem;
+  std::error_code ec;
+  fs::create_directories(dir, ec);
+  DTRAIN_CHECK(!ec && fs::is_directory(dir, ec), Errc::invalid_config,
+               "--save-dir '" << dir << "' is not a directory that can be made"
+                              << (ec ? ": " + ec.message() : std::string()));
+  const fs::path probe = fs::path(dir) / ".dtrain-write-test";
+  {
+    std::ofstream out(probe);
+    DTRAIN_CHECK(out.good(), Errc::invalid_config,
+                 "--save-dir '" << dir << "' is not writable: " << std::strerror(errno));
+  }
+  fs::remove(probe, ec);
+  const fs::path latest = fs::path(dir) / "latest";
+  DTRAIN_CHECK(!fs::exists(latest, ec) || fs::is_regular_file(latest, ec), Errc::invalid_config,
+               "--save-dir '" << dir << "' holds a 'latest' that is not a file");
+}
+
 BatchPlan batch_plan(const TrainConfig& cfg, const ProcessGrid& grid, int world_size) {
   BatchPlan p;
   p.micro_batch = cfg.micro_batch;
@@ -177,7 +228,10 @@ Trainer::State::State(const TrainConfig& c, Communicator& w)
     if (gather) gather->set_wire(low);  // ZeRO 3 gathers the rounded pieces as 16-bit words
     if (!gather && !cfg.fp32_param_arena && dev.discard_releases_memory()) pack_parameters();
   }
-  if (w.rank() == 0 && !cfg.metrics.empty()) metrics.open(cfg.metrics);
+  on_root_for_all(w, [this] {  // rank 0 writes both
+    if (!cfg.metrics.empty()) metrics.open(cfg.metrics);
+    if (!cfg.save_dir.empty()) check_save_dir(cfg.save_dir);
+  });
   micro_losses.resize(static_cast<std::size_t>(accum()));
   if (grid.pp_size() > 1) {
     pipeline = std::make_unique<parallel::PipelineExecutor>(

@@ -35,6 +35,13 @@ class DTRAIN_API Error : public std::runtime_error {
   Errc code_;
 };
 
+// An error every rank throws alike, after agreeing on it (a diverged loss, an fp16 overflow
+// at the minimum loss scale, a failed checkpoint): a program reports it from one rank.
+class DTRAIN_API AgreedError : public Error {
+ public:
+  using Error::Error;
+};
+
 namespace detail {
 [[noreturn]] DTRAIN_API void throw_error(Errc code, const std::string& message, const char* file,
                                          int line);
