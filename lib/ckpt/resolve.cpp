@@ -19,7 +19,7 @@ std::string newest_in(const std::string& dir) {
     const fs::path path = fs::path(dir) / name;
     DTRAIN_CHECK(fs::is_regular_file(path), Errc::io,
                  "'" << (fs::path(dir) / "latest").string() << "' names '" << name
-                     << "', which does not exist");
+                     << "', which is not a checkpoint file there");
     return path.string();
   }
   const std::vector<std::string> all = list_checkpoints(dir);
