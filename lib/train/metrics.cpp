@@ -6,6 +6,7 @@
 #include <sstream>
 
 #include "dtrain/core/error.hpp"
+#include "dtrain/core/log.hpp"
 
 namespace dtrain::train {
 namespace {
@@ -72,8 +73,13 @@ MetricsWriter::~MetricsWriter() {
 void MetricsWriter::write(const StepMetrics& m) {
   if (!file_) return;
   const std::string line = to_json(m) + "\n";
-  std::fwrite(line.data(), 1, line.size(), file_);
-  std::fflush(file_);  // a killed run keeps every line it logged
+  const bool written = std::fwrite(line.data(), 1, line.size(), file_) == line.size();
+  // fflush: a killed run keeps every line it logged. A full disk loses metrics, not the run.
+  if ((std::fflush(file_) != 0 || !written) && !write_failed_) {
+    write_failed_ = true;
+    DTRAIN_LOG(warn, "cannot write the metrics file: " << std::strerror(errno)
+                     << "; training goes on, later lines may be lost");
+  }
 }
 
 }  // namespace dtrain::train

@@ -230,7 +230,7 @@ Trainer::State::State(const TrainConfig& c, Communicator& w)
   }
   on_root_for_all(w, [this] {  // rank 0 writes both
     if (!cfg.metrics.empty()) metrics.open(cfg.metrics);
-    if (!cfg.save_dir.empty()) check_save_dir(cfg.save_dir);
+    if (!cfg.save_dir.empty() && !cfg.eval_only) check_save_dir(cfg.save_dir);
   });
   micro_losses.resize(static_cast<std::size_t>(accum()));
   if (grid.pp_size() > 1) {

@@ -48,6 +48,7 @@ class DTRAIN_API MetricsWriter {
 
  private:
   std::FILE* file_ = nullptr;
+  bool write_failed_ = false;  // warned once
 };
 
 }  // namespace dtrain::train
