@@ -755,7 +755,8 @@ DT_API dt_result_t dt_byom_save_checkpoint(dt_byom_t byom, const char* dir, int 
  *
  * The program's parameter buffers receive the values; dt_byom_steps() the step. Every
  * registered tensor must be in the file with the same shape (else ::DT_ERR_INVALID_CONFIG
- * naming it). Closes registration. Collective over the byom's dp group.
+ * naming it). Closes registration. Collective over the byom's dp group. On any failure the
+ * program's buffers, the optimiser state and the step count are left as they were.
  * @param byom a live byom with at least one tensor registered.
  * @param source a checkpoint file, or a directory (its latest complete checkpoint; none:
  *               ::DT_ERR_IO).
@@ -785,7 +786,8 @@ DT_API dt_result_t dt_model_save_checkpoint(dt_model_t model, const char* dir, i
  *
  * The checkpoint must have been written for the same model configuration (else
  * ::DT_ERR_INVALID_CONFIG); accumulated gradients are zeroed. Collective over the model's
- * dp group.
+ * dp group. On any failure (a corrupt file included) parameters, optimiser state, step count
+ * and gradients are left as they were.
  * @param model a live model.
  * @param source a checkpoint file, or a directory (its latest complete checkpoint; none:
  *               ::DT_ERR_IO).
