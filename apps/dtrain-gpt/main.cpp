@@ -2,6 +2,8 @@
 // Exit codes: 0 success, 2 invalid command line or configuration, 1 any other error,
 // 3 (dtrain::train::kExitPreempted) stopped by SIGTERM/SIGUSR1 after writing a checkpoint.
 #include <cstdio>
+#include <cstdlib>
+#include <optional>
 #include <iostream>
 
 #include "dtrain/comm/runtime.hpp"
@@ -31,11 +33,29 @@ int report(dtrain::Communicator& world, bool failed, const std::string& message,
   return rc;
 }
 
+// This process's rank as the launcher tells it (Open MPI, MPICH/Hydra, PMIx, srun), before
+// any communicator exists; -1 when none does.
+int launcher_rank() {
+  for (const char* name : {"OMPI_COMM_WORLD_RANK", "PMI_RANK", "PMIX_RANK", "SLURM_PROCID"}) {
+    if (const char* v = std::getenv(name)) return std::atoi(v);
+  }
+  return -1;
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
+  std::optional<dtrain::Runtime> started;
   try {
-    dtrain::Runtime runtime(&argc, &argv);
+    started.emplace(&argc, &argv);
+  } catch (const dtrain::Error& e) {
+    // Before the world exists (a malformed DTRAIN_* variable): every rank fails alike, and
+    // the launcher's rank 0 reports it.
+    if (launcher_rank() <= 0) dtrain::log::write(dtrain::log::Level::error, e.what());
+    return exit_code(e.code());
+  }
+  try {
+    dtrain::Runtime& runtime = *started;
     dtrain::Communicator& world = runtime.world();
     bool failed = false;
     int code = 0;
