@@ -1,4 +1,6 @@
 // resolve_resume: which checkpoint a run continues from (rules in checkpoint.hpp).
+#include <algorithm>
+#include <cctype>
 #include <exception>
 #include <filesystem>
 
@@ -16,6 +18,14 @@ namespace {
 std::string newest_in(const std::string& dir) {
   const std::string name = read_latest(dir);
   if (!name.empty()) {
+    // We write a bare file name there; anything else (a path, binary junk) is damage.
+    const bool plain = std::all_of(name.begin(), name.end(), [](char c) {
+      return std::isprint(static_cast<unsigned char>(c)) && c != '/';
+    });
+    DTRAIN_CHECK(plain, Errc::corrupt_data,
+                 "'" << (fs::path(dir) / "latest").string()
+                     << "' does not hold the name of a checkpoint file in that directory (remove "
+                        "it to resume from the newest step_*.h5 there)");
     const fs::path path = fs::path(dir) / name;
     DTRAIN_CHECK(fs::is_regular_file(path), Errc::io,
                  "'" << (fs::path(dir) / "latest").string() << "' names '" << name
