@@ -1,6 +1,10 @@
 #include "options.hpp"
 
 #include <boost/program_options.hpp>
+#include <algorithm>
+#include <cerrno>
+#include <cstdint>
+#include <cstdlib>
 #include <filesystem>
 #include <fstream>
 #include <sstream>
@@ -13,6 +17,17 @@ using dtrain::Errc;
 
 namespace dtrain_gpt {
 namespace {
+
+// Boost reads "-1" into an unsigned 64-bit value as 2^64 - 1: digits only, and in range.
+std::uint64_t parse_seed(const std::string& text) {
+  const bool digits = !text.empty() && text.size() <= 20 &&
+                      std::all_of(text.begin(), text.end(), [](char ch) { return ch >= '0' && ch <= '9'; });
+  errno = 0;
+  const unsigned long long v = digits ? std::strtoull(text.c_str(), nullptr, 10) : 0;
+  DTRAIN_CHECK(digits && errno != ERANGE, Errc::invalid_config,
+               "--seed must be an integer in [0, 18446744073709551615], got '" << text << "'");
+  return v;
+}
 
 po::options_description describe(dtrain::train::TrainConfig& c, std::string& config_file) {
   po::options_description general("General");
@@ -62,7 +77,9 @@ po::options_description describe(dtrain::train::TrainConfig& c, std::string& con
   po::options_description run("Run");
   run.add_options()
       ("steps", po::value(&c.steps)->default_value(c.steps), "optimiser steps")
-      ("seed", po::value(&c.seed)->default_value(c.seed), "seed of initialisation and data")
+      ("seed", po::value<std::string>()->default_value(std::to_string(c.seed))
+                   ->notifier([&c](const std::string& v) { c.seed = parse_seed(v); }),
+       "seed of initialisation and data")
       ("device", po::value(&c.device)->default_value(c.device), "auto, cpu or cuda")
       ("precision", po::value(&c.precision)->default_value(c.precision), "fp32, bf16 or fp16 (fp32 master weights)")
       ("loss-scale", po::value(&c.loss_scale)->default_value(c.loss_scale), "fp16: initial loss scale")
