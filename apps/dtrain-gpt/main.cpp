@@ -3,6 +3,7 @@
 // 3 (dtrain::train::kExitPreempted) stopped by SIGTERM/SIGUSR1 after writing a checkpoint.
 #include <cstdio>
 #include <cstdlib>
+#include <initializer_list>
 #include <optional>
 #include <iostream>
 
@@ -33,14 +34,16 @@ int report(dtrain::Communicator& world, bool failed, const std::string& message,
   return rc;
 }
 
-// This process's rank as the launcher tells it (Open MPI, MPICH/Hydra, PMIx, srun), before
-// any communicator exists; -1 when none does.
-int launcher_rank() {
-  for (const char* name : {"OMPI_COMM_WORLD_RANK", "PMI_RANK", "PMIX_RANK", "SLURM_PROCID"}) {
+// This process's rank or the job's size as the launcher tells it (Open MPI, MPICH/Hydra,
+// PMIx, srun), before any communicator exists; -1 when none does.
+int from_launcher(std::initializer_list<const char*> names) {
+  for (const char* name : names) {
     if (const char* v = std::getenv(name)) return std::atoi(v);
   }
   return -1;
 }
+int launcher_rank() { return from_launcher({"OMPI_COMM_WORLD_RANK", "PMI_RANK", "PMIX_RANK", "SLURM_PROCID"}); }
+int launcher_size() { return from_launcher({"OMPI_COMM_WORLD_SIZE", "PMI_SIZE", "PMIX_SIZE", "SLURM_NTASKS"}); }
 
 }  // namespace
 
@@ -51,7 +54,9 @@ int main(int argc, char** argv) {
   } catch (const dtrain::Error& e) {
     // Before the world exists (a malformed DTRAIN_* variable): every rank fails alike, and
     // the launcher's rank 0 reports it.
-    if (launcher_rank() <= 0) dtrain::log::write(dtrain::log::Level::error, e.what());
+    const int rank = launcher_rank(), size = launcher_size();
+    if (rank >= 0 && size > 0) dtrain::log::set_rank(rank, size);
+    if (rank <= 0) dtrain::log::write(dtrain::log::Level::error, e.what());
     return exit_code(e.code());
   }
   try {
