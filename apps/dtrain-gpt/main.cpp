@@ -58,6 +58,9 @@ int main(int argc, char** argv) {
     if (rank >= 0 && size > 0) dtrain::log::set_rank(rank, size);
     if (rank <= 0) dtrain::log::write(dtrain::log::Level::error, e.what());
     return exit_code(e.code());
+  } catch (const std::exception& e) {
+    dtrain::log::write(dtrain::log::Level::error, e.what());
+    return 1;
   }
   try {
     dtrain::Runtime& runtime = *started;

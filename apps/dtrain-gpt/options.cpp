@@ -131,8 +131,8 @@ Parsed parse_options(int argc, char** argv) {
     if (vm.count("config")) {
       const std::string path = vm["config"].as<std::string>();
       std::error_code ec;
-      DTRAIN_CHECK(!std::filesystem::exists(path, ec) || std::filesystem::is_regular_file(path, ec),
-                   Errc::invalid_config, "--config '" << path << "' is not a file");
+      DTRAIN_CHECK(!std::filesystem::is_directory(path, ec), Errc::invalid_config,
+                   "--config '" << path << "' is a directory, not a file");
       std::ifstream in(path);
       DTRAIN_CHECK(in.good(), Errc::invalid_config, "cannot read --config file '" << path << "'");
       // Command-line values were stored first and take precedence over the file.

@@ -160,22 +160,30 @@ struct Checkpointer::Impl {
    public:
     HostStaging(Impl& impl, bool active) : impl_(impl) {
       if (!active) return;
-      impl_.staging = true;
-      for (int kind : {kParam, kExpAvg, kExpAvgSq}) {
-        std::vector<float>& h = impl_.host_copies[kind];
-        h.resize(impl_.numel(kind));
-        impl_.params.device().copy(h.data(), impl_.device_memory(kind), sizeof(float) * h.size(),
-                                   CopyKind::device_to_host);
+      try {
+        for (int kind : {kParam, kExpAvg, kExpAvgSq}) {
+          std::vector<float>& h = impl_.host_copies[kind];
+          h.resize(impl_.numel(kind));
+          impl_.params.device().copy(h.data(), impl_.device_memory(kind),
+                                     sizeof(float) * h.size(), CopyKind::device_to_host);
+        }
+      } catch (...) {  // leave no half-filled copies behind
+        release_copies();
+        throw;
       }
+      impl_.staging = true;
     }
     ~HostStaging() {
       impl_.staging = false;
-      for (std::vector<float>& h : impl_.host_copies) std::vector<float>().swap(h);
+      release_copies();
     }
     HostStaging(const HostStaging&) = delete;
     HostStaging& operator=(const HostStaging&) = delete;
 
    private:
+    void release_copies() {
+      for (std::vector<float>& h : impl_.host_copies) std::vector<float>().swap(h);
+    }
     Impl& impl_;
   };
 

@@ -57,10 +57,11 @@ long step_of_name(const std::string& name) {
 std::vector<std::string> list_checkpoints(const std::string& dir) {
   std::vector<std::pair<long, std::string>> found;
   std::error_code ec;
-  for (const auto& entry : fs::directory_iterator(dir, ec)) {
-    const std::string name = entry.path().filename().string();
+  for (fs::directory_iterator it(dir, ec), end; !ec && it != end; it.increment(ec)) {
+    const std::string name = it->path().filename().string();
     const long step = step_of_name(name);
-    if (step >= 0 && entry.is_regular_file(ec)) found.emplace_back(step, name);
+    std::error_code type;
+    if (step >= 0 && it->is_regular_file(type)) found.emplace_back(step, name);
   }
   std::sort(found.begin(), found.end());
   std::vector<std::string> names;
@@ -102,12 +103,13 @@ void prune(const std::string& dir, int keep, const std::string& current) {
   for (std::size_t i = 0; i + static_cast<std::size_t>(std::max(keep, 1)) < n; ++i) {
     if (names[i] != current) fs::remove(fs::path(dir) / names[i], ec);
   }
-  // Temporaries left by a run that died while writing.
-  for (const auto& entry : fs::directory_iterator(dir, ec)) {
-    const std::string name = entry.path().filename().string();
+  // Temporaries left by a run that died while writing (iterated without throwing).
+  for (fs::directory_iterator it(dir, ec), end; !ec && it != end; it.increment(ec)) {
+    const std::string name = it->path().filename().string();
     const bool tmp = name.size() > 4 && name.compare(name.size() - 4, 4, ".tmp") == 0;
+    std::error_code ignored;
     if (tmp && (step_of_name(name.substr(0, name.size() - 4)) >= 0 || name == "latest.tmp"))
-      fs::remove(entry.path(), ec);
+      fs::remove(it->path(), ignored);
   }
 }
 

@@ -11,13 +11,21 @@ namespace dtrain::comm {
 MPI_Comm communicator_of_fortran_handle(int fortran_handle) {
   const MPI_Comm c = MPI_Comm_f2c(static_cast<MPI_Fint>(fortran_handle));
   DTRAIN_CHECK(c != MPI_COMM_NULL, Errc::invalid_argument, "user communicator is MPI_COMM_NULL");
-  MPI_Errhandler saved = MPI_ERRHANDLER_NULL;
-  MPI_Comm_get_errhandler(MPI_COMM_WORLD, &saved);
-  MPI_Comm_set_errhandler(MPI_COMM_WORLD, MPI_ERRORS_RETURN);
+  // MPI 3 raises an invalid handle on MPI_COMM_WORLD, MPI 4 on MPI_COMM_SELF: both return
+  // errors for this one question, then get their handlers back. (A library whose initial
+  // error handler aborts regardless cannot be asked politely.)
+  MPI_Comm raised_on[2] = {MPI_COMM_WORLD, MPI_COMM_SELF};
+  MPI_Errhandler saved[2] = {MPI_ERRHANDLER_NULL, MPI_ERRHANDLER_NULL};
+  for (int i = 0; i < 2; ++i) {
+    MPI_Comm_get_errhandler(raised_on[i], &saved[i]);
+    MPI_Comm_set_errhandler(raised_on[i], MPI_ERRORS_RETURN);
+  }
   int size = 0;
   const int rc = MPI_Comm_size(c, &size);
-  MPI_Comm_set_errhandler(MPI_COMM_WORLD, saved);
-  MPI_Errhandler_free(&saved);
+  for (int i = 0; i < 2; ++i) {
+    MPI_Comm_set_errhandler(raised_on[i], saved[i]);
+    MPI_Errhandler_free(&saved[i]);
+  }
   DTRAIN_CHECK(rc == MPI_SUCCESS && size > 0, Errc::invalid_argument,
                "Fortran handle " << fortran_handle << " names no MPI communicator");
   return c;

@@ -66,7 +66,8 @@ void TrainConfig::validate(int world_size) const {
     const long per_step = static_cast<long>(micro_batch) * resolved_dp(world_size);
     DTRAIN_CHECK(global_batch % per_step == 0, Errc::invalid_config,
                  "--global-batch (" << global_batch << ") must be a multiple of --micro-batch x dp = "
-                                    << micro_batch << " x " << resolved_dp(world_size) << " = " << per_step);    DTRAIN_CHECK(global_batch / per_step <= INT_MAX, Errc::invalid_config,
+                                    << micro_batch << " x " << resolved_dp(world_size) << " = " << per_step);
+    DTRAIN_CHECK(global_batch / per_step <= INT_MAX, Errc::invalid_config,
                  "--global-batch " << global_batch << " would take " << global_batch / per_step
                                    << " micro-steps per step, more than " << INT_MAX);
   }

@@ -203,7 +203,7 @@ TrainSummary Trainer::run() {
     DTRAIN_LOG(info, "eval: val loss " << sum.final_val_loss);
     return sum;
   }
-  if (s.step >= s.cfg.steps) {
+  if (s.start_step > 0 && s.step >= s.cfg.steps) {
     DTRAIN_LOG(info, "nothing to train: the run resumed at step " << s.step << " and --steps is "
                      << s.cfg.steps);
     sum.steps = s.step;
