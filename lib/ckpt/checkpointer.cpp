@@ -15,6 +15,7 @@
 #include "ckpt/tensor_directory.hpp"
 #include "dtrain/ckpt/checkpoint.hpp"
 #include "dtrain/ckpt/checksum.hpp"
+#include "dtrain/comm/agreed_failure.hpp"
 #include "dtrain/comm/mpi_interop.hpp"
 #include "dtrain/core/env.hpp"
 #include "dtrain/core/error.hpp"
@@ -45,38 +46,6 @@ bool link_exists(hid_t file, const std::string& path) {
     if (H5Lexists(file, prefix.c_str(), H5P_DEFAULT) <= 0) return false;
     if (pos == std::string::npos) return true;
   }
-}
-
-// A failure of this rank, to be agreed on: dtrain's own code, else an I/O error (the file
-// system's exceptions, an allocation that failed).
-struct Failure {
-  bool failed = false;
-  Errc code = Errc::io;
-  std::string message;
-  void record(const std::exception& e) {
-    failed = true;
-    const auto* own = dynamic_cast<const Error*>(&e);
-    code = own ? own->code() : Errc::io;
-    message = e.what();
-  }
-};
-
-// Collective: when `failed` on any rank, every rank throws AgreedError with the lowest
-// failing rank's code and message (elsewhere prefixed "checkpoint failed on world rank R: ").
-void agree(Communicator& world, bool failed, Errc code, const std::string& message) {
-  int first = failed ? world.rank() : world.size();
-  world.all_reduce(&first, &first, 1, DType::i32, ReduceOp::min);
-  if (first == world.size()) return;
-  int c = static_cast<int>(code);
-  world.broadcast(&c, &c, 1, DType::i32, first);
-  std::string text = world.rank() == first ? message : std::string();
-  std::uint64_t n = text.size();
-  world.broadcast(&n, &n, 1, DType::i64, first);
-  text.resize(n);
-  if (n > 0) world.broadcast(text.data(), text.data(), n, DType::u8, first);
-  if (world.rank() == first) throw AgreedError(code, message);
-  throw AgreedError(static_cast<Errc>(c),
-                    "checkpoint failed on world rank " + std::to_string(first) + ": " + text);
 }
 
 }  // namespace
@@ -444,22 +413,19 @@ std::string Checkpointer::save(const std::string& dir, const CheckpointInfo& inf
   const std::string name = checkpoint_name(info.step);
   const std::string final_path = (std::filesystem::path(dir) / name).string();
   const std::string tmp = final_path + ".tmp";
-  Failure f;
+  LocalFailure f;
   if (world.rank() == 0) {
     std::error_code ec;
     std::filesystem::create_directories(dir, ec);
-    if (ec) {
-      f.failed = true;
-      f.message = "cannot create checkpoint directory '" + dir + "': " + ec.message();
-    }
+    if (ec) f.record(Errc::io, "cannot create checkpoint directory '" + dir + "': " + ec.message());
   }
-  agree(world, f.failed, f.code, f.message);
+  f.agree(world, "checkpoint");
   try {
     impl_->write_file(tmp, info);
   } catch (const std::exception& e) {
     f.record(e);
   }
-  agree(world, f.failed, f.code, f.message);
+  f.agree(world, "checkpoint");
   // Every rank has closed the file: publish it, then move `latest`, then prune.
   if (world.rank() == 0) {
     try {
@@ -470,20 +436,20 @@ std::string Checkpointer::save(const std::string& dir, const CheckpointInfo& inf
       f.record(e);
     }
   }
-  agree(world, f.failed, f.code, f.message);
+  f.agree(world, "checkpoint");
   return final_path;
 }
 
 CheckpointInfo Checkpointer::load(const std::string& path) {
   h5::QuietErrors quiet;
   CheckpointInfo info;
-  Failure f;
+  LocalFailure f;
   try {
     info = impl_->read_file(path);
   } catch (const std::exception& e) {
     f.record(e);
   }
-  agree(impl_->grid.world(), f.failed, f.code, f.message);
+  f.agree(impl_->grid.world(), "checkpoint");
   return info;
 }
 

@@ -6,6 +6,7 @@
 
 #include "ckpt/commit.hpp"
 #include "dtrain/ckpt/checkpoint.hpp"
+#include "dtrain/comm/agreed_failure.hpp"
 #include "dtrain/core/error.hpp"
 
 namespace fs = std::filesystem;
@@ -51,27 +52,24 @@ std::string resolve_on_root(const std::string& resume, const std::string& save_d
 }  // namespace
 
 std::string resolve_resume(Communicator& world, const std::string& resume, const std::string& save_dir) {
+  // Rank 0 decides, so every rank loads the same file (or fails with the same message).
   std::string result;
-  int code = 0;
+  LocalFailure f;
   if (world.rank() == 0) {
     try {
       result = resolve_on_root(resume, save_dir);
     } catch (const Error& e) {
-      code = static_cast<int>(e.code());
-      result = e.what();
+      f.record(e);
     } catch (const std::exception& e) {  // the file system's (a symlink loop, a long name)
-      code = static_cast<int>(Errc::io);
-      result = "cannot look for a checkpoint in '" + (resume == "auto" ? save_dir : resume) +
-               "': " + e.what();
+      f.record(Errc::io, "cannot look for a checkpoint in '" +
+                             (resume == "auto" ? save_dir : resume) + "': " + e.what());
     }
   }
-  // Rank 0 decides, so every rank loads the same file (or fails with the same message).
+  f.agree(world);
   std::uint64_t n = result.size();
   world.broadcast(&n, &n, 1, DType::i64, 0);
-  world.broadcast(&code, &code, 1, DType::i32, 0);
   result.resize(n);
   if (n > 0) world.broadcast(result.data(), result.data(), n, DType::u8, 0);
-  if (code != 0) throw Error(static_cast<Errc>(code), result);
   return result;
 }
 

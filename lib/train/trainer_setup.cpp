@@ -9,6 +9,7 @@
 #include <thread>
 
 #include "comm/nccl_loader.hpp"
+#include "dtrain/comm/agreed_failure.hpp"
 #include "dtrain/core/env.hpp"
 #include "dtrain/parallel/pipeline_partition.hpp"
 #include "train/trainer_state.hpp"
@@ -137,26 +138,15 @@ std::vector<GptStage> model_chunks(const TrainConfig& cfg, const ProcessGrid& gr
 // body runs on rank 0 only (files only rank 0 touches); when it throws, every rank throws
 // the same error, so that none is left waiting in the next collective.
 void on_root_for_all(Communicator& world, const std::function<void()>& body) {
-  int code = 0;
-  std::string why;
+  LocalFailure f;
   if (world.rank() == 0) {
     try {
       body();
-    } catch (const Error& e) {
-      code = static_cast<int>(e.code());
-      why = e.what();
     } catch (const std::exception& e) {
-      code = static_cast<int>(Errc::io);
-      why = e.what();
+      f.record(e);
     }
   }
-  world.broadcast(&code, &code, 1, DType::i32, 0);
-  if (code == 0) return;
-  std::uint64_t n = why.size();
-  world.broadcast(&n, &n, 1, DType::i64, 0);
-  why.resize(n);
-  if (n > 0) world.broadcast(why.data(), why.data(), n, DType::u8, 0);
-  throw Error(static_cast<Errc>(code), why);
+  f.agree(world);
 }
 
 // --save-dir is checked before training, not after it: the directory is made, a file can be

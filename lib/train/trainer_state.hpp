@@ -106,7 +106,7 @@ struct Trainer::State {
   // The backward seed of a micro-batch: its share of the mean, times the fp16 loss scale.
   float seed(float share) const { return share * scaler.scale(); }
   bool apply_overflow_check();
-  // A loss that is not finite on any rank (divergence) fails every rank before the update:
+  // A loss that is not finite (divergence) fails every rank before the update:
   // training on would write NaNs into the parameters and then into checkpoints that
   // replace good ones.
   void check_finite_loss(double loss);
