@@ -1,0 +1,51 @@
+#!/usr/bin/env bash
+# gpt_cuda_vs_cpu.sh MPIEXEC NP GPT TOLERANCE [OPTIONS...]: trains the same model with
+# --device cpu and --device cuda (the emulated plugin, from DTRAIN_CUDA_PLUGIN) on NP ranks
+# and requires every logged loss of the two runs to agree within TOLERANCE (relative).
+# With OPTIONS containing "resume", the cuda run is split: 3 steps saved to a checkpoint,
+# then resumed to the end by a second cuda run.
+set -u
+mpiexec=$1 np=$2 gpt=$3 tol=$4
+shift 4
+work=$(mktemp -d)
+trap 'rm -rf "$work"' EXIT
+common=(--layers 4 --d-model 64 --heads 4 --seq-len 32 --vocab 256 --micro-batch 2
+        --log-every 1 --eval-every 0 --eval-batches 1)
+split=0
+opts=()
+for o in "$@"; do
+  if [ "$o" = resume ]; then split=1; else opts+=("$o"); fi
+done
+
+run() {  # run DEVICE STEPS [EXTRA...]
+  local dev=$1 steps=$2 status
+  shift 2
+  "$mpiexec" -n "$np" "$gpt" "${common[@]}" "${opts[@]}" --device "$dev" --steps "$steps" \
+    --metrics "$work/$dev.jsonl" "$@" > "$work/$dev.log" 2>&1
+  status=$?
+  [ "$status" -eq 0 ] || { cat "$work/$dev.log"; echo "FAIL: --device $dev exited $status"; exit 1; }
+}
+
+run cpu 6 --resume none
+if [ "$split" = 1 ]; then
+  run cuda 3 --save-dir "$work/ckpt" --save-every 3 --resume none
+  run cuda 6 --save-dir "$work/ckpt" --resume auto
+  grep -q "resumed from" "$work/cuda.log" || { cat "$work/cuda.log"; echo "FAIL: no resume"; exit 1; }
+else
+  run cuda 6 --resume none
+fi
+grep "device cuda" "$work/cuda.log" | head -1
+
+python3 - "$work/cpu.jsonl" "$work/cuda.jsonl" "$tol" <<'PY'
+import json, sys
+def losses(path):
+    return {r["step"]: r["loss"] for r in map(json.loads, open(path))}
+cpu, cuda, tol = losses(sys.argv[1]), losses(sys.argv[2]), float(sys.argv[3])
+if sorted(cpu) != sorted(cuda) or not cpu:
+    sys.exit(f"FAIL: logged steps differ: cpu {sorted(cpu)} cuda {sorted(cuda)}")
+worst = max(abs(cuda[s] - cpu[s]) / abs(cpu[s]) for s in cpu)
+for s in sorted(cpu):
+    print(f"step {s}: cpu {cpu[s]:.7f} cuda {cuda[s]:.7f}")
+print(f"worst relative difference {worst:.3g} (bound {tol:g})")
+sys.exit(0 if worst <= tol else "FAIL: the losses differ")
+PY

@@ -1,0 +1,184 @@
+// The emulator's own rules: what it promises in cuda_runtime.h must hold, or a test run on
+// it would prove less than it claims.
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <cstdint>
+#include <vector>
+
+#include "cublas_v2.h"
+#include "cuda_runtime.h"
+
+namespace {
+
+struct DeviceFloats {
+  explicit DeviceFloats(std::size_t n) : n(n) { EXPECT_EQ(cudaMalloc(reinterpret_cast<void**>(&p), n * sizeof(float)), cudaSuccess); }
+  ~DeviceFloats() { cudaFree(p); }
+  std::vector<float> host() const {
+    std::vector<float> v(n);
+    EXPECT_EQ(cudaMemcpyAsync(v.data(), p, n * sizeof(float), cudaMemcpyDeviceToHost), cudaSuccess);
+    return v;
+  }
+  void set(const std::vector<float>& v) {
+    EXPECT_EQ(cudaMemcpyAsync(p, v.data(), n * sizeof(float), cudaMemcpyHostToDevice), cudaSuccess);
+  }
+  std::size_t n;
+  float* p = nullptr;
+};
+
+__global__ void fill_index(float* out, int n) {
+  const int i = blockIdx.x * blockDim.x + threadIdx.x;
+  if (i < n) out[i] = static_cast<float>(i);
+}
+
+// Each block sums its 96 inputs: partial sums in shared memory, then a shuffle reduction.
+__global__ void block_sums(float* out, const float* in) {
+  __shared__ float part[3];
+  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+  float v = in[blockIdx.x * blockDim.x + threadIdx.x];
+  for (int o = 16; o > 0; o >>= 1) v += __shfl_xor_sync(0xffffffffu, v, o);
+  if (lane == 0) part[warp] = v;
+  __syncthreads();
+  if (threadIdx.x == 0) out[blockIdx.x] = part[0] + part[1] + part[2];
+}
+
+// Half a warp waits at the block barrier, the other half at a shuffle that needs the first.
+__global__ void barrier_against_shuffle(float* out) {
+  float v = 1.0f;
+  if (threadIdx.x < 16) __syncthreads();
+  else v = __shfl_xor_sync(0xffffffffu, v, 1);
+  out[threadIdx.x] = v;
+}
+
+__global__ void any_negative(int* flag, const float* x) {
+  if (__syncthreads_or(x[threadIdx.x] < 0) && threadIdx.x == 0) *flag = 1;
+}
+
+TEST(CudaEmulator, KernelsSeeTheirCoordinatesAndFreshMemoryIsNaN) {
+  DeviceFloats d(1000);
+  EXPECT_TRUE(std::isnan(d.host()[999]));
+  dtrain_emu::launch(fill_index, dim3(4), dim3(256))(d.p, 1000);
+  EXPECT_EQ(cudaGetLastError(), cudaSuccess);
+  const auto h = d.host();
+  for (int i = 0; i < 1000; ++i) ASSERT_EQ(h[i], static_cast<float>(i));
+}
+
+TEST(CudaEmulator, ShufflesAndBarriersReduceLikeAGpu) {
+  const int blocks = 5, threads = 96;
+  std::vector<float> in(blocks * threads);
+  for (std::size_t i = 0; i < in.size(); ++i) in[i] = static_cast<float>(i % 7);
+  DeviceFloats d_in(in.size()), d_out(blocks);
+  d_in.set(in);
+  dtrain_emu::launch(block_sums, dim3(blocks), dim3(threads))(d_out.p, d_in.p);
+  const auto out = d_out.host();
+  for (int b = 0; b < blocks; ++b) {
+    float want = 0;
+    for (int t = 0; t < threads; ++t) want += in[b * threads + t];
+    EXPECT_EQ(out[b], want) << "block " << b;
+  }
+}
+
+TEST(CudaEmulator, SyncthreadsOrAgreesAcrossTheBlock) {
+  std::vector<float> x(64, 1.0f);
+  x[50] = -1.0f;
+  DeviceFloats d_x(64);
+  d_x.set(x);
+  int* flag = nullptr;
+  ASSERT_EQ(cudaMalloc(reinterpret_cast<void**>(&flag), sizeof(int)), cudaSuccess);
+  ASSERT_EQ(cudaMemsetAsync(flag, 0, sizeof(int)), cudaSuccess);
+  dtrain_emu::launch(any_negative, dim3(1), dim3(64))(flag, d_x.p);
+  int h = -1;
+  ASSERT_EQ(cudaMemcpyAsync(&h, flag, sizeof h, cudaMemcpyDeviceToHost), cudaSuccess);
+  EXPECT_EQ(h, 1);
+  cudaFree(flag);
+}
+
+TEST(CudaEmulator, BadLaunchesAreRefusedAsOnAGpu) {
+  DeviceFloats d(4);
+  dtrain_emu::launch(fill_index, dim3(1), dim3(2048))(d.p, 4);
+  EXPECT_EQ(cudaGetLastError(), cudaErrorInvalidConfiguration);
+  EXPECT_EQ(cudaGetLastError(), cudaSuccess);  // not sticky
+  dtrain_emu::launch(fill_index, dim3(1, 70000), dim3(32))(d.p, 4);
+  EXPECT_EQ(cudaGetLastError(), cudaErrorInvalidConfiguration);
+}
+
+TEST(CudaEmulatorDeathTest, HostAccessToDeviceMemoryFaults) {
+  DeviceFloats d(16);
+  EXPECT_DEATH({ volatile float x = d.p[3]; (void)x; }, "");
+}
+
+TEST(CudaEmulatorDeathTest, OverrunningAnAllocationFaults) {
+  DeviceFloats d(64);  // 256 bytes: ends exactly on the guard page
+  EXPECT_DEATH(
+      {
+        dtrain_emu::launch(fill_index, dim3(1), dim3(128))(d.p, 128);
+        cudaDeviceSynchronize();
+      },
+      "");
+}
+
+TEST(CudaEmulatorDeathTest, ABarrierNotEveryThreadReachesIsADeadlock) {
+  DeviceFloats d(64);
+  EXPECT_DEATH(
+      {
+        dtrain_emu::launch(barrier_against_shuffle, dim3(1), dim3(32))(d.p);
+        cudaDeviceSynchronize();
+      },
+      "deadlock");
+}
+
+TEST(CudaEmulator, PinnedResultsAreStaleUntilTheStreamIsSynchronised) {
+  cudaStream_t s = nullptr;
+  ASSERT_EQ(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking), cudaSuccess);
+  DeviceFloats d(1);
+  d.set({42.0f});
+  ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);  // the set ran on the legacy stream
+  float* pinned = nullptr;
+  ASSERT_EQ(cudaMallocHost(reinterpret_cast<void**>(&pinned), sizeof(float)), cudaSuccess);
+  *pinned = -1.0f;
+  ASSERT_EQ(cudaMemcpyAsync(pinned, d.p, sizeof(float), cudaMemcpyDeviceToHost, s), cudaSuccess);
+  EXPECT_EQ(*pinned, -1.0f);  // not yet: nothing has synchronised with s
+  ASSERT_EQ(cudaStreamSynchronize(s), cudaSuccess);
+  EXPECT_EQ(*pinned, 42.0f);
+  cudaFreeHost(pinned);
+  cudaStreamDestroy(s);
+}
+
+TEST(CudaEmulator, CopiesMustMatchTheirDirection) {
+  DeviceFloats d(4);
+  float h[4] = {};
+  EXPECT_EQ(cudaMemcpyAsync(h, d.p, sizeof h, cudaMemcpyHostToDevice), cudaErrorInvalidMemcpyDirection);
+  EXPECT_EQ(cudaMemcpyAsync(d.p, h, 2 * sizeof h, cudaMemcpyHostToDevice), cudaErrorInvalidValue);
+  cudaPointerAttributes a{};
+  ASSERT_EQ(cudaPointerGetAttributes(&a, d.p + 2), cudaSuccess);
+  EXPECT_EQ(a.type, cudaMemoryTypeDevice);
+  ASSERT_EQ(cudaPointerGetAttributes(&a, h), cudaSuccess);
+  EXPECT_EQ(a.type, cudaMemoryTypeUnregistered);
+  (void)cudaGetLastError();
+}
+
+TEST(CudaEmulator, GemmIsColumnMajorIgnoresCWhenBetaIsZeroAndChecksExtents) {
+  cublasHandle_t h = nullptr;
+  ASSERT_EQ(cublasCreate(&h), CUBLAS_STATUS_SUCCESS);
+  // A = [1 2; 3 4] column-major {1, 3, 2, 4}; B = I; C starts NaN (fresh memory).
+  DeviceFloats A(4), B(4), C(4);
+  A.set({1, 3, 2, 4});
+  B.set({1, 0, 0, 1});
+  const float one = 1.0f, zero = 0.0f;
+  ASSERT_EQ(cublasGemmEx(h, CUBLAS_OP_T, CUBLAS_OP_N, 2, 2, 2, &one, A.p, CUDA_R_32F, 2, B.p,
+                         CUDA_R_32F, 2, &zero, C.p, CUDA_R_32F, 2, CUBLAS_COMPUTE_32F,
+                         CUBLAS_GEMM_DEFAULT),
+            CUBLAS_STATUS_SUCCESS);
+  EXPECT_EQ(C.host(), (std::vector<float>{1, 2, 3, 4}));  // A^T
+  EXPECT_EQ(cublasGemmEx(h, CUBLAS_OP_N, CUBLAS_OP_N, 2, 2, 2, &one, A.p, CUDA_R_32F, 1, B.p,
+                         CUDA_R_32F, 2, &zero, C.p, CUDA_R_32F, 2, CUBLAS_COMPUTE_32F,
+                         CUBLAS_GEMM_DEFAULT),
+            CUBLAS_STATUS_INVALID_VALUE);  // lda < m
+  EXPECT_EQ(cublasGemmEx(h, CUBLAS_OP_N, CUBLAS_OP_N, 2, 3, 2, &one, A.p, CUDA_R_32F, 2, B.p,
+                         CUDA_R_32F, 2, &zero, C.p, CUDA_R_32F, 2, CUBLAS_COMPUTE_32F,
+                         CUBLAS_GEMM_DEFAULT),
+            CUBLAS_STATUS_EXECUTION_FAILED);  // B and C have only 2 columns
+  cublasDestroy(h);
+}
+
+}  // namespace

@@ -1,0 +1,302 @@
+// Kernel grids on the CPU: blocks run one after another; the threads of a block are fibers
+// that switch only at __syncthreads and warp shuffles, so a barrier waits for
+// every live thread of the block and a shuffle for every lane its mask names, as on a GPU.
+// A kernel whose first launch never synchronised later runs its threads as a plain loop
+// (much faster); should such a kernel synchronise after all, the emulator stops with a
+// message rather than compute something a GPU would not.
+#include <sys/mman.h>
+
+#include <cstdio>
+#include <cstdlib>
+#include <unordered_map>
+#include <vector>
+
+#include "cuda_runtime.h"
+#include "emu_internal.hpp"
+#include "fiber_switch.hpp"
+
+uint3 threadIdx{0, 0, 0};
+uint3 blockIdx{0, 0, 0};
+dim3 blockDim{1, 1, 1};
+dim3 gridDim{1, 1, 1};
+
+namespace dtrain_emu {
+namespace {
+
+constexpr std::size_t kStackBytes = 256 * 1024;
+constexpr int kMaxThreads = 1024;
+
+enum class State { ready, at_barrier, at_shuffle, done };
+
+struct Fiber {
+  FiberContext context;
+  char* stack = nullptr;
+  uint3 index{};
+  State state = State::ready;
+  unsigned round = 0;  // the warp exchange round this lane joined
+};
+
+struct Warp {
+  unsigned mask = 0;     // the mask of the exchange in progress
+  unsigned arrived = 0;  // lanes that have deposited their slot this round
+  unsigned round = 0;
+  std::uint64_t slots[2][32] = {};
+};
+
+struct Block {
+  int threads = 0;
+  int live = 0;
+  int at_barrier = 0;
+  int predicate_or = 0, predicate_and = 1, predicate_count = 0;   // of the barrier in progress
+  int result_or = 0, result_and = 1, result_count = 0;            // of the last one released
+  std::vector<Fiber> fibers;
+  std::vector<Warp> warps;
+  FiberContext scheduler;
+  int current = -1;  // the running fiber; -1 in direct mode
+  std::vector<std::uint64_t> ready;  // one bit per fiber that may run
+  const Task* body = nullptr;
+};
+
+Block g_block;
+bool g_direct = false;       // running a kernel known not to synchronise, as a plain loop
+bool g_synchronised = false;  // this launch called a barrier or a shuffle
+std::unordered_map<const void*, bool> g_kernel_syncs;
+
+[[noreturn]] void fail(const char* what) {
+  std::fprintf(stderr,
+               "CUDA emulator: %s (block %u,%u,%u of grid %u,%u,%u; thread %u,%u,%u of block "
+               "%u,%u,%u)\n",
+               what, blockIdx.x, blockIdx.y, blockIdx.z, gridDim.x, gridDim.y, gridDim.z,
+               threadIdx.x, threadIdx.y, threadIdx.z, blockDim.x, blockDim.y, blockDim.z);
+  std::abort();
+}
+
+int linear(const uint3& t) {
+  return static_cast<int>(t.x + blockDim.x * (t.y + blockDim.y * t.z));
+}
+
+// Lanes of warp w that exist (the last warp of a block may be partial).
+unsigned existing_lanes(int w) {
+  const int first = 32 * w, n = g_block.threads - first;
+  return n >= 32 ? 0xffffffffu : ((1u << n) - 1u);
+}
+
+void make_ready(int k) {
+  g_block.fibers[k].state = State::ready;
+  g_block.ready[k >> 6] |= std::uint64_t(1) << (k & 63);
+}
+
+// The ready fiber with the lowest (or highest) index, or -1.
+int next_ready(bool highest) {
+  const auto& r = g_block.ready;
+  const int words = static_cast<int>(r.size());
+  for (int i = 0; i < words; ++i) {
+    const int w = highest ? words - 1 - i : i;
+    if (r[w]) return 64 * w + (highest ? 63 - __builtin_clzll(r[w]) : __builtin_ctzll(r[w]));
+  }
+  return -1;
+}
+
+void release_barrier_if_complete() {
+  Block& b = g_block;
+  if (b.at_barrier == 0 || b.at_barrier < b.live) return;
+  for (int k = 0; k < b.threads; ++k)
+    if (b.fibers[k].state == State::at_barrier) make_ready(k);
+  b.at_barrier = 0;
+  b.result_or = b.predicate_or;
+  b.result_and = b.predicate_and;
+  b.result_count = b.predicate_count;
+  b.predicate_or = 0;
+  b.predicate_and = 1;
+  b.predicate_count = 0;
+}
+
+void switch_to_scheduler() {
+  Fiber& f = g_block.fibers[g_block.current];
+  switch_fiber(f.context, g_block.scheduler);
+}
+
+// Every fiber starts here, with g_block.current naming it, and ends by switching away.
+void fiber_main() {
+  (*g_block.body)();
+  Fiber& f = g_block.fibers[g_block.current];
+  f.state = State::done;
+  --g_block.live;
+  release_barrier_if_complete();
+  switch_to_scheduler();  // never resumed
+}
+
+char* new_stack() {
+  void* p = mmap(nullptr, kStackBytes, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS,
+                 -1, 0);
+  if (p == MAP_FAILED) fail("no memory for a thread stack");
+  mprotect(p, 4096, PROT_NONE);  // stack overflow faults instead of corrupting a neighbour
+  return static_cast<char*>(p);
+}
+
+void report_deadlock() {
+  int barrier = 0, shuffle = 0;
+  for (const Fiber& f : g_block.fibers) {
+    barrier += f.state == State::at_barrier;
+    shuffle += f.state == State::at_shuffle;
+  }
+  char msg[256];
+  std::snprintf(msg, sizeof msg,
+                "deadlock: %d threads wait at __syncthreads, %d at a warp shuffle, %d exited "
+                "(a barrier not reached by every thread, or a shuffle naming lanes that "
+                "cannot join)",
+                barrier, shuffle, g_block.threads - g_block.live);
+  fail(msg);
+}
+
+void run_block_as_fibers() {
+  Block& b = g_block;
+  b.live = b.threads;
+  b.at_barrier = 0;
+  b.predicate_or = 0;
+  b.predicate_and = 1;
+  b.predicate_count = 0;
+  if (static_cast<int>(b.fibers.size()) < b.threads) b.fibers.resize(b.threads);
+  b.warps.assign((b.threads + 31) / 32, Warp{});
+  b.ready.assign((b.threads + 63) / 64, 0);
+  int i = 0;
+  for (unsigned z = 0; z < blockDim.z; ++z)
+    for (unsigned y = 0; y < blockDim.y; ++y)
+      for (unsigned x = 0; x < blockDim.x; ++x, ++i) {
+        Fiber& f = b.fibers[i];
+        if (!f.stack) f.stack = new_stack();
+        f.index = uint3{x, y, z};
+        make_ready(i);
+        f.round = 0;
+        prepare_fiber(f.context, f.stack, kStackBytes, &fiber_main);
+      }
+  // The scheduler always resumes the first ready thread, in ascending order in one block and
+  // descending in the next, so some warps run far ahead of others: code that lacks a barrier
+  // then reads values a slower warp has not written, or that a faster one has overwritten.
+  static unsigned blocks_run = 0;
+  const bool highest_first = (blocks_run++ & 1u) != 0;
+  while (b.live > 0) {
+    const int k = next_ready(highest_first);
+    if (k < 0) report_deadlock();
+    b.ready[k >> 6] &= ~(std::uint64_t(1) << (k & 63));
+    b.current = k;
+    threadIdx = b.fibers[k].index;
+    switch_fiber(b.scheduler, b.fibers[k].context);
+  }
+  b.current = -1;
+}
+
+void run_block_directly(const Task& body) {
+  for (unsigned z = 0; z < blockDim.z; ++z)
+    for (unsigned y = 0; y < blockDim.y; ++y)
+      for (unsigned x = 0; x < blockDim.x; ++x) {
+        threadIdx = uint3{x, y, z};
+        body();
+      }
+}
+
+void enter_sync_point() {
+  g_synchronised = true;
+  if (g_direct)
+    fail("a kernel synchronised that had not on its first launch; the emulator ran it as a "
+         "plain loop (give it a first launch that reaches its barriers)");
+  if (g_block.current < 0) fail("__syncthreads or a shuffle outside a kernel");
+}
+
+int barrier(int predicate) {
+  enter_sync_point();
+  Block& b = g_block;
+  Fiber& f = b.fibers[b.current];
+  b.predicate_or |= predicate != 0;
+  b.predicate_and &= predicate != 0;
+  b.predicate_count += predicate != 0;
+  f.state = State::at_barrier;
+  ++b.at_barrier;
+  release_barrier_if_complete();
+  switch_to_scheduler();
+  return 0;
+}
+
+}  // namespace
+
+std::uint64_t warp_exchange(unsigned mask, std::uint64_t mine, int src_lane) {
+  enter_sync_point();
+  Block& b = g_block;
+  Fiber& f = b.fibers[b.current];
+  const int id = linear(f.index), lane = id & 31;
+  Warp& w = b.warps[id >> 5];
+  const unsigned members = mask & existing_lanes(id >> 5);
+  if (!(mask & (1u << lane))) fail("a lane shuffles with a mask that leaves itself out");
+  if (w.arrived != 0 && w.mask != mask) fail("lanes of one warp shuffle with different masks");
+  w.mask = mask;
+  f.round = w.round;
+  w.slots[f.round & 1][lane] = mine;
+  w.arrived |= 1u << lane;
+  if (w.arrived == members) {  // the last lane in: release the others
+    for (int k = 0; k < 32; ++k)
+      if (members & (1u << k)) {
+        Fiber& other = b.fibers[(id & ~31) + k];
+        if (other.state == State::at_shuffle) make_ready((id & ~31) + k);
+      }
+    w.arrived = 0;
+    ++w.round;
+  } else {
+    f.state = State::at_shuffle;
+    switch_to_scheduler();
+  }
+  // Two slot sets: a lane that runs ahead to the next exchange writes the other set.
+  return (members & (1u << src_lane)) ? w.slots[f.round & 1][src_lane] : mine;
+}
+
+bool launch_config_ok(dim3 grid, dim3 block, std::size_t shared_bytes) {
+  const unsigned long long threads = 1ull * block.x * block.y * block.z;
+  const char* why = nullptr;
+  if (grid.x == 0 || grid.y == 0 || grid.z == 0 || threads == 0) why = "an empty grid or block";
+  else if (grid.x > 0x7fffffffu || grid.y > 65535 || grid.z > 65535) why = "grid too large";
+  else if (block.x > 1024 || block.y > 1024 || block.z > 64 || threads > kMaxThreads)
+    why = "block too large";
+  else if (shared_bytes > 48 * 1024) why = "more than 48 KiB of dynamic shared memory";
+  if (!why) return true;
+  std::fprintf(stderr, "CUDA emulator: invalid launch (%s): grid %u,%u,%u block %u,%u,%u\n", why,
+               grid.x, grid.y, grid.z, block.x, block.y, block.z);
+  set_last_error(cudaErrorInvalidConfiguration);
+  return false;
+}
+
+void enqueue_grid(cudaStream_t stream, dim3 grid, dim3 block, const void* kernel, Task body) {
+  enqueue(stream, [grid, block, kernel, body = std::move(body)] {
+    gridDim = grid;
+    blockDim = block;
+    auto known = g_kernel_syncs.find(kernel);
+    g_direct = known != g_kernel_syncs.end() && !known->second;
+    g_synchronised = false;
+    g_block.threads = static_cast<int>(block.x * block.y * block.z);
+    g_block.body = &body;
+    for (unsigned z = 0; z < grid.z; ++z)
+      for (unsigned y = 0; y < grid.y; ++y)
+        for (unsigned x = 0; x < grid.x; ++x) {
+          blockIdx = uint3{x, y, z};
+          if (g_direct) run_block_directly(body);
+          else run_block_as_fibers();
+        }
+    if (known == g_kernel_syncs.end()) g_kernel_syncs.emplace(kernel, g_synchronised);
+    g_direct = false;
+    g_block.body = nullptr;
+  });
+}
+
+}  // namespace dtrain_emu
+
+void __syncthreads() { dtrain_emu::barrier(1); }
+int __syncthreads_or(int predicate) {
+  dtrain_emu::barrier(predicate);
+  return dtrain_emu::g_block.result_or;
+}
+int __syncthreads_and(int predicate) {
+  dtrain_emu::barrier(predicate);
+  return dtrain_emu::g_block.result_and;
+}
+int __syncthreads_count(int predicate) {
+  dtrain_emu::barrier(predicate);
+  return dtrain_emu::g_block.result_count;
+}
