@@ -2,15 +2,11 @@
 
 #include <algorithm>
 
-#include "dtrain/core/env.hpp"
 #include "dtrain/core/timer.hpp"
 
 namespace dtrain::train {
 
 double measure_peak_flops(Device& dev) {
-  // A known peak (a data-sheet figure, say) replaces the measurement and its start-up time.
-  const double given = env::get_double("DTRAIN_PEAK_FLOPS", 0.0, 0.0, 1e21);
-  if (given > 0) return given;
   // A 512-cube GEMM keeps a CPU busy for milliseconds; a GPU finishes it in microseconds,
   // where the launch and the synchronisation would dominate: there a 4096 cube, four GEMMs
   // per timing, after one untimed warm-up.

@@ -20,8 +20,10 @@ Trainer::Trainer(const TrainConfig& cfg, Communicator& world)
                    << cfg.micro_batch << ", global batch " << s_->loader.plan().global_batch()
                    << " sequences (" << s_->accum() << " micro-steps/step), device "
                    << s_->dev.name());
-  DTRAIN_LOG(info, "peak: measured " << (s_->dev.kind() == DeviceKind::cpu ? "SGEMM " : "GEMM ")
-                   << s_->peak_flops_per_rank / 1e9
+  const char* peak_from = s_->peak_flops_given                   ? "DTRAIN_PEAK_FLOPS "
+                          : s_->dev.kind() == DeviceKind::cpu ? "measured SGEMM "
+                                                              : "measured GEMM ";
+  DTRAIN_LOG(info, "peak: " << peak_from << s_->peak_flops_per_rank / 1e9
                    << " GFLOP/s per rank (the MFU denominator)");
   const std::string from = ckpt::resolve_resume(world, cfg.resume, cfg.save_dir);
   if (!from.empty()) load_checkpoint(from);

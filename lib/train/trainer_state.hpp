@@ -74,6 +74,7 @@ struct Trainer::State {
   MemoryUse memory;
   std::vector<MemoryUse> memory_per_rank;
   double peak_flops_per_rank = 0;
+  bool peak_flops_given = false;  // from DTRAIN_PEAK_FLOPS rather than measured
   long step = 0;
   double last_grad_norm = 0;
   double last_lr = 0;
