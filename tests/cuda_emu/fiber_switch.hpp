@@ -15,31 +15,9 @@ struct FiberContext {
 };
 
 // Pushes the callee-saved registers, stores the stack pointer in *save_sp, loads load_sp,
-// pops that stack's registers and returns on it.
+// pops that stack's registers and returns on it (defined in threads.cpp). MXCSR and the x87
+// control word are not switched: kernels do not change rounding modes.
 extern "C" void dtrain_emu_switch_stack(void** save_sp, void* load_sp);
-asm(R"(
-        .text
-        .globl  dtrain_emu_switch_stack
-        .hidden dtrain_emu_switch_stack
-        .type   dtrain_emu_switch_stack, @function
-dtrain_emu_switch_stack:
-        pushq   %rbp
-        pushq   %rbx
-        pushq   %r12
-        pushq   %r13
-        pushq   %r14
-        pushq   %r15
-        movq    %rsp, (%rdi)
-        movq    %rsi, %rsp
-        popq    %r15
-        popq    %r14
-        popq    %r13
-        popq    %r12
-        popq    %rbx
-        popq    %rbp
-        ret
-        .size   dtrain_emu_switch_stack, .-dtrain_emu_switch_stack
-)");
 
 inline void switch_fiber(FiberContext& from, FiberContext& to) {
   dtrain_emu_switch_stack(&from.sp, to.sp);

@@ -3,7 +3,8 @@
 # --device cpu and --device cuda (the emulated plugin, from DTRAIN_CUDA_PLUGIN) on NP ranks
 # and requires every logged loss of the two runs to agree within TOLERANCE (relative).
 # With OPTIONS containing "resume", the cuda run is split: 3 steps saved to a checkpoint,
-# then resumed to the end by a second cuda run.
+# then resumed to the end by a second cuda run. With "nccl", device buffers move over the
+# (emulated) NCCL transport instead of MPI staging.
 set -u
 mpiexec=$1 np=$2 gpt=$3 tol=$4
 shift 4
@@ -11,11 +12,16 @@ work=$(mktemp -d)
 trap 'rm -rf "$work"' EXIT
 common=(--layers 4 --d-model 64 --heads 4 --seq-len 32 --vocab 256 --micro-batch 2
         --log-every 1 --eval-every 0 --eval-batches 1)
-split=0
+split=0 transport=mpi_staged
 opts=()
 for o in "$@"; do
-  if [ "$o" = resume ]; then split=1; else opts+=("$o"); fi
+  case "$o" in
+    resume) split=1 ;;
+    nccl) transport=nccl ;;
+    *) opts+=("$o") ;;
+  esac
 done
+export DTRAIN_DEVICE_COMM=$transport
 
 run() {  # run DEVICE STEPS [EXTRA...]
   local dev=$1 steps=$2 status
@@ -35,6 +41,9 @@ else
   run cuda 6 --resume none
 fi
 grep "device cuda" "$work/cuda.log" | head -1
+if [ "$np" -gt 1 ] && ! grep -q "device buffers move over $transport" "$work/cuda.log"; then
+  cat "$work/cuda.log"; echo "FAIL: device buffers did not move over $transport"; exit 1
+fi
 
 python3 - "$work/cpu.jsonl" "$work/cuda.jsonl" "$tol" <<'PY'
 import json, sys

@@ -12,6 +12,7 @@
 #include <cstdio>
 #include <cstdlib>
 #include <deque>
+#include <iterator>
 #include <map>
 #include <memory>
 #include <mutex>
@@ -112,10 +113,11 @@ bool in_pinned(const void* p, std::size_t bytes) {
 
 CUstream_st* stream_of(cudaStream_t s) { return s ? s : &g_legacy_stream; }
 
-void flush(CUstream_st* s) {
-  if (s->queue.empty()) return;
+// Runs the stream's queued work up to its `mark`-th task (all of it by default).
+void flush(CUstream_st* s, unsigned long long mark = ~0ull) {
+  if (s->queue.empty() || s->completed >= mark) return;
   DeviceAccess open;
-  while (!s->queue.empty()) {
+  while (!s->queue.empty() && s->completed < mark) {
     Task task = std::move(s->queue.front());
     s->queue.pop_front();
     task();
@@ -145,6 +147,19 @@ bool device_range_ok(const void* p, std::size_t bytes, const char* what) {
   std::fprintf(stderr, "CUDA emulator: %s: %zu bytes at %p are not inside one device allocation\n",
                what, bytes, p);
   return false;
+}
+
+void check_kernel_pointer(const void* p, std::size_t argument) {
+  std::lock_guard<std::recursive_mutex> lock(g_mutex);
+  if (find_device(p, 1) || in_pinned(p, 1)) return;
+  const char* c = static_cast<const char*>(p);
+  auto it = g_device.lower_bound(c);
+  if (it != g_device.begin() && std::prev(it)->first + std::prev(it)->second.bytes == c) return;
+  std::fprintf(stderr,
+               "CUDA emulator: kernel argument %zu (%p) is neither device nor pinned memory: a "
+               "GPU would fault on it\n",
+               argument, p);
+  std::abort();
 }
 
 }  // namespace dtrain_emu
@@ -274,6 +289,7 @@ cudaError_t cudaMallocHost(void** ptr, std::size_t bytes) {
 
 cudaError_t cudaFreeHost(void* ptr) {
   std::lock_guard<std::recursive_mutex> lock(g_mutex);
+  if (!ptr) return cudaSuccess;
   auto it = g_pinned.find(static_cast<const char*>(ptr));
   if (it == g_pinned.end()) return fail(cudaErrorInvalidValue);
   flush_all();
@@ -407,18 +423,26 @@ cudaError_t cudaEventRecord(cudaEvent_t event, cudaStream_t stream) {
   return cudaSuccess;
 }
 
-// The emulated device does its work when asked: a pending event completes on the query.
-cudaError_t cudaEventQuery(cudaEvent_t event) { return cudaEventSynchronize(event); }
+// The emulated device works only when asked: a query of a pending event answers "not ready"
+// and runs the work up to the event, so the next query finds it complete. Callers thus see
+// both answers, as on a GPU.
+cudaError_t cudaEventQuery(cudaEvent_t event) {
+  std::lock_guard<std::recursive_mutex> lock(g_mutex);
+  if (!event->stream || event->stream->completed >= event->mark) return cudaSuccess;
+  flush(event->stream, event->mark);
+  return cudaErrorNotReady;
+}
 
 cudaError_t cudaEventSynchronize(cudaEvent_t event) {
   std::lock_guard<std::recursive_mutex> lock(g_mutex);
-  if (event->stream && event->stream->completed < event->mark) flush(event->stream);
+  if (event->stream) flush(event->stream, event->mark);
   return cudaSuccess;
 }
 
 cudaError_t cudaStreamWaitEvent(cudaStream_t stream, cudaEvent_t event, unsigned) {
   std::lock_guard<std::recursive_mutex> lock(g_mutex);
-  // Work queued on `stream` after this call must see the event's work: run that now.
-  if (event->stream && event->stream != stream_of(stream)) cudaEventSynchronize(event);
+  // Work queued on `stream` after this call must see the event's work: run that now (on a
+  // GPU the stream would wait; the order of the results is the same).
+  if (event->stream && event->stream != stream_of(stream)) flush(event->stream, event->mark);
   return cudaSuccess;
 }

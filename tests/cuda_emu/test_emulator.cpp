@@ -54,6 +54,19 @@ __global__ void any_negative(int* flag, const float* x) {
   if (__syncthreads_or(x[threadIdx.x] < 0) && threadIdx.x == 0) *flag = 1;
 }
 
+// Lanes 0-15 shuffle twice among themselves after a whole-warp shuffle: each lane must get
+// its own partner's value from each exchange, whatever order the lanes run in.
+__global__ void shuffles_with_changing_masks(float* out) {
+  const int lane = threadIdx.x;
+  float v = static_cast<float>(lane);
+  v += __shfl_xor_sync(0xffffffffu, v, 16);  // lane + (lane ^ 16)
+  if (lane < 16) {
+    v += __shfl_xor_sync(0x0000ffffu, v, 1);
+    v += __shfl_xor_sync(0x0000ffffu, v, 2);
+  }
+  out[lane] = v;
+}
+
 TEST(CudaEmulator, KernelsSeeTheirCoordinatesAndFreshMemoryIsNaN) {
   DeviceFloats d(1000);
   EXPECT_TRUE(std::isnan(d.host()[999]));
@@ -75,6 +88,22 @@ TEST(CudaEmulator, ShufflesAndBarriersReduceLikeAGpu) {
     float want = 0;
     for (int t = 0; t < threads; ++t) want += in[b * threads + t];
     EXPECT_EQ(out[b], want) << "block " << b;
+  }
+}
+
+TEST(CudaEmulator, ShufflesWithChangingMasks) {
+  DeviceFloats d(32);
+  dtrain_emu::launch(shuffles_with_changing_masks, dim3(2), dim3(32))(d.p);
+  const auto out = d.host();
+  for (int lane = 0; lane < 32; ++lane) {
+    auto first = [](int l) { return static_cast<float>(l + (l ^ 16)); };
+    float want = first(lane);
+    if (lane < 16) {
+      const float after1 = first(lane) + first(lane ^ 1);
+      const float partner1 = first(lane ^ 2) + first(lane ^ 3);
+      want = after1 + partner1;
+    }
+    EXPECT_EQ(out[lane], want) << "lane " << lane;
   }
 }
 
@@ -105,6 +134,12 @@ TEST(CudaEmulator, BadLaunchesAreRefusedAsOnAGpu) {
 TEST(CudaEmulatorDeathTest, HostAccessToDeviceMemoryFaults) {
   DeviceFloats d(16);
   EXPECT_DEATH({ volatile float x = d.p[3]; (void)x; }, "");
+}
+
+TEST(CudaEmulatorDeathTest, AKernelGivenAHostPointerStops) {
+  std::vector<float> host(16);
+  EXPECT_DEATH(dtrain_emu::launch(fill_index, dim3(1), dim3(16))(host.data(), 16),
+               "neither device nor pinned memory");
 }
 
 TEST(CudaEmulatorDeathTest, OverrunningAnAllocationFaults) {
@@ -141,6 +176,25 @@ TEST(CudaEmulator, PinnedResultsAreStaleUntilTheStreamIsSynchronised) {
   ASSERT_EQ(cudaStreamSynchronize(s), cudaSuccess);
   EXPECT_EQ(*pinned, 42.0f);
   cudaFreeHost(pinned);
+  cudaStreamDestroy(s);
+}
+
+TEST(CudaEmulator, AnEventIsNotReadyUntilTheDeviceGetsToIt) {
+  cudaStream_t s = nullptr;
+  cudaEvent_t e = nullptr;
+  ASSERT_EQ(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking), cudaSuccess);
+  ASSERT_EQ(cudaEventCreateWithFlags(&e, cudaEventDisableTiming), cudaSuccess);
+  EXPECT_EQ(cudaEventQuery(e), cudaSuccess);  // never recorded
+  DeviceFloats d(1000);
+  dtrain_emu::launch(fill_index, dim3(4), dim3(256), 0, s)(d.p, 1000);
+  ASSERT_EQ(cudaEventRecord(e, s), cudaSuccess);
+  dtrain_emu::launch(fill_index, dim3(1), dim3(1), 0, s)(d.p, 0);  // after the event
+  EXPECT_EQ(cudaEventQuery(e), cudaErrorNotReady);
+  EXPECT_EQ(cudaEventQuery(e), cudaSuccess);
+  ASSERT_EQ(cudaEventSynchronize(e), cudaSuccess);
+  cudaStreamSynchronize(s);
+  EXPECT_EQ(d.host()[999], 999.0f);
+  cudaEventDestroy(e);
   cudaStreamDestroy(s);
 }
 

@@ -15,6 +15,33 @@
 #include "emu_internal.hpp"
 #include "fiber_switch.hpp"
 
+#if defined(__x86_64__)
+asm(R"(
+        .pushsection .text
+        .globl  dtrain_emu_switch_stack
+        .hidden dtrain_emu_switch_stack
+        .type   dtrain_emu_switch_stack, @function
+dtrain_emu_switch_stack:
+        pushq   %rbp
+        pushq   %rbx
+        pushq   %r12
+        pushq   %r13
+        pushq   %r14
+        pushq   %r15
+        movq    %rsp, (%rdi)
+        movq    %rsi, %rsp
+        popq    %r15
+        popq    %r14
+        popq    %r13
+        popq    %r12
+        popq    %rbx
+        popq    %rbp
+        ret
+        .size   dtrain_emu_switch_stack, .-dtrain_emu_switch_stack
+        .popsection
+)");
+#endif
+
 uint3 threadIdx{0, 0, 0};
 uint3 blockIdx{0, 0, 0};
 dim3 blockDim{1, 1, 1};
@@ -33,14 +60,14 @@ struct Fiber {
   char* stack = nullptr;
   uint3 index{};
   State state = State::ready;
-  unsigned round = 0;  // the warp exchange round this lane joined
+  int src_lane = 0;          // of the shuffle this lane waits in
+  std::uint64_t result = 0;  // what that shuffle gives it, set when the last lane arrives
 };
 
 struct Warp {
   unsigned mask = 0;     // the mask of the exchange in progress
   unsigned arrived = 0;  // lanes that have deposited their slot this round
-  unsigned round = 0;
-  std::uint64_t slots[2][32] = {};
+  std::uint64_t slots[32] = {};
 };
 
 struct Block {
@@ -149,6 +176,12 @@ void report_deadlock() {
   fail(msg);
 }
 
+// Every other block runs its threads in descending order (see run_block_as_fibers).
+bool next_block_descends() {
+  static unsigned blocks_run = 0;
+  return (blocks_run++ & 1u) != 0;
+}
+
 void run_block_as_fibers() {
   Block& b = g_block;
   b.live = b.threads;
@@ -167,14 +200,12 @@ void run_block_as_fibers() {
         if (!f.stack) f.stack = new_stack();
         f.index = uint3{x, y, z};
         make_ready(i);
-        f.round = 0;
         prepare_fiber(f.context, f.stack, kStackBytes, &fiber_main);
       }
   // The scheduler always resumes the first ready thread, in ascending order in one block and
   // descending in the next, so some warps run far ahead of others: code that lacks a barrier
   // then reads values a slower warp has not written, or that a faster one has overwritten.
-  static unsigned blocks_run = 0;
-  const bool highest_first = (blocks_run++ & 1u) != 0;
+  const bool highest_first = next_block_descends();
   while (b.live > 0) {
     const int k = next_ready(highest_first);
     if (k < 0) report_deadlock();
@@ -186,13 +217,13 @@ void run_block_as_fibers() {
   b.current = -1;
 }
 
-void run_block_directly(const Task& body) {
-  for (unsigned z = 0; z < blockDim.z; ++z)
-    for (unsigned y = 0; y < blockDim.y; ++y)
-      for (unsigned x = 0; x < blockDim.x; ++x) {
-        threadIdx = uint3{x, y, z};
-        body();
-      }
+void run_block_directly(const Task& body, bool highest_first) {
+  const int n = static_cast<int>(blockDim.x * blockDim.y * blockDim.z);
+  for (int j = 0; j < n; ++j) {
+    const unsigned i = static_cast<unsigned>(highest_first ? n - 1 - j : j);
+    threadIdx = uint3{i % blockDim.x, (i / blockDim.x) % blockDim.y, i / (blockDim.x * blockDim.y)};
+    body();
+  }
 }
 
 void enter_sync_point() {
@@ -223,29 +254,31 @@ std::uint64_t warp_exchange(unsigned mask, std::uint64_t mine, int src_lane) {
   enter_sync_point();
   Block& b = g_block;
   Fiber& f = b.fibers[b.current];
-  const int id = linear(f.index), lane = id & 31;
+  const int id = linear(f.index), lane = id & 31, first = id & ~31;
   Warp& w = b.warps[id >> 5];
   const unsigned members = mask & existing_lanes(id >> 5);
   if (!(mask & (1u << lane))) fail("a lane shuffles with a mask that leaves itself out");
+  if (members != mask) fail("a shuffle mask names lanes that do not exist in this block");
   if (w.arrived != 0 && w.mask != mask) fail("lanes of one warp shuffle with different masks");
   w.mask = mask;
-  f.round = w.round;
-  w.slots[f.round & 1][lane] = mine;
+  w.slots[lane] = mine;
+  f.src_lane = src_lane;
   w.arrived |= 1u << lane;
-  if (w.arrived == members) {  // the last lane in: release the others
-    for (int k = 0; k < 32; ++k)
-      if (members & (1u << k)) {
-        Fiber& other = b.fibers[(id & ~31) + k];
-        if (other.state == State::at_shuffle) make_ready((id & ~31) + k);
-      }
-    w.arrived = 0;
-    ++w.round;
-  } else {
+  if (w.arrived != members) {
     f.state = State::at_shuffle;
     switch_to_scheduler();
+    return f.result;
   }
-  // Two slot sets: a lane that runs ahead to the next exchange writes the other set.
-  return (members & (1u << src_lane)) ? w.slots[f.round & 1][src_lane] : mine;
+  // The last lane in hands every lane its value (a source outside the mask is undefined on
+  // a GPU; here it reads its own value) and releases the others.
+  for (int k = 0; k < 32; ++k) {
+    if (!(members & (1u << k))) continue;
+    Fiber& other = b.fibers[first + k];
+    other.result = (members & (1u << other.src_lane)) ? w.slots[other.src_lane] : w.slots[k];
+    if (other.state == State::at_shuffle) make_ready(first + k);
+  }
+  w.arrived = 0;
+  return f.result;
 }
 
 bool launch_config_ok(dim3 grid, dim3 block, std::size_t shared_bytes) {
@@ -276,7 +309,7 @@ void enqueue_grid(cudaStream_t stream, dim3 grid, dim3 block, const void* kernel
       for (unsigned y = 0; y < grid.y; ++y)
         for (unsigned x = 0; x < grid.x; ++x) {
           blockIdx = uint3{x, y, z};
-          if (g_direct) run_block_directly(body);
+          if (g_direct) run_block_directly(body, next_block_descends());
           else run_block_as_fibers();
         }
     if (known == g_kernel_syncs.end()) g_kernel_syncs.emplace(kernel, g_synchronised);

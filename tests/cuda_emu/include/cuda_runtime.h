@@ -202,6 +202,14 @@ using Task = std::function<void()>;
 
 // Checks a launch as a GPU would; false records cudaErrorInvalidConfiguration.
 bool launch_config_ok(dim3 grid, dim3 block, std::size_t shared_bytes);
+// A kernel's pointer argument must point into device or pinned memory (or one past the end
+// of an allocation); anything else would fault on a GPU, so the emulator stops there.
+void check_kernel_pointer(const void* p, std::size_t argument);
+
+template <class T> void check_kernel_argument(const T&, std::size_t) {}
+template <class T> void check_kernel_argument(T* p, std::size_t argument) {
+  if (p) check_kernel_pointer(p, argument);
+}
 // `kernel` identifies the kernel (the emulator remembers whether it synchronises).
 void enqueue_grid(cudaStream_t stream, dim3 grid, dim3 block, const void* kernel, Task body);
 
@@ -215,6 +223,10 @@ template <class... P> struct Launcher {
     if (!launch_config_ok(grid, block, shared_bytes)) return;
     auto k = kernel;
     std::tuple<std::decay_t<P>...> copied(std::forward<A>(args)...);
+    std::apply([](const auto&... a) {
+      std::size_t i = 0;
+      (check_kernel_argument(a, i++), ...);
+    }, copied);
     enqueue_grid(stream, grid, block, reinterpret_cast<const void*>(k),
                  [k, copied] { std::apply(k, copied); });
   }
