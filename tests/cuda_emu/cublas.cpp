@@ -6,7 +6,6 @@
 #include <vector>
 
 #include "cublas_v2.h"
-#include "emu_internal.hpp"
 
 struct cublasContext {
   cudaStream_t stream = nullptr;

@@ -11,7 +11,6 @@
 #include <vector>
 
 #include "device/half_bits.hpp"
-#include "emu_internal.hpp"
 #include "nccl.h"
 
 struct ncclComm {

@@ -20,7 +20,6 @@
 #include <vector>
 
 #include "cuda_runtime.h"
-#include "emu_internal.hpp"
 
 struct CUstream_st {
   std::deque<dtrain_emu::Task> queue;

@@ -12,7 +12,6 @@
 #include <vector>
 
 #include "cuda_runtime.h"
-#include "emu_internal.hpp"
 #include "fiber_switch.hpp"
 
 #if defined(__x86_64__)

@@ -200,6 +200,13 @@ namespace dtrain_emu {
 
 using Task = std::function<void()>;
 
+// Runs `task` in stream order: queued until the host next waits for the stream.
+void enqueue(cudaStream_t stream, Task task);
+// Checks that [p, p + bytes) lies inside one device allocation (false: an error is printed).
+bool device_range_ok(const void* p, std::size_t bytes, const char* what);
+// Records what the next cudaGetLastError returns.
+void set_last_error(cudaError_t err);
+
 // Checks a launch as a GPU would; false records cudaErrorInvalidConfiguration.
 bool launch_config_ok(dim3 grid, dim3 block, std::size_t shared_bytes);
 // A kernel's pointer argument must point into device or pinned memory (or one past the end

@@ -10,12 +10,6 @@
 
 #include "../../cuda_runtime.h"
 
-namespace dtrain_emu {
-// Checks that [p, p + bytes) lies inside one device allocation (false: an error is printed).
-bool device_range_ok(const void* p, std::size_t bytes, const char* what);
-void enqueue(cudaStream_t stream, Task task);
-}  // namespace dtrain_emu
-
 namespace cub {
 
 struct DeviceRadixSort {
