@@ -4,7 +4,8 @@
 # and requires every logged loss of the two runs to agree within TOLERANCE (relative).
 # With OPTIONS containing "resume", the cuda run is split: 3 steps saved to a checkpoint,
 # then resumed to the end by a second cuda run. With "nccl", device buffers move over the
-# (emulated) NCCL transport instead of MPI staging.
+# (emulated) NCCL transport instead of MPI staging; with "reorder", the emulator runs every
+# other stream's queued work before a stream's own (DTRAIN_CUDA_EMU_OTHER_STREAMS_FIRST).
 set -u
 mpiexec=$1 np=$2 gpt=$3 tol=$4
 shift 4
@@ -18,6 +19,7 @@ for o in "$@"; do
   case "$o" in
     resume) split=1 ;;
     nccl) transport=nccl ;;
+    reorder) export DTRAIN_CUDA_EMU_OTHER_STREAMS_FIRST=1 ;;
     *) opts+=("$o") ;;
   esac
 done

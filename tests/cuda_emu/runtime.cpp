@@ -112,9 +112,30 @@ bool in_pinned(const void* p, std::size_t bytes) {
 
 CUstream_st* stream_of(cudaStream_t s) { return s ? s : &g_legacy_stream; }
 
+// DTRAIN_CUDA_EMU_OTHER_STREAMS_FIRST=1: before a stream's work runs, every other stream's
+// queued work runs. Streams without a dependency may run in either order on a GPU; this
+// order runs work queued later on one stream (the compute stream, say) before work queued
+// earlier on another (a collective), so a buffer overwritten before the collective read it
+// shows up as a wrong result.
+bool other_streams_first() {
+  static const bool on = [] {
+    const char* v = std::getenv("DTRAIN_CUDA_EMU_OTHER_STREAMS_FIRST");
+    return v && std::strcmp(v, "1") == 0;
+  }();
+  return on;
+}
+
 // Runs the stream's queued work up to its `mark`-th task (all of it by default).
 void flush(CUstream_st* s, unsigned long long mark = ~0ull) {
   if (s->queue.empty() || s->completed >= mark) return;
+  static bool cascading = false;
+  if (other_streams_first() && !cascading) {
+    cascading = true;
+    if (s != &g_legacy_stream) flush(&g_legacy_stream);
+    for (CUstream_st* other : g_streams)
+      if (other != s) flush(other);
+    cascading = false;
+  }
   DeviceAccess open;
   while (!s->queue.empty() && s->completed < mark) {
     Task task = std::move(s->queue.front());
