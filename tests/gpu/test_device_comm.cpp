@@ -5,6 +5,7 @@
 // program checks that asking for a device communicator fails cleanly (Errc::unavailable)
 // and exits with CTest's skip code 77 on every rank.
 #include <cmath>
+#include <cstdint>
 #include <cstdio>
 #include <cstring>
 #include <memory>
@@ -206,6 +207,17 @@ void run_checks(Communicator& c, dtrain::Device& gpu) {
       dtrain::wait_all(reqs);
       check(from.host()[15] == static_cast<float>((r + P - 1) % P), "ring isend/irecv", r);
     }
+  }
+  {  // stream order: inputs written by device work still queued when the collective is called
+    Buf a(gpu, n), b(gpu, n);
+    gpu.fill(a.get(), static_cast<float>(r + 1), static_cast<std::int64_t>(n));
+    c.all_reduce(a.get(), b.get(), n, DType::f32, ReduceOp::sum);
+    gpu.fill(a.get(), static_cast<float>(2 * r), static_cast<std::int64_t>(n));
+    dtrain::Request req = c.iall_reduce(a.get(), a.get(), n, DType::f32, ReduceOp::sum);
+    req.wait();
+    const auto got_b = b.host(), got_a = a.host();
+    check(got_b[n - 1] == static_cast<float>(P * (P + 1) / 2), "all_reduce after queued fill", r);
+    check(got_a[n - 1] == static_cast<float>(P * (P - 1)), "iall_reduce after queued fill", r);
   }
   {  // split: even and odd ranks each sum their own
     Communicator half = c.split(r % 2, r, "half");
