@@ -1,7 +1,8 @@
 // The emulated NCCL (see include/nccl.h here). Collectives are simple and exact: the
 // contributions travel to one rank, which combines them in rank order and sends the result
-// back. Point-to-point calls inside a group are posted together, so a group may pair a send
-// and a receive in either order, as in NCCL.
+// back. Point-to-point calls are posted non-blocking and waited for at the end of their
+// group (a lone call is a group of one), so a group may pair a send and a receive in either
+// order, as in NCCL.
 #include <mpi.h>
 
 #include <cstdio>
@@ -383,8 +384,6 @@ ncclResult_t ncclSend(const void* send, std::size_t count, ncclDataType_t t, int
   const std::size_t bytes = count * elem_size(t);
   if (ncclResult_t r = check(c, t, send, bytes, nullptr, 0, false, "ncclSend")) return r;
   if (peer < 0 || peer >= c->size) return fail(c, ncclInvalidArgument, "ncclSend: bad peer");
-  if (g_group_depth == 0)
-    return submit({s, [=] { send_bytes(*c, send, bytes, peer); }, nullptr});
   return submit({s, nullptr, [=](std::vector<MPI_Request>& reqs) {
                    reqs.emplace_back();
                    MPI_Isend(send, static_cast<int>(bytes), MPI_BYTE, c->world[peer], c->tag,
@@ -397,8 +396,6 @@ ncclResult_t ncclRecv(void* recv, std::size_t count, ncclDataType_t t, int peer,
   const std::size_t bytes = count * elem_size(t);
   if (ncclResult_t r = check(c, t, nullptr, 0, recv, bytes, false, "ncclRecv")) return r;
   if (peer < 0 || peer >= c->size) return fail(c, ncclInvalidArgument, "ncclRecv: bad peer");
-  if (g_group_depth == 0)
-    return submit({s, [=] { recv_bytes(*c, recv, bytes, peer); }, nullptr});
   return submit({s, nullptr, [=](std::vector<MPI_Request>& reqs) {
                    reqs.emplace_back();
                    MPI_Irecv(recv, static_cast<int>(bytes), MPI_BYTE, c->world[peer], c->tag,
