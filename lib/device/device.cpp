@@ -36,6 +36,9 @@ void Device::set_gemm_operand_format(DType fmt) {
 // ---- DeviceBuffer --------------------------------------------------------------
 DeviceBuffer::DeviceBuffer(Device& dev, std::size_t bytes)
     : dev_(&dev), data_(dev.allocate(bytes)), bytes_(bytes) {}
+DeviceBuffer DeviceBuffer::arena(Device& dev, std::size_t bytes) {
+  return DeviceBuffer(dev, dev.allocate_arena(bytes), bytes);
+}
 DeviceBuffer::~DeviceBuffer() { reset(); }
 DeviceBuffer::DeviceBuffer(DeviceBuffer&& o) noexcept
     : dev_(std::exchange(o.dev_, nullptr)),

@@ -5,9 +5,10 @@
 #include "dtrain/device/device.hpp"
 
 namespace dtrain {
-constexpr int kCudaPluginAbi = 4;  // 2: Device::discard; 3: 16-bit casts, any_nonfinite;
+constexpr int kCudaPluginAbi = 5;  // 2: Device::discard; 3: 16-bit casts, any_nonfinite;
                                    // 4: Device::set_gemm_operand_format,
-                                   //    discard_releases_memory, sum_squares_runs
+                                   //    discard_releases_memory, sum_squares_runs;
+                                   // 5: Device::allocate_arena, restore
 }  // namespace dtrain
 
 extern "C" {

@@ -147,6 +147,12 @@ void GptModel::grads_ready(std::size_t index) const {
     grad_ready_hook_(grad_ready_ranges_[i].first, grad_ready_ranges_[i].second);
 }
 
+void GptModel::grads_writing(std::size_t index) const {
+  const int i = ready_index_[index];
+  if (grad_write_hook_ && i >= 0)
+    grad_write_hook_(grad_ready_ranges_[i].first, grad_ready_ranges_[i].second);
+}
+
 GptModel::~GptModel() = default;
 
 void GptModel::declare_parameters() {
@@ -432,6 +438,8 @@ void GptModel::backward_stage(float dloss, const float* doutput, int chunk, int 
     const int tied = cfg_.tie_embeddings ? embedding_unit() : -1;  // head_w_ is wte
     acquire(head_unit(), tied);
     acquire(tied, block_unit(l1 - 1));
+    grads_writing(0);
+    if (tied >= 0) grads_writing(ready_index_.size() - 1);  // head_dw_ is the wte gradient
     // loss = mean over N positions, so each position's loss gets dloss / N
     d.fill(dlosses_, dloss / static_cast<float>(N), N);
     // dlogits overwrite the logits in place (they are not needed any more)
@@ -461,6 +469,7 @@ void GptModel::backward_stage(float dloss, const float* doutput, int chunk, int 
     Block& b = blocks_[l];
     const float* res_in = l == l0 ? encoded_ : blocks_[l - 1].res3;
     acquire(block_unit(l), l > l0 ? block_unit(l - 1) : -1);  // the embedding backward needs no weights
+    grads_writing(static_cast<std::size_t>(stage_.layers - l));
     restore_16bit(b, B);
     // MLP: res3 = res2 + c_proj(gelu(c_fc(ln_2(res2))))
     zero(dfch_gelu_, NF);
@@ -494,6 +503,7 @@ void GptModel::backward_stage(float dloss, const float* doutput, int chunk, int 
   }
   // embedding: the full gradient of the (reduced) embedding output on every rank
   const float* demb = leave_region_bwd(dres_, R);
+  grads_writing(ready_index_.size() - 1);
   wte_.backward(d, demb, tokens_, N);
   d.positional_backward(dwpe_, demb, B, T, C);
   grads_ready(ready_index_.size() - 1);

@@ -106,8 +106,9 @@ void ParameterStore::allocate() {
   DTRAIN_CHECK(!allocated(), Errc::internal, "ParameterStore::allocate() called twice");
   if (units_) start_unit();  // the last unit ends on a page boundary too
   const std::size_t bytes = (total_ ? total_ : 1) * sizeof(float);
-  param_buf_ = DeviceBuffer(*dev_, bytes);  // zero-filled by the device
-  grad_buf_ = DeviceBuffer(*dev_, bytes);
+  // Zero-filled arenas, so ZeRO 2/3 can hand back the pieces a rank does not own.
+  param_buf_ = DeviceBuffer::arena(*dev_, bytes);
+  grad_buf_ = DeviceBuffer::arena(*dev_, bytes);
   params_ = param_buf_.as<float>();
   grads_ = grad_buf_.as<float>();
 }

@@ -31,9 +31,9 @@ GradientSync::GradientSync(Communicator& dp, float* grads, const std::vector<Ran
   }
   pending_ranges_.assign(buckets_.size(), 0);
   launched_.assign(buckets_.size(), false);
-  discarded_.assign(buckets_.size(), true);
+  discarded_.assign(buckets_.size(), false);
   in_flight_.resize(buckets_.size());
-  if (mode_ == GradReduction::shard) {
+  if (mode_ == GradReduction::shard) {  // hold only this rank's pieces from the start
     for (std::size_t b = 0; b < buckets_.size(); ++b) discard_others(b);
   }
 }
@@ -50,8 +50,15 @@ void GradientSync::begin(bool sync, bool last_micro) {
   for (std::size_t b = 0; b < buckets_.size(); ++b) {
     pending_ranges_[b] = static_cast<int>(buckets_[b].ranges.size());
     launched_[b] = false;
-    discarded_[b] = false;
   }
+}
+
+void GradientSync::writing(std::size_t first, std::size_t) {
+  if (mode_ != GradReduction::shard) return;
+  const auto it = range_by_first_.find(first);
+  DTRAIN_CHECK(it != range_by_first_.end(), Errc::internal,
+               "gradient range starting at " << first << " is not a planned range");
+  restore_others(static_cast<std::size_t>(bucket_of_range_[it->second]));
 }
 
 void GradientSync::ready(std::size_t first, std::size_t) {
@@ -70,9 +77,11 @@ void GradientSync::launch(std::size_t b) {
   if (mode_ == GradReduction::all_reduce) {
     in_flight_[b] = dp_.iall_reduce(base, base, bucket.numel(), DType::f32, ReduceOp::avg);
   } else {
+    if (mode_ == GradReduction::shard) restore_others(b);  // a bucket nobody announced: zeros
     // In place, NCCL style: this rank's piece lands at its own place in the arena. In shard
-    // mode the other ranks' pieces here were discarded after the last reduction (zeros), so
-    // the sum adds this micro-step's gradients of every rank to the piece's running total.
+    // mode the other ranks' pieces here were discarded after the last reduction and restored
+    // as zeros before this backward, so the sum adds this micro-step's gradients of every
+    // rank to the piece's running total.
     const ReduceOp op = mode_ == GradReduction::shard ? ReduceOp::sum : ReduceOp::avg;
     in_flight_[b] = dp_.ireduce_scatter_v(base, grads_ + owned_[b].first,
                                           piece_counts_[b].data(), DType::f32, op);
@@ -94,6 +103,15 @@ void GradientSync::discard_others(std::size_t b) {
   dev_->discard(grads_ + bucket.first, sizeof(float) * (mine.first - bucket.first));
   dev_->discard(grads_ + mine.second, sizeof(float) * (bucket.last - mine.second));
   discarded_[b] = true;
+}
+
+void GradientSync::restore_others(std::size_t b) {
+  if (!discarded_[b]) return;
+  const Bucket& bucket = buckets_[b];
+  const Range& mine = owned_[b];
+  dev_->restore(grads_ + bucket.first, sizeof(float) * (mine.first - bucket.first));
+  dev_->restore(grads_ + mine.second, sizeof(float) * (bucket.last - mine.second));
+  discarded_[b] = false;
 }
 
 void GradientSync::finish() {

@@ -38,6 +38,7 @@ void PackedParameters::acquire(int unit, int /*next: widening is local, nothing 
   check(unit);
   if (holders_[unit]++ > 0) return;
   const Range& u = units_[unit];
+  dev_.restore(params_ + u.first, sizeof(float) * size(unit));
   dev_.convert_from_16bit(params_ + u.first, words() + u.first,
                           static_cast<std::int64_t>(size(unit)), fmt_);
   held_numel_ += size(unit);

@@ -25,7 +25,7 @@ ParamGather::ParamGather(Communicator& dp, Device& dev, float* params, std::vect
     owned_numel_ += c[dp.rank()];
   }
   holders_.assign(n, 0);
-  gathered_.assign(n, true);  // the arena may start full: drop what this rank does not own
+  gathered_.assign(n, true);  // the arena starts full: drop what this rank does not own
   pending_.resize(n);
   words_of_.assign(n, -1);
   held_numel_ = owned_numel_;
@@ -52,13 +52,16 @@ void ParamGather::set_wire(DType wire) {
 
 void ParamGather::start(int unit) {
   if (gathered_[unit]) return;
+  const Range& u = units_[unit];
   const Range& mine = owned_[unit];
+  dev_.restore(params_ + u.first, sizeof(float) * (mine.first - u.first));
+  dev_.restore(params_ + mine.second, sizeof(float) * (u.second - mine.second));
   if (wire_ == DType::f32) {
-    pending_[unit] = dp_.iall_gather_v(params_ + mine.first, params_ + units_[unit].first,
+    pending_[unit] = dp_.iall_gather_v(params_ + mine.first, params_ + u.first,
                                        counts_[unit].data(), DType::f32);
   } else {
     const int w = take_words();
-    pending_[unit] = words_[w].gather.start(dp_, dev_, params_, units_[unit], mine,
+    pending_[unit] = words_[w].gather.start(dp_, dev_, params_, u, mine,
                                             counts_[unit].data(), wire_);
     words_of_[unit] = w;
   }

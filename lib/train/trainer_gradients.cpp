@@ -193,12 +193,13 @@ double Trainer::State::sync_gradients_fixed_order() {
 
 // --deterministic: zeroes the gradient arena for the next micro-batch. Between steps ZeRO
 // 2/3 hold only their pieces (the rest was handed back), so at a step's first micro-batch
-// the arena is handed back whole (its pages read as zeros when backward touches them);
-// later micro-batches find it resident and zero it in place.
+// the arena is handed back whole and restored (zeros; the CPU maps pages as backward
+// touches them); later micro-batches find it held and zero it in place.
 void Trainer::State::clear_gradients(bool hand_back) {
   ParameterStore& params = model.parameters();
   if (cfg.zero >= 2 && hand_back) {
-    dev.discard(params.grads(), params.numel() * sizeof(float));
+    dev.discard(params.grads(), params.bytes());
+    dev.restore(params.grads(), params.bytes());
   } else {
     params.zero_grads();
   }
@@ -212,7 +213,11 @@ void Trainer::State::finish_fixed_order_sum() {
     fixed_order->sum(grads);
     return;
   }
-  if (cfg.zero >= 2) clear_gradients(true);  // all but the pieces handed back
+  if (cfg.zero >= 2) {  // all but this rank's pieces handed back
+    dev.discard(grads, model.parameters().bytes());
+    for (const parallel::Range& r : fixed_order->owned())
+      dev.restore(grads + r.first, sizeof(float) * (r.second - r.first));
+  }
   fixed_order->sum_owned(grads);
 }
 

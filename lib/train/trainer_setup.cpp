@@ -232,7 +232,8 @@ Trainer::State::State(const TrainConfig& c, Communicator& w)
 
   // Held between steps: ZeRO 2 keeps only this rank's gradient pieces, ZeRO 3 also only its
   // parameter pieces (docs/data-parallel.md: the transient units during a pass come on top),
-  // where the device can hand back the rest of the arenas (the CPU; not yet a GPU).
+  // where the device can hand back the rest of the arenas (the CPU; a GPU with virtual
+  // memory management).
   const std::size_t n = model.parameters().numel();
   const bool released = dev.discard_releases_memory();
   const bool sharded_grads = cfg.zero >= 2 && released;
@@ -242,7 +243,8 @@ Trainer::State::State(const TrainConfig& c, Communicator& w)
   if (cfg.zero >= 2 && !released && w.rank() == 0) {
     DTRAIN_LOG(warn, "ZeRO " << cfg.zero << " on " << dev.name() << " shards the optimizer "
                "state and the communication, but the whole parameter and gradient arenas stay "
-               "resident: this device cannot yet hand back part of an allocation");
+               "resident: this device cannot hand back part of an allocation (a GPU needs "
+               "virtual memory management; see DTRAIN_CUDA_VMM)");
   }
   memory.grads = (sharded_grads ? owned : n) * sizeof(float) +
                  (fixed_order ? fixed_order->bytes() : 0);
@@ -303,6 +305,7 @@ std::vector<optim::Segment> Trainer::State::optimizer_segments() {
                                                   bucket_bytes, mode, &dev);
   parallel::GradientSync* s = sync.get();
   model.set_grad_ready_hook([s](std::size_t first, std::size_t last) { s->ready(first, last); });
+  model.set_grad_write_hook([s](std::size_t first, std::size_t last) { s->writing(first, last); });
   if (cfg.zero == 3) shard_parameters(parallel::gather_by_bucket(dp, dev, params.params(), *sync));
   if (mode == parallel::GradReduction::all_reduce) return parallel::parameter_segments(params);
   return parallel::owned_segments(params, sync->owned());

@@ -9,6 +9,8 @@
 #include <sys/mman.h>
 #include <unistd.h>
 
+#include <algorithm>
+#include <cstdint>
 #include <cstdio>
 #include <cstdlib>
 #include <deque>
@@ -17,8 +19,10 @@
 #include <memory>
 #include <mutex>
 #include <set>
+#include <string>
 #include <vector>
 
+#include "cuda.h"
 #include "cuda_runtime.h"
 
 struct CUstream_st {
@@ -39,13 +43,23 @@ constexpr std::size_t kDeviceBytes = 16ull << 30;
 
 struct Allocation {
   char* map;              // start of the mapping
-  std::size_t open_len;   // the accessible part; one guard page follows
+  std::size_t open_len;   // the accessible part; one guard page follows (not for chunks)
   std::size_t bytes;      // what was asked for
+  bool chunk = false;     // a physical chunk mapped into a reservation (cuMemMap)
+  bool accessible = true;  // chunks: once cuMemSetAccess granted it
+};
+
+struct Reservation {  // cuMemAddressReserve
+  char* map;
+  std::size_t map_len;
+  std::size_t bytes;
 };
 
 std::recursive_mutex g_mutex;
 std::map<const char*, Allocation> g_device;  // by user pointer
 std::map<const char*, std::size_t> g_pinned;
+std::map<const char*, Reservation> g_reserved;          // by aligned start
+std::map<CUmemGenericAllocationHandle, std::size_t> g_handles;  // physical chunks: bytes
 std::set<CUstream_st*> g_streams;
 CUstream_st g_legacy_stream;  // stream 0
 std::size_t g_device_bytes = 0;
@@ -69,7 +83,8 @@ int device_count() {
 }
 
 void protect(const Allocation& a, bool open) {
-  if (mprotect(a.map, a.open_len, open ? PROT_READ | PROT_WRITE : PROT_NONE) != 0) {
+  const bool rw = open && a.accessible;
+  if (mprotect(a.map, a.open_len, rw ? PROT_READ | PROT_WRITE : PROT_NONE) != 0) {
     std::perror("CUDA emulator: mprotect");
     std::abort();
   }
@@ -100,7 +115,32 @@ const Allocation* find_device(const void* p, std::size_t bytes) {
   return &it->second;
 }
 
-bool in_device(const void* p) { return find_device(p, 1) != nullptr; }
+// The reservation holding [p, p + bytes), or nullptr.
+const Reservation* find_reserved(const void* p, std::size_t bytes) {
+  const char* c = static_cast<const char*>(p);
+  auto it = g_reserved.upper_bound(c);
+  if (it == g_reserved.begin()) return nullptr;
+  --it;
+  return c + bytes <= it->first + it->second.bytes ? &it->second : nullptr;
+}
+
+// Whether [p, p + bytes) is device memory a GPU may touch: inside one cudaMalloc block, or
+// inside a reservation with every chunk it touches mapped and accessible.
+bool device_range(const void* p, std::size_t bytes) {
+  const Allocation* a = find_device(p, bytes);
+  if (a && !a->chunk) return true;
+  if (!find_reserved(p, bytes)) return false;
+  const char* c = static_cast<const char*>(p);
+  const char* end = c + bytes;
+  while (c < end) {
+    const Allocation* chunk = find_device(c, 1);
+    if (!chunk || !chunk->chunk || !chunk->accessible) return false;
+    c = chunk->map + chunk->bytes;
+  }
+  return true;
+}
+
+bool in_device(const void* p) { return device_range(p, 1); }
 
 bool in_pinned(const void* p, std::size_t bytes) {
   const char* c = static_cast<const char*>(p);
@@ -163,7 +203,7 @@ void enqueue(cudaStream_t stream, Task task) {
 
 bool device_range_ok(const void* p, std::size_t bytes, const char* what) {
   std::lock_guard<std::recursive_mutex> lock(g_mutex);
-  if (find_device(p, bytes ? bytes : 1)) return true;
+  if (device_range(p, bytes ? bytes : 1)) return true;
   std::fprintf(stderr, "CUDA emulator: %s: %zu bytes at %p are not inside one device allocation\n",
                what, bytes, p);
   return false;
@@ -171,7 +211,9 @@ bool device_range_ok(const void* p, std::size_t bytes, const char* what) {
 
 void check_kernel_pointer(const void* p, std::size_t argument) {
   std::lock_guard<std::recursive_mutex> lock(g_mutex);
-  if (find_device(p, 1) || in_pinned(p, 1)) return;
+  // Any address of a reservation is a device address, mapped or not (a kernel may be handed
+  // an arena's start and touch only its mapped pieces; touching the rest faults).
+  if (device_range(p, 1) || find_reserved(p, 1) || in_pinned(p, 1)) return;
   const char* c = static_cast<const char*>(p);
   auto it = g_device.lower_bound(c);
   if (it != g_device.begin() && std::prev(it)->first + std::prev(it)->second.bytes == c) return;
@@ -287,7 +329,7 @@ cudaError_t cudaFree(void* ptr) {
   std::lock_guard<std::recursive_mutex> lock(g_mutex);
   if (!ptr) return cudaSuccess;
   auto it = g_device.find(static_cast<const char*>(ptr));
-  if (it == g_device.end()) return fail(cudaErrorInvalidDevicePointer);
+  if (it == g_device.end() || it->second.chunk) return fail(cudaErrorInvalidDevicePointer);
   flush_all();  // cudaFree synchronises the device
   munmap(it->second.map, it->second.open_len + page_size());
   g_device_bytes -= it->second.open_len;
@@ -343,7 +385,7 @@ cudaError_t cudaMemcpyAsync(void* dst, const void* src, std::size_t bytes, cudaM
   if (bytes == 0) return cudaSuccess;
   const bool dst_dev = in_device(dst), src_dev = in_device(src);
   // A device pointer must hold the whole range; a host range must not touch device memory.
-  if ((dst_dev && !find_device(dst, bytes)) || (src_dev && !find_device(src, bytes))) {
+  if ((dst_dev && !device_range(dst, bytes)) || (src_dev && !device_range(src, bytes))) {
     std::fprintf(stderr, "CUDA emulator: cudaMemcpyAsync of %zu bytes runs past a device allocation\n",
                  bytes);
     return fail(cudaErrorInvalidValue);
@@ -387,7 +429,7 @@ cudaError_t cudaMemcpy(void* dst, const void* src, std::size_t bytes, cudaMemcpy
 cudaError_t cudaMemsetAsync(void* ptr, int value, std::size_t bytes, cudaStream_t stream) {
   std::lock_guard<std::recursive_mutex> lock(g_mutex);
   if (bytes == 0) return cudaSuccess;
-  if (!find_device(ptr, bytes)) {
+  if (!device_range(ptr, bytes)) {
     std::fprintf(stderr, "CUDA emulator: cudaMemsetAsync of %zu bytes outside device memory\n", bytes);
     return fail(cudaErrorInvalidValue);
   }
@@ -464,5 +506,175 @@ cudaError_t cudaStreamWaitEvent(cudaStream_t stream, cudaEvent_t event, unsigned
   // Work queued on `stream` after this call must see the event's work: run that now (on a
   // GPU the stream would wait; the order of the results is the same).
   if (event->stream && event->stream != stream_of(stream)) flush(event->stream, event->mark);
+  return cudaSuccess;
+}
+
+// ---- virtual memory management (driver API, through the entry points) ----------------------
+// A reservation is an inaccessible address range; a mapped chunk is a fresh NaN-filled
+// mapping there, reachable by device work only after cuMemSetAccess; unmapping drops its pages
+// at once, so work still queued that touches it faults, as on a GPU. Chunks are
+// DTRAIN_CUDA_EMU_GRANULARITY bytes (64 KiB by default, 2 MiB on current GPUs), so small test
+// models still have arenas of many chunks.
+namespace {
+
+std::size_t granularity() {
+  static const std::size_t g = [] {
+    const char* v = std::getenv("DTRAIN_CUDA_EMU_GRANULARITY");
+    const std::size_t want = v && *v ? std::strtoull(v, nullptr, 10) : 65536;
+    return std::max(page_size(), want / page_size() * page_size());
+  }();
+  return g;
+}
+
+CUresult vmm_granularity(std::size_t* g, const CUmemAllocationProp*,
+                         CUmemAllocationGranularity_flags) {
+  *g = granularity();
+  return CUDA_SUCCESS;
+}
+
+CUresult vmm_reserve(CUdeviceptr* ptr, std::size_t bytes, std::size_t alignment, CUdeviceptr,
+                     unsigned long long) {
+  std::lock_guard<std::recursive_mutex> lock(g_mutex);
+  const std::size_t g = std::max(granularity(), alignment);
+  if (bytes == 0 || bytes % granularity() != 0) return CUDA_ERROR_INVALID_VALUE;
+  void* map = mmap(nullptr, bytes + g, PROT_NONE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
+  if (map == MAP_FAILED) return CUDA_ERROR_OUT_OF_MEMORY;
+  const auto at = (reinterpret_cast<std::uintptr_t>(map) + g - 1) / g * g;
+  char* start = reinterpret_cast<char*>(at);
+  g_reserved.emplace(start, Reservation{static_cast<char*>(map), bytes + g, bytes});
+  *ptr = at;
+  return CUDA_SUCCESS;
+}
+
+CUresult vmm_address_free(CUdeviceptr ptr, std::size_t bytes) {
+  std::lock_guard<std::recursive_mutex> lock(g_mutex);
+  char* start = reinterpret_cast<char*>(ptr);
+  auto it = g_reserved.find(start);
+  if (it == g_reserved.end() || it->second.bytes != bytes) return CUDA_ERROR_INVALID_VALUE;
+  auto chunk = g_device.lower_bound(start);
+  if (chunk != g_device.end() && chunk->first < start + bytes) {
+    std::fprintf(stderr, "CUDA emulator: cuMemAddressFree of a range with chunks still mapped\n");
+    return CUDA_ERROR_INVALID_VALUE;
+  }
+  munmap(it->second.map, it->second.map_len);
+  g_reserved.erase(it);
+  return CUDA_SUCCESS;
+}
+
+CUresult vmm_create(CUmemGenericAllocationHandle* handle, std::size_t bytes,
+                    const CUmemAllocationProp*, unsigned long long) {
+  std::lock_guard<std::recursive_mutex> lock(g_mutex);
+  static CUmemGenericAllocationHandle next = 0;
+  if (bytes == 0 || bytes % granularity() != 0) return CUDA_ERROR_INVALID_VALUE;
+  if (g_device_bytes + bytes > kDeviceBytes) return CUDA_ERROR_OUT_OF_MEMORY;
+  *handle = ++next;
+  g_handles.emplace(*handle, bytes);
+  g_device_bytes += bytes;
+  return CUDA_SUCCESS;
+}
+
+CUresult vmm_release(CUmemGenericAllocationHandle handle) {
+  std::lock_guard<std::recursive_mutex> lock(g_mutex);
+  auto it = g_handles.find(handle);
+  if (it == g_handles.end()) return CUDA_ERROR_INVALID_VALUE;
+  g_device_bytes -= it->second;
+  g_handles.erase(it);
+  return CUDA_SUCCESS;
+}
+
+CUresult vmm_map(CUdeviceptr ptr, std::size_t bytes, std::size_t offset,
+                 CUmemGenericAllocationHandle handle, unsigned long long) {
+  std::lock_guard<std::recursive_mutex> lock(g_mutex);
+  char* at = reinterpret_cast<char*>(ptr);
+  auto h = g_handles.find(handle);
+  if (h == g_handles.end() || h->second != bytes || offset != 0 || ptr % granularity() != 0 ||
+      !find_reserved(at, bytes)) {
+    return CUDA_ERROR_INVALID_VALUE;
+  }
+  auto next = g_device.lower_bound(at);
+  const bool overlaps = (next != g_device.end() && next->first < at + bytes) ||
+                        (next != g_device.begin() && std::prev(next)->second.chunk &&
+                         std::prev(next)->first + std::prev(next)->second.bytes > at);
+  if (overlaps) {
+    std::fprintf(stderr, "CUDA emulator: cuMemMap onto an address that is already mapped\n");
+    return CUDA_ERROR_INVALID_VALUE;
+  }
+  if (mmap(at, bytes, PROT_READ | PROT_WRITE, MAP_FIXED | MAP_PRIVATE | MAP_ANONYMOUS, -1, 0) ==
+      MAP_FAILED) {
+    return CUDA_ERROR_OUT_OF_MEMORY;
+  }
+  std::memset(at, 0xff, bytes);  // fresh physical memory holds anything: NaN shows a read
+  Allocation a{at, bytes, bytes, /*chunk=*/true, /*accessible=*/false};
+  protect(a, false);
+  g_device.emplace(at, a);
+  return CUDA_SUCCESS;
+}
+
+CUresult vmm_set_access(CUdeviceptr ptr, std::size_t bytes, const CUmemAccessDesc* desc,
+                        std::size_t count) {
+  std::lock_guard<std::recursive_mutex> lock(g_mutex);
+  char* at = reinterpret_cast<char*>(ptr);
+  if (count != 1 || !find_reserved(at, bytes)) return CUDA_ERROR_INVALID_VALUE;
+  for (auto it = g_device.lower_bound(at); it != g_device.end() && it->first < at + bytes; ++it) {
+    it->second.accessible = desc->flags == CU_MEM_ACCESS_FLAGS_PROT_READWRITE;
+    protect(it->second, g_open);
+  }
+  return CUDA_SUCCESS;
+}
+
+CUresult vmm_unmap(CUdeviceptr ptr, std::size_t bytes) {
+  std::lock_guard<std::recursive_mutex> lock(g_mutex);
+  char* at = reinterpret_cast<char*>(ptr);
+  auto it = g_device.find(at);
+  // As the driver: exactly one earlier mapping (this device maps a chunk at a time).
+  if (it == g_device.end() || !it->second.chunk || it->second.bytes != bytes)
+    return CUDA_ERROR_INVALID_VALUE;
+  // The pages go at once: queued work that still touches them faults when it runs.
+  mmap(at, bytes, PROT_NONE, MAP_FIXED | MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
+  g_device.erase(it);
+  return CUDA_SUCCESS;
+}
+
+CUresult vmm_device_get(CUdevice* dev, int ordinal) {
+  if (ordinal < 0 || ordinal >= device_count()) return CUDA_ERROR_INVALID_VALUE;
+  *dev = ordinal;
+  return CUDA_SUCCESS;
+}
+
+// DTRAIN_CUDA_EMU_VMM=0 emulates a driver without virtual memory management.
+CUresult vmm_device_attribute(int* value, CUdevice_attribute attr, CUdevice) {
+  const char* v = std::getenv("DTRAIN_CUDA_EMU_VMM");
+  *value = attr == CU_DEVICE_ATTRIBUTE_VIRTUAL_MEMORY_MANAGEMENT_SUPPORTED && !(v && *v == '0');
+  return CUDA_SUCCESS;
+}
+
+}  // namespace
+
+namespace dtrain_emu {
+std::size_t mapped_chunk_bytes() {
+  std::lock_guard<std::recursive_mutex> lock(g_mutex);
+  std::size_t n = 0;
+  for (const auto& entry : g_device) n += entry.second.chunk ? entry.second.bytes : 0;
+  return n;
+}
+}  // namespace dtrain_emu
+
+cudaError_t cudaGetDriverEntryPointByVersion(const char* symbol, void** fn, unsigned, unsigned long long,
+                                             cudaDriverEntryPointQueryResult* status) {
+  static const std::map<std::string, void*> table = {
+      {"cuMemGetAllocationGranularity", reinterpret_cast<void*>(&vmm_granularity)},
+      {"cuMemAddressReserve", reinterpret_cast<void*>(&vmm_reserve)},
+      {"cuMemAddressFree", reinterpret_cast<void*>(&vmm_address_free)},
+      {"cuMemCreate", reinterpret_cast<void*>(&vmm_create)},
+      {"cuMemRelease", reinterpret_cast<void*>(&vmm_release)},
+      {"cuMemMap", reinterpret_cast<void*>(&vmm_map)},
+      {"cuMemUnmap", reinterpret_cast<void*>(&vmm_unmap)},
+      {"cuMemSetAccess", reinterpret_cast<void*>(&vmm_set_access)},
+      {"cuDeviceGet", reinterpret_cast<void*>(&vmm_device_get)},
+      {"cuDeviceGetAttribute", reinterpret_cast<void*>(&vmm_device_attribute)},
+  };
+  auto it = table.find(symbol);
+  *fn = it == table.end() ? nullptr : it->second;
+  if (status) *status = it == table.end() ? cudaDriverEntryPointSymbolNotFound : cudaDriverEntryPointSuccess;
   return cudaSuccess;
 }

@@ -42,11 +42,19 @@ class DTRAIN_API Device {
   virtual void free(void* ptr) noexcept = 0;
   virtual void copy(void* dst, const void* src, std::size_t bytes, CopyKind kind) = 0;
   virtual void zero(void* ptr, std::size_t bytes) = 0;
-  // Zeroes the range and returns the memory of the whole pages inside it to the system;
-  // they are mapped again, zero-filled, when next written (ZeRO 2/3 drop the pieces of the
-  // arenas a rank does not own this way). The default only zeroes.
+  // An allocation like allocate() whose ranges discard() can hand back: the parameter and
+  // gradient arenas. The default (and the CPU) is allocate(); a GPU maps it chunk by chunk.
+  virtual void* allocate_arena(std::size_t bytes) { return allocate(bytes); }
+  // Hands the memory of the whole pages (GPU: mapping chunks) inside the range back; ZeRO 2/3
+  // drop the pieces of the arenas a rank does not own this way. Until restore() is called on
+  // it, the range must not be read or written: on a GPU it is unmapped. The default zeroes.
   virtual void discard(void* ptr, std::size_t bytes) { zero(ptr, bytes); }
-  // Whether discard() hands memory back (the CPU) or only zeroes it (the default).
+  // Makes a discarded range (or part of one) usable again, zero-filled; call it before the
+  // range is next written or read. The CPU needs nothing (its pages read as zeros and come
+  // back when written); a GPU maps memory again. The default does nothing.
+  virtual void restore(void* /*ptr*/, std::size_t /*bytes*/) {}
+  // Whether discard() hands memory back (the CPU, a GPU with virtual memory management) or
+  // only zeroes it (the default).
   virtual bool discard_releases_memory() const noexcept { return false; }
   virtual void synchronize() = 0;
 
@@ -212,6 +220,8 @@ class DTRAIN_API DeviceBuffer {
  public:
   DeviceBuffer() = default;
   DeviceBuffer(Device& dev, std::size_t bytes);
+  // An arena (Device::allocate_arena), whose ranges may be discarded and restored.
+  static DeviceBuffer arena(Device& dev, std::size_t bytes);
   ~DeviceBuffer();
   DeviceBuffer(DeviceBuffer&& other) noexcept;
   DeviceBuffer& operator=(DeviceBuffer&& other) noexcept;
@@ -225,6 +235,8 @@ class DTRAIN_API DeviceBuffer {
   std::size_t bytes() const noexcept { return bytes_; }
 
  private:
+  DeviceBuffer(Device& dev, void* data, std::size_t bytes)
+      : dev_(&dev), data_(data), bytes_(bytes) {}
   void reset() noexcept;
   Device* dev_ = nullptr;
   void* data_ = nullptr;

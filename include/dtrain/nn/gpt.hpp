@@ -142,6 +142,10 @@ class DTRAIN_API GptModel {
   // parallelism uses it to reduce a bucket while backward goes on.
   using GradReadyHook = std::function<void(std::size_t first, std::size_t last)>;
   void set_grad_ready_hook(GradReadyHook hook) { grad_ready_hook_ = std::move(hook); }
+  // Called during backward() with the same ranges before backward first writes into each
+  // (a range may be announced more than once): ZeRO 2/3 restore the gradient memory they
+  // handed back after the last reduction (Device::restore).
+  void set_grad_write_hook(GradReadyHook hook) { grad_write_hook_ = std::move(hook); }
   // The ranges in the order the hook reports them; together they tile the arena.
   const std::vector<std::pair<std::size_t, std::size_t>>& grad_ready_ranges() const noexcept {
     return grad_ready_ranges_;
@@ -207,6 +211,7 @@ class DTRAIN_API GptModel {
   const float* leave_region_bwd(const float* dy_rows, int R);
   void plan_grad_ready_ranges();
   void grads_ready(std::size_t index) const;  // reports backward's index-th range (if held)
+  void grads_writing(std::size_t index) const;  // announces it before the first write
   // Parameter units by role (-1 when this stage holds none), and the hook calls.
   int head_unit() const noexcept { return ready_index_.front(); }
   int block_unit(int l) const noexcept { return ready_index_[1 + (stage_.layers - 1 - l)]; }
@@ -244,6 +249,7 @@ class DTRAIN_API GptModel {
 
   // activations (one device allocation, carved once)
   GradReadyHook grad_ready_hook_;
+  GradReadyHook grad_write_hook_;
   ParamUseHooks param_hooks_;
   std::function<void()> progress_hook_;
   std::vector<std::pair<std::size_t, std::size_t>> grad_ready_ranges_;

@@ -14,10 +14,11 @@
 //    updated parameters back. Accumulation micro-steps communicate nothing.
 //  * shard (ZeRO 2 and 3) keeps only this rank's piece of the gradients: every micro-step
 //    reduce-scatters (sum) each bucket into the owned piece, where the micro-steps add up,
-//    and discards the rest of the bucket (Device::discard) as soon as its reduction is done,
-//    so the full gradient exists only for the buckets backward is working on. The last
-//    micro-step divides the pieces by the group size. Pieces are cut at page boundaries
-//    (split_aligned) so that discarding returns whole pages.
+//    and discards the rest of the bucket (Device::discard) as soon as its reduction is done;
+//    the model announces each range before backward writes it (writing()), which restores
+//    the bucket's other pieces, so the full gradient exists only for the buckets backward
+//    is working on. The last micro-step divides the pieces by the group size. Pieces are
+//    cut at page boundaries (split_aligned) so that discarding returns whole pages.
 #include <cstddef>
 #include <cstdint>
 #include <unordered_map>
@@ -43,6 +44,9 @@ class DTRAIN_API GradientSync {
   // than one rank); last_micro = the step's last micro-step.
   void begin(bool sync, bool last_micro = true);
   void ready(std::size_t first, std::size_t last);  // the hook: [first, last) is final
+  // The hook before backward first writes [first, last) (a planned range): in shard mode the
+  // bucket's discarded pieces are restored (zeros).
+  void writing(std::size_t first, std::size_t last);
   void finish();  // launch what was never reported, wait for everything
   void poll();    // lets the reductions in flight progress; never blocks
 
@@ -69,6 +73,7 @@ class DTRAIN_API GradientSync {
  private:
   void launch(std::size_t bucket);
   void discard_others(std::size_t bucket);  // shard mode: drop what other ranks own
+  void restore_others(std::size_t bucket);  // shard mode: map it back before writing
 
   Communicator& dp_;
   float* grads_;
@@ -81,7 +86,7 @@ class DTRAIN_API GradientSync {
   std::vector<Range> owned_;
   std::vector<int> pending_ranges_;  // per bucket: ranges not yet reported this backward
   std::vector<bool> launched_;
-  std::vector<bool> discarded_;      // shard mode: the bucket's other pieces are dropped
+  std::vector<bool> discarded_;      // shard mode: the bucket's other pieces are discarded
   std::vector<Request> in_flight_;   // one slot per bucket, reused every step
   PieceGather share_;
   bool sync_ = false;

@@ -39,6 +39,7 @@ CudaDevice::CudaDevice(int ordinal) : ordinal_(ordinal), raw_(ordinal), alloc_(r
                 static_cast<double>(prop.totalGlobalMem) / (1024.0 * 1024.0 * 1024.0));
   name_ = text;
   DTRAIN_CUDA(cudaStreamCreateWithFlags(&stream_, cudaStreamNonBlocking));
+  arenas_ = std::make_unique<ArenaMemory>(ordinal_, stream_);
   DTRAIN_CUDA(cublasCreate(&blas_));
   DTRAIN_CUDA(cublasSetStream(blas_, stream_));
   // cuBLAS's workspace from the cache too, so GEMMs never allocate behind our back.
@@ -62,6 +63,7 @@ CudaDevice::~CudaDevice() {
   alloc_.free(flag_device_);
   alloc_.free(scratch_);
   alloc_.free(blas_workspace_);
+  arenas_.reset();  // it waits on the stream
   if (stream_) (void)cudaStreamDestroy(stream_);
 }
 
@@ -79,7 +81,15 @@ void* CudaDevice::allocate(std::size_t bytes) {
   return p;
 }
 
-void CudaDevice::free(void* ptr) noexcept { alloc_.free(ptr); }
+void* CudaDevice::allocate_arena(std::size_t bytes) {
+  if (!arenas_->supported()) return allocate(bytes);
+  activate();
+  return arenas_->allocate(bytes);
+}
+
+void CudaDevice::free(void* ptr) noexcept {
+  if (!arenas_->free(ptr)) alloc_.free(ptr);
+}
 
 void CudaDevice::copy(void* dst, const void* src, std::size_t bytes, CopyKind kind) {
   if (bytes == 0) return;
@@ -88,7 +98,10 @@ void CudaDevice::copy(void* dst, const void* src, std::size_t bytes, CopyKind ki
   // pinned or device pointer passed as "host" memory still copies correctly.
   DTRAIN_CUDA(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDefault, stream_));
   // Host memory is the caller's again on return (it may read or overwrite it), as on the CPU.
-  if (kind != CopyKind::device_to_device) DTRAIN_CUDA(cudaStreamSynchronize(stream_));
+  if (kind != CopyKind::device_to_device) {
+    DTRAIN_CUDA(cudaStreamSynchronize(stream_));
+    arenas_->reclaim();  // the host waited anyway: discarded chunks go back now
+  }
 }
 
 void CudaDevice::zero(void* ptr, std::size_t bytes) {
@@ -97,9 +110,22 @@ void CudaDevice::zero(void* ptr, std::size_t bytes) {
   DTRAIN_CUDA(cudaMemsetAsync(ptr, 0, bytes, stream_));
 }
 
+void CudaDevice::discard(void* ptr, std::size_t bytes) {
+  if (bytes == 0) return;
+  activate();
+  if (!arenas_->discard(ptr, bytes)) zero(ptr, bytes);  // not an arena: nothing to hand back
+}
+
+void CudaDevice::restore(void* ptr, std::size_t bytes) {
+  if (bytes == 0) return;
+  activate();
+  if (!arenas_->restore(ptr, bytes)) zero(ptr, bytes);
+}
+
 void CudaDevice::synchronize() {
   activate();
   DTRAIN_CUDA(cudaStreamSynchronize(stream_));
+  arenas_->reclaim();  // every discarded chunk's work has passed: hand them back now
 }
 
 float* CudaDevice::scratch(std::size_t floats) {

@@ -2,7 +2,9 @@
 // CudaDevice: the Device interface on one GPU. Every op is queued on the device's own
 // stream in call order (cuBLAS for GEMMs, dtrain's kernels for the rest), so ops never wait
 // for each other on the host; synchronize() and the copies that involve host memory wait.
-// Memory comes from a caching allocator: after set-up no op reaches cudaMalloc.
+// Memory comes from a caching allocator: after set-up no op reaches cudaMalloc. Arenas
+// (allocate_arena) live in virtual memory where the driver allows, so discard() hands
+// their chunks back and restore() maps them again (ArenaMemory).
 //
 // fp32 GEMMs use TF32 tensor cores unless DTRAIN_CUDA_TF32=0 (exact fp32, used by the
 // kernel tests); under mixed precision (set_gemm_operand_format) bf16/fp16 tensor cores with
@@ -10,10 +12,12 @@
 #include <cublas_v2.h>
 #include <cuda_runtime.h>
 
+#include <memory>
 #include <mutex>
 #include <string>
 
 #include "device/cuda/allocator.hpp"
+#include "device/cuda/arena_memory.hpp"
 #include "dtrain/device/device.hpp"
 
 namespace dtrain::cuda {
@@ -40,6 +44,7 @@ class CudaDevice final : public Device {
   int ordinal() const noexcept { return ordinal_; }
   cudaStream_t stream() const noexcept { return stream_; }
   AllocatorStats memory_stats() const { return alloc_.stats(); }
+  ArenaStats arena_stats() const { return arenas_->stats(); }
   bool tf32() const noexcept { return tf32_; }
   // Makes this GPU current on the calling thread (CUDA's current device is per thread).
   void activate() const;
@@ -50,9 +55,13 @@ class CudaDevice final : public Device {
   int num_threads() const override { return 1; }
 
   void* allocate(std::size_t bytes) override;
+  void* allocate_arena(std::size_t bytes) override;
   void free(void* ptr) noexcept override;
   void copy(void* dst, const void* src, std::size_t bytes, CopyKind kind) override;
   void zero(void* ptr, std::size_t bytes) override;
+  void discard(void* ptr, std::size_t bytes) override;
+  void restore(void* ptr, std::size_t bytes) override;
+  bool discard_releases_memory() const noexcept override { return arenas_->supported(); }
   void synchronize() override;
 
   void set_gemm_operand_format(DType fmt) override;
@@ -132,6 +141,7 @@ class CudaDevice final : public Device {
   DeviceMemory raw_;
   CachingAllocator alloc_;
   cudaStream_t stream_ = nullptr;
+  std::unique_ptr<ArenaMemory> arenas_;  // on stream_
   cublasHandle_t blas_ = nullptr;
   bool tf32_ = true;
   DType gemm_operands_ = DType::f32;  // set_gemm_operand_format

@@ -130,6 +130,18 @@ cudaError_t cudaEventQuery(cudaEvent_t event);
 cudaError_t cudaEventSynchronize(cudaEvent_t event);
 cudaError_t cudaStreamWaitEvent(cudaStream_t stream, cudaEvent_t event, unsigned flags = 0);
 
+// Driver entry points: the emulated virtual memory functions of cuda.h (runtime.cpp).
+#define CUDART_VERSION 12080
+enum cudaDriverEntryPointQueryResult {
+  cudaDriverEntryPointSuccess = 0,
+  cudaDriverEntryPointSymbolNotFound = 1,
+  cudaDriverEntryPointVersionNotSufficent = 2,
+};
+constexpr unsigned long long cudaEnableDefault = 0;
+cudaError_t cudaGetDriverEntryPointByVersion(const char* symbol, void** fn, unsigned version,
+                                             unsigned long long flags,
+                                             cudaDriverEntryPointQueryResult* status = nullptr);
+
 // ---- device-side functions ---------------------------------------------------------------
 void __syncthreads();
 int __syncthreads_or(int predicate);
@@ -204,6 +216,8 @@ using Task = std::function<void()>;
 void enqueue(cudaStream_t stream, Task task);
 // Checks that [p, p + bytes) lies inside one device allocation (false: an error is printed).
 bool device_range_ok(const void* p, std::size_t bytes, const char* what);
+// Bytes of physical chunks mapped into reservations now (cuMemMap), for the tests.
+std::size_t mapped_chunk_bytes();
 // Records what the next cudaGetLastError returns.
 void set_last_error(cudaError_t err);
 
