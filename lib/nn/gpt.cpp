@@ -103,7 +103,7 @@ GptModel::GptModel(const GptConfig& cfg, Device& dev, std::uint64_t seed, int ma
   hidden_local_ = 4 * cfg_.d_model / P;
   blocks_.resize(static_cast<std::size_t>(stage_.layers));
   declare_parameters();
-  params_.allocate();
+  params_.allocate(/*hold=*/weights == Weights::init);
   bind_parameters();
   if (weights == Weights::init) init_weights(seed);
   allocate_activations();

@@ -102,15 +102,18 @@ void ParameterStore::start_unit() {
   units_ = true;
 }
 
-void ParameterStore::allocate() {
+void ParameterStore::allocate(bool hold) {
   DTRAIN_CHECK(!allocated(), Errc::internal, "ParameterStore::allocate() called twice");
   if (units_) start_unit();  // the last unit ends on a page boundary too
   const std::size_t bytes = (total_ ? total_ : 1) * sizeof(float);
-  // Zero-filled arenas, so ZeRO 2/3 can hand back the pieces a rank does not own.
+  // Arenas, so ZeRO 2/3 can hand back the pieces a rank does not own.
   param_buf_ = DeviceBuffer::arena(*dev_, bytes);
   grad_buf_ = DeviceBuffer::arena(*dev_, bytes);
   params_ = param_buf_.as<float>();
   grads_ = grad_buf_.as<float>();
+  if (!hold) return;
+  dev_->restore(params_, bytes);
+  dev_->restore(grads_, bytes);
 }
 
 void ParameterStore::zero_grads() {

@@ -201,7 +201,7 @@ Trainer::State::State(const TrainConfig& c, Communicator& w)
   schedule.warmup_steps = cfg.warmup_steps;
   schedule.total_steps = std::max(1L, cfg.steps);
   schedule.validate();
-  if (gather) model.init_weights(cfg.seed, &gather->owned());
+  if (gather) hold_own_pieces();
   if (sync || gather) {  // collectives in flight move on while a block computes
     model.set_progress_hook([this] {
       if (sync) sync->poll();
@@ -264,6 +264,7 @@ Trainer::State::State(const TrainConfig& c, Communicator& w)
   w.all_reduce(&peak, &peak, 1, DType::f64, ReduceOp::avg);
   peak_flops_per_rank = peak;
   plan_norm_segments();
+  dev.synchronize();  // set-up done; a GPU hands back what ZeRO 2/3 dropped meanwhile
 }
 
 // Called while constructing `optimizer`: sets up the gradient reduction first, because under
@@ -309,6 +310,19 @@ std::vector<optim::Segment> Trainer::State::optimizer_segments() {
   if (cfg.zero == 3) shard_parameters(parallel::gather_by_bucket(dp, dev, params.params(), *sync));
   if (mode == parallel::GradReduction::all_reduce) return parallel::parameter_segments(params);
   return parallel::owned_segments(params, sync->owned());
+}
+
+// ZeRO 3 built the model holding nothing of its arenas (GptModel::Weights::deferred): hold
+// this rank's pieces (the gradient pieces the reduction sums into, the parameter pieces),
+// and write only its parameter pieces, so no rank ever holds the whole model.
+void Trainer::State::hold_own_pieces() {
+  ParameterStore& params = model.parameters();
+  const std::vector<parallel::Range>& grad_pieces = sync ? sync->owned() : fixed_order->owned();
+  for (const parallel::Range& r : grad_pieces)
+    dev.restore(params.grads() + r.first, sizeof(float) * (r.second - r.first));
+  for (const parallel::Range& r : gather->owned())
+    dev.restore(params.params() + r.first, sizeof(float) * (r.second - r.first));
+  model.init_weights(cfg.seed, &gather->owned());
 }
 
 // ZeRO 3: keep only this rank's piece of every unit; the model's passes gather units as

@@ -88,6 +88,7 @@ struct Trainer::State {
 
   State(const TrainConfig& c, Communicator& w);
   std::vector<optim::Segment> optimizer_segments();
+  void hold_own_pieces();  // ZeRO 3 at set-up
   void shard_parameters(std::unique_ptr<parallel::ParamGather> g);
   void pack_parameters();
   void use_parameters_by_unit(parallel::ParamResidency& r);

@@ -2,11 +2,16 @@
 // zero-filled, whatever part of it is restored, while everything around it keeps its values;
 // work queued before a discard still reads the old values (the chunks are unmapped only once
 // it has run). With virtual memory management (the default) discard hands memory back;
-// DTRAIN_CUDA_VMM=0 runs the fallback, where it only zeroes.
+// DTRAIN_CUDA_VMM=0 runs the fallback, where it only zeroes. A fresh arena holds nothing until
+// a range of it is restored.
+#include <sys/mman.h>
+#include <unistd.h>
+
 #include <cstdlib>
 #include <cstring>
 #include <vector>
 
+#include "dtrain/nn/gpt.hpp"
 #include "gpu_test.hpp"
 
 using namespace dtrain;
@@ -22,9 +27,12 @@ bool vmm_expected() {
   return !(v && std::strcmp(v, "0") == 0);
 }
 
+// An arena held whole, as ParameterStore holds its arenas outside ZeRO 3.
 class Arena {
  public:
-  explicit Arena(std::size_t floats) : buf_(DeviceBuffer::arena(gpu(), floats * sizeof(float))) {}
+  explicit Arena(std::size_t floats) : buf_(DeviceBuffer::arena(gpu(), floats * sizeof(float))) {
+    gpu().restore(buf_.data(), floats * sizeof(float));
+  }
   float* get() { return buf_.as<float>(); }
   std::vector<float> host(std::size_t floats) {
     std::vector<float> out(floats);
@@ -48,15 +56,65 @@ void expect_zeroed(const std::vector<float>& got, const std::vector<float>& want
                        << ", " << last << "))";
 }
 
+// Bytes of [p, p + bytes) backed by host pages, where device memory is host memory (the CUDA
+// emulator); -1 on a GPU, whose device addresses the host cannot query.
+long host_resident_bytes(const void* p, std::size_t bytes) {
+  const std::size_t page = static_cast<std::size_t>(sysconf(_SC_PAGESIZE));
+  std::vector<unsigned char> in_core((bytes + page - 1) / page);
+  if (mincore(const_cast<void*>(p), bytes, in_core.data()) != 0) return -1;
+  long n = 0;
+  for (unsigned char c : in_core) n += c & 1;
+  return n * static_cast<long>(page);
+}
+
 }  // namespace
 
 TEST(CudaArenas, DiscardHandsMemoryBackWhereTheDriverAllows) {
   EXPECT_EQ(gpu().discard_releases_memory(), vmm_expected());
 }
 
-TEST(CudaArenas, ArenasStartZeroFilled) {
+TEST(CudaArenas, RestoredArenasAreZeroFilled) {
   Arena a(kFloats);
   expect_zeroed(a.host(kFloats), std::vector<float>(kFloats, 1.0f), 0, kFloats);
+}
+
+TEST(CudaArenas, PiecesOfAnArenaHeldFromTheStart) {
+  // As a ZeRO-3 rank builds its model: only its piece is ever restored and used.
+  DeviceBuffer buf = DeviceBuffer::arena(gpu(), kFloats * sizeof(float));
+  float* arena = buf.as<float>();
+  const std::size_t first = 3 * kFloats / 4 + 3, last = kFloats - 1;  // a quarter
+  gpu().restore(arena + first, (last - first) * sizeof(float));
+  gpu().fill(arena + first, 5.0f, static_cast<std::int64_t>(last - first));
+  gpu().discard(arena, first * sizeof(float));  // what ZeRO 3 drops: never held here
+  const long held = host_resident_bytes(arena, kFloats * sizeof(float));
+  if (held >= 0 && vmm_expected()) {  // the emulator: only the piece's chunks are mapped
+    EXPECT_GT(held, 0);
+    EXPECT_LT(held, static_cast<long>(kFloats * sizeof(float) / 2));
+  }
+  std::vector<float> got(last - first);
+  gpu().copy(got.data(), arena + first, got.size() * sizeof(float), CopyKind::device_to_host);
+  EXPECT_EQ(got, std::vector<float>(got.size(), 5.0f));
+}
+
+TEST(CudaArenas, AModelWithDeferredWeightsHoldsNothingOfItsArenas) {
+  // How a ZeRO-3 rank builds its model: it then holds only its pieces (Trainer), never the
+  // whole arenas, not even for a moment.
+  GptConfig cfg;
+  cfg.layers = 2;
+  cfg.heads = 4;
+  cfg.d_model = 256;
+  cfg.seq_len = 16;
+  cfg.vocab = 256;
+  GptModel held(cfg, gpu(), 1, 1);
+  GptModel deferred(cfg, gpu(), 1, 1, std::vector<GptStage>{GptStage{}}, nullptr, false,
+                    GptModel::Weights::deferred);
+  const ParameterStore& h = held.parameters();
+  const ParameterStore& d = deferred.parameters();
+  const long whole = host_resident_bytes(h.params(), h.bytes());
+  if (whole < 0 || !vmm_expected()) return;  // a GPU: nothing the host can see
+  EXPECT_GE(whole, static_cast<long>(h.bytes()) / 2) << "the held model's arena is mapped";
+  EXPECT_EQ(host_resident_bytes(d.params(), d.bytes()), 0);
+  EXPECT_EQ(host_resident_bytes(d.grads(), d.bytes()), 0);
 }
 
 TEST(CudaArenas, DiscardedRangeComesBackZeroAndItsNeighboursKeepTheirValues) {

@@ -130,9 +130,17 @@ TEST(Zero, MemoryFollowsTheFormulasAndIsWhatIsHeld) {
   for (int stage : {1, 2, 3}) {
     cfg.zero = stage;
     train::Trainer t(cfg, world());
-    const train::TrainSummary s = t.run();
     const double params = stage >= 3 ? 4 * psi / nd : 4 * psi;
     const double grads = stage >= 2 ? 4 * psi / nd : 4 * psi;
+    const ParameterStore& p = t.model().parameters();
+    const std::size_t units = t.model().grad_ready_ranges().size();
+    const std::size_t slack = units * static_cast<std::size_t>(sysconf(_SC_PAGESIZE));
+    // A built trainer holds no more than that either.
+    EXPECT_LT(static_cast<double>(resident_bytes(p.params(), p.bytes())), 1.05 * params + slack)
+        << "stage " << stage << ", built";
+    EXPECT_LT(static_cast<double>(resident_bytes(p.grads(), p.bytes())), 1.05 * grads + slack)
+        << "stage " << stage << ", built";
+    const train::TrainSummary s = t.run();
     const double optimizer = 8 * psi / nd;
     EXPECT_NEAR(static_cast<double>(s.memory.params), params, 0.05 * params) << "stage " << stage;
     EXPECT_NEAR(static_cast<double>(s.memory.grads), grads, 0.05 * grads) << "stage " << stage;
@@ -146,9 +154,6 @@ TEST(Zero, MemoryFollowsTheFormulasAndIsWhatIsHeld) {
 
     // The accounting is what the arenas hold between steps: resident pages cover the
     // reported bytes and exceed them by less than one page per unit (a piece's tail page).
-    const ParameterStore& p = t.model().parameters();
-    const std::size_t units = t.model().grad_ready_ranges().size();
-    const std::size_t slack = units * static_cast<std::size_t>(sysconf(_SC_PAGESIZE));
     const std::size_t held_params = resident_bytes(p.params(), p.bytes());
     const std::size_t held_grads = resident_bytes(p.grads(), p.bytes());
     EXPECT_GE(held_params + 0, s.memory.params) << "stage " << stage;

@@ -42,8 +42,10 @@ class DTRAIN_API Device {
   virtual void free(void* ptr) noexcept = 0;
   virtual void copy(void* dst, const void* src, std::size_t bytes, CopyKind kind) = 0;
   virtual void zero(void* ptr, std::size_t bytes) = 0;
-  // An allocation like allocate() whose ranges discard() can hand back: the parameter and
-  // gradient arenas. The default (and the CPU) is allocate(); a GPU maps it chunk by chunk.
+  // Address space for an arena (the parameter and gradient arenas), whose ranges discard()
+  // can hand back. It starts as if discarded: restore() a range before using it. The CPU's
+  // zero pages come when written (restore does nothing); a GPU maps nothing until restore.
+  // The default is allocate().
   virtual void* allocate_arena(std::size_t bytes) { return allocate(bytes); }
   // Hands the memory of the whole pages (GPU: mapping chunks) inside the range back; ZeRO 2/3
   // drop the pieces of the arenas a rank does not own this way. Until restore() is called on

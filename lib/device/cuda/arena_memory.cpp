@@ -82,23 +82,20 @@ void* ArenaMemory::allocate(std::size_t bytes) {
   const std::size_t n = std::max<std::size_t>(1, (bytes + chunk_ - 1) / chunk_);
   CUdeviceptr base = 0;
   check_driver(drv_.address_reserve(&base, n * chunk_, chunk_, 0, 0), "cuMemAddressReserve");
-  Arena& a = arenas_[base];
-  a.base = base;
-  a.chunks.resize(n);
   try {
-    for (std::size_t c = 0; c < n; ++c) map(a, c);
+    Arena& a = arenas_[base];
+    a.base = base;
+    a.chunks.resize(n);
+    // Room for every chunk in the pool and the pending list: discard() never allocates.
+    pending_.reserve(total_chunks_ + n);
+    spare_.reserve(total_chunks_ + n);
   } catch (...) {
-    release_arena(a);
     arenas_.erase(base);
+    (void)drv_.address_free(base, n * chunk_);
     throw;
   }
-  // Room for every chunk in the pool and the pending list: discard() never allocates.
   total_chunks_ += n;
-  pending_.reserve(total_chunks_);
-  spare_.reserve(total_chunks_);
-  void* p = reinterpret_cast<void*>(base);
-  DTRAIN_CUDA(cudaMemsetAsync(p, 0, bytes, stream_));
-  return p;
+  return reinterpret_cast<void*>(base);
 }
 
 bool ArenaMemory::free(void* ptr) noexcept {

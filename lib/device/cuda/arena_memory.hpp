@@ -59,7 +59,8 @@ class ArenaMemory {
   ArenaMemory& operator=(const ArenaMemory&) = delete;
 
   bool supported() const noexcept { return supported_; }
-  // A zero-filled arena of at least `bytes`, fully mapped (needs supported()).
+  // An arena of at least `bytes` with nothing mapped yet: restore() what is used (needs
+  // supported()).
   void* allocate(std::size_t bytes);
   // false when ptr is not the start of an arena (the caller frees it otherwise).
   bool free(void* ptr) noexcept;
