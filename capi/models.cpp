@@ -91,6 +91,7 @@ void need_mlp_inputs(dt_model_s& m, const float* x, const int32_t* labels, bool 
 // ZeRO 3, gathers each parameter unit while a pass uses it.
 void connect_hooks(dtrain::GptModel& g, StepEngine& e) {
   g.set_grad_ready_hook([&e](std::size_t first, std::size_t last) { e.ready(first, last); });
+  g.set_grad_write_hook([&e](std::size_t first, std::size_t last) { e.writing(first, last); });
   g.set_progress_hook([&e] { e.poll(); });
   if (dtrain::parallel::ParamGather* pg = e.gather())
     g.set_param_use_hooks({[pg](int unit, int next) { pg->acquire(unit, next); },

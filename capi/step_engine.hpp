@@ -38,6 +38,8 @@ class StepEngine {
   void end_backward();
   // The grad-ready hook: [first, last) of the gradients is final for this backward.
   void ready(std::size_t first, std::size_t last) { sync_->ready(first, last); }
+  // The grad-write hook: backward is about to write [first, last) (GradientSync::writing).
+  void writing(std::size_t first, std::size_t last) { sync_->writing(first, last); }
   // Lets reductions and gathers in flight progress (the model's progress hook).
   void poll() {
     sync_->poll();

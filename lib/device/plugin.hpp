@@ -8,7 +8,7 @@ namespace dtrain {
 constexpr int kCudaPluginAbi = 5;  // 2: Device::discard; 3: 16-bit casts, any_nonfinite;
                                    // 4: Device::set_gemm_operand_format,
                                    //    discard_releases_memory, sum_squares_runs;
-                                   // 5: Device::allocate_arena, restore
+                                   // 5: Device::allocate_arena, restore, trim_memory
 }  // namespace dtrain
 
 extern "C" {

@@ -141,6 +141,7 @@ double Trainer::train_step() {
   ParameterStore& params = s.model.parameters();
   // Gradients averaged over the global batch: identical to one rank training on all of it.
   const double loss = s.fixed_order ? s.sync_gradients_fixed_order() : s.sync_gradients_bucketed();
+  s.dev.trim_memory();  // spare device memory this step's passes did not take goes back
   s.check_finite_loss(loss);
   s.last_lr = s.schedule.at(s.step);
   s.last_loss_scale = s.scaler.scale();

@@ -60,6 +60,7 @@ std::map<const char*, Allocation> g_device;  // by user pointer
 std::map<const char*, std::size_t> g_pinned;
 std::map<const char*, Reservation> g_reserved;          // by aligned start
 std::map<CUmemGenericAllocationHandle, std::size_t> g_handles;  // physical chunks: bytes
+std::size_t g_handles_created = 0;
 std::set<CUstream_st*> g_streams;
 CUstream_st g_legacy_stream;  // stream 0
 std::size_t g_device_bytes = 0;
@@ -564,10 +565,9 @@ CUresult vmm_address_free(CUdeviceptr ptr, std::size_t bytes) {
 CUresult vmm_create(CUmemGenericAllocationHandle* handle, std::size_t bytes,
                     const CUmemAllocationProp*, unsigned long long) {
   std::lock_guard<std::recursive_mutex> lock(g_mutex);
-  static CUmemGenericAllocationHandle next = 0;
   if (bytes == 0 || bytes % granularity() != 0) return CUDA_ERROR_INVALID_VALUE;
   if (g_device_bytes + bytes > kDeviceBytes) return CUDA_ERROR_OUT_OF_MEMORY;
-  *handle = ++next;
+  *handle = ++g_handles_created;
   g_handles.emplace(*handle, bytes);
   g_device_bytes += bytes;
   return CUDA_SUCCESS;
@@ -650,14 +650,17 @@ CUresult vmm_device_attribute(int* value, CUdevice_attribute attr, CUdevice) {
 
 }  // namespace
 
-namespace dtrain_emu {
-std::size_t mapped_chunk_bytes() {
+// Probes for the tests, found with dlsym in the loaded plugin (absent from a real one):
+// physical chunks that exist now (cuMemCreate'd, not released) and how many were ever made.
+extern "C" __attribute__((visibility("default"))) std::size_t dtrain_cuda_emu_chunk_bytes() {
   std::lock_guard<std::recursive_mutex> lock(g_mutex);
   std::size_t n = 0;
-  for (const auto& entry : g_device) n += entry.second.chunk ? entry.second.bytes : 0;
+  for (const auto& entry : g_handles) n += entry.second;
   return n;
 }
-}  // namespace dtrain_emu
+extern "C" __attribute__((visibility("default"))) std::size_t dtrain_cuda_emu_chunks_created() {
+  return g_handles_created;
+}
 
 cudaError_t cudaGetDriverEntryPointByVersion(const char* symbol, void** fn, unsigned, unsigned long long,
                                              cudaDriverEntryPointQueryResult* status) {

@@ -4,6 +4,7 @@
 // it has run). With virtual memory management (the default) discard hands memory back;
 // DTRAIN_CUDA_VMM=0 runs the fallback, where it only zeroes. A fresh arena holds nothing until
 // a range of it is restored.
+#include <dlfcn.h>
 #include <sys/mman.h>
 #include <unistd.h>
 
@@ -65,6 +66,15 @@ long host_resident_bytes(const void* p, std::size_t bytes) {
   long n = 0;
   for (unsigned char c : in_core) n += c & 1;
   return n * static_cast<long>(page);
+}
+
+// The CUDA emulator's probe `name` (physical chunk bytes, chunks ever created), or null with
+// a real plugin, which has none.
+using Probe = std::size_t (*)();
+Probe emulator_probe(const char* name) {
+  const char* path = std::getenv("DTRAIN_CUDA_PLUGIN");
+  void* plugin = path ? dlopen(path, RTLD_NOW | RTLD_NOLOAD) : nullptr;
+  return plugin ? reinterpret_cast<Probe>(dlsym(plugin, name)) : nullptr;
 }
 
 }  // namespace
@@ -156,6 +166,32 @@ TEST(CudaArenas, WorkQueuedBeforeADiscardStillSeesTheValues) {
     gpu().restore(a.get(), kFloats * sizeof(float));
     gpu().copy(a.get(), values.data(), kFloats * sizeof(float), CopyKind::host_to_device);
   }
+}
+
+TEST(CudaArenas, StepsReuseSpareChunksAndTrimmingGivesBackWhatNoStepTook) {
+  const Probe chunk_bytes = emulator_probe("dtrain_cuda_emu_chunk_bytes");
+  const Probe created = emulator_probe("dtrain_cuda_emu_chunks_created");
+  if (!chunk_bytes || !created || !vmm_expected()) return;  // the emulator counts chunks
+  const std::size_t bytes = kFloats * sizeof(float);
+  const std::size_t before = chunk_bytes();
+  DeviceBuffer buf = DeviceBuffer::arena(gpu(), bytes);
+  EXPECT_EQ(chunk_bytes(), before) << "a fresh arena holds no memory";
+  // Three "steps" of a ZeRO piece: taken back, used, dropped, then the once-a-step trim.
+  std::size_t made_in_first = 0;
+  for (int step = 0; step < 3; ++step) {
+    const std::size_t made = created();
+    gpu().restore(buf.data(), bytes);
+    gpu().fill(buf.as<float>(), 1.0f, static_cast<std::int64_t>(kFloats));
+    gpu().discard(buf.data(), bytes);
+    gpu().synchronize();
+    gpu().trim_memory();
+    if (step == 0) made_in_first = created() - made;
+    else EXPECT_EQ(created(), made) << "step " << step << " made new chunks instead of reusing";
+    EXPECT_GE(chunk_bytes(), before + bytes) << "step " << step << ": the pool keeps the chunks";
+  }
+  EXPECT_GT(made_in_first, 0u);
+  gpu().trim_memory();  // a "step" that took nothing: the pool goes back
+  EXPECT_EQ(chunk_bytes(), before);
 }
 
 TEST(CudaArenas, RestoringWhatIsStillMappedZeroesIt) {

@@ -58,6 +58,10 @@ class DTRAIN_API Device {
   // Whether discard() hands memory back (the CPU, a GPU with virtual memory management) or
   // only zeroes it (the default).
   virtual bool discard_releases_memory() const noexcept { return false; }
+  // Gives the system the memory kept for reuse that nothing took since the last call (a GPU's
+  // spare arena chunks, which restore() would reuse); the Trainer calls it once per step, so
+  // what a step needs stays and nothing else. The default does nothing.
+  virtual void trim_memory() {}
   virtual void synchronize() = 0;
 
   // ---- GEMM ----------------------------------------------------------------

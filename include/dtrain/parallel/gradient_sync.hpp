@@ -45,7 +45,10 @@ class DTRAIN_API GradientSync {
   void begin(bool sync, bool last_micro = true);
   void ready(std::size_t first, std::size_t last);  // the hook: [first, last) is final
   // The hook before backward first writes [first, last) (a planned range): in shard mode the
-  // bucket's discarded pieces are restored (zeros).
+  // bucket's discarded pieces are restored (zeros). A device that maps memory back only on
+  // restore (a GPU) needs every write announced this way; a bucket whose ranges arrive
+  // unannounced is restored at its reduction, which on such a device is too late (the CPU,
+  // whose pages come back when written, does not mind: the C API's MLP announces nothing).
   void writing(std::size_t first, std::size_t last);
   void finish();  // launch what was never reported, wait for everything
   void poll();    // lets the reductions in flight progress; never blocks

@@ -85,6 +85,7 @@ void* ArenaMemory::allocate(std::size_t bytes) {
   try {
     Arena& a = arenas_[base];
     a.base = base;
+    a.bytes = bytes;
     a.chunks.resize(n);
     // Room for every chunk in the pool and the pending list: discard() never allocates.
     pending_.reserve(total_chunks_ + n);
@@ -104,11 +105,16 @@ bool ArenaMemory::free(void* ptr) noexcept {
   if (it == arenas_.end()) return false;
   (void)cudaStreamSynchronize(stream_);  // queued work may still use it; every event passes
   reclaim_locked();
-  total_chunks_ -= it->second.chunks.size();
-  release_arena(it->second);
+  Arena& a = it->second;
+  // Entries a failed synchronisation left behind must not outlive the arena.
+  for (Pending& p : pending_)
+    if (p.arena == &a) p.arena = nullptr;
+  total_chunks_ -= a.chunks.size();
+  release_arena(a);
   arenas_.erase(it);
   for (CUmemGenericAllocationHandle h : spare_) (void)drv_.release(h);
   spare_.clear();
+  spare_low_ = 0;
   return true;
 }
 
@@ -126,17 +132,19 @@ bool ArenaMemory::discard(void* ptr, std::size_t bytes) {
   if (!a) return false;
   reclaim_locked();
   const std::size_t offset = reinterpret_cast<CUdeviceptr>(ptr) - a->base;
-  const std::size_t first = (offset + chunk_ - 1) / chunk_;  // whole chunks only
-  const std::size_t last = (offset + bytes) / chunk_;
+  const std::size_t first = (offset + chunk_ - 1) / chunk_;  // whole chunks only; the tail
+  const std::size_t last =                                    // past the arena's end counts
+      offset + bytes >= a->bytes ? a->chunks.size() : (offset + bytes) / chunk_;
   cudaEvent_t event = nullptr;
   for (std::size_t c = first; c < last; ++c) {
-    if (a->chunks[c].state != State::mapped) continue;
+    Chunk& chunk = a->chunks[c];
+    if (chunk.state != State::mapped) continue;
     if (!event) {
       event = take_event();
       DTRAIN_CUDA(cudaEventRecord(event, stream_));
     }
-    a->chunks[c].state = State::pending;
-    pending_.push_back({a, c, event});
+    chunk.state = State::pending;
+    pending_.push_back({a, c, ++chunk.discards, event});
   }
   return true;
 }
@@ -149,29 +157,34 @@ bool ArenaMemory::restore(void* ptr, std::size_t bytes) {
   reclaim_locked();
   const std::size_t offset = reinterpret_cast<CUdeviceptr>(ptr) - a->base;
   const std::size_t last = (offset + bytes + chunk_ - 1) / chunk_;
-  for (std::size_t c = offset / chunk_; c < last; ++c) {
-    Chunk& chunk = a->chunks[c];
-    if (chunk.state == State::pending) {  // still mapped: keep it
-      for (Pending& p : pending_)
-        if (p.arena == a && p.chunk == c) p.arena = nullptr;
-      chunk.state = State::mapped;
-    } else if (chunk.state == State::unmapped) {
-      map(*a, c);
+  // Chunks mapped here in a row get their access in one call (it is the slow one).
+  std::size_t run_first = 0, run = 0;
+  auto grant = [&] {
+    if (run) grant_access(*a, run_first, run);
+    run = 0;
+  };
+  try {
+    for (std::size_t c = offset / chunk_; c < last; ++c) {
+      Chunk& chunk = a->chunks[c];
+      if (chunk.state == State::unmapped) {
+        if (run == 0) run_first = c;
+        map(*a, c);
+        ++run;
+        continue;
+      }
+      grant();
+      if (chunk.state == State::pending) chunk.state = State::mapped;  // its entry goes stale
     }
+    grant();
+  } catch (...) {
+    try {
+      grant();  // what was mapped before the failure stays usable
+    } catch (...) {
+    }
+    throw;
   }
   DTRAIN_CUDA(cudaMemsetAsync(ptr, 0, bytes, stream_));
   return true;
-}
-
-ArenaStats ArenaMemory::stats() const {
-  std::lock_guard<std::mutex> lock(mutex_);
-  ArenaStats s;
-  s.chunk_bytes = chunk_;
-  for (const auto& entry : arenas_)
-    for (const Chunk& c : entry.second.chunks)
-      if (c.state != State::unmapped) s.mapped_bytes += chunk_;
-  s.spare_bytes = spare_.size() * chunk_;
-  return s;
 }
 
 CUmemGenericAllocationHandle ArenaMemory::take_chunk() {
@@ -188,29 +201,44 @@ CUmemGenericAllocationHandle ArenaMemory::take_chunk() {
   }
   const CUmemGenericAllocationHandle h = spare_.back();
   spare_.pop_back();
+  spare_low_ = std::min(spare_low_, spare_.size());
   return h;
+}
+
+void ArenaMemory::trim() noexcept {
+  std::lock_guard<std::mutex> lock(mutex_);
+  reclaim_locked();
+  for (; spare_low_ > 0 && !spare_.empty(); --spare_low_) {
+    (void)drv_.release(spare_.back());
+    spare_.pop_back();
+  }
+  spare_low_ = spare_.size();
 }
 
 void ArenaMemory::map(Arena& a, std::size_t c) {
   const CUmemGenericAllocationHandle h = take_chunk();
-  const CUdeviceptr at = a.base + c * chunk_;
-  CUresult r = drv_.map(at, chunk_, 0, h, 0);
-  if (r == CUDA_SUCCESS) {
-    r = drv_.set_access(at, chunk_, &access_, 1);
-    if (r != CUDA_SUCCESS) (void)drv_.unmap(at, chunk_);
-  }
+  const CUresult r = drv_.map(a.base + c * chunk_, chunk_, 0, h, 0);
   if (r != CUDA_SUCCESS) {
     spare_.push_back(h);
     check_driver(r, "cuMemMap");
   }
-  a.chunks[c] = {h, State::mapped};
+  a.chunks[c].handle = h;
+  a.chunks[c].state = State::mapped;
+}
+
+void ArenaMemory::grant_access(Arena& a, std::size_t first, std::size_t count) {
+  const CUresult r = drv_.set_access(a.base + first * chunk_, count * chunk_, &access_, 1);
+  if (r == CUDA_SUCCESS) return;
+  for (std::size_t c = first; c < first + count; ++c) unmap(a, c);
+  check_driver(r, "cuMemSetAccess");
 }
 
 void ArenaMemory::unmap(Arena& a, std::size_t c) noexcept {
   Chunk& chunk = a.chunks[c];
   (void)drv_.unmap(a.base + c * chunk_, chunk_);
   spare_.push_back(chunk.handle);
-  chunk = Chunk{};
+  chunk.handle = 0;
+  chunk.state = State::unmapped;
 }
 
 void ArenaMemory::reclaim() noexcept {
@@ -228,7 +256,9 @@ void ArenaMemory::reclaim_locked() noexcept {
     }
     for (; done < pending_.size() && pending_[done].event == event; ++done) {
       const Pending& p = pending_[done];
-      if (p.arena) unmap(*p.arena, p.chunk);
+      if (!p.arena) continue;
+      const Chunk& chunk = p.arena->chunks[p.chunk];
+      if (chunk.state == State::pending && chunk.discards == p.discard) unmap(*p.arena, p.chunk);
     }
     free_events_.push_back(event);
   }

@@ -7,10 +7,10 @@
 //
 // Unmapping waits for the stream: work queued before discard() may still use a chunk, so the
 // chunk stays mapped (pending) until an event recorded at discard() has passed; restore()
-// takes a pending chunk back as it is. Unmapped physical chunks stay in a spare pool and back
-// the next restore(), so once training runs no step allocates from the driver and the pool
-// never exceeds the most chunks held at once. Freeing an arena gives its chunks and the spare
-// pool back to the driver.
+// takes a pending chunk back as it is. Unmapped physical chunks wait in a spare pool for the
+// next restore(); trim() gives the driver back those no restore() needed since the last trim()
+// (the Trainer trims once per step), so the pool settles at what a step takes and steps after
+// the first allocate nothing. Freeing an arena gives its chunks and the pool back at once.
 //
 // The driver functions come from cudaGetDriverEntryPoint: the plugin needs no link to libcuda.
 // Without virtual memory management in the driver, or with DTRAIN_CUDA_VMM=0, supported() is
@@ -45,12 +45,6 @@ struct VmmDriver {
   bool load() noexcept;  // false when the driver lacks any of them
 };
 
-struct ArenaStats {
-  std::size_t chunk_bytes = 0;   // the granularity
-  std::size_t mapped_bytes = 0;  // chunks backing arena addresses now (pending ones too)
-  std::size_t spare_bytes = 0;   // unmapped chunks kept for the next restore()
-};
-
 class ArenaMemory {
  public:
   ArenaMemory(int ordinal, cudaStream_t stream);
@@ -72,26 +66,31 @@ class ArenaMemory {
   // Unmaps the pending chunks whose queued work has passed (all of them after a stream
   // synchronisation); discard() and restore() do it too.
   void reclaim() noexcept;
-  ArenaStats stats() const;
+  // Releases the spare chunks that no restore() took since the last trim().
+  void trim() noexcept;
 
  private:
   enum class State { mapped, pending, unmapped };
   struct Chunk {
     CUmemGenericAllocationHandle handle = 0;
     State state = State::unmapped;
+    unsigned discards = 0;  // which discard a pending entry belongs to
   };
   struct Arena {
     CUdeviceptr base = 0;
+    std::size_t bytes = 0;  // asked for; the last chunk may be partly beyond it
     std::vector<Chunk> chunks;
   };
   struct Pending {  // a discarded chunk still mapped until `event` has passed
-    Arena* arena;   // null: restored meanwhile
+    Arena* arena;
     std::size_t chunk;
+    unsigned discard;  // stale once the chunk was restored (and maybe discarded again)
     cudaEvent_t event;
   };
 
   Arena* find(const void* ptr, std::size_t bytes);
-  void map(Arena& a, std::size_t chunk);
+  void map(Arena& a, std::size_t chunk);  // without access yet
+  void grant_access(Arena& a, std::size_t first, std::size_t count);
   void unmap(Arena& a, std::size_t chunk) noexcept;
   CUmemGenericAllocationHandle take_chunk();
   void reclaim_locked() noexcept;
@@ -105,10 +104,11 @@ class ArenaMemory {
   std::size_t chunk_ = 0;
   CUmemAllocationProp prop_{};
   CUmemAccessDesc access_{};
-  mutable std::mutex mutex_;
+  std::mutex mutex_;
   std::map<CUdeviceptr, Arena> arenas_;              // by base address
   std::vector<Pending> pending_;                      // in event order
   std::vector<CUmemGenericAllocationHandle> spare_;  // unmapped physical chunks
+  std::size_t spare_low_ = 0;  // the fewest spares since the last trim(): none of them used
   std::vector<cudaEvent_t> free_events_;
   std::size_t total_chunks_ = 0;  // of all arenas: what the vectors above are reserved for
 };

@@ -44,7 +44,6 @@ class CudaDevice final : public Device {
   int ordinal() const noexcept { return ordinal_; }
   cudaStream_t stream() const noexcept { return stream_; }
   AllocatorStats memory_stats() const { return alloc_.stats(); }
-  ArenaStats arena_stats() const { return arenas_->stats(); }
   bool tf32() const noexcept { return tf32_; }
   // Makes this GPU current on the calling thread (CUDA's current device is per thread).
   void activate() const;
@@ -62,6 +61,7 @@ class CudaDevice final : public Device {
   void discard(void* ptr, std::size_t bytes) override;
   void restore(void* ptr, std::size_t bytes) override;
   bool discard_releases_memory() const noexcept override { return arenas_->supported(); }
+  void trim_memory() override { arenas_->trim(); }
   void synchronize() override;
 
   void set_gemm_operand_format(DType fmt) override;

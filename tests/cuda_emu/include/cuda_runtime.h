@@ -216,8 +216,6 @@ using Task = std::function<void()>;
 void enqueue(cudaStream_t stream, Task task);
 // Checks that [p, p + bytes) lies inside one device allocation (false: an error is printed).
 bool device_range_ok(const void* p, std::size_t bytes, const char* what);
-// Bytes of physical chunks mapped into reservations now (cuMemMap), for the tests.
-std::size_t mapped_chunk_bytes();
 // Records what the next cudaGetLastError returns.
 void set_last_error(cudaError_t err);
 
