@@ -120,6 +120,7 @@ double StepEngine::step(float lr) {
   optimizer_->step(params_.params(), params_.grads(), lr, optim::clip_factor(norm, cfg_.clip_grad));
   // ZeRO 1/2: every rank's updated piece to all. ZeRO 3 keeps the pieces; passes gather them.
   if (!gather_) sync_->all_gather(params_.params());
+  params_.device().trim_memory(Device::Trim::unused);  // spare memory no step took goes back
   return norm;
 }
 

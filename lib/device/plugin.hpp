@@ -5,10 +5,11 @@
 #include "dtrain/device/device.hpp"
 
 namespace dtrain {
-constexpr int kCudaPluginAbi = 5;  // 2: Device::discard; 3: 16-bit casts, any_nonfinite;
+constexpr int kCudaPluginAbi = 6;  // 2: Device::discard; 3: 16-bit casts, any_nonfinite;
                                    // 4: Device::set_gemm_operand_format,
                                    //    discard_releases_memory, sum_squares_runs;
-                                   // 5: Device::allocate_arena, restore, trim_memory
+                                   // 5: Device::allocate_arena, restore, trim_memory;
+                                   // 6: trim_memory(Trim)
 }  // namespace dtrain
 
 extern "C" {

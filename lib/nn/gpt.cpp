@@ -103,9 +103,10 @@ GptModel::GptModel(const GptConfig& cfg, Device& dev, std::uint64_t seed, int ma
   hidden_local_ = 4 * cfg_.d_model / P;
   blocks_.resize(static_cast<std::size_t>(stage_.layers));
   declare_parameters();
-  params_.allocate(/*hold=*/weights == Weights::init);
+  const bool write_weights = weights != Weights::deferred;
+  params_.allocate(/*hold_params=*/write_weights, /*hold_grads=*/weights == Weights::init);
   bind_parameters();
-  if (weights == Weights::init) init_weights(seed);
+  if (write_weights) init_weights(seed);
   allocate_activations();
   bind_layernorm_grads();
   plan_grad_ready_ranges();

@@ -102,7 +102,7 @@ void ParameterStore::start_unit() {
   units_ = true;
 }
 
-void ParameterStore::allocate(bool hold) {
+void ParameterStore::allocate(bool hold_params, bool hold_grads) {
   DTRAIN_CHECK(!allocated(), Errc::internal, "ParameterStore::allocate() called twice");
   if (units_) start_unit();  // the last unit ends on a page boundary too
   const std::size_t bytes = (total_ ? total_ : 1) * sizeof(float);
@@ -111,9 +111,8 @@ void ParameterStore::allocate(bool hold) {
   grad_buf_ = DeviceBuffer::arena(*dev_, bytes);
   params_ = param_buf_.as<float>();
   grads_ = grad_buf_.as<float>();
-  if (!hold) return;
-  dev_->restore(params_, bytes);
-  dev_->restore(grads_, bytes);
+  if (hold_params) dev_->restore(params_, bytes);
+  if (hold_grads) dev_->restore(grads_, bytes);
 }
 
 void ParameterStore::zero_grads() {

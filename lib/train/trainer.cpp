@@ -82,21 +82,24 @@ std::string Trainer::save_checkpoint() {
     if (s.gather) s.gather->set_wire(s.optimizer.low_precision());
   };
   std::string path;
-  parallel::HeldParameters unpacked(s.packed.get());  // 16-bit storage: the arena whole
-  try {
-    if (s.gather && masters) s.gather->set_wire(DType::f32);  // the masters are not 16-bit
-    s.optimizer.store_master_weights(params);
-    if (masters) s.share_updated_parameters(/*rounded=*/false);
-    parallel::HeldParameters whole(s.gather.get());  // ZeRO 3: the checkpointer reads whole tensors
-    path = s.checkpoints().save(s.cfg.save_dir, info, s.cfg.keep);
-  } catch (...) {
+  {
+    parallel::HeldParameters unpacked(s.packed.get());  // 16-bit storage: the arena whole
     try {
-      round_again();
-    } catch (...) {  // the save's error is the one to report
+      if (s.gather && masters) s.gather->set_wire(DType::f32);  // the masters are not 16-bit
+      s.optimizer.store_master_weights(params);
+      if (masters) s.share_updated_parameters(/*rounded=*/false);
+      parallel::HeldParameters whole(s.gather.get());  // ZeRO 3: the checkpointer reads whole tensors
+      path = s.checkpoints().save(s.cfg.save_dir, info, s.cfg.keep);
+    } catch (...) {
+      try {
+        round_again();
+      } catch (...) {  // the save's error is the one to report
+      }
+      throw;
     }
-    throw;
+    round_again();
   }
-  round_again();
+  s.release_spare_memory();  // ZeRO 3 and 16-bit storage held the whole arena to write it
   s.last_saved_step = s.step;
   DTRAIN_LOG(info, "checkpoint: wrote " << path << " (step " << s.step << ", " << watch.seconds() << " s)");
   return path;
@@ -118,6 +121,7 @@ void Trainer::load_checkpoint(const std::string& path) {
       s.share_updated_parameters();
     }
   }
+  s.release_spare_memory();
   // fp16 goes on from the saved loss scale; a file without one (another precision) leaves
   // --loss-scale.
   if (s.scaler.enabled() && info.loss_scale > 0)
@@ -141,7 +145,7 @@ double Trainer::train_step() {
   ParameterStore& params = s.model.parameters();
   // Gradients averaged over the global batch: identical to one rank training on all of it.
   const double loss = s.fixed_order ? s.sync_gradients_fixed_order() : s.sync_gradients_bucketed();
-  s.dev.trim_memory();  // spare device memory this step's passes did not take goes back
+  s.dev.trim_memory(Device::Trim::unused);  // spare memory this step did not take goes back
   s.check_finite_loss(loss);
   s.last_lr = s.schedule.at(s.step);
   s.last_loss_scale = s.scaler.scale();

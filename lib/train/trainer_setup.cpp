@@ -188,10 +188,13 @@ Trainer::State::State(const TrainConfig& c, Communicator& w)
       device_world(device_world_for(w, dev)),
       grid(device_world.valid() ? device_world : w, grid_shape(cfg)),
       source(open_source(cfg)),
-      // ZeRO 3 writes only the parameter pieces this rank keeps, once they are known.
+      // ZeRO 2 holds only the gradient pieces this rank owns, ZeRO 3 also writes only its
+      // parameter pieces, once they are known (hold_own_pieces).
       model(model_config(cfg), dev, cfg.seed, cfg.micro_batch, model_chunks(cfg, grid, w.size()),
             &grid.tp(), cfg.sequence_parallel,
-            cfg.zero == 3 ? GptModel::Weights::deferred : GptModel::Weights::init),
+            cfg.zero == 3   ? GptModel::Weights::deferred
+            : cfg.zero == 2 ? GptModel::Weights::init_grads_deferred
+                            : GptModel::Weights::init),
       optimizer(dev, optimizer_segments(), model.parameters().numel(), adamw_config(cfg)),
       loader(*source, batch_plan(cfg, grid, w.size()), cfg.seq_len),
       tokens(sizeof(std::int32_t) * cfg.micro_batch * cfg.seq_len),
@@ -201,7 +204,7 @@ Trainer::State::State(const TrainConfig& c, Communicator& w)
   schedule.warmup_steps = cfg.warmup_steps;
   schedule.total_steps = std::max(1L, cfg.steps);
   schedule.validate();
-  if (gather) hold_own_pieces();
+  if (cfg.zero >= 2) hold_own_pieces();
   if (sync || gather) {  // collectives in flight move on while a block computes
     model.set_progress_hook([this] {
       if (sync) sync->poll();
@@ -264,7 +267,12 @@ Trainer::State::State(const TrainConfig& c, Communicator& w)
   w.all_reduce(&peak, &peak, 1, DType::f64, ReduceOp::avg);
   peak_flops_per_rank = peak;
   plan_norm_segments();
-  dev.synchronize();  // set-up done; a GPU hands back what ZeRO 2/3 dropped meanwhile
+  release_spare_memory();  // what ZeRO 2/3 or 16-bit storage dropped while setting up
+}
+
+void Trainer::State::release_spare_memory() {
+  dev.synchronize();  // queued work no longer uses what was dropped
+  dev.trim_memory(Device::Trim::all);
 }
 
 // Called while constructing `optimizer`: sets up the gradient reduction first, because under
@@ -312,14 +320,16 @@ std::vector<optim::Segment> Trainer::State::optimizer_segments() {
   return parallel::owned_segments(params, sync->owned());
 }
 
-// ZeRO 3 built the model holding nothing of its arenas (GptModel::Weights::deferred): hold
-// this rank's pieces (the gradient pieces the reduction sums into, the parameter pieces),
-// and write only its parameter pieces, so no rank ever holds the whole model.
+// ZeRO 2/3 built the model holding nothing of its gradient arena, ZeRO 3 nothing of its
+// parameter arena either (GptModel::Weights): hold this rank's gradient pieces (what the
+// reduction sums into) and ZeRO 3's parameter pieces, and write only those parameters, so
+// no rank ever holds all the gradients or the whole model.
 void Trainer::State::hold_own_pieces() {
   ParameterStore& params = model.parameters();
   const std::vector<parallel::Range>& grad_pieces = sync ? sync->owned() : fixed_order->owned();
   for (const parallel::Range& r : grad_pieces)
     dev.restore(params.grads() + r.first, sizeof(float) * (r.second - r.first));
+  if (!gather) return;
   for (const parallel::Range& r : gather->owned())
     dev.restore(params.params() + r.first, sizeof(float) * (r.second - r.first));
   model.init_weights(cfg.seed, &gather->owned());

@@ -88,7 +88,10 @@ struct Trainer::State {
 
   State(const TrainConfig& c, Communicator& w);
   std::vector<optim::Segment> optimizer_segments();
-  void hold_own_pieces();  // ZeRO 3 at set-up
+  void hold_own_pieces();  // ZeRO 2/3 at set-up
+  // After set-up or a checkpoint: memory they held that no step needs goes back (a GPU's
+  // spare arena chunks).
+  void release_spare_memory();
   void shard_parameters(std::unique_ptr<parallel::ParamGather> g);
   void pack_parameters();
   void use_parameters_by_unit(parallel::ParamResidency& r);

@@ -61,6 +61,7 @@ std::map<const char*, std::size_t> g_pinned;
 std::map<const char*, Reservation> g_reserved;          // by aligned start
 std::map<CUmemGenericAllocationHandle, std::size_t> g_handles;  // physical chunks: bytes
 std::size_t g_handles_created = 0;
+std::size_t g_handle_bytes = 0, g_handle_bytes_peak = 0;  // of g_handles: now, highest
 std::set<CUstream_st*> g_streams;
 CUstream_st g_legacy_stream;  // stream 0
 std::size_t g_device_bytes = 0;
@@ -570,6 +571,8 @@ CUresult vmm_create(CUmemGenericAllocationHandle* handle, std::size_t bytes,
   *handle = ++g_handles_created;
   g_handles.emplace(*handle, bytes);
   g_device_bytes += bytes;
+  g_handle_bytes += bytes;
+  g_handle_bytes_peak = std::max(g_handle_bytes_peak, g_handle_bytes);
   return CUDA_SUCCESS;
 }
 
@@ -578,6 +581,7 @@ CUresult vmm_release(CUmemGenericAllocationHandle handle) {
   auto it = g_handles.find(handle);
   if (it == g_handles.end()) return CUDA_ERROR_INVALID_VALUE;
   g_device_bytes -= it->second;
+  g_handle_bytes -= it->second;
   g_handles.erase(it);
   return CUDA_SUCCESS;
 }
@@ -651,12 +655,18 @@ CUresult vmm_device_attribute(int* value, CUdevice_attribute attr, CUdevice) {
 }  // namespace
 
 // Probes for the tests, found with dlsym in the loaded plugin (absent from a real one):
-// physical chunks that exist now (cuMemCreate'd, not released) and how many were ever made.
+// bytes of the physical chunks that exist now (cuMemCreate'd, not released), the most there
+// were since the last call of the peak probe (which starts the next period), and how many
+// chunks were ever made.
 extern "C" __attribute__((visibility("default"))) std::size_t dtrain_cuda_emu_chunk_bytes() {
   std::lock_guard<std::recursive_mutex> lock(g_mutex);
-  std::size_t n = 0;
-  for (const auto& entry : g_handles) n += entry.second;
-  return n;
+  return g_handle_bytes;
+}
+extern "C" __attribute__((visibility("default"))) std::size_t dtrain_cuda_emu_chunk_bytes_peak() {
+  std::lock_guard<std::recursive_mutex> lock(g_mutex);
+  const std::size_t peak = g_handle_bytes_peak;
+  g_handle_bytes_peak = g_handle_bytes;
+  return peak;
 }
 extern "C" __attribute__((visibility("default"))) std::size_t dtrain_cuda_emu_chunks_created() {
   return g_handles_created;

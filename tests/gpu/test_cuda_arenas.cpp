@@ -4,15 +4,16 @@
 // it has run). With virtual memory management (the default) discard hands memory back;
 // DTRAIN_CUDA_VMM=0 runs the fallback, where it only zeroes. A fresh arena holds nothing until
 // a range of it is restored.
-#include <dlfcn.h>
 #include <sys/mman.h>
 #include <unistd.h>
 
 #include <cstdlib>
 #include <cstring>
+#include <memory>
 #include <vector>
 
 #include "dtrain/nn/gpt.hpp"
+#include "emulator_probe.hpp"
 #include "gpu_test.hpp"
 
 using namespace dtrain;
@@ -68,15 +69,6 @@ long host_resident_bytes(const void* p, std::size_t bytes) {
   return n * static_cast<long>(page);
 }
 
-// The CUDA emulator's probe `name` (physical chunk bytes, chunks ever created), or null with
-// a real plugin, which has none.
-using Probe = std::size_t (*)();
-Probe emulator_probe(const char* name) {
-  const char* path = std::getenv("DTRAIN_CUDA_PLUGIN");
-  void* plugin = path ? dlopen(path, RTLD_NOW | RTLD_NOLOAD) : nullptr;
-  return plugin ? reinterpret_cast<Probe>(dlsym(plugin, name)) : nullptr;
-}
-
 }  // namespace
 
 TEST(CudaArenas, DiscardHandsMemoryBackWhereTheDriverAllows) {
@@ -107,24 +99,31 @@ TEST(CudaArenas, PiecesOfAnArenaHeldFromTheStart) {
 }
 
 TEST(CudaArenas, AModelWithDeferredWeightsHoldsNothingOfItsArenas) {
-  // How a ZeRO-3 rank builds its model: it then holds only its pieces (Trainer), never the
-  // whole arenas, not even for a moment.
+  // How a ZeRO-3 (ZeRO-2) rank builds its model: it then holds only its pieces (Trainer),
+  // never the whole arenas (gradient arena), not even for a moment.
   GptConfig cfg;
   cfg.layers = 2;
   cfg.heads = 4;
   cfg.d_model = 256;
   cfg.seq_len = 16;
   cfg.vocab = 256;
-  GptModel held(cfg, gpu(), 1, 1);
-  GptModel deferred(cfg, gpu(), 1, 1, std::vector<GptStage>{GptStage{}}, nullptr, false,
-                    GptModel::Weights::deferred);
-  const ParameterStore& h = held.parameters();
-  const ParameterStore& d = deferred.parameters();
+  auto built = [&cfg](GptModel::Weights w) {
+    return std::make_unique<GptModel>(cfg, gpu(), 1, 1, std::vector<GptStage>{GptStage{}},
+                                      nullptr, false, w);
+  };
+  const auto held = built(GptModel::Weights::init);
+  const auto deferred = built(GptModel::Weights::deferred);
+  const auto grads_deferred = built(GptModel::Weights::init_grads_deferred);  // ZeRO 2
+  const ParameterStore& h = held->parameters();
+  const ParameterStore& d = deferred->parameters();
+  const ParameterStore& g = grads_deferred->parameters();
   const long whole = host_resident_bytes(h.params(), h.bytes());
   if (whole < 0 || !vmm_expected()) return;  // a GPU: nothing the host can see
   EXPECT_GE(whole, static_cast<long>(h.bytes()) / 2) << "the held model's arena is mapped";
   EXPECT_EQ(host_resident_bytes(d.params(), d.bytes()), 0);
   EXPECT_EQ(host_resident_bytes(d.grads(), d.bytes()), 0);
+  EXPECT_GE(host_resident_bytes(g.params(), g.bytes()), static_cast<long>(g.bytes()) / 2);
+  EXPECT_EQ(host_resident_bytes(g.grads(), g.bytes()), 0);
 }
 
 TEST(CudaArenas, DiscardedRangeComesBackZeroAndItsNeighboursKeepTheirValues) {
@@ -169,8 +168,8 @@ TEST(CudaArenas, WorkQueuedBeforeADiscardStillSeesTheValues) {
 }
 
 TEST(CudaArenas, StepsReuseSpareChunksAndTrimmingGivesBackWhatNoStepTook) {
-  const Probe chunk_bytes = emulator_probe("dtrain_cuda_emu_chunk_bytes");
-  const Probe created = emulator_probe("dtrain_cuda_emu_chunks_created");
+  const test::EmulatorProbe chunk_bytes = test::emulator_probe("dtrain_cuda_emu_chunk_bytes");
+  const test::EmulatorProbe created = test::emulator_probe("dtrain_cuda_emu_chunks_created");
   if (!chunk_bytes || !created || !vmm_expected()) return;  // the emulator counts chunks
   const std::size_t bytes = kFloats * sizeof(float);
   const std::size_t before = chunk_bytes();
@@ -184,13 +183,30 @@ TEST(CudaArenas, StepsReuseSpareChunksAndTrimmingGivesBackWhatNoStepTook) {
     gpu().fill(buf.as<float>(), 1.0f, static_cast<std::int64_t>(kFloats));
     gpu().discard(buf.data(), bytes);
     gpu().synchronize();
-    gpu().trim_memory();
+    gpu().trim_memory(Device::Trim::unused);
     if (step == 0) made_in_first = created() - made;
     else EXPECT_EQ(created(), made) << "step " << step << " made new chunks instead of reusing";
     EXPECT_GE(chunk_bytes(), before + bytes) << "step " << step << ": the pool keeps the chunks";
   }
   EXPECT_GT(made_in_first, 0u);
-  gpu().trim_memory();  // a "step" that took nothing: the pool goes back
+  gpu().trim_memory(Device::Trim::unused);  // a "step" that took nothing: the pool goes back
+  EXPECT_EQ(chunk_bytes(), before);
+}
+
+TEST(CudaArenas, TrimmingAllGivesBackEverySpareChunkAtOnce) {
+  // What set-up and checkpoints do: the chunks they dropped are no step's working set.
+  const test::EmulatorProbe chunk_bytes = test::emulator_probe("dtrain_cuda_emu_chunk_bytes");
+  if (!chunk_bytes || !vmm_expected()) return;
+  const std::size_t bytes = kFloats * sizeof(float);
+  const std::size_t before = chunk_bytes();
+  DeviceBuffer buf = DeviceBuffer::arena(gpu(), bytes);
+  gpu().trim_memory(Device::Trim::unused);  // a step boundary: from here, nothing taken yet
+  gpu().restore(buf.data(), bytes);
+  gpu().discard(buf.data(), bytes);
+  gpu().synchronize();
+  gpu().trim_memory(Device::Trim::unused);
+  EXPECT_GE(chunk_bytes(), before + bytes) << "taken since the last trim: kept";
+  gpu().trim_memory(Device::Trim::all);
   EXPECT_EQ(chunk_bytes(), before);
 }
 

@@ -16,6 +16,7 @@
 
 #include "dtrain/nn/gpt.hpp"
 #include "dtrain/train/trainer.hpp"
+#include "emulator_probe.hpp"
 #include "test_support.hpp"
 #include "train_fixtures.hpp"
 
@@ -127,19 +128,28 @@ TEST(Zero, MemoryFollowsTheFormulasAndIsWhatIsHeld) {
     train::Trainer ref(cfg, world());
     psi = static_cast<double>(ref.run().memory.optimizer) / 8.0;
   }
+  const test::EmulatorProbe chunk_bytes = test::emulator_probe("dtrain_cuda_emu_chunk_bytes");
+  const test::EmulatorProbe chunk_peak = test::emulator_probe("dtrain_cuda_emu_chunk_bytes_peak");
   for (int stage : {1, 2, 3}) {
     cfg.zero = stage;
+    if (chunk_peak) chunk_peak();  // the peak from here
     train::Trainer t(cfg, world());
     const double params = stage >= 3 ? 4 * psi / nd : 4 * psi;
     const double grads = stage >= 2 ? 4 * psi / nd : 4 * psi;
     const ParameterStore& p = t.model().parameters();
     const std::size_t units = t.model().grad_ready_ranges().size();
     const std::size_t slack = units * static_cast<std::size_t>(sysconf(_SC_PAGESIZE));
-    // A built trainer holds no more than that either.
+    // A built trainer holds no more than that either. On the emulated GPU the physical
+    // chunks say so too (set-up keeps no spare ones), and building never held more.
     EXPECT_LT(static_cast<double>(resident_bytes(p.params(), p.bytes())), 1.05 * params + slack)
         << "stage " << stage << ", built";
     EXPECT_LT(static_cast<double>(resident_bytes(p.grads(), p.bytes())), 1.05 * grads + slack)
         << "stage " << stage << ", built";
+    if (chunk_bytes && chunk_peak) {
+      const double bound = 1.05 * (params + grads) + 2.0 * static_cast<double>(slack);
+      EXPECT_LT(static_cast<double>(chunk_bytes()), bound) << "stage " << stage << ", built";
+      EXPECT_LT(static_cast<double>(chunk_peak()), bound) << "stage " << stage << ", building";
+    }
     const train::TrainSummary s = t.run();
     const double optimizer = 8 * psi / nd;
     EXPECT_NEAR(static_cast<double>(s.memory.params), params, 0.05 * params) << "stage " << stage;
@@ -161,6 +171,29 @@ TEST(Zero, MemoryFollowsTheFormulasAndIsWhatIsHeld) {
     EXPECT_GE(held_grads, s.memory.grads) << "stage " << stage;
     EXPECT_LT(held_grads, s.memory.grads + slack) << "stage " << stage;
   }
+}
+
+TEST(Zero, SpareDeviceMemoryGoesBackAfterSetUpAndCheckpoints) {
+  // 16-bit parameter storage keeps the fp32 parameter arena unmapped between passes, but
+  // set-up and a checkpoint write hold it whole for a while: what they drop goes back to the
+  // driver at once, not steps later (counted as the emulated GPU's physical chunks).
+  const test::EmulatorProbe chunk_bytes = test::emulator_probe("dtrain_cuda_emu_chunk_bytes");
+  if (!chunk_bytes) GTEST_SKIP() << "counts the emulated GPU's physical chunks";
+  train::TrainConfig cfg = test::tiny_train_config();
+  cfg.d_model = 128;
+  cfg.heads = 4;
+  cfg.precision = "bf16";
+  cfg.zero = 1;
+  cfg.save_dir = test::fresh_dir(world(), "zero", "spare", world().size());
+  train::Trainer t(cfg, world());
+  const ParameterStore& p = t.model().parameters();
+  const std::size_t slack =
+      t.model().grad_ready_ranges().size() * static_cast<std::size_t>(sysconf(_SC_PAGESIZE));
+  // Between steps ZeRO 1 holds its gradient arena whole and nothing of the parameter arena.
+  EXPECT_LT(chunk_bytes(), p.bytes() + slack) << "built";
+  t.train_step();
+  t.save_checkpoint();
+  EXPECT_LT(chunk_bytes(), p.bytes() + slack) << "after a checkpoint";
 }
 
 TEST(Zero, DeterministicModeIsBitwiseIdenticalAcrossDegreesAndStages) {

@@ -58,10 +58,13 @@ class DTRAIN_API Device {
   // Whether discard() hands memory back (the CPU, a GPU with virtual memory management) or
   // only zeroes it (the default).
   virtual bool discard_releases_memory() const noexcept { return false; }
-  // Gives the system the memory kept for reuse that nothing took since the last call (a GPU's
-  // spare arena chunks, which restore() would reuse); the Trainer calls it once per step, so
-  // what a step needs stays and nothing else. The default does nothing.
-  virtual void trim_memory() {}
+  // Gives the system memory kept for reuse (a GPU's spare arena chunks, which restore() would
+  // take again). Trim::unused: what nothing took since the last call; the Trainer trims so
+  // once per step, so what a step needs stays and nothing else. Trim::all: all of it, after
+  // set-up or a checkpoint, which held memory no step needs (call synchronize() first: memory
+  // that queued work still uses is not spare yet). The default does nothing.
+  enum class Trim { unused, all };
+  virtual void trim_memory(Trim /*what*/) {}
   virtual void synchronize() = 0;
 
   // ---- GEMM ----------------------------------------------------------------

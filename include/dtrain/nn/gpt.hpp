@@ -76,10 +76,12 @@ class DTRAIN_API GptModel {
   // Several layer chunks in one model (one parameter arena): an interleaved pipeline rank
   // holds chunk c = piece c*pp + rank. Chunks are listed in layer order; only the first may
   // hold the embedding, only the last the head; each keeps its own activation slots.
-  // weights = deferred: the parameter and gradient arenas hold nothing (ParameterStore::
-  // allocate(false)) and no weight is written; the caller restores the pieces it keeps and
-  // calls init_weights() for them, so that a ZeRO-3 rank never holds the whole model.
-  enum class Weights { init, deferred };
+  // weights = init_grads_deferred: the weights are written, the gradient arena holds nothing
+  // (ParameterStore::allocate) and the caller restores the pieces it keeps, so that a ZeRO-2
+  // rank never holds all the gradients. deferred: neither arena holds anything and no weight
+  // is written; the caller restores the pieces it keeps and calls init_weights() for them,
+  // so that a ZeRO-3 rank never holds the whole model.
+  enum class Weights { init, init_grads_deferred, deferred };
   GptModel(const GptConfig& cfg, Device& dev, std::uint64_t seed, int max_batch,
            const std::vector<GptStage>& chunks, Communicator* tp = nullptr,
            bool sequence_parallel = false, Weights weights = Weights::init);

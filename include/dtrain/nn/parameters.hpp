@@ -72,10 +72,11 @@ class DTRAIN_API ParameterStore {
   // rank does not own can be handed back to the system (Device::discard).
   static constexpr std::size_t kUnitAlignFloats = 1024;  // 4 KiB
   void start_unit();
-  // Allocates both arenas once (Device::allocate_arena); no registration afterwards. hold:
-  // both are restored whole (zero-filled); otherwise nothing of them is held yet and the
-  // caller restores the pieces it uses (a ZeRO-3 rank: only its own).
-  void allocate(bool hold = true);
+  // Allocates both arenas once (Device::allocate_arena); no registration afterwards. An
+  // arena held is restored whole (zero-filled); otherwise nothing of it is held yet and the
+  // caller restores the pieces it uses (ZeRO 2: its gradient pieces; ZeRO 3: also its
+  // parameter pieces).
+  void allocate(bool hold_params = true, bool hold_grads = true);
   bool allocated() const noexcept { return params_ != nullptr; }
 
   float* params() noexcept { return params_; }

@@ -205,9 +205,10 @@ CUmemGenericAllocationHandle ArenaMemory::take_chunk() {
   return h;
 }
 
-void ArenaMemory::trim() noexcept {
+void ArenaMemory::trim(bool all) noexcept {
   std::lock_guard<std::mutex> lock(mutex_);
   reclaim_locked();
+  if (all) spare_low_ = spare_.size();
   for (; spare_low_ > 0 && !spare_.empty(); --spare_low_) {
     (void)drv_.release(spare_.back());
     spare_.pop_back();

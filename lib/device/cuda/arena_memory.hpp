@@ -10,7 +10,8 @@
 // takes a pending chunk back as it is. Unmapped physical chunks wait in a spare pool for the
 // next restore(); trim() gives the driver back those no restore() needed since the last trim()
 // (the Trainer trims once per step), so the pool settles at what a step takes and steps after
-// the first allocate nothing. Freeing an arena gives its chunks and the pool back at once.
+// the first allocate nothing; trim(all) empties the pool (after set-up and checkpoints).
+// Freeing an arena gives its chunks and the pool back at once.
 //
 // The driver functions come from cudaGetDriverEntryPoint: the plugin needs no link to libcuda.
 // Without virtual memory management in the driver, or with DTRAIN_CUDA_VMM=0, supported() is
@@ -66,8 +67,8 @@ class ArenaMemory {
   // Unmaps the pending chunks whose queued work has passed (all of them after a stream
   // synchronisation); discard() and restore() do it too.
   void reclaim() noexcept;
-  // Releases the spare chunks that no restore() took since the last trim().
-  void trim() noexcept;
+  // Releases the spare chunks that no restore() took since the last trim(), or all of them.
+  void trim(bool all) noexcept;
 
  private:
   enum class State { mapped, pending, unmapped };

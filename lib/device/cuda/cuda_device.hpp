@@ -61,7 +61,7 @@ class CudaDevice final : public Device {
   void discard(void* ptr, std::size_t bytes) override;
   void restore(void* ptr, std::size_t bytes) override;
   bool discard_releases_memory() const noexcept override { return arenas_->supported(); }
-  void trim_memory() override { arenas_->trim(); }
+  void trim_memory(Trim what) override { arenas_->trim(what == Trim::all); }
   void synchronize() override;
 
   void set_gemm_operand_format(DType fmt) override;
