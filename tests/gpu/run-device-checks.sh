@@ -2,12 +2,16 @@
 # Builds dtrain with its CUDA plugin for Hopper (sm_90), runs every GPU test and the GPT-2
 # 124M benchmark on one GPU, and prints tokens/s and MFU. Budget: 8 minutes on one H200 (the
 # small multi-rank runs take seconds); the phases' time limits (configure 60 s, build 240 s,
-# tests 60 s, several ranks 3 x 20 s, benchmark 120 s) cap it at 9 minutes.
+# tests 60 s, several ranks 5 x 20 s, benchmark 120 s) cap it at 10 minutes, 5 with
+# --prebuilt (no configure or build).
 #
 #   tests/gpu/run-device-checks.sh [BUILD_DIR]          (default: build-gpu in the source tree)
+#   tests/gpu/run-device-checks.sh --prebuilt DIR       (DIR: tests/gpu/pack-prebuilt.sh's
+#                                                        tarball, unpacked; no build here)
 #
 # Needs a GPU with its driver, the CUDA toolkit (nvcc, cuBLAS; NCCL optional) and dtrain's
-# usual build dependencies (CMake, Ninja, MPI, parallel HDF5, Boost, OpenBLAS, GoogleTest).
+# usual build dependencies (CMake, Ninja, MPI, parallel HDF5, Boost, OpenBLAS, GoogleTest);
+# with --prebuilt only the driver, CUDA's libraries, ctest and python3.
 # Environment (all optional):
 #   JOBS          parallel build jobs (default: all cores)
 #   RESULTS_DIR   where logs and the summary go (default: BUILD_DIR/device-checks)
@@ -21,7 +25,13 @@
 set -uo pipefail
 
 SRC=$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)
-BUILD=${1:-$SRC/build-gpu}
+PREBUILT=
+if [ "${1:-}" = --prebuilt ]; then
+  PREBUILT=$(cd "${2:?--prebuilt needs the unpacked directory}" && pwd)
+  BUILD=$PREBUILT/build
+else
+  BUILD=${1:-$SRC/build-gpu}
+fi
 JOBS=${JOBS:-$(nproc)}
 RESULTS=${RESULTS_DIR:-$BUILD/device-checks}
 MICRO_BATCH=${MICRO_BATCH:-16}
@@ -35,6 +45,8 @@ START=$(date +%s)
 STATUS=0
 
 elapsed() { echo $(( $(date +%s) - START )); }
+# The summaries' python3 runs without the prebuilt libraries on its library path.
+py() { env -u LD_LIBRARY_PATH python3 "$@"; }
 phase() { echo; echo "=== [$(elapsed) s] $*"; }
 fail() { echo "FAILED: $*"; STATUS=1; }
 
@@ -42,12 +54,14 @@ mkdir -p "$RESULTS"
 exec > >(tee "$RESULTS/run.log") 2>&1
 
 phase "prerequisites"
-for tool in cmake ninja nvcc nvidia-smi mpiexec python3; do
+TOOLS=(cmake ninja nvcc nvidia-smi mpiexec python3)
+[ -n "$PREBUILT" ] && TOOLS=(ctest nvidia-smi python3)
+for tool in "${TOOLS[@]}"; do
   command -v "$tool" >/dev/null || { echo "missing: $tool (see the header of this script)"; exit 2; }
 done
 nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader || {
   echo "nvidia-smi sees no GPU: nothing to check here"; exit 2; }
-nvcc --version | tail -n 1
+[ -z "$PREBUILT" ] && nvcc --version | tail -n 1
 # Open MPI refuses root and more ranks than cores unless told; this is the test environment,
 # the library never sets these.
 if [ "$(id -u)" = 0 ]; then
@@ -55,6 +69,28 @@ if [ "$(id -u)" = 0 ]; then
 fi
 export OMPI_MCA_rmaps_base_oversubscribe=1
 
+if [ -n "$PREBUILT" ]; then
+  phase "prebuilt binaries in $PREBUILT (commit $(cat "$PREBUILT/commit"))"
+  [ "$(git -C "$SRC" rev-parse HEAD 2>/dev/null)" = "$(cat "$PREBUILT/commit")" ] ||
+    echo "warning: this checkout is not the commit the binaries were built from"
+  # CUDA's libraries the plugin links: from the CUDA toolkit or its Python wheels.
+  CUDA_DIRS=
+  while read -r soname; do
+    found=$(find /usr/local /usr/lib /usr/lib64 /opt -name "$soname" 2>/dev/null | head -n 1)
+    [ -n "$found" ] || { echo "missing on this node: $soname"; exit 2; }
+    echo "$soname: $found"
+    CUDA_DIRS=$CUDA_DIRS${CUDA_DIRS:+:}$(dirname "$found")
+  done <"$PREBUILT/cuda-libraries"
+  export DTRAIN_CUDA_LIBRARY_PATH=$CUDA_DIRS
+  # shellcheck source=/dev/null
+  source "$PREBUILT/env.sh"
+  MPIEXEC=$PREBUILT/runtime/bin/mpiexec
+  sed -e "s|@BUILD@|$BUILD|g" -e "s|@SRC@|$SRC|g" -e "s|@MPIEXEC@|$MPIEXEC|g" \
+    "$BUILD/tests/gpu/CTestTestfile.cmake.in" >"$BUILD/tests/gpu/CTestTestfile.cmake"
+  "$MPIEXEC" -n 2 "$BUILD/apps/dtrain-gpt/dtrain-gpt" --version 2>&1 | head -n 2 ||
+    fail "the prebuilt mpiexec cannot start two ranks"
+else
+MPIEXEC=mpiexec
 phase "configure (CUDA on, sm_90, Release) in $BUILD"
 timeout 60 cmake -S "$SRC" -B "$BUILD" -G Ninja -DCMAKE_BUILD_TYPE=Release \
   -DDTRAIN_ENABLE_CUDA=ON -DCMAKE_CUDA_ARCHITECTURES=90 \
@@ -69,6 +105,7 @@ TARGETS=(dtrain dtrain_cuda dtrain-gpt test_cuda_plugin test_cuda_kernels test_c
 timeout 240 ninja -C "$BUILD" -j "$JOBS" "${TARGETS[@]}" >"$RESULTS/build.log" 2>&1 || {
   grep -E "error|FAILED" "$RESULTS/build.log" | head -n 40; echo "build failed"; exit 1; }
 echo "built in $(elapsed) s"
+fi
 
 phase "GPU and plugin tests (ctest -L 'gpu|plugin')"
 timeout 60 ctest --test-dir "$BUILD" -L 'gpu|plugin' --output-on-failure --timeout 50 -j 2 \
@@ -93,12 +130,12 @@ for layout in "1 --zero 1" "2 --dp 2 --zero 1" "2 --tp 2 --zero 1" "2 --dp 2 --z
               "2 --dp 2 --zero 3"; do
   read -r ranks extra <<<"$layout"
   rm -f "$RESULTS/ranks_${ranks}_${extra// /}.jsonl"
-  DTRAIN_DEVICE_COMM=mpi_staged DTRAIN_CUDA_TF32=0 timeout 20 mpiexec -n "$ranks" \
+  DTRAIN_DEVICE_COMM=mpi_staged DTRAIN_CUDA_TF32=0 timeout 20 "$MPIEXEC" -n "$ranks" \
     "$BUILD/apps/dtrain-gpt/dtrain-gpt" "${SMALL[@]}" $extra \
     --metrics "$RESULTS/ranks_${ranks}_${extra// /}.jsonl" >"$RESULTS/multi_rank.log" 2>&1 \
     || { fail "$ranks ranks ($extra) on one GPU failed"; tail -n 5 "$RESULTS/multi_rank.log"; }
 done
-python3 - "$RESULTS" <<'PY' || fail "multi-rank GPU losses left one rank's curve"
+py - "$RESULTS" <<'PY' || fail "multi-rank GPU losses left one rank's curve"
 import json, sys
 d = sys.argv[1]
 def losses(name):
@@ -117,7 +154,7 @@ PY
 phase "benchmark: GPT-2 124M (12 layers, 12 heads, d 768, seq 1024, vocab 50257), micro-batch $MICRO_BATCH, $PRECISION"
 BENCH_JSON="$RESULTS/bench.jsonl"
 rm -f "$BENCH_JSON"
-timeout 120 mpiexec -n 1 "$BUILD/apps/dtrain-gpt/dtrain-gpt" --device cuda --precision "$PRECISION" \
+timeout 120 "$MPIEXEC" -n 1 "$BUILD/apps/dtrain-gpt/dtrain-gpt" --device cuda --precision "$PRECISION" \
   --layers 12 --heads 12 --d-model 768 --seq-len 1024 --vocab 50257 \
   --micro-batch "$MICRO_BATCH" --steps "$BENCH_STEPS" --warmup-steps 10 --log-every 1 \
   --eval-every 0 --eval-batches 1 --metrics "$BENCH_JSON" >"$RESULTS/bench.log" 2>&1 \
@@ -125,7 +162,7 @@ timeout 120 mpiexec -n 1 "$BUILD/apps/dtrain-gpt/dtrain-gpt" --device cuda --pre
 grep -E "layout|done:|rror" "$RESULTS/bench.log" | head -n 5
 
 if [ -s "$BENCH_JSON" ]; then
-  python3 - "$BENCH_JSON" "$PEAK_TFLOPS" "$MICRO_BATCH" <<'PY' | tee "$RESULTS/summary.txt"
+  py - "$BENCH_JSON" "$PEAK_TFLOPS" "$MICRO_BATCH" <<'PY' | tee "$RESULTS/summary.txt"
 import json, statistics, sys
 path, peak_tflops, micro_batch = sys.argv[1], float(sys.argv[2]), int(sys.argv[3])
 rows = [json.loads(line) for line in open(path) if line.strip()]
