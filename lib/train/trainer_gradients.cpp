@@ -21,25 +21,15 @@ double Trainer::State::gradient_norm() {
     if (grid.pp_size() > 1) grid.pp().all_reduce(&sq, &sq, 1, DType::f64, ReduceOp::sum);
     return std::sqrt(sq);
   }
-  if (cfg.zero == 0) {
-    double sq = nn::grad_sum_squares(params, dev, &grid.tp());
-    if (grid.pp_size() > 1) {
-      sq -= duplicate_wte_squares();
-      grid.pp().all_reduce(&sq, &sq, 1, DType::f64, ReduceOp::sum);
-    }
-    return std::sqrt(sq);
-  }
-  double local = 0;
-  const std::vector<optim::Segment>& segs = optimizer.segments();
-  for (std::size_t i = 0; i < segs.size(); ++i) {
-    if (segment_in_norm[i]) {
-      local += dev.sum_squares(params.grads() + segs[i].offset, static_cast<std::int64_t>(segs[i].numel));
-    }
-  }
-  grid.dp().all_reduce(&local, &local, 1, DType::f64, ReduceOp::sum);
-  if (grid.tp_size() > 1) grid.tp().all_reduce(&local, &local, 1, DType::f64, ReduceOp::sum);
-  if (grid.pp_size() > 1) grid.pp().all_reduce(&local, &local, 1, DType::f64, ReduceOp::sum);
-  return std::sqrt(local);
+  // One call for every range this rank counts: on a GPU one wait instead of one per tensor.
+  dev.sum_squares_runs(params.grads(), norm_starts.data(), norm_lengths.data(),
+                       norm_starts.size(), norm_sums.data());
+  double sq = 0;
+  for (double s : norm_sums) sq += s;
+  if (cfg.zero >= 1) grid.dp().all_reduce(&sq, &sq, 1, DType::f64, ReduceOp::sum);
+  if (grid.tp_size() > 1) grid.tp().all_reduce(&sq, &sq, 1, DType::f64, ReduceOp::sum);
+  if (grid.pp_size() > 1) grid.pp().all_reduce(&sq, &sq, 1, DType::f64, ReduceOp::sum);
+  return std::sqrt(sq);
 }
 
 // Loads one micro-batch of `split` into the reused token buffers and runs the forward pass.
@@ -54,17 +44,6 @@ double Trainer::State::average_over_dp(double loss_sum, int n_micro) {
   double loss = loss_sum / n_micro;
   if (grid.dp_size() > 1) grid.dp().all_reduce(&loss, &loss, 1, DType::f64, ReduceOp::avg);
   return loss;
-}
-
-// Sum of squares (over the TP group) of the last stage's copy of a tied wte, which the
-// first stage already counts; 0 elsewhere.
-double Trainer::State::duplicate_wte_squares() {
-  if (!(grid.is_last_stage() && cfg.tie_embeddings)) return 0;
-  ParameterStore& params = model.parameters();
-  const ParamInfo& w = params.at("wte");
-  double sq = dev.sum_squares(params.grad(w), static_cast<std::int64_t>(w.numel));
-  if (grid.tp_size() > 1) grid.tp().all_reduce(&sq, &sq, 1, DType::f64, ReduceOp::sum);
-  return sq;
 }
 
 // Tied embeddings: the first stage's wte and the last stage's copy get the sum of both

@@ -266,7 +266,7 @@ Trainer::State::State(const TrainConfig& c, Communicator& w)
   double peak = peak_flops_given ? given : measure_peak_flops(dev);
   w.all_reduce(&peak, &peak, 1, DType::f64, ReduceOp::avg);
   peak_flops_per_rank = peak;
-  plan_norm_segments();
+  plan_norm_runs();
   release_spare_memory();  // what ZeRO 2/3 or 16-bit storage dropped while setting up
 }
 
@@ -378,16 +378,21 @@ bool Trainer::State::counts_in_norm(const ParamInfo& p) const {
   return (p.tp_sharded || grid.tp_rank() == 0) && !(skip_wte && p.name == "wte");
 }
 
-// ZeRO 1-3: which owned optimiser segments count toward the global norm.
-void Trainer::State::plan_norm_segments() {
-  if (cfg.zero == 0 || cfg.deterministic) return;
+// The optimiser's segments (every tensor at ZeRO 0, the owned pieces at ZeRO 1-3) that count
+// toward the global norm: a TP-replicated tensor on TP rank 0 only, a pipeline's second copy
+// of a tied wte not at all.
+void Trainer::State::plan_norm_runs() {
+  if (cfg.deterministic) return;
   for (const optim::Segment& seg : optimizer.segments()) {
     bool counted = true;
     for (const ParamInfo& p : model.parameters()) {
       if (seg.offset >= p.offset && seg.offset < p.offset + p.numel) counted = counts_in_norm(p);
     }
-    segment_in_norm.push_back(counted);
+    if (!counted) continue;
+    norm_starts.push_back(static_cast<std::int64_t>(seg.offset));
+    norm_lengths.push_back(static_cast<std::int64_t>(seg.numel));
   }
+  norm_sums.resize(norm_starts.size());
 }
 
 }  // namespace dtrain::train

@@ -117,10 +117,12 @@ struct Trainer::State {
   void check_finite_loss(double loss);
   void log_pipeline_bubble(bool whole_run);
   void reduce_tied_embedding();
-  double duplicate_wte_squares();
   double gradient_norm();
-  std::vector<char> segment_in_norm;  // ZeRO 1-3: optimiser segment counts toward the norm
-  void plan_norm_segments();
+  // The gradient ranges this rank adds to the global norm (not --deterministic), and room for
+  // their sums of squares.
+  std::vector<std::int64_t> norm_starts, norm_lengths;
+  std::vector<double> norm_sums;
+  void plan_norm_runs();
   bool counts_in_norm(const ParamInfo& p) const;
   // --deterministic: whether every rank ends the reduction with the whole gradient (ZeRO 0,
   // and pipelines, whose tied embedding copies are summed afterwards) or only its pieces.
