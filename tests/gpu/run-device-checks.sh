@@ -2,8 +2,8 @@
 # Builds dtrain with its CUDA plugin for Hopper (sm_90), runs every GPU test and the GPT-2
 # 124M benchmark on one GPU, and prints tokens/s and MFU. Budget: 8 minutes on one H200 (the
 # small multi-rank runs take seconds); the phases' time limits (configure 60 s, build 240 s,
-# tests 60 s, several ranks 5 x 20 s, benchmark 120 s) cap it at 10 minutes, 5 with
-# --prebuilt (no configure or build).
+# tests 60 s, several ranks 5 x 20 s, benchmark 120 s, profile 60 s) cap it at 11 minutes,
+# 6 with --prebuilt (no configure or build).
 #
 #   tests/gpu/run-device-checks.sh [BUILD_DIR]          (default: build-gpu in the source tree)
 #   tests/gpu/run-device-checks.sh --prebuilt DIR       (DIR: tests/gpu/pack-prebuilt.sh's
@@ -154,11 +154,11 @@ PY
 phase "benchmark: GPT-2 124M (12 layers, 12 heads, d 768, seq 1024, vocab 50257), micro-batch $MICRO_BATCH, $PRECISION"
 BENCH_JSON="$RESULTS/bench.jsonl"
 rm -f "$BENCH_JSON"
-timeout 120 "$MPIEXEC" -n 1 "$BUILD/apps/dtrain-gpt/dtrain-gpt" --device cuda --precision "$PRECISION" \
-  --layers 12 --heads 12 --d-model 768 --seq-len 1024 --vocab 50257 \
-  --micro-batch "$MICRO_BATCH" --steps "$BENCH_STEPS" --warmup-steps 10 --log-every 1 \
-  --eval-every 0 --eval-batches 1 --metrics "$BENCH_JSON" >"$RESULTS/bench.log" 2>&1 \
-  || fail "benchmark run failed (see bench.log)"
+BENCH=("$BUILD/apps/dtrain-gpt/dtrain-gpt" --device cuda --precision "$PRECISION"
+       --layers 12 --heads 12 --d-model 768 --seq-len 1024 --vocab 50257
+       --micro-batch "$MICRO_BATCH" --warmup-steps 10 --log-every 1 --eval-every 0 --eval-batches 1)
+timeout 120 "$MPIEXEC" -n 1 "${BENCH[@]}" --steps "$BENCH_STEPS" --metrics "$BENCH_JSON" \
+  >"$RESULTS/bench.log" 2>&1 || fail "benchmark run failed (see bench.log)"
 grep -E "layout|done:|rror" "$RESULTS/bench.log" | head -n 5
 
 if [ -s "$BENCH_JSON" ]; then
@@ -184,6 +184,11 @@ PY
 else
   fail "no benchmark metrics written"
 fi
+
+phase "where the GPU time goes: 3 benchmark steps with DTRAIN_CUDA_PROFILE=1"
+DTRAIN_CUDA_PROFILE=1 timeout 60 "$MPIEXEC" -n 1 "${BENCH[@]}" --steps 3 \
+  >"$RESULTS/profile.log" 2>&1 || fail "profiled run failed (see profile.log)"
+sed -n '/GPU time by op/,$p' "$RESULTS/profile.log" | head -n 45 | tee "$RESULTS/profile.txt"
 
 phase "done in $(elapsed) s (budget 480 s); results in $RESULTS"
 [ "$(elapsed)" -le 480 ] || echo "warning: over the 8-minute budget"

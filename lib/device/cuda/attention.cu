@@ -12,7 +12,7 @@ namespace dtrain::cuda {
 void CudaDevice::attention_forward(float* out, float* att, const float* qkv, int B, int T, int C,
                                    int NH) {
   if (B <= 0 || T <= 0 || NH <= 0) return;
-  activate();
+  const OpProfile::Span span = begin_op("attention_forward");
   const int hs = C / NH, C3 = 3 * C;
   const float scale = 1.0f / std::sqrt(static_cast<float>(hs));
   const std::int64_t TT = static_cast<std::int64_t>(T) * T;
@@ -38,7 +38,7 @@ void CudaDevice::attention_forward(float* out, float* att, const float* qkv, int
 void CudaDevice::attention_backward(float* dqkv, float*, const float* dout, const float* qkv,
                                     const float* att, int B, int T, int C, int NH) {
   if (B <= 0 || T <= 0 || NH <= 0) return;
-  activate();
+  const OpProfile::Span span = begin_op("attention_backward");
   const int hs = C / NH, C3 = 3 * C;
   const float scale = 1.0f / std::sqrt(static_cast<float>(hs));
   const std::int64_t TT = static_cast<std::int64_t>(T) * T;

@@ -40,6 +40,7 @@ CudaDevice::CudaDevice(int ordinal) : ordinal_(ordinal), raw_(ordinal), alloc_(r
   name_ = text;
   DTRAIN_CUDA(cudaStreamCreateWithFlags(&stream_, cudaStreamNonBlocking));
   arenas_ = std::make_unique<ArenaMemory>(ordinal_, stream_);
+  profile_ = std::make_unique<OpProfile>(name_ + ")", stream_);
   DTRAIN_CUDA(cublasCreate(&blas_));
   DTRAIN_CUDA(cublasSetStream(blas_, stream_));
   // cuBLAS's workspace from the cache too, so GEMMs never allocate behind our back.
@@ -64,6 +65,7 @@ CudaDevice::~CudaDevice() {
   alloc_.free(scratch_);
   alloc_.free(blas_workspace_);
   arenas_.reset();  // it waits on the stream
+  profile_.reset();
   if (stream_) (void)cudaStreamDestroy(stream_);
 }
 
@@ -93,7 +95,7 @@ void CudaDevice::free(void* ptr) noexcept {
 
 void CudaDevice::copy(void* dst, const void* src, std::size_t bytes, CopyKind kind) {
   if (bytes == 0) return;
-  activate();
+  const OpProfile::Span span = begin_op("copy");
   // cudaMemcpyDefault: the direction follows from the pointers (unified addressing), so a
   // pinned or device pointer passed as "host" memory still copies correctly.
   DTRAIN_CUDA(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDefault, stream_));
@@ -106,7 +108,7 @@ void CudaDevice::copy(void* dst, const void* src, std::size_t bytes, CopyKind ki
 
 void CudaDevice::zero(void* ptr, std::size_t bytes) {
   if (bytes == 0) return;
-  activate();
+  const OpProfile::Span span = begin_op("zero");
   DTRAIN_CUDA(cudaMemsetAsync(ptr, 0, bytes, stream_));
 }
 
@@ -118,7 +120,7 @@ void CudaDevice::discard(void* ptr, std::size_t bytes) {
 
 void CudaDevice::restore(void* ptr, std::size_t bytes) {
   if (bytes == 0) return;
-  activate();
+  const OpProfile::Span span = begin_op("restore");
   if (!arenas_->restore(ptr, bytes)) zero(ptr, bytes);
 }
 
@@ -126,6 +128,7 @@ void CudaDevice::synchronize() {
   activate();
   DTRAIN_CUDA(cudaStreamSynchronize(stream_));
   arenas_->reclaim();  // every discarded chunk's work has passed: hand them back now
+  profile_->collect();
 }
 
 float* CudaDevice::scratch(std::size_t floats) {
@@ -139,7 +142,7 @@ float* CudaDevice::scratch(std::size_t floats) {
 }
 
 double CudaDevice::sum_squares(const float* x, std::int64_t n) {
-  activate();
+  const OpProfile::Span span = begin_op("sum_squares");
   std::lock_guard<std::mutex> lock(sum_mutex_);
   cuda::sum_squares(stream_, sum_device_, sum_device_ + 1, x, n);
   DTRAIN_CUDA(cudaMemcpyAsync(sum_host_, sum_device_, sizeof(double), cudaMemcpyDeviceToHost,
@@ -153,7 +156,7 @@ double CudaDevice::sum_squares(const float* x, std::int64_t n) {
 void CudaDevice::sum_squares_runs(const float* x, const std::int64_t* starts,
                                   const std::int64_t* lengths, std::size_t runs, double* sums) {
   if (runs == 0) return;
-  activate();
+  const OpProfile::Span span = begin_op("sum_squares_runs");
   std::lock_guard<std::mutex> lock(sum_mutex_);
   auto* table = reinterpret_cast<std::int64_t*>(scratch(6 * runs));  // 3 x 8 bytes per run
   std::int64_t* d_starts = table;
@@ -170,7 +173,7 @@ void CudaDevice::sum_squares_runs(const float* x, const std::int64_t* starts,
 }
 
 bool CudaDevice::any_nonfinite(const float* x, std::int64_t n) {
-  activate();
+  const OpProfile::Span span = begin_op("any_nonfinite");
   std::lock_guard<std::mutex> lock(flag_mutex_);
   cuda::any_nonfinite(stream_, flag_device_, x, n);
   DTRAIN_CUDA(cudaMemcpyAsync(flag_host_, flag_device_, sizeof(int), cudaMemcpyDeviceToHost,

@@ -9,6 +9,7 @@
 // fp32 GEMMs use TF32 tensor cores unless DTRAIN_CUDA_TF32=0 (exact fp32, used by the
 // kernel tests); under mixed precision (set_gemm_operand_format) bf16/fp16 tensor cores with
 // fp32 accumulation. Everything else computes in fp32 (sum_squares in double), as the CPU does.
+// DTRAIN_CUDA_PROFILE=1 prints the GPU time of each op at exit (OpProfile).
 #include <cublas_v2.h>
 #include <cuda_runtime.h>
 
@@ -18,6 +19,7 @@
 
 #include "device/cuda/allocator.hpp"
 #include "device/cuda/arena_memory.hpp"
+#include "device/cuda/op_profile.hpp"
 #include "dtrain/device/device.hpp"
 
 namespace dtrain::cuda {
@@ -135,6 +137,11 @@ class CudaDevice final : public Device {
   // out again only to work queued after them.
   float* scratch(std::size_t floats);
   cublasComputeType_t compute_type() const noexcept;
+  // activate(), and the op's GPU time under DTRAIN_CUDA_PROFILE until the span ends.
+  OpProfile::Span begin_op(const char* op) {
+    activate();
+    return OpProfile::Span(*profile_, op);
+  }
 
   int ordinal_;
   std::string name_;  // the GPU; name() adds the GEMM precision
@@ -142,6 +149,7 @@ class CudaDevice final : public Device {
   CachingAllocator alloc_;
   cudaStream_t stream_ = nullptr;
   std::unique_ptr<ArenaMemory> arenas_;  // on stream_
+  std::unique_ptr<OpProfile> profile_;   // on stream_
   cublasHandle_t blas_ = nullptr;
   bool tf32_ = true;
   DType gemm_operands_ = DType::f32;  // set_gemm_operand_format

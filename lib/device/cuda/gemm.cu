@@ -35,7 +35,7 @@ void CudaDevice::gemm(bool trans_a, bool trans_b, int M, int N, int K, float alp
                       const float* A, int lda, const float* B, int ldb, float beta, float* C,
                       int ldc) {
   if (M <= 0 || N <= 0) return;
-  activate();
+  const OpProfile::Span span = begin_op("gemm");
   if (K <= 0) {  // as on the CPU: C is scaled by beta
     scale_matrix(stream_, C, M, N, ldc, beta, 1, 0);
     return;
@@ -53,7 +53,7 @@ void CudaDevice::gemm_strided_batched(bool trans_a, bool trans_b, int M, int N, 
                                       std::int64_t stride_b, float beta, float* C, int ldc,
                                       std::int64_t stride_c, int batch) {
   if (M <= 0 || N <= 0 || batch <= 0) return;
-  activate();
+  const OpProfile::Span span = begin_op("gemm_strided_batched");
   if (K <= 0) {
     scale_matrix(stream_, C, M, N, ldc, beta, batch, stride_c);
     return;
@@ -70,7 +70,7 @@ void CudaDevice::gemm_strided_batched(bool trans_a, bool trans_b, int M, int N, 
 // onto it (beta = 1), in the CPU kernel's order.
 void CudaDevice::linear_forward(float* out, const float* inp, const float* weight,
                                 const float* bias, int N, int C, int OC) {
-  activate();
+  const OpProfile::Span span = begin_op("linear_forward");
   if (bias) broadcast_rows(stream_, out, bias, N, OC);
   gemm(false, true, N, OC, C, 1.0f, inp, C, weight, C, bias ? 1.0f : 0.0f, out, OC);
 }
@@ -78,7 +78,7 @@ void CudaDevice::linear_forward(float* out, const float* inp, const float* weigh
 // dinp += dout · W; dweight += dout^T · inp (both beta = 1); dbias += column sums of dout.
 void CudaDevice::linear_backward(float* dinp, float* dweight, float* dbias, const float* dout,
                                  const float* inp, const float* weight, int N, int C, int OC) {
-  activate();
+  const OpProfile::Span span = begin_op("linear_backward");
   if (dinp) gemm(false, false, N, C, OC, 1.0f, dout, OC, weight, C, 1.0f, dinp, C);
   if (dweight) gemm(true, false, OC, C, N, 1.0f, dout, OC, inp, C, 1.0f, dweight, C);
   if (dbias) {

@@ -9,67 +9,67 @@ namespace dtrain::cuda {
 
 void CudaDevice::embedding_forward(float* out, const std::int32_t* tokens, const float* wte,
                                    int N, int C, int vocab_start, int vocab_rows) {
-  activate();
+  const OpProfile::Span span = begin_op("embedding_forward");
   cuda::embedding_forward(stream_, out, tokens, wte, N, C, vocab_start, vocab_rows);
 }
 void CudaDevice::embedding_backward(float* dwte, const float* dout, const std::int32_t* tokens,
                                     int N, int C, int vocab_start, int vocab_rows) {
-  activate();
+  const OpProfile::Span span = begin_op("embedding_backward");
   const std::size_t bytes = cuda::embedding_backward_workspace_bytes(N);
   cuda::embedding_backward(stream_, dwte, dout, tokens, N, C, vocab_start, vocab_rows,
                            scratch((bytes + sizeof(float) - 1) / sizeof(float)));
 }
 void CudaDevice::positional_forward(float* out, const float* wpe, int B, int T, int C) {
-  activate();
+  const OpProfile::Span span = begin_op("positional_forward");
   cuda::positional_forward(stream_, out, wpe, B, T, C);
 }
 void CudaDevice::positional_backward(float* dwpe, const float* dout, int B, int T, int C) {
-  activate();
+  const OpProfile::Span span = begin_op("positional_backward");
   cuda::positional_backward(stream_, dwpe, dout, B, T, C);
 }
 
 void CudaDevice::layernorm_forward(float* out, float* mean, float* rstd, const float* inp,
                                    const float* weight, const float* bias, int N, int C) {
-  activate();
+  const OpProfile::Span span = begin_op("layernorm_forward");
   cuda::layernorm_forward(stream_, out, mean, rstd, inp, weight, bias, N, C);
 }
 void CudaDevice::layernorm_backward(float* dinp, float* dweight, float* dbias, const float* dout,
                                     const float* inp, const float* weight, const float* mean,
                                     const float* rstd, int N, int C) {
-  activate();
+  const OpProfile::Span span = begin_op("layernorm_backward");
   float* partials = scratch(layernorm_backward_scratch_floats(N, C));
   cuda::layernorm_backward(stream_, dinp, dweight, dbias, dout, inp, weight, mean, rstd, N, C,
                            partials);
 }
 
 void CudaDevice::gelu_forward(float* out, const float* inp, std::int64_t n) {
-  activate();
+  const OpProfile::Span span = begin_op("gelu_forward");
   cuda::gelu_forward(stream_, out, inp, n);
 }
 void CudaDevice::gelu_backward(float* dinp, const float* inp, const float* dout, std::int64_t n) {
-  activate();
+  const OpProfile::Span span = begin_op("gelu_backward");
   cuda::gelu_backward(stream_, dinp, inp, dout, n);
 }
 
 void CudaDevice::residual_forward(float* out, const float* a, const float* b, std::int64_t n) {
-  activate();
+  const OpProfile::Span span = begin_op("residual_forward");
   cuda::residual_forward(stream_, out, a, b, n);
 }
 void CudaDevice::accumulate(float* dst, const float* src, std::int64_t n) {
-  activate();
+  const OpProfile::Span span = begin_op("accumulate");
   cuda::accumulate(stream_, dst, src, n);
 }
 void CudaDevice::scale(float* x, float s, std::int64_t n) {
-  activate();
+  const OpProfile::Span span = begin_op("scale");
   cuda::scale(stream_, x, s, n);
 }
 void CudaDevice::fill(float* x, float value, std::int64_t n) {
-  activate();
+  const OpProfile::Span span = begin_op("fill");
   cuda::fill(stream_, x, value, n);
 }
 void CudaDevice::copy_floats(float* dst, const float* src, std::int64_t n) {
   if (n <= 0 || dst == src) return;
-  activate();
+  const OpProfile::Span span = begin_op("copy_floats");
   DTRAIN_CUDA(cudaMemcpyAsync(dst, src, static_cast<std::size_t>(n) * sizeof(float),
                               cudaMemcpyDeviceToDevice, stream_));
 }
@@ -77,55 +77,55 @@ void CudaDevice::copy_floats(float* dst, const float* src, std::int64_t n) {
 void CudaDevice::convert_to_16bit(std::uint16_t* dst, const float* src, std::int64_t n,
                                   DType fmt) {
   const bool bf16 = check_16bit_format(fmt, "convert_to_16bit") == DType::bf16;
-  activate();
+  const OpProfile::Span span = begin_op("convert_to_16bit");
   cuda::convert_to_16bit(stream_, dst, src, n, bf16);
 }
 void CudaDevice::convert_from_16bit(float* dst, const std::uint16_t* src, std::int64_t n,
                                     DType fmt) {
   const bool bf16 = check_16bit_format(fmt, "convert_from_16bit") == DType::bf16;
-  activate();
+  const OpProfile::Span span = begin_op("convert_from_16bit");
   cuda::convert_from_16bit(stream_, dst, src, n, bf16);
 }
 void CudaDevice::round_to_16bit(float* dst, const float* src, std::int64_t n, DType fmt) {
   const bool bf16 = check_16bit_format(fmt, "round_to_16bit") == DType::bf16;
-  activate();
+  const OpProfile::Span span = begin_op("round_to_16bit");
   cuda::round_to_16bit(stream_, dst, src, n, bf16);
 }
 
 void CudaDevice::crossentropy_forward(float* losses, float* lse, const float* logits,
                                       const std::int32_t* targets, int N, int V, int Vp) {
-  activate();
+  const OpProfile::Span span = begin_op("crossentropy_forward");
   cuda::crossentropy_forward(stream_, losses, lse, logits, targets, N, V, Vp);
 }
 void CudaDevice::crossentropy_backward(float* dlogits, const float* logits, const float* lse,
                                        const std::int32_t* targets, const float* dlosses, int N,
                                        int V, int Vp) {
-  activate();
+  const OpProfile::Span span = begin_op("crossentropy_backward");
   cuda::crossentropy_backward(stream_, dlogits, logits, lse, targets, dlosses, N, V, Vp);
 }
 void CudaDevice::crossentropy_shard_stats(float* max, float* target_logit, const float* logits,
                                           const std::int32_t* targets, int N, int V, int ld,
                                           int vocab_start) {
-  activate();
+  const OpProfile::Span span = begin_op("crossentropy_shard_stats");
   cuda::crossentropy_shard_stats(stream_, max, target_logit, logits, targets, N, V, ld,
                                  vocab_start);
 }
 void CudaDevice::crossentropy_shard_sumexp(float* sumexp, const float* logits, const float* max,
                                            int N, int V, int ld) {
-  activate();
+  const OpProfile::Span span = begin_op("crossentropy_shard_sumexp");
   cuda::crossentropy_shard_sumexp(stream_, sumexp, logits, max, N, V, ld);
 }
 void CudaDevice::crossentropy_shard_finish(float* losses, float* lse, const float* max,
                                            const float* sumexp, const float* target_logit,
                                            int N) {
-  activate();
+  const OpProfile::Span span = begin_op("crossentropy_shard_finish");
   cuda::crossentropy_shard_finish(stream_, losses, lse, max, sumexp, target_logit, N);
 }
 void CudaDevice::crossentropy_shard_backward(float* dlogits, const float* logits,
                                              const float* lse, const std::int32_t* targets,
                                              const float* dlosses, int N, int V, int ld,
                                              int vocab_start) {
-  activate();
+  const OpProfile::Span span = begin_op("crossentropy_shard_backward");
   cuda::crossentropy_shard_backward(stream_, dlogits, logits, lse, targets, dlosses, N, V, ld,
                                     vocab_start);
 }
@@ -133,7 +133,7 @@ void CudaDevice::crossentropy_shard_backward(float* dlogits, const float* logits
 void CudaDevice::adamw(float* param, const float* grad, float* m, float* v, std::int64_t n,
                        float lr, float beta1, float beta2, float eps, float weight_decay,
                        int step, float grad_scale) {
-  activate();
+  const OpProfile::Span span = begin_op("adamw");
   // Bias corrections in double on the host, exactly as the CPU kernel computes them.
   const float c1 = static_cast<float>(1.0 / (1.0 - std::pow(static_cast<double>(beta1), step)));
   const float c2 = static_cast<float>(1.0 / (1.0 - std::pow(static_cast<double>(beta2), step)));
@@ -142,7 +142,7 @@ void CudaDevice::adamw(float* param, const float* grad, float* m, float* v, std:
 }
 void CudaDevice::sgd(float* param, const float* grad, float* mom, std::int64_t n, float lr,
                      float momentum, float weight_decay, float grad_scale) {
-  activate();
+  const OpProfile::Span span = begin_op("sgd");
   cuda::sgd(stream_, param, grad, mom, n, lr, momentum, weight_decay, grad_scale);
 }
 
