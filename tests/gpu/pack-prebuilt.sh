@@ -72,9 +72,11 @@ ldd "$BUILD/libdtrain_cuda.so" | awk '{print $1}' | grep -E "$cuda" >"$P/cuda-li
 
 # ---- how to run them ----------------------------------------------------------------------
 cat >"$P/env.sh" <<'ENV'
-# Sourced before running the prebuilt binaries (tests/gpu/run-device-checks.sh --prebuilt).
+# Sourced before running the prebuilt binaries (tests/gpu/run-device-checks.sh --prebuilt):
+# libdtrain.so (and the CUDA plugin beside it) from build/, the rest from runtime/, since the
+# binaries' run paths name the build tree they came from.
 here=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
-export LD_LIBRARY_PATH=$here/runtime/lib${DTRAIN_CUDA_LIBRARY_PATH:+:$DTRAIN_CUDA_LIBRARY_PATH}${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}
+export LD_LIBRARY_PATH=$here/build:$here/runtime/lib${DTRAIN_CUDA_LIBRARY_PATH:+:$DTRAIN_CUDA_LIBRARY_PATH}${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}
 export PATH=$here/runtime/bin:$PATH
 # Open MPI finds its components, help texts and daemon here instead of its build prefix.
 export OPAL_BINDIR=$here/runtime/bin OPAL_PKGLIBDIR=$here/runtime/openmpi/components \

@@ -108,8 +108,12 @@ echo "built in $(elapsed) s"
 fi
 
 phase "GPU and plugin tests (ctest -L 'gpu|plugin')"
-timeout 60 ctest --test-dir "$BUILD" -L 'gpu|plugin' --output-on-failure --timeout 50 -j 2 \
-  >"$RESULTS/ctest.log" 2>&1 || fail "ctest reported failures"
+# Packed, libdtrain.so's directory is on the library path, so a plugin is always found there:
+# the "missing plugin" scenario cannot happen.
+EXCLUDE=()
+[ -n "$PREBUILT" ] && EXCLUDE=(-E '^plugin\.loader\.missing$')
+timeout 60 ctest --test-dir "$BUILD" -L 'gpu|plugin' "${EXCLUDE[@]}" --output-on-failure \
+  --timeout 50 -j 2 >"$RESULTS/ctest.log" 2>&1 || fail "ctest reported failures"
 grep -E "Test +#|tests passed|Skipped|relative error|loss (cpu|after)|gradients:|(TF32|bf16|fp16) gemm|device collectives" \
   "$RESULTS/ctest.log" || true
 # With a GPU present nothing may skip: a skip would mean the plugin did not find the device.
