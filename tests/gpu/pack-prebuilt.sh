@@ -13,9 +13,9 @@
 set -euo pipefail
 
 [ $# = 2 ] || { echo "usage: $0 BUILD_DIR OUT.tar.xz"; exit 2; }
-BUILD=$(cd "$1" && pwd)
-OUT=$(cd "$(dirname "$2")" && pwd)/$(basename "$2")
-SRC=$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)
+BUILD=$(cd "$1" && pwd -P)
+OUT=$(cd "$(dirname "$2")" && pwd -P)/$(basename "$2")
+SRC=$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd -P)
 [ -f "$BUILD/libdtrain_cuda.so" ] || {
   echo "no libdtrain_cuda.so in $BUILD: configure with -DDTRAIN_ENABLE_CUDA=ON and build"; exit 1; }
 MPIEXEC=$(sed -n 's/^MPIEXEC_EXECUTABLE:FILEPATH=//p' "$BUILD/CMakeCache.txt")
@@ -36,9 +36,19 @@ missing=$(grep -o "$BUILD/tests/gpu/test_[a-z_]*" "$BUILD/tests/gpu/CTestTestfil
 cp -a "$BUILD"/libdtrain.so* "$BUILD/libdtrain_cuda.so" "$P/build/"
 cp "$BUILD/apps/dtrain-gpt/dtrain-gpt" "$P/build/apps/dtrain-gpt/"
 find "$BUILD/tests/gpu" -maxdepth 1 -type f -perm -u+x -exec cp {} "$P/build/tests/gpu/" \;
-# The tests' absolute paths become placeholders that --prebuilt fills in where it runs.
-sed -e "s|$BUILD|@BUILD@|g" -e "s|$MPIEXEC|@MPIEXEC@|g" -e "s|$SRC|@SRC@|g" \
-  "$BUILD/tests/gpu/CTestTestfile.cmake" >"$P/build/tests/gpu/CTestTestfile.cmake.in"
+# The tests' absolute paths become placeholders that --prebuilt fills in where it runs (the
+# build tree first: it may lie inside the source tree).
+python3 - "$BUILD/tests/gpu/CTestTestfile.cmake" "$P/build/tests/gpu/CTestTestfile.cmake.in" \
+  "$BUILD" "$MPIEXEC" "$SRC" <<'PY'
+import sys
+src, dst, build, mpiexec, source = sys.argv[1:]
+text = open(src).read()
+for path, mark in ((build, "@BUILD@"), (mpiexec, "@MPIEXEC@"), (source, "@SRC@")):
+    text = text.replace(path, mark)
+if "@BUILD@" not in text:
+    sys.exit(f"{src} does not name {build}: packed nothing")
+open(dst, "w").write(text)
+PY
 echo 'subdirs("tests/gpu")' >"$P/build/CTestTestfile.cmake"
 
 # ---- Open MPI: launcher, components, help texts ------------------------------------------
@@ -53,7 +63,8 @@ for c in "$(path_of pkglibdir)"/*.so; do
   [[ $(basename "$c") =~ $network_components ]] || cp "$c" "$P/runtime/openmpi/components/"
 done
 cp -r "$(path_of pkgdatadir)" "$P/runtime/openmpi/share"
-pmix=$(ldd "$(path_of pkglibdir)"/mca_pmix_ext*.so 2>/dev/null | awk '/libpmix/ {print $3}' | head -n 1)
+pmix=$({ ldd "$(path_of pkglibdir)"/mca_pmix_ext*.so 2>/dev/null || true; } |
+       awk '/libpmix/ {print $3}' | head -n 1)
 [ -n "$pmix" ] && [ -d "$(dirname "$(readlink -f "$pmix")")/pmix" ] &&
   cp "$(dirname "$(readlink -f "$pmix")")"/pmix/*.so "$P/runtime/pmix/"
 

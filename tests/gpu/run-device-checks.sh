@@ -85,8 +85,14 @@ if [ -n "$PREBUILT" ]; then
   # shellcheck source=/dev/null
   source "$PREBUILT/env.sh"
   MPIEXEC=$PREBUILT/runtime/bin/mpiexec
-  sed -e "s|@BUILD@|$BUILD|g" -e "s|@SRC@|$SRC|g" -e "s|@MPIEXEC@|$MPIEXEC|g" \
-    "$BUILD/tests/gpu/CTestTestfile.cmake.in" >"$BUILD/tests/gpu/CTestTestfile.cmake"
+  py - "$BUILD/tests/gpu/CTestTestfile.cmake" "$BUILD" "$SRC" "$MPIEXEC" <<'PY'
+import sys
+out, build, source, mpiexec = sys.argv[1:]
+text = open(out + ".in").read()
+for mark, path in (("@BUILD@", build), ("@SRC@", source), ("@MPIEXEC@", mpiexec)):
+    text = text.replace(mark, path)
+open(out, "w").write(text)
+PY
   "$MPIEXEC" -n 2 "$BUILD/apps/dtrain-gpt/dtrain-gpt" --version 2>&1 | head -n 2 ||
     fail "the prebuilt mpiexec cannot start two ranks"
 else
@@ -112,7 +118,7 @@ phase "GPU and plugin tests (ctest -L 'gpu|plugin')"
 # the "missing plugin" scenario cannot happen.
 EXCLUDE=()
 [ -n "$PREBUILT" ] && EXCLUDE=(-E '^plugin\.loader\.missing$')
-timeout 60 ctest --test-dir "$BUILD" -L 'gpu|plugin' "${EXCLUDE[@]}" --output-on-failure \
+timeout 60 ctest --test-dir "$BUILD" -L 'gpu|plugin' ${EXCLUDE[@]+"${EXCLUDE[@]}"} --output-on-failure \
   --timeout 50 -j 2 >"$RESULTS/ctest.log" 2>&1 || fail "ctest reported failures"
 grep -E "Test +#|tests passed|Skipped|relative error|loss (cpu|after)|gradients:|(TF32|bf16|fp16) gemm|device collectives" \
   "$RESULTS/ctest.log" || true

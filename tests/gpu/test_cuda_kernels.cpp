@@ -272,9 +272,10 @@ TEST_F(CudaKernels, Elementwise) {
   const double want = cpu.sum_squares(a.data(), n), got = gpu.sum_squares(d_a.get(), n);
   EXPECT_NEAR(got, want, 1e-12 * want);
   EXPECT_EQ(gpu.sum_squares(d_a.get(), 0), 0.0);
-  // many runs at once (deterministic gradient norm): each as its own sum_squares, empty runs
-  // give 0, and about 333 000 runs (more than one grid's 65535 blocks) all get their sums
-  std::vector<std::int64_t> starts, lengths;
+  // many runs at once (the gradient norm): each as its own sum_squares, empty runs give 0,
+  // about 333 000 runs (more than one grid's 65535 blocks) all get their sums, and runs
+  // longer than the device cuts into pieces (the whole array; 65536 + 1) are summed whole
+  std::vector<std::int64_t> starts{0, 5}, lengths{n, 65537};
   for (std::int64_t at = 0; at + 7 <= n; at += 3) {  // overlapping runs are allowed
     starts.push_back(at);
     lengths.push_back(at % 5 == 0 ? 0 : 7);

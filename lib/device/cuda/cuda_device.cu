@@ -1,6 +1,7 @@
 // CudaDevice set-up, memory, copies and synchronisation.
 #include "device/cuda/cuda_device.hpp"
 
+#include <algorithm>
 #include <cstdio>
 
 #include "device/cuda/cuda_check.hpp"
@@ -151,25 +152,51 @@ double CudaDevice::sum_squares(const float* x, std::int64_t n) {
   return *sum_host_;
 }
 
-// The run table goes up and the sums come back through the grow-only scratch: starts, lengths
-// (int64) and sums (double), 8 bytes each per run.
+// Runs longer than kRunPiece are cut into pieces, one block each, whose sums are added here
+// in order: one block for a whole tensor (wte: 38.6 M floats in GPT-2) would leave the GPU
+// idle. The piece table goes up and the sums come back through the grow-only scratch:
+// starts, lengths (int64) and sums (double), 8 bytes each per piece. Runs of at most
+// kRunPiece (--deterministic's) are one piece each, so their sums do not depend on this.
 void CudaDevice::sum_squares_runs(const float* x, const std::int64_t* starts,
                                   const std::int64_t* lengths, std::size_t runs, double* sums) {
   if (runs == 0) return;
+  constexpr std::int64_t kRunPiece = std::int64_t{1} << 16;
   const OpProfile::Span span = begin_op("sum_squares_runs");
   std::lock_guard<std::mutex> lock(sum_mutex_);
-  auto* table = reinterpret_cast<std::int64_t*>(scratch(6 * runs));  // 3 x 8 bytes per run
+  piece_starts_.clear();
+  piece_lengths_.clear();
+  for (std::size_t r = 0; r < runs; ++r) {
+    std::int64_t off = 0;
+    do {  // a run of length 0 is one empty piece
+      piece_starts_.push_back(starts[r] + off);
+      piece_lengths_.push_back(std::min(kRunPiece, lengths[r] - off));
+      off += kRunPiece;
+    } while (off < lengths[r]);
+  }
+  const std::size_t pieces = piece_starts_.size();
+  piece_sums_.resize(pieces);
+  auto* table = reinterpret_cast<std::int64_t*>(scratch(6 * pieces));  // 3 x 8 bytes each
   std::int64_t* d_starts = table;
-  std::int64_t* d_lengths = table + runs;
-  auto* d_sums = reinterpret_cast<double*>(table + 2 * runs);
-  const std::size_t bytes = sizeof(std::int64_t) * runs;
-  DTRAIN_CUDA(cudaMemcpyAsync(d_starts, starts, bytes, cudaMemcpyHostToDevice, stream_));
-  DTRAIN_CUDA(cudaMemcpyAsync(d_lengths, lengths, bytes, cudaMemcpyHostToDevice, stream_));
+  std::int64_t* d_lengths = table + pieces;
+  auto* d_sums = reinterpret_cast<double*>(table + 2 * pieces);
+  const std::size_t bytes = sizeof(std::int64_t) * pieces;
+  DTRAIN_CUDA(cudaMemcpyAsync(d_starts, piece_starts_.data(), bytes, cudaMemcpyHostToDevice, stream_));
+  DTRAIN_CUDA(cudaMemcpyAsync(d_lengths, piece_lengths_.data(), bytes, cudaMemcpyHostToDevice, stream_));
   cuda::sum_squares_runs(stream_, d_sums, x, d_starts, d_lengths,
-                         static_cast<std::int64_t>(runs));
-  DTRAIN_CUDA(cudaMemcpyAsync(sums, d_sums, sizeof(double) * runs, cudaMemcpyDeviceToHost,
-                              stream_));
+                         static_cast<std::int64_t>(pieces));
+  DTRAIN_CUDA(cudaMemcpyAsync(piece_sums_.data(), d_sums, sizeof(double) * pieces,
+                              cudaMemcpyDeviceToHost, stream_));
   DTRAIN_CUDA(cudaStreamSynchronize(stream_));
+  std::size_t piece = 0;
+  for (std::size_t r = 0; r < runs; ++r) {
+    double sum = 0;
+    std::int64_t covered = 0;
+    do {
+      sum += piece_sums_[piece];
+      covered += piece_lengths_[piece++];
+    } while (covered < lengths[r]);
+    sums[r] = sum;
+  }
 }
 
 bool CudaDevice::any_nonfinite(const float* x, std::int64_t n) {

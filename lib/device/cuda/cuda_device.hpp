@@ -16,6 +16,7 @@
 #include <memory>
 #include <mutex>
 #include <string>
+#include <vector>
 
 #include "device/cuda/allocator.hpp"
 #include "device/cuda/arena_memory.hpp"
@@ -158,6 +159,8 @@ class CudaDevice final : public Device {
   std::size_t scratch_floats_ = 0;
   double* sum_device_ = nullptr;  // [0]: result, then kSumSquaresPartials partial sums
   double* sum_host_ = nullptr;    // pinned, so the read-back is one small DMA
+  std::vector<std::int64_t> piece_starts_, piece_lengths_;  // sum_squares_runs, grow-only
+  std::vector<double> piece_sums_;
   std::mutex sum_mutex_;
   int* flag_device_ = nullptr;  // any_nonfinite's result
   int* flag_host_ = nullptr;    // pinned

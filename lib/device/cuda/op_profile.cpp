@@ -22,6 +22,7 @@ void print_profiles() {
 }
 
 thread_local int t_depth = 0;  // ops inside ops on this thread: only the outermost is timed
+constexpr std::size_t kCollectAt = 4096;  // pending spans before a span collects finished ones
 
 }  // namespace
 
@@ -68,7 +69,8 @@ OpProfile::Span::Span(OpProfile& profile, const char* op) {
   std::lock_guard<std::mutex> lock(profile.mutex_);
   if (profile.collected_ == 0 && profile.pending_.empty())
     profile.first_ = std::chrono::steady_clock::now();
-  const Pending p{op, profile.take_event(), profile.take_event(), false};
+  if (profile.pending_.size() >= kCollectAt) profile.collect_locked();
+  const Pending p{op, profile.take_event(), profile.take_event(), End::open};
   DTRAIN_CUDA(cudaEventRecord(p.start, profile.stream_));
   profile.pending_.push_back(p);
   entry_ = profile.collected_ + profile.pending_.size() - 1;
@@ -82,32 +84,44 @@ OpProfile::Span::~Span() {
   if (!profile_) return;
   std::lock_guard<std::mutex> lock(profile_->mutex_);
   Pending& p = profile_->pending_[entry_ - profile_->collected_];
-  (void)cudaEventRecord(p.end, profile_->stream_);  // a failure here fails the next op too
-  p.closed = true;
+  p.state = cudaEventRecord(p.end, profile_->stream_) == cudaSuccess ? End::recorded : End::failed;
 }
 
 void OpProfile::collect() {
   if (!enabled_) return;
   std::lock_guard<std::mutex> lock(mutex_);
+  collect_locked();
+}
+
+void OpProfile::collect_locked() {
   std::size_t done = 0;
   for (; done < pending_.size(); ++done) {
     const Pending& p = pending_[done];
     // In stream order: the rest are later (or still open, inside an op on another thread).
-    if (!p.closed || cudaEventQuery(p.end) != cudaSuccess) break;
-    float ms = 0;
-    DTRAIN_CUDA(cudaEventElapsedTime(&ms, p.start, p.end));
-    auto it = std::find_if(totals_.begin(), totals_.end(), [&p](const Total& t) {
-      return t.op == p.op || std::strcmp(t.op, p.op) == 0;
-    });
-    if (it == totals_.end()) it = totals_.insert(totals_.end(), Total{p.op});
-    ++it->calls;
-    it->ms += ms;
+    if (p.state == End::open) break;
+    if (p.state == End::recorded) {
+      if (cudaEventQuery(p.end) == cudaErrorNotReady) break;
+      float ms = 0;
+      if (cudaEventElapsedTime(&ms, p.start, p.end) == cudaSuccess)
+        add(p.op, ms);
+      else
+        (void)cudaGetLastError();  // left out, and not blamed on a later launch
+    }
     free_events_.push_back(p.start);
     free_events_.push_back(p.end);
   }
   pending_.erase(pending_.begin(), pending_.begin() + static_cast<std::ptrdiff_t>(done));
   collected_ += done;
   if (done > 0) last_collect_ = std::chrono::steady_clock::now();
+}
+
+void OpProfile::add(const char* op, float ms) {
+  auto it = std::find_if(totals_.begin(), totals_.end(), [op](const Total& t) {
+    return t.op == op || std::strcmp(t.op, op) == 0;
+  });
+  if (it == totals_.end()) it = totals_.insert(totals_.end(), Total{op});
+  ++it->calls;
+  it->ms += ms;
 }
 
 std::string OpProfile::report() const {

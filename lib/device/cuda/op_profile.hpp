@@ -37,16 +37,19 @@ class OpProfile {
     bool counted_ = false;          // in the nesting depth
   };
 
-  // Adds up the spans whose work has finished (all of them after a stream synchronisation).
+  // Adds up the spans whose work has finished (all of them after a stream synchronisation);
+  // never waits. Spans also collect themselves when many are pending (a program that never
+  // synchronises). A span whose events failed is left out.
   void collect();
   // The table of what collect() added up, the most time first; empty when nothing was timed.
   std::string report() const;
 
  private:
+  enum class End { open, recorded, failed };
   struct Pending {
     const char* op;
     cudaEvent_t start, end;
-    bool closed;  // the end is recorded
+    End state;
   };
   struct Total {
     const char* op;  // a string literal: compared by address first, then by text
@@ -54,6 +57,8 @@ class OpProfile {
     double ms = 0;
   };
   cudaEvent_t take_event();
+  void collect_locked();
+  void add(const char* op, float ms);
 
   bool enabled_ = false;
   std::string device_name_;
