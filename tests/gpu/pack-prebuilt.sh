@@ -99,6 +99,6 @@ export OMPI_MCA_pml=ob1 OMPI_MCA_btl=self,vader
 ENV
 git -C "$SRC" rev-parse HEAD >"$P/commit" 2>/dev/null || echo unknown >"$P/commit"
 
-tar -C "$STAGE" -cJf "$OUT" dtrain-prebuilt
+tar -C "$STAGE" -caf "$OUT" dtrain-prebuilt  # compressed as its name says (.tar.xz, .tar)
 echo "packed $(du -h "$OUT" | cut -f1) into $OUT ($(ls "$LIB" | wc -l) libraries," \
      "$(ls "$P/runtime/openmpi/components" | wc -l) Open MPI components)"

@@ -8,6 +8,9 @@
 #   tests/gpu/run-device-checks.sh [BUILD_DIR]          (default: build-gpu in the source tree)
 #   tests/gpu/run-device-checks.sh --prebuilt DIR       (DIR: tests/gpu/pack-prebuilt.sh's
 #                                                        tarball, unpacked; no build here)
+#   tests/gpu/run-device-checks.sh --prebuilt DIR --packaging-only
+#                     (no GPU needed: the plugin tests and a 2-rank CPU run from DIR, to check
+#                      the packing itself; the prebuilt.packaging test runs it)
 #
 # Needs a GPU with its driver, the CUDA toolkit (nvcc, cuBLAS; NCCL optional) and dtrain's
 # usual build dependencies (CMake, Ninja, MPI, parallel HDF5, Boost, OpenBLAS, GoogleTest);
@@ -25,10 +28,11 @@
 set -uo pipefail
 
 SRC=$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)
-PREBUILT=
+PREBUILT='' PACKAGING_ONLY=''
 if [ "${1:-}" = --prebuilt ]; then
   PREBUILT=$(cd "${2:?--prebuilt needs the unpacked directory}" && pwd)
   BUILD=$PREBUILT/build
+  [ "${3:-}" = --packaging-only ] && PACKAGING_ONLY=1
 else
   BUILD=${1:-$SRC/build-gpu}
 fi
@@ -56,11 +60,13 @@ exec > >(tee "$RESULTS/run.log") 2>&1
 phase "prerequisites"
 TOOLS=(cmake ninja nvcc nvidia-smi mpiexec python3)
 [ -n "$PREBUILT" ] && TOOLS=(ctest nvidia-smi python3)
+[ -n "$PACKAGING_ONLY" ] && TOOLS=(ctest python3)
 for tool in "${TOOLS[@]}"; do
   command -v "$tool" >/dev/null || { echo "missing: $tool (see the header of this script)"; exit 2; }
 done
-nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader || {
-  echo "nvidia-smi sees no GPU: nothing to check here"; exit 2; }
+[ -n "$PACKAGING_ONLY" ] ||
+  nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader || {
+    echo "nvidia-smi sees no GPU: nothing to check here"; exit 2; }
 [ -z "$PREBUILT" ] && nvcc --version | tail -n 1
 # Open MPI refuses root and more ranks than cores unless told; this is the test environment,
 # the library never sets these.
@@ -111,6 +117,19 @@ TARGETS=(dtrain dtrain_cuda dtrain-gpt test_cuda_plugin test_cuda_kernels test_c
 timeout 240 ninja -C "$BUILD" -j "$JOBS" "${TARGETS[@]}" >"$RESULTS/build.log" 2>&1 || {
   grep -E "error|FAILED" "$RESULTS/build.log" | head -n 40; echo "build failed"; exit 1; }
 echo "built in $(elapsed) s"
+fi
+
+if [ -n "$PACKAGING_ONLY" ]; then
+  phase "packaging only: plugin tests and 2 CPU ranks from $PREBUILT"
+  ctest --test-dir "$BUILD" -L plugin -E '^plugin\.loader\.missing$' --output-on-failure \
+    --timeout 50 >"$RESULTS/ctest.log" 2>&1 || fail "ctest reported failures"
+  grep -E "Test +#|tests passed" "$RESULTS/ctest.log"
+  timeout 60 "$MPIEXEC" -n 2 "$BUILD/apps/dtrain-gpt/dtrain-gpt" --device cpu --layers 1 \
+    --d-model 32 --heads 2 --seq-len 16 --micro-batch 2 --steps 3 --dp 2 --zero 2 \
+    --eval-every 0 >"$RESULTS/cpu_ranks.log" 2>&1 && grep -q "done: 3 steps" "$RESULTS/cpu_ranks.log" ||
+    { fail "2 CPU ranks through the packed mpiexec"; tail -n 5 "$RESULTS/cpu_ranks.log"; }
+  [ "$STATUS" = 0 ] && echo "PACKAGING CHECKS PASSED" || echo "PACKAGING CHECKS FAILED"
+  exit $STATUS
 fi
 
 phase "GPU and plugin tests (ctest -L 'gpu|plugin')"
