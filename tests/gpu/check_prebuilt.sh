@@ -13,7 +13,8 @@ trap 'rm -rf "$work"' EXIT
 tar -C "$work" -xf "$work/prebuilt.tar" || exit 1
 check=("$here/run-device-checks.sh" --prebuilt "$work/dtrain-prebuilt" --packaging-only)
 export RESULTS_DIR=$work/results
-if ! unshare -m --propagation private true 2>/dev/null; then
+mkdir -p "$work/empty" "$work/probe"
+if ! unshare -m --propagation private mount --bind "$work/empty" "$work/probe" 2>/dev/null; then
   echo "(mount namespaces not allowed here: the build tree and Open MPI stay visible)"
   "${check[@]}"
   exit
@@ -21,7 +22,6 @@ fi
 ompi_lib=$(ompi_info --path pkglibdir | sed 's/^.*: //')
 ompi_share=$(ompi_info --path pkgdatadir | sed 's/^.*: //')
 launcher=$(readlink -f "$(command -v mpiexec)")
-mkdir -p "$work/empty"
 unshare -m --propagation private bash -c '
   empty=$1 launcher=$2; shift 2
   for d in "$@"; do
