@@ -157,7 +157,8 @@ SMALL=(--device cuda --layers 2 --heads 4 --d-model 128 --seq-len 64 --vocab 256
        --eval-every 0 --eval-batches 1)
 # And one rank in bf16 and fp16 (tensor-core GEMMs) against its fp32 curve.
 for layout in "1 --zero 1" "2 --dp 2 --zero 1" "2 --tp 2 --zero 1" "2 --dp 2 --zero 2" \
-              "2 --dp 2 --zero 3" "1 --zero 1 --precision bf16" "1 --zero 1 --precision fp16"; do
+              "2 --dp 2 --zero 3" "1 --zero 1 --precision bf16" \
+              "1 --zero 1 --precision fp16 --loss-scale 4096"; do
   read -r ranks extra <<<"$layout"
   rm -f "$RESULTS/ranks_${ranks}_${extra// /}.jsonl"
   DTRAIN_DEVICE_COMM=mpi_staged DTRAIN_CUDA_TF32=0 timeout 20 "$MPIEXEC" -n "$ranks" \
@@ -178,12 +179,13 @@ for name in ("ranks_2_--dp2--zero1", "ranks_2_--tp2--zero1", "ranks_2_--dp2--zer
     worst = max(abs(a - b) / abs(b) for a, b in zip(got, ref)) if len(got) == len(ref) else 1.0
     print(f"{name}: {len(got)} steps, largest relative loss difference from one rank {worst:.2e}")
     ok &= len(got) == len(ref) and worst <= 1e-4
-# 16-bit GEMM operands round the activations too (the CPU's bf16 tracks fp32 within 2e-3).
-for name in ("ranks_1_--zero1--precisionbf16", "ranks_1_--zero1--precisionfp16"):
+# 16-bit GEMM operands round the activations too: the CPU, which rounds only the weights, saw
+# 3.2e-3 (bf16) and 5.5e-4 (fp16) on this model; allow about ten times that.
+for name in ("ranks_1_--zero1--precisionbf16", "ranks_1_--zero1--precisionfp16--loss-scale4096"):
     got = losses(name)
     worst = max(abs(a - b) / abs(b) for a, b in zip(got, ref)) if len(got) == len(ref) else 1.0
     print(f"{name}: {len(got)} steps, largest relative loss difference from fp32 {worst:.2e}")
-    ok &= len(got) == len(ref) and 0 < worst <= 2e-2
+    ok &= len(got) == len(ref) and 0 < worst <= 3e-2
 sys.exit(0 if ok else 1)
 PY
 
