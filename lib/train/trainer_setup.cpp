@@ -34,7 +34,8 @@ GptConfig model_config(const TrainConfig& cfg) {
   m.seq_len = cfg.seq_len;
   m.vocab = cfg.vocab;
   m.tie_embeddings = cfg.tie_embeddings;
-  m.saved_activations = precision_format(cfg.precision);  // mixed precision keeps them 16-bit
+  // mixed precision keeps them 16-bit unless asked not to
+  m.saved_activations = cfg.fp32_activations ? DType::f32 : precision_format(cfg.precision);
   m.validate();
   return m;
 }

@@ -117,6 +117,42 @@ TEST(Precision, LossCurvesTrackFp32) {
   }
 }
 
+// --fp32-activations: the same forward (the first loss is bitwise equal), backward from the
+// unrounded activations, so the curve still tracks fp32 but is not the 16-bit one; the
+// activation allocation is fp32's (16-bit copies save memory from three blocks on: the fp32
+// values of the block computing live in a scratch shared by all).
+TEST(Precision, Fp32ActivationsKeepTheForwardAndTakeFp32sActivationMemory) {
+  train::TrainConfig cfg = config("fp32");
+  cfg.steps = 8;
+  cfg.layers = 4;
+  train::Trainer fp32(cfg, world());
+  for (long s = 0; s < cfg.steps; ++s) fp32.train_step();
+  for (const char* p : {"bf16", "fp16"}) {
+    cfg.precision = p;
+    cfg.fp32_activations = false;
+    train::Trainer kept16(cfg, world());
+    cfg.fp32_activations = true;
+    train::Trainer kept32(cfg, world());
+    for (long s = 0; s < cfg.steps; ++s) {
+      kept16.train_step();
+      kept32.train_step();
+    }
+    const std::vector<double>& a = kept16.loss_history();
+    const std::vector<double>& b = kept32.loss_history();
+    const double to16 = max_relative_gap(a, b), to32 = max_relative_gap(b, fp32.loss_history());
+    if (world().rank() == 0) {
+      std::printf("%s --fp32-activations over %ld steps: max relative loss gap %.3g to 16-bit "
+                  "activations, %.3g to fp32 (bound %.1g)\n", p, cfg.steps, to16, to32,
+                  kCurveBound);
+    }
+    EXPECT_EQ(a.front(), b.front()) << p << ": the forward pass changed";
+    EXPECT_GT(to16, 0.0) << p << ": backward did not read the fp32 copies";
+    EXPECT_LT(to32, kCurveBound) << p;
+    EXPECT_EQ(kept32.model().activation_bytes(), fp32.model().activation_bytes()) << p;
+    EXPECT_LT(kept16.model().activation_bytes(), fp32.model().activation_bytes()) << p;
+  }
+}
+
 TEST(Precision, DataParallelAndZeroMatchTheSingleRankBf16Run) {
   train::TrainConfig cfg = config("bf16");
   cfg.global_batch = static_cast<long>(cfg.micro_batch) * world().size() * 2;

@@ -52,8 +52,12 @@ struct DTRAIN_API TrainConfig {
   double min_loss_scale = 1;
   bool deterministic = false;
   // Mixed precision keeps the parameters in 16 bits between their uses where the device can
-  // hand memory back (the CPU); true keeps the whole fp32 arena resident instead.
+  // hand memory back (the CPU; a GPU with virtual memory management); true keeps the whole
+  // fp32 arena resident instead.
   bool fp32_param_arena = false;
+  // Mixed precision keeps a block's saved activations in 16 bits (a conversion pass after
+  // its forward and before its backward); true keeps them in fp32 instead.
+  bool fp32_activations = false;
   // checkpoints
   std::string save_dir;      // empty: no checkpoints are written
   long save_every = 0;       // 0: only at the end (and on SIGTERM/SIGUSR1)
