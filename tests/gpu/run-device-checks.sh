@@ -2,8 +2,8 @@
 # Builds dtrain with its CUDA plugin for Hopper (sm_90), runs every GPU test and the GPT-2
 # 124M benchmark on one GPU, and prints tokens/s and MFU. Budget: 8 minutes on one H200 (the
 # small multi-rank runs take seconds); the phases' time limits (configure 60 s, build 240 s,
-# tests 60 s, several ranks 7 x 20 s, benchmark 120 s, profile 60 s) cap it at 11 minutes,
-# 6 with --prebuilt (no configure or build).
+# tests 60 s, several ranks 7 x 20 s, benchmarks 120 + 2 x 60 s, profile 60 s) cap it at
+# 13 minutes, 8 with --prebuilt (no configure or build).
 #
 #   tests/gpu/run-device-checks.sh [BUILD_DIR]          (default: build-gpu in the source tree)
 #   tests/gpu/run-device-checks.sh --prebuilt DIR       (DIR: tests/gpu/pack-prebuilt.sh's
@@ -189,20 +189,29 @@ for name in ("ranks_1_--zero1--precisionbf16", "ranks_1_--zero1--precisionfp16--
 sys.exit(0 if ok else 1)
 PY
 
-phase "benchmark: GPT-2 124M (12 layers, 12 heads, d 768, seq 1024, vocab 50257), micro-batch $MICRO_BATCH, $PRECISION"
-BENCH_JSON="$RESULTS/bench.jsonl"
-rm -f "$BENCH_JSON"
 BENCH=("$BUILD/apps/dtrain-gpt/dtrain-gpt" --device cuda --precision "$PRECISION"
        --layers 12 --heads 12 --d-model 768 --seq-len 1024 --vocab 50257
        --micro-batch "$MICRO_BATCH" --warmup-steps 10 --log-every 1 --eval-every 0 --eval-batches 1)
-timeout 120 "$MPIEXEC" -n 1 "${BENCH[@]}" --steps "$BENCH_STEPS" --metrics "$BENCH_JSON" \
-  >"$RESULTS/bench.log" 2>&1 || fail "benchmark run failed (see bench.log)"
-grep -E "layout|done:|rror" "$RESULTS/bench.log" | head -n 5
+rm -f "$RESULTS/summary.txt"
 
-if [ -s "$BENCH_JSON" ]; then
-  py - "$BENCH_JSON" "$PEAK_TFLOPS" "$MICRO_BATCH" <<'PY' | tee "$RESULTS/summary.txt"
+# benchmark NAME LIMIT_S STEPS [OPTION...]: one run of BENCH plus the options; its tokens/s
+# and MFU (median over the steps after the 5th) go to summary.txt under NAME.
+benchmark() {
+  local name=$1 limit=$2 steps=$3
+  shift 3
+  local json="$RESULTS/bench-$name.jsonl"
+  rm -f "$json"
+  echo "--- $name: ${*:-default options}, $steps steps"
+  timeout "$limit" "$MPIEXEC" -n 1 "${BENCH[@]}" "$@" --steps "$steps" --metrics "$json" \
+    >"$RESULTS/bench-$name.log" 2>&1 || fail "benchmark $name failed (see bench-$name.log)"
+  grep -E "layout|done:|memory of|rror" "$RESULTS/bench-$name.log" | head -n 5
+  if [ ! -s "$json" ]; then
+    fail "benchmark $name wrote no metrics"
+    return
+  fi
+  py - "$json" "$PEAK_TFLOPS" "$MICRO_BATCH" "$name ${*:-}" <<'PY' | tee -a "$RESULTS/summary.txt"
 import json, statistics, sys
-path, peak_tflops, micro_batch = sys.argv[1], float(sys.argv[2]), int(sys.argv[3])
+path, peak_tflops, micro_batch, name = sys.argv[1], float(sys.argv[2]), int(sys.argv[3]), sys.argv[4]
 rows = [json.loads(line) for line in open(path) if line.strip()]
 steady = [r for r in rows if r["step"] > 5] or rows  # steps 1-5 include set-up and warm-up
 L, C, T, V = 12, 768, 1024, 50257
@@ -212,15 +221,23 @@ tps = statistics.median(r["tokens_per_s"] for r in steady)
 step_ms = statistics.median(r["step_ms"] for r in steady)
 mfu_nominal = tps * flops_per_token / (peak_tflops * 1e12)
 mfu_app = statistics.median(r["mfu"] for r in steady if r.get("mfu") is not None)
+print(f"== {name.strip()}")
 print(f"steps averaged: {len(steady)} (median), micro-batch {micro_batch} x 1024 tokens")
 print(f"tokens/s: {tps:.0f}   step: {step_ms:.1f} ms   model FLOPs/token: {flops_per_token:.4g}")
 print(f"MFU vs {peak_tflops:g} TFLOP/s (datasheet dense peak): {100 * mfu_nominal:.1f}%")
 print(f"MFU as dtrain-gpt reports it (vs the GEMM rate it measures at start-up): {100 * mfu_app:.1f}%")
 print(f"final loss: {rows[-1]['loss']:.4f}")
 PY
-  [ "${PIPESTATUS[0]}" = 0 ] || fail "could not read the benchmark metrics"
-else
-  fail "no benchmark metrics written"
+  [ "${PIPESTATUS[0]}" = 0 ] || fail "could not read the metrics of benchmark $name"
+}
+
+phase "benchmark: GPT-2 124M (12 layers, 12 heads, d 768, seq 1024, vocab 50257), micro-batch $MICRO_BATCH, $PRECISION"
+benchmark default 120 "$BENCH_STEPS"
+if [ "$PRECISION" != fp32 ]; then
+  # What 16-bit storage costs where memory is plentiful: the conversion passes around each
+  # block, then also the per-pass widening and remapping of the parameter units.
+  benchmark fp32-activations 60 12 --fp32-activations
+  benchmark fp32-storage 60 12 --fp32-activations --fp32-param-arena
 fi
 
 phase "where the GPU time goes: 3 benchmark steps with DTRAIN_CUDA_PROFILE=1"
