@@ -13,6 +13,7 @@ trap 'rm -rf "$work"' EXIT
 tar -C "$work" -xf "$work/prebuilt.tar" || exit 1
 check=("$here/run-device-checks.sh" --prebuilt "$work/dtrain-prebuilt" --packaging-only)
 export RESULTS_DIR=$work/results
+cd "$work" || exit 1  # not from inside the build tree about to be hidden
 mkdir -p "$work/empty" "$work/probe"
 if ! unshare -m --propagation private mount --bind "$work/empty" "$work/probe" 2>/dev/null; then
   echo "(mount namespaces not allowed here: the build tree and Open MPI stay visible)"

@@ -49,8 +49,15 @@ START=$(date +%s)
 STATUS=0
 
 elapsed() { echo $(( $(date +%s) - START )); }
-# The summaries' python3 runs without the prebuilt libraries on its library path.
-py() { env -u LD_LIBRARY_PATH python3 "$@"; }
+# The summaries' python3 and ctest run with the node's own library path (--prebuilt puts
+# its packed libraries first, which are for dtrain's binaries, not the node's tools); the
+# tests ctest starts get the packed path from their CTest file (below).
+NODE_LIBRARY_PATH=${LD_LIBRARY_PATH-}
+node_env() {
+  if [ -n "$NODE_LIBRARY_PATH" ]; then env LD_LIBRARY_PATH="$NODE_LIBRARY_PATH" "$@"
+  else env -u LD_LIBRARY_PATH "$@"; fi
+}
+py() { node_env python3 "$@"; }
 phase() { echo; echo "=== [$(elapsed) s] $*"; }
 fail() { echo "FAILED: $*"; STATUS=1; }
 
@@ -91,13 +98,15 @@ if [ -n "$PREBUILT" ]; then
   # shellcheck source=/dev/null
   source "$PREBUILT/env.sh"
   MPIEXEC=$PREBUILT/runtime/bin/mpiexec
-  py - "$BUILD/tests/gpu/CTestTestfile.cmake" "$BUILD" "$SRC" "$MPIEXEC" <<'PY'
+  # The CTest file sets the packed library path for the tests it starts (ctest itself runs
+  # with the node's: node_env).
+  py - "$BUILD/tests/gpu/CTestTestfile.cmake" "$BUILD" "$SRC" "$MPIEXEC" "$LD_LIBRARY_PATH" <<'PY'
 import sys
-out, build, source, mpiexec = sys.argv[1:]
+out, build, source, mpiexec, library_path = sys.argv[1:]
 text = open(out + ".in").read()
 for mark, path in (("@BUILD@", build), ("@SRC@", source), ("@MPIEXEC@", mpiexec)):
     text = text.replace(mark, path)
-open(out, "w").write(text)
+open(out, "w").write(f'set(ENV{{LD_LIBRARY_PATH}} "{library_path}")\n' + text)
 PY
   "$MPIEXEC" -n 2 "$BUILD/apps/dtrain-gpt/dtrain-gpt" --version 2>&1 | head -n 2 ||
     fail "the prebuilt mpiexec cannot start two ranks"
@@ -121,7 +130,7 @@ fi
 
 if [ -n "$PACKAGING_ONLY" ]; then
   phase "packaging only: plugin tests and 2 CPU ranks from $PREBUILT"
-  ctest --test-dir "$BUILD" -L plugin -E '^plugin\.loader\.missing$' --output-on-failure \
+  node_env ctest --test-dir "$BUILD" -L plugin -E '^plugin\.loader\.missing$' --output-on-failure \
     --timeout 50 >"$RESULTS/ctest.log" 2>&1 || fail "ctest reported failures"
   grep -E "Test +#|tests passed" "$RESULTS/ctest.log"
   timeout 60 "$MPIEXEC" -n 2 "$BUILD/apps/dtrain-gpt/dtrain-gpt" --device cpu --layers 1 \
@@ -137,7 +146,7 @@ phase "GPU and plugin tests (ctest -L 'gpu|plugin')"
 # the "missing plugin" scenario cannot happen.
 EXCLUDE=()
 [ -n "$PREBUILT" ] && EXCLUDE=(-E '^plugin\.loader\.missing$')
-timeout 60 ctest --test-dir "$BUILD" -L 'gpu|plugin' ${EXCLUDE[@]+"${EXCLUDE[@]}"} --output-on-failure \
+node_env timeout 60 ctest --test-dir "$BUILD" -L 'gpu|plugin' ${EXCLUDE[@]+"${EXCLUDE[@]}"} --output-on-failure \
   --timeout 50 -j 2 >"$RESULTS/ctest.log" 2>&1 || fail "ctest reported failures"
 grep -E "Test +#|tests passed|Skipped|relative error|loss (cpu|after)|gradients:|(TF32|bf16|fp16) gemm|device collectives" \
   "$RESULTS/ctest.log" || true
