@@ -84,6 +84,13 @@ int device_count() {
   return v && *v ? std::atoi(v) : 1;
 }
 
+// The L2 size reported (DTRAIN_CUDA_EMU_L2_BYTES, 96 KiB by default): small, so that test
+// shapes are cut into several groups where the plugin sizes work to the cache.
+int l2_bytes() {
+  const char* v = std::getenv("DTRAIN_CUDA_EMU_L2_BYTES");
+  return v && *v ? std::atoi(v) : 96 * 1024;
+}
+
 void protect(const Allocation& a, bool open) {
   const bool rw = open && a.accessible;
   if (mprotect(a.map, a.open_len, rw ? PROT_READ | PROT_WRITE : PROT_NONE) != 0) {
@@ -268,6 +275,7 @@ cudaError_t cudaGetDeviceProperties(cudaDeviceProp* prop, int device) {
   prop->major = 9;
   prop->minor = 0;
   prop->multiProcessorCount = 1;
+  prop->l2CacheSize = l2_bytes();
   return cudaSuccess;
 }
 

@@ -1,7 +1,10 @@
-// Causal multi-head self-attention: per sequence, strided-batched cuBLAS GEMMs over all heads
-// at once (head h's Q, K, V are column blocks hs apart in qkv rows of 3C) around the fused
-// causal softmax kernel. The probabilities are saved in att[B,NH,T,T] with a zero upper
+// Causal multi-head self-attention: per sequence and group of heads, strided-batched cuBLAS
+// GEMMs over the group's heads at once (head h's Q, K, V are column blocks hs apart in qkv
+// rows of 3C) around the fused causal softmax kernel. A group's score matrices fit in half
+// the L2 (attention_heads_per_group), so the softmax and the GEMM after it find them there
+// instead of in device memory. The probabilities are saved in att[B,NH,T,T] with a zero upper
 // triangle, as on the CPU; GEMMs cover the full T x T (the masked half multiplies zeros).
+#include <algorithm>
 #include <cmath>
 
 #include "device/cuda/cuda_device.hpp"
@@ -9,58 +12,67 @@
 
 namespace dtrain::cuda {
 
+int CudaDevice::attention_heads_per_group(int T, int NH) const noexcept {
+  const std::size_t per_head = sizeof(float) * static_cast<std::size_t>(T) * T;
+  const std::size_t fit = l2_bytes_ / 2 / per_head;
+  return static_cast<int>(std::clamp<std::size_t>(fit, 1, static_cast<std::size_t>(NH)));
+}
+
 void CudaDevice::attention_forward(float* out, float* att, const float* qkv, int B, int T, int C,
                                    int NH) {
   if (B <= 0 || T <= 0 || NH <= 0) return;
   const OpProfile::Span span = begin_op("attention_forward");
-  const int hs = C / NH, C3 = 3 * C;
+  const int hs = C / NH, C3 = 3 * C, G = attention_heads_per_group(T, NH);
   const float scale = 1.0f / std::sqrt(static_cast<float>(hs));
   const std::int64_t TT = static_cast<std::int64_t>(T) * T;
   for (int b = 0; b < B; ++b) {
-    const float* base = qkv + static_cast<std::int64_t>(b) * T * C3;
-    float* P = att + static_cast<std::int64_t>(b) * NH * TT;
-    // S[h] = scale * Q[h] · K[h]^T
-    gemm_strided_batched(false, true, T, T, hs, scale, base, C3, hs, base + C, C3, hs, 0.0f, P,
-                         T, TT, NH);
-  }
-  causal_softmax_forward(stream_, att, static_cast<std::int64_t>(B) * NH, T);
-  for (int b = 0; b < B; ++b) {
-    const float* base = qkv + static_cast<std::int64_t>(b) * T * C3;
-    const float* P = att + static_cast<std::int64_t>(b) * NH * TT;
-    // Y[h] = P[h] · V[h], written into head h's column block of out
-    gemm_strided_batched(false, false, T, hs, T, 1.0f, P, T, TT, base + 2 * C, C3, hs, 0.0f,
-                         out + static_cast<std::int64_t>(b) * T * C, C, hs, NH);
+    for (int h = 0; h < NH; h += G) {
+      const int n = std::min(G, NH - h);
+      const float* base = qkv + static_cast<std::int64_t>(b) * T * C3 + h * hs;
+      float* P = att + (static_cast<std::int64_t>(b) * NH + h) * TT;
+      // S[h] = scale * Q[h] · K[h]^T
+      gemm_strided_batched(false, true, T, T, hs, scale, base, C3, hs, base + C, C3, hs, 0.0f, P,
+                           T, TT, n);
+      causal_softmax_forward(stream_, P, n, T);
+      // Y[h] = P[h] · V[h], written into head h's column block of out
+      gemm_strided_batched(false, false, T, hs, T, 1.0f, P, T, TT, base + 2 * C, C3, hs, 0.0f,
+                           out + static_cast<std::int64_t>(b) * T * C + h * hs, C, hs, n);
+    }
   }
 }
 
-// The caller's workspace (T x T) is not used: the GEMMs run over all NH heads of a sequence
-// at once, so their score gradients live in the device's own scratch (NH x T x T floats).
+// The caller's workspace (T x T) is not used: the GEMMs run over a group of heads at once,
+// so their score gradients live in the device's own scratch (group x T x T floats).
 void CudaDevice::attention_backward(float* dqkv, float*, const float* dout, const float* qkv,
                                     const float* att, int B, int T, int C, int NH) {
   if (B <= 0 || T <= 0 || NH <= 0) return;
   const OpProfile::Span span = begin_op("attention_backward");
-  const int hs = C / NH, C3 = 3 * C;
+  const int hs = C / NH, C3 = 3 * C, G = attention_heads_per_group(T, NH);
   const float scale = 1.0f / std::sqrt(static_cast<float>(hs));
   const std::int64_t TT = static_cast<std::int64_t>(T) * T;
-  float* dP = scratch(static_cast<std::size_t>(NH) * static_cast<std::size_t>(TT));
+  float* dP = scratch(static_cast<std::size_t>(G) * static_cast<std::size_t>(TT));
   for (int b = 0; b < B; ++b) {
-    const float* base = qkv + static_cast<std::int64_t>(b) * T * C3;
-    float* dbase = dqkv + static_cast<std::int64_t>(b) * T * C3;
-    const float* P = att + static_cast<std::int64_t>(b) * NH * TT;
-    const float* dY = dout + static_cast<std::int64_t>(b) * T * C;
-    // dP[h] = dY[h] · V[h]^T
-    gemm_strided_batched(false, true, T, T, hs, 1.0f, dY, C, hs, base + 2 * C, C3, hs, 0.0f, dP,
-                         T, TT, NH);
-    // dV[h] += P[h]^T · dY[h]
-    gemm_strided_batched(true, false, T, hs, T, 1.0f, P, T, TT, dY, C, hs, 1.0f, dbase + 2 * C,
-                         C3, hs, NH);
-    // dS = softmax backward, with the forward's 1/sqrt(hs) folded in
-    causal_softmax_backward(stream_, dP, P, NH, T, scale);
-    // dQ[h] += dS[h] · K[h];  dK[h] += dS[h]^T · Q[h]
-    gemm_strided_batched(false, false, T, hs, T, 1.0f, dP, T, TT, base + C, C3, hs, 1.0f, dbase,
-                         C3, hs, NH);
-    gemm_strided_batched(true, false, T, hs, T, 1.0f, dP, T, TT, base, C3, hs, 1.0f, dbase + C,
-                         C3, hs, NH);
+    for (int h = 0; h < NH; h += G) {
+      const int n = std::min(G, NH - h);
+      const std::int64_t row = static_cast<std::int64_t>(b) * T * C3 + h * hs;
+      const float* base = qkv + row;
+      float* dbase = dqkv + row;
+      const float* P = att + (static_cast<std::int64_t>(b) * NH + h) * TT;
+      const float* dY = dout + static_cast<std::int64_t>(b) * T * C + h * hs;
+      // dP[h] = dY[h] · V[h]^T
+      gemm_strided_batched(false, true, T, T, hs, 1.0f, dY, C, hs, base + 2 * C, C3, hs, 0.0f,
+                           dP, T, TT, n);
+      // dV[h] += P[h]^T · dY[h]
+      gemm_strided_batched(true, false, T, hs, T, 1.0f, P, T, TT, dY, C, hs, 1.0f,
+                           dbase + 2 * C, C3, hs, n);
+      // dS = softmax backward, with the forward's 1/sqrt(hs) folded in
+      causal_softmax_backward(stream_, dP, P, n, T, scale);
+      // dQ[h] += dS[h] · K[h];  dK[h] += dS[h]^T · Q[h]
+      gemm_strided_batched(false, false, T, hs, T, 1.0f, dP, T, TT, base + C, C3, hs, 1.0f,
+                           dbase, C3, hs, n);
+      gemm_strided_batched(true, false, T, hs, T, 1.0f, dP, T, TT, base, C3, hs, 1.0f,
+                           dbase + C, C3, hs, n);
+    }
   }
 }
 

@@ -138,6 +138,9 @@ class CudaDevice final : public Device {
   // out again only to work queued after them.
   float* scratch(std::size_t floats);
   cublasComputeType_t compute_type() const noexcept;
+  // Attention's heads per batched GEMM: a group's score matrices (heads x T x T floats) fit
+  // in half the L2, so the softmax and the GEMM after it read them from the cache.
+  int attention_heads_per_group(int T, int NH) const noexcept;
   // activate(), and the op's GPU time under DTRAIN_CUDA_PROFILE until the span ends.
   OpProfile::Span begin_op(const char* op) {
     activate();
@@ -153,6 +156,7 @@ class CudaDevice final : public Device {
   std::unique_ptr<OpProfile> profile_;   // on stream_
   cublasHandle_t blas_ = nullptr;
   bool tf32_ = true;
+  std::size_t l2_bytes_ = 0;
   DType gemm_operands_ = DType::f32;  // set_gemm_operand_format
   void* blas_workspace_ = nullptr;
   float* scratch_ = nullptr;

@@ -73,6 +73,7 @@ struct cudaDeviceProp {
   int major;
   int minor;
   int multiProcessorCount;
+  int l2CacheSize;
 };
 
 struct CUstream_st;
