@@ -5,7 +5,7 @@
 # library they need beyond glibc, libstdc++ and CUDA's (MPI, HDF5, OpenBLAS, Boost, ...), and
 # Open MPI's launcher with its components, into one relocatable tarball.
 #
-#   tests/gpu/pack-prebuilt.sh BUILD_DIR OUT.tar.xz
+#   tests/gpu/pack-prebuilt.sh BUILD_DIR OUT.tar.xz      (or .tar.gz, .tar: as the name says)
 #   tar xf OUT.tar.xz && tests/gpu/run-device-checks.sh --prebuilt dtrain-prebuilt
 #
 # Build on a system whose glibc is no newer than the GPU node's. Open MPI's network
@@ -19,6 +19,7 @@ SRC=$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd -P)
 [ -f "$BUILD/libdtrain_cuda.so" ] || {
   echo "no libdtrain_cuda.so in $BUILD: configure with -DDTRAIN_ENABLE_CUDA=ON and build"; exit 1; }
 MPIEXEC=$(sed -n 's/^MPIEXEC_EXECUTABLE:FILEPATH=//p' "$BUILD/CMakeCache.txt")
+[ -n "$MPIEXEC" ] || { echo "$BUILD/CMakeCache.txt names no MPIEXEC_EXECUTABLE"; exit 1; }
 command -v ompi_info >/dev/null || { echo "needs Open MPI (ompi_info) to pack its launcher"; exit 1; }
 
 STAGE=$(mktemp -d)
