@@ -86,7 +86,10 @@ typedef enum dt_dtype_t {
   DT_F64 = 3,  /**< double */
   DT_I32 = 4,  /**< int32_t */
   DT_I64 = 5,  /**< int64_t */
-  DT_U8 = 6    /**< uint8_t */
+  DT_U8 = 6,   /**< uint8_t */
+  /** Not a type: makes every int value one the enum can hold, so an unknown value reaches
+      the library, which refuses it (::DT_ERR_INVALID_ARGUMENT). */
+  DT_DTYPE_ENUM_MAX_ = 0x7fffffff
 } dt_dtype_t;
 
 /** Reduction of a collective. */
@@ -94,7 +97,9 @@ typedef enum dt_reduce_op_t {
   DT_SUM = 0, /**< sum over the group */
   DT_AVG = 1, /**< sum divided by the group size (integer types truncate toward zero) */
   DT_MAX = 2, /**< maximum */
-  DT_MIN = 3  /**< minimum */
+  DT_MIN = 3, /**< minimum */
+  /** Not an operation: as ::DT_DTYPE_ENUM_MAX_. */
+  DT_REDUCE_OP_ENUM_MAX_ = 0x7fffffff
 } dt_reduce_op_t;
 
 /** A dimension of the process grid, for dt_grid_comm(). */
@@ -102,7 +107,9 @@ typedef enum dt_group_t {
   DT_GROUP_WORLD = 0, /**< every rank of the grid */
   DT_GROUP_TP = 1,    /**< the tensor-parallel group of this rank */
   DT_GROUP_PP = 2,    /**< the pipeline-parallel group of this rank */
-  DT_GROUP_DP = 3     /**< the data-parallel group of this rank */
+  DT_GROUP_DP = 3,    /**< the data-parallel group of this rank */
+  /** Not a group: as ::DT_DTYPE_ENUM_MAX_. */
+  DT_GROUP_ENUM_MAX_ = 0x7fffffff
 } dt_group_t;
 
 /* ---- version and errors ---------------------------------------------------------------- */

@@ -23,14 +23,17 @@ CudaPluginHandle open_plugin() {
   CudaPluginHandle p;
   const std::string candidates[3] = {env::get_string("DTRAIN_CUDA_PLUGIN", ""),
                                      own_directory() + kCudaPluginName, kCudaPluginName};
-  std::string last_error = "not found";
+  // Every candidate's reason: DTRAIN_CUDA_PLUGIN's (a plugin whose dependencies are missing,
+  // say) must not hide behind the last fallback's "cannot open".
+  std::string errors;
   for (const std::string& name : candidates) {
     if (name.empty()) continue;
     p.handle = dlopen(name.c_str(), RTLD_NOW | RTLD_LOCAL);
     if (p.handle) return p;
-    if (const char* err = dlerror()) last_error = err;
+    const char* err = dlerror();
+    errors += (errors.empty() ? "" : "; ") + std::string(err ? err : name + ": not found");
   }
-  p.error = std::string(kCudaPluginName) + " could not be loaded: " + last_error;
+  p.error = std::string(kCudaPluginName) + " could not be loaded: " + errors;
   return p;
 }
 

@@ -7,6 +7,7 @@
 // Errc::unavailable with a message that names --device cuda and the reason. With a GPU and
 // the plugin, "cuda" and "auto" give a working CUDA device.
 #include <cstdio>
+#include <cstdlib>
 #include <cstring>
 #include <string>
 #include <vector>
@@ -53,6 +54,9 @@ int main(int argc, char** argv) {
       std::printf("a plugin was found on the search path: scenario not testable here\n");
       return 77;
     }
+    // The reason names the plugin asked for, not only the last place tried.
+    const char* asked = std::getenv("DTRAIN_CUDA_PLUGIN");
+    if (asked && *asked) return expect_cpu_fallback({std::string(asked) + ": cannot open"});
     return expect_cpu_fallback({"could not be loaded"});
   }
   if (mode == "no-entry-points") {

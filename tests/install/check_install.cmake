@@ -1,6 +1,6 @@
 # cmake -DBUILD_DIR=... -DWORK=... -DSOURCE=... -DAPPS=... -DMPIEXEC=... -DNPFLAG=...
 #       -DMPICC=... -DC_COMPILER=... -DCXX_COMPILER=... -DFortran_COMPILER=... -DCOMPARE=...
-#       -DH5LS=... -DAPP_CHECKS=.../app_checks.cmake -P check_install.cmake
+#       -DH5LS=... -DAPP_CHECKS=.../app_checks.cmake [-DSANITIZE=address,...] -P check_install.cmake
 # Installs the build into WORK/prefix, then, against that prefix only: builds
 # tests/install/consumer, apps/cpp, apps/c and apps/fortran with find_package(dtrain CONFIG),
 # and apps/c once more with a plain `mpicc ... $(pkg-config --cflags --libs dtrain)`; runs
@@ -8,6 +8,11 @@
 # resume exactly), and checks the pkg-config file and the SONAME link.
 include(${APP_CHECKS})
 set(prefix ${WORK}/prefix)
+# A checking build's library needs its sanitizers' runtimes linked into the programs too.
+set(sanitize_link "")
+if(SANITIZE)
+  set(sanitize_link -fsanitize=${SANITIZE})
+endif()
 file(REMOVE_RECURSE ${WORK})
 function(run)
   execute_process(COMMAND ${ARGV} RESULT_VARIABLE rc OUTPUT_VARIABLE out ERROR_VARIABLE err)
@@ -21,7 +26,8 @@ endfunction()
 function(build_project name source)
   run(${CMAKE_COMMAND} -S ${source} -B ${WORK}/${name} -DCMAKE_PREFIX_PATH=${prefix}
       -DCMAKE_BUILD_TYPE=Release -DCMAKE_C_COMPILER=${C_COMPILER}
-      -DCMAKE_CXX_COMPILER=${CXX_COMPILER} -DCMAKE_Fortran_COMPILER=${Fortran_COMPILER})
+      -DCMAKE_CXX_COMPILER=${CXX_COMPILER} -DCMAKE_Fortran_COMPILER=${Fortran_COMPILER}
+      "-DCMAKE_EXE_LINKER_FLAGS=${sanitize_link}")
   run(${CMAKE_COMMAND} --build ${WORK}/${name})
 endfunction()
 
@@ -44,7 +50,8 @@ separate_arguments(pc_flags UNIX_COMMAND "${pc_flags}")
 file(GLOB libdir ${prefix}/lib*/libdtrain.so)
 get_filename_component(libdir ${libdir} DIRECTORY)
 file(GLOB c_sources ${APPS}/c/*.c)
-run(${MPICC} ${c_sources} ${pc_flags} -Wl,-rpath,${libdir} -lm -o ${WORK}/c-example-mpicc)
+run(${MPICC} ${sanitize_link} ${c_sources} ${pc_flags} -Wl,-rpath,${libdir} -lm
+    -o ${WORK}/c-example-mpicc)
 
 set(checks MPIEXEC ${MPIEXEC} NPFLAG ${NPFLAG} COMPARE ${COMPARE} TOLERANCE 1e-4)
 dtrain_check_app(COMMAND ${WORK}/cpp/dtrain-cpp-example WORK ${WORK}/run-cpp STEPS 120 ${checks})

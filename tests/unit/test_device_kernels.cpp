@@ -204,6 +204,21 @@ TEST(KernelGrad, GeluFloatFastPathMatchesDouble) {
     EXPECT_NEAR(of[i], od[i], 4e-7 * std::max(1.0, std::abs(od[i]))) << "x = " << xd[i];
     EXPECT_NEAR(gf[i], gd[i], 1e-6) << "x = " << xd[i];
   }
+  // A diverged run's NaNs and infinities stay NaN through the fast path (and, in a checking
+  // build, its exponent arithmetic stays defined: -fsanitize=undefined).
+  const float nan = std::numeric_limits<float>::quiet_NaN();
+  const float inf = std::numeric_limits<float>::infinity();
+  vector<float> bad{nan, -nan}, bad_out(2), bad_grad(2, 0.f), ones(2, 1.f);
+  cpu::gelu_forward<float>(bad_out.data(), bad.data(), 2);
+  cpu::gelu_backward<float>(bad_grad.data(), bad.data(), ones.data(), 2);
+  for (int i = 0; i < 2; ++i) {
+    EXPECT_TRUE(std::isnan(bad_out[i]));
+    EXPECT_TRUE(std::isnan(bad_grad[i]));
+  }
+  vector<float> big{inf, -inf}, big_out(2);
+  cpu::gelu_forward<float>(big_out.data(), big.data(), 2);
+  EXPECT_EQ(big_out[0], inf);
+  EXPECT_TRUE(big_out[1] == 0.0f || std::isnan(big_out[1]));
 }
 
 // ---- attention ----------------------------------------------------------------------

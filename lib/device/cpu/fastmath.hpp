@@ -33,8 +33,10 @@ inline float fast_exp(float x) {
   p = p * r + 0.5f;
   p = p * r + 1.0f;
   p = p * r + 1.0f;
-  // times 2^n, built in the exponent field
-  return p * bits_to_float((static_cast<std::int32_t>(n) + 127) << 23);
+  // times 2^n, built in the exponent field. A NaN x has a NaN n, which no integer holds:
+  // any exponent will do there, since p is NaN too.
+  const std::int32_t biased = static_cast<std::int32_t>(n == n ? n : 0.0f) + 127;
+  return p * bits_to_float(static_cast<std::int32_t>(static_cast<std::uint32_t>(biased) << 23));
 }
 
 // tanh(u) = sign(u) (1 - e^{-2|u|}) / (1 + e^{-2|u|})
