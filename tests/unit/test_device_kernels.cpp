@@ -204,8 +204,8 @@ TEST(KernelGrad, GeluFloatFastPathMatchesDouble) {
     EXPECT_NEAR(of[i], od[i], 4e-7 * std::max(1.0, std::abs(od[i]))) << "x = " << xd[i];
     EXPECT_NEAR(gf[i], gd[i], 1e-6) << "x = " << xd[i];
   }
-  // A diverged run's NaNs and infinities stay NaN through the fast path (and, in a checking
-  // build, its exponent arithmetic stays defined: -fsanitize=undefined).
+  // A diverged run's NaNs stay NaN through the fast path, +inf stays +inf (and in a checking
+  // build its exponent arithmetic stays defined: -fsanitize=undefined).
   const float nan = std::numeric_limits<float>::quiet_NaN();
   const float inf = std::numeric_limits<float>::infinity();
   vector<float> bad{nan, -nan}, bad_out(2), bad_grad(2, 0.f), ones(2, 1.f);
