@@ -59,7 +59,7 @@ cp "$launcher" "$P/runtime/bin/mpiexec"
 path_of() { ompi_info --path "$1" | sed 's/^.*: //'; }
 # Components and libraries of the network stacks (names as Open MPI 4 and Debian give them).
 network_components='_(ucx|uct|ofi|openib|psm2?|usnic|portals4)\.so$'
-network_libraries='^lib(uc[mpst]|fabric|ibverbs|rdmacm|psm2|psm_infinipath|infinipath|efa|munge|mca_common_(ofi|ucx|verbs))\.'
+network_libraries='^lib(uc[mpst]|fabric|ibverbs|rdmacm|psm2|psm_infinipath|infinipath|efa|mca_common_(ofi|ucx|verbs))\.'
 for c in "$(path_of pkglibdir)"/*.so; do
   [[ $(basename "$c") =~ $network_components ]] || cp "$c" "$P/runtime/openmpi/components/"
 done
@@ -79,8 +79,10 @@ while read -r soname path; do
   [[ $soname =~ $network_libraries ]] && continue
   [ -e "$LIB/$soname" ] || cp -L "$path" "$LIB/$soname"
 done <<<"$needed"
-# What the plugin needs from the GPU node, found there by run-device-checks.sh.
+# What the plugin needs from the GPU node, found there by run-device-checks.sh, and which
+# libraries may come from the node at all (it checks that every other one is packed).
 ldd "$BUILD/libdtrain_cuda.so" | awk '{print $1}' | grep -E "$cuda" >"$P/cuda-libraries" || true
+printf '%s\n' "$system" "$cuda" >"$P/node-libraries"
 
 # ---- how to run them ----------------------------------------------------------------------
 cat >"$P/env.sh" <<'ENV'

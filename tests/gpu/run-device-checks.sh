@@ -119,6 +119,17 @@ if [ -n "$PREBUILT" ]; then
   # shellcheck source=/dev/null
   source "$PREBUILT/env.sh"
   MPIEXEC=$PREBUILT/runtime/bin/mpiexec
+  # Every library a packed file loads comes from the tarball, but those the node provides
+  # (glibc's, the C++ runtime's, CUDA's: node-libraries). One found elsewhere would be a
+  # build of the node's own; one not found stops everything that needs it.
+  elsewhere=$(find "$PREBUILT/build" "$PREBUILT/runtime" -type f \( -name '*.so*' -o -perm -u+x \) \
+      -print0 | { xargs -0 ldd 2>/dev/null || true; } |
+    awk -v root="$PREBUILT/" '$2 == "=>" && index($3, root) != 1 {print $1, $3}' |
+    grep -Ev -f "$PREBUILT/node-libraries" | sort -u)
+  if [ -n "$elsewhere" ]; then
+    echo "$elsewhere" | head -n 20
+    fail "packed files load the libraries above from outside the tarball"
+  fi
   # The CTest file sets the packed library path for the tests it starts (ctest itself runs
   # with the node's: node_env).
   py - "$BUILD/tests/gpu/CTestTestfile.cmake" "$BUILD" "$SRC" "$MPIEXEC" "$LD_LIBRARY_PATH" <<'PY'
