@@ -87,8 +87,8 @@ typedef enum dt_dtype_t {
   DT_I32 = 4,  /**< int32_t */
   DT_I64 = 5,  /**< int64_t */
   DT_U8 = 6,   /**< uint8_t */
-  /** Not a type: makes every int value one the enum can hold, so an unknown value reaches
-      the library, which refuses it (::DT_ERR_INVALID_ARGUMENT). */
+  /** Not a type: makes every non-negative int a value the enum can hold, so an unknown
+      value reaches the library, which refuses it (::DT_ERR_INVALID_ARGUMENT). */
   DT_DTYPE_ENUM_MAX_ = 0x7fffffff
 } dt_dtype_t;
 
