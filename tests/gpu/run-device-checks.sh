@@ -95,8 +95,8 @@ if [ -n "$PREBUILT" ]; then
   phase "prebuilt binaries in $PREBUILT (commit $(cat "$PREBUILT/commit"))"
   [ "$(git -C "$SRC" rev-parse HEAD 2>/dev/null)" = "$(cat "$PREBUILT/commit")" ] ||
     echo "warning: this checkout is not the commit the binaries were built from"
-  # CUDA's libraries the plugin links: from the CUDA toolkit or its Python wheels.
-  # One pass over the usual places (the toolkit, a venv's wheels, links included).
+  # CUDA's libraries the plugin links, from the CUDA toolkit or its Python wheels: one pass
+  # over the usual places, links followed.
   mapfile -t SONAMES <"$PREBUILT/cuda-libraries"
   NAME_TESTS=()
   for soname in "${SONAMES[@]}"; do NAME_TESTS+=(${NAME_TESTS[@]+-o} -name "$soname"); done
