@@ -33,6 +33,10 @@ void Device::set_gemm_operand_format(DType fmt) {
   check_float_format(fmt, "set_gemm_operand_format");
 }
 
+std::size_t Device::attention_saved_floats(int B, int T, int, int NH) const {
+  return static_cast<std::size_t>(B) * NH * T * T;
+}
+
 // ---- DeviceBuffer --------------------------------------------------------------
 DeviceBuffer::DeviceBuffer(Device& dev, std::size_t bytes)
     : dev_(&dev), data_(dev.allocate(bytes)), bytes_(bytes) {}

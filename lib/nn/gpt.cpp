@@ -488,7 +488,8 @@ void GptModel::backward_stage(float dloss, const float* doutput, int chunk, int 
     b.attn_proj.backward(d, datty_, leave_region_bwd(dres_, R), b.atty, N);
     progress();
     zero(dqkv_, 3 * NCl);
-    d.attention_backward(dqkv_, att_ws_, datty_, b.qkv, b.att, B, T, C_local_, heads_local_);
+    d.attention_backward(dqkv_, att_ws_, datty_, b.qkv, b.atty, b.att, B, T, C_local_,
+                         heads_local_);
     progress();
     zero(dln_, NC);
     b.c_attn.backward(d, dln_, dqkv_, enter_region_fwd(b.ln1, R), N);

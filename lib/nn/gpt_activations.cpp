@@ -13,7 +13,7 @@ namespace dtrain {
 std::array<std::int64_t, GptModel::kKept16> GptModel::kept16_numel(int B) const {
   const std::int64_t N = static_cast<std::int64_t>(B) * cfg_.seq_len, T = cfg_.seq_len;
   const std::int64_t R = sp_ ? N / tp_.size() : N, C = cfg_.d_model, Cl = C_local_;
-  const std::int64_t att = static_cast<std::int64_t>(B) * heads_local_ * T * T;
+  const auto att = static_cast<std::int64_t>(dev_->attention_saved_floats(B, T, Cl, heads_local_));
   const std::int64_t hidden = N * hidden_local_;
   return {R * C, N * 3 * Cl, N * Cl, att, R * C, hidden, hidden};
 }

@@ -8,6 +8,8 @@
 
 #include "cublas_v2.h"
 #include "cuda_runtime.h"
+#include "device/half_bits.hpp"
+#include "mma.h"
 
 namespace {
 
@@ -66,6 +68,56 @@ __global__ void shuffles_with_changing_masks(float* out) {
   }
   out[lane] = v;
 }
+
+// Every lane writes base + its index, then reads its neighbour's: right only after a warp
+// barrier.
+__global__ void neighbour_after_syncwarp(float* out, float base, int sync) {
+  __shared__ float v[32];
+  v[threadIdx.x] = base + static_cast<float>(threadIdx.x);
+  if (sync) __syncwarp();
+  out[threadIdx.x] = v[(threadIdx.x + 1) & 31];
+}
+
+// One warp: d = a b + c for bf16 tiles a (row-major) and b (column-major or row-major, per
+// `b_rows`), staged in shared memory from their 16-bit encodings; `offset` shifts a's tile.
+__global__ void tile_product(float* d, const std::uint16_t* a, const std::uint16_t* b,
+                             const float* c, int b_rows, int offset) {
+  namespace wmma = nvcuda::wmma;
+  struct alignas(32) Tiles {
+    std::uint16_t a[16 * 24 + 16], b[16 * 24];  // b 32-byte aligned too
+  };
+  __shared__ Tiles t;
+  std::uint16_t *sa = t.a, *sb = t.b;
+  for (int i = threadIdx.x; i < 256; i += 32) {
+    sa[offset + (i / 16) * 24 + i % 16] = a[i];
+    sb[(i / 16) * 24 + i % 16] = b[i];
+  }
+  __syncwarp();
+  wmma::fragment<wmma::matrix_a, 16, 16, 16, __nv_bfloat16, wmma::row_major> fa;
+  wmma::fragment<wmma::accumulator, 16, 16, 16, float> acc;
+  wmma::load_matrix_sync(fa, reinterpret_cast<const __nv_bfloat16*>(sa + offset), 24);
+  wmma::load_matrix_sync(acc, c, 16, wmma::mem_row_major);
+  const auto* tb = reinterpret_cast<const __nv_bfloat16*>(sb);
+  if (b_rows) {
+    wmma::fragment<wmma::matrix_b, 16, 16, 16, __nv_bfloat16, wmma::row_major> fb;
+    wmma::load_matrix_sync(fb, tb, 24);
+    wmma::mma_sync(acc, fa, fb, acc);
+  } else {
+    wmma::fragment<wmma::matrix_b, 16, 16, 16, __nv_bfloat16, wmma::col_major> fb;
+    wmma::load_matrix_sync(fb, tb, 24);
+    wmma::mma_sync(acc, fa, fb, acc);
+  }
+  wmma::store_matrix_sync(d, acc, 16, wmma::mem_row_major);
+}
+
+struct DeviceHalves {
+  explicit DeviceHalves(const std::vector<std::uint16_t>& v) {
+    EXPECT_EQ(cudaMalloc(reinterpret_cast<void**>(&p), v.size() * 2), cudaSuccess);
+    EXPECT_EQ(cudaMemcpyAsync(p, v.data(), v.size() * 2, cudaMemcpyHostToDevice), cudaSuccess);
+  }
+  ~DeviceHalves() { cudaFree(p); }
+  std::uint16_t* p = nullptr;
+};
 
 TEST(CudaEmulator, KernelsSeeTheirCoordinatesAndFreshMemoryIsNaN) {
   DeviceFloats d(1000);
@@ -129,6 +181,59 @@ TEST(CudaEmulator, BadLaunchesAreRefusedAsOnAGpu) {
   EXPECT_EQ(cudaGetLastError(), cudaSuccess);  // not sticky
   dtrain_emu::launch(fill_index, dim3(1, 70000), dim3(32))(d.p, 4);
   EXPECT_EQ(cudaGetLastError(), cudaErrorInvalidConfiguration);
+}
+
+TEST(CudaEmulator, SyncwarpIsAWarpBarrier) {
+  DeviceFloats d(32);
+  dtrain_emu::launch(neighbour_after_syncwarp, dim3(1), dim3(32))(d.p, 0.0f, 1);
+  const auto got = d.host();
+  for (int i = 0; i < 32; ++i) EXPECT_EQ(got[i], static_cast<float>((i + 1) & 31));
+  // without it, lanes run one after another: a lane reads a neighbour that has not written
+  dtrain_emu::launch(neighbour_after_syncwarp, dim3(1), dim3(32))(d.p, 100.0f, 0);
+  const auto stale = d.host();
+  int wrong = 0;
+  for (int i = 0; i < 32; ++i) wrong += stale[i] != 100.0f + static_cast<float>((i + 1) & 31);
+  EXPECT_GT(wrong, 0);
+}
+
+TEST(CudaEmulator, WarpMatrixProductsAreTheProductsOfTheDecodedTiles) {
+  std::vector<std::uint16_t> a(256), b(256);
+  std::vector<float> c(256);
+  for (int i = 0; i < 256; ++i) {
+    a[i] = dtrain::halfbits::to_bf16(std::sin(0.37f * i));
+    b[i] = dtrain::halfbits::to_bf16(std::cos(0.11f * i) * 3.0f);
+    c[i] = 0.01f * i;
+  }
+  DeviceHalves da(a), db(b);
+  DeviceFloats dc(256), dd(256);
+  dc.set(c);
+  for (int b_rows = 0; b_rows < 2; ++b_rows) {
+    dtrain_emu::launch(tile_product, dim3(1), dim3(32))(dd.p, da.p, db.p, dc.p, b_rows, 0);
+    const auto got = dd.host();
+    for (int r = 0; r < 16; ++r)
+      for (int n = 0; n < 16; ++n) {
+        double want = c[r * 16 + n];
+        for (int k = 0; k < 16; ++k) {
+          const int bk = b_rows ? k * 16 + n : n * 16 + k;  // element (k, n) of b
+          want += static_cast<double>(dtrain::halfbits::from_bf16(a[r * 16 + k])) *
+                  dtrain::halfbits::from_bf16(b[bk]);
+        }
+        ASSERT_NEAR(got[r * 16 + n], want, 1e-4 * (1 + std::fabs(want))) << r << "," << n;
+      }
+  }
+}
+
+TEST(CudaEmulatorDeathTest, AMisalignedMatrixTileStops) {
+  std::vector<std::uint16_t> zeros(256);
+  DeviceHalves da(zeros), db(zeros);
+  DeviceFloats dc(256), dd(256);
+  dc.set(std::vector<float>(256));
+  EXPECT_DEATH(
+      {
+        dtrain_emu::launch(tile_product, dim3(1), dim3(32))(dd.p, da.p, db.p, dc.p, 0, 8);
+        cudaDeviceSynchronize();
+      },
+      "not 32-byte aligned");
 }
 
 TEST(CudaEmulatorDeathTest, HostAccessToDeviceMemoryFaults) {

@@ -2,9 +2,9 @@
 # Builds dtrain with its CUDA plugin for Hopper (sm_90), runs every GPU test and the GPT-2
 # 124M benchmark on one GPU, and prints tokens/s and MFU. Budget: 8 minutes on one H200 (the
 # small multi-rank runs take seconds); the phases' time limits (configure 60 s, build 240 s,
-# tests 100 s, several ranks 7 x 20 s, benchmarks 120 + 2 x 45 s, profile 45 s) cap it at
-# 13 minutes; with --prebuilt (no configure or build; finding CUDA's libraries 30 s, the
-# mpiexec check 30 s) at 9.3 minutes.
+# tests 100 s, several ranks 7 x 20 s, benchmarks 120 + 3 x 35 s, profile 45 s) cap it at
+# 13.5 minutes; with --prebuilt (no configure or build; finding CUDA's libraries 30 s, the
+# mpiexec check 30 s) at 9.5 minutes.
 #
 #   tests/gpu/run-device-checks.sh [BUILD_DIR]          (default: build-gpu in the source tree)
 #   tests/gpu/run-device-checks.sh --prebuilt DIR       (DIR: tests/gpu/pack-prebuilt.sh's
@@ -282,10 +282,13 @@ PY
 phase "benchmark: GPT-2 124M (12 layers, 12 heads, d 768, seq 1024, vocab 50257), micro-batch $MICRO_BATCH, $PRECISION"
 benchmark default 120 "$BENCH_STEPS"
 if [ "$PRECISION" != fp32 ]; then
+  # The unfused attention (cuBLAS GEMMs around a softmax kernel, T x T probabilities saved)
+  # against the default fused kernels.
+  DTRAIN_CUDA_FUSED_ATTENTION=0 benchmark unfused-attention 35 10
   # What 16-bit storage costs where memory is plentiful: the conversion passes around each
   # block, then also the per-pass widening and remapping of the parameter units.
-  benchmark fp32-activations 45 12 --fp32-activations
-  benchmark fp32-storage 45 12 --fp32-activations --fp32-param-arena
+  benchmark fp32-activations 35 10 --fp32-activations
+  benchmark fp32-storage 35 10 --fp32-activations --fp32-param-arena
 fi
 
 phase "where the GPU time goes: 3 benchmark steps with DTRAIN_CUDA_PROFILE=1"

@@ -9,6 +9,7 @@ namespace {
 
 using dtrain::Device;
 using dtrain::DeviceKind;
+using dtrain::DType;
 using gputest::expect_close;
 using gputest::kFp32Bound;
 using gputest::OnDevice;
@@ -241,12 +242,66 @@ TEST_F(CudaKernels, CausalAttention) {
       for (int t = 0; t < s.T; ++t)
         for (int j = t + 1; j < s.T; ++j)
           ASSERT_EQ(g_att[(m * s.T + t) * s.T + j], 0.0f);
-    cpu.attention_backward(dqkv.data(), ws.data(), dout.data(), qkv.data(), att.data(), s.B, s.T,
-                           s.C, s.NH);
-    gpu.attention_backward(d_dqkv.get(), d_ws.get(), d_dout.get(), d_qkv.get(), d_att.get(), s.B,
-                           s.T, s.C, s.NH);
+    cpu.attention_backward(dqkv.data(), ws.data(), dout.data(), qkv.data(), out.data(),
+                           att.data(), s.B, s.T, s.C, s.NH);
+    gpu.attention_backward(d_dqkv.get(), d_ws.get(), d_dout.get(), d_qkv.get(), d_out.get(),
+                           d_att.get(), s.B, s.T, s.C, s.NH);
     expect_close(d_dqkv.host(), dqkv, kFp32Bound, "attention_backward dqkv" + tag);
   }
+}
+
+// The fused kernels of 16-bit GEMM operands against the CPU's fp32 kernels, within the
+// format's precision: Q, K, V, the probabilities, dout and the score gradients are rounded
+// to 16 bits as GEMM operands. Head sizes 16 to 64; T below, at and past a 64-row block.
+// Backward again after the saved log-sum-exp went through 16-bit saved activations' rounding.
+TEST_F(CudaKernels, FusedAttentionUnder16BitOperands) {
+  struct Shape {
+    int B, T, C, NH;
+  };
+  struct Format {
+    DType fmt;
+    double bound, saved_bound;  // against the CPU; after rounding the saved values
+  };
+  for (const Format f : {Format{DType::bf16, 1e-2, 1e-3}, Format{DType::f16, 1.5e-3, 1.5e-4}}) {
+    gpu.set_gemm_operand_format(f.fmt);
+    for (const Shape s : {Shape{2, 67, 64, 4}, Shape{1, 130, 96, 3}, Shape{1, 64, 48, 1},
+                          Shape{1, 40, 128, 2}}) {
+      const std::size_t nqkv = static_cast<std::size_t>(s.B) * s.T * 3 * s.C;
+      const std::size_t nout = static_cast<std::size_t>(s.B) * s.T * s.C;
+      const std::size_t nsaved = gpu.attention_saved_floats(s.B, s.T, s.C, s.NH);
+      ASSERT_EQ(nsaved, 2u * s.B * s.NH * s.T) << "one log-sum-exp (two floats) per row";
+      auto qkv = random_floats(nqkv, 1, -2.0f, 2.0f);
+      std::vector<float> out(nout), att(static_cast<std::size_t>(s.B) * s.NH * s.T * s.T);
+      auto dqkv = random_floats(nqkv, 2), dout = random_floats(nout, 3);
+      std::vector<float> ws(cpu.attention_workspace_floats(s.T));
+      auto d_qkv = up(qkv), d_dout = up(dout);
+      OnDevice<float> d_out(gpu, nout), d_saved(gpu, nsaved), d_ws(gpu, 1);
+      cpu.attention_forward(out.data(), att.data(), qkv.data(), s.B, s.T, s.C, s.NH);
+      gpu.attention_forward(d_out.get(), d_saved.get(), d_qkv.get(), s.B, s.T, s.C, s.NH);
+      const std::string tag = std::string(" ") + dtrain::dtype_name(f.fmt) +
+                              " hs=" + std::to_string(s.C / s.NH) + " T=" + std::to_string(s.T);
+      expect_close(d_out.host(), out, f.bound, "fused attention out" + tag);
+      auto d_dqkv = up(dqkv);
+      gpu.attention_backward(d_dqkv.get(), d_ws.get(), d_dout.get(), d_qkv.get(), d_out.get(),
+                             d_saved.get(), s.B, s.T, s.C, s.NH);
+      const auto fused = d_dqkv.host();
+      cpu.attention_backward(dqkv.data(), ws.data(), dout.data(), qkv.data(), out.data(),
+                             att.data(), s.B, s.T, s.C, s.NH);
+      expect_close(fused, dqkv, f.bound, "fused attention dqkv" + tag);
+
+      OnDevice<std::uint16_t> rounded(gpu, nsaved);
+      gpu.convert_to_16bit(rounded.get(), d_saved.get(), static_cast<std::int64_t>(nsaved), f.fmt);
+      gpu.convert_from_16bit(d_saved.get(), rounded.get(), static_cast<std::int64_t>(nsaved), f.fmt);
+      auto d_dqkv2 = up(random_floats(nqkv, 2));
+      gpu.attention_backward(d_dqkv2.get(), d_ws.get(), d_dout.get(), d_qkv.get(), d_out.get(),
+                             d_saved.get(), s.B, s.T, s.C, s.NH);
+      expect_close(d_dqkv2.host(), fused, f.saved_bound, "... from a 16-bit saved log-sum-exp" + tag);
+    }
+    // a head size the fused kernels do not serve: the probabilities are saved
+    EXPECT_EQ(gpu.attention_saved_floats(2, 10, 48, 2), 2u * 2 * 10 * 10);
+  }
+  gpu.set_gemm_operand_format(DType::f32);
+  EXPECT_EQ(gpu.attention_saved_floats(2, 10, 64, 4), 2u * 4 * 10 * 10);
 }
 
 TEST_F(CudaKernels, Elementwise) {

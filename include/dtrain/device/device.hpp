@@ -119,15 +119,21 @@ class DTRAIN_API Device {
   virtual void gelu_backward(float* dinp, const float* inp, const float* dout, std::int64_t n) = 0;
 
   // ---- causal multi-head self-attention ------------------------------------
-  // qkv[B,T,3C] (q, k, v blocks, each NH heads x C/NH) -> out[B,T,C]; saves the softmax
-  // probabilities att[B,NH,T,T] (upper triangle zero) for backward.
+  // qkv[B,T,3C] (q, k, v blocks, each NH heads x C/NH) -> out[B,T,C]; saves in att what
+  // backward needs, attention_saved_floats(B, T, C, NH) floats: by default the softmax
+  // probabilities att[B,NH,T,T] (upper triangle zero).
   virtual void attention_forward(float* out, float* att, const float* qkv, int B, int T, int C,
                                  int NH) = 0;
-  // dqkv[B,T,3C] += from dout[B,T,C]; workspace holds attention_workspace_floats(T) floats.
+  // dqkv[B,T,3C] += from dout[B,T,C], given the forward's out and att; workspace holds
+  // attention_workspace_floats(T) floats.
   virtual void attention_backward(float* dqkv, float* workspace, const float* dout,
-                                  const float* qkv, const float* att, int B, int T, int C,
-                                  int NH) = 0;
+                                  const float* qkv, const float* out, const float* att, int B,
+                                  int T, int C, int NH) = 0;
   virtual std::size_t attention_workspace_floats(int T) const = 0;
+  // The size of att. A device may save less than the probabilities (the CUDA device's fused
+  // attention saves one log-sum-exp per row); the answer may depend on the GEMM operand
+  // format, so size att after set_gemm_operand_format.
+  virtual std::size_t attention_saved_floats(int B, int T, int C, int NH) const;
 
   // ---- residual / elementwise ----------------------------------------------
   virtual void residual_forward(float* out, const float* a, const float* b, std::int64_t n) = 0;

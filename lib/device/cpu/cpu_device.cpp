@@ -132,8 +132,8 @@ void CpuDevice::attention_forward(float* out, float* att, const float* qkv, int 
   cpu::attention_forward<float>(out, att, qkv, B, T, C, NH);
 }
 void CpuDevice::attention_backward(float* dqkv, float* workspace, const float* dout,
-                                   const float* qkv, const float* att, int B, int T, int C,
-                                   int NH) {
+                                   const float* qkv, const float*, const float* att, int B,
+                                   int T, int C, int NH) {
   cpu::attention_backward<float>(dqkv, workspace, dout, qkv, att, B, T, C, NH);
 }
 std::size_t CpuDevice::attention_workspace_floats(int T) const {

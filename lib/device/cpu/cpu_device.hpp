@@ -56,7 +56,7 @@ class CpuDevice final : public Device {
   void attention_forward(float* out, float* att, const float* qkv, int B, int T, int C,
                          int NH) override;
   void attention_backward(float* dqkv, float* workspace, const float* dout, const float* qkv,
-                          const float* att, int B, int T, int C, int NH) override;
+                          const float* out, const float* att, int B, int T, int C, int NH) override;
   std::size_t attention_workspace_floats(int T) const override;
   void residual_forward(float* out, const float* a, const float* b, std::int64_t n) override;
   void accumulate(float* dst, const float* src, std::int64_t n) override;

@@ -1,4 +1,6 @@
-// Causal multi-head self-attention: per sequence and group of heads, strided-batched cuBLAS
+// Causal multi-head self-attention. Under 16-bit GEMM operands with head sizes up to 64, the
+// fused kernels of flash_attention.cu, which save one log-sum-exp per row. Otherwise (and
+// under DTRAIN_CUDA_FUSED_ATTENTION=0): per sequence and group of heads, strided-batched cuBLAS
 // GEMMs over the group's heads at once (head h's Q, K, V are column blocks hs apart in qkv
 // rows of 3C) around the fused causal softmax kernel. A group's score matrices fit in half
 // the L2 (attention_heads_per_group), so the softmax and the GEMM after it find them there
@@ -12,6 +14,15 @@
 
 namespace dtrain::cuda {
 
+bool CudaDevice::fused_attention(int C, int NH) const noexcept {
+  return fused_attention_ && flash_attention_supports(gemm_operands_, C, NH);
+}
+
+std::size_t CudaDevice::attention_saved_floats(int B, int T, int C, int NH) const {
+  if (fused_attention(C, NH)) return flash_attention_saved_floats(B, T, NH);
+  return Device::attention_saved_floats(B, T, C, NH);
+}
+
 int CudaDevice::attention_heads_per_group(int T, int NH) const noexcept {
   const std::size_t per_head = sizeof(float) * static_cast<std::size_t>(T) * T;
   const std::size_t fit = l2_bytes_ / 2 / per_head;
@@ -22,6 +33,10 @@ void CudaDevice::attention_forward(float* out, float* att, const float* qkv, int
                                    int NH) {
   if (B <= 0 || T <= 0 || NH <= 0) return;
   const OpProfile::Span span = begin_op("attention_forward");
+  if (fused_attention(C, NH)) {
+    flash_attention_forward(stream_, gemm_operands_, out, att, qkv, B, T, C, NH);
+    return;
+  }
   const int hs = C / NH, C3 = 3 * C, G = attention_heads_per_group(T, NH);
   const float scale = 1.0f / std::sqrt(static_cast<float>(hs));
   const std::int64_t TT = static_cast<std::int64_t>(T) * T;
@@ -44,9 +59,16 @@ void CudaDevice::attention_forward(float* out, float* att, const float* qkv, int
 // The caller's workspace (T x T) is not used: the GEMMs run over a group of heads at once,
 // so their score gradients live in the device's own scratch (group x T x T floats).
 void CudaDevice::attention_backward(float* dqkv, float*, const float* dout, const float* qkv,
-                                    const float* att, int B, int T, int C, int NH) {
+                                    const float* out, const float* att, int B, int T, int C,
+                                    int NH) {
   if (B <= 0 || T <= 0 || NH <= 0) return;
   const OpProfile::Span span = begin_op("attention_backward");
+  if (fused_attention(C, NH)) {
+    float* dsum = scratch(static_cast<std::size_t>(B) * NH * T);
+    flash_attention_backward(stream_, gemm_operands_, dqkv, dsum, dout, qkv, out, att, B, T, C,
+                             NH);
+    return;
+  }
   const int hs = C / NH, C3 = 3 * C, G = attention_heads_per_group(T, NH);
   const float scale = 1.0f / std::sqrt(static_cast<float>(hs));
   const std::int64_t TT = static_cast<std::int64_t>(T) * T;

@@ -34,6 +34,7 @@ CudaDevice::CudaDevice(int ordinal) : ordinal_(ordinal), raw_(ordinal), alloc_(r
   cudaDeviceProp prop{};
   DTRAIN_CUDA(cudaGetDeviceProperties(&prop, ordinal_));
   tf32_ = env::get_bool("DTRAIN_CUDA_TF32", true);
+  fused_attention_ = env::get_bool("DTRAIN_CUDA_FUSED_ATTENTION", true);
   l2_bytes_ = static_cast<std::size_t>(std::max(0, prop.l2CacheSize));
   char text[320];
   std::snprintf(text, sizeof text, "cuda:%d (%s, sm_%d%d, %.1f GiB", ordinal_, prop.name,

@@ -94,8 +94,10 @@ class CudaDevice final : public Device {
   void attention_forward(float* out, float* att, const float* qkv, int B, int T, int C,
                          int NH) override;
   void attention_backward(float* dqkv, float* workspace, const float* dout, const float* qkv,
-                          const float* att, int B, int T, int C, int NH) override;
+                          const float* out, const float* att, int B, int T, int C,
+                          int NH) override;
   std::size_t attention_workspace_floats(int T) const override;
+  std::size_t attention_saved_floats(int B, int T, int C, int NH) const override;
   void residual_forward(float* out, const float* a, const float* b, std::int64_t n) override;
   void accumulate(float* dst, const float* src, std::int64_t n) override;
   void scale(float* x, float s, std::int64_t n) override;
@@ -141,6 +143,9 @@ class CudaDevice final : public Device {
   // Attention's heads per batched GEMM: a group's score matrices (heads x T x T floats) fit
   // in half the L2, so the softmax and the GEMM after it read them from the cache.
   int attention_heads_per_group(int T, int NH) const noexcept;
+  // The fused kernels (flash_attention.cu) serve 16-bit GEMM operands and head sizes up to
+  // 64, unless DTRAIN_CUDA_FUSED_ATTENTION=0; otherwise the GEMMs around the softmax.
+  bool fused_attention(int C, int NH) const noexcept;
   // activate(), and the op's GPU time under DTRAIN_CUDA_PROFILE until the span ends.
   OpProfile::Span begin_op(const char* op) {
     activate();
@@ -156,6 +161,7 @@ class CudaDevice final : public Device {
   std::unique_ptr<OpProfile> profile_;   // on stream_
   cublasHandle_t blas_ = nullptr;
   bool tf32_ = true;
+  bool fused_attention_ = true;  // DTRAIN_CUDA_FUSED_ATTENTION
   std::size_t l2_bytes_ = 0;
   DType gemm_operands_ = DType::f32;  // set_gemm_operand_format
   void* blas_workspace_ = nullptr;

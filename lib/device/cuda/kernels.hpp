@@ -7,6 +7,8 @@
 #include <cstddef>
 #include <cstdint>
 
+#include "dtrain/core/dtype.hpp"
+
 namespace dtrain::cuda {
 
 // ---- kernels_elementwise.cu ------------------------------------------------------
@@ -74,6 +76,20 @@ void causal_softmax_forward(cudaStream_t s, float* att, std::int64_t matrices, i
 // dP <- P * (dP - rowsum(P * dP)) * scale over the causal part, 0 above the diagonal.
 void causal_softmax_backward(cudaStream_t s, float* dP, const float* P, std::int64_t matrices,
                              int T, float scale);
+
+// ---- flash_attention.cu ----------------------------------------------------------
+// Fused causal attention on tensor cores, for bf16/fp16 operands (fmt) and head sizes 16,
+// 32, 48 and 64. Saves per query row its log-sum-exp, in lse[B,NH,T,2] (two floats, so
+// that 16-bit saved activations keep it to about 16 bits).
+bool flash_attention_supports(DType fmt, int C, int NH);
+std::size_t flash_attention_saved_floats(int B, int T, int NH);
+void flash_attention_forward(cudaStream_t s, DType fmt, float* out, float* lse,
+                             const float* qkv, int B, int T, int C, int NH);
+// dqkv += the gradient from dout, given the forward's out and lse; dsum is scratch of
+// B x NH x T floats.
+void flash_attention_backward(cudaStream_t s, DType fmt, float* dqkv, float* dsum,
+                              const float* dout, const float* qkv, const float* out,
+                              const float* lse, int B, int T, int C, int NH);
 
 // ---- kernels_crossentropy.cu -----------------------------------------------------
 void crossentropy_forward(cudaStream_t s, float* losses, float* lse, const float* logits,

@@ -18,6 +18,7 @@
 #define __device__
 #define __host__
 #define __forceinline__ inline
+#define __launch_bounds__(...)
 // Blocks run one at a time, so one static instance per kernel is the block's shared memory.
 #define __shared__ static
 
@@ -178,6 +179,13 @@ template <class T> T __shfl_sync(unsigned mask, T v, int src_lane, int width = 3
   T out;
   std::memcpy(&out, &got, sizeof out);
   return out;
+}
+
+// A warp barrier: every lane in `mask` arrives before any goes on (a fiber switch, so a lane
+// that reads what another wrote without it sees stale values here too).
+inline void __syncwarp(unsigned mask = 0xffffffffu) {
+  const int lane = static_cast<int>((threadIdx.x + blockDim.x * (threadIdx.y + blockDim.y * threadIdx.z)) & 31);
+  dtrain_emu::warp_exchange(mask, 0, lane);
 }
 
 inline float __uint_as_float(unsigned u) {

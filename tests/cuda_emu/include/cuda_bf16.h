@@ -1,0 +1,6 @@
+#pragma once
+// The bf16 storage type, as far as lib/device/cuda uses it: 16 bits that WMMA fragments load
+// (the kernels encode and decode the bits themselves, device/half_bits.hpp).
+struct __nv_bfloat16 {
+  unsigned short bits;
+};
