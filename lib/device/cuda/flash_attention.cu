@@ -4,7 +4,8 @@
 // the log-sum-exp of its scaled scores; backward recomputes the probabilities from it.
 //
 // A block has 4 warps and covers 64 rows: warp w owns rows 16w..16w+15, and each of its
-// lanes does the row-wise work of one row (lane / 2) over 32 of the 64 columns (lane % 2).
+// lanes does the row-wise work of one row (lane / 2) over 32 of the 64 columns, every other
+// one (column()).
 // Q, K, V and dout are rounded to bf16/fp16 where they enter shared memory, as cuBLAS rounds
 // the operands of the unfused path; products accumulate in fp32, the softmax is fp32.
 //
@@ -54,6 +55,10 @@ template <int HS> struct alignas(32) Shared {
   float lse[kRows], dsum[kRows];  // per query column (the dK/dV kernel)
 };
 
+// The c-th of the 32 columns (of 64) that a lane works on in its row: the row's two lanes
+// interleave, so a warp reading one c touches 16 shared-memory banks instead of 8.
+__device__ inline int column(int c, int half) { return 2 * c + half; }
+
 template <class H> __device__ inline const H* as_half(const std::uint16_t* p) {
   return reinterpret_cast<const H*>(p);
 }
@@ -80,6 +85,7 @@ template <class H> using ColB = wmma::fragment<wmma::matrix_b, kTile, kTile, kTi
 template <int HS, class H>
 __device__ void load_row_operands(RowA<H> (&f)[HS / kTile], const std::uint16_t* tile, int warp) {
   constexpr int ld = Shared<HS>::ld;
+  #pragma unroll
   for (int k = 0; k < HS / kTile; ++k)
     wmma::load_matrix_sync(f[k], as_half<H>(tile) + warp * kTile * ld + k * kTile, ld);
 }
@@ -89,9 +95,11 @@ template <int HS, class H>
 __device__ void times_rows_transposed(float* out, const RowA<H> (&x)[HS / kTile],
                                       const std::uint16_t* tile) {
   constexpr int ld = Shared<HS>::ld;
+  #pragma unroll
   for (int n = 0; n < kRows / kTile; ++n) {
     Acc acc;
     wmma::fill_fragment(acc, 0.0f);
+    #pragma unroll
     for (int k = 0; k < HS / kTile; ++k) {
       ColB<H> t;
       wmma::load_matrix_sync(t, as_half<H>(tile) + n * kTile * ld + k * kTile, ld);
@@ -106,9 +114,11 @@ template <int HS, class H>
 __device__ void accumulate_times_rows(Acc (&acc)[HS / kTile], const std::uint16_t* p,
                                       const std::uint16_t* tile) {
   constexpr int ld = Shared<HS>::ld;
+  #pragma unroll
   for (int k = 0; k < kRows / kTile; ++k) {
     RowA<H> a;
     wmma::load_matrix_sync(a, as_half<H>(p) + k * kTile, kProbLd);
+    #pragma unroll
     for (int n = 0; n < HS / kTile; ++n) {
       RowB<H> t;
       wmma::load_matrix_sync(t, as_half<H>(tile) + k * kTile * ld + n * kTile, ld);
@@ -124,6 +134,7 @@ template <int HS> __device__ void zero(Acc (&acc)[HS / kTile]) {
 // Writes acc (16 x HS) into the warp's fp32 tile, so its lanes can read it by row.
 template <int HS> __device__ void stage(float* tile, const Acc (&acc)[HS / kTile]) {
   __syncwarp();  // every lane is done reading the tile's previous contents
+  #pragma unroll
   for (int n = 0; n < HS / kTile; ++n)
     wmma::store_matrix_sync(tile + n * kTile, acc[n], kScoreLd, wmma::mem_row_major);
   __syncwarp();
@@ -154,7 +165,8 @@ __global__ void __launch_bounds__(kBlockThreads)
     flash_forward_kernel(float* out, float* lse, const float* qkv, int T, int C, int NH,
                          float scale) {
   __shared__ Shared<HS> s;
-  const int qb = blockIdx.x, h = blockIdx.y, b = blockIdx.z;
+  // the last query blocks, which walk the most key blocks, start first (a shorter tail)
+  const int qb = gridDim.x - 1 - blockIdx.x, h = blockIdx.y, b = blockIdx.z;
   const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, r = lane >> 1, half = lane & 1;
   const std::int64_t C3 = 3 * static_cast<std::int64_t>(C);
   const float* q = qkv + static_cast<std::int64_t>(b) * T * C3 + h * HS;
@@ -180,8 +192,9 @@ __global__ void __launch_bounds__(kBlockThreads)
     times_rows_transposed<HS, H>(S, qf, s.a);
     __syncwarp();
     float x[32], mx = -INFINITY;
+    #pragma unroll
     for (int c = 0; c < 32; ++c) {
-      const int col = half * 32 + c;
+      const int col = column(c, half);
       x[c] = k0 + col <= qi ? S[r * kScoreLd + col] * scale2 : -INFINITY;
       mx = fmaxf(mx, x[c]);
     }
@@ -190,18 +203,22 @@ __global__ void __launch_bounds__(kBlockThreads)
     const float base = m_new == -INFINITY ? 0.0f : m_new;  // a row that sees no key yet
     const float alpha = exp2f(m - base);
     float sum = 0.0f;
+    #pragma unroll
     for (int c = 0; c < 32; ++c) {
       const float p = exp2f(x[c] - base);
       sum += p;
-      P[r * kProbLd + half * 32 + c] = encode<H>(p);
+      P[r * kProbLd + column(c, half)] = encode<H>(p);
     }
     sum += __shfl_xor_sync(0xffffffffu, sum, 1);
     l = l * alpha + sum;
     m = m_new;
     // rescale the output rows by alpha (through the fp32 tile: a fragment's rows are opaque)
     stage<HS>(S, o);
-    for (int c = 0; c < HS / 2; ++c) S[r * kScoreLd + half * (HS / 2) + c] *= alpha;
+    #pragma unroll
+    for (int c = 0; c < HS / 2; ++c) S[r * kScoreLd + column(c, half)] *= alpha;
     __syncwarp();
+
+    #pragma unroll
 
     for (int n = 0; n < HS / kTile; ++n)
       wmma::load_matrix_sync(o[n], S + n * kTile, kScoreLd, wmma::mem_row_major);
@@ -278,8 +295,9 @@ __global__ void __launch_bounds__(kBlockThreads)
     times_rows_transposed<HS, H>(S, kf, s.a);  // S^T = K Q^T
     __syncwarp();
     float p[32];
+    #pragma unroll
     for (int c = 0; c < 32; ++c) {
-      const int col = half * 32 + c, qi = q0 + col;
+      const int col = column(c, half), qi = q0 + col;
       p[c] = kj <= qi && qi < T ? exp2f(S[r * kScoreLd + col] * scale2 - s.lse[col]) : 0.0f;
       P[r * kProbLd + col] = encode<H>(p[c]);
     }
@@ -287,8 +305,9 @@ __global__ void __launch_bounds__(kBlockThreads)
     accumulate_times_rows<HS, H>(dv, P, s.b);  // dV += P^T dout
     times_rows_transposed<HS, H>(S, vf, s.b);  // dP^T = V dout^T
     __syncwarp();
+    #pragma unroll
     for (int c = 0; c < 32; ++c) {
-      const int col = half * 32 + c;
+      const int col = column(c, half);
       P[r * kProbLd + col] = encode<H>(p[c] * (S[r * kScoreLd + col] - s.dsum[col]) * scale);
     }
     __syncwarp();
@@ -308,7 +327,8 @@ __global__ void __launch_bounds__(kBlockThreads)
     flash_backward_dq_kernel(float* dqkv, const float* dout, const float* qkv, const float* lse,
                              const float* dsum, int T, int C, int NH, float scale) {
   __shared__ Shared<HS> s;
-  const int qb = blockIdx.x, h = blockIdx.y, b = blockIdx.z;
+  // the last query blocks, which walk the most key blocks, start first (a shorter tail)
+  const int qb = gridDim.x - 1 - blockIdx.x, h = blockIdx.y, b = blockIdx.z;
   const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, r = lane >> 1, half = lane & 1;
   const std::int64_t C3 = 3 * static_cast<std::int64_t>(C);
   const std::int64_t head = static_cast<std::int64_t>(b) * T * C3 + h * HS;
@@ -340,15 +360,17 @@ __global__ void __launch_bounds__(kBlockThreads)
     times_rows_transposed<HS, H>(S, qf, s.a);  // S = Q K^T
     __syncwarp();
     float p[32];
+    #pragma unroll
     for (int c = 0; c < 32; ++c) {
-      const int col = half * 32 + c;
+      const int col = column(c, half);
       p[c] = k0 + col <= qi && qi < T ? exp2f(S[r * kScoreLd + col] * scale2 - row_lse) : 0.0f;
     }
     __syncwarp();
     times_rows_transposed<HS, H>(S, dyf, s.b);  // dP = dout V^T
     __syncwarp();
+    #pragma unroll
     for (int c = 0; c < 32; ++c) {
-      const int col = half * 32 + c;
+      const int col = column(c, half);
       P[r * kProbLd + col] = encode<H>(p[c] * (S[r * kScoreLd + col] - row_dsum) * scale);
     }
     __syncwarp();
@@ -403,7 +425,7 @@ bool flash_attention_supports(DType fmt, int C, int NH) {
   if (fmt != DType::bf16 && fmt != DType::f16) return false;
   if (NH <= 0 || C % NH != 0) return false;
   const int hs = C / NH;
-  return hs % kTile == 0 && hs <= 64;
+  return hs > 0 && hs % kTile == 0 && hs <= 64;
 }
 
 std::size_t flash_attention_saved_floats(int B, int T, int NH) {
