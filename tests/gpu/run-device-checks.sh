@@ -42,6 +42,7 @@ RESULTS=${RESULTS_DIR:-$BUILD/device-checks}
 MICRO_BATCH=${MICRO_BATCH:-16}
 BENCH_STEPS=${BENCH_STEPS:-20}
 PRECISION=${PRECISION:-bf16}
+PEAK_GIVEN=${PEAK_TFLOPS:+1}
 case "$PRECISION" in
   fp32) PEAK_TFLOPS=${PEAK_TFLOPS:-494.7} ;;
   *) PEAK_TFLOPS=${PEAK_TFLOPS:-989.4} ;;
@@ -80,6 +81,11 @@ done
 [ -n "$PACKAGING_ONLY" ] ||
   nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader || {
     echo "nvidia-smi sees no GPU: nothing to check here"; exit 2; }
+# The default peak is the SXM datasheet's; PCIe and NVL parts are slower.
+if [ -z "$PACKAGING_ONLY$PEAK_GIVEN" ] &&
+   nvidia-smi --query-gpu=name --format=csv,noheader | grep -qiE 'pcie|nvl'; then
+  echo "warning: MFU below is against $PEAK_TFLOPS TFLOP/s, an SXM part's peak; set PEAK_TFLOPS for this GPU"
+fi
 [ -z "$PREBUILT" ] && nvcc --version | tail -n 1
 # Open MPI refuses root and more ranks than cores unless told; this is the test environment,
 # the library never sets these.

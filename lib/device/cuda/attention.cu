@@ -32,11 +32,12 @@ int CudaDevice::attention_heads_per_group(int T, int NH) const noexcept {
 void CudaDevice::attention_forward(float* out, float* att, const float* qkv, int B, int T, int C,
                                    int NH) {
   if (B <= 0 || T <= 0 || NH <= 0) return;
-  const OpProfile::Span span = begin_op("attention_forward");
-  if (fused_attention(C, NH)) {
+  if (fused_attention(C, NH)) {  // its own row in the profile
+    const OpProfile::Span span = begin_op("flash_attention_forward");
     flash_attention_forward(stream_, gemm_operands_, out, att, qkv, B, T, C, NH);
     return;
   }
+  const OpProfile::Span span = begin_op("attention_forward");
   const int hs = C / NH, C3 = 3 * C, G = attention_heads_per_group(T, NH);
   const float scale = 1.0f / std::sqrt(static_cast<float>(hs));
   const std::int64_t TT = static_cast<std::int64_t>(T) * T;
@@ -62,13 +63,14 @@ void CudaDevice::attention_backward(float* dqkv, float*, const float* dout, cons
                                     const float* out, const float* att, int B, int T, int C,
                                     int NH) {
   if (B <= 0 || T <= 0 || NH <= 0) return;
-  const OpProfile::Span span = begin_op("attention_backward");
   if (fused_attention(C, NH)) {
+    const OpProfile::Span span = begin_op("flash_attention_backward");
     float* dsum = scratch(static_cast<std::size_t>(B) * NH * T);
     flash_attention_backward(stream_, gemm_operands_, dqkv, dsum, dout, qkv, out, att, B, T, C,
                              NH);
     return;
   }
+  const OpProfile::Span span = begin_op("attention_backward");
   const int hs = C / NH, C3 = 3 * C, G = attention_heads_per_group(T, NH);
   const float scale = 1.0f / std::sqrt(static_cast<float>(hs));
   const std::int64_t TT = static_cast<std::int64_t>(T) * T;

@@ -217,9 +217,7 @@ __global__ void __launch_bounds__(kBlockThreads)
     #pragma unroll
     for (int c = 0; c < HS / 2; ++c) S[r * kScoreLd + column(c, half)] *= alpha;
     __syncwarp();
-
     #pragma unroll
-
     for (int n = 0; n < HS / kTile; ++n)
       wmma::load_matrix_sync(o[n], S + n * kTile, kScoreLd, wmma::mem_row_major);
     accumulate_times_rows<HS, H>(o, P, s.b);
@@ -314,11 +312,10 @@ __global__ void __launch_bounds__(kBlockThreads)
     accumulate_times_rows<HS, H>(dk, P, s.a);  // dK += dS^T Q
   }
 
-  float* dk_out = dqkv + head + C;
   stage<HS>(S, dk);
-  add_rows<HS>(dk_out, C3, row0, T, S);
+  add_rows<HS>(dqkv + head + C, C3, row0, T, S);
   stage<HS>(S, dv);
-  add_rows<HS>(dk_out + C, C3, row0, T, S);
+  add_rows<HS>(dqkv + head + 2 * C, C3, row0, T, S);
 }
 
 // dQ of one query block, over the key blocks up to it.
