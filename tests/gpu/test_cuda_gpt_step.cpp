@@ -82,4 +82,28 @@ TEST(CudaGptStep, MatchesTheCpuStep) {
   EXPECT_LE(std::fabs(next_gpu - next_cpu), 10 * loss_bound * std::fabs(next_cpu));
 }
 
+// Under 16-bit GEMM operands the fused attention saves one log-sum-exp per row (two floats),
+// not the T x T probabilities, and the model sizes its saved activations by what the device
+// says (Device::attention_saved_floats).
+TEST(CudaGptStep, FusedAttentionSavesALogSumExpPerRowInsteadOfTheProbabilities) {
+  Device& gpu = dtrain::select_device("cuda");
+  GptConfig cfg;
+  cfg.layers = 2;
+  cfg.heads = 4;
+  cfg.d_model = 64;  // head size 16
+  cfg.seq_len = 48;
+  cfg.vocab = 100;
+  const int B = 4, T = cfg.seq_len;
+  gpu.set_gemm_operand_format(dtrain::DType::f32);
+  const std::size_t unfused = GptModel(cfg, gpu, 1, B).activation_bytes();
+  gpu.set_gemm_operand_format(dtrain::DType::bf16);
+  const std::size_t fused = GptModel(cfg, gpu, 1, B).activation_bytes();
+  gpu.set_gemm_operand_format(dtrain::DType::f32);
+  // both sizes are whole 64-byte blocks, so the difference is exact
+  const std::size_t probabilities = static_cast<std::size_t>(B) * cfg.heads * T * T;
+  const std::size_t lse = 2u * B * cfg.heads * T;
+  EXPECT_EQ(unfused - fused, cfg.layers * (probabilities - lse) * sizeof(float));
+  std::printf("  activations: %zu bytes unfused, %zu fused\n", unfused, fused);
+}
+
 }  // namespace
