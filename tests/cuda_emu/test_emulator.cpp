@@ -110,6 +110,13 @@ __global__ void tile_product(float* d, const std::uint16_t* a, const std::uint16
   wmma::store_matrix_sync(d, acc, 16, wmma::mem_row_major);
 }
 
+// Half a warp zeroes an accumulator: the other half never reaches the warp-wide call.
+__global__ void half_warp_matrix_call(float* out) {
+  nvcuda::wmma::fragment<nvcuda::wmma::accumulator, 16, 16, 16, float> acc;
+  if (threadIdx.x < 16) nvcuda::wmma::fill_fragment(acc, 1.0f);
+  out[threadIdx.x] = 0.0f;
+}
+
 struct DeviceHalves {
   explicit DeviceHalves(const std::vector<std::uint16_t>& v) {
     EXPECT_EQ(cudaMalloc(reinterpret_cast<void**>(&p), v.size() * 2), cudaSuccess);
@@ -234,6 +241,16 @@ TEST(CudaEmulatorDeathTest, AMisalignedMatrixTileStops) {
         cudaDeviceSynchronize();
       },
       "not 32-byte aligned");
+}
+
+TEST(CudaEmulatorDeathTest, AWarpMatrixCallSomeLanesSkipStops) {
+  DeviceFloats d(32);
+  EXPECT_DEATH(
+      {
+        dtrain_emu::launch(half_warp_matrix_call, dim3(1), dim3(32))(d.p);
+        cudaDeviceSynchronize();
+      },
+      "different numbers of warp matrix calls");
 }
 
 TEST(CudaEmulatorDeathTest, HostAccessToDeviceMemoryFaults) {

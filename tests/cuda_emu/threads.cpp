@@ -6,6 +6,7 @@
 // message rather than compute something a GPU would not.
 #include <sys/mman.h>
 
+#include <algorithm>
 #include <cstdio>
 #include <cstdlib>
 #include <unordered_map>
@@ -80,6 +81,7 @@ struct Block {
   FiberContext scheduler;
   int current = -1;  // the running fiber; -1 in direct mode
   std::vector<std::uint64_t> ready;  // one bit per fiber that may run
+  std::vector<std::uint64_t> warp_calls;  // per thread: count_warp_call()s in this block
   const Task* body = nullptr;
 };
 
@@ -225,6 +227,20 @@ void run_block_directly(const Task& body, bool highest_first) {
   }
 }
 
+// A warp-wide call needs every lane of the warp; a lane that skipped one (a branch on the
+// lane, an early return) leaves the warp with different counts.
+void check_warp_calls() {
+  const auto& calls = g_block.warp_calls;
+  for (int first = 0; first < g_block.threads; first += 32) {
+    const int last = std::min(first + 32, g_block.threads);
+    for (int k = first + 1; k < last; ++k) {
+      if (calls[k] != calls[first])
+        fail("lanes of one warp made different numbers of warp matrix calls (a GPU needs the "
+             "whole warp at each)");
+    }
+  }
+}
+
 void enter_sync_point() {
   g_synchronised = true;
   if (g_direct)
@@ -280,6 +296,8 @@ std::uint64_t warp_exchange(unsigned mask, std::uint64_t mine, int src_lane) {
   return f.result;
 }
 
+void count_warp_call() { ++g_block.warp_calls[linear(threadIdx)]; }
+
 bool launch_config_ok(dim3 grid, dim3 block, std::size_t shared_bytes) {
   const unsigned long long threads = 1ull * block.x * block.y * block.z;
   const char* why = nullptr;
@@ -308,8 +326,10 @@ void enqueue_grid(cudaStream_t stream, dim3 grid, dim3 block, const void* kernel
       for (unsigned y = 0; y < grid.y; ++y)
         for (unsigned x = 0; x < grid.x; ++x) {
           blockIdx = uint3{x, y, z};
+          g_block.warp_calls.assign(g_block.threads, 0);
           if (g_direct) run_block_directly(body, next_block_descends());
           else run_block_as_fibers();
+          check_warp_calls();
         }
     if (known == g_kernel_syncs.end()) g_kernel_syncs.emplace(kernel, g_synchronised);
     g_direct = false;

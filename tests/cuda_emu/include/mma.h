@@ -7,13 +7,16 @@
 // loads, multiplies and stores fragments gets the GPU's values, and nothing else is offered.
 // Loads and stores are not warp barriers: a lane that reads a tile its neighbours are still
 // writing (a missing __syncwarp) reads stale values. The GPU's pointer and stride rules are
-// checked: 32-byte aligned tiles, strides a multiple of 16 bytes.
+// checked: 32-byte aligned tiles, strides a multiple of 16 bytes; and every call is counted,
+// so a warp whose lanes made different numbers of calls (a lane that skipped one) stops the
+// run when its block ends.
 #include <cstdio>
 #include <cstdlib>
 #include <cstdint>
 #include <type_traits>
 
 #include "cuda_bf16.h"
+#include "cuda_runtime.h"
 #include "cuda_fp16.h"
 #include "device/half_bits.hpp"
 
@@ -31,7 +34,9 @@ namespace detail {
 inline float decode(__nv_bfloat16 h) { return dtrain::halfbits::from_bf16(h.bits); }
 inline float decode(__half h) { return dtrain::halfbits::from_f16(h.bits); }
 
-template <class T> void check_tile(const T* p, unsigned ldm, const char* what) {
+// Counts a load or store and checks the GPU's rules for its tile.
+template <class T> void tile_call(const T* p, unsigned ldm, const char* what) {
+  dtrain_emu::count_warp_call();
   const bool aligned = reinterpret_cast<std::uintptr_t>(p) % 32 == 0;
   const bool stride = (ldm * sizeof(T)) % 16 == 0;
   if (aligned && stride) return;
@@ -63,7 +68,7 @@ struct fragment<accumulator, M, N, K, float, void> {
 
 template <class Use, class T, class Layout>
 void load_matrix_sync(fragment<Use, 16, 16, 16, T, Layout>& f, const T* p, unsigned ldm) {
-  detail::check_tile(p, ldm, "load_matrix_sync");
+  detail::tile_call(p, ldm, "load_matrix_sync");
   constexpr bool rows = std::is_same<Layout, row_major>::value;
   for (unsigned r = 0; r < 16; ++r)
     for (unsigned c = 0; c < 16; ++c) f.v[r][c] = detail::decode(rows ? p[r * ldm + c] : p[c * ldm + r]);
@@ -71,7 +76,7 @@ void load_matrix_sync(fragment<Use, 16, 16, 16, T, Layout>& f, const T* p, unsig
 
 inline void load_matrix_sync(fragment<accumulator, 16, 16, 16, float>& f, const float* p,
                              unsigned ldm, layout_t layout) {
-  detail::check_tile(p, ldm, "load_matrix_sync");
+  detail::tile_call(p, ldm, "load_matrix_sync");
   for (unsigned r = 0; r < 16; ++r)
     for (unsigned c = 0; c < 16; ++c)
       f.v[r][c] = layout == mem_row_major ? p[r * ldm + c] : p[c * ldm + r];
@@ -79,7 +84,7 @@ inline void load_matrix_sync(fragment<accumulator, 16, 16, 16, float>& f, const 
 
 inline void store_matrix_sync(float* p, const fragment<accumulator, 16, 16, 16, float>& f,
                               unsigned ldm, layout_t layout) {
-  detail::check_tile(p, ldm, "store_matrix_sync");
+  detail::tile_call(p, ldm, "store_matrix_sync");
   for (unsigned r = 0; r < 16; ++r)
     for (unsigned c = 0; c < 16; ++c)
       (layout == mem_row_major ? p[r * ldm + c] : p[c * ldm + r]) = f.v[r][c];
@@ -87,6 +92,7 @@ inline void store_matrix_sync(float* p, const fragment<accumulator, 16, 16, 16, 
 
 template <class Use, class T, class Layout>
 void fill_fragment(fragment<Use, 16, 16, 16, T, Layout>& f, float value) {
+  dtrain_emu::count_warp_call();
   for (auto& row : f.v)
     for (float& x : row) x = value;
 }
@@ -97,6 +103,7 @@ void mma_sync(fragment<accumulator, 16, 16, 16, float>& d,
               const fragment<matrix_a, 16, 16, 16, T, LA>& a,
               const fragment<matrix_b, 16, 16, 16, T, LB>& b,
               const fragment<accumulator, 16, 16, 16, float>& c) {
+  dtrain_emu::count_warp_call();
   float out[16][16];
   for (int r = 0; r < 16; ++r)
     for (int n = 0; n < 16; ++n) {
