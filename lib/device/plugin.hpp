@@ -5,11 +5,12 @@
 #include "dtrain/device/device.hpp"
 
 namespace dtrain {
-constexpr int kCudaPluginAbi = 6;  // 2: Device::discard; 3: 16-bit casts, any_nonfinite;
+constexpr int kCudaPluginAbi = 7;  // 2: Device::discard; 3: 16-bit casts, any_nonfinite;
                                    // 4: Device::set_gemm_operand_format,
                                    //    discard_releases_memory, sum_squares_runs;
                                    // 5: Device::allocate_arena, restore, trim_memory;
-                                   // 6: trim_memory(Trim)
+                                   // 6: trim_memory(Trim);
+                                   // 7: attention_backward(out), attention_saved_floats
 }  // namespace dtrain
 
 extern "C" {

@@ -18,6 +18,15 @@ std::array<std::int64_t, GptModel::kKept16> GptModel::kept16_numel(int B) const 
   return {R * C, N * 3 * Cl, N * Cl, att, R * C, hidden, hidden};
 }
 
+void GptModel::check_attention_saved_floats() const {
+  const std::size_t now =
+      dev_->attention_saved_floats(max_batch_, cfg_.seq_len, C_local_, heads_local_);
+  DTRAIN_CHECK(now == att_saved_floats_, Errc::invalid_argument,
+               "the device's attention now saves " << now << " floats per block where this model "
+               "holds " << att_saved_floats_ << " (its GEMM operand format changed after the "
+               "model was built; set it first, and keep it while the model lives)");
+}
+
 void GptModel::keep_16bit(Block& b, int B) const {
   if (cfg_.saved_activations == DType::f32) return;
   const auto numel = kept16_numel(B);
@@ -44,6 +53,7 @@ void GptModel::allocate_activations() {
   const std::size_t C = cfg_.d_model;
   const std::size_t Cl = C_local_, Fl = hidden_local_;
   const std::size_t Vl = stage_.head ? static_cast<std::size_t>(ce_.shard.padded_rows) : 0;
+  att_saved_floats_ = dev_->attention_saved_floats(max_batch_, cfg_.seq_len, C_local_, heads_local_);
   auto round = [](std::size_t n) { return (n + 15) / 16 * 16; };  // 64-byte boundaries
   // One allocation: the scratch shared by every micro-batch, then per chunk its saved
   // activations of one micro-batch, repeated per slot.

@@ -21,7 +21,7 @@ profile_has() {
   for op in linear_forward linear_backward ${attention}_forward ${attention}_backward \
             layernorm_forward layernorm_backward gelu_forward crossentropy_forward adamw; do
     grep -Eq "^  $op +[1-9][0-9]* +[0-9.]+ +[0-9.]+% +[0-9.]+$" <<<"$log" ||
-      { echo "FAIL: no profile row for $op ($*)"; exit 1; }
+      { echo "FAIL: no profile row for $op${*:+ ($*)}"; exit 1; }
   done
 }
 

@@ -35,6 +35,18 @@ inline std::vector<std::int32_t> random_ints(std::size_t n, std::uint32_t seed, 
   return v;
 }
 
+// Sets the device's GEMM operand format, and leaves the process's device with fp32 operands
+// again, however the test ends.
+struct OperandFormat {
+  OperandFormat(dtrain::Device& dev, dtrain::DType fmt) : dev_(dev) {
+    dev.set_gemm_operand_format(fmt);
+  }
+  ~OperandFormat() { dev_.set_gemm_operand_format(dtrain::DType::f32); }
+  OperandFormat(const OperandFormat&) = delete;
+  OperandFormat& operator=(const OperandFormat&) = delete;
+  dtrain::Device& dev_;
+};
+
 // Device memory holding a copy of a host vector (or n zeros); host() reads it back.
 template <class T> class OnDevice {
  public:

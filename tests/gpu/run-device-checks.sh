@@ -255,7 +255,7 @@ benchmark() {
   shift 3
   local json="$RESULTS/bench-$name.jsonl"
   rm -f "$json"
-  echo "--- $name: ${*:-default options}, $steps steps"
+  echo "--- $name: ${DTRAIN_CUDA_FUSED_ATTENTION:+DTRAIN_CUDA_FUSED_ATTENTION=$DTRAIN_CUDA_FUSED_ATTENTION }${*:-default options}, $steps steps"
   timeout -k 5 "$limit" "$MPIEXEC" -n 1 "${BENCH[@]}" "$@" --steps "$steps" --metrics "$json" \
     </dev/null >"$RESULTS/bench-$name.log" 2>&1 || fail "benchmark $name failed (see bench-$name.log)"
   grep -E "layout|done:|memory of|rror" "$RESULTS/bench-$name.log" | head -n 5

@@ -60,16 +60,9 @@ GemmError compare_with_cpu(Device& gpu, double element_bound) {
   return e;
 }
 
-// Leaves the process's device with fp32 operands, whatever a test did.
-struct OperandFormat {
-  OperandFormat(Device& dev, DType fmt) : dev_(dev) { dev.set_gemm_operand_format(fmt); }
-  ~OperandFormat() { dev_.set_gemm_operand_format(DType::f32); }
-  Device& dev_;
-};
-
 GemmError measure(const char* what, DType fmt, int mantissa_bits) {
   Device& gpu = dtrain::select_device("cuda");
-  OperandFormat scoped(gpu, fmt);
+  gputest::OperandFormat scoped(gpu, fmt);
   const double unit = std::ldexp(1.0, -mantissa_bits);
   const GemmError e = compare_with_cpu(gpu, 4 * unit);
   std::printf("  %s gemm (%s): worst |err| / sum|a||b| = %.3g, rms relative error = %.3g\n",

@@ -84,7 +84,7 @@ TEST(CudaGptStep, MatchesTheCpuStep) {
 
 // Under 16-bit GEMM operands the fused attention saves one log-sum-exp per row (two floats),
 // not the T x T probabilities, and the model sizes its saved activations by what the device
-// says (Device::attention_saved_floats).
+// says (Device::attention_saved_floats), and refuses to run once that has changed.
 TEST(CudaGptStep, FusedAttentionSavesALogSumExpPerRowInsteadOfTheProbabilities) {
   Device& gpu = dtrain::select_device("cuda");
   GptConfig cfg;
@@ -94,16 +94,27 @@ TEST(CudaGptStep, FusedAttentionSavesALogSumExpPerRowInsteadOfTheProbabilities) 
   cfg.seq_len = 48;
   cfg.vocab = 100;
   const int B = 4, T = cfg.seq_len;
-  gpu.set_gemm_operand_format(dtrain::DType::f32);
   const std::size_t unfused = GptModel(cfg, gpu, 1, B).activation_bytes();
-  gpu.set_gemm_operand_format(dtrain::DType::bf16);
-  const std::size_t fused = GptModel(cfg, gpu, 1, B).activation_bytes();
-  gpu.set_gemm_operand_format(dtrain::DType::f32);
+  gputest::OperandFormat scoped(gpu, dtrain::DType::bf16);
+  GptModel model(cfg, gpu, 1, B);
+  const std::size_t fused = model.activation_bytes();
   // both sizes are whole 64-byte blocks, so the difference is exact
   const std::size_t probabilities = static_cast<std::size_t>(B) * cfg.heads * T * T;
   const std::size_t lse = 2u * B * cfg.heads * T;
   EXPECT_EQ(unfused - fused, cfg.layers * (probabilities - lse) * sizeof(float));
   std::printf("  activations: %zu bytes unfused, %zu fused\n", unfused, fused);
+
+  // fp32 operands now would have the unfused attention write B x NH x T x T floats into the
+  // room of a log-sum-exp per row: refused before any op runs
+  const auto tokens = random_ints(static_cast<std::size_t>(B) * T, 5, 0, cfg.vocab);
+  gpu.set_gemm_operand_format(dtrain::DType::f32);
+  try {
+    model.forward(tokens.data(), tokens.data(), B, T);
+    ADD_FAILURE() << "forward ran with the operand format changed under the model";
+  } catch (const dtrain::Error& e) {
+    EXPECT_NE(std::string(e.what()).find("GEMM operand format changed"), std::string::npos)
+        << e.what();
+  }
 }
 
 }  // namespace

@@ -263,7 +263,7 @@ TEST_F(CudaKernels, FusedAttentionUnder16BitOperands) {
     double bound, saved_bound;  // against the CPU; after rounding the saved values
   };
   for (const Format f : {Format{DType::bf16, 1e-2, 1e-3}, Format{DType::f16, 1.5e-3, 1.5e-4}}) {
-    gpu.set_gemm_operand_format(f.fmt);
+    gputest::OperandFormat scoped(gpu, f.fmt);
     for (const Shape s : {Shape{2, 67, 64, 4}, Shape{1, 130, 96, 3}, Shape{1, 64, 48, 1},
                           Shape{1, 40, 128, 2}}) {
       const std::size_t nqkv = static_cast<std::size_t>(s.B) * s.T * 3 * s.C;
@@ -300,7 +300,6 @@ TEST_F(CudaKernels, FusedAttentionUnder16BitOperands) {
     // a head size the fused kernels do not serve: the probabilities are saved
     EXPECT_EQ(gpu.attention_saved_floats(2, 10, 48, 2), 2u * 2 * 10 * 10);
   }
-  gpu.set_gemm_operand_format(DType::f32);
   EXPECT_EQ(gpu.attention_saved_floats(2, 10, 64, 4), 2u * 4 * 10 * 10);
 }
 

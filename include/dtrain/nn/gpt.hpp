@@ -229,6 +229,11 @@ class DTRAIN_API GptModel {
   std::array<std::int64_t, kKept16> kept16_numel(int B) const;
   void keep_16bit(Block& b, int B) const;
   void restore_16bit(Block& b, int B) const;
+  // Device::attention_saved_floats changes with the device's GEMM operand format (the CUDA
+  // device's fused attention saves far less): refuse to run once it no longer matches the
+  // buffers sized at construction, which it would overrun.
+  void check_attention_saved_floats() const;
+  std::size_t att_saved_floats_ = 0;  // per block, for max_batch_ sequences
 
   GptConfig cfg_;
   GptStage stage_;                  // summary of chunks_

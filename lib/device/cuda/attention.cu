@@ -1,5 +1,5 @@
-// Causal multi-head self-attention. Under 16-bit GEMM operands with head sizes up to 64, the
-// fused kernels of flash_attention.cu, which save one log-sum-exp per row. Otherwise (and
+// Causal multi-head self-attention. Under 16-bit GEMM operands and head sizes 16, 32, 48 or
+// 64, the fused kernels of flash_attention.cu, which save one log-sum-exp per row. Otherwise (and
 // under DTRAIN_CUDA_FUSED_ATTENTION=0): per sequence and group of heads, strided-batched cuBLAS
 // GEMMs over the group's heads at once (head h's Q, K, V are column blocks hs apart in qkv
 // rows of 3C) around the fused causal softmax kernel. A group's score matrices fit in half

@@ -143,8 +143,8 @@ class CudaDevice final : public Device {
   // Attention's heads per batched GEMM: a group's score matrices (heads x T x T floats) fit
   // in half the L2, so the softmax and the GEMM after it read them from the cache.
   int attention_heads_per_group(int T, int NH) const noexcept;
-  // The fused kernels (flash_attention.cu) serve 16-bit GEMM operands and head sizes up to
-  // 64, unless DTRAIN_CUDA_FUSED_ATTENTION=0; otherwise the GEMMs around the softmax.
+  // The fused kernels (flash_attention.cu) serve 16-bit GEMM operands and head sizes 16, 32,
+  // 48 and 64, unless DTRAIN_CUDA_FUSED_ATTENTION=0; otherwise the GEMMs around the softmax.
   bool fused_attention(int C, int NH) const noexcept;
   // activate(), and the op's GPU time under DTRAIN_CUDA_PROFILE until the span ends.
   OpProfile::Span begin_op(const char* op) {

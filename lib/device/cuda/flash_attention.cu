@@ -18,11 +18,13 @@
 
 #include <cmath>
 #include <cstdint>
+#include <string>
 
 #include "device/cuda/cuda_check.hpp"
 #include "device/cuda/kernel_utils.cuh"
 #include "device/cuda/kernels.hpp"
 #include "device/half_bits.hpp"
+#include "dtrain/core/error.hpp"
 
 namespace dtrain::cuda {
 namespace {
@@ -43,7 +45,7 @@ template <> __device__ inline std::uint16_t encode<__nv_bfloat16>(float f) {
 }
 template <> __device__ inline std::uint16_t encode<__half>(float f) { return halfbits::to_f16(f); }
 
-// Shared memory of every kernel here (44 KiB at HS = 64, under the static 48 KiB): two tiles
+// Shared memory of every kernel here (44.5 KiB at HS = 64, under the static 48 KiB): two tiles
 // of 64 rows x HS in 16 bits, and per warp an fp32 16 x 64 tile (scores, or an output being
 // written back) and a 16-bit one (probabilities or their gradients, as a GEMM operand).
 template <int HS> struct alignas(32) Shared {
@@ -55,8 +57,8 @@ template <int HS> struct alignas(32) Shared {
   float lse[kRows], dsum[kRows];  // per query column (the dK/dV kernel)
 };
 
-// The c-th of the 32 columns (of 64) that a lane works on in its row: the row's two lanes
-// interleave, so a warp reading one c touches 16 shared-memory banks instead of 8.
+// The c-th of the columns that a lane works on in its row: the row's two lanes interleave,
+// so a warp reading one c touches 16 shared-memory banks instead of 8.
 __device__ inline int column(int c, int half) { return 2 * c + half; }
 
 template <class H> __device__ inline const H* as_half(const std::uint16_t* p) {
@@ -145,9 +147,10 @@ template <int HS>
 __device__ void add_rows(float* dst, std::int64_t stride, int row0, int T, const float* tile) {
   const int lane = threadIdx.x & 31, r = lane >> 1, half = lane & 1;
   if (row0 + r >= T) return;
-  float* d = dst + static_cast<std::int64_t>(row0 + r) * stride + half * (HS / 2);
-  const float* s = tile + r * kScoreLd + half * (HS / 2);
-  for (int c = 0; c < HS / 2; ++c) d[c] += s[c];
+  float* d = dst + static_cast<std::int64_t>(row0 + r) * stride;
+  const float* s = tile + r * kScoreLd;
+  #pragma unroll
+  for (int c = 0; c < HS / 2; ++c) d[column(c, half)] += s[column(c, half)];
 }
 
 // The saved log-sum-exp (base 2, of the scaled scores) in two floats: the leading part is
@@ -226,9 +229,10 @@ __global__ void __launch_bounds__(kBlockThreads)
   stage<HS>(S, o);
   if (qi >= T) return;
   const float inv = 1.0f / l;
-  float* y = out + (static_cast<std::int64_t>(b) * T + qi) * C + h * HS + half * (HS / 2);
-  const float* src = S + r * kScoreLd + half * (HS / 2);
-  for (int c = 0; c < HS / 2; ++c) y[c] = src[c] * inv;
+  float* y = out + (static_cast<std::int64_t>(b) * T + qi) * C + h * HS;
+  const float* src = S + r * kScoreLd;
+  #pragma unroll
+  for (int c = 0; c < HS / 2; ++c) y[column(c, half)] = src[column(c, half)] * inv;
   if (half == 0) save_lse(lse + 2 * ((static_cast<std::int64_t>(b) * NH + h) * T + qi), m + log2f(l));
 }
 
@@ -412,7 +416,9 @@ template <template <int, class> class Op> auto instance(DType fmt, int hs) {
     case 16: return bf16 ? &Op<16, __nv_bfloat16>::run : &Op<16, __half>::run;
     case 32: return bf16 ? &Op<32, __nv_bfloat16>::run : &Op<32, __half>::run;
     case 48: return bf16 ? &Op<48, __nv_bfloat16>::run : &Op<48, __half>::run;
-    default: return bf16 ? &Op<64, __nv_bfloat16>::run : &Op<64, __half>::run;
+    case 64: return bf16 ? &Op<64, __nv_bfloat16>::run : &Op<64, __half>::run;
+    default: throw Error(Errc::internal, "fused attention has no kernels for head size " +
+                                             std::to_string(hs));
   }
 }
 
