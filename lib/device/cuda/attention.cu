@@ -33,11 +33,13 @@ void CudaDevice::attention_forward(float* out, float* att, const float* qkv, int
                                    int NH) {
   if (B <= 0 || T <= 0 || NH <= 0) return;
   if (fused_attention(C, NH)) {  // its own row in the profile
-    const OpProfile::Span span = begin_op("flash_attention_forward");
+    const OpProfile::Span span = begin_op(
+        "flash_attention_forward", attention_work(false, true, B, T, C, NH));
     flash_attention_forward(stream_, gemm_operands_, out, att, qkv, B, T, C, NH);
     return;
   }
-  const OpProfile::Span span = begin_op("attention_forward");
+  const OpProfile::Span span = begin_op(
+      "attention_forward", attention_work(false, false, B, T, C, NH));
   const int hs = C / NH, C3 = 3 * C, G = attention_heads_per_group(T, NH);
   const float scale = 1.0f / std::sqrt(static_cast<float>(hs));
   const std::int64_t TT = static_cast<std::int64_t>(T) * T;
@@ -64,13 +66,15 @@ void CudaDevice::attention_backward(float* dqkv, float*, const float* dout, cons
                                     int NH) {
   if (B <= 0 || T <= 0 || NH <= 0) return;
   if (fused_attention(C, NH)) {
-    const OpProfile::Span span = begin_op("flash_attention_backward");
+    const OpProfile::Span span = begin_op(
+        "flash_attention_backward", attention_work(true, true, B, T, C, NH));
     float* dsum = scratch(static_cast<std::size_t>(B) * NH * T);
     flash_attention_backward(stream_, gemm_operands_, dqkv, dsum, dout, qkv, out, att, B, T, C,
                              NH);
     return;
   }
-  const OpProfile::Span span = begin_op("attention_backward");
+  const OpProfile::Span span = begin_op(
+      "attention_backward", attention_work(true, false, B, T, C, NH));
   const int hs = C / NH, C3 = 3 * C, G = attention_heads_per_group(T, NH);
   const float scale = 1.0f / std::sqrt(static_cast<float>(hs));
   const std::int64_t TT = static_cast<std::int64_t>(T) * T;

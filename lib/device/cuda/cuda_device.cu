@@ -98,7 +98,8 @@ void CudaDevice::free(void* ptr) noexcept {
 
 void CudaDevice::copy(void* dst, const void* src, std::size_t bytes, CopyKind kind) {
   if (bytes == 0) return;
-  const OpProfile::Span span = begin_op("copy");
+  const OpProfile::Span span = begin_op(  // a copy within the device reads and writes every byte
+      "copy", {0, (kind == CopyKind::device_to_device ? 2.0 : 1.0) * static_cast<double>(bytes)});
   // cudaMemcpyDefault: the direction follows from the pointers (unified addressing), so a
   // pinned or device pointer passed as "host" memory still copies correctly.
   DTRAIN_CUDA(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDefault, stream_));
@@ -111,7 +112,7 @@ void CudaDevice::copy(void* dst, const void* src, std::size_t bytes, CopyKind ki
 
 void CudaDevice::zero(void* ptr, std::size_t bytes) {
   if (bytes == 0) return;
-  const OpProfile::Span span = begin_op("zero");
+  const OpProfile::Span span = begin_op("zero", {0, static_cast<double>(bytes)});
   DTRAIN_CUDA(cudaMemsetAsync(ptr, 0, bytes, stream_));
 }
 
@@ -123,7 +124,7 @@ void CudaDevice::discard(void* ptr, std::size_t bytes) {
 
 void CudaDevice::restore(void* ptr, std::size_t bytes) {
   if (bytes == 0) return;
-  const OpProfile::Span span = begin_op("restore");
+  const OpProfile::Span span = begin_op("restore", {0, static_cast<double>(bytes)});
   if (!arenas_->restore(ptr, bytes)) zero(ptr, bytes);
 }
 
@@ -145,7 +146,7 @@ float* CudaDevice::scratch(std::size_t floats) {
 }
 
 double CudaDevice::sum_squares(const float* x, std::int64_t n) {
-  const OpProfile::Span span = begin_op("sum_squares");
+  const OpProfile::Span span = begin_op("sum_squares", floats_moved(static_cast<double>(n)));
   std::lock_guard<std::mutex> lock(sum_mutex_);
   cuda::sum_squares(stream_, sum_device_, sum_device_ + 1, x, n);
   DTRAIN_CUDA(cudaMemcpyAsync(sum_host_, sum_device_, sizeof(double), cudaMemcpyDeviceToHost,
@@ -163,7 +164,9 @@ void CudaDevice::sum_squares_runs(const float* x, const std::int64_t* starts,
                                   const std::int64_t* lengths, std::size_t runs, double* sums) {
   if (runs == 0) return;
   constexpr std::int64_t kRunPiece = std::int64_t{1} << 16;
-  const OpProfile::Span span = begin_op("sum_squares_runs");
+  double floats = 0;
+  for (std::size_t r = 0; r < runs; ++r) floats += static_cast<double>(lengths[r]);
+  const OpProfile::Span span = begin_op("sum_squares_runs", floats_moved(floats));
   std::lock_guard<std::mutex> lock(sum_mutex_);
   piece_starts_.clear();
   piece_lengths_.clear();
@@ -202,7 +205,7 @@ void CudaDevice::sum_squares_runs(const float* x, const std::int64_t* starts,
 }
 
 bool CudaDevice::any_nonfinite(const float* x, std::int64_t n) {
-  const OpProfile::Span span = begin_op("any_nonfinite");
+  const OpProfile::Span span = begin_op("any_nonfinite", floats_moved(static_cast<double>(n)));
   std::lock_guard<std::mutex> lock(flag_mutex_);
   cuda::any_nonfinite(stream_, flag_device_, x, n);
   DTRAIN_CUDA(cudaMemcpyAsync(flag_host_, flag_device_, sizeof(int), cudaMemcpyDeviceToHost,

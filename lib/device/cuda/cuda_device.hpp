@@ -146,10 +146,11 @@ class CudaDevice final : public Device {
   // The fused kernels (flash_attention.cu) serve 16-bit GEMM operands and head sizes 16, 32,
   // 48 and 64, unless DTRAIN_CUDA_FUSED_ATTENTION=0; otherwise the GEMMs around the softmax.
   bool fused_attention(int C, int NH) const noexcept;
-  // activate(), and the op's GPU time under DTRAIN_CUDA_PROFILE until the span ends.
-  OpProfile::Span begin_op(const char* op) {
+  // activate(), and the op's GPU time under DTRAIN_CUDA_PROFILE until the span ends; `work`
+  // is what the op computes and moves, for the profile's rates.
+  OpProfile::Span begin_op(const char* op, OpWork work = {}) {
     activate();
-    return OpProfile::Span(*profile_, op);
+    return OpProfile::Span(*profile_, op, work);
   }
 
   int ordinal_;

@@ -3,6 +3,8 @@
 // compute type is TF32 tensor cores or exact fp32 (DTRAIN_CUDA_TF32), or, under mixed
 // precision, bf16/fp16 tensor cores: cuBLAS rounds the fp32 operands to the format inside
 // the GEMM and accumulates in fp32 (CUBLAS_COMPUTE_32F_FAST_16BF / _16F).
+#include <algorithm>
+
 #include "device/cuda/cuda_check.hpp"
 #include "device/cuda/cuda_device.hpp"
 #include "device/cuda/gemm_args.hpp"
@@ -35,7 +37,8 @@ void CudaDevice::gemm(bool trans_a, bool trans_b, int M, int N, int K, float alp
                       const float* A, int lda, const float* B, int ldb, float beta, float* C,
                       int ldc) {
   if (M <= 0 || N <= 0) return;
-  const OpProfile::Span span = begin_op("gemm");
+  const OpProfile::Span span = begin_op(
+      "gemm", gemm_work(M, N, std::max(K, 0), beta != 0.0f));
   if (K <= 0) {  // as on the CPU: C is scaled by beta
     scale_matrix(stream_, C, M, N, ldc, beta, 1, 0);
     return;
@@ -53,7 +56,8 @@ void CudaDevice::gemm_strided_batched(bool trans_a, bool trans_b, int M, int N, 
                                       std::int64_t stride_b, float beta, float* C, int ldc,
                                       std::int64_t stride_c, int batch) {
   if (M <= 0 || N <= 0 || batch <= 0) return;
-  const OpProfile::Span span = begin_op("gemm_strided_batched");
+  const OpProfile::Span span = begin_op(
+      "gemm_strided_batched", gemm_work(M, N, std::max(K, 0), beta != 0.0f, batch));
   if (K <= 0) {
     scale_matrix(stream_, C, M, N, ldc, beta, batch, stride_c);
     return;
@@ -70,7 +74,9 @@ void CudaDevice::gemm_strided_batched(bool trans_a, bool trans_b, int M, int N, 
 // onto it (beta = 1), in the CPU kernel's order.
 void CudaDevice::linear_forward(float* out, const float* inp, const float* weight,
                                 const float* bias, int N, int C, int OC) {
-  const OpProfile::Span span = begin_op("linear_forward");
+  OpWork work = gemm_work(N, OC, C, false);
+  if (bias) work.bytes += 4.0 * OC;
+  const OpProfile::Span span = begin_op("linear_forward", work);
   if (bias) broadcast_rows(stream_, out, bias, N, OC);
   gemm(false, true, N, OC, C, 1.0f, inp, C, weight, C, bias ? 1.0f : 0.0f, out, OC);
 }
@@ -78,7 +84,17 @@ void CudaDevice::linear_forward(float* out, const float* inp, const float* weigh
 // dinp += dout · W; dweight += dout^T · inp (both beta = 1); dbias += column sums of dout.
 void CudaDevice::linear_backward(float* dinp, float* dweight, float* dbias, const float* dout,
                                  const float* inp, const float* weight, int N, int C, int OC) {
-  const OpProfile::Span span = begin_op("linear_backward");
+  OpWork work = floats_moved(1.0 * N * OC);  // dout; each gradient is read and written
+  if (dinp) {  // reads the weight
+    work.flops += 2.0 * N * C * OC;
+    work.bytes += 4.0 * (1.0 * OC * C + 2.0 * N * C);
+  }
+  if (dweight) {  // reads inp
+    work.flops += 2.0 * N * C * OC;
+    work.bytes += 4.0 * (1.0 * N * C + 2.0 * OC * C);
+  }
+  if (dbias) work.bytes += 8.0 * OC;
+  const OpProfile::Span span = begin_op("linear_backward", work);
   if (dinp) gemm(false, false, N, C, OC, 1.0f, dout, OC, weight, C, 1.0f, dinp, C);
   if (dweight) gemm(true, false, OC, C, N, 1.0f, dout, OC, inp, C, 1.0f, dweight, C);
   if (dbias) {

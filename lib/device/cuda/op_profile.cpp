@@ -59,7 +59,7 @@ cudaEvent_t OpProfile::take_event() {
   return e;
 }
 
-OpProfile::Span::Span(OpProfile& profile, const char* op) {
+OpProfile::Span::Span(OpProfile& profile, const char* op, OpWork work) {
   if (!profile.enabled_) return;
   if (t_depth > 0) {
     ++t_depth;
@@ -70,7 +70,7 @@ OpProfile::Span::Span(OpProfile& profile, const char* op) {
   if (profile.collected_ == 0 && profile.pending_.empty())
     profile.first_ = std::chrono::steady_clock::now();
   if (profile.pending_.size() >= kCollectAt) profile.collect_locked();
-  const Pending p{op, profile.take_event(), profile.take_event(), End::open};
+  const Pending p{op, work, profile.take_event(), profile.take_event(), End::open};
   DTRAIN_CUDA(cudaEventRecord(p.start, profile.stream_));
   profile.pending_.push_back(p);
   entry_ = profile.collected_ + profile.pending_.size() - 1;
@@ -103,7 +103,7 @@ void OpProfile::collect_locked() {
       if (cudaEventQuery(p.end) == cudaErrorNotReady) break;
       float ms = 0;
       if (cudaEventElapsedTime(&ms, p.start, p.end) == cudaSuccess)
-        add(p.op, ms);
+        add(p.op, ms, p.work);
       else
         (void)cudaGetLastError();  // left out, and not blamed on a later launch
     }
@@ -115,13 +115,15 @@ void OpProfile::collect_locked() {
   if (done > 0) last_collect_ = std::chrono::steady_clock::now();
 }
 
-void OpProfile::add(const char* op, float ms) {
+void OpProfile::add(const char* op, float ms, OpWork work) {
   auto it = std::find_if(totals_.begin(), totals_.end(), [op](const Total& t) {
     return t.op == op || std::strcmp(t.op, op) == 0;
   });
   if (it == totals_.end()) it = totals_.insert(totals_.end(), Total{op});
   ++it->calls;
   it->ms += ms;
+  it->work.flops += work.flops;
+  it->work.bytes += work.bytes;
 }
 
 std::string OpProfile::report() const {
@@ -144,13 +146,24 @@ std::string OpProfile::report() const {
                 device_name_.c_str(), busy_ms, calls,
                 wall_ms > 0 ? 100.0 * busy_ms / wall_ms : 0.0, wall_ms);
   out += line;
-  std::snprintf(line, sizeof line, "  %-28s %9s %12s %7s %10s\n", "op", "calls", "total ms",
-                "share", "mean us");
+  std::snprintf(line, sizeof line, "  %-28s %9s %12s %7s %10s %11s %8s %11s %8s\n", "op",
+                "calls", "total ms", "share", "mean us", "GFLOP", "TFLOP/s", "GB", "GB/s");
   out += line;
   for (const Total& t : rows) {
-    std::snprintf(line, sizeof line, "  %-28s %9ld %12.3f %6.1f%% %10.1f\n", t.op, t.calls, t.ms,
-                  busy_ms > 0 ? 100.0 * t.ms / busy_ms : 0.0, 1e3 * t.ms / t.calls);
+    int n = std::snprintf(line, sizeof line, "  %-28s %9ld %12.3f %6.1f%% %10.1f", t.op, t.calls,
+                          t.ms, busy_ms > 0 ? 100.0 * t.ms / busy_ms : 0.0, 1e3 * t.ms / t.calls);
+    // Work in giga, rate per second in units of `unit` (TFLOP/s, GB/s); "-" where none.
+    auto work_columns = [&](double amount, double unit) {
+      const int room = static_cast<int>(sizeof line) - n;
+      if (amount <= 0) return std::snprintf(line + n, room, " %11s %8s", "-", "-");
+      if (t.ms <= 0) return std::snprintf(line + n, room, " %11.6g %8s", amount / 1e9, "-");
+      return std::snprintf(line + n, room, " %11.6g %8.1f", amount / 1e9,
+                           amount / (t.ms * 1e-3) / unit);
+    };
+    n += work_columns(t.work.flops, 1e12);
+    n += work_columns(t.work.bytes, 1e9);
     out += line;
+    out += '\n';
   }
   return out;
 }

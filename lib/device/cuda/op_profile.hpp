@@ -2,8 +2,9 @@
 // OpProfile: with DTRAIN_CUDA_PROFILE=1, the GPU time each Device op takes, from events
 // recorded on the device's stream around it. Only the outermost op is timed (linear_forward
 // counts its GEMMs as its own). Finished spans are added up at synchronize(), which the
-// Trainer calls once per step, and the table (op, calls, total, share, mean) goes to stderr
-// when the process exits, with the GPU's busy share of the wall time since the first op.
+// Trainer calls once per step, and the table (op, calls, total, share, mean, and from the
+// ops' OpWork their flops and bytes and the rates they reached) goes to stderr when the
+// process exits, with the GPU's busy share of the wall time since the first op.
 // Off, the default, an op pays one branch.
 #include <cuda_runtime.h>
 
@@ -11,6 +12,8 @@
 #include <mutex>
 #include <string>
 #include <vector>
+
+#include "device/cuda/op_work.hpp"
 
 namespace dtrain::cuda {
 
@@ -26,7 +29,7 @@ class OpProfile {
   // Times one op from construction to destruction (nothing when off or nested in an op).
   class Span {
    public:
-    Span(OpProfile& profile, const char* op);
+    Span(OpProfile& profile, const char* op, OpWork work);
     ~Span();
     Span(const Span&) = delete;
     Span& operator=(const Span&) = delete;
@@ -48,6 +51,7 @@ class OpProfile {
   enum class End { open, recorded, failed };
   struct Pending {
     const char* op;
+    OpWork work;
     cudaEvent_t start, end;
     End state;
   };
@@ -55,10 +59,11 @@ class OpProfile {
     const char* op;  // a string literal: compared by address first, then by text
     long calls = 0;
     double ms = 0;
+    OpWork work;
   };
   cudaEvent_t take_event();
   void collect_locked();
-  void add(const char* op, float ms);
+  void add(const char* op, float ms, OpWork work);
 
   bool enabled_ = false;
   std::string device_name_;

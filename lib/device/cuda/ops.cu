@@ -1,4 +1,5 @@
 // CudaDevice: the remaining ops, each forwarding to its kernel launcher on the device stream.
+#include <algorithm>
 #include <cmath>
 
 #include "device/cuda/cuda_check.hpp"
@@ -9,67 +10,71 @@ namespace dtrain::cuda {
 
 void CudaDevice::embedding_forward(float* out, const std::int32_t* tokens, const float* wte,
                                    int N, int C, int vocab_start, int vocab_rows) {
-  const OpProfile::Span span = begin_op("embedding_forward");
+  const OpProfile::Span span = begin_op("embedding_forward", floats_moved(2.0 * N * C + N));
   cuda::embedding_forward(stream_, out, tokens, wte, N, C, vocab_start, vocab_rows);
 }
 void CudaDevice::embedding_backward(float* dwte, const float* dout, const std::int32_t* tokens,
                                     int N, int C, int vocab_start, int vocab_rows) {
-  const OpProfile::Span span = begin_op("embedding_backward");
+  const OpProfile::Span span = begin_op(
+      "embedding_backward", floats_moved(1.0 * N * C + N + 2.0 * std::min(N, vocab_rows) * C));
   const std::size_t bytes = cuda::embedding_backward_workspace_bytes(N);
   cuda::embedding_backward(stream_, dwte, dout, tokens, N, C, vocab_start, vocab_rows,
                            scratch((bytes + sizeof(float) - 1) / sizeof(float)));
 }
 void CudaDevice::positional_forward(float* out, const float* wpe, int B, int T, int C) {
-  const OpProfile::Span span = begin_op("positional_forward");
+  const OpProfile::Span span = begin_op(
+      "positional_forward", floats_moved((2.0 * B + 1) * T * C));
   cuda::positional_forward(stream_, out, wpe, B, T, C);
 }
 void CudaDevice::positional_backward(float* dwpe, const float* dout, int B, int T, int C) {
-  const OpProfile::Span span = begin_op("positional_backward");
+  const OpProfile::Span span = begin_op("positional_backward", floats_moved((B + 2.0) * T * C));
   cuda::positional_backward(stream_, dwpe, dout, B, T, C);
 }
 
 void CudaDevice::layernorm_forward(float* out, float* mean, float* rstd, const float* inp,
                                    const float* weight, const float* bias, int N, int C) {
-  const OpProfile::Span span = begin_op("layernorm_forward");
+  const OpProfile::Span span = begin_op(
+      "layernorm_forward", floats_moved(2.0 * N * C + 2.0 * C + 2.0 * N));
   cuda::layernorm_forward(stream_, out, mean, rstd, inp, weight, bias, N, C);
 }
 void CudaDevice::layernorm_backward(float* dinp, float* dweight, float* dbias, const float* dout,
                                     const float* inp, const float* weight, const float* mean,
                                     const float* rstd, int N, int C) {
-  const OpProfile::Span span = begin_op("layernorm_backward");
+  const OpProfile::Span span = begin_op(
+      "layernorm_backward", floats_moved(4.0 * N * C + 5.0 * C + 2.0 * N));
   float* partials = scratch(layernorm_backward_scratch_floats(N, C));
   cuda::layernorm_backward(stream_, dinp, dweight, dbias, dout, inp, weight, mean, rstd, N, C,
                            partials);
 }
 
 void CudaDevice::gelu_forward(float* out, const float* inp, std::int64_t n) {
-  const OpProfile::Span span = begin_op("gelu_forward");
+  const OpProfile::Span span = begin_op("gelu_forward", floats_moved(2.0 * n));
   cuda::gelu_forward(stream_, out, inp, n);
 }
 void CudaDevice::gelu_backward(float* dinp, const float* inp, const float* dout, std::int64_t n) {
-  const OpProfile::Span span = begin_op("gelu_backward");
+  const OpProfile::Span span = begin_op("gelu_backward", floats_moved(4.0 * n));
   cuda::gelu_backward(stream_, dinp, inp, dout, n);
 }
 
 void CudaDevice::residual_forward(float* out, const float* a, const float* b, std::int64_t n) {
-  const OpProfile::Span span = begin_op("residual_forward");
+  const OpProfile::Span span = begin_op("residual_forward", floats_moved(3.0 * n));
   cuda::residual_forward(stream_, out, a, b, n);
 }
 void CudaDevice::accumulate(float* dst, const float* src, std::int64_t n) {
-  const OpProfile::Span span = begin_op("accumulate");
+  const OpProfile::Span span = begin_op("accumulate", floats_moved(3.0 * n));
   cuda::accumulate(stream_, dst, src, n);
 }
 void CudaDevice::scale(float* x, float s, std::int64_t n) {
-  const OpProfile::Span span = begin_op("scale");
+  const OpProfile::Span span = begin_op("scale", floats_moved(2.0 * n));
   cuda::scale(stream_, x, s, n);
 }
 void CudaDevice::fill(float* x, float value, std::int64_t n) {
-  const OpProfile::Span span = begin_op("fill");
+  const OpProfile::Span span = begin_op("fill", floats_moved(n));
   cuda::fill(stream_, x, value, n);
 }
 void CudaDevice::copy_floats(float* dst, const float* src, std::int64_t n) {
   if (n <= 0 || dst == src) return;
-  const OpProfile::Span span = begin_op("copy_floats");
+  const OpProfile::Span span = begin_op("copy_floats", floats_moved(2.0 * n));
   DTRAIN_CUDA(cudaMemcpyAsync(dst, src, static_cast<std::size_t>(n) * sizeof(float),
                               cudaMemcpyDeviceToDevice, stream_));
 }
@@ -77,55 +82,60 @@ void CudaDevice::copy_floats(float* dst, const float* src, std::int64_t n) {
 void CudaDevice::convert_to_16bit(std::uint16_t* dst, const float* src, std::int64_t n,
                                   DType fmt) {
   const bool bf16 = check_16bit_format(fmt, "convert_to_16bit") == DType::bf16;
-  const OpProfile::Span span = begin_op("convert_to_16bit");
+  const OpProfile::Span span = begin_op("convert_to_16bit", floats_moved(1.5 * n));
   cuda::convert_to_16bit(stream_, dst, src, n, bf16);
 }
 void CudaDevice::convert_from_16bit(float* dst, const std::uint16_t* src, std::int64_t n,
                                     DType fmt) {
   const bool bf16 = check_16bit_format(fmt, "convert_from_16bit") == DType::bf16;
-  const OpProfile::Span span = begin_op("convert_from_16bit");
+  const OpProfile::Span span = begin_op("convert_from_16bit", floats_moved(1.5 * n));
   cuda::convert_from_16bit(stream_, dst, src, n, bf16);
 }
 void CudaDevice::round_to_16bit(float* dst, const float* src, std::int64_t n, DType fmt) {
   const bool bf16 = check_16bit_format(fmt, "round_to_16bit") == DType::bf16;
-  const OpProfile::Span span = begin_op("round_to_16bit");
+  const OpProfile::Span span = begin_op("round_to_16bit", floats_moved(2.0 * n));
   cuda::round_to_16bit(stream_, dst, src, n, bf16);
 }
 
 void CudaDevice::crossentropy_forward(float* losses, float* lse, const float* logits,
                                       const std::int32_t* targets, int N, int V, int Vp) {
-  const OpProfile::Span span = begin_op("crossentropy_forward");
+  const OpProfile::Span span = begin_op(
+      "crossentropy_forward", floats_moved(1.0 * N * V + 3.0 * N));
   cuda::crossentropy_forward(stream_, losses, lse, logits, targets, N, V, Vp);
 }
 void CudaDevice::crossentropy_backward(float* dlogits, const float* logits, const float* lse,
                                        const std::int32_t* targets, const float* dlosses, int N,
                                        int V, int Vp) {
-  const OpProfile::Span span = begin_op("crossentropy_backward");
+  const OpProfile::Span span = begin_op(
+      "crossentropy_backward", floats_moved(2.0 * N * V + 3.0 * N));
   cuda::crossentropy_backward(stream_, dlogits, logits, lse, targets, dlosses, N, V, Vp);
 }
 void CudaDevice::crossentropy_shard_stats(float* max, float* target_logit, const float* logits,
                                           const std::int32_t* targets, int N, int V, int ld,
                                           int vocab_start) {
-  const OpProfile::Span span = begin_op("crossentropy_shard_stats");
+  const OpProfile::Span span = begin_op(
+      "crossentropy_shard_stats", floats_moved(1.0 * N * V + 3.0 * N));
   cuda::crossentropy_shard_stats(stream_, max, target_logit, logits, targets, N, V, ld,
                                  vocab_start);
 }
 void CudaDevice::crossentropy_shard_sumexp(float* sumexp, const float* logits, const float* max,
                                            int N, int V, int ld) {
-  const OpProfile::Span span = begin_op("crossentropy_shard_sumexp");
+  const OpProfile::Span span = begin_op(
+      "crossentropy_shard_sumexp", floats_moved(1.0 * N * V + 2.0 * N));
   cuda::crossentropy_shard_sumexp(stream_, sumexp, logits, max, N, V, ld);
 }
 void CudaDevice::crossentropy_shard_finish(float* losses, float* lse, const float* max,
                                            const float* sumexp, const float* target_logit,
                                            int N) {
-  const OpProfile::Span span = begin_op("crossentropy_shard_finish");
+  const OpProfile::Span span = begin_op("crossentropy_shard_finish", floats_moved(5.0 * N));
   cuda::crossentropy_shard_finish(stream_, losses, lse, max, sumexp, target_logit, N);
 }
 void CudaDevice::crossentropy_shard_backward(float* dlogits, const float* logits,
                                              const float* lse, const std::int32_t* targets,
                                              const float* dlosses, int N, int V, int ld,
                                              int vocab_start) {
-  const OpProfile::Span span = begin_op("crossentropy_shard_backward");
+  const OpProfile::Span span = begin_op(
+      "crossentropy_shard_backward", floats_moved(2.0 * N * V + 3.0 * N));
   cuda::crossentropy_shard_backward(stream_, dlogits, logits, lse, targets, dlosses, N, V, ld,
                                     vocab_start);
 }
@@ -133,7 +143,7 @@ void CudaDevice::crossentropy_shard_backward(float* dlogits, const float* logits
 void CudaDevice::adamw(float* param, const float* grad, float* m, float* v, std::int64_t n,
                        float lr, float beta1, float beta2, float eps, float weight_decay,
                        int step, float grad_scale) {
-  const OpProfile::Span span = begin_op("adamw");
+  const OpProfile::Span span = begin_op("adamw", floats_moved(7.0 * n));
   // Bias corrections in double on the host, exactly as the CPU kernel computes them.
   const float c1 = static_cast<float>(1.0 / (1.0 - std::pow(static_cast<double>(beta1), step)));
   const float c2 = static_cast<float>(1.0 / (1.0 - std::pow(static_cast<double>(beta2), step)));
@@ -142,7 +152,8 @@ void CudaDevice::adamw(float* param, const float* grad, float* m, float* v, std:
 }
 void CudaDevice::sgd(float* param, const float* grad, float* mom, std::int64_t n, float lr,
                      float momentum, float weight_decay, float grad_scale) {
-  const OpProfile::Span span = begin_op("sgd");
+  const OpProfile::Span span = begin_op(
+      "sgd", floats_moved((mom != nullptr && momentum != 0.0f ? 5.0 : 3.0) * n));
   cuda::sgd(stream_, param, grad, mom, n, lr, momentum, weight_decay, grad_scale);
 }
 
