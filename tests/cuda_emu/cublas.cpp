@@ -1,10 +1,13 @@
-// The emulated cuBLAS GEMMs (see cublas_v2.h here). Column-major, as cuBLAS: element (i, j) of
-// an m x n matrix X with leading dimension ld is X[i + j * ld].
+// The emulated cuBLAS and cuBLASLt GEMMs (see cublas_v2.h and cublasLt.h here). Column-major,
+// as cuBLAS: element (i, j) of an m x n matrix X with leading dimension ld is X[i + j * ld].
+#include <atomic>
 #include <cmath>
 #include <cstdio>
+#include <cstdlib>
 #include <cstring>
 #include <vector>
 
+#include "cublasLt.h"
 #include "cublas_v2.h"
 
 struct cublasContext {
@@ -184,4 +187,192 @@ cublasStatus_t cublasGemmStridedBatchedEx(
     cublasComputeType_t computeType, cublasGemmAlgo_t) {
   return gemm_batched(handle, transa, transb, m, n, k, alpha, A, Atype, lda, strideA, B, Btype,
                       ldb, strideB, beta, C, Ctype, ldc, strideC, batchCount, computeType);
+}
+
+// ---- cuBLASLt (see cublasLt.h here) -------------------------------------------------------
+
+struct cublasLtContext {};
+struct cublasLtMatmulDescOpaque {
+  cublasComputeType_t type;
+  bool ta = false, tb = false;
+  std::uint32_t epilogue = CUBLASLT_EPILOGUE_DEFAULT;
+  const float* bias = nullptr;
+};
+struct cublasLtMatrixLayoutOpaque {
+  std::uint64_t rows, cols;
+  std::int64_t ld;
+};
+struct cublasLtMatmulPreferenceOpaque {
+  std::uint64_t workspace = 0;
+  std::uint32_t align[4] = {256, 256, 256, 256};  // A, B, C, D
+};
+
+namespace {
+std::atomic<std::size_t> g_lt_heuristics{0}, g_lt_matmuls{0};
+
+template <typename T>
+bool read_attribute(T& out, const void* buf, std::size_t bytes) {
+  if (!buf || bytes != sizeof(T)) return false;
+  std::memcpy(&out, buf, sizeof(T));
+  return true;
+}
+
+bool aligned(const void* p, std::uint64_t bytes) {
+  return reinterpret_cast<std::uintptr_t>(p) % bytes == 0;
+}
+}  // namespace
+
+// Calls so far, for tests: heuristic queries (one per new plan) and matmuls.
+extern "C" __attribute__((visibility("default"))) std::size_t dtrain_cuda_emu_lt_heuristics() {
+  return g_lt_heuristics.load();
+}
+extern "C" __attribute__((visibility("default"))) std::size_t dtrain_cuda_emu_lt_matmuls() {
+  return g_lt_matmuls.load();
+}
+
+cublasStatus_t cublasLtCreate(cublasLtHandle_t* handle) {
+  *handle = new cublasLtContext;
+  return CUBLAS_STATUS_SUCCESS;
+}
+cublasStatus_t cublasLtDestroy(cublasLtHandle_t handle) {
+  delete handle;
+  return CUBLAS_STATUS_SUCCESS;
+}
+
+cublasStatus_t cublasLtMatmulDescCreate(cublasLtMatmulDesc_t* desc, cublasComputeType_t type,
+                                        cudaDataType_t scale_type) {
+  if (scale_type != CUDA_R_32F) return CUBLAS_STATUS_NOT_SUPPORTED;
+  *desc = new cublasLtMatmulDescOpaque{type};
+  return CUBLAS_STATUS_SUCCESS;
+}
+cublasStatus_t cublasLtMatmulDescDestroy(cublasLtMatmulDesc_t desc) {
+  delete desc;
+  return CUBLAS_STATUS_SUCCESS;
+}
+cublasStatus_t cublasLtMatmulDescSetAttribute(cublasLtMatmulDesc_t desc,
+                                              cublasLtMatmulDescAttributes_t attr,
+                                              const void* buf, std::size_t bytes) {
+  std::int32_t op = 0;
+  bool ok = false;
+  switch (attr) {
+    case CUBLASLT_MATMUL_DESC_TRANSA:
+      ok = read_attribute(op, buf, bytes);
+      desc->ta = op == CUBLAS_OP_T;
+      break;
+    case CUBLASLT_MATMUL_DESC_TRANSB:
+      ok = read_attribute(op, buf, bytes);
+      desc->tb = op == CUBLAS_OP_T;
+      break;
+    case CUBLASLT_MATMUL_DESC_EPILOGUE: ok = read_attribute(desc->epilogue, buf, bytes); break;
+    case CUBLASLT_MATMUL_DESC_BIAS_POINTER: ok = read_attribute(desc->bias, buf, bytes); break;
+  }
+  return ok ? CUBLAS_STATUS_SUCCESS : CUBLAS_STATUS_INVALID_VALUE;
+}
+
+cublasStatus_t cublasLtMatrixLayoutCreate(cublasLtMatrixLayout_t* layout, cudaDataType type,
+                                          std::uint64_t rows, std::uint64_t cols,
+                                          std::int64_t ld) {
+  if (type != CUDA_R_32F) return CUBLAS_STATUS_NOT_SUPPORTED;  // the plugin keeps fp32 storage
+  if (ld < static_cast<std::int64_t>(rows > 1 ? rows : 1)) return CUBLAS_STATUS_INVALID_VALUE;
+  *layout = new cublasLtMatrixLayoutOpaque{rows, cols, ld};
+  return CUBLAS_STATUS_SUCCESS;
+}
+cublasStatus_t cublasLtMatrixLayoutDestroy(cublasLtMatrixLayout_t layout) {
+  delete layout;
+  return CUBLAS_STATUS_SUCCESS;
+}
+
+cublasStatus_t cublasLtMatmulPreferenceCreate(cublasLtMatmulPreference_t* pref) {
+  *pref = new cublasLtMatmulPreferenceOpaque;
+  return CUBLAS_STATUS_SUCCESS;
+}
+cublasStatus_t cublasLtMatmulPreferenceDestroy(cublasLtMatmulPreference_t pref) {
+  delete pref;
+  return CUBLAS_STATUS_SUCCESS;
+}
+cublasStatus_t cublasLtMatmulPreferenceSetAttribute(cublasLtMatmulPreference_t pref,
+                                                    cublasLtMatmulPreferenceAttributes_t attr,
+                                                    const void* buf, std::size_t bytes) {
+  bool ok = false;
+  switch (attr) {
+    case CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES:
+      ok = read_attribute(pref->workspace, buf, bytes);
+      break;
+    case CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_A_BYTES:
+    case CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_B_BYTES:
+    case CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_C_BYTES:
+    case CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_D_BYTES:
+      ok = read_attribute(pref->align[attr - CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_A_BYTES], buf,
+                          bytes);
+      break;
+  }
+  return ok ? CUBLAS_STATUS_SUCCESS : CUBLAS_STATUS_INVALID_VALUE;
+}
+
+cublasStatus_t cublasLtMatmulAlgoGetHeuristic(
+    cublasLtHandle_t handle, cublasLtMatmulDesc_t desc, cublasLtMatrixLayout_t a,
+    cublasLtMatrixLayout_t b, cublasLtMatrixLayout_t c, cublasLtMatrixLayout_t d,
+    cublasLtMatmulPreference_t pref, int requested, cublasLtMatmulHeuristicResult_t results[],
+    int* returned) {
+  if (!handle) return CUBLAS_STATUS_NOT_INITIALIZED;
+  if (requested <= 0) return CUBLAS_STATUS_INVALID_VALUE;
+  ++g_lt_heuristics;
+  *returned = 0;
+  const char* lt = std::getenv("DTRAIN_CUDA_EMU_LT");
+  if (lt && std::strcmp(lt, "0") == 0) return CUBLAS_STATUS_NOT_SUPPORTED;
+  if (desc->epilogue != CUBLASLT_EPILOGUE_DEFAULT && desc->epilogue != CUBLASLT_EPILOGUE_BIAS)
+    return CUBLAS_STATUS_NOT_SUPPORTED;
+  // op(A) is m x k, op(B) k x n, C and D m x n.
+  const std::uint64_t m = c->rows, n = c->cols, k = desc->ta ? a->rows : a->cols;
+  if ((desc->ta ? a->cols : a->rows) != m || (desc->tb ? b->cols : b->rows) != k ||
+      (desc->tb ? b->rows : b->cols) != n || d->rows != m || d->cols != n || d->ld != c->ld)
+    return CUBLAS_STATUS_INVALID_VALUE;
+  results[0] = cublasLtMatmulHeuristicResult_t{};
+  for (int i = 0; i < 4; ++i) results[0].algo.data[i] = pref->align[i];
+  results[0].state = CUBLAS_STATUS_SUCCESS;
+  *returned = 1;
+  return CUBLAS_STATUS_SUCCESS;
+}
+
+cublasStatus_t cublasLtMatmul(cublasLtHandle_t handle, cublasLtMatmulDesc_t desc,
+                              const void* alpha, const void* A, cublasLtMatrixLayout_t a,
+                              const void* B, cublasLtMatrixLayout_t b, const void* beta,
+                              const void* C, cublasLtMatrixLayout_t c, void* D,
+                              cublasLtMatrixLayout_t d, const cublasLtMatmulAlgo_t* algo,
+                              void* workspace, std::size_t workspace_bytes,
+                              cudaStream_t stream) {
+  if (!handle) return CUBLAS_STATUS_NOT_INITIALIZED;
+  if (!algo || C != D || c != d) return CUBLAS_STATUS_NOT_SUPPORTED;  // in place only, here
+  const void* operands[4] = {A, B, C, D};
+  for (int i = 0; i < 4; ++i)
+    if (!aligned(operands[i], algo->data[i])) {
+      std::fprintf(stderr, "cuBLASLt emulator: operand %c at %p is not %llu-byte aligned, as "
+                   "its algorithm was chosen for\n", "ABCD"[i], operands[i],
+                   static_cast<unsigned long long>(algo->data[i]));
+      return CUBLAS_STATUS_INVALID_VALUE;
+    }
+  if (workspace_bytes && !dtrain_emu::device_range_ok(workspace, workspace_bytes, "cuBLASLt workspace"))
+    return CUBLAS_STATUS_INVALID_VALUE;
+  const Gemm g{desc->ta, desc->tb, static_cast<int>(c->rows), static_cast<int>(c->cols),
+               static_cast<int>(desc->ta ? a->rows : a->cols), static_cast<int>(a->ld),
+               static_cast<int>(b->ld), static_cast<int>(c->ld),
+               *static_cast<const float*>(alpha), *static_cast<const float*>(beta), desc->type};
+  cublasStatus_t st = check_and_size(g, A, B, D, 0, 0, 0, 1);
+  const bool bias = desc->epilogue == CUBLASLT_EPILOGUE_BIAS;
+  if (st == CUBLAS_STATUS_SUCCESS && bias &&
+      !dtrain_emu::device_range_ok(desc->bias, sizeof(float) * g.m, "cuBLASLt bias"))
+    st = CUBLAS_STATUS_EXECUTION_FAILED;
+  if (st != CUBLAS_STATUS_SUCCESS || g.m == 0 || g.n == 0) return st;
+  ++g_lt_matmuls;
+  const auto* pa = static_cast<const float*>(A);
+  const auto* pb = static_cast<const float*>(B);
+  auto* pd = static_cast<float*>(D);
+  const float* pbias = bias ? desc->bias : nullptr;  // read when it runs, as set now
+  dtrain_emu::enqueue(stream, [=] {
+    run_gemm(g, pa, pb, pd);
+    if (pbias)
+      for (int j = 0; j < g.n; ++j)
+        for (int i = 0; i < g.m; ++i) pd[i + static_cast<std::size_t>(j) * g.ldc] += pbias[i];
+  });
+  return CUBLAS_STATUS_SUCCESS;
 }

@@ -1,8 +1,11 @@
 // Every op of the CUDA device against the CPU kernel on random inputs, fp32 (run with
 // DTRAIN_CUDA_TF32=0 so GEMMs are exact fp32): |gpu - cpu| <= 1e-5 * max|cpu|. Gradient
 // buffers start with random values, so accumulate-vs-overwrite mistakes show.
+#include <cstdlib>
 #include <limits>
+#include <string>
 
+#include "emulator_probe.hpp"
 #include "gpu_test.hpp"
 
 namespace {
@@ -125,6 +128,46 @@ TEST_F(CudaKernels, LinearForwardAndBackward) {
                       OC);
   expect_close(d_dw.host(), dw, kFp32Bound, "linear_backward dweight only");
   expect_close(d_db.host(), db, kFp32Bound, "linear_backward dbias untouched");
+}
+
+// linear_forward adds its bias in the GEMM's epilogue (one cuBLASLt call) when every pointer
+// is 16-byte aligned and otherwise lays the bias down before the GEMM; both agree with the CPU.
+// On the emulator, which counts cuBLASLt's calls, also: a plan (one heuristic query) per shape
+// and alignment, reused for the same case, none for misaligned pointers; and under
+// DTRAIN_CUDA_EMU_LT=0 (no algorithm found) every call takes the other path.
+TEST_F(CudaKernels, LinearForwardBiasInTheEpilogueOrBeforeTheGemm) {
+  const int N = 70, C = 48, OC = 36;  // a shape no other test uses: its plans start here
+  const int spare = 64;               // floats in front: operands 4, 16 or 256 bytes aligned
+  auto inp = random_floats(N * C + spare, 11), w = random_floats(OC * C + spare, 12),
+       bias = random_floats(OC + spare, 13);
+  auto d_inp = up(inp), d_w = up(w), d_bias = up(bias);
+  OnDevice<float> d_out(gpu, static_cast<std::size_t>(N) * OC + spare);
+  const auto heuristics = dtrain::test::emulator_probe("dtrain_cuda_emu_lt_heuristics");
+  const auto matmuls = dtrain::test::emulator_probe("dtrain_cuda_emu_lt_matmuls");
+  const char* lt_env = std::getenv("DTRAIN_CUDA_EMU_LT");
+  const bool lt = !(lt_env && std::string(lt_env) == "0");
+  struct Case {
+    int shift;            // floats past each allocation's 256-byte aligned start
+    int new_heuristics;   // plans made by this call
+    int epilogue;         // cuBLASLt matmuls by this call
+  };
+  const Case cases[] = {{0, 1, lt}, {4, 1, lt}, {0, 0, lt}, {1, 0, 0}, {4, 0, lt}};
+  std::vector<float> out(static_cast<std::size_t>(N) * OC);
+  for (const Case& c : cases) {
+    SCOPED_TRACE("operands " + std::to_string(c.shift) + " floats past 256-byte alignment");
+    const std::size_t h0 = heuristics ? heuristics() : 0, m0 = matmuls ? matmuls() : 0;
+    cpu.linear_forward(out.data(), inp.data() + c.shift, w.data() + c.shift,
+                       bias.data() + c.shift, N, C, OC);
+    gpu.linear_forward(d_out.get() + c.shift, d_inp.get() + c.shift, d_w.get() + c.shift,
+                       d_bias.get() + c.shift, N, C, OC);
+    const std::vector<float> all = d_out.host();
+    expect_close(std::vector<float>(all.begin() + c.shift, all.begin() + c.shift + N * OC), out,
+                 kFp32Bound, "linear_forward");
+    if (heuristics && matmuls) {
+      EXPECT_EQ(heuristics() - h0, static_cast<std::size_t>(c.new_heuristics));
+      EXPECT_EQ(matmuls() - m0, static_cast<std::size_t>(c.epilogue));
+    }
+  }
 }
 
 // Bias gradients over more rows than one grid's 65535 chunks of 256: every chunk counted.

@@ -49,6 +49,7 @@ CudaDevice::CudaDevice(int ordinal) : ordinal_(ordinal), raw_(ordinal), alloc_(r
   // cuBLAS's workspace from the cache too, so GEMMs never allocate behind our back.
   blas_workspace_ = alloc_.allocate(kBlasWorkspaceBytes);
   DTRAIN_CUDA(cublasSetWorkspace(blas_, blas_workspace_, kBlasWorkspaceBytes));
+  bias_gemm_ = std::make_unique<BiasGemm>(stream_, blas_workspace_, kBlasWorkspaceBytes);
   sum_device_ = static_cast<double*>(alloc_.allocate(sizeof(double) * (1 + kSumSquaresPartials)));
   DTRAIN_CUDA(cudaMallocHost(reinterpret_cast<void**>(&sum_host_), sizeof(double)));
   flag_device_ = static_cast<int*>(alloc_.allocate(sizeof(int)));
@@ -60,6 +61,7 @@ CudaDevice::CudaDevice(int ordinal) : ordinal_(ordinal), raw_(ordinal), alloc_(r
 CudaDevice::~CudaDevice() {
   (void)cudaSetDevice(ordinal_);
   if (stream_) (void)cudaStreamSynchronize(stream_);
+  bias_gemm_.reset();
   if (blas_) (void)cublasDestroy(blas_);
   if (sum_host_) (void)cudaFreeHost(sum_host_);
   alloc_.free(sum_device_);

@@ -20,6 +20,7 @@
 
 #include "device/cuda/allocator.hpp"
 #include "device/cuda/arena_memory.hpp"
+#include "device/cuda/bias_gemm.hpp"
 #include "device/cuda/op_profile.hpp"
 #include "dtrain/device/device.hpp"
 
@@ -166,6 +167,7 @@ class CudaDevice final : public Device {
   std::size_t l2_bytes_ = 0;
   DType gemm_operands_ = DType::f32;  // set_gemm_operand_format
   void* blas_workspace_ = nullptr;
+  std::unique_ptr<BiasGemm> bias_gemm_;  // linear_forward's bias in the GEMM's epilogue
   float* scratch_ = nullptr;
   std::size_t scratch_floats_ = 0;
   double* sum_device_ = nullptr;  // [0]: result, then kSumSquaresPartials partial sums

@@ -1,8 +1,9 @@
-// GEMMs through cuBLAS and the linear layer built on them. Row-major requests become
-// column-major cuBLAS calls with the operands swapped (gemm_args.hpp). fp32 storage; the
-// compute type is TF32 tensor cores or exact fp32 (DTRAIN_CUDA_TF32), or, under mixed
-// precision, bf16/fp16 tensor cores: cuBLAS rounds the fp32 operands to the format inside
-// the GEMM and accumulates in fp32 (CUBLAS_COMPUTE_32F_FAST_16BF / _16F).
+// GEMMs through cuBLAS (and cuBLASLt for a linear layer's bias) and the linear layer built on
+// them. Row-major requests become column-major cuBLAS calls with the operands swapped
+// (gemm_args.hpp). fp32 storage; the compute type is TF32 tensor cores or exact fp32
+// (DTRAIN_CUDA_TF32), or, under mixed precision, bf16/fp16 tensor cores: cuBLAS rounds the fp32
+// operands to the format inside the GEMM and accumulates in fp32
+// (CUBLAS_COMPUTE_32F_FAST_16BF / _16F).
 #include <algorithm>
 
 #include "device/cuda/cuda_check.hpp"
@@ -70,13 +71,18 @@ void CudaDevice::gemm_strided_batched(bool trans_a, bool trans_b, int M, int N, 
       batch, compute_type(), CUBLAS_GEMM_DEFAULT));
 }
 
-// out[N,OC] = inp[N,C] · weight[OC,C]^T + bias: the bias is laid down first and the GEMM adds
-// onto it (beta = 1), in the CPU kernel's order.
+// out[N,OC] = inp[N,C] · weight[OC,C]^T + bias. With a bias, one cuBLASLt call adds it in the
+// GEMM's epilogue (bias_gemm.hpp); where cuBLASLt has no algorithm for the case, the bias is
+// laid down first and the GEMM adds onto it (beta = 1), in the CPU kernel's order.
 void CudaDevice::linear_forward(float* out, const float* inp, const float* weight,
                                 const float* bias, int N, int C, int OC) {
   OpWork work = gemm_work(N, OC, C, false);
   if (bias) work.bytes += 4.0 * OC;
   const OpProfile::Span span = begin_op("linear_forward", work);
+  if (bias && N > 0 && OC > 0 && C > 0 &&
+      bias_gemm_->run(column_major_gemm(false, true, N, OC, C, inp, C, 0, weight, C, 0, out, OC, 0),
+                      bias, compute_type()))
+    return;
   if (bias) broadcast_rows(stream_, out, bias, N, OC);
   gemm(false, true, N, OC, C, 1.0f, inp, C, weight, C, bias ? 1.0f : 0.0f, out, OC);
 }

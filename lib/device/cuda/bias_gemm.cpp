@@ -1,0 +1,102 @@
+#include "device/cuda/bias_gemm.hpp"
+
+#include "device/cuda/cuda_check.hpp"
+
+namespace dtrain::cuda {
+namespace {
+
+// The largest power of two, up to 256, that divides the address: what the heuristic may
+// assume of a buffer (its default, 256, would pick algorithms that fault on less).
+std::uint32_t alignment(const void* p) {
+  const auto address = reinterpret_cast<std::uintptr_t>(p);
+  std::uint32_t a = 256;
+  while (a > 1 && address % a != 0) a /= 2;
+  return a;
+}
+
+template <typename T>
+void set(cublasLtMatmulDesc_t desc, cublasLtMatmulDescAttributes_t attribute, T value) {
+  DTRAIN_CUDA(cublasLtMatmulDescSetAttribute(desc, attribute, &value, sizeof value));
+}
+template <typename T>
+void set(cublasLtMatmulPreference_t pref, cublasLtMatmulPreferenceAttributes_t attribute,
+         T value) {
+  DTRAIN_CUDA(cublasLtMatmulPreferenceSetAttribute(pref, attribute, &value, sizeof value));
+}
+
+}  // namespace
+
+bool BiasGemm::Case::operator==(const Case& o) const {
+  return trans_a == o.trans_a && trans_b == o.trans_b && m == o.m && n == o.n && k == o.k &&
+         lda == o.lda && ldb == o.ldb && ldc == o.ldc && type == o.type &&
+         align_a == o.align_a && align_b == o.align_b && align_c == o.align_c;
+}
+
+BiasGemm::BiasGemm(cudaStream_t stream, void* workspace, std::size_t workspace_bytes)
+    : stream_(stream), workspace_(workspace), workspace_bytes_(workspace_bytes) {
+  DTRAIN_CUDA(cublasLtCreate(&lt_));
+}
+
+BiasGemm::~BiasGemm() {
+  for (Plan& p : plans_) {
+    if (p.a) (void)cublasLtMatrixLayoutDestroy(p.a);
+    if (p.b) (void)cublasLtMatrixLayoutDestroy(p.b);
+    if (p.c) (void)cublasLtMatrixLayoutDestroy(p.c);
+    if (p.desc) (void)cublasLtMatmulDescDestroy(p.desc);
+  }
+  if (lt_) (void)cublasLtDestroy(lt_);
+}
+
+BiasGemm::Plan& BiasGemm::plan_for(const Case& key) {
+  for (Plan& p : plans_)
+    if (p.key == key) return p;
+  Plan& p = plans_.emplace_back();
+  p.key = key;
+  DTRAIN_CUDA(cublasLtMatmulDescCreate(&p.desc, key.type, CUDA_R_32F));
+  set(p.desc, CUBLASLT_MATMUL_DESC_TRANSA,
+      static_cast<std::int32_t>(key.trans_a ? CUBLAS_OP_T : CUBLAS_OP_N));
+  set(p.desc, CUBLASLT_MATMUL_DESC_TRANSB,
+      static_cast<std::int32_t>(key.trans_b ? CUBLAS_OP_T : CUBLAS_OP_N));
+  set(p.desc, CUBLASLT_MATMUL_DESC_EPILOGUE, static_cast<std::uint32_t>(CUBLASLT_EPILOGUE_BIAS));
+  // Layouts as stored: op(A) is m x k, so A is k x m when transposed.
+  DTRAIN_CUDA(cublasLtMatrixLayoutCreate(&p.a, CUDA_R_32F, key.trans_a ? key.k : key.m,
+                                         key.trans_a ? key.m : key.k, key.lda));
+  DTRAIN_CUDA(cublasLtMatrixLayoutCreate(&p.b, CUDA_R_32F, key.trans_b ? key.n : key.k,
+                                         key.trans_b ? key.k : key.n, key.ldb));
+  DTRAIN_CUDA(cublasLtMatrixLayoutCreate(&p.c, CUDA_R_32F, key.m, key.n, key.ldc));
+  cublasLtMatmulPreference_t pref = nullptr;
+  DTRAIN_CUDA(cublasLtMatmulPreferenceCreate(&pref));
+  set(pref, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES, static_cast<std::uint64_t>(workspace_bytes_));
+  set(pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_A_BYTES, key.align_a);
+  set(pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_B_BYTES, key.align_b);
+  set(pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_C_BYTES, key.align_c);
+  set(pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_D_BYTES, key.align_c);
+  cublasLtMatmulHeuristicResult_t result{};
+  int found = 0;
+  const cublasStatus_t status = cublasLtMatmulAlgoGetHeuristic(
+      lt_, p.desc, p.a, p.b, p.c, p.c, pref, 1, &result, &found);
+  (void)cublasLtMatmulPreferenceDestroy(pref);
+  // NOT_SUPPORTED or no result: this case takes the caller's other path, every time.
+  p.usable = status == CUBLAS_STATUS_SUCCESS && found > 0 && result.state == CUBLAS_STATUS_SUCCESS;
+  if (status != CUBLAS_STATUS_SUCCESS && status != CUBLAS_STATUS_NOT_SUPPORTED)
+    check(status, "cublasLtMatmulAlgoGetHeuristic");
+  p.algo = result.algo;
+  return p;
+}
+
+bool BiasGemm::run(const ColumnMajorGemm& g, const float* bias, cublasComputeType_t type) {
+  const std::uint32_t align_a = alignment(g.a), align_b = alignment(g.b),
+                      align_c = alignment(g.c);
+  if (align_a < 16 || align_b < 16 || align_c < 16 || alignment(bias) < 16) return false;
+  const Plan& p = plan_for(Case{g.trans_a, g.trans_b, g.m, g.n, g.k, g.lda, g.ldb, g.ldc, type,
+                                align_a, align_b, align_c});
+  if (!p.usable) return false;
+  // The bias pointer is the one attribute that changes between calls (a memcpy, no allocation).
+  set(p.desc, CUBLASLT_MATMUL_DESC_BIAS_POINTER, static_cast<const void*>(bias));
+  const float one = 1.0f, zero = 0.0f;
+  DTRAIN_CUDA(cublasLtMatmul(lt_, p.desc, &one, g.a, p.a, g.b, p.b, &zero, g.c, p.c, g.c, p.c,
+                             &p.algo, workspace_, workspace_bytes_, stream_));
+  return true;
+}
+
+}  // namespace dtrain::cuda

@@ -1,0 +1,55 @@
+#pragma once
+// BiasGemm: C = op(A) op(B) + bias in one cuBLASLt call, the bias (one value per row of the
+// column-major C, i.e. per output feature of a linear layer) added in the GEMM's epilogue
+// (CUBLASLT_EPILOGUE_BIAS). linear_forward then writes its output once, instead of laying
+// the bias down first and having the GEMM read it back and add onto it. A plan (the
+// descriptors and the heuristic's algorithm) is made once per case, the shape, compute type
+// and pointer alignments, and kept, so steps after the first make none.
+#include <cublasLt.h>
+
+#include <cstddef>
+#include <cstdint>
+#include <vector>
+
+#include "device/cuda/gemm_args.hpp"
+
+namespace dtrain::cuda {
+
+class BiasGemm {
+ public:
+  // The workspace is the device's cuBLAS workspace: both libraries run on `stream` only.
+  BiasGemm(cudaStream_t stream, void* workspace, std::size_t workspace_bytes);
+  ~BiasGemm();
+  BiasGemm(const BiasGemm&) = delete;
+  BiasGemm& operator=(const BiasGemm&) = delete;
+
+  // Queues C = op(A) op(B) + bias (g's strides unused: one product). Returns false, with
+  // nothing queued, where cuBLASLt has no algorithm for the case or a pointer is not 16-byte
+  // aligned; the caller then takes its other path.
+  bool run(const ColumnMajorGemm& g, const float* bias, cublasComputeType_t type);
+
+ private:
+  struct Case {
+    bool trans_a, trans_b;
+    int m, n, k, lda, ldb, ldc;
+    cublasComputeType_t type;
+    std::uint32_t align_a, align_b, align_c;  // bytes, at most 256
+    bool operator==(const Case& o) const;
+  };
+  struct Plan {
+    Case key;
+    bool usable = false;  // the heuristic found an algorithm
+    cublasLtMatmulDesc_t desc = nullptr;
+    cublasLtMatrixLayout_t a = nullptr, b = nullptr, c = nullptr;
+    cublasLtMatmulAlgo_t algo{};
+  };
+  Plan& plan_for(const Case& key);
+
+  cublasLtHandle_t lt_ = nullptr;
+  cudaStream_t stream_;
+  void* workspace_;
+  std::size_t workspace_bytes_;
+  std::vector<Plan> plans_;  // a handful: one per linear layer shape
+};
+
+}  // namespace dtrain::cuda
