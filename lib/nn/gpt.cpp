@@ -430,11 +430,10 @@ void GptModel::backward_stage(float dloss, const float* doutput, int chunk, int 
   check_attention_saved_floats();
   const int B = use.B, T = use.T, N = B * T, C = cfg_.d_model, P = tp_.size();
   const int R = sp_ ? N / P : N, Vl = ce_.shard.padded_rows;
-  const std::int64_t NC = static_cast<std::int64_t>(N) * C;
   const std::int64_t NF = static_cast<std::int64_t>(N) * hidden_local_;
-  const std::int64_t NCl = static_cast<std::int64_t>(N) * C_local_;
   Device& d = *dev_;
   auto zero = [&](float* p, std::int64_t n) { d.zero(p, sizeof(float) * n); };
+  constexpr Device::GradWrite overwrite = Device::GradWrite::overwrite;
   if (sp_) zero(ln_grads_, static_cast<std::int64_t>(ln_grad_targets_.size()) * C);
 
   if (head) {
@@ -474,27 +473,23 @@ void GptModel::backward_stage(float dloss, const float* doutput, int chunk, int 
     acquire(block_unit(l), l > l0 ? block_unit(l - 1) : -1);  // the embedding backward needs no weights
     grads_writing(static_cast<std::size_t>(stage_.layers - l));
     restore_16bit(b, B);
-    // MLP: res3 = res2 + c_proj(gelu(c_fc(ln_2(res2))))
-    zero(dfch_gelu_, NF);
-    b.mlp_proj.backward(d, dfch_gelu_, leave_region_bwd(dres_, R), b.fch_gelu, N);
+    // MLP: res3 = res2 + c_proj(gelu(c_fc(ln_2(res2)))). Each gradient inside a block has
+    // one producer, which writes it over (no zeroing); only dres_ collects several.
+    b.mlp_proj.backward(d, dfch_gelu_, leave_region_bwd(dres_, R), b.fch_gelu, N, overwrite);
     progress();
-    zero(dfch_, NF);
-    d.gelu_backward(dfch_, b.fch, dfch_gelu_, NF);
-    zero(dln_, NC);
-    b.c_fc.backward(d, dln_, dfch_, enter_region_fwd(b.ln2, R), N);  // re-gathered with SP
+    d.gelu_backward(dfch_, b.fch, dfch_gelu_, NF, overwrite);
+    b.c_fc.backward(d, dln_, dfch_, enter_region_fwd(b.ln2, R), N,  // re-gathered with SP
+                    overwrite);
     progress();
     b.ln_2.backward(d, dres_, enter_region_bwd(dln_, N, R), b.res2, b.ln2_mean, b.ln2_rstd,
                     R);  // dres_ is now d(res2)
     // attention: res2 = res_in + c_proj(attn(c_attn(ln_1(res_in))))
-    zero(datty_, NCl);
-    b.attn_proj.backward(d, datty_, leave_region_bwd(dres_, R), b.atty, N);
+    b.attn_proj.backward(d, datty_, leave_region_bwd(dres_, R), b.atty, N, overwrite);
     progress();
-    zero(dqkv_, 3 * NCl);
     d.attention_backward(dqkv_, att_ws_, datty_, b.qkv, b.atty, b.att, B, T, C_local_,
-                         heads_local_);
+                         heads_local_, overwrite);
     progress();
-    zero(dln_, NC);
-    b.c_attn.backward(d, dln_, dqkv_, enter_region_fwd(b.ln1, R), N);
+    b.c_attn.backward(d, dln_, dqkv_, enter_region_fwd(b.ln1, R), N, overwrite);
     b.ln_1.backward(d, dres_, enter_region_bwd(dln_, N, R), res_in, b.ln1_mean, b.ln1_rstd,
                     R);  // d(res_in)
     if (sp_) reduce_layernorm_grads(4 * static_cast<std::size_t>(l), 4);

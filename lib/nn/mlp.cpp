@@ -115,18 +115,15 @@ void MlpModel::backward(float dloss) {
   // dlogits overwrite the logits in place; then walk the layers down. dpre_ holds the
   // gradient w.r.t. the current layer's linear output.
   d.crossentropy_backward(pre_.back(), pre_.back(), lse_, labels_, dlosses_, B, classes, classes);
+  // Each activation gradient has one producer, which writes it over.
+  constexpr Device::GradWrite overwrite = Device::GradWrite::overwrite;
   const float* dout = pre_.back();
   for (int i = L - 1; i >= 0; --i) {
-    float* dinp = nullptr;  // no gradient w.r.t. the input data
-    if (i > 0) {
-      dinp = dacts_[i - 1];
-      d.zero(dinp, sizeof(float) * static_cast<std::size_t>(B) * cfg_.sizes[i]);
-    }
-    layers_[i].backward(d, dinp, dout, acts_[i], B);
+    float* dinp = i > 0 ? dacts_[i - 1] : nullptr;  // no gradient w.r.t. the input data
+    layers_[i].backward(d, dinp, dout, acts_[i], B, overwrite);
     if (i > 0) {
       const std::int64_t n = static_cast<std::int64_t>(B) * cfg_.sizes[i];
-      d.zero(dpre_, sizeof(float) * n);
-      d.gelu_backward(dpre_, pre_[i - 1], dinp, n);
+      d.gelu_backward(dpre_, pre_[i - 1], dinp, n, overwrite);
       dout = dpre_;
     }
   }

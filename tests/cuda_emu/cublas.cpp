@@ -220,6 +220,13 @@ bool read_attribute(T& out, const void* buf, std::size_t bytes) {
 bool aligned(const void* p, std::uint64_t bytes) {
   return reinterpret_cast<std::uintptr_t>(p) % bytes == 0;
 }
+
+// The largest power of two up to 256 dividing the address (256 for null).
+std::uint64_t alignment_of(const void* p) {
+  std::uint64_t a = 256;
+  while (a > 1 && !aligned(p, a)) a /= 2;
+  return a;
+}
 }  // namespace
 
 // Calls so far, for tests: heuristic queries (one per new plan) and matmuls.
@@ -329,6 +336,7 @@ cublasStatus_t cublasLtMatmulAlgoGetHeuristic(
     return CUBLAS_STATUS_INVALID_VALUE;
   results[0] = cublasLtMatmulHeuristicResult_t{};
   for (int i = 0; i < 4; ++i) results[0].algo.data[i] = pref->align[i];
+  results[0].algo.data[4] = alignment_of(desc->bias);
   results[0].state = CUBLAS_STATUS_SUCCESS;
   *returned = 1;
   return CUBLAS_STATUS_SUCCESS;
@@ -343,11 +351,12 @@ cublasStatus_t cublasLtMatmul(cublasLtHandle_t handle, cublasLtMatmulDesc_t desc
                               cudaStream_t stream) {
   if (!handle) return CUBLAS_STATUS_NOT_INITIALIZED;
   if (!algo || C != D || c != d) return CUBLAS_STATUS_NOT_SUPPORTED;  // in place only, here
-  const void* operands[4] = {A, B, C, D};
-  for (int i = 0; i < 4; ++i)
+  const bool bias = desc->epilogue == CUBLASLT_EPILOGUE_BIAS;
+  const void* operands[5] = {A, B, C, D, bias ? desc->bias : nullptr};
+  for (int i = 0; i < 5; ++i)
     if (!aligned(operands[i], algo->data[i])) {
-      std::fprintf(stderr, "cuBLASLt emulator: operand %c at %p is not %llu-byte aligned, as "
-                   "its algorithm was chosen for\n", "ABCD"[i], operands[i],
+      std::fprintf(stderr, "cuBLASLt emulator: %s at %p is not %llu-byte aligned, as its "
+                   "algorithm was chosen for\n", i < 4 ? "an operand" : "the bias", operands[i],
                    static_cast<unsigned long long>(algo->data[i]));
       return CUBLAS_STATUS_INVALID_VALUE;
     }
@@ -358,7 +367,6 @@ cublasStatus_t cublasLtMatmul(cublasLtHandle_t handle, cublasLtMatmulDesc_t desc
                static_cast<int>(b->ld), static_cast<int>(c->ld),
                *static_cast<const float*>(alpha), *static_cast<const float*>(beta), desc->type};
   cublasStatus_t st = check_and_size(g, A, B, D, 0, 0, 0, 1);
-  const bool bias = desc->epilogue == CUBLASLT_EPILOGUE_BIAS;
   if (st == CUBLAS_STATUS_SUCCESS && bias &&
       !dtrain_emu::device_range_ok(desc->bias, sizeof(float) * g.m, "cuBLASLt bias"))
     st = CUBLAS_STATUS_EXECUTION_FAILED;

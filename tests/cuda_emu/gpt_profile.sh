@@ -50,7 +50,8 @@ work_is attention_forward 6 $((2 * (C / 2) * T * T * 2 * 2 * 2))
 work_is gelu_forward 8 $((4 * 2 * N * 4 * C))      # read and written once
 work_is residual_forward 8 $((4 * 3 * N * C))      # two read, one written
 profile_has flash_attention --precision bf16
-# the causal blocks only: T (T + 1) / 2 pairs, 2 products forward, 7 backward
-work_is flash_attention_forward 6 $((2 * (C / 2) * T * (T + 1) / 2 * 2 * 2 * 2))
-work_is flash_attention_backward 6 $((2 * (C / 2) * T * (T + 1) / 2 * 7 * 2 * 2))
+# the fused kernels take whole 64 x 64 blocks on and below the diagonal: one here (T = 16);
+# 2 products forward, 7 backward
+work_is flash_attention_forward 6 $((2 * (C / 2) * 64 * 64 * 2 * 2 * 2))
+work_is flash_attention_backward 6 $((2 * (C / 2) * 64 * 64 * 7 * 2 * 2))
 echo "profile complete"

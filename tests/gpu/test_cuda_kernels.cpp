@@ -28,6 +28,11 @@ class CudaKernels : public ::testing::Test {
         << "run with DTRAIN_CUDA_TF32=0; device: " << gpu.name();
   }
   template <class T> OnDevice<T> up(const std::vector<T>& v) { return OnDevice<T>(gpu, v); }
+  // n NaNs on the device: a gradient written over them must keep none.
+  OnDevice<float> nans(std::size_t n) {
+    return up(std::vector<float>(n, std::numeric_limits<float>::quiet_NaN()));
+  }
+  static constexpr Device::GradWrite kOverwrite = Device::GradWrite::overwrite;
 
   Device& cpu = dtrain::cpu_device();
   Device& gpu = dtrain::select_device("cuda");
@@ -128,13 +133,23 @@ TEST_F(CudaKernels, LinearForwardAndBackward) {
                       OC);
   expect_close(d_dw.host(), dw, kFp32Bound, "linear_backward dweight only");
   expect_close(d_db.host(), db, kFp32Bound, "linear_backward dbias untouched");
+  // dinp written over (the parameter gradients still add up)
+  auto d_written = nans(static_cast<std::size_t>(N) * C);
+  cpu.linear_backward(dinp.data(), dw.data(), db.data(), dout.data(), inp.data(), w.data(), N, C,
+                      OC, kOverwrite);
+  gpu.linear_backward(d_written.get(), d_dw.get(), d_db.get(), d_dout.get(), d_inp.get(),
+                      d_w.get(), N, C, OC, kOverwrite);
+  expect_close(d_written.host(), dinp, kFp32Bound, "linear_backward dinp written over");
+  expect_close(d_dw.host(), dw, kFp32Bound, "linear_backward dweight (dinp written over)");
+  expect_close(d_db.host(), db, kFp32Bound, "linear_backward dbias (dinp written over)");
 }
 
 // linear_forward adds its bias in the GEMM's epilogue (one cuBLASLt call) when every pointer
 // is 16-byte aligned and otherwise lays the bias down before the GEMM; both agree with the CPU.
 // On the emulator, which counts cuBLASLt's calls, also: a plan (one heuristic query) per shape
-// and alignment, reused for the same case, none for misaligned pointers; and under
-// DTRAIN_CUDA_EMU_LT=0 (no algorithm found) every call takes the other path.
+// and alignment of the operands and of the bias, reused for the same case, none for misaligned
+// pointers; and under DTRAIN_CUDA_EMU_LT=0 (no algorithm found) every call takes the other
+// path. (The emulator refuses a plan used with pointers less aligned than it was made for.)
 TEST_F(CudaKernels, LinearForwardBiasInTheEpilogueOrBeforeTheGemm) {
   const int N = 70, C = 48, OC = 36;  // a shape no other test uses: its plans start here
   const int spare = 64;               // floats in front: operands 4, 16 or 256 bytes aligned
@@ -147,19 +162,22 @@ TEST_F(CudaKernels, LinearForwardBiasInTheEpilogueOrBeforeTheGemm) {
   const char* lt_env = std::getenv("DTRAIN_CUDA_EMU_LT");
   const bool lt = !(lt_env && std::string(lt_env) == "0");
   struct Case {
-    int shift;            // floats past each allocation's 256-byte aligned start
-    int new_heuristics;   // plans made by this call
-    int epilogue;         // cuBLASLt matmuls by this call
+    int shift;           // floats past each allocation's 256-byte aligned start
+    int bias_shift;      // the same for the bias
+    int new_heuristics;  // plans made by this call
+    int epilogue;        // cuBLASLt matmuls by this call
   };
-  const Case cases[] = {{0, 1, lt}, {4, 1, lt}, {0, 0, lt}, {1, 0, 0}, {4, 0, lt}};
+  const Case cases[] = {{0, 0, 1, lt}, {4, 4, 1, lt}, {0, 0, 0, lt}, {0, 4, 1, lt},
+                        {1, 1, 0, 0},  {0, 1, 0, 0},  {4, 4, 0, lt}};
   std::vector<float> out(static_cast<std::size_t>(N) * OC);
   for (const Case& c : cases) {
-    SCOPED_TRACE("operands " + std::to_string(c.shift) + " floats past 256-byte alignment");
+    SCOPED_TRACE("operands " + std::to_string(c.shift) + ", bias " +
+                 std::to_string(c.bias_shift) + " floats past 256-byte alignment");
     const std::size_t h0 = heuristics ? heuristics() : 0, m0 = matmuls ? matmuls() : 0;
     cpu.linear_forward(out.data(), inp.data() + c.shift, w.data() + c.shift,
-                       bias.data() + c.shift, N, C, OC);
+                       bias.data() + c.bias_shift, N, C, OC);
     gpu.linear_forward(d_out.get() + c.shift, d_inp.get() + c.shift, d_w.get() + c.shift,
-                       d_bias.get() + c.shift, N, C, OC);
+                       d_bias.get() + c.bias_shift, N, C, OC);
     const std::vector<float> all = d_out.host();
     expect_close(std::vector<float>(all.begin() + c.shift, all.begin() + c.shift + N * OC), out,
                  kFp32Bound, "linear_forward");
@@ -255,6 +273,10 @@ TEST_F(CudaKernels, Gelu) {
   cpu.gelu_backward(dinp.data(), x.data(), dout.data(), n);
   gpu.gelu_backward(d_dinp.get(), d_x.get(), d_dout.get(), n);
   expect_close(d_dinp.host(), dinp, kFp32Bound, "gelu_backward");
+  auto d_written = nans(n);
+  cpu.gelu_backward(dinp.data(), x.data(), dout.data(), n, kOverwrite);
+  gpu.gelu_backward(d_written.get(), d_x.get(), d_dout.get(), n, kOverwrite);
+  expect_close(d_written.host(), dinp, kFp32Bound, "gelu_backward written over");
 }
 
 TEST_F(CudaKernels, CausalAttention) {
@@ -290,6 +312,12 @@ TEST_F(CudaKernels, CausalAttention) {
     gpu.attention_backward(d_dqkv.get(), d_ws.get(), d_dout.get(), d_qkv.get(), d_out.get(),
                            d_att.get(), s.B, s.T, s.C, s.NH);
     expect_close(d_dqkv.host(), dqkv, kFp32Bound, "attention_backward dqkv" + tag);
+    auto d_written = nans(nqkv);
+    cpu.attention_backward(dqkv.data(), ws.data(), dout.data(), qkv.data(), out.data(),
+                           att.data(), s.B, s.T, s.C, s.NH, kOverwrite);
+    gpu.attention_backward(d_written.get(), d_ws.get(), d_dout.get(), d_qkv.get(), d_out.get(),
+                           d_att.get(), s.B, s.T, s.C, s.NH, kOverwrite);
+    expect_close(d_written.host(), dqkv, kFp32Bound, "attention_backward written over" + tag);
   }
 }
 
@@ -331,6 +359,12 @@ TEST_F(CudaKernels, FusedAttentionUnder16BitOperands) {
       cpu.attention_backward(dqkv.data(), ws.data(), dout.data(), qkv.data(), out.data(),
                              att.data(), s.B, s.T, s.C, s.NH);
       expect_close(fused, dqkv, f.bound, "fused attention dqkv" + tag);
+      auto d_written = nans(nqkv);
+      gpu.attention_backward(d_written.get(), d_ws.get(), d_dout.get(), d_qkv.get(), d_out.get(),
+                             d_saved.get(), s.B, s.T, s.C, s.NH, kOverwrite);
+      cpu.attention_backward(dqkv.data(), ws.data(), dout.data(), qkv.data(), out.data(),
+                             att.data(), s.B, s.T, s.C, s.NH, kOverwrite);
+      expect_close(d_written.host(), dqkv, f.bound, "fused attention written over" + tag);
 
       OnDevice<std::uint16_t> rounded(gpu, nsaved);
       gpu.convert_to_16bit(rounded.get(), d_saved.get(), static_cast<std::int64_t>(nsaved), f.fmt);

@@ -294,6 +294,50 @@ TEST(KernelGrad, AttentionFloatMatchesDouble) {
   for (std::size_t i = 0; i < od.size(); ++i) EXPECT_NEAR(of[i], od[i], 1e-5);
 }
 
+// ---- input gradients written over -------------------------------------------------------
+// Written over a buffer of NaN, an input gradient equals the one added into zeros, bit for
+// bit: nothing of the old contents is read (linear: GEMM beta 0; attention: every query
+// block adds into dK and dV, so the kernel clears dqkv first).
+TEST(Kernels, BackwardWritesTheInputGradientOverOnRequest) {
+  const double nan = std::numeric_limits<double>::quiet_NaN();
+  {
+    const int N = 5, C = 4, OC = 3;
+    auto inp = random_vec<double>(N * C, 90), W = random_vec<double>(OC * C, 91),
+         dout = random_vec<double>(N * OC, 92);
+    vector<double> added(N * C, 0.0), written(N * C, nan), dW(OC * C, 0.0);
+    cpu::linear_backward<double>(added.data(), dW.data(), nullptr, dout.data(), inp.data(),
+                                 W.data(), N, C, OC);
+    cpu::linear_backward<double>(written.data(), dW.data(), nullptr, dout.data(), inp.data(),
+                                 W.data(), N, C, OC, /*accumulate_dinp=*/false);
+    EXPECT_EQ(written, added) << "linear";
+  }
+  {
+    const int n = 37;
+    auto x = random_vec<double>(n, 93), dout = random_vec<double>(n, 94);
+    vector<double> added(n, 0.0), written(n, nan);
+    cpu::gelu_backward<double>(added.data(), x.data(), dout.data(), n);
+    cpu::gelu_backward<double>(written.data(), x.data(), dout.data(), n, false);
+    EXPECT_EQ(written, added) << "gelu, double";
+    vector<float> xf(x.begin(), x.end()), df(dout.begin(), dout.end()), addedf(n, 0.0f),
+        writtenf(n, std::numeric_limits<float>::quiet_NaN());
+    cpu::gelu_backward<float>(addedf.data(), xf.data(), df.data(), n);
+    cpu::gelu_backward<float>(writtenf.data(), xf.data(), df.data(), n, false);
+    EXPECT_EQ(writtenf, addedf) << "gelu, float";
+  }
+  for (const int block : {0, 2}) {
+    const int B = 2, T = 5, C = 8, NH = 2;
+    auto qkv = random_vec<double>(B * T * 3 * C, 95), dout = random_vec<double>(B * T * C, 96);
+    vector<double> out(B * T * C), att(B * NH * T * T), ws(cpu::attention_workspace_elems(T));
+    cpu::attention_forward<double>(out.data(), att.data(), qkv.data(), B, T, C, NH, block);
+    vector<double> added(qkv.size(), 0.0), written(qkv.size(), nan);
+    cpu::attention_backward<double>(added.data(), ws.data(), dout.data(), qkv.data(), att.data(),
+                                    B, T, C, NH, block);
+    cpu::attention_backward<double>(written.data(), ws.data(), dout.data(), qkv.data(),
+                                    att.data(), B, T, C, NH, block, false);
+    EXPECT_EQ(written, added) << "attention, block " << block;
+  }
+}
+
 // ---- residual / elementwise ------------------------------------------------------------
 TEST(Kernels, Elementwise) {
   auto a = random_vec<double>(100, 70), b = random_vec<double>(100, 71);

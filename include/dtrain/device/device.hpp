@@ -7,7 +7,10 @@
 // Conventions (as in llm.c): every op works on raw pointers into device memory plus sizes,
 // tensors are row-major, shapes are given in the comment of each method. Forward ops write
 // their outputs; backward ops ACCUMULATE (+=) into both parameter gradients and input
-// gradients, so the caller zeroes gradient buffers once and layers may share them. All
+// gradients, so the caller zeroes gradient buffers once and layers may share them. The input
+// gradient of linear_backward, gelu_backward and attention_backward may instead be written
+// over (GradWrite::overwrite) where the op is its only producer: no zeroing pass before, no
+// read of the old values inside. All
 // floating-point data is fp32; the 16-bit formats appear as rounding and conversion ops.
 // Arithmetic is fp32 except GEMMs, which a device may run with reduced-precision operands
 // (the CUDA device: TF32 by default, bf16/fp16 after set_gemm_operand_format) and fp32
@@ -83,14 +86,19 @@ class DTRAIN_API Device {
   // operands (the CPU, which only checks fmt). Anything else: Error(Errc::invalid_argument).
   virtual void set_gemm_operand_format(DType fmt);
 
+  // How a backward op writes an input gradient: added into what the buffer holds, or written
+  // over it (the buffer may then hold anything before, NaN included).
+  enum class GradWrite { accumulate, overwrite };
+
   // ---- linear layer --------------------------------------------------------
   // out[N,OC] = inp[N,C] · weight[OC,C]^T + bias[OC]   (bias may be null)
   virtual void linear_forward(float* out, const float* inp, const float* weight,
                               const float* bias, int N, int C, int OC) = 0;
-  // dinp[N,C] += dout·W; dweight[OC,C] += dout^T·inp; dbias[OC] += sum_n dout.
-  // dinp or dbias may be null (not needed / no bias).
+  // dinp[N,C] += dout·W (= with overwrite); dweight[OC,C] += dout^T·inp; dbias[OC] +=
+  // sum_n dout. dinp or dbias may be null (not needed / no bias).
   virtual void linear_backward(float* dinp, float* dweight, float* dbias, const float* dout,
-                               const float* inp, const float* weight, int N, int C, int OC) = 0;
+                               const float* inp, const float* weight, int N, int C, int OC,
+                               GradWrite dinp_write = GradWrite::accumulate) = 0;
 
   // ---- embeddings ----------------------------------------------------------
   // out[N,C] = wte[tokens[n] - vocab_start] for tokens in [vocab_start, vocab_start+vocab_rows),
@@ -116,7 +124,9 @@ class DTRAIN_API Device {
 
   // ---- GELU (tanh form) ----------------------------------------------------
   virtual void gelu_forward(float* out, const float* inp, std::int64_t n) = 0;
-  virtual void gelu_backward(float* dinp, const float* inp, const float* dout, std::int64_t n) = 0;
+  // dinp[n] += gelu'(inp) * dout (= with overwrite)
+  virtual void gelu_backward(float* dinp, const float* inp, const float* dout, std::int64_t n,
+                             GradWrite dinp_write = GradWrite::accumulate) = 0;
 
   // ---- causal multi-head self-attention ------------------------------------
   // qkv[B,T,3C] (q, k, v blocks, each NH heads x C/NH) -> out[B,T,C]; saves in att what
@@ -124,11 +134,12 @@ class DTRAIN_API Device {
   // probabilities att[B,NH,T,T] (upper triangle zero).
   virtual void attention_forward(float* out, float* att, const float* qkv, int B, int T, int C,
                                  int NH) = 0;
-  // dqkv[B,T,3C] += from dout[B,T,C], given the forward's out and att; workspace holds
-  // attention_workspace_floats(T) floats.
+  // dqkv[B,T,3C] += (= with overwrite) from dout[B,T,C], given the forward's out and att;
+  // workspace holds attention_workspace_floats(T) floats.
   virtual void attention_backward(float* dqkv, float* workspace, const float* dout,
                                   const float* qkv, const float* out, const float* att, int B,
-                                  int T, int C, int NH) = 0;
+                                  int T, int C, int NH,
+                                  GradWrite dqkv_write = GradWrite::accumulate) = 0;
   virtual std::size_t attention_workspace_floats(int T) const = 0;
   // The size of att. A device may save less than the probabilities (the CUDA device's fused
   // attention saves one log-sum-exp per row); the answer may depend on the GEMM operand

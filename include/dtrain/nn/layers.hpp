@@ -25,9 +25,10 @@ struct DTRAIN_API Linear {
   void forward(Device& dev, float* y, const float* x, int N) const {
     dev.linear_forward(y, x, w, b, N, in, out);
   }
-  // dx may be null (input needs no gradient)
-  void backward(Device& dev, float* dx, const float* dy, const float* x, int N) const {
-    dev.linear_backward(dx, dw, db, dy, x, w, N, in, out);
+  // dx may be null (input needs no gradient); overwrite writes dx instead of adding into it.
+  void backward(Device& dev, float* dx, const float* dy, const float* x, int N,
+                Device::GradWrite dx_write = Device::GradWrite::accumulate) const {
+    dev.linear_backward(dx, dw, db, dy, x, w, N, in, out, dx_write);
   }
 };
 

@@ -85,9 +85,10 @@ struct DTRAIN_API ColumnParallelLinear {
   void forward(Device& dev, float* y_local, const float* x, int N) const {
     dev.linear_forward(y_local, x, w, b, N, in, out_local);
   }
-  // dx[N, in] += this rank's part of the input gradient (dx may be null).
-  void backward(Device& dev, float* dx, const float* dy_local, const float* x, int N) const {
-    dev.linear_backward(dx, dw, db, dy_local, x, w, N, in, out_local);
+  // dx[N, in] += (or = with overwrite) this rank's part of the input gradient (dx may be null).
+  void backward(Device& dev, float* dx, const float* dy_local, const float* x, int N,
+                Device::GradWrite dx_write = Device::GradWrite::accumulate) const {
+    dev.linear_backward(dx, dw, db, dy_local, x, w, N, in, out_local, dx_write);
   }
 };
 
@@ -109,10 +110,10 @@ struct DTRAIN_API RowParallelLinear {
   void forward(Device& dev, float* y_partial, const float* x_local, int N) const {
     dev.linear_forward(y_partial, x_local, w, adds_bias ? b : nullptr, N, in_local, out);
   }
-  // dx_local[N, in/p] += dy · W_local (dx_local may be null).
-  void backward(Device& dev, float* dx_local, const float* dy, const float* x_local,
-                int N) const {
-    dev.linear_backward(dx_local, dw, db, dy, x_local, w, N, in_local, out);
+  // dx_local[N, in/p] += (or = with overwrite) dy · W_local (dx_local may be null).
+  void backward(Device& dev, float* dx_local, const float* dy, const float* x_local, int N,
+                Device::GradWrite dx_write = Device::GradWrite::accumulate) const {
+    dev.linear_backward(dx_local, dw, db, dy, x_local, w, N, in_local, out, dx_write);
   }
 };
 

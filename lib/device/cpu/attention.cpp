@@ -82,8 +82,11 @@ void attention_forward(T* out, T* att, const T* qkv, int B, int T_, int C, int N
 
 template <class T>
 void attention_backward(T* dqkv, T* workspace, const T* dout, const T* qkv, const T* att, int B,
-                        int T_, int C, int NH, int block) {
+                        int T_, int C, int NH, int block, bool accumulate) {
   if (block <= 0) block = kAttentionBlock;
+  // Each query block adds into dK and dV rows that earlier blocks wrote: to write dqkv over,
+  // start from zeros.
+  if (!accumulate) std::fill(dqkv, dqkv + static_cast<std::int64_t>(B) * T_ * 3 * C, T(0));
   const int hs = C / NH;
   const int C3 = 3 * C;
   const T scale = T(1) / std::sqrt(static_cast<T>(hs));
@@ -121,7 +124,7 @@ void attention_backward(T* dqkv, T* workspace, const T* dout, const T* qkv, cons
 #define DTRAIN_INSTANTIATE(T)                                                            \
   template void attention_forward<T>(T*, T*, const T*, int, int, int, int, int);         \
   template void attention_backward<T>(T*, T*, const T*, const T*, const T*, int, int, int, \
-                                      int, int);
+                                      int, int, bool);
 DTRAIN_INSTANTIATE(float)
 DTRAIN_INSTANTIATE(double)
 #undef DTRAIN_INSTANTIATE

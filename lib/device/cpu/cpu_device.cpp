@@ -95,8 +95,10 @@ void CpuDevice::linear_forward(float* out, const float* inp, const float* weight
   cpu::linear_forward<float>(out, inp, weight, bias, N, C, OC);
 }
 void CpuDevice::linear_backward(float* dinp, float* dweight, float* dbias, const float* dout,
-                                const float* inp, const float* weight, int N, int C, int OC) {
-  cpu::linear_backward<float>(dinp, dweight, dbias, dout, inp, weight, N, C, OC);
+                                const float* inp, const float* weight, int N, int C, int OC,
+                                GradWrite dinp_write) {
+  cpu::linear_backward<float>(dinp, dweight, dbias, dout, inp, weight, N, C, OC,
+                              dinp_write == GradWrite::accumulate);
 }
 void CpuDevice::embedding_forward(float* out, const std::int32_t* tokens, const float* wte, int N,
                                   int C, int vocab_start, int vocab_rows) {
@@ -124,8 +126,9 @@ void CpuDevice::layernorm_backward(float* dinp, float* dweight, float* dbias, co
 void CpuDevice::gelu_forward(float* out, const float* inp, std::int64_t n) {
   cpu::gelu_forward<float>(out, inp, n);
 }
-void CpuDevice::gelu_backward(float* dinp, const float* inp, const float* dout, std::int64_t n) {
-  cpu::gelu_backward<float>(dinp, inp, dout, n);
+void CpuDevice::gelu_backward(float* dinp, const float* inp, const float* dout, std::int64_t n,
+                              GradWrite dinp_write) {
+  cpu::gelu_backward<float>(dinp, inp, dout, n, dinp_write == GradWrite::accumulate);
 }
 void CpuDevice::attention_forward(float* out, float* att, const float* qkv, int B, int T, int C,
                                   int NH) {
@@ -133,8 +136,9 @@ void CpuDevice::attention_forward(float* out, float* att, const float* qkv, int 
 }
 void CpuDevice::attention_backward(float* dqkv, float* workspace, const float* dout,
                                    const float* qkv, const float*, const float* att, int B,
-                                   int T, int C, int NH) {
-  cpu::attention_backward<float>(dqkv, workspace, dout, qkv, att, B, T, C, NH);
+                                   int T, int C, int NH, GradWrite dqkv_write) {
+  cpu::attention_backward<float>(dqkv, workspace, dout, qkv, att, B, T, C, NH, 0,
+                                 dqkv_write == GradWrite::accumulate);
 }
 std::size_t CpuDevice::attention_workspace_floats(int T) const {
   return cpu::attention_workspace_elems(T);

@@ -37,27 +37,35 @@ DTRAIN_CLONES void gelu_forward_f32(float* out, const float* inp, std::int64_t n
 }
 
 DTRAIN_CLONES void gelu_backward_f32(float* dinp, const float* inp, const float* dout,
-                                     std::int64_t n) {
-  DTRAIN_OMP_FOR_SIMD_IF(n)
-  for (std::int64_t i = 0; i < n; ++i) dinp[i] += gelu_grad(inp[i]) * dout[i];
+                                     std::int64_t n, bool accumulate) {
+  if (accumulate) {
+    DTRAIN_OMP_FOR_SIMD_IF(n)
+    for (std::int64_t i = 0; i < n; ++i) dinp[i] += gelu_grad(inp[i]) * dout[i];
+  } else {
+    DTRAIN_OMP_FOR_SIMD_IF(n)
+    for (std::int64_t i = 0; i < n; ++i) dinp[i] = gelu_grad(inp[i]) * dout[i];
+  }
 }
 }  // namespace
 
 template <class T> void gelu_forward(T* out, const T* inp, std::int64_t n) {
   for (std::int64_t i = 0; i < n; ++i) out[i] = gelu_value(inp[i]);
 }
-template <class T> void gelu_backward(T* dinp, const T* inp, const T* dout, std::int64_t n) {
-  for (std::int64_t i = 0; i < n; ++i) dinp[i] += gelu_grad(inp[i]) * dout[i];
+template <class T>
+void gelu_backward(T* dinp, const T* inp, const T* dout, std::int64_t n, bool accumulate) {
+  for (std::int64_t i = 0; i < n; ++i)
+    dinp[i] = (accumulate ? dinp[i] : T(0)) + gelu_grad(inp[i]) * dout[i];
 }
 template <> void gelu_forward<float>(float* out, const float* inp, std::int64_t n) {
   gelu_forward_f32(out, inp, n);
 }
 template <>
-void gelu_backward<float>(float* dinp, const float* inp, const float* dout, std::int64_t n) {
-  gelu_backward_f32(dinp, inp, dout, n);
+void gelu_backward<float>(float* dinp, const float* inp, const float* dout, std::int64_t n,
+                          bool accumulate) {
+  gelu_backward_f32(dinp, inp, dout, n, accumulate);
 }
 
 template void gelu_forward<double>(double*, const double*, std::int64_t);
-template void gelu_backward<double>(double*, const double*, const double*, std::int64_t);
+template void gelu_backward<double>(double*, const double*, const double*, std::int64_t, bool);
 
 }  // namespace dtrain::cpu

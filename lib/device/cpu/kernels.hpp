@@ -25,7 +25,7 @@ void linear_forward(T* out, const T* inp, const T* weight, const T* bias, int N,
 // dinp[N,C] += dout[N,OC]·weight[OC,C]; dweight[OC,C] += dout^T·inp; dbias[OC] += sum_n dout
 template <class T>
 void linear_backward(T* dinp, T* dweight, T* dbias, const T* dout, const T* inp, const T* weight,
-                     int N, int C, int OC);
+                     int N, int C, int OC, bool accumulate_dinp = true);
 
 // ---- embedding.cpp -----------------------------------------------------------
 // out[N,C] = wte[tok - vocab_start] (rows outside [vocab_start, vocab_start+vocab_rows) -> 0)
@@ -53,7 +53,8 @@ void layernorm_backward(T* dinp, T* dweight, T* dbias, const T* dout, const T* i
 // ---- gelu.cpp ----------------------------------------------------------------
 // out[n] = 0.5 x (1 + tanh(sqrt(2/pi) (x + 0.044715 x^3)))
 template <class T> void gelu_forward(T* out, const T* inp, std::int64_t n);
-template <class T> void gelu_backward(T* dinp, const T* inp, const T* dout, std::int64_t n);
+template <class T>
+void gelu_backward(T* dinp, const T* inp, const T* dout, std::int64_t n, bool accumulate = true);
 
 // ---- attention.cpp -----------------------------------------------------------
 // Query rows per GEMM block (0 = this default). Rows [r0, r1) attend only to keys [0, r1),
@@ -65,7 +66,7 @@ void attention_forward(T* out, T* att, const T* qkv, int B, int T_, int C, int N
 // dqkv[B,T,3C] += ...; workspace: attention_workspace_elems(T) elements
 template <class T>
 void attention_backward(T* dqkv, T* workspace, const T* dout, const T* qkv, const T* att, int B,
-                        int T_, int C, int NH, int block = 0);
+                        int T_, int C, int NH, int block = 0, bool accumulate = true);
 inline std::size_t attention_workspace_elems(int T_) {
   return static_cast<std::size_t>(T_) * static_cast<std::size_t>(T_);
 }

@@ -34,12 +34,12 @@ void CudaDevice::attention_forward(float* out, float* att, const float* qkv, int
   if (B <= 0 || T <= 0 || NH <= 0) return;
   if (fused_attention(C, NH)) {  // its own row in the profile
     const OpProfile::Span span = begin_op(
-        "flash_attention_forward", attention_work(false, true, B, T, C, NH));
+        "flash_attention_forward", attention_work(false, kFlashAttentionBlockRows, B, T, C, NH));
     flash_attention_forward(stream_, gemm_operands_, out, att, qkv, B, T, C, NH);
     return;
   }
   const OpProfile::Span span = begin_op(
-      "attention_forward", attention_work(false, false, B, T, C, NH));
+      "attention_forward", attention_work(false, 0, B, T, C, NH));
   const int hs = C / NH, C3 = 3 * C, G = attention_heads_per_group(T, NH);
   const float scale = 1.0f / std::sqrt(static_cast<float>(hs));
   const std::int64_t TT = static_cast<std::int64_t>(T) * T;
@@ -63,18 +63,22 @@ void CudaDevice::attention_forward(float* out, float* att, const float* qkv, int
 // so their score gradients live in the device's own scratch (group x T x T floats).
 void CudaDevice::attention_backward(float* dqkv, float*, const float* dout, const float* qkv,
                                     const float* out, const float* att, int B, int T, int C,
-                                    int NH) {
+                                    int NH, GradWrite dqkv_write) {
   if (B <= 0 || T <= 0 || NH <= 0) return;
+  const bool accumulate = dqkv_write == GradWrite::accumulate;
   if (fused_attention(C, NH)) {
     const OpProfile::Span span = begin_op(
-        "flash_attention_backward", attention_work(true, true, B, T, C, NH));
+        "flash_attention_backward",
+        attention_work(true, kFlashAttentionBlockRows, B, T, C, NH, accumulate));
     float* dsum = scratch(static_cast<std::size_t>(B) * NH * T);
     flash_attention_backward(stream_, gemm_operands_, dqkv, dsum, dout, qkv, out, att, B, T, C,
-                             NH);
+                             NH, accumulate);
     return;
   }
   const OpProfile::Span span = begin_op(
-      "attention_backward", attention_work(true, false, B, T, C, NH));
+      "attention_backward", attention_work(true, 0, B, T, C, NH, accumulate));
+  // Each of dQ, dK and dV of a group of heads is one GEMM's output: beta 0 writes it over.
+  const float beta = accumulate ? 1.0f : 0.0f;
   const int hs = C / NH, C3 = 3 * C, G = attention_heads_per_group(T, NH);
   const float scale = 1.0f / std::sqrt(static_cast<float>(hs));
   const std::int64_t TT = static_cast<std::int64_t>(T) * T;
@@ -91,14 +95,14 @@ void CudaDevice::attention_backward(float* dqkv, float*, const float* dout, cons
       gemm_strided_batched(false, true, T, T, hs, 1.0f, dY, C, hs, base + 2 * C, C3, hs, 0.0f,
                            dP, T, TT, n);
       // dV[h] += P[h]^T · dY[h]
-      gemm_strided_batched(true, false, T, hs, T, 1.0f, P, T, TT, dY, C, hs, 1.0f,
+      gemm_strided_batched(true, false, T, hs, T, 1.0f, P, T, TT, dY, C, hs, beta,
                            dbase + 2 * C, C3, hs, n);
       // dS = softmax backward, with the forward's 1/sqrt(hs) folded in
       causal_softmax_backward(stream_, dP, P, n, T, scale);
       // dQ[h] += dS[h] · K[h];  dK[h] += dS[h]^T · Q[h]
-      gemm_strided_batched(false, false, T, hs, T, 1.0f, dP, T, TT, base + C, C3, hs, 1.0f,
+      gemm_strided_batched(false, false, T, hs, T, 1.0f, dP, T, TT, base + C, C3, hs, beta,
                            dbase, C3, hs, n);
-      gemm_strided_batched(true, false, T, hs, T, 1.0f, dP, T, TT, base, C3, hs, 1.0f,
+      gemm_strided_batched(true, false, T, hs, T, 1.0f, dP, T, TT, base, C3, hs, beta,
                            dbase + C, C3, hs, n);
     }
   }

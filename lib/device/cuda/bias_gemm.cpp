@@ -29,7 +29,8 @@ void set(cublasLtMatmulPreference_t pref, cublasLtMatmulPreferenceAttributes_t a
 bool BiasGemm::Case::operator==(const Case& o) const {
   return trans_a == o.trans_a && trans_b == o.trans_b && m == o.m && n == o.n && k == o.k &&
          lda == o.lda && ldb == o.ldb && ldc == o.ldc && type == o.type &&
-         align_a == o.align_a && align_b == o.align_b && align_c == o.align_c;
+         align_a == o.align_a && align_b == o.align_b && align_c == o.align_c &&
+         align_bias == o.align_bias;
 }
 
 BiasGemm::BiasGemm(cudaStream_t stream, void* workspace, std::size_t workspace_bytes)
@@ -38,58 +39,73 @@ BiasGemm::BiasGemm(cudaStream_t stream, void* workspace, std::size_t workspace_b
 }
 
 BiasGemm::~BiasGemm() {
-  for (Plan& p : plans_) {
-    if (p.a) (void)cublasLtMatrixLayoutDestroy(p.a);
-    if (p.b) (void)cublasLtMatrixLayoutDestroy(p.b);
-    if (p.c) (void)cublasLtMatrixLayoutDestroy(p.c);
-    if (p.desc) (void)cublasLtMatmulDescDestroy(p.desc);
-  }
+  for (Plan& p : plans_) destroy(p);
   if (lt_) (void)cublasLtDestroy(lt_);
 }
 
-BiasGemm::Plan& BiasGemm::plan_for(const Case& key) {
+void BiasGemm::destroy(Plan& p) noexcept {
+  if (p.a) (void)cublasLtMatrixLayoutDestroy(p.a);
+  if (p.b) (void)cublasLtMatrixLayoutDestroy(p.b);
+  if (p.c) (void)cublasLtMatrixLayoutDestroy(p.c);
+  if (p.desc) (void)cublasLtMatmulDescDestroy(p.desc);
+  p = Plan{};
+}
+
+BiasGemm::Plan& BiasGemm::plan_for(const Case& key, const float* bias) {
   for (Plan& p : plans_)
     if (p.key == key) return p;
-  Plan& p = plans_.emplace_back();
+  Plan p;
   p.key = key;
-  DTRAIN_CUDA(cublasLtMatmulDescCreate(&p.desc, key.type, CUDA_R_32F));
-  set(p.desc, CUBLASLT_MATMUL_DESC_TRANSA,
-      static_cast<std::int32_t>(key.trans_a ? CUBLAS_OP_T : CUBLAS_OP_N));
-  set(p.desc, CUBLASLT_MATMUL_DESC_TRANSB,
-      static_cast<std::int32_t>(key.trans_b ? CUBLAS_OP_T : CUBLAS_OP_N));
-  set(p.desc, CUBLASLT_MATMUL_DESC_EPILOGUE, static_cast<std::uint32_t>(CUBLASLT_EPILOGUE_BIAS));
-  // Layouts as stored: op(A) is m x k, so A is k x m when transposed.
-  DTRAIN_CUDA(cublasLtMatrixLayoutCreate(&p.a, CUDA_R_32F, key.trans_a ? key.k : key.m,
-                                         key.trans_a ? key.m : key.k, key.lda));
-  DTRAIN_CUDA(cublasLtMatrixLayoutCreate(&p.b, CUDA_R_32F, key.trans_b ? key.n : key.k,
-                                         key.trans_b ? key.k : key.n, key.ldb));
-  DTRAIN_CUDA(cublasLtMatrixLayoutCreate(&p.c, CUDA_R_32F, key.m, key.n, key.ldc));
   cublasLtMatmulPreference_t pref = nullptr;
-  DTRAIN_CUDA(cublasLtMatmulPreferenceCreate(&pref));
-  set(pref, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES, static_cast<std::uint64_t>(workspace_bytes_));
-  set(pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_A_BYTES, key.align_a);
-  set(pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_B_BYTES, key.align_b);
-  set(pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_C_BYTES, key.align_c);
-  set(pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_D_BYTES, key.align_c);
-  cublasLtMatmulHeuristicResult_t result{};
-  int found = 0;
-  const cublasStatus_t status = cublasLtMatmulAlgoGetHeuristic(
-      lt_, p.desc, p.a, p.b, p.c, p.c, pref, 1, &result, &found);
+  try {
+    DTRAIN_CUDA(cublasLtMatmulDescCreate(&p.desc, key.type, CUDA_R_32F));
+    set(p.desc, CUBLASLT_MATMUL_DESC_TRANSA,
+        static_cast<std::int32_t>(key.trans_a ? CUBLAS_OP_T : CUBLAS_OP_N));
+    set(p.desc, CUBLASLT_MATMUL_DESC_TRANSB,
+        static_cast<std::int32_t>(key.trans_b ? CUBLAS_OP_T : CUBLAS_OP_N));
+    set(p.desc, CUBLASLT_MATMUL_DESC_EPILOGUE,
+        static_cast<std::uint32_t>(CUBLASLT_EPILOGUE_BIAS));
+    // The heuristic takes the bias's alignment from the pointer set here.
+    set(p.desc, CUBLASLT_MATMUL_DESC_BIAS_POINTER, static_cast<const void*>(bias));
+    // Layouts as stored: op(A) is m x k, so A is k x m when transposed.
+    DTRAIN_CUDA(cublasLtMatrixLayoutCreate(&p.a, CUDA_R_32F, key.trans_a ? key.k : key.m,
+                                           key.trans_a ? key.m : key.k, key.lda));
+    DTRAIN_CUDA(cublasLtMatrixLayoutCreate(&p.b, CUDA_R_32F, key.trans_b ? key.n : key.k,
+                                           key.trans_b ? key.k : key.n, key.ldb));
+    DTRAIN_CUDA(cublasLtMatrixLayoutCreate(&p.c, CUDA_R_32F, key.m, key.n, key.ldc));
+    DTRAIN_CUDA(cublasLtMatmulPreferenceCreate(&pref));
+    set(pref, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES,
+        static_cast<std::uint64_t>(workspace_bytes_));
+    set(pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_A_BYTES, key.align_a);
+    set(pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_B_BYTES, key.align_b);
+    set(pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_C_BYTES, key.align_c);
+    set(pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_D_BYTES, key.align_c);
+    cublasLtMatmulHeuristicResult_t result{};
+    int found = 0;
+    const cublasStatus_t status = cublasLtMatmulAlgoGetHeuristic(
+        lt_, p.desc, p.a, p.b, p.c, p.c, pref, 1, &result, &found);
+    // NOT_SUPPORTED or no result: this case takes the caller's other path, every time.
+    if (status != CUBLAS_STATUS_SUCCESS && status != CUBLAS_STATUS_NOT_SUPPORTED)
+      check(status, "cublasLtMatmulAlgoGetHeuristic");
+    p.usable = status == CUBLAS_STATUS_SUCCESS && found > 0 &&
+               result.state == CUBLAS_STATUS_SUCCESS;
+    p.algo = result.algo;
+  } catch (...) {  // nothing kept: the next call tries again (and reports the error again)
+    if (pref) (void)cublasLtMatmulPreferenceDestroy(pref);
+    destroy(p);
+    throw;
+  }
   (void)cublasLtMatmulPreferenceDestroy(pref);
-  // NOT_SUPPORTED or no result: this case takes the caller's other path, every time.
-  p.usable = status == CUBLAS_STATUS_SUCCESS && found > 0 && result.state == CUBLAS_STATUS_SUCCESS;
-  if (status != CUBLAS_STATUS_SUCCESS && status != CUBLAS_STATUS_NOT_SUPPORTED)
-    check(status, "cublasLtMatmulAlgoGetHeuristic");
-  p.algo = result.algo;
-  return p;
+  plans_.push_back(p);
+  return plans_.back();
 }
 
 bool BiasGemm::run(const ColumnMajorGemm& g, const float* bias, cublasComputeType_t type) {
-  const std::uint32_t align_a = alignment(g.a), align_b = alignment(g.b),
-                      align_c = alignment(g.c);
-  if (align_a < 16 || align_b < 16 || align_c < 16 || alignment(bias) < 16) return false;
-  const Plan& p = plan_for(Case{g.trans_a, g.trans_b, g.m, g.n, g.k, g.lda, g.ldb, g.ldc, type,
-                                align_a, align_b, align_c});
+  const Case key{g.trans_a, g.trans_b, g.m,  g.n, g.k, g.lda, g.ldb, g.ldc, type,
+                 alignment(g.a), alignment(g.b), alignment(g.c), alignment(bias)};
+  if (key.align_a < 16 || key.align_b < 16 || key.align_c < 16 || key.align_bias < 16)
+    return false;
+  const Plan& p = plan_for(key, bias);
   if (!p.usable) return false;
   // The bias pointer is the one attribute that changes between calls (a memcpy, no allocation).
   set(p.desc, CUBLASLT_MATMUL_DESC_BIAS_POINTER, static_cast<const void*>(bias));

@@ -33,7 +33,7 @@ class BiasGemm {
     bool trans_a, trans_b;
     int m, n, k, lda, ldb, ldc;
     cublasComputeType_t type;
-    std::uint32_t align_a, align_b, align_c;  // bytes, at most 256
+    std::uint32_t align_a, align_b, align_c, align_bias;  // bytes, at most 256
     bool operator==(const Case& o) const;
   };
   struct Plan {
@@ -43,7 +43,9 @@ class BiasGemm {
     cublasLtMatrixLayout_t a = nullptr, b = nullptr, c = nullptr;
     cublasLtMatmulAlgo_t algo{};
   };
-  Plan& plan_for(const Case& key);
+  // The plan for `key`, made with `bias` (whose alignment the heuristic reads) if new.
+  Plan& plan_for(const Case& key, const float* bias);
+  static void destroy(Plan& p) noexcept;
 
   cublasLtHandle_t lt_ = nullptr;
   cudaStream_t stream_;

@@ -78,7 +78,8 @@ class CudaDevice final : public Device {
   void linear_forward(float* out, const float* inp, const float* weight, const float* bias, int N,
                       int C, int OC) override;
   void linear_backward(float* dinp, float* dweight, float* dbias, const float* dout,
-                       const float* inp, const float* weight, int N, int C, int OC) override;
+                       const float* inp, const float* weight, int N, int C, int OC,
+                       GradWrite dinp_write) override;
   void embedding_forward(float* out, const std::int32_t* tokens, const float* wte, int N, int C,
                          int vocab_start, int vocab_rows) override;
   void embedding_backward(float* dwte, const float* dout, const std::int32_t* tokens, int N,
@@ -91,12 +92,13 @@ class CudaDevice final : public Device {
                           const float* inp, const float* weight, const float* mean,
                           const float* rstd, int N, int C) override;
   void gelu_forward(float* out, const float* inp, std::int64_t n) override;
-  void gelu_backward(float* dinp, const float* inp, const float* dout, std::int64_t n) override;
+  void gelu_backward(float* dinp, const float* inp, const float* dout, std::int64_t n,
+                     GradWrite dinp_write) override;
   void attention_forward(float* out, float* att, const float* qkv, int B, int T, int C,
                          int NH) override;
   void attention_backward(float* dqkv, float* workspace, const float* dout, const float* qkv,
-                          const float* out, const float* att, int B, int T, int C,
-                          int NH) override;
+                          const float* out, const float* att, int B, int T, int C, int NH,
+                          GradWrite dqkv_write) override;
   std::size_t attention_workspace_floats(int T) const override;
   std::size_t attention_saved_floats(int B, int T, int C, int NH) const override;
   void residual_forward(float* out, const float* a, const float* b, std::int64_t n) override;

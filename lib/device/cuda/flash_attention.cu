@@ -34,6 +34,7 @@ namespace wmma = nvcuda::wmma;
 constexpr int kTile = 16;                    // WMMA tiles are 16 x 16 x 16
 constexpr int kWarps = 4;
 constexpr int kRows = kWarps * kTile;        // rows (queries or keys) per block
+static_assert(kRows == kFlashAttentionBlockRows, "kernels.hpp tells the block size");
 constexpr int kBlockThreads = kWarps * 32;
 constexpr int kScoreLd = kRows + 4;          // padded rows: consecutive rows start in
 constexpr int kProbLd = kRows + 8;           // different shared-memory banks
@@ -142,15 +143,18 @@ template <int HS> __device__ void stage(float* tile, const Acc (&acc)[HS / kTile
   __syncwarp();
 }
 
-// dst[row][0..HS) += this warp's staged 16 x HS tile, for the rows below T.
+// dst[row][0..HS) += (or = without accumulate) this warp's staged 16 x HS tile, for the rows
+// below T.
 template <int HS>
-__device__ void add_rows(float* dst, std::int64_t stride, int row0, int T, const float* tile) {
+__device__ void add_rows(float* dst, std::int64_t stride, int row0, int T, const float* tile,
+                         bool accumulate) {
   const int lane = threadIdx.x & 31, r = lane >> 1, half = lane & 1;
   if (row0 + r >= T) return;
   float* d = dst + static_cast<std::int64_t>(row0 + r) * stride;
   const float* s = tile + r * kScoreLd;
   #pragma unroll
-  for (int c = 0; c < HS / 2; ++c) d[column(c, half)] += s[column(c, half)];
+  for (int c = 0; c < HS / 2; ++c)
+    d[column(c, half)] = (accumulate ? d[column(c, half)] : 0.0f) + s[column(c, half)];
 }
 
 // The saved log-sum-exp (base 2, of the scaled scores) in two floats: the leading part is
@@ -259,7 +263,8 @@ __global__ void flash_dsum_kernel(float* dsum, const float* dout, const float* o
 template <int HS, class H>
 __global__ void __launch_bounds__(kBlockThreads)
     flash_backward_dkv_kernel(float* dqkv, const float* dout, const float* qkv, const float* lse,
-                              const float* dsum, int T, int C, int NH, float scale) {
+                              const float* dsum, int T, int C, int NH, float scale,
+                              bool accumulate) {
   __shared__ Shared<HS> s;
   const int kb = blockIdx.x, h = blockIdx.y, b = blockIdx.z;
   const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, r = lane >> 1, half = lane & 1;
@@ -317,16 +322,17 @@ __global__ void __launch_bounds__(kBlockThreads)
   }
 
   stage<HS>(S, dk);
-  add_rows<HS>(dqkv + head + C, C3, row0, T, S);
+  add_rows<HS>(dqkv + head + C, C3, row0, T, S, accumulate);
   stage<HS>(S, dv);
-  add_rows<HS>(dqkv + head + 2 * C, C3, row0, T, S);
+  add_rows<HS>(dqkv + head + 2 * C, C3, row0, T, S, accumulate);
 }
 
 // dQ of one query block, over the key blocks up to it.
 template <int HS, class H>
 __global__ void __launch_bounds__(kBlockThreads)
     flash_backward_dq_kernel(float* dqkv, const float* dout, const float* qkv, const float* lse,
-                             const float* dsum, int T, int C, int NH, float scale) {
+                             const float* dsum, int T, int C, int NH, float scale,
+                             bool accumulate) {
   __shared__ Shared<HS> s;
   // the last query blocks, which walk the most key blocks, start first (a shorter tail)
   const int qb = gridDim.x - 1 - blockIdx.x, h = blockIdx.y, b = blockIdx.z;
@@ -378,7 +384,7 @@ __global__ void __launch_bounds__(kBlockThreads)
     accumulate_times_rows<HS, H>(dq, P, s.a);  // dQ += dS K
   }
   stage<HS>(S, dq);
-  add_rows<HS>(dqkv + head, C3, row0, T, S);
+  add_rows<HS>(dqkv + head, C3, row0, T, S, accumulate);
 }
 
 int blocks_of_rows(int T) { return (T + kRows - 1) / kRows; }
@@ -396,15 +402,15 @@ template <int HS, class H> struct Forward {
 template <int HS, class H> struct Backward {
   static void run(cudaStream_t stream, float* dqkv, float* dsum, const float* dout,
                   const float* qkv, const float* out, const float* lse, int B, int T, int C,
-                  int NH) {
+                  int NH, bool accumulate) {
     const std::int64_t rows = static_cast<std::int64_t>(B) * NH * T;
     flash_dsum_kernel<<<blocks_for(rows * 32), kThreads, 0, stream>>>(dsum, dout, out, B, T, C, NH);
     const dim3 grid(blocks_of_rows(T), NH, B);
     const float scale = 1.0f / std::sqrt(static_cast<float>(HS));
-    flash_backward_dkv_kernel<HS, H><<<grid, kBlockThreads, 0, stream>>>(dqkv, dout, qkv, lse,
-                                                                          dsum, T, C, NH, scale);
-    flash_backward_dq_kernel<HS, H><<<grid, kBlockThreads, 0, stream>>>(dqkv, dout, qkv, lse,
-                                                                         dsum, T, C, NH, scale);
+    flash_backward_dkv_kernel<HS, H><<<grid, kBlockThreads, 0, stream>>>(
+        dqkv, dout, qkv, lse, dsum, T, C, NH, scale, accumulate);
+    flash_backward_dq_kernel<HS, H><<<grid, kBlockThreads, 0, stream>>>(
+        dqkv, dout, qkv, lse, dsum, T, C, NH, scale, accumulate);
     DTRAIN_CUDA(cudaGetLastError());
   }
 };
@@ -442,8 +448,9 @@ void flash_attention_forward(cudaStream_t stream, DType fmt, float* out, float* 
 
 void flash_attention_backward(cudaStream_t stream, DType fmt, float* dqkv, float* dsum,
                               const float* dout, const float* qkv, const float* out,
-                              const float* lse, int B, int T, int C, int NH) {
-  instance<Backward>(fmt, C / NH)(stream, dqkv, dsum, dout, qkv, out, lse, B, T, C, NH);
+                              const float* lse, int B, int T, int C, int NH, bool accumulate) {
+  instance<Backward>(fmt, C / NH)(stream, dqkv, dsum, dout, qkv, out, lse, B, T, C, NH,
+                                  accumulate);
 }
 
 }  // namespace dtrain::cuda

@@ -87,13 +87,16 @@ void CudaDevice::linear_forward(float* out, const float* inp, const float* weigh
   gemm(false, true, N, OC, C, 1.0f, inp, C, weight, C, bias ? 1.0f : 0.0f, out, OC);
 }
 
-// dinp += dout · W; dweight += dout^T · inp (both beta = 1); dbias += column sums of dout.
+// dinp += dout · W (beta = 1, or 0 to write it over); dweight += dout^T · inp (beta = 1);
+// dbias += column sums of dout.
 void CudaDevice::linear_backward(float* dinp, float* dweight, float* dbias, const float* dout,
-                                 const float* inp, const float* weight, int N, int C, int OC) {
-  OpWork work = floats_moved(1.0 * N * OC);  // dout; each gradient is read and written
+                                 const float* inp, const float* weight, int N, int C, int OC,
+                                 GradWrite dinp_write) {
+  const bool accumulate = dinp_write == GradWrite::accumulate;
+  OpWork work = floats_moved(1.0 * N * OC);  // dout; each gradient added into read and written
   if (dinp) {  // reads the weight
     work.flops += 2.0 * N * C * OC;
-    work.bytes += 4.0 * (1.0 * OC * C + 2.0 * N * C);
+    work.bytes += 4.0 * (1.0 * OC * C + (accumulate ? 2.0 : 1.0) * N * C);
   }
   if (dweight) {  // reads inp
     work.flops += 2.0 * N * C * OC;
@@ -101,7 +104,8 @@ void CudaDevice::linear_backward(float* dinp, float* dweight, float* dbias, cons
   }
   if (dbias) work.bytes += 8.0 * OC;
   const OpProfile::Span span = begin_op("linear_backward", work);
-  if (dinp) gemm(false, false, N, C, OC, 1.0f, dout, OC, weight, C, 1.0f, dinp, C);
+  if (dinp)
+    gemm(false, false, N, C, OC, 1.0f, dout, OC, weight, C, accumulate ? 1.0f : 0.0f, dinp, C);
   if (dweight) gemm(true, false, OC, C, N, 1.0f, dout, OC, inp, C, 1.0f, dweight, C);
   if (dbias) {
     float* partials = scratch(column_sum_scratch_floats(N, OC));

@@ -67,7 +67,7 @@ std::size_t layernorm_backward_scratch_floats(int N, int C);
 // ---- kernels_gelu.cu -------------------------------------------------------------
 void gelu_forward(cudaStream_t s, float* out, const float* inp, std::int64_t n);
 void gelu_backward(cudaStream_t s, float* dinp, const float* inp, const float* dout,
-                   std::int64_t n);
+                   std::int64_t n, bool accumulate);
 
 // ---- kernels_softmax.cu ----------------------------------------------------------
 // `matrices` score matrices [T,T] back to back: row t of each becomes the softmax of its
@@ -82,6 +82,8 @@ void causal_softmax_backward(cudaStream_t s, float* dP, const float* P, std::int
 // 32, 48 and 64. Saves per query row its log-sum-exp, in lse[B,NH,T,2] (two floats, so
 // that 16-bit saved activations keep it to about 16 bits).
 bool flash_attention_supports(DType fmt, int C, int NH);
+// Query and key rows per block: the kernels compute every block on or below the diagonal whole.
+constexpr int kFlashAttentionBlockRows = 64;
 std::size_t flash_attention_saved_floats(int B, int T, int NH);
 void flash_attention_forward(cudaStream_t s, DType fmt, float* out, float* lse,
                              const float* qkv, int B, int T, int C, int NH);
@@ -89,7 +91,7 @@ void flash_attention_forward(cudaStream_t s, DType fmt, float* out, float* lse,
 // B x NH x T floats.
 void flash_attention_backward(cudaStream_t s, DType fmt, float* dqkv, float* dsum,
                               const float* dout, const float* qkv, const float* out,
-                              const float* lse, int B, int T, int C, int NH);
+                              const float* lse, int B, int T, int C, int NH, bool accumulate);
 
 // ---- kernels_crossentropy.cu -----------------------------------------------------
 void crossentropy_forward(cudaStream_t s, float* losses, float* lse, const float* logits,

@@ -19,7 +19,7 @@ __global__ void gelu_forward_kernel(float* out, const float* inp, std::int64_t n
 }
 
 __global__ void gelu_backward_kernel(float* dinp, const float* inp, const float* dout,
-                                     std::int64_t n) {
+                                     std::int64_t n, bool accumulate) {
   for (std::int64_t i = blockIdx.x * static_cast<std::int64_t>(blockDim.x) + threadIdx.x; i < n;
        i += static_cast<std::int64_t>(gridDim.x) * blockDim.x) {
     const float x = inp[i];
@@ -27,7 +27,7 @@ __global__ void gelu_backward_kernel(float* dinp, const float* inp, const float*
     const float sech2 = 1.0f - th * th;
     const float grad =
         0.5f * (1.0f + th) + 0.5f * x * sech2 * kSqrt2OverPi * (1.0f + 3.0f * kCubic * x * x);
-    dinp[i] += grad * dout[i];
+    dinp[i] = (accumulate ? dinp[i] : 0.0f) + grad * dout[i];
   }
 }
 
@@ -40,9 +40,9 @@ void gelu_forward(cudaStream_t s, float* out, const float* inp, std::int64_t n) 
 }
 
 void gelu_backward(cudaStream_t s, float* dinp, const float* inp, const float* dout,
-                   std::int64_t n) {
+                   std::int64_t n, bool accumulate) {
   if (n <= 0) return;
-  gelu_backward_kernel<<<blocks_for(n), kThreads, 0, s>>>(dinp, inp, dout, n);
+  gelu_backward_kernel<<<blocks_for(n), kThreads, 0, s>>>(dinp, inp, dout, n, accumulate);
   check_launch("gelu_backward");
 }
 

@@ -6,6 +6,7 @@
 // device memory at the least: each input read once, each output written once, an output it
 // adds into read and written; fp32 and int32 elements are 4 bytes, 16-bit words 2. An op
 // that moves more than that (extra passes, re-reads that miss the cache) shows a lower GB/s.
+#include <cmath>
 #include <cstdint>
 
 namespace dtrain::cuda {
@@ -27,17 +28,25 @@ inline OpWork gemm_work(double M, double N, double K, bool reads_c, double batch
 // Causal attention over B sequences of T tokens, NH heads of size hs = C / NH. The products
 // of a (query, key) pair cost 2 hs flops each: forward Q K^T and P V; backward P^T dY, dY V^T,
 // dS K and dS^T Q unfused, and the fused kernels recompute Q K^T in both of their passes and
-// dY V^T in the second (7 products). `saved` is what the forward saves per sequence and
-// head: the T x T probabilities, or the fused kernels' 2 floats per row.
-inline OpWork attention_work(bool backward, bool fused, double B, double T, double C,
-                             double NH) {
-  const double hs = C / NH, pairs = fused ? T * (T + 1) / 2 : T * T;
+// dY V^T in the second (7 products). The unfused GEMMs (fused_block 0) take every pair of the
+// T x T square; the fused kernels every pair of their blocks (fused_block rows a side) on or
+// below the diagonal, the masked half of the diagonal blocks and the padding past T included.
+// `saved` is what the forward saves per sequence and head: the T x T probabilities, or the
+// fused kernels' 2 floats per row. Backward adds into dqkv, or writes it over without
+// `accumulate`.
+inline OpWork attention_work(bool backward, int fused_block, double B, double T, double C,
+                             double NH, bool accumulate = true) {
+  const bool fused = fused_block > 0;
+  const double blocks = fused ? std::ceil(T / fused_block) : 0;
+  const double hs = C / NH;
+  const double pairs = fused ? blocks * (blocks + 1) / 2 * fused_block * fused_block : T * T;
   const double products = backward ? (fused ? 7 : 4) : 2;
   const double saved = fused ? 2 * T : T * T;
   const double tokens = B * T;
   // forward: qkv read, out written, saved written; backward: dout, qkv and saved read, dqkv
-  // added into, and the fused kernels also read out.
-  const double floats = backward ? tokens * (C + 3 * C + 6 * C + (fused ? C : 0)) + B * NH * saved
+  // added into (or written), and the fused kernels also read out.
+  const double dqkv = (accumulate ? 6 : 3) * C;
+  const double floats = backward ? tokens * (C + 3 * C + dqkv + (fused ? C : 0)) + B * NH * saved
                                  : tokens * (3 * C + C) + B * NH * saved;
   return {2.0 * hs * pairs * products * B * NH, 4.0 * floats};
 }

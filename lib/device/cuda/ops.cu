@@ -51,9 +51,12 @@ void CudaDevice::gelu_forward(float* out, const float* inp, std::int64_t n) {
   const OpProfile::Span span = begin_op("gelu_forward", floats_moved(2.0 * n));
   cuda::gelu_forward(stream_, out, inp, n);
 }
-void CudaDevice::gelu_backward(float* dinp, const float* inp, const float* dout, std::int64_t n) {
-  const OpProfile::Span span = begin_op("gelu_backward", floats_moved(4.0 * n));
-  cuda::gelu_backward(stream_, dinp, inp, dout, n);
+void CudaDevice::gelu_backward(float* dinp, const float* inp, const float* dout, std::int64_t n,
+                               GradWrite dinp_write) {
+  const bool accumulate = dinp_write == GradWrite::accumulate;
+  const OpProfile::Span span =
+      begin_op("gelu_backward", floats_moved((accumulate ? 4.0 : 3.0) * n));
+  cuda::gelu_backward(stream_, dinp, inp, dout, n, accumulate);
 }
 
 void CudaDevice::residual_forward(float* out, const float* a, const float* b, std::int64_t n) {
@@ -107,7 +110,7 @@ void CudaDevice::crossentropy_backward(float* dlogits, const float* logits, cons
                                        const std::int32_t* targets, const float* dlosses, int N,
                                        int V, int Vp) {
   const OpProfile::Span span = begin_op(
-      "crossentropy_backward", floats_moved(2.0 * N * V + 3.0 * N));
+      "crossentropy_backward", floats_moved(1.0 * N * V + 1.0 * N * Vp + 3.0 * N));
   cuda::crossentropy_backward(stream_, dlogits, logits, lse, targets, dlosses, N, V, Vp);
 }
 void CudaDevice::crossentropy_shard_stats(float* max, float* target_logit, const float* logits,
@@ -135,7 +138,7 @@ void CudaDevice::crossentropy_shard_backward(float* dlogits, const float* logits
                                              const float* dlosses, int N, int V, int ld,
                                              int vocab_start) {
   const OpProfile::Span span = begin_op(
-      "crossentropy_shard_backward", floats_moved(2.0 * N * V + 3.0 * N));
+      "crossentropy_shard_backward", floats_moved(1.0 * N * V + 1.0 * N * ld + 3.0 * N));
   cuda::crossentropy_shard_backward(stream_, dlogits, logits, lse, targets, dlosses, N, V, ld,
                                     vocab_start);
 }

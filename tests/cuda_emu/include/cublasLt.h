@@ -1,8 +1,9 @@
 #pragma once
 // CPU stand-in for the cuBLASLt calls of lib/device/cuda (bias_gemm.cpp): fp32 matrices, the
 // DEFAULT and BIAS epilogues, D written in place of C. The heuristic hands back one algorithm
-// that remembers the alignments the preference allowed, and cublasLtMatmul refuses pointers
-// aligned less than that (a real algorithm chosen for 256-byte alignment may fault on less).
+// that remembers the alignments the preference allowed and that of the bias pointer set at
+// the time (as cuBLASLt reads it), and cublasLtMatmul refuses pointers aligned less than
+// that (a real algorithm chosen for 256-byte alignment may fault on less).
 // DTRAIN_CUDA_EMU_LT=0 makes the heuristic find nothing, as for a case the library does not
 // support. Implemented in cublas.cpp, beside the emulated GEMM.
 #include <cstddef>
