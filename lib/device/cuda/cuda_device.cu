@@ -49,7 +49,8 @@ CudaDevice::CudaDevice(int ordinal) : ordinal_(ordinal), raw_(ordinal), alloc_(r
   // cuBLAS's workspace from the cache too, so GEMMs never allocate behind our back.
   blas_workspace_ = alloc_.allocate(kBlasWorkspaceBytes);
   DTRAIN_CUDA(cublasSetWorkspace(blas_, blas_workspace_, kBlasWorkspaceBytes));
-  bias_gemm_ = std::make_unique<BiasGemm>(stream_, blas_workspace_, kBlasWorkspaceBytes);
+  if (env::get_bool("DTRAIN_CUDA_GEMM_EPILOGUE", true))
+    bias_gemm_ = std::make_unique<BiasGemm>(stream_, blas_workspace_, kBlasWorkspaceBytes);
   sum_device_ = static_cast<double*>(alloc_.allocate(sizeof(double) * (1 + kSumSquaresPartials)));
   DTRAIN_CUDA(cudaMallocHost(reinterpret_cast<void**>(&sum_host_), sizeof(double)));
   flag_device_ = static_cast<int*>(alloc_.allocate(sizeof(int)));

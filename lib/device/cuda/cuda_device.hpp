@@ -169,7 +169,8 @@ class CudaDevice final : public Device {
   std::size_t l2_bytes_ = 0;
   DType gemm_operands_ = DType::f32;  // set_gemm_operand_format
   void* blas_workspace_ = nullptr;
-  std::unique_ptr<BiasGemm> bias_gemm_;  // linear_forward's bias in the GEMM's epilogue
+  // linear_forward's bias in the GEMM's epilogue; null under DTRAIN_CUDA_GEMM_EPILOGUE=0
+  std::unique_ptr<BiasGemm> bias_gemm_;
   float* scratch_ = nullptr;
   std::size_t scratch_floats_ = 0;
   double* sum_device_ = nullptr;  // [0]: result, then kSumSquaresPartials partial sums

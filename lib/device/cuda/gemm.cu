@@ -72,14 +72,15 @@ void CudaDevice::gemm_strided_batched(bool trans_a, bool trans_b, int M, int N, 
 }
 
 // out[N,OC] = inp[N,C] · weight[OC,C]^T + bias. With a bias, one cuBLASLt call adds it in the
-// GEMM's epilogue (bias_gemm.hpp); where cuBLASLt has no algorithm for the case, the bias is
-// laid down first and the GEMM adds onto it (beta = 1), in the CPU kernel's order.
+// GEMM's epilogue (bias_gemm.hpp); where cuBLASLt has no algorithm for the case (or under
+// DTRAIN_CUDA_GEMM_EPILOGUE=0), the bias is laid down first and the GEMM adds onto it
+// (beta = 1), in the CPU kernel's order.
 void CudaDevice::linear_forward(float* out, const float* inp, const float* weight,
                                 const float* bias, int N, int C, int OC) {
   OpWork work = gemm_work(N, OC, C, false);
   if (bias) work.bytes += 4.0 * OC;
   const OpProfile::Span span = begin_op("linear_forward", work);
-  if (bias && N > 0 && OC > 0 && C > 0 &&
+  if (bias && bias_gemm_ && N > 0 && OC > 0 && C > 0 &&
       bias_gemm_->run(column_major_gemm(false, true, N, OC, C, inp, C, 0, weight, C, 0, out, OC, 0),
                       bias, compute_type()))
     return;
