@@ -87,6 +87,16 @@ TEST_F(CudaKernels, GemmWithoutInnerDimensionScalesC) {
   cpu.gemm(false, false, 6, 7, 0, 1.0f, nullptr, 1, nullptr, 9, 0.5f, C.data(), 9);
   gpu.gemm(false, false, 6, 7, 0, 1.0f, nullptr, 1, nullptr, 9, 0.5f, dC.get(), 9);
   EXPECT_EQ(dC.host(), C);
+  // beta 0 writes zeros without reading C (a gradient written over may start as NaN)
+  auto d_nan = nans(6 * 9);
+  cpu.gemm(false, false, 6, 7, 0, 1.0f, nullptr, 1, nullptr, 9, 0.0f, C.data(), 9);
+  gpu.gemm(false, false, 6, 7, 0, 1.0f, nullptr, 1, nullptr, 9, 0.0f, d_nan.get(), 9);
+  const auto got = d_nan.host();
+  for (int i = 0; i < 6; ++i)
+    for (int j = 0; j < 7; ++j) {
+      EXPECT_EQ(C[i * 9 + j], 0.0f);
+      EXPECT_EQ(got[i * 9 + j], 0.0f);
+    }
 }
 
 TEST_F(CudaKernels, GemmStridedBatched) {

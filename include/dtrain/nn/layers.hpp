@@ -1,7 +1,8 @@
 #pragma once
 // Layers with explicit forward/backward. A layer registers its parameters under a global name
 // prefix, binds to their place in the arenas once allocated, and runs its ops through a
-// Device. Backward accumulates (+=) into parameter gradients and into the input gradient.
+// Device. Backward accumulates (+=) into parameter gradients and, unless asked to write it over
+// (Device::GradWrite::overwrite), into the input gradient.
 // The tensor-parallel variants (column/row/vocab-parallel) are in dtrain/nn/tensor_parallel.hpp;
 // on a group of one they compute what these plain layers do.
 #include <cstdint>

@@ -26,7 +26,10 @@ void gemm(bool trans_a, bool trans_b, int M, int N, int K, T alpha, const T* A, 
   if (M <= 0 || N <= 0) return;
   if (K <= 0) {  // cblas would still scale C by beta; do it here so K == 0 is well defined
     for (int i = 0; i < M; ++i)
-      for (int j = 0; j < N; ++j) C[static_cast<std::int64_t>(i) * ldc + j] *= beta;
+      for (int j = 0; j < N; ++j) {
+        T& c = C[static_cast<std::int64_t>(i) * ldc + j];
+        c = beta == T(0) ? T(0) : c * beta;  // beta 0: C is not read (it may hold NaN), as BLAS
+      }
     return;
   }
   blas_gemm(trans_a, trans_b, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc);

@@ -38,7 +38,8 @@ __global__ void scale_matrix_kernel(float* C, int rows, int cols, int ldc, float
   for (std::int64_t i = blockIdx.x * static_cast<std::int64_t>(blockDim.x) + threadIdx.x;
        i < total; i += static_cast<std::int64_t>(gridDim.x) * blockDim.x) {
     const std::int64_t b = i / per, r = (i % per) / cols, c = i % cols;
-    C[b * stride_c + r * ldc + c] *= beta;
+    float& x = C[b * stride_c + r * ldc + c];
+    x = beta == 0.0f ? 0.0f : x * beta;  // beta 0: C is not read (it may hold NaN), as cuBLAS
   }
 }
 
