@@ -36,6 +36,10 @@ missing=$(grep -o "$BUILD/tests/gpu/test_[a-z_]*" "$BUILD/tests/gpu/CTestTestfil
 [ -z "$missing" ] || { echo "build these first: ninja -C $BUILD" $missing; exit 1; }
 cp -a "$BUILD"/libdtrain.so* "$BUILD/libdtrain_cuda.so" "$P/build/"
 cp "$BUILD/apps/dtrain-gpt/dtrain-gpt" "$P/build/apps/dtrain-gpt/"
+if [ -x "$BUILD/bench/cuda_gemm_formats" ]; then  # cuBLAS alone: no dtrain library
+  mkdir -p "$P/build/bench"
+  cp "$BUILD/bench/cuda_gemm_formats" "$P/build/bench/"
+fi
 find "$BUILD/tests/gpu" -maxdepth 1 -type f -perm -u+x -exec cp {} "$P/build/tests/gpu/" \;
 # The tests' absolute paths become placeholders that --prebuilt fills in where it runs (the
 # build tree first: it may lie inside the source tree).

@@ -3,9 +3,9 @@
 # 124M benchmark on one GPU, and prints tokens/s and MFU. Budget: 8 minutes on one H200 (the
 # small multi-rank runs take seconds); the phases' time limits (configure 60 s, build 240 s,
 # tests 100 s, several ranks 7 x 20 s, benchmarks 120 + 3 x 35 s (and 60 s more only if the
-# default benchmark fails: a run without the newest GPU paths), profile 45 s) cap it at
-# 13.5 minutes (14.5 with that run); with --prebuilt (no configure or build; finding CUDA's
-# libraries 30 s, the mpiexec check 30 s) at 9.5 minutes (10.5).
+# default benchmark fails: a run without the newest GPU paths), cuBLAS's GEMM formats 30 s,
+# profile 45 s) cap it at 14 minutes (15 with that run); with --prebuilt (no configure or
+# build; finding CUDA's libraries 30 s, the mpiexec check 30 s) at 10 minutes (11).
 #
 #   tests/gpu/run-device-checks.sh [BUILD_DIR]          (default: build-gpu in the source tree)
 #   tests/gpu/run-device-checks.sh --prebuilt DIR       (DIR: tests/gpu/pack-prebuilt.sh's
@@ -163,7 +163,7 @@ grep -E "NCCL" "$RESULTS/configure.log" || true
 phase "build (plugin, app, GPU and plugin tests; $JOBS jobs)"
 TARGETS=(dtrain dtrain_cuda dtrain-gpt test_cuda_plugin test_cuda_kernels test_cuda_casts
          test_cuda_arenas test_cuda_gemm_tensor_cores test_cuda_gpt_step test_device_comm
-         test_plugin_loader test_cuda_host_logic)
+         test_plugin_loader test_cuda_host_logic cuda_gemm_formats)
 timeout 240 ninja -C "$BUILD" -j "$JOBS" "${TARGETS[@]}" >"$RESULTS/build.log" 2>&1 || {
   grep -E "error|FAILED" "$RESULTS/build.log" | head -n 40; echo "build failed"; exit 1; }
 echo "built in $(elapsed) s"
@@ -302,6 +302,15 @@ if [ "$PRECISION" != fp32 ]; then
   # block, then also the per-pass widening and remapping of the parameter units.
   benchmark fp32-activations 35 10 --fp32-activations
   benchmark fp32-storage 35 10 --fp32-activations --fp32-param-arena
+fi
+
+phase "cuBLAS at GPT-2 124M's GEMM shapes: fp32 storage (dtrain now) against bf16 in memory"
+if [ -x "$BUILD/bench/cuda_gemm_formats" ]; then
+  timeout -k 5 30 "$BUILD/bench/cuda_gemm_formats" $((MICRO_BATCH * 1024)) </dev/null 2>&1 |
+    tee "$RESULTS/gemm-formats.txt"
+  [ "${PIPESTATUS[0]}" = 0 ] || fail "cuda_gemm_formats failed (see gemm-formats.txt)"
+else
+  echo "no $BUILD/bench/cuda_gemm_formats: skipped"
 fi
 
 phase "where the GPU time goes: 3 benchmark steps with DTRAIN_CUDA_PROFILE=1"
