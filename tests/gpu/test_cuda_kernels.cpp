@@ -202,6 +202,31 @@ TEST_F(CudaKernels, LinearForwardBiasInTheEpilogueOrBeforeTheGemm) {
   }
 }
 
+// A caller that varies the shape without end gets correct results throughout, and on the
+// emulator one sees that the number of plans is capped: past the cap a new shape makes none.
+TEST_F(CudaKernels, LinearForwardKeepsABoundedNumberOfEpiloguePlans) {
+  const int C = 8, OC = 12, shapes = 100;  // more than BiasGemm::kMaxPlans (64)
+  auto inp = random_floats(shapes * C, 21), w = random_floats(OC * C, 22),
+       bias = random_floats(OC, 23);
+  auto d_inp = up(inp), d_w = up(w), d_bias = up(bias);
+  OnDevice<float> d_out(gpu, static_cast<std::size_t>(shapes) * OC);
+  std::vector<float> out(static_cast<std::size_t>(shapes) * OC);
+  const auto heuristics = dtrain::test::emulator_probe("dtrain_cuda_emu_lt_heuristics");
+  std::size_t last_new = 0;
+  for (int N = 1; N <= shapes; ++N) {
+    const std::size_t h0 = heuristics ? heuristics() : 0;
+    cpu.linear_forward(out.data(), inp.data(), w.data(), bias.data(), N, C, OC);
+    gpu.linear_forward(d_out.get(), d_inp.get(), d_w.get(), d_bias.get(), N, C, OC);
+    const std::vector<float> all = d_out.host();
+    EXPECT_LE(gputest::relative_error(std::vector<float>(all.begin(), all.begin() + N * OC),
+                                      std::vector<float>(out.begin(), out.begin() + N * OC)),
+              kFp32Bound)
+        << "N = " << N;  // (NaN fails too)
+    if (heuristics) last_new = heuristics() - h0;
+  }
+  if (heuristics) EXPECT_EQ(last_new, 0u) << "a plan was made past the cap";
+}
+
 // Bias gradients over more rows than one grid's 65535 chunks of 256: every chunk counted.
 // Ones sum exactly in chunks of 256 (the CPU's running sum would stall at 2^24).
 TEST_F(CudaKernels, ColumnSumsOverMoreChunksThanOneGrid) {

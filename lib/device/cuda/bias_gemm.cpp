@@ -51,9 +51,10 @@ void BiasGemm::destroy(Plan& p) noexcept {
   p = Plan{};
 }
 
-BiasGemm::Plan& BiasGemm::plan_for(const Case& key, const float* bias) {
+BiasGemm::Plan* BiasGemm::plan_for(const Case& key, const float* bias) {
   for (Plan& p : plans_)
-    if (p.key == key) return p;
+    if (p.key == key) return &p;
+  if (plans_.size() >= kMaxPlans) return nullptr;
   Plan p;
   p.key = key;
   cublasLtMatmulPreference_t pref = nullptr;
@@ -97,7 +98,7 @@ BiasGemm::Plan& BiasGemm::plan_for(const Case& key, const float* bias) {
   }
   (void)cublasLtMatmulPreferenceDestroy(pref);
   plans_.push_back(p);
-  return plans_.back();
+  return &plans_.back();
 }
 
 bool BiasGemm::run(const ColumnMajorGemm& g, const float* bias, cublasComputeType_t type) {
@@ -105,13 +106,13 @@ bool BiasGemm::run(const ColumnMajorGemm& g, const float* bias, cublasComputeTyp
                  alignment(g.a), alignment(g.b), alignment(g.c), alignment(bias)};
   if (key.align_a < 16 || key.align_b < 16 || key.align_c < 16 || key.align_bias < 16)
     return false;
-  const Plan& p = plan_for(key, bias);
-  if (!p.usable) return false;
+  const Plan* p = plan_for(key, bias);
+  if (!p || !p->usable) return false;
   // The bias pointer is the one attribute that changes between calls (a memcpy, no allocation).
-  set(p.desc, CUBLASLT_MATMUL_DESC_BIAS_POINTER, static_cast<const void*>(bias));
+  set(p->desc, CUBLASLT_MATMUL_DESC_BIAS_POINTER, static_cast<const void*>(bias));
   const float one = 1.0f, zero = 0.0f;
-  DTRAIN_CUDA(cublasLtMatmul(lt_, p.desc, &one, g.a, p.a, g.b, p.b, &zero, g.c, p.c, g.c, p.c,
-                             &p.algo, workspace_, workspace_bytes_, stream_));
+  DTRAIN_CUDA(cublasLtMatmul(lt_, p->desc, &one, g.a, p->a, g.b, p->b, &zero, g.c, p->c, g.c,
+                             p->c, &p->algo, workspace_, workspace_bytes_, stream_));
   return true;
 }
 

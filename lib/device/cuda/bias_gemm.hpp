@@ -24,8 +24,9 @@ class BiasGemm {
   BiasGemm& operator=(const BiasGemm&) = delete;
 
   // Queues C = op(A) op(B) + bias (g's strides unused: one product). Returns false, with
-  // nothing queued, where cuBLASLt has no algorithm for the case or a pointer is not 16-byte
-  // aligned; the caller then takes its other path.
+  // nothing queued, where cuBLASLt has no algorithm for the case, a pointer is not 16-byte
+  // aligned, or kMaxPlans plans exist and the case is new; the caller then takes its other
+  // path.
   bool run(const ColumnMajorGemm& g, const float* bias, cublasComputeType_t type);
 
  private:
@@ -43,15 +44,19 @@ class BiasGemm {
     cublasLtMatrixLayout_t a = nullptr, b = nullptr, c = nullptr;
     cublasLtMatmulAlgo_t algo{};
   };
-  // The plan for `key`, made with `bias` (whose alignment the heuristic reads) if new.
-  Plan& plan_for(const Case& key, const float* bias);
+  // The plan for `key`, made with `bias` (whose alignment the heuristic reads) if new; null
+  // when the list is full.
+  Plan* plan_for(const Case& key, const float* bias);
   static void destroy(Plan& p) noexcept;
 
   cublasLtHandle_t lt_ = nullptr;
   cudaStream_t stream_;
   void* workspace_;
   std::size_t workspace_bytes_;
-  std::vector<Plan> plans_;  // a handful: one per linear layer shape
+  // A handful: one per linear layer shape and batch size. The cap keeps a caller that
+  // varies the shape without end from growing the list (and its search) without end.
+  static constexpr std::size_t kMaxPlans = 64;
+  std::vector<Plan> plans_;
 };
 
 }  // namespace dtrain::cuda
