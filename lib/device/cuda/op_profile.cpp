@@ -4,6 +4,7 @@
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <utility>
 
 #include "device/cuda/cuda_check.hpp"
 #include "dtrain/core/env.hpp"
@@ -149,20 +150,23 @@ std::string OpProfile::report() const {
   std::snprintf(line, sizeof line, "  %-28s %9s %12s %7s %10s %11s %8s %11s %8s\n", "op",
                 "calls", "total ms", "share", "mean us", "GFLOP", "TFLOP/s", "GB", "GB/s");
   out += line;
+  char cell[64];
   for (const Total& t : rows) {
-    int n = std::snprintf(line, sizeof line, "  %-28s %9ld %12.3f %6.1f%% %10.1f", t.op, t.calls,
-                          t.ms, busy_ms > 0 ? 100.0 * t.ms / busy_ms : 0.0, 1e3 * t.ms / t.calls);
-    // Work in giga, rate per second in units of `unit` (TFLOP/s, GB/s); "-" where none.
-    auto work_columns = [&](double amount, double unit) {
-      const int room = static_cast<int>(sizeof line) - n;
-      if (amount <= 0) return std::snprintf(line + n, room, " %11s %8s", "-", "-");
-      if (t.ms <= 0) return std::snprintf(line + n, room, " %11.6g %8s", amount / 1e9, "-");
-      return std::snprintf(line + n, room, " %11.6g %8.1f", amount / 1e9,
-                           amount / (t.ms * 1e-3) / unit);
-    };
-    n += work_columns(t.work.flops, 1e12);
-    n += work_columns(t.work.bytes, 1e9);
+    std::snprintf(line, sizeof line, "  %-28s %9ld %12.3f %6.1f%% %10.1f", t.op, t.calls, t.ms,
+                  busy_ms > 0 ? 100.0 * t.ms / busy_ms : 0.0, 1e3 * t.ms / t.calls);
     out += line;
+    // Work in giga, rate per second in units of `unit` (TFLOP/s, GB/s); "-" where none.
+    const std::pair<double, double> columns[] = {{t.work.flops, 1e12}, {t.work.bytes, 1e9}};
+    for (const auto& [amount, unit] : columns) {
+      if (amount <= 0)
+        std::snprintf(cell, sizeof cell, " %11s %8s", "-", "-");
+      else if (t.ms <= 0)
+        std::snprintf(cell, sizeof cell, " %11.6g %8s", amount / 1e9, "-");
+      else
+        std::snprintf(cell, sizeof cell, " %11.6g %8.1f", amount / 1e9,
+                      amount / (t.ms * 1e-3) / unit);
+      out += cell;
+    }
     out += '\n';
   }
   return out;
