@@ -47,20 +47,14 @@ dt_result_t dt_model_save_checkpoint(dt_model_t model, const char* dir, int keep
   return with_model(__func__, model, [&](dt_model_s& m) {
     const std::string d = need_path(dir, "dir");
     need_keep(keep);
-    Checkpoints& io = m.checkpoint_io();
-    WholeParameters whole(*m.engine);  // ZeRO 3: the file holds every tensor whole
-    io.save(d, keep);
+    m.checkpoint_io().save(d, keep);  // ZeRO 3: each rank writes its own pieces
   });
 }
 
 dt_result_t dt_model_load_checkpoint(dt_model_t model, const char* source) {
   return with_model(__func__, model, [&](dt_model_s& m) {
     const std::string s = need_path(source, "source");
-    Checkpoints& io = m.checkpoint_io();
-    {
-      WholeParameters whole(*m.engine);  // ZeRO 3: read whole tensors, keep the pieces after
-      io.load(s);
-    }
+    m.checkpoint_io().load(s);  // ZeRO 3: each rank reads its own pieces
     m.engine->zero_grads();
   });
 }

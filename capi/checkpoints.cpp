@@ -29,7 +29,7 @@ Checkpoints::Checkpoints(Communicator& dp, ParameterStore& params, StepEngine& e
       params_(params),
       engine_(engine),
       is_gpt_(gpt != nullptr),
-      checkpointer_(grid_, params, engine.optimizer(), engine.sharded(), gpt ? *gpt : not_a_gpt()) {}
+      checkpointer_(grid_, params, engine.optimizer(), engine.zero_stage(), gpt ? *gpt : not_a_gpt()) {}
 
 std::string Checkpoints::save(const std::string& dir, int keep) {
   ckpt::CheckpointInfo info;

@@ -58,9 +58,10 @@ class StepEngine {
   Communicator& dp() { return dp_; }
   // ZeRO 2/3: every backward reduces over dp, so forward-backward calls are collective.
   bool shards_gradients() const { return cfg_.zero_stage >= 2; }
-  // For checkpoints: the AdamW state, and whether it holds only this rank's ZeRO piece.
+  // For checkpoints: the AdamW state, and the ZeRO stage (1-3: it holds only this rank's
+  // piece; 3: so does the parameter arena).
   optim::AdamW& optimizer() { return *optimizer_; }
-  bool sharded() const { return cfg_.zero_stage >= 1; }
+  int zero_stage() const { return cfg_.zero_stage; }
   // ZeRO 3: the parameter gatherer (units = gradient buckets); null otherwise.
   parallel::ParamGather* gather() { return gather_.get(); }
   // Arena ranges this rank updates: the gradient pieces it owns (the whole arena at ZeRO 0).
@@ -94,7 +95,7 @@ class HeldUnits {
   std::vector<int> units_;  // acquired, in order
 };
 
-// ZeRO 3: every unit gathered for the scope's lifetime (checkpoint IO, the MLP's passes);
+// ZeRO 3: every unit gathered for the scope's lifetime (the MLP's passes);
 // a no-op otherwise. Collective over dp under ZeRO 3.
 struct WholeParameters : parallel::HeldParameters {
   explicit WholeParameters(StepEngine& engine) : parallel::HeldParameters(engine.gather()) {}

@@ -17,6 +17,7 @@
 #include "dtrain/ckpt/checksum.hpp"
 #include "dtrain/comm/agreed_failure.hpp"
 #include "dtrain/comm/mpi_interop.hpp"
+#include "dtrain/core/buffer.hpp"
 #include "dtrain/core/env.hpp"
 #include "dtrain/core/error.hpp"
 #include "dtrain/core/log.hpp"
@@ -73,26 +74,35 @@ struct Checkpointer::Impl {
   // Test hook (docs/checkpoint-format.md): the highest world rank kills itself with SIGKILL
   // after writing this many datasets of a save's temporary file; -1 = never.
   long kill_after_datasets = env::get_int("DTRAIN_TEST_CKPT_KILL_AFTER_DATASETS", -1, -1, LONG_MAX);
-  // Loads go through host copies of the arena and both moments, which live for one load
-  // (HostStaging): filled before the read (so what a load does not overwrite keeps its
+  // Where this rank's parameter values are read from and loaded into (io_plan.hpp).
+  ParamSource param_source = ParamSource::arena;
+  // Loads go through host copies of the parameters and both moments, which live for one
+  // load (HostStaging): filled before the read (so what a load does not overwrite keeps its
   // value) and copied over the model only after every dataset has passed its checksum, so a
   // corrupt file leaves the model as it was. Saves do the same on a GPU only (HDF5 reads
   // and writes host memory). Test hook: DTRAIN_TEST_CKPT_STAGE_THROUGH_HOST=1 stages saves
-  // on the CPU too.
+  // on the CPU too. A copy is as long as what it mirrors but takes memory only where this
+  // rank's ranges are (held_ranges): a ZeRO-3 rank stages its own pieces of the arena.
   bool stage_saves = false;
   bool staging = false;  // inside a HostStaging
-  std::array<std::vector<float>, 3> host_copies;
+  std::array<AlignedBuffer, 3> host_copies;
 
-  Impl(ProcessGrid& g, ParameterStore& p, optim::AdamW& o, bool sharded, const GptConfig& m)
+  Impl(ProcessGrid& g, ParameterStore& p, optim::AdamW& o, int zero_stage, const GptConfig& m)
       : grid(g), params(p), optimizer(o), model(m) {
+    DTRAIN_CHECK(zero_stage >= 0 && zero_stage <= 3, Errc::invalid_argument,
+                 "Checkpointer: ZeRO stage " << zero_stage << " is not 0-3");
     stage_saves = p.device().kind() != DeviceKind::cpu ||
                   env::get_bool("DTRAIN_TEST_CKPT_STAGE_THROUGH_HOST", false);
+    param_source = o.has_master_weights() ? ParamSource::masters
+                   : zero_stage == 3      ? ParamSource::arena_pieces
+                                          : ParamSource::arena;
     PlanLayout layout;
     layout.dp_rank = g.dp_rank();
     layout.dp_size = g.dp_size();
     layout.tp_rank = g.tp_rank();
     layout.pp_rank = g.pp_rank();
-    layout.optimizer_sharded = sharded;
+    layout.optimizer_sharded = zero_stage >= 1;
+    layout.param_source = param_source;
     directory = gather_directory(g.pp(), p);
     plans = plan_io(directory, p, o, layout);
     for (const TensorPlan& t : plans) {
@@ -102,24 +112,43 @@ struct Checkpointer::Impl {
     g.world().all_reduce(calls.data(), calls.data(), calls.size(), DType::i32, ReduceOp::max);
   }
 
+  // The plan follows where the parameters are; mixed precision must not start or stop after it.
+  void check_param_source() const {
+    DTRAIN_CHECK(optimizer.has_master_weights() == (param_source == ParamSource::masters),
+                 Errc::internal, "Checkpointer: the optimiser's master weights came or went after it was made");
+  }
+
   // Where the transfers of `kind` read and write: the host copy while staging, else the
-  // arena or moment itself.
+  // arena, the masters or a moment itself.
   float* memory(int kind) {
-    if (staging) return host_copies[kind].data();
+    if (staging) return host_copies[kind].as<float>();
     return device_memory(kind);
   }
   float* device_memory(int kind) {
-    if (kind == kParam) return params.params();
+    if (kind == kParam) {
+      return param_source == ParamSource::masters ? optimizer.master_weights() : params.params();
+    }
     return kind == kExpAvg ? optimizer.exp_avg() : optimizer.exp_avg_sq();
   }
   std::size_t numel(int kind) const {
-    return kind == kParam ? params.numel() : optimizer.state_numel();
+    return kind == kParam && param_source != ParamSource::masters ? params.numel()
+                                                                  : optimizer.state_numel();
+  }
+  // The element ranges of `kind`'s memory this rank holds: all of it, but the arena of a
+  // ZeRO-3 rank, which holds the optimiser's segments only.
+  std::vector<std::pair<std::size_t, std::size_t>> held_ranges(int kind) const {
+    if (kind != kParam || param_source != ParamSource::arena_pieces) return {{0, numel(kind)}};
+    std::vector<std::pair<std::size_t, std::size_t>> ranges;
+    for (const optim::Segment& s : optimizer.segments()) ranges.emplace_back(s.offset, s.offset + s.numel);
+    return ranges;
   }
   void copy_back_to_device() {
     if (!staging) return;
     for (int kind : {kParam, kExpAvg, kExpAvgSq}) {
-      params.device().copy(device_memory(kind), host_copies[kind].data(),
-                           sizeof(float) * host_copies[kind].size(), CopyKind::host_to_device);
+      for (const auto& [first, last] : held_ranges(kind)) {
+        params.device().copy(device_memory(kind) + first, host_copies[kind].as<float>() + first,
+                             sizeof(float) * (last - first), CopyKind::host_to_device);
+      }
     }
   }
 
@@ -131,10 +160,12 @@ struct Checkpointer::Impl {
       if (!active) return;
       try {
         for (int kind : {kParam, kExpAvg, kExpAvgSq}) {
-          std::vector<float>& h = impl_.host_copies[kind];
-          h.resize(impl_.numel(kind));
-          impl_.params.device().copy(h.data(), impl_.device_memory(kind),
-                                     sizeof(float) * h.size(), CopyKind::device_to_host);
+          AlignedBuffer& h = impl_.host_copies[kind];
+          h = AlignedBuffer(sizeof(float) * impl_.numel(kind), AlignedBuffer::kAlignment, Faulting::on_use);
+          for (const auto& [first, last] : impl_.held_ranges(kind)) {
+            impl_.params.device().copy(h.as<float>() + first, impl_.device_memory(kind) + first,
+                                       sizeof(float) * (last - first), CopyKind::device_to_host);
+          }
         }
       } catch (...) {  // leave no half-filled copies behind
         release_copies();
@@ -151,7 +182,7 @@ struct Checkpointer::Impl {
 
    private:
     void release_copies() {
-      for (std::vector<float>& h : impl_.host_copies) std::vector<float>().swap(h);
+      for (AlignedBuffer& h : impl_.host_copies) h = AlignedBuffer();
     }
     Impl& impl_;
   };
@@ -220,6 +251,7 @@ struct Checkpointer::Impl {
 static_assert(sizeof(hsize_t) == sizeof(std::uint64_t), "hyperslab coordinates are 64-bit");
 
 void Checkpointer::Impl::write_file(const std::string& path, const CheckpointInfo& info) {
+  check_param_source();
   h5::Handle fapl = file_access();
   h5::Handle file = h5::file_handle(H5Fcreate(path.c_str(), H5F_ACC_TRUNC, H5P_DEFAULT, fapl),
                                     "cannot create checkpoint '" + path + "'");
@@ -329,6 +361,7 @@ void Checkpointer::Impl::check_model(hid_t file, const std::string& path) {
 }
 
 CheckpointInfo Checkpointer::Impl::read_file(const std::string& path) {
+  check_param_source();
   DTRAIN_CHECK(std::filesystem::is_regular_file(path), Errc::io, "no checkpoint file '" << path << "'");
   h5::Handle fapl = file_access();
   h5::Handle file = h5::file_handle(H5Fopen(path.c_str(), H5F_ACC_RDONLY, fapl),
@@ -391,13 +424,16 @@ CheckpointInfo Checkpointer::Impl::read_file(const std::string& path) {
                        << ", computed " << sums[i] << "): the file is corrupt");
   }
   copy_back_to_device();
+  // The loaded masters, rounded, become the parameters this rank updates (the arena's
+  // segments or the 16-bit words); other ranks' pieces are theirs to share.
+  optimizer.round_params(params.params());
   optimizer.set_steps_taken(opt_step);
   return info;
 }
 
 Checkpointer::Checkpointer(ProcessGrid& grid, ParameterStore& params, optim::AdamW& optimizer,
-                           bool optimizer_sharded, const GptConfig& model)
-    : impl_(std::make_unique<Impl>(grid, params, optimizer, optimizer_sharded, model)) {}
+                           int zero_stage, const GptConfig& model)
+    : impl_(std::make_unique<Impl>(grid, params, optimizer, zero_stage, model)) {}
 
 Checkpointer::~Checkpointer() = default;
 

@@ -1,6 +1,8 @@
 #include "ckpt/io_plan.hpp"
 
 #include <algorithm>
+#include <tuple>
+#include <utility>
 
 #include "dtrain/core/error.hpp"
 
@@ -16,16 +18,18 @@ Piece dp_share(std::size_t n, const PlanLayout& l) {
   return s;
 }
 
-// The optimiser state of local elements [a, b) of p: where each segment overlaps them.
+// Local elements [a, b) of p where the optimiser's segments overlap them, located in the
+// compact state buffers (at_arena_offsets: in the arena).
 std::vector<Piece> state_pieces(const optim::AdamW& optimizer, const ParamInfo& p, std::size_t a,
-                                std::size_t b) {
+                                std::size_t b, bool at_arena_offsets = false) {
   std::vector<Piece> out;
   const auto& segs = optimizer.segments();
   for (std::size_t i = 0; i < segs.size(); ++i) {
     const std::size_t lo = std::max(segs[i].offset, p.offset + a);
     const std::size_t hi = std::min(segs[i].offset + segs[i].numel, p.offset + b);
     if (lo >= hi) continue;
-    out.push_back({lo - p.offset, hi - lo, optimizer.state_offset(i) + (lo - segs[i].offset)});
+    const std::size_t mem = at_arena_offsets ? lo : optimizer.state_offset(i) + (lo - segs[i].offset);
+    out.push_back({lo - p.offset, hi - lo, mem});
   }
   return out;
 }
@@ -52,19 +56,31 @@ std::vector<TensorPlan> plan_io(const std::vector<TensorEntry>& directory,
     // one held by several stages, the first stage's copy.
     const bool writer = (p.local_shape != p.shape || layout.tp_rank == 0) &&
                         layout.pp_rank == e.first_stage;
-    t.param_read.push_back({0, n, p.offset});
-    if (writer) {
-      Piece s = dp_share(n, layout);
-      s.mem = p.offset + s.first;
-      if (s.count > 0) t.param_write.push_back(s);
-    }
     // Sharded (ZeRO), the segments cover only this rank's piece and every replica of it is
     // the owner's; unsharded, every dp rank holds all of it and writes its share.
-    t.state_read = state_pieces(optimizer, p, 0, n);
-    if (writer) {
-      const Piece s = dp_share(n, layout);
-      t.state_write = layout.optimizer_sharded ? t.state_read
-                                               : state_pieces(optimizer, p, s.first, s.first + s.count);
+    const Piece share = dp_share(n, layout);
+    auto segment_pieces = [&](bool at_arena_offsets) {
+      std::vector<Piece> read = state_pieces(optimizer, p, 0, n, at_arena_offsets), write;
+      if (writer) {
+        write = layout.optimizer_sharded
+                    ? read
+                    : state_pieces(optimizer, p, share.first, share.first + share.count, at_arena_offsets);
+      }
+      return std::make_pair(read, write);
+    };
+    std::tie(t.state_read, t.state_write) = segment_pieces(false);
+    switch (layout.param_source) {
+      case ParamSource::arena:
+        t.param_read.push_back({0, n, p.offset});
+        if (writer && share.count > 0) t.param_write.push_back({share.first, share.count, p.offset + share.first});
+        break;
+      case ParamSource::arena_pieces:
+        std::tie(t.param_read, t.param_write) = segment_pieces(true);
+        break;
+      case ParamSource::masters:
+        t.param_read = t.state_read;
+        t.param_write = t.state_write;
+        break;
     }
     plans.push_back(std::move(t));
   }

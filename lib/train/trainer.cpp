@@ -44,7 +44,7 @@ bool Trainer::optimizer_sharded() const { return s_->cfg.zero >= 1; }
 ckpt::Checkpointer& Trainer::State::checkpoints() {
   if (!checkpointer) {
     checkpointer = std::make_unique<ckpt::Checkpointer>(
-        grid, model.parameters(), optimizer, cfg.zero >= 1, model.config());
+        grid, model.parameters(), optimizer, cfg.zero, model.config());
   }
   return *checkpointer;
 }
@@ -70,36 +70,10 @@ std::string Trainer::save_checkpoint() {
     info.loss_scale = s.scaler.scale();
     info.loss_scale_clean_steps = s.scaler.clean_steps_in_a_row();
   }
+  // Each rank writes what it holds: ZeRO 3 its pieces, mixed precision its fp32 masters
+  // (not the rounded arena), so nothing is gathered and the parameters stay as they are.
   Stopwatch watch;
-  // Mixed precision: the file holds the fp32 masters as the parameters, so the arena holds
-  // them while it is written, and their rounded values again afterwards.
-  float* params = s.model.parameters().params();
-  const bool masters = s.optimizer.has_master_weights();
-  auto round_again = [&s, params, masters] {  // also when the save fails and the caller goes on
-    if (!masters) return;
-    s.optimizer.round_params(params);
-    s.share_updated_parameters();
-    if (s.gather) s.gather->set_wire(s.optimizer.low_precision());
-  };
-  std::string path;
-  {
-    parallel::HeldParameters unpacked(s.packed.get());  // 16-bit storage: the arena whole
-    try {
-      if (s.gather && masters) s.gather->set_wire(DType::f32);  // the masters are not 16-bit
-      s.optimizer.store_master_weights(params);
-      if (masters) s.share_updated_parameters(/*rounded=*/false);
-      parallel::HeldParameters whole(s.gather.get());  // ZeRO 3: the checkpointer reads whole tensors
-      path = s.checkpoints().save(s.cfg.save_dir, info, s.cfg.keep);
-    } catch (...) {
-      try {
-        round_again();
-      } catch (...) {  // the save's error is the one to report
-      }
-      throw;
-    }
-    round_again();
-  }
-  s.release_spare_memory();  // ZeRO 3 and 16-bit storage held the whole arena to write it
+  const std::string path = s.checkpoints().save(s.cfg.save_dir, info, s.cfg.keep);
   s.last_saved_step = s.step;
   DTRAIN_LOG(info, "checkpoint: wrote " << path << " (step " << s.step << ", " << watch.seconds() << " s)");
   return path;
@@ -109,19 +83,10 @@ void Trainer::load_checkpoint(const std::string& path) {
   State& s = *s_;
   s.check_not_held("load_checkpoint()");
   Stopwatch watch;
-  ckpt::CheckpointInfo info;
-  {
-    // Whole tensors are read; afterwards ZeRO 3 keeps its pieces, 16-bit storage its words.
-    parallel::HeldParameters whole(s.residency());
-    info = s.checkpoints().load(path);
-    // Mixed precision: the loaded fp32 parameters become the masters; the arena (or the
-    // 16-bit words) gets them rounded.
-    if (s.optimizer.has_master_weights()) {
-      s.optimizer.load_master_weights(s.model.parameters().params());
-      s.share_updated_parameters();
-    }
-  }
-  s.release_spare_memory();
+  // Each rank reads what it holds (ZeRO 3 its pieces; mixed precision its masters, which
+  // the load rounds into the parameters it updates); ZeRO 1/2 then share them, as after a step.
+  const ckpt::CheckpointInfo info = s.checkpoints().load(path);
+  if (s.optimizer.has_master_weights()) s.share_updated_parameters();
   // fp16 goes on from the saved loss scale; a file without one (another precision) leaves
   // --loss-scale.
   if (s.scaler.enabled() && info.loss_scale > 0)

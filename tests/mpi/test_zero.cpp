@@ -173,27 +173,46 @@ TEST(Zero, MemoryFollowsTheFormulasAndIsWhatIsHeld) {
   }
 }
 
-TEST(Zero, SpareDeviceMemoryGoesBackAfterSetUpAndCheckpoints) {
-  // 16-bit parameter storage keeps the fp32 parameter arena unmapped between passes, but
-  // set-up and a checkpoint write hold it whole for a while: what they drop goes back to the
-  // driver at once, not steps later (counted as the emulated GPU's physical chunks).
-  const test::EmulatorProbe chunk_bytes = test::emulator_probe("dtrain_cuda_emu_chunk_bytes");
-  if (!chunk_bytes) GTEST_SKIP() << "counts the emulated GPU's physical chunks";
-  train::TrainConfig cfg = test::tiny_train_config();
-  cfg.d_model = 128;
-  cfg.heads = 4;
-  cfg.precision = "bf16";
-  cfg.zero = 1;
-  cfg.save_dir = test::fresh_dir(world(), "zero", "spare", world().size());
-  train::Trainer t(cfg, world());
-  const ParameterStore& p = t.model().parameters();
-  const std::size_t slack =
-      t.model().grad_ready_ranges().size() * static_cast<std::size_t>(sysconf(_SC_PAGESIZE));
-  // Between steps ZeRO 1 holds its gradient arena whole and nothing of the parameter arena.
-  EXPECT_LT(chunk_bytes(), p.bytes() + slack) << "built";
-  t.train_step();
-  t.save_checkpoint();
-  EXPECT_LT(chunk_bytes(), p.bytes() + slack) << "after a checkpoint";
+TEST(Zero, CheckpointsTakeNoDeviceMemory) {
+  // Each rank writes and reads only what it holds (ZeRO 3 its parameter pieces; 16-bit
+  // storage and mixed precision the fp32 masters), so a save or a load maps no chunk of the
+  // emulated GPU's arenas, not even for a moment: the whole parameter arena never exists.
+  // Set-up keeps nothing it held either.
+  struct Case {
+    const char* precision;
+    int zero;
+  };
+  for (const Case c : {Case{"bf16", 1}, Case{"fp32", 3}, Case{"bf16", 3}}) {
+    const std::string what = std::string(c.precision) + ", zero " + std::to_string(c.zero);
+    train::TrainConfig cfg = test::tiny_train_config();
+    cfg.d_model = 128;
+    cfg.heads = 4;
+    cfg.precision = c.precision;
+    cfg.zero = c.zero;
+    cfg.save_dir = test::fresh_dir(world(), "zero", "no_device_memory", world().size());
+    train::Trainer t(cfg, world());
+    // Looked up once the trainer has loaded the plugin.
+    const test::EmulatorProbe chunk_bytes = test::emulator_probe("dtrain_cuda_emu_chunk_bytes");
+    const test::EmulatorProbe chunk_peak = test::emulator_probe("dtrain_cuda_emu_chunk_bytes_peak");
+    const test::EmulatorProbe created = test::emulator_probe("dtrain_cuda_emu_chunks_created");
+    if (!chunk_bytes || !chunk_peak || !created) GTEST_SKIP() << "counts the emulated GPU's physical chunks";
+    const ParameterStore& p = t.model().parameters();
+    const std::size_t slack =
+        t.model().grad_ready_ranges().size() * static_cast<std::size_t>(sysconf(_SC_PAGESIZE));
+    // ZeRO 1 with 16-bit storage holds its gradient arena whole and nothing of the
+    // parameter arena; ZeRO 3 a piece of each.
+    EXPECT_LT(chunk_bytes(), p.bytes() + slack) << what << ", built";
+    t.train_step();
+    const std::size_t held = chunk_bytes(), made = created();
+    chunk_peak();  // the peak from here
+    const std::string path = t.save_checkpoint();
+    EXPECT_EQ(chunk_peak(), held) << what << ", while saving";
+    t.load_checkpoint(path);
+    EXPECT_EQ(chunk_peak(), held) << what << ", while loading";
+    EXPECT_EQ(chunk_bytes(), held) << what;
+    EXPECT_EQ(created(), made) << what << ": chunks were created";
+    world().barrier();
+  }
 }
 
 TEST(Zero, DeterministicModeIsBitwiseIdenticalAcrossDegreesAndStages) {

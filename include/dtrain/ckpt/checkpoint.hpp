@@ -7,6 +7,9 @@
 // parameters, its ZeRO piece of the moments, its tensor-parallel slice, its pipeline
 // stage's tensors; a tied wte held by two stages is written by the first) with collective
 // MPI-IO, and reads back the pieces the current layout needs, so any layout loads any file.
+// No rank gathers what it does not hold: a ZeRO-3 rank writes and reads its own parameter
+// pieces, and under mixed precision the parameters written and read are the optimiser's
+// fp32 master weights (this rank's segments), not the rounded arena.
 // A file is written under a temporary name and renamed only when complete.
 #include <cstdint>
 #include <memory>
@@ -38,11 +41,13 @@ class DTRAIN_API Checkpointer {
  public:
   // Plans which pieces this rank reads and writes (collective over grid.world(): gathers
   // the stages' tensor names over grid.pp() and agrees on the number of I/O calls per
-  // dataset). optimizer_sharded: the optimiser's segments are this rank's ZeRO piece of the
-  // arena (else it holds every moment, replicated over dp).
+  // dataset). zero_stage: at 1-3 the optimiser's segments are this rank's ZeRO piece of
+  // the arena (else it holds every moment, replicated over dp); at 3 the arena holds only
+  // those segments' parameters. Master weights, if the optimiser uses them, must be set up
+  // before (and kept for the Checkpointer's lifetime).
   // The objects are borrowed for the Checkpointer's lifetime.
   Checkpointer(ProcessGrid& grid, ParameterStore& params, optim::AdamW& optimizer,
-               bool optimizer_sharded, const GptConfig& model);
+               int zero_stage, const GptConfig& model);
   ~Checkpointer();
   Checkpointer(const Checkpointer&) = delete;
   Checkpointer& operator=(const Checkpointer&) = delete;
@@ -56,6 +61,8 @@ class DTRAIN_API Checkpointer {
   // after checking the format, the model configuration and every dataset's shape and
   // checksum; a mismatch throws Error(Errc::corrupt_data) naming the file and dataset
   // (Errc::invalid_config when the model configuration differs). Returns the run position.
+  // With master weights the masters are loaded and the parameters of this rank's segments
+  // set to them rounded; under ZeRO 1/2 the caller then shares the pieces, as after a step.
   CheckpointInfo load(const std::string& path);
 
  private:
