@@ -216,14 +216,21 @@ TEST(CheckpointPipeline, ReloadedAndSavedAgainIsTheSameFile) {
     pairs.push_back({kTp2Pp2, kPp2Dp2Zero1});
     pairs.push_back({kPp2Dp2Zero1, kTp2Pp2});
   }
-  for (bool tied : {true, false}) {
+  // bf16: the files hold the fp32 masters, which each rank writes and reads for its own
+  // segments (the arena holds them rounded; 16-bit storage, words).
+  struct Variant {
+    bool tied;
+    const char* precision;
+  };
+  for (const auto& [tied, precision] : {Variant{true, "fp32"}, Variant{false, "fp32"}, Variant{true, "bf16"}}) {
     int case_no = 0;
     for (const auto& [writer, reader] : pairs) {
-      SCOPED_TRACE(std::string(tied ? "tied" : "untied") + ": written at " + writer.name +
-                   ", reloaded at " + reader.name);
-      const std::string tag = std::string(tied ? "tied" : "untied") + std::to_string(case_no++);
+      const std::string variant = std::string(tied ? "tied" : "untied") + " " + precision;
+      SCOPED_TRACE(variant + ": written at " + writer.name + ", reloaded at " + reader.name);
+      const std::string tag = std::string(tied ? "tied_" : "untied_") + precision + std::to_string(case_no++);
       train::TrainConfig c = tiny_config();
       c.tie_embeddings = tied;
+      c.precision = precision;
       c.save_dir = test_dir("written_" + tag);
       train_on(c, writer, 2, true);
       const std::string first = c.save_dir + "/" + ckpt::checkpoint_name(2);
@@ -236,6 +243,7 @@ TEST(CheckpointPipeline, ReloadedAndSavedAgainIsTheSameFile) {
         // The last stage's copy of a tied wte equals the first stage's, moments included.
         ProcessGrid& g = t.grid();
         if (!tied || g.pp_size() == 1 || !g.in_embedding_group()) return;
+        const parallel::HeldParameters whole = t.whole_parameters();  // 16-bit storage: the arena
         std::vector<std::int32_t> mine = slice_state(t, "wte"), first_stage = mine;
         g.embedding().broadcast(first_stage.data(), first_stage.data(), first_stage.size(), DType::i32, 0);
         std::size_t diff = 0;
