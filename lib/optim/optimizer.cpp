@@ -1,5 +1,6 @@
 #include "dtrain/optim/optimizer.hpp"
 
+#include <algorithm>
 #include <cmath>
 
 #include "dtrain/core/error.hpp"
@@ -61,10 +62,26 @@ void AdamW::write_params_as_16bit(std::uint16_t* words) {
 }
 
 void AdamW::use_master_weights(float* params, DType low) {
+  use_master_weights(low);
+  load_master_weights(params);
+}
+
+void AdamW::use_master_weights(DType low) {
   check_16bit_format(low, "AdamW::use_master_weights");
   if (!has_master_weights()) w_ = DeviceBuffer(dev_, state_offsets_.back() * sizeof(float));
   low_ = low;
-  load_master_weights(params);
+}
+
+void AdamW::take_master_weights(const float* params, std::size_t first, std::size_t last) {
+  DTRAIN_CHECK(has_master_weights(), Errc::invalid_argument,
+               "AdamW::take_master_weights needs use_master_weights first");
+  for (std::size_t i = 0; i < segments_.size(); ++i) {
+    const Segment& s = segments_[i];
+    const std::size_t lo = std::max(first, s.offset), hi = std::min(last, s.offset + s.numel);
+    if (lo >= hi) continue;
+    dev_.copy_floats(master_weights() + state_offsets_[i] + (lo - s.offset), params + lo,
+                     static_cast<std::int64_t>(hi - lo));
+  }
 }
 
 void AdamW::load_master_weights(float* params) {

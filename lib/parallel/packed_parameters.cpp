@@ -7,7 +7,7 @@
 namespace dtrain::parallel {
 
 PackedParameters::PackedParameters(Device& dev, float* params, std::size_t numel,
-                                   std::vector<Range> units, DType fmt)
+                                   std::vector<Range> units, DType fmt, bool arena_holds_values)
     : dev_(dev),
       params_(params),
       units_(std::move(units)),
@@ -25,8 +25,18 @@ PackedParameters::PackedParameters(Device& dev, float* params, std::size_t numel
   DTRAIN_CHECK(covered == numel, Errc::invalid_argument,
                "PackedParameters: the units cover " << covered << " of " << numel << " elements");
   holders_.assign(units_.size(), 0);
+  if (!arena_holds_values) return;
   dev_.convert_to_16bit(words(), params_, static_cast<std::int64_t>(numel), fmt_);
   dev_.discard(params_, sizeof(float) * numel);
+}
+
+void PackedParameters::pack_unit(int unit) {
+  check(unit);
+  DTRAIN_CHECK(holders_[unit] == 0, Errc::internal,
+               "PackedParameters: unit " << unit << " packed while a pass holds it");
+  const Range& u = units_[unit];
+  dev_.convert_to_16bit(words() + u.first, params_ + u.first, static_cast<std::int64_t>(size(unit)), fmt_);
+  dev_.discard(params_ + u.first, sizeof(float) * size(unit));
 }
 
 void PackedParameters::check(int unit) const {

@@ -171,6 +171,20 @@ void check_save_dir(const std::string& dir) {
                "--save-dir '" << dir << "' holds a 'latest' that is not a file");
 }
 
+// 16-bit parameter storage (docs/mixed-precision.md): mixed precision at ZeRO 0-2 (ZeRO 3
+// keeps only its pieces already) where the device can hand back part of the arena.
+bool stores_16bit_parameters(const TrainConfig& cfg, const Device& dev) {
+  return precision_format(cfg.precision) != DType::f32 && cfg.zero != 3 && !cfg.fp32_param_arena &&
+         dev.discard_releases_memory();
+}
+
+// What the model writes when it is built: nothing where set-up writes the pieces itself
+// (ZeRO 3 its own, 16-bit storage one unit at a time), and ZeRO 2 holds no gradients yet.
+GptModel::Weights initial_weights(const TrainConfig& cfg, const Device& dev) {
+  if (cfg.zero == 3 || stores_16bit_parameters(cfg, dev)) return GptModel::Weights::deferred;
+  return cfg.zero == 2 ? GptModel::Weights::init_grads_deferred : GptModel::Weights::init;
+}
+
 BatchPlan batch_plan(const TrainConfig& cfg, const ProcessGrid& grid, int world_size) {
   BatchPlan p;
   p.micro_batch = cfg.micro_batch;
@@ -190,12 +204,10 @@ Trainer::State::State(const TrainConfig& c, Communicator& w)
       grid(device_world.valid() ? device_world : w, grid_shape(cfg)),
       source(open_source(cfg)),
       // ZeRO 2 holds only the gradient pieces this rank owns, ZeRO 3 also writes only its
-      // parameter pieces, once they are known (hold_own_pieces).
+      // parameter pieces, once they are known (hold_own_pieces); 16-bit storage writes its
+      // parameters unit by unit (pack_parameters).
       model(model_config(cfg), dev, cfg.seed, cfg.micro_batch, model_chunks(cfg, grid, w.size()),
-            &grid.tp(), cfg.sequence_parallel,
-            cfg.zero == 3   ? GptModel::Weights::deferred
-            : cfg.zero == 2 ? GptModel::Weights::init_grads_deferred
-                            : GptModel::Weights::init),
+            &grid.tp(), cfg.sequence_parallel, initial_weights(cfg, dev)),
       optimizer(dev, optimizer_segments(), model.parameters().numel(), adamw_config(cfg)),
       loader(*source, batch_plan(cfg, grid, w.size()), cfg.seq_len),
       tokens(sizeof(std::int32_t) * cfg.micro_batch * cfg.seq_len),
@@ -214,13 +226,14 @@ Trainer::State::State(const TrainConfig& c, Communicator& w)
   }
   low = precision_format(cfg.precision);
   scaler = make_loss_scaler(cfg);
-  if (low != DType::f32) {
+  if (stores_16bit_parameters(cfg, dev)) {
+    pack_parameters();
+  } else if (low != DType::f32) {
     // fp32 masters of this rank's segments; the arena (what every pass reads) gets them
     // rounded, and ZeRO 1/2 share the rounded pieces.
     optimizer.use_master_weights(model.parameters().params(), low);
     share_updated_parameters();
     if (gather) gather->set_wire(low);  // ZeRO 3 gathers the rounded pieces as 16-bit words
-    if (!gather && !cfg.fp32_param_arena && dev.discard_releases_memory()) pack_parameters();
   }
   on_root_for_all(w, [this] {  // rank 0 writes both
     if (!cfg.metrics.empty()) metrics.open(cfg.metrics);
@@ -345,10 +358,25 @@ void Trainer::State::shard_parameters(std::unique_ptr<parallel::ParamGather> g_o
 
 // Mixed precision: the arena holds exact 16-bit values (the masters rounded); keep them as
 // 16-bit words, which the optimiser updates, and widen each unit around its use.
+// 16-bit storage, set up without ever holding the whole fp32 arena: unit by unit the arena
+// range is restored, initialised, its segments' values become the fp32 masters, and the
+// words get them rounded before the range is discarded again. Every rank initialises every
+// unit alike (values are keyed by logical element), so the words need no sharing. ZeRO 0/1
+// hold the whole gradient arena, which the deferred model left empty.
 void Trainer::State::pack_parameters() {
   ParameterStore& params = model.parameters();
-  packed = std::make_unique<parallel::PackedParameters>(dev, params.params(), params.numel(),
-                                                        model.grad_ready_ranges(), low);
+  if (cfg.zero < 2) dev.restore(params.grads(), params.bytes());
+  optimizer.use_master_weights(low);
+  const std::vector<parallel::Range>& units = model.grad_ready_ranges();
+  packed = std::make_unique<parallel::PackedParameters>(dev, params.params(), params.numel(), units,
+                                                        low, /*arena_holds_values=*/false);
+  for (std::size_t u = 0; u < units.size(); ++u) {
+    const ParameterStore::ArenaRanges unit{units[u]};
+    dev.restore(params.params() + unit[0].first, sizeof(float) * (unit[0].second - unit[0].first));
+    model.init_weights(cfg.seed, &unit);
+    optimizer.take_master_weights(params.params(), unit[0].first, unit[0].second);
+    packed->pack_unit(static_cast<int>(u));
+  }
   optimizer.write_params_as_16bit(packed->words());
   use_parameters_by_unit(*packed);
 }

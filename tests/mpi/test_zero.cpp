@@ -7,6 +7,7 @@
 #include <sys/mman.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstdint>
 #include <cstdio>
@@ -170,6 +171,36 @@ TEST(Zero, MemoryFollowsTheFormulasAndIsWhatIsHeld) {
     EXPECT_LT(held_params, s.memory.params + slack) << "stage " << stage;
     EXPECT_GE(held_grads, s.memory.grads) << "stage " << stage;
     EXPECT_LT(held_grads, s.memory.grads + slack) << "stage " << stage;
+  }
+}
+
+TEST(Zero, SixteenBitStorageBuildsWithoutTheWholeArenaInMemory) {
+  // 16-bit parameter storage (bf16 at ZeRO 1 and 2) initialises, takes the masters of and
+  // packs one unit at a time: building never maps more of the emulated GPU's parameter
+  // arena than two units (one being packed, one whose discard is still queued), on top of
+  // the gradients the stage holds.
+  train::TrainConfig cfg = test::tiny_train_config();
+  cfg.layers = 4;
+  cfg.d_model = 128;
+  cfg.heads = 4;
+  { train::Trainer load_the_plugin(cfg, world()); }
+  const test::EmulatorProbe chunk_peak = test::emulator_probe("dtrain_cuda_emu_chunk_bytes_peak");
+  if (!chunk_peak) GTEST_SKIP() << "counts the emulated GPU's physical chunks";
+  cfg.precision = "bf16";
+  for (int stage : {1, 2}) {
+    cfg.zero = stage;
+    chunk_peak();  // the peak from here
+    train::Trainer t(cfg, world());
+    const std::size_t building = chunk_peak();
+    const ParameterStore& p = t.model().parameters();
+    std::size_t largest_unit = 0;
+    for (const auto& [first, last] : t.model().grad_ready_ranges())
+      largest_unit = std::max(largest_unit, sizeof(float) * (last - first));
+    ASSERT_LT(2 * largest_unit, p.bytes() / 2) << "the model is too small to tell";
+    const std::size_t grads = stage == 2 ? p.bytes() / world().size() : p.bytes();
+    const std::size_t slack =
+        t.model().grad_ready_ranges().size() * static_cast<std::size_t>(sysconf(_SC_PAGESIZE));
+    EXPECT_LT(building, grads + 2 * largest_unit + 2 * slack) << "stage " << stage;
   }
 }
 

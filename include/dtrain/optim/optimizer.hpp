@@ -42,6 +42,11 @@ class DTRAIN_API AdamW {
   // arena's segments equal to the masters rounded to `low` (bf16 or f16). Takes the masters
   // from the arena's current values and rounds the arena. Call at set-up (it allocates).
   void use_master_weights(float* params, DType low);
+  // The same, set up piece by piece (16-bit storage never holds the whole fp32 arena): the
+  // masters start at zero and take_master_weights() fills those of an arena range from the
+  // arena's current values, unrounded; the caller rounds the arena (or the words) itself.
+  void use_master_weights(DType low);
+  void take_master_weights(const float* params, std::size_t first, std::size_t last);
   bool has_master_weights() const { return low_ != DType::f32; }
   DType low_precision() const { return low_; }
   float* master_weights() { return w_.as<float>(); }

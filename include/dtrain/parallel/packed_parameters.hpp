@@ -19,11 +19,17 @@ namespace dtrain::parallel {
 
 class DTRAIN_API PackedParameters final : public ParamResidency {
  public:
-  // params: the arena of numel floats, all exact values of fmt (bf16 or f16); units: the
-  // ranges the passes acquire, disjoint and covering the arena. Packs the arena into the
-  // words and discards it.
+  // params: the arena of numel floats; units: the ranges the passes acquire, disjoint and
+  // covering the arena. arena_holds_values: the arena holds every parameter, all exact values
+  // of fmt (bf16 or f16); they are packed into the words and the arena is discarded. Else
+  // the words start at zero and the caller packs each unit as it writes it (pack_unit), so
+  // that the whole arena never exists.
   PackedParameters(Device& dev, float* params, std::size_t numel, std::vector<Range> units,
-                   DType fmt);
+                   DType fmt, bool arena_holds_values = true);
+
+  // The unit's arena values rounded to the format into its words; the range is discarded.
+  // For set-up, while no pass holds the unit.
+  void pack_unit(int unit);
 
   void acquire(int unit, int next) override;  // widens the unit on its first holder
   void release(int unit) override;            // discards it after its last
