@@ -778,8 +778,8 @@ DT_API dt_result_t dt_byom_load_checkpoint(dt_byom_t byom, const char* source);
  * @brief Writes a built-in model and its optimiser state to a checkpoint.
  *
  * The file is dir/step_NNNNNNNN.h5, NNNNNNNN being dt_model_steps(). Every tensor is
- * written whole (under zero_stage 3 gathered from the shares). Collective over the model's
- * dp group.
+ * written whole; under zero_stage 3 each rank writes its own share, and nothing is
+ * gathered. Collective over the model's dp group.
  * @param model a live model.
  * @param dir the checkpoint directory (created when missing).
  * @param keep > 0: keep only the newest keep checkpoints in dir; 0: keep all.
