@@ -54,7 +54,10 @@ dt_result_t dt_model_save_checkpoint(dt_model_t model, const char* dir, int keep
 dt_result_t dt_model_load_checkpoint(dt_model_t model, const char* source) {
   return with_model(__func__, model, [&](dt_model_s& m) {
     const std::string s = need_path(source, "source");
-    m.checkpoint_io().load(s);  // ZeRO 3: each rank reads its own pieces
+    // ZeRO 3: each rank reads its own pieces; a unit a failed pass left held would keep
+    // stale values, so every unit is dropped first.
+    if (dtrain::parallel::ParamGather* g = m.engine->gather()) g->release_all();
+    m.checkpoint_io().load(s);
     m.engine->zero_grads();
   });
 }

@@ -151,28 +151,29 @@ std::vector<std::pair<std::size_t, std::size_t>> init_spans(const ParamInfo& p,
 void ParameterStore::init_normal(const ParamInfo& p, std::uint64_t seed, float mean, float std,
                                  const ArenaRanges* only) {
   DTRAIN_CHECK(allocated(), Errc::internal, "init before allocate()");
-  // Values are generated on the host; a non-CPU device gets them with one copy per span.
+  // Values are generated on the host; a non-CPU device gets them through a host buffer of
+  // one span, with one copy per span (set-up calls this once per unit for every tensor, so
+  // nothing is staged for the tensors a unit does not touch).
   const bool host = dev_->kind() == DeviceKind::cpu;
   AlignedBuffer staging;
-  float* out = param(p);
-  if (!host) {
-    staging.ensure(p.numel * sizeof(float));
-    out = staging.as<float>();
-  }
   const std::uint64_t stream = rng::stream_id(p.name);
   // Runs of consecutive logical elements: a row of the last dim (a part of dim 0 for 1-D
   // tensors); a span's piece of a run is filled from the logical index of its first element.
   const auto run = static_cast<std::size_t>(
       p.local_shape.size() == 1 ? p.local_shape[0] / p.slice_blocks : p.local_shape.back());
   for (const auto& [first, last] : init_spans(p, only)) {
+    float* out = param(p) + first;  // element `first` of the span
+    if (!host) {
+      staging.ensure((last - first) * sizeof(float));
+      out = staging.as<float>();
+    }
     for (std::size_t i = first; i < last;) {
       const std::size_t end = std::min(last, (i / run + 1) * run);
-      rng::fill_normal(out + i, end - i, seed, stream, p.logical_index(i), mean, std);
+      rng::fill_normal(out + (i - first), end - i, seed, stream, p.logical_index(i), mean, std);
       i = end;
     }
     if (!host) {
-      dev_->copy(param(p) + first, out + first, (last - first) * sizeof(float),
-                 CopyKind::host_to_device);
+      dev_->copy(param(p) + first, out, (last - first) * sizeof(float), CopyKind::host_to_device);
     }
   }
 }

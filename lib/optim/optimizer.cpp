@@ -94,15 +94,6 @@ void AdamW::load_master_weights(float* params) {
   round_params(params);
 }
 
-void AdamW::store_master_weights(float* params) {
-  if (!has_master_weights()) return;
-  for (std::size_t i = 0; i < segments_.size(); ++i) {
-    const Segment& s = segments_[i];
-    dev_.copy_floats(params + s.offset, master_weights() + state_offsets_[i],
-                     static_cast<std::int64_t>(s.numel));
-  }
-}
-
 void AdamW::round_params(float* params) {
   if (!has_master_weights()) return;
   for (std::size_t i = 0; i < segments_.size(); ++i)

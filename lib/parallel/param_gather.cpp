@@ -45,8 +45,8 @@ ParamGather::~ParamGather() {
 
 void ParamGather::set_wire(DType wire) {
   wire_ = check_float_format(wire, "ParamGather::set_wire");
-  // Land what is in flight now, so that nothing gathered before the switch is widened into
-  // the arena after the caller has changed it (e.g. written the fp32 masters there).
+  // Land what is in flight now, so that nothing gathered in one format is widened as the
+  // other.
   for (std::size_t u = 0; u < units_.size(); ++u) complete(static_cast<int>(u));
 }
 

@@ -85,6 +85,8 @@ void Trainer::load_checkpoint(const std::string& path) {
   Stopwatch watch;
   // Each rank reads what it holds (ZeRO 3 its pieces; mixed precision its masters, which
   // the load rounds into the parameters it updates); ZeRO 1/2 then share them, as after a step.
+  // A unit a failed pass left held would keep stale values: drop every unit first.
+  if (parallel::ParamResidency* r = s.residency()) r->release_all();
   const ckpt::CheckpointInfo info = s.checkpoints().load(path);
   if (s.optimizer.has_master_weights()) s.share_updated_parameters();
   // fp16 goes on from the saved loss scale; a file without one (another precision) leaves

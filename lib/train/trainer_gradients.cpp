@@ -201,9 +201,9 @@ void Trainer::State::finish_fixed_order_sum() {
 }
 
 // ZeRO 1/2: every rank's updated pieces to all. ZeRO 3 keeps the pieces; passes gather them.
-void Trainer::State::share_updated_parameters(bool rounded) {
+void Trainer::State::share_updated_parameters() {
   if (gather || cfg.zero == 0) return;
-  if (packed && rounded) {  // 16-bit storage: the words are what the ranks hold
+  if (packed) {  // 16-bit storage: the words are what the ranks hold
     if (sync) {
       sync->all_gather_words(packed->words(), packed->format());
     } else {
@@ -213,8 +213,7 @@ void Trainer::State::share_updated_parameters(bool rounded) {
   }
   float* params = model.parameters().params();
   // Rounded pieces are exact 16-bit values: they travel in half the bytes.
-  const DType wire = rounded && optimizer.has_master_weights() ? optimizer.low_precision()
-                                                                : DType::f32;
+  const DType wire = optimizer.has_master_weights() ? optimizer.low_precision() : DType::f32;
   if (sync) {
     sync->all_gather(params, wire);
   } else {

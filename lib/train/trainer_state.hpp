@@ -89,8 +89,7 @@ struct Trainer::State {
   State(const TrainConfig& c, Communicator& w);
   std::vector<optim::Segment> optimizer_segments();
   void hold_own_pieces();  // ZeRO 2/3 at set-up
-  // After set-up or a checkpoint: memory they held that no step needs goes back (a GPU's
-  // spare arena chunks).
+  // After set-up: memory it held that no step needs goes back (a GPU's spare arena chunks).
   void release_spare_memory();
   void shard_parameters(std::unique_ptr<parallel::ParamGather> g);
   void pack_parameters();
@@ -129,9 +128,9 @@ struct Trainer::State {
   bool fixed_order_whole() const { return cfg.zero == 0 || grid.pp_size() > 1; }
   void clear_gradients(bool hand_back);
   void finish_fixed_order_sum();
-  // ZeRO 1/2: every rank's updated pieces to all. rounded: the arena holds the masters
-  // rounded to the low-precision format (not the fp32 masters a checkpoint write puts there).
-  void share_updated_parameters(bool rounded = true);
+  // ZeRO 1/2: every rank's updated pieces to all (under mixed precision the masters rounded,
+  // which travel as 16-bit words).
+  void share_updated_parameters();
   double forward_micro(Split split, std::uint64_t first_sample);
   double average_over_dp(double loss_sum, int n_micro);
   ckpt::Checkpointer& checkpoints();

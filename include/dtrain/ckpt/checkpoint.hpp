@@ -48,6 +48,9 @@ class DTRAIN_API Checkpointer {
   // The objects are borrowed for the Checkpointer's lifetime.
   Checkpointer(ProcessGrid& grid, ParameterStore& params, optim::AdamW& optimizer,
                int zero_stage, const GptConfig& model);
+  // The former "optimizer sharded" flag: a ZeRO-3 caller passing it would be taken for
+  // stage 1 and read parameters its arena does not hold.
+  Checkpointer(ProcessGrid&, ParameterStore&, optim::AdamW&, bool, const GptConfig&) = delete;
   ~Checkpointer();
   Checkpointer(const Checkpointer&) = delete;
   Checkpointer& operator=(const Checkpointer&) = delete;

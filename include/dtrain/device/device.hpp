@@ -64,7 +64,7 @@ class DTRAIN_API Device {
   // Gives the system memory kept for reuse (a GPU's spare arena chunks, which restore() would
   // take again). Trim::unused: what nothing took since the last call; the Trainer trims so
   // once per step, so what a step needs stays and nothing else. Trim::all: all of it, after
-  // set-up or a checkpoint, which held memory no step needs (call synchronize() first: memory
+  // set-up, which held memory no step needs (call synchronize() first: memory
   // that queued work still uses is not spare yet). The default does nothing.
   enum class Trim { unused, all };
   virtual void trim_memory(Trim /*what*/) {}

@@ -50,12 +50,11 @@ class DTRAIN_API AdamW {
   bool has_master_weights() const { return low_ != DType::f32; }
   DType low_precision() const { return low_; }
   float* master_weights() { return w_.as<float>(); }
-  // masters <- the arena's segments (after a checkpoint load replaced the arena), then the
-  // arena's segments <- the masters rounded. No-op without master weights.
+  // masters <- the arena's segments, then the arena's segments <- the masters rounded.
+  // No-op without master weights.
   void load_master_weights(float* params);
-  // The arena's segments <- the fp32 masters, unrounded (for a checkpoint, which stores
-  // fp32 parameters). round_params() undoes it. No-ops without master weights.
-  void store_master_weights(float* params);
+  // The arena's segments (or the 16-bit words) <- the masters rounded, e.g. after a
+  // checkpoint load set the masters. No-op without master weights.
   void round_params(float* params);
   // 16-bit parameter storage (parallel::PackedParameters): from now on the rounded masters
   // go to these words, at the segments' offsets (words[i] is arena element i), instead of

@@ -10,7 +10,7 @@
 // takes a pending chunk back as it is. Unmapped physical chunks wait in a spare pool for the
 // next restore(); trim() gives the driver back those no restore() needed since the last trim()
 // (the Trainer trims once per step), so the pool settles at what a step takes and steps after
-// the first allocate nothing; trim(all) empties the pool (after set-up and checkpoints).
+// the first allocate nothing; trim(all) empties the pool (after set-up).
 // Freeing an arena gives its chunks and the pool back at once.
 //
 // The driver functions come from cudaGetDriverEntryPoint: the plugin needs no link to libcuda.
