@@ -87,6 +87,7 @@ po::options_description describe(dtrain::train::TrainConfig& c, std::string& con
       ("min-loss-scale", po::value(&c.min_loss_scale)->default_value(c.min_loss_scale), "fp16: an overflow at this loss scale is an error")
       ("fp32-param-arena", po::bool_switch(&c.fp32_param_arena), "bf16/fp16: keep the fp32 parameter arena resident instead of 16-bit parameter storage")
       ("fp32-activations", po::bool_switch(&c.fp32_activations), "bf16/fp16: keep saved activations in fp32 instead of 16 bits (more memory, no conversion passes)")
+      ("recompute", po::bool_switch(&c.recompute), "keep only each block's output for backward and recompute the rest (less activation memory, about a fifth more compute)")
       ("deterministic", po::bool_switch(&c.deterministic), "bitwise-reproducible runs");
 
   po::options_description ckpt("Checkpoints");

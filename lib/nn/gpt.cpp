@@ -373,21 +373,7 @@ float GptModel::forward_stage(const std::int32_t* tokens, const std::int32_t* ta
   for (int l = l0; l < l1; ++l) {
     Block& b = blocks_[l];
     acquire(block_unit(l), l + 1 < l1 ? block_unit(l + 1) : (head ? head_unit() : -1));
-    // attention: res2 = residual + c_proj(attn(c_attn(ln_1(residual))))
-    b.ln_1.forward(d, b.ln1, b.ln1_mean, b.ln1_rstd, residual, R);
-    b.c_attn.forward(d, b.qkv, enter_region_fwd(b.ln1, R), N);
-    progress();
-    d.attention_forward(b.atty, b.att, b.qkv, B, T, C_local_, heads_local_);
-    progress();
-    b.attn_proj.forward(d, proj_, b.atty, N);
-    d.residual_forward(b.res2, residual, leave_region_fwd(proj_, b.res2, N, R), RC);
-    // MLP: res3 = res2 + c_proj(gelu(c_fc(ln_2(res2))))
-    b.ln_2.forward(d, b.ln2, b.ln2_mean, b.ln2_rstd, b.res2, R);
-    b.c_fc.forward(d, b.fch, enter_region_fwd(b.ln2, R), N);
-    progress();
-    d.gelu_forward(b.fch_gelu, b.fch, static_cast<std::int64_t>(N) * hidden_local_);
-    b.mlp_proj.forward(d, proj_, b.fch_gelu, N);
-    d.residual_forward(b.res3, b.res2, leave_region_fwd(proj_, b.res3, N, R), RC);
+    block_forward(b, residual, B, T, /*to_output=*/true);
     keep_16bit(b, B);
     release(block_unit(l));
     residual = b.res3;
@@ -418,6 +404,28 @@ float GptModel::forward_stage(const std::int32_t* tokens, const std::int32_t* ta
   double sum = 0;  // double: the mean of thousands of losses stays exact to fp32
   for (int i = 0; i < N; ++i) sum += host_losses_[i];
   return static_cast<float>(sum / N);
+}
+
+void GptModel::block_forward(Block& b, const float* residual, int B, int T, bool to_output) {
+  Device& d = *dev_;
+  const int N = B * T, R = sp_ ? N / tp_.size() : N;
+  const std::int64_t RC = static_cast<std::int64_t>(R) * cfg_.d_model;
+  // attention: res2 = residual + c_proj(attn(c_attn(ln_1(residual))))
+  b.ln_1.forward(d, b.ln1, b.ln1_mean, b.ln1_rstd, residual, R);
+  b.c_attn.forward(d, b.qkv, enter_region_fwd(b.ln1, R), N);
+  progress();
+  d.attention_forward(b.atty, b.att, b.qkv, B, T, C_local_, heads_local_);
+  progress();
+  b.attn_proj.forward(d, proj_, b.atty, N);
+  d.residual_forward(b.res2, residual, leave_region_fwd(proj_, b.res2, N, R), RC);
+  // MLP: res3 = res2 + c_proj(gelu(c_fc(ln_2(res2))))
+  b.ln_2.forward(d, b.ln2, b.ln2_mean, b.ln2_rstd, b.res2, R);
+  b.c_fc.forward(d, b.fch, enter_region_fwd(b.ln2, R), N);
+  progress();
+  d.gelu_forward(b.fch_gelu, b.fch, static_cast<std::int64_t>(N) * hidden_local_);
+  if (!to_output) return;
+  b.mlp_proj.forward(d, proj_, b.fch_gelu, N);
+  d.residual_forward(b.res3, b.res2, leave_region_fwd(proj_, b.res3, N, R), RC);
 }
 
 void GptModel::backward_stage(float dloss, const float* doutput, int chunk, int slot) {
@@ -472,6 +480,7 @@ void GptModel::backward_stage(float dloss, const float* doutput, int chunk, int 
     const float* res_in = l == l0 ? encoded_ : blocks_[l - 1].res3;
     acquire(block_unit(l), l > l0 ? block_unit(l - 1) : -1);  // the embedding backward needs no weights
     grads_writing(static_cast<std::size_t>(stage_.layers - l));
+    if (cfg_.recompute) block_forward(b, res_in, B, T, /*to_output=*/false);
     restore_16bit(b, B);
     // MLP: res3 = res2 + c_proj(gelu(c_fc(ln_2(res2)))). Each gradient inside a block has
     // one producer, which writes it over (no zeroing); only dres_ collects several.

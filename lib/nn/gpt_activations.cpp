@@ -28,7 +28,7 @@ void GptModel::check_attention_saved_floats() const {
 }
 
 void GptModel::keep_16bit(Block& b, int B) const {
-  if (cfg_.saved_activations == DType::f32) return;
+  if (!keeps_16bit()) return;
   const auto numel = kept16_numel(B);
   const auto kept = b.kept16();
   for (std::size_t i = 0; i < kKept16; ++i) {
@@ -38,7 +38,7 @@ void GptModel::keep_16bit(Block& b, int B) const {
 }
 
 void GptModel::restore_16bit(Block& b, int B) const {
-  if (cfg_.saved_activations == DType::f32) return;
+  if (!keeps_16bit()) return;
   const auto numel = kept16_numel(B);
   const auto kept = b.kept16();
   for (std::size_t i = 0; i < kKept16; ++i) {
@@ -73,11 +73,15 @@ void GptModel::allocate_activations() {
   want(dfch_, N * Fl);
   want(dfch_gelu_, N * Fl);
   want(att_ws_, dev_->attention_workspace_floats(cfg_.seq_len));
-  const bool half = cfg_.saved_activations != DType::f32;
+  const bool half = keeps_16bit(), recompute = cfg_.recompute;
   const auto kept_numel = kept16_numel(max_batch_);
-  if (half) {
+  if (half || recompute) {
     for (std::size_t i = 0; i < kKept16; ++i)
       want(kept16_scratch_[i], static_cast<std::size_t>(kept_numel[i]));
+  }
+  const std::size_t internal_numel[] = {R, R, R * C, R, R};  // Block::internal()'s order
+  if (recompute) {
+    for (std::size_t i = 0; i < internal_scratch_.size(); ++i) want(internal_scratch_[i], internal_numel[i]);
   }
   auto halves = [](std::size_t n) { return (n + 1) / 2; };  // 16-bit values, in floats
   if (sp_) {
@@ -108,21 +112,20 @@ void GptModel::allocate_activations() {
     keep(encoded_, R * C);
     for (int l = chunk_begin_[c]; l < chunk_begin_[c + 1]; ++l) {
       Block& b = blocks_[static_cast<std::size_t>(l)];
-      const auto kept = b.kept16();  // fp32, or their 16-bit copies
-      for (std::size_t i = 0; i < kKept16; ++i) {
-        const auto n = static_cast<std::size_t>(kept_numel[i]);
-        if (half) {
-          keep(*kept[i].second, halves(n));
-        } else {
-          keep(*kept[i].first, n);
+      if (!recompute) {
+        const auto kept = b.kept16();  // fp32, or their 16-bit copies
+        for (std::size_t i = 0; i < kKept16; ++i) {
+          const auto n = static_cast<std::size_t>(kept_numel[i]);
+          if (half) {
+            keep(*kept[i].second, halves(n));
+          } else {
+            keep(*kept[i].first, n);
+          }
         }
+        const auto internal = b.internal();
+        for (std::size_t i = 0; i < internal.size(); ++i) keep(*internal[i], internal_numel[i]);
       }
-      keep(b.ln1_mean, R);
-      keep(b.ln1_rstd, R);
-      keep(b.res2, R * C);
-      keep(b.ln2_mean, R);
-      keep(b.ln2_rstd, R);
-      keep(b.res3, R * C);
+      keep(b.res3, R * C);  // the next block's input
     }
     if (chunks_[c].head) {
       keep(lnf_, R * C);
@@ -149,10 +152,13 @@ void GptModel::allocate_activations() {
     a.base = base;
     base += a.stride * a.use.size();
   }
-  if (half) {  // every block computes in the shared fp32 scratch
+  if (half || recompute) {  // every block computes in the shared fp32 scratch
     for (Block& b : blocks_) {
       const auto kept = b.kept16();
       for (std::size_t i = 0; i < kKept16; ++i) *kept[i].first = kept16_scratch_[i];
+      if (!recompute) continue;
+      const auto internal = b.internal();
+      for (std::size_t i = 0; i < internal.size(); ++i) *internal[i] = internal_scratch_[i];
     }
   }
   ce_.scratch = ce_scratch_;

@@ -35,6 +35,9 @@ struct GptModel::Block {
              {&fch, &fch16},
              {&fch_gelu, &fch_gelu16}}};
   }
+  // The other saved activations a block's backward reads besides its input: with
+  // recomputation, these and the kept16() values live in the shared scratch.
+  std::array<float**, 5> internal() { return {&ln1_mean, &ln1_rstd, &res2, &ln2_mean, &ln2_rstd}; }
 };
 
 // The saved activations of one chunk for one micro-batch form a fixed layout, repeated once

@@ -43,6 +43,7 @@ std::string TrainConfig::to_ini() const {
   kv("deterministic", deterministic ? "true" : "false");
   kv("fp32-param-arena", fp32_param_arena ? "true" : "false");
   kv("fp32-activations", fp32_activations ? "true" : "false");
+  kv("recompute", recompute ? "true" : "false");
   return os.str();
 }
 

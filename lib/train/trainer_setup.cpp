@@ -36,6 +36,7 @@ GptConfig model_config(const TrainConfig& cfg) {
   m.tie_embeddings = cfg.tie_embeddings;
   // mixed precision keeps them 16-bit unless asked not to
   m.saved_activations = cfg.fp32_activations ? DType::f32 : precision_format(cfg.precision);
+  m.recompute = cfg.recompute;
   m.validate();
   return m;
 }

@@ -4,6 +4,7 @@
 
 #include <cmath>
 
+#include "dtrain/nn/gpt.hpp"
 #include "dtrain/train/trainer.hpp"
 #include "test_support.hpp"
 #include "train_fixtures.hpp"
@@ -145,4 +146,63 @@ TEST(Trainer, LearnsTowardTheCorpusEntropy) {
   const train::TrainSummary s = t.run();
   EXPECT_GT(t.loss_history().front(), 4.0);
   EXPECT_LT(s.final_val_loss, s.entropy_rate + 0.25) << "entropy rate " << s.entropy_rate;
+}
+
+TEST(Trainer, RecomputationGivesTheSameLossesBitForBit) {
+  // --recompute runs each block's forward again in backward instead of keeping its
+  // activations: the same arithmetic on the same inputs, so the same losses bit for bit, in
+  // every layout (deterministic mode, so reruns repeat too); under bf16 the same as keeping
+  // the activations in fp32.
+  struct Layout {
+    const char* name;
+    int tp, pp, zero;
+    bool sp;
+    const char* precision;
+  };
+  const Layout layouts[] = {{"dp", 1, 1, 0, false, "fp32"},       {"dp, zero 3", 1, 1, 3, false, "fp32"},
+                            {"tp 2, sp", 2, 1, 0, true, "fp32"},  {"pp 2, 1f1b", 1, 2, 0, false, "fp32"},
+                            {"dp, bf16", 1, 1, 1, false, "bf16"}};
+  for (const Layout& l : layouts) {
+    if (world().size() % (l.tp * l.pp) != 0) continue;
+    train::TrainConfig cfg = tiny_config();
+    cfg.steps = 4;
+    cfg.deterministic = true;
+    cfg.tp = l.tp;
+    cfg.pp = l.pp;
+    cfg.zero = l.zero;
+    cfg.sequence_parallel = l.sp;
+    cfg.precision = l.precision;
+    cfg.fp32_activations = true;  // what recomputation keeps: fp32 values
+    const int dp = world().size() / (l.tp * l.pp);
+    if (l.pp > 1) {
+      cfg.schedule = "1f1b";
+      cfg.global_batch = static_cast<long>(cfg.micro_batch) * dp * 2;
+    }
+    const std::vector<double> kept = train_losses(cfg, world());
+    cfg.fp32_activations = false;
+    cfg.recompute = true;
+    const std::vector<double> recomputed = train_losses(cfg, world());
+    ASSERT_EQ(kept.size(), recomputed.size()) << l.name;
+    for (std::size_t i = 0; i < kept.size(); ++i) EXPECT_EQ(recomputed[i], kept[i]) << l.name << ", step " << i + 1;
+  }
+}
+
+TEST(Trainer, RecomputationKeepsOnlyEachBlocksOutput) {
+  // Per block only its output stays for backward (R x C floats); everything else a block
+  // computes lives in scratch shared by all blocks.
+  Communicator self = world().split(world().rank(), 0, "self");
+  train::TrainConfig cfg = tiny_config();
+  cfg.recompute = true;
+  auto activation_bytes = [&](int layers, bool recompute) {
+    train::TrainConfig c = cfg;
+    c.layers = layers;
+    c.recompute = recompute;
+    train::Trainer t(c, self);
+    return t.model().activation_bytes();
+  };
+  const std::size_t rows = static_cast<std::size_t>(cfg.micro_batch) * cfg.seq_len;
+  const std::size_t per_block = (rows * cfg.d_model + 15) / 16 * 16 * sizeof(float);
+  EXPECT_EQ(activation_bytes(4, true) - activation_bytes(2, true), 2 * per_block);
+  EXPECT_GT(activation_bytes(4, false) - activation_bytes(2, false), 2 * 8 * per_block)
+      << "without recomputation a block keeps far more";
 }

@@ -32,6 +32,13 @@ struct DTRAIN_API GptConfig {
   // LayerNorm statistics): f32, or bf16/f16 (half the bytes; the forward still computes them
   // in fp32, and backward reads the rounded values). Mixed precision sets it.
   DType saved_activations = DType::f32;
+  // Activation recomputation: forward keeps only each block's output (the residual stream,
+  // R x C floats a block), and backward runs a block's forward again from its input before
+  // its backward (up to the MLP's hidden layer; the last linear layer's output is not
+  // needed). The same gradients, bit for bit, as keeping fp32 activations; saved_activations
+  // is then moot. Costs the recomputed forward: 8 of the block's 12 C^2 GEMM columns (by
+  // 2 N flops) and the attention, a fifth more than a training step's GEMMs.
+  bool recompute = false;
 
   // Throws Error(Errc::invalid_config) with a message naming the command-line option.
   void validate() const;
@@ -222,11 +229,15 @@ class DTRAIN_API GptModel {
   void acquire(int unit, int next) const;
   void release(int unit) const;
   void progress() const { if (progress_hook_) progress_hook_(); }
+  // A block's forward from `residual`, for a micro-batch of B sequences of T tokens. to_output
+  // false (recomputation) stops once backward's inputs are there, before the MLP's c_proj.
+  void block_forward(Block& b, const float* residual, int B, int T, bool to_output);
   // GptConfig::saved_activations in 16 bits: keep the rounded copies of a block's saved
   // activations after its forward / read them back into the fp32 scratch before its
-  // backward (no-ops for f32), for a micro-batch of B sequences.
+  // backward (no-ops for f32 and with recomputation), for a micro-batch of B sequences.
   static constexpr std::size_t kKept16 = 7;  // tensors per block: Block::kept16()
   std::array<std::int64_t, kKept16> kept16_numel(int B) const;
+  bool keeps_16bit() const { return cfg_.saved_activations != DType::f32 && !cfg_.recompute; }
   void keep_16bit(Block& b, int B) const;
   void restore_16bit(Block& b, int B) const;
   // Device::attention_saved_floats changes with the device's GEMM operand format (the CUDA
@@ -272,6 +283,9 @@ class DTRAIN_API GptModel {
   // 16-bit saved activations (GptConfig::saved_activations): the fp32 values of one block
   // live here while it computes, each block keeps the rounded copies (Block::kept16())
   std::array<float*, kKept16> kept16_scratch_{};
+  // GptConfig::recompute: every block computes in the shared scratch (kept16_scratch_ and
+  // these, Block::internal()); only its output stays per block.
+  std::array<float*, 5> internal_scratch_{};
   // gradient scratch shared by all layers
   float *dres_ = nullptr, *dln_ = nullptr, *dqkv_ = nullptr, *datty_ = nullptr, *dfch_ = nullptr,
         *dfch_gelu_ = nullptr, *att_ws_ = nullptr, *ce_scratch_ = nullptr;

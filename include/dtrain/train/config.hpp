@@ -58,6 +58,9 @@ struct DTRAIN_API TrainConfig {
   // Mixed precision keeps a block's saved activations in 16 bits (a conversion pass after
   // its forward and before its backward); true keeps them in fp32 instead.
   bool fp32_activations = false;
+  // Keep only each block's output between forward and backward and recompute the rest in
+  // backward (GptConfig::recompute): less activation memory for about a fifth more compute.
+  bool recompute = false;
   // checkpoints
   std::string save_dir;      // empty: no checkpoints are written
   long save_every = 0;       // 0: only at the end (and on SIGTERM/SIGUSR1)
