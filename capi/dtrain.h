@@ -501,10 +501,14 @@ typedef struct dt_gpt_config_t {
   int tie_embeddings;  /**< nonzero: the LM head shares the token embedding */
   int max_batch;       /**< largest number of sequences passed to forward */
   uint64_t seed;       /**< weight initialisation (identical on every rank) */
+  int recompute;       /**< nonzero: activation recomputation (forward keeps only each block's
+                            output; backward runs the block's forward again): less activation
+                            memory, the same results bit for bit. Read only when struct_size
+                            covers it: callers built with an older dtrain.h get 0 */
 } dt_gpt_config_t;
 /** Defaults of ::dt_gpt_config_t: 4 layers, 4 heads, d_model 256, seq_len 256, vocab 256,
- *  tied embeddings, max_batch 8, seed 1337. */
-#define DT_GPT_CONFIG_INIT {sizeof(dt_gpt_config_t), 4, 4, 256, 256, 256, 1, 8, 1337u}
+ *  tied embeddings, max_batch 8, seed 1337, no recomputation. */
+#define DT_GPT_CONFIG_INIT {sizeof(dt_gpt_config_t), 4, 4, 256, 256, 256, 1, 8, 1337u, 0}
 
 /**
  * @brief Creates an MLP classifier: Linear layers with GELU between them, softmax

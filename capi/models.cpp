@@ -140,6 +140,8 @@ dt_result_t dt_model_create_gpt(dt_comm_t dp, const dt_gpt_config_t* config,
     gc.seq_len = config->seq_len;
     gc.vocab = config->vocab;
     gc.tie_embeddings = config->tie_embeddings != 0;
+    if (config->struct_size >= offsetof(dt_gpt_config_t, recompute) + sizeof(int))
+      gc.recompute = config->recompute != 0;
     gc.validate();
     need(config->max_batch >= 1, "config->max_batch must be positive");
     need_seed_agreement(*c.comm, config->seed);

@@ -30,6 +30,7 @@ module dtrain_c_binding
     integer(c_size_t) :: struct_size
     integer(c_int) :: layers, heads, d_model, seq_len, vocab, tie_embeddings, max_batch
     integer(c_int64_t) :: seed
+    integer(c_int) :: recompute
   end type
 
   public :: from_c, c_string, optimizer_config, ret, fail_here, fortran_error

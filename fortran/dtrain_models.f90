@@ -72,9 +72,11 @@ contains
   !> @param[in] beta2 optional (default 0.95).
   !> @param[in] eps optional (default 1e-8).
   !> @param[in] bucket_mb optional real(c_double) (default 25).
+  !> @param[in] recompute optional; .true. keeps only each block's output for backward and
+  !>            recomputes the rest (less activation memory, the same results bit for bit).
   subroutine dt_model_create_gpt(dp, model, ierr, layers, heads, d_model, seq_len, vocab, &
                                  tie_embeddings, max_batch, seed, weight_decay, clip_grad, &
-                                 zero_stage, beta1, beta2, eps, bucket_mb)
+                                 zero_stage, beta1, beta2, eps, bucket_mb, recompute)
     type(dt_comm), intent(in) :: dp
     type(dt_model), intent(out) :: model
     integer, intent(out) :: ierr
@@ -84,8 +86,9 @@ contains
     real, intent(in), optional :: weight_decay, clip_grad, beta1, beta2, eps
     integer, intent(in), optional :: zero_stage
     real(c_double), intent(in), optional :: bucket_mb
+    logical, intent(in), optional :: recompute
     type(gpt_config_c) :: cfg
-    cfg = gpt_config_c(0_c_size_t, 4, 4, 256, 256, 256, 1, 8, 1337_c_int64_t)
+    cfg = gpt_config_c(0_c_size_t, 4, 4, 256, 256, 256, 1, 8, 1337_c_int64_t, 0)
     cfg%struct_size = c_sizeof(cfg)
     if (present(layers)) cfg%layers = layers
     if (present(heads)) cfg%heads = heads
@@ -95,6 +98,7 @@ contains
     if (present(max_batch)) cfg%max_batch = max_batch
     if (present(tie_embeddings)) cfg%tie_embeddings = merge(1, 0, tie_embeddings)
     if (present(seed)) cfg%seed = seed
+    if (present(recompute)) cfg%recompute = merge(1, 0, recompute)
     ierr = ret(c_model_create_gpt(dp, cfg, optimizer_config(weight_decay, clip_grad, zero_stage, &
                                                             beta1, beta2, eps, bucket_mb), model))
   end subroutine

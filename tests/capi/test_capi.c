@@ -387,6 +387,21 @@ static void test_gpt(dt_context_t ctx, dt_comm_t world) {
   }
   OK(ctx, dt_gpt_evaluate(gpt, tokens, targets, B, T, &loss2));
   CHECK(loss2 < loss);
+  {
+    /* Activation recomputation trains the same model bit for bit (the same 11 steps). */
+    dt_gpt_config_t rc = gc;
+    dt_model_t again = NULL;
+    float loss3 = 0;
+    rc.recompute = 1;
+    OK(ctx, dt_model_create_gpt(world, &rc, NULL, &again));
+    for (int s = 0; s < 11; ++s) {
+      OK(ctx, dt_gpt_forward_backward(again, tokens, targets, B, T, NULL));
+      OK(ctx, dt_model_step(again, 1e-2f, NULL));
+    }
+    OK(ctx, dt_gpt_evaluate(again, tokens, targets, B, T, &loss3));
+    CHECK(loss3 == loss2);
+    OK(ctx, dt_model_destroy(again));
+  }
   tokens[3] = 32;
   EXPECT(DT_ERR_INVALID_ARGUMENT, ctx, dt_gpt_forward_backward(gpt, tokens, targets, B, T, NULL));
   MESSAGE(ctx, "tokens[3] = 32 is outside [0, vocab)");

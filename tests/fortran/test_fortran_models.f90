@@ -51,17 +51,22 @@ contains
     end do
   end subroutine
 
-  ! zero: the ZeRO stage (default 1).
-  subroutine make_gpt(dp, model, seed, zero)
+  ! zero: the ZeRO stage (default 1); recompute: activation recomputation (default off).
+  subroutine make_gpt(dp, model, seed, zero, recompute)
     type(dt_comm), intent(in) :: dp
     type(dt_model), intent(out) :: model
     integer(c_int64_t), intent(in) :: seed
     integer, intent(in), optional :: zero
+    logical, intent(in), optional :: recompute
     integer :: stage
+    logical :: again
     stage = 1
     if (present(zero)) stage = zero
+    again = .false.
+    if (present(recompute)) again = recompute
     call dt_model_create_gpt(dp, model, ierr, layers=1, heads=2, d_model=d_model, seq_len=seq, &
-                             vocab=vocab, max_batch=batch, seed=seed, zero_stage=stage)
+                             vocab=vocab, max_batch=batch, seed=seed, zero_stage=stage, &
+                             recompute=again)
     call expect(ierr, DT_SUCCESS, 'dt_model_create_gpt')
   end subroutine
 
@@ -70,9 +75,9 @@ contains
   subroutine test_gpt_data_parallel()
     type(dt_grid) :: solo_grid
     type(dt_comm) :: solo
-    type(dt_model) :: dp_model, ref
+    type(dt_model) :: dp_model, ref, recomputing
     integer(c_int32_t) :: tokens(seq, batch), targets(seq, batch)
-    real(c_float), allocatable :: a(:), r(:)
+    real(c_float), allocatable :: a(:), r(:), rc(:)
     integer(c_size_t) :: n
     real :: loss, ref_loss, first, eval
     integer :: t, per, lo
@@ -82,6 +87,7 @@ contains
     call dt_grid_comm(solo_grid, DT_GROUP_DP, solo, ierr)
     call make_gpt(world, dp_model, 11_c_int64_t, zero=3)
     call make_gpt(solo, ref, 11_c_int64_t)
+    call make_gpt(solo, recomputing, 11_c_int64_t, recompute=.true.)
     do t = 1, 8
       call make_batch(t, 0, tokens, targets)
       call dt_gpt_forward_backward(dp_model, tokens(:, lo:lo + per - 1), targets(:, lo:lo + per - 1), &
@@ -90,15 +96,21 @@ contains
       call dt_model_step(dp_model, 1e-2, ierr)
       call dt_gpt_forward_backward(ref, tokens, targets, ref_loss, ierr)
       call dt_model_step(ref, 1e-2, ierr)
+      call dt_gpt_forward_backward(recomputing, tokens, targets, loss, ierr)
+      call expect(ierr, DT_SUCCESS, 'dt_gpt_forward_backward with recompute')
+      call dt_model_step(recomputing, 1e-2, ierr)
       if (t == 1) first = ref_loss
     end do
     call dt_gpt_evaluate(ref, tokens, targets, eval, ierr)
     call expect(ierr, DT_SUCCESS, 'dt_gpt_evaluate')
     call check(eval < first, 'gpt loss falls')
     call dt_model_num_parameters(dp_model, n, ierr)
-    allocate(a(n), r(n))
+    allocate(a(n), r(n), rc(n))
     call dt_model_get_parameters(dp_model, a, ierr)
     call dt_model_get_parameters(ref, r, ierr)
+    call dt_model_get_parameters(recomputing, rc, ierr)
+    call check(all(rc == r), 'a recomputing gpt trains the same parameters bit for bit')
+    call dt_model_destroy(recomputing, ierr)
     if (my_rank == 0) print '(a,f8.4,a,f8.4,a,es10.3)', 'fortran gpt: loss ', first, ' -> ', eval, &
                             '; max |dp - single rank| = ', maxval(abs(a - r))
     call check(maxval(abs(a - r)) < 1e-4, 'data-parallel gpt equals one rank')
