@@ -227,7 +227,10 @@ TEST(CheckpointPipeline, ReloadedAndSavedAgainIsTheSameFile) {
     for (const auto& [writer, reader] : pairs) {
       const std::string variant = std::string(tied ? "tied" : "untied") + " " + precision;
       SCOPED_TRACE(variant + ": written at " + writer.name + ", reloaded at " + reader.name);
-      const std::string tag = std::string(tied ? "tied_" : "untied_") + precision + std::to_string(case_no++);
+      // fp32's tags name the files checkpoint_pipeline.h5dump reads ("tied0")
+      const std::string tag = std::string(tied ? "tied" : "untied") +
+                              (std::string(precision) == "fp32" ? "" : std::string("_") + precision) +
+                              std::to_string(case_no++);
       train::TrainConfig c = tiny_config();
       c.tie_embeddings = tied;
       c.precision = precision;
