@@ -414,7 +414,7 @@ void GptModel::block_forward(Block& b, const float* residual, int B, int T, bool
   b.ln_1.forward(d, b.ln1, b.ln1_mean, b.ln1_rstd, residual, R);
   b.c_attn.forward(d, b.qkv, enter_region_fwd(b.ln1, R), N);
   progress();
-  d.attention_forward(b.atty, b.att, b.qkv, B, T, C_local_, heads_local_);
+  d.attention_forward(b.atty, b.att, att_ws_, b.qkv, B, T, C_local_, heads_local_);
   progress();
   b.attn_proj.forward(d, proj_, b.atty, N);
   d.residual_forward(b.res2, residual, leave_region_fwd(proj_, b.res2, N, R), RC);

@@ -5,6 +5,7 @@
 #include <limits>
 #include <string>
 
+#include "device/cpu/kernels.hpp"
 #include "emulator_probe.hpp"
 #include "gpu_test.hpp"
 
@@ -319,6 +320,8 @@ TEST_F(CudaKernels, Gelu) {
 }
 
 TEST_F(CudaKernels, CausalAttention) {
+  namespace cpu_kernels = dtrain::cpu;
+  constexpr auto kProbabilities = cpu_kernels::AttentionSaved::probabilities;
   struct Shape {
     int B, T, C, NH;
   };
@@ -332,12 +335,15 @@ TEST_F(CudaKernels, CausalAttention) {
     auto qkv = random_floats(nqkv, 1, -2.0f, 2.0f);
     std::vector<float> out(nout), att(natt);
     auto dqkv = random_floats(nqkv, 2), dout = random_floats(nout, 3);
-    std::vector<float> ws(cpu.attention_workspace_floats(s.T));
+    std::vector<float> ws(cpu_kernels::attention_workspace_elems(s.T));
     auto d_qkv = up(qkv), d_dqkv = up(dqkv), d_dout = up(dout);
     OnDevice<float> d_out(gpu, nout), d_att(gpu, natt),
         d_ws(gpu, std::max<std::size_t>(1, gpu.attention_workspace_floats(s.T)));
-    cpu.attention_forward(out.data(), att.data(), qkv.data(), s.B, s.T, s.C, s.NH);
-    gpu.attention_forward(d_out.get(), d_att.get(), d_qkv.get(), s.B, s.T, s.C, s.NH);
+    // The CPU device saves log-sum-exps; its kernels save the probabilities on request.
+    cpu_kernels::attention_forward<float>(out.data(), att.data(), ws.data(), qkv.data(), s.B, s.T,
+                                          s.C, s.NH, kProbabilities);
+    gpu.attention_forward(d_out.get(), d_att.get(), d_ws.get(), d_qkv.get(), s.B, s.T, s.C,
+                          s.NH);
     const std::string tag = " T=" + std::to_string(s.T) + " NH=" + std::to_string(s.NH);
     expect_close(d_out.host(), out, kFp32Bound, "attention_forward out" + tag);
     const auto g_att = d_att.host();
@@ -346,14 +352,15 @@ TEST_F(CudaKernels, CausalAttention) {
       for (int t = 0; t < s.T; ++t)
         for (int j = t + 1; j < s.T; ++j)
           ASSERT_EQ(g_att[(m * s.T + t) * s.T + j], 0.0f);
-    cpu.attention_backward(dqkv.data(), ws.data(), dout.data(), qkv.data(), out.data(),
-                           att.data(), s.B, s.T, s.C, s.NH);
+    cpu_kernels::attention_backward<float>(dqkv.data(), ws.data(), dout.data(), qkv.data(),
+                                           att.data(), s.B, s.T, s.C, s.NH, kProbabilities);
     gpu.attention_backward(d_dqkv.get(), d_ws.get(), d_dout.get(), d_qkv.get(), d_out.get(),
                            d_att.get(), s.B, s.T, s.C, s.NH);
     expect_close(d_dqkv.host(), dqkv, kFp32Bound, "attention_backward dqkv" + tag);
     auto d_written = nans(nqkv);
-    cpu.attention_backward(dqkv.data(), ws.data(), dout.data(), qkv.data(), out.data(),
-                           att.data(), s.B, s.T, s.C, s.NH, kOverwrite);
+    cpu_kernels::attention_backward<float>(dqkv.data(), ws.data(), dout.data(), qkv.data(),
+                                           att.data(), s.B, s.T, s.C, s.NH, kProbabilities, 0,
+                                           /*accumulate=*/false);
     gpu.attention_backward(d_written.get(), d_ws.get(), d_dout.get(), d_qkv.get(), d_out.get(),
                            d_att.get(), s.B, s.T, s.C, s.NH, kOverwrite);
     expect_close(d_written.host(), dqkv, kFp32Bound, "attention_backward written over" + tag);
@@ -381,13 +388,14 @@ TEST_F(CudaKernels, FusedAttentionUnder16BitOperands) {
       const std::size_t nsaved = gpu.attention_saved_floats(s.B, s.T, s.C, s.NH);
       ASSERT_EQ(nsaved, 2u * s.B * s.NH * s.T) << "one log-sum-exp (two floats) per row";
       auto qkv = random_floats(nqkv, 1, -2.0f, 2.0f);
-      std::vector<float> out(nout), att(static_cast<std::size_t>(s.B) * s.NH * s.T * s.T);
+      std::vector<float> out(nout), att(cpu.attention_saved_floats(s.B, s.T, s.C, s.NH));
       auto dqkv = random_floats(nqkv, 2), dout = random_floats(nout, 3);
       std::vector<float> ws(cpu.attention_workspace_floats(s.T));
       auto d_qkv = up(qkv), d_dout = up(dout);
       OnDevice<float> d_out(gpu, nout), d_saved(gpu, nsaved), d_ws(gpu, 1);
-      cpu.attention_forward(out.data(), att.data(), qkv.data(), s.B, s.T, s.C, s.NH);
-      gpu.attention_forward(d_out.get(), d_saved.get(), d_qkv.get(), s.B, s.T, s.C, s.NH);
+      cpu.attention_forward(out.data(), att.data(), ws.data(), qkv.data(), s.B, s.T, s.C, s.NH);
+      gpu.attention_forward(d_out.get(), d_saved.get(), d_ws.get(), d_qkv.get(), s.B, s.T, s.C,
+                            s.NH);
       const std::string tag = std::string(" ") + dtrain::dtype_name(f.fmt) +
                               " hs=" + std::to_string(s.C / s.NH) + " T=" + std::to_string(s.T);
       expect_close(d_out.host(), out, f.bound, "fused attention out" + tag);

@@ -5,9 +5,11 @@
 #include <cmath>
 #include <cstdint>
 #include <limits>
+#include <tuple>
 #include <vector>
 
 #include "device/cpu/kernels.hpp"
+#include "device/half_bits.hpp"
 #include "fd_check.hpp"
 
 using namespace dtrain;
@@ -222,42 +224,45 @@ TEST(KernelGrad, GeluFloatFastPathMatchesDouble) {
 }
 
 // ---- attention ----------------------------------------------------------------------
-class AttentionBlocks : public ::testing::TestWithParam<int> {};
+using cpu::AttentionSaved;
+class AttentionBlocks : public ::testing::TestWithParam<std::tuple<int, AttentionSaved>> {};
 
-// Block sizes 1..T and the default: the row-blocked GEMMs must give the same gradients.
+// Block sizes 1..T and the default, saving probabilities or log-sum-exps: the row-blocked
+// GEMMs must give the same gradients.
 TEST_P(AttentionBlocks, FiniteDifferences) {
-  const int block = GetParam();
+  const auto [block, saves] = GetParam();
   const int B = 2, T = 5, C = 8, NH = 2;
   auto qkv = random_vec<double>(B * T * 3 * C, 60), w = random_vec<double>(B * T * C, 61);
-  vector<double> out(B * T * C), att(B * NH * T * T), ws(cpu::attention_workspace_elems(T));
+  vector<double> out(B * T * C), saved(cpu::attention_saved_elems(saves, B, T, NH)),
+      ws(cpu::attention_workspace_elems(T, block));
   auto loss = [&] {
-    cpu::attention_forward<double>(out.data(), att.data(), qkv.data(), B, T, C, NH, block);
+    cpu::attention_forward<double>(out.data(), saved.data(), ws.data(), qkv.data(), B, T, C, NH,
+                                   saves, block);
     return dot(out, w);
   };
   loss();
-  // probabilities: rows sum to 1, zero above the diagonal
-  for (int bh = 0; bh < B * NH; ++bh)
-    for (int t = 0; t < T; ++t) {
-      double s = 0;
-      for (int j = 0; j < T; ++j) {
-        const double p = att[(bh * T + t) * T + j];
-        if (j > t) EXPECT_EQ(p, 0.0);
-        s += p;
-      }
-      EXPECT_NEAR(s, 1.0, 1e-12);
-    }
   auto g0 = random_vec<double>(qkv.size(), 62), g = g0;
-  cpu::attention_backward<double>(g.data(), ws.data(), w.data(), qkv.data(), att.data(), B, T, C,
-                                  NH, block);
+  cpu::attention_backward<double>(g.data(), ws.data(), w.data(), qkv.data(), saved.data(), B, T,
+                                  C, NH, saves, block);
   fd_check("dqkv", qkv, minus(g, g0), loss, kH, kTol);
 }
-INSTANTIATE_TEST_SUITE_P(KernelGrad, AttentionBlocks, ::testing::Values(0, 1, 2, 3, 5));
+INSTANTIATE_TEST_SUITE_P(KernelGrad, AttentionBlocks,
+                         ::testing::Combine(::testing::Values(0, 1, 2, 3, 5),
+                                            ::testing::Values(AttentionSaved::probabilities,
+                                                              AttentionSaved::log_sum_exp)));
 
+// The naive formula, per head and row; out and the probabilities both ways; causality.
 TEST(KernelGrad, AttentionMatchesNaiveAndIsCausal) {
   const int B = 1, T = 6, C = 12, NH = 3, hs = C / NH;
   auto qkv = random_vec<double>(B * T * 3 * C, 63);
-  vector<double> out(T * C), att(NH * T * T);
-  cpu::attention_forward<double>(out.data(), att.data(), qkv.data(), B, T, C, NH);
+  vector<double> out(T * C), att(NH * T * T), lse(2 * NH * T),
+      ws(cpu::attention_workspace_elems(T));
+  cpu::attention_forward<double>(out.data(), att.data(), ws.data(), qkv.data(), B, T, C, NH,
+                                 AttentionSaved::probabilities);
+  vector<double> out_lse(T * C);
+  cpu::attention_forward<double>(out_lse.data(), lse.data(), ws.data(), qkv.data(), B, T, C, NH,
+                                 AttentionSaved::log_sum_exp);
+  EXPECT_EQ(out_lse, out) << "the forward pass does not depend on what it saves";
   for (int h = 0; h < NH; ++h)
     for (int t = 0; t < T; ++t) {
       vector<double> s(t + 1);
@@ -269,6 +274,15 @@ TEST(KernelGrad, AttentionMatchesNaiveAndIsCausal) {
         mx = std::max(mx, s[j]);
       }
       for (int j = 0; j <= t; ++j) z += std::exp(s[j] - mx);
+      const double* saved_lse = &lse[2 * (h * T + t)];
+      EXPECT_EQ(saved_lse[0], double(halfbits::round_bf16(float(saved_lse[0]))))
+          << "the head is exact in bf16";
+      EXPECT_NEAR(saved_lse[0] + saved_lse[1], mx + std::log(z), 1e-12);
+      for (int j = 0; j < T; ++j) {
+        const double p = att[(h * T + t) * T + j];
+        EXPECT_NEAR(p, j <= t ? std::exp(s[j] - mx) / z : 0.0, 1e-12);
+        if (j > t) EXPECT_EQ(p, 0.0);
+      }
       for (int k = 0; k < hs; ++k) {
         double y = 0;
         for (int j = 0; j <= t; ++j) y += std::exp(s[j] - mx) / z * qkv[j * 3 * C + 2 * C + h * hs + k];
@@ -279,19 +293,69 @@ TEST(KernelGrad, AttentionMatchesNaiveAndIsCausal) {
   auto qkv2 = qkv;
   for (int c = C; c < 3 * C; ++c) qkv2[(T - 1) * 3 * C + c] += 1.0;
   vector<double> out2(T * C);
-  cpu::attention_forward<double>(out2.data(), att.data(), qkv2.data(), B, T, C, NH);
+  cpu::attention_forward<double>(out2.data(), att.data(), ws.data(), qkv2.data(), B, T, C, NH,
+                                 AttentionSaved::probabilities);
   for (int i = 0; i < (T - 1) * C; ++i) EXPECT_EQ(out[i], out2[i]);
 }
 
+// Several 64-row blocks, the last one partial: the float kernels against double, and
+// backward from recomputed probabilities against backward from saved ones.
 TEST(KernelGrad, AttentionFloatMatchesDouble) {
-  const int B = 2, T = 150, C = 16, NH = 4;  // several 64-row blocks, the last one partial
-  auto qd = random_vec<double>(B * T * 3 * C, 64);
-  vector<float> qf(qd.begin(), qd.end());
-  vector<double> od(B * T * C), ad(B * NH * T * T);
-  vector<float> of(B * T * C), af(B * NH * T * T);
-  cpu::attention_forward<double>(od.data(), ad.data(), qd.data(), B, T, C, NH);
-  cpu::attention_forward<float>(of.data(), af.data(), qf.data(), B, T, C, NH);
-  for (std::size_t i = 0; i < od.size(); ++i) EXPECT_NEAR(of[i], od[i], 1e-5);
+  const int B = 2, T = 150, C = 16, NH = 4;
+  auto qd = random_vec<double>(B * T * 3 * C, 64), dd = random_vec<double>(B * T * C, 65);
+  vector<float> qf(qd.begin(), qd.end()), df(dd.begin(), dd.end());
+  vector<double> od(B * T * C), ad(B * NH * T * T), wsd(cpu::attention_workspace_elems(T)),
+      gd(qd.size(), 0.0);
+  cpu::attention_forward<double>(od.data(), ad.data(), wsd.data(), qd.data(), B, T, C, NH,
+                                 AttentionSaved::probabilities);
+  cpu::attention_backward<double>(gd.data(), wsd.data(), dd.data(), qd.data(), ad.data(), B, T,
+                                  C, NH, AttentionSaved::probabilities);
+  for (const AttentionSaved saves : {AttentionSaved::probabilities, AttentionSaved::log_sum_exp}) {
+    vector<float> of(B * T * C), sf(cpu::attention_saved_elems(saves, B, T, NH)),
+        wsf(cpu::attention_workspace_elems(T)), gf(qd.size(), 0.0f);
+    cpu::attention_forward<float>(of.data(), sf.data(), wsf.data(), qf.data(), B, T, C, NH, saves);
+    cpu::attention_backward<float>(gf.data(), wsf.data(), df.data(), qf.data(), sf.data(), B, T,
+                                   C, NH, saves);
+    for (std::size_t i = 0; i < od.size(); ++i) EXPECT_NEAR(of[i], od[i], 1e-5);
+    for (std::size_t i = 0; i < gd.size(); ++i) EXPECT_NEAR(gf[i], gd[i], 2e-5) << int(saves);
+  }
+}
+
+// Saved activations in 16 bits round both halves of each log-sum-exp: the head is exact in
+// bf16, so the sum keeps about 16 bits and the gradients stay close; one bf16 value per row
+// would not.
+TEST(KernelGrad, AttentionLogSumExpSurvives16BitStorage) {
+  const int B = 1, T = 100, C = 16, NH = 2;
+  auto q = random_vec<double>(B * T * 3 * C, 66, 2.0), d = random_vec<double>(B * T * C, 67);
+  vector<float> qf(q.begin(), q.end()), df(d.begin(), d.end()), out(B * T * C),
+      lse(cpu::attention_saved_elems(AttentionSaved::log_sum_exp, B, T, NH)),
+      ws(cpu::attention_workspace_elems(T)), exact(qf.size(), 0.0f);
+  cpu::attention_forward<float>(out.data(), lse.data(), ws.data(), qf.data(), B, T, C, NH,
+                                AttentionSaved::log_sum_exp);
+  cpu::attention_backward<float>(exact.data(), ws.data(), df.data(), qf.data(), lse.data(), B, T,
+                                 C, NH, AttentionSaved::log_sum_exp);
+  // the largest gradient error, relative to the largest gradient, from these saved values
+  auto error_from = [&](const vector<float>& saved) {
+    vector<float> g(qf.size(), 0.0f);
+    cpu::attention_backward<float>(g.data(), ws.data(), df.data(), qf.data(), saved.data(), B, T,
+                                   C, NH, AttentionSaved::log_sum_exp);
+    double scale = 0, worst = 0;
+    for (std::size_t i = 0; i < g.size(); ++i) {
+      scale = std::max(scale, double(std::fabs(exact[i])));
+      worst = std::max(worst, double(std::fabs(g[i] - exact[i])));
+    }
+    return worst / scale;
+  };
+  vector<float> halves = lse, whole = lse;
+  for (float& x : halves) x = halfbits::round_bf16(x);
+  for (std::size_t r = 0; r < whole.size(); r += 2) {
+    whole[r] = halfbits::round_bf16(whole[r] + whole[r + 1]);
+    whole[r + 1] = 0;
+  }
+  const double split = error_from(halves), single = error_from(whole);
+  EXPECT_GT(split, 0.0) << "the rounding reached the gradients";
+  EXPECT_LT(split, 1e-3);
+  EXPECT_LT(split * 10, single);
 }
 
 // ---- input gradients written over -------------------------------------------------------
@@ -327,13 +391,16 @@ TEST(Kernels, BackwardWritesTheInputGradientOverOnRequest) {
   for (const int block : {0, 2}) {
     const int B = 2, T = 5, C = 8, NH = 2;
     auto qkv = random_vec<double>(B * T * 3 * C, 95), dout = random_vec<double>(B * T * C, 96);
-    vector<double> out(B * T * C), att(B * NH * T * T), ws(cpu::attention_workspace_elems(T));
-    cpu::attention_forward<double>(out.data(), att.data(), qkv.data(), B, T, C, NH, block);
+    const AttentionSaved saves = AttentionSaved::log_sum_exp;
+    vector<double> out(B * T * C), lse(cpu::attention_saved_elems(saves, B, T, NH)),
+        ws(cpu::attention_workspace_elems(T, block));
+    cpu::attention_forward<double>(out.data(), lse.data(), ws.data(), qkv.data(), B, T, C, NH,
+                                   saves, block);
     vector<double> added(qkv.size(), 0.0), written(qkv.size(), nan);
-    cpu::attention_backward<double>(added.data(), ws.data(), dout.data(), qkv.data(), att.data(),
-                                    B, T, C, NH, block);
+    cpu::attention_backward<double>(added.data(), ws.data(), dout.data(), qkv.data(), lse.data(),
+                                    B, T, C, NH, saves, block);
     cpu::attention_backward<double>(written.data(), ws.data(), dout.data(), qkv.data(),
-                                    att.data(), B, T, C, NH, block, false);
+                                    lse.data(), B, T, C, NH, saves, block, false);
     EXPECT_EQ(written, added) << "attention, block " << block;
   }
 }

@@ -5,10 +5,12 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
+#include <cstdlib>
 #include <cstring>
 #include <string>
 #include <vector>
 
+#include "device/cpu/cpu_device.hpp"
 #include "dtrain/core/buffer.hpp"
 #include "dtrain/core/error.hpp"
 #include "dtrain/core/rng.hpp"
@@ -399,7 +401,7 @@ TEST(Device, SelectDevice) {
 
 TEST(GptModel, SixteenBitSavedActivationsHalveTheirBytesAndKeepGradientsClose) {
   // bf16 saved activations: every block keeps its LayerNorm outputs, qkv, attention output
-  // and probabilities and MLP hidden layers (before and after GELU) in half the bytes, plus
+  // and log-sum-exps and MLP hidden layers (before and after GELU) in half the bytes, plus
   // one fp32 copy shared by all blocks. Forward computes in fp32 as before (the same loss bits); backward reads the
   // rounded values, so the gradients differ a little, within bf16's precision.
   GptConfig cfg;
@@ -414,8 +416,10 @@ TEST(GptModel, SixteenBitSavedActivationsHalveTheirBytesAndKeepGradientsClose) {
   cfg.saved_activations = DType::bf16;
   GptModel half(cfg, cpu_device(), 5, B);
 
-  // ln1 + qkv + attention output + ln2 (6 C per token), probabilities, hidden x 2 (8 C)
-  const double per_block = 4.0 * (B * cfg.heads * T * T + 14.0 * B * T * cfg.d_model);
+  // ln1 + qkv + attention output + ln2 (6 C per token), what attention saves, hidden x 2 (8 C)
+  const double attention = static_cast<double>(
+      cpu_device().attention_saved_floats(B, T, cfg.d_model, cfg.heads));
+  const double per_block = 4.0 * (attention + 14.0 * B * T * cfg.d_model);
   const double saved = per_block / 2 * L - per_block;  // halved per block, one fp32 copy
   const double got = static_cast<double>(full.activation_bytes()) -
                      static_cast<double>(half.activation_bytes());
@@ -439,4 +443,46 @@ TEST(GptModel, SixteenBitSavedActivationsHalveTheirBytesAndKeepGradientsClose) {
   std::printf("bf16 saved activations: %zu of %zu bytes; largest gradient difference %.3g of "
               "the largest gradient\n", half.activation_bytes(), full.activation_bytes(),
               diff / scale);
+}
+
+TEST(GptModel, CpuAttentionSavesLogSumExpsOrOnRequestProbabilities) {
+  // The CPU's attention saves two floats per query row and recomputes the probabilities in
+  // backward; DTRAIN_CPU_ATTENTION_PROBABILITIES=1 saves the T probabilities instead. The
+  // model trains the same either way: the same loss bits, the same gradients up to rounding.
+  GptConfig cfg;
+  cfg.layers = 3;
+  cfg.heads = 2;
+  cfg.d_model = 32;
+  cfg.seq_len = 70;  // two query blocks of the CPU kernels, the second partial
+  cfg.vocab = 50;
+  const int B = 2, T = cfg.seq_len, NH = cfg.heads, C = cfg.d_model;
+  ASSERT_EQ(setenv("DTRAIN_CPU_ATTENTION_PROBABILITIES", "1", 1), 0);
+  CpuDevice saves_probabilities;
+  ASSERT_EQ(unsetenv("DTRAIN_CPU_ATTENTION_PROBABILITIES"), 0);
+  CpuDevice saves_lse;
+  EXPECT_EQ(saves_probabilities.attention_saved_floats(B, T, C, NH),
+            static_cast<std::size_t>(B) * NH * T * T);
+  EXPECT_EQ(saves_lse.attention_saved_floats(B, T, C, NH), 2u * B * NH * T);
+
+  GptModel a(cfg, saves_probabilities, 5, B), b(cfg, saves_lse, 5, B);
+  const double per_block = 4.0 * (static_cast<double>(B) * NH * T * T - 2.0 * B * NH * T);
+  EXPECT_NEAR(static_cast<double>(a.activation_bytes()) - static_cast<double>(b.activation_bytes()),
+              per_block * cfg.layers, 64.0 * cfg.layers)
+      << "64-byte rounding per block at most";
+  auto tok = tokens_for(B * T, cfg.vocab, 3), tgt = tokens_for(B * T, cfg.vocab, 4);
+  EXPECT_EQ(float_bits(a.forward(tok.data(), tgt.data(), B, T)),
+            float_bits(b.forward(tok.data(), tgt.data(), B, T)));
+  a.parameters().zero_grads();
+  b.parameters().zero_grads();
+  a.backward(1.0f);
+  b.backward(1.0f);
+  const ParameterStore& ga = a.parameters();
+  const ParameterStore& gb = b.parameters();
+  double scale = 0, diff = 0;
+  for (std::size_t i = 0; i < ga.numel(); ++i) {
+    scale = std::max(scale, static_cast<double>(std::fabs(ga.grads()[i])));
+    diff = std::max(diff, static_cast<double>(std::fabs(ga.grads()[i] - gb.grads()[i])));
+  }
+  EXPECT_GT(scale, 0.0);
+  EXPECT_LT(diff, 1e-5 * scale);
 }

@@ -131,19 +131,19 @@ class DTRAIN_API Device {
   // ---- causal multi-head self-attention ------------------------------------
   // qkv[B,T,3C] (q, k, v blocks, each NH heads x C/NH) -> out[B,T,C]; saves in att what
   // backward needs, attention_saved_floats(B, T, C, NH) floats: by default the softmax
-  // probabilities att[B,NH,T,T] (upper triangle zero).
-  virtual void attention_forward(float* out, float* att, const float* qkv, int B, int T, int C,
-                                 int NH) = 0;
-  // dqkv[B,T,3C] += (= with overwrite) from dout[B,T,C], given the forward's out and att;
-  // workspace holds attention_workspace_floats(T) floats.
+  // probabilities att[B,NH,T,T] (upper triangle zero). Both directions take a workspace of
+  // attention_workspace_floats(T) floats.
+  virtual void attention_forward(float* out, float* att, float* workspace, const float* qkv,
+                                 int B, int T, int C, int NH) = 0;
+  // dqkv[B,T,3C] += (= with overwrite) from dout[B,T,C], given the forward's out and att.
   virtual void attention_backward(float* dqkv, float* workspace, const float* dout,
                                   const float* qkv, const float* out, const float* att, int B,
                                   int T, int C, int NH,
                                   GradWrite dqkv_write = GradWrite::accumulate) = 0;
   virtual std::size_t attention_workspace_floats(int T) const = 0;
-  // The size of att. A device may save less than the probabilities (the CUDA device's fused
-  // attention saves one log-sum-exp per row); the answer may depend on the GEMM operand
-  // format, so size att after set_gemm_operand_format.
+  // The size of att. A device may save less than the probabilities (the CPU and the CUDA
+  // device's fused attention save one log-sum-exp per row); the answer may depend on the GEMM
+  // operand format, so size att after set_gemm_operand_format.
   virtual std::size_t attention_saved_floats(int B, int T, int C, int NH) const;
 
   // ---- residual / elementwise ----------------------------------------------

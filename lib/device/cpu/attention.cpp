@@ -1,24 +1,40 @@
 // Causal multi-head self-attention built from GEMMs per (batch, head), so the O(T^2 hs) work
-// runs in BLAS. Per head: S = Q K^T * scale, P = causal softmax(S) (saved), Y = P V.
+// runs in BLAS. Per head: S = Q K^T * scale, P = causal softmax(S), Y = P V.
 // Q, K, V of head h are column blocks of qkv with row stride 3C; Y is written straight into
 // its column block of out (row stride C), so no transposes or copies are needed.
+//
+// Queries go in row blocks: rows [r0, r1) attend only to keys [0, r1), so the GEMMs skip most
+// of the masked upper triangle, and a block's scores fit in cache. Forward saves either every
+// probability (B*NH*T*T) or each row's log-sum-exp (2*B*NH*T), from which backward recomputes
+// a block's probabilities with one more GEMM: FlashAttention's trade of a little compute for
+// the T x T memory.
 #include <algorithm>
 #include <cmath>
 
 #include "device/cpu/fastmath.hpp"
 #include "device/cpu/kernels.hpp"
 #include "device/cpu/parallel.hpp"
+#include "device/half_bits.hpp"
 
 namespace dtrain::cpu {
 namespace {
 
+// A log-sum-exp is kept as two values, a bf16-exact head and the rest, so that it survives
+// saved activations in 16 bits with about 16 significant bits (the CUDA kernels' layout).
+template <class T> void save_lse(T* lse, T value) {
+  const T hi = static_cast<T>(halfbits::round_bf16(static_cast<float>(value)));
+  lse[0] = hi;
+  lse[1] = value - hi;
+}
+template <class T> T load_lse(const T* lse) { return lse[0] + lse[1]; }
 
-// Rows [t0, t1) of P[T,T] <- causal softmax of the same rows of S (in place); entries above
-// the diagonal become 0.
-template <class T> void causal_softmax_rows(T* P, int T_, int t0, int t1) {
+// P holds rows [t0, t1) of the scores, row t at P + (t - t0) * ld: each becomes its causal
+// softmax, zero above the diagonal up to column width. With lse, each row's log-sum-exp is
+// saved there.
+template <class T> void causal_softmax_rows(T* P, int ld, int t0, int t1, int width, T* lse) {
   DTRAIN_OMP_FOR_IF(static_cast<std::int64_t>(t1 - t0) * t1)
   for (int t = t0; t < t1; ++t) {
-    T* row = P + static_cast<std::int64_t>(t) * T_;
+    T* row = P + static_cast<std::int64_t>(t - t0) * ld;
     T mx = row[0];
     DTRAIN_OMP_SIMD_MAX(mx)
     for (int j = 1; j <= t; ++j) mx = row[j] > mx ? row[j] : mx;  // subtract the max: no overflow
@@ -31,30 +47,56 @@ template <class T> void causal_softmax_rows(T* P, int T_, int t0, int t1) {
     }
     const T inv = T(1) / sum;
     for (int j = 0; j <= t; ++j) row[j] *= inv;
-    for (int j = t + 1; j < T_; ++j) row[j] = 0;
+    for (int j = t + 1; j < width; ++j) row[j] = 0;
+    if (lse) save_lse(lse + 2 * t, mx + std::log(sum));
   }
 }
 
-// Rows [t0, t1): dS <- P * (dP - rowsum(P * dP)) * scale, in place over dP; zero above the diagonal.
-template <class T>
-void causal_softmax_backward_rows(T* dP, const T* P, int T_, int t0, int t1, T scale) {
+// The same rows' probabilities again from the scores and the saved log-sum-exps.
+template <class T> void causal_probabilities_rows(T* P, int ld, int t0, int t1, const T* lse) {
   DTRAIN_OMP_FOR_IF(static_cast<std::int64_t>(t1 - t0) * t1)
   for (int t = t0; t < t1; ++t) {
-    T* d = dP + static_cast<std::int64_t>(t) * T_;
-    const T* p = P + static_cast<std::int64_t>(t) * T_;
+    T* row = P + static_cast<std::int64_t>(t - t0) * ld;
+    const T l = load_lse(lse + 2 * t);
+    for (int j = 0; j <= t; ++j) row[j] = exp_any<T>(row[j] - l);
+    for (int j = t + 1; j < t1; ++j) row[j] = 0;
+  }
+}
+
+// Rows [t0, t1), laid out as above: dS <- P * (dP - rowsum(P * dP)) * scale, in place over
+// dP; zero above the diagonal.
+template <class T>
+void causal_softmax_backward_rows(T* dP, const T* P, int ld, int t0, int t1, T scale) {
+  DTRAIN_OMP_FOR_IF(static_cast<std::int64_t>(t1 - t0) * t1)
+  for (int t = t0; t < t1; ++t) {
+    T* d = dP + static_cast<std::int64_t>(t - t0) * ld;
+    const T* p = P + static_cast<std::int64_t>(t - t0) * ld;
     T dot = 0;
     DTRAIN_OMP_SIMD_SUM(dot)
     for (int j = 0; j <= t; ++j) dot += p[j] * d[j];
     for (int j = 0; j <= t; ++j) d[j] = p[j] * (d[j] - dot) * scale;
-    for (int j = t + 1; j < T_; ++j) d[j] = 0;
+    for (int j = t + 1; j < t1; ++j) d[j] = 0;
   }
 }
 
+int row_block(int block, int T_) { return std::min(block > 0 ? block : kAttentionBlock, T_); }
+
 }  // namespace
 
+std::size_t attention_saved_elems(AttentionSaved what, int B, int T_, int NH) {
+  const std::size_t rows = static_cast<std::size_t>(B) * NH * T_;
+  return what == AttentionSaved::probabilities ? rows * T_ : 2 * rows;
+}
+
+std::size_t attention_workspace_elems(int T_, int block) {
+  return 2 * static_cast<std::size_t>(row_block(block, T_)) * static_cast<std::size_t>(T_);
+}
+
 template <class T>
-void attention_forward(T* out, T* att, const T* qkv, int B, int T_, int C, int NH, int block) {
-  if (block <= 0) block = kAttentionBlock;
+void attention_forward(T* out, T* saved, T* workspace, const T* qkv, int B, int T_, int C,
+                       int NH, AttentionSaved what, int block) {
+  block = row_block(block, T_);
+  const bool keep_probabilities = what == AttentionSaved::probabilities;
   const int hs = C / NH;
   const int C3 = 3 * C;
   const T scale = T(1) / std::sqrt(static_cast<T>(hs));
@@ -64,33 +106,36 @@ void attention_forward(T* out, T* att, const T* qkv, int B, int T_, int C, int N
       const T* Q = base + h * hs;
       const T* K = base + C + h * hs;
       const T* V = base + 2 * C + h * hs;
-      T* P = att + (static_cast<std::int64_t>(b) * NH + h) * T_ * T_;
+      const std::int64_t head = static_cast<std::int64_t>(b) * NH + h;
+      T* lse = keep_probabilities ? nullptr : saved + 2 * head * T_;
       T* Y = out + static_cast<std::int64_t>(b) * T_ * C + h * hs;
-      // Row blocks: rows [r0, r1) attend only to keys [0, r1), so the GEMMs skip most of
-      // the masked upper triangle.
       for (int r0 = 0; r0 < T_; r0 += block) {
         const int r1 = std::min(T_, r0 + block), rb = r1 - r0;
+        T* P = keep_probabilities ? saved + (head * T_ + r0) * T_ : workspace;
         // S[r0:r1, 0:r1] = scale * Q[r0:r1] · K[0:r1]^T
-        gemm<T>(false, true, rb, r1, hs, scale, Q + r0 * C3, C3, K, C3, T(0), P + r0 * T_, T_);
-        causal_softmax_rows(P, T_, r0, r1);
+        gemm<T>(false, true, rb, r1, hs, scale, Q + r0 * C3, C3, K, C3, T(0), P, T_);
+        causal_softmax_rows(P, T_, r0, r1, keep_probabilities ? T_ : r1, lse);
         // Y[r0:r1] = P[r0:r1, 0:r1] · V[0:r1]
-        gemm<T>(false, false, rb, hs, r1, T(1), P + r0 * T_, T_, V, C3, T(0), Y + r0 * C, C);
+        gemm<T>(false, false, rb, hs, r1, T(1), P, T_, V, C3, T(0), Y + r0 * C, C);
       }
     }
   }
 }
 
 template <class T>
-void attention_backward(T* dqkv, T* workspace, const T* dout, const T* qkv, const T* att, int B,
-                        int T_, int C, int NH, int block, bool accumulate) {
-  if (block <= 0) block = kAttentionBlock;
+void attention_backward(T* dqkv, T* workspace, const T* dout, const T* qkv, const T* saved,
+                        int B, int T_, int C, int NH, AttentionSaved what, int block,
+                        bool accumulate) {
+  block = row_block(block, T_);
+  const bool kept_probabilities = what == AttentionSaved::probabilities;
   // Each query block adds into dK and dV rows that earlier blocks wrote: to write dqkv over,
   // start from zeros.
   if (!accumulate) std::fill(dqkv, dqkv + static_cast<std::int64_t>(B) * T_ * 3 * C, T(0));
   const int hs = C / NH;
   const int C3 = 3 * C;
   const T scale = T(1) / std::sqrt(static_cast<T>(hs));
-  T* dP = workspace;  // [T,T], reused for every head
+  T* dP = workspace;                                            // one row block
+  T* recomputed = workspace + static_cast<std::int64_t>(block) * T_;  // the other
   for (int b = 0; b < B; ++b) {
     const T* base = qkv + static_cast<std::int64_t>(b) * T_ * C3;
     T* dbase = dqkv + static_cast<std::int64_t>(b) * T_ * C3;
@@ -101,30 +146,36 @@ void attention_backward(T* dqkv, T* workspace, const T* dout, const T* qkv, cons
       T* dQ = dbase + h * hs;
       T* dK = dbase + C + h * hs;
       T* dV = dbase + 2 * C + h * hs;
-      const T* P = att + (static_cast<std::int64_t>(b) * NH + h) * T_ * T_;
+      const std::int64_t head = static_cast<std::int64_t>(b) * NH + h;
       const T* dY = dout + static_cast<std::int64_t>(b) * T_ * C + h * hs;
       for (int r0 = 0; r0 < T_; r0 += block) {
         const int r1 = std::min(T_, r0 + block), rb = r1 - r0;
-        T* dPb = dP + r0 * T_;
-        const T* Pb = P + r0 * T_;
+        const T* P = recomputed;
+        if (kept_probabilities) {
+          P = saved + (head * T_ + r0) * T_;
+        } else {  // P[r0:r1, 0:r1] = exp(scale * Q[r0:r1] · K[0:r1]^T - lse)
+          gemm<T>(false, true, rb, r1, hs, scale, Q + r0 * C3, C3, K, C3, T(0), recomputed, T_);
+          causal_probabilities_rows(recomputed, T_, r0, r1, saved + 2 * head * T_);
+        }
         // dP[r0:r1, 0:r1] = dY[r0:r1] · V[0:r1]^T
-        gemm<T>(false, true, rb, r1, hs, T(1), dY + r0 * C, C, V, C3, T(0), dPb, T_);
+        gemm<T>(false, true, rb, r1, hs, T(1), dY + r0 * C, C, V, C3, T(0), dP, T_);
         // dV[0:r1] += P[r0:r1, 0:r1]^T · dY[r0:r1]
-        gemm<T>(true, false, r1, hs, rb, T(1), Pb, T_, dY + r0 * C, C, T(1), dV, C3);
+        gemm<T>(true, false, r1, hs, rb, T(1), P, T_, dY + r0 * C, C, T(1), dV, C3);
         // dS = softmax backward, with the 1/sqrt(hs) of the forward folded in
         causal_softmax_backward_rows(dP, P, T_, r0, r1, scale);
         // dQ[r0:r1] += dS[r0:r1, 0:r1] · K[0:r1];  dK[0:r1] += dS[r0:r1, 0:r1]^T · Q[r0:r1]
-        gemm<T>(false, false, rb, hs, r1, T(1), dPb, T_, K, C3, T(1), dQ + r0 * C3, C3);
-        gemm<T>(true, false, r1, hs, rb, T(1), dPb, T_, Q + r0 * C3, C3, T(1), dK, C3);
+        gemm<T>(false, false, rb, hs, r1, T(1), dP, T_, K, C3, T(1), dQ + r0 * C3, C3);
+        gemm<T>(true, false, r1, hs, rb, T(1), dP, T_, Q + r0 * C3, C3, T(1), dK, C3);
       }
     }
   }
 }
 
-#define DTRAIN_INSTANTIATE(T)                                                            \
-  template void attention_forward<T>(T*, T*, const T*, int, int, int, int, int);         \
-  template void attention_backward<T>(T*, T*, const T*, const T*, const T*, int, int, int, \
-                                      int, int, bool);
+#define DTRAIN_INSTANTIATE(T)                                                                 \
+  template void attention_forward<T>(T*, T*, T*, const T*, int, int, int, int, AttentionSaved, \
+                                     int);                                                    \
+  template void attention_backward<T>(T*, T*, const T*, const T*, const T*, int, int, int, int, \
+                                      AttentionSaved, int, bool);
 DTRAIN_INSTANTIATE(float)
 DTRAIN_INSTANTIATE(double)
 #undef DTRAIN_INSTANTIATE

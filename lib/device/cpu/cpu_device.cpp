@@ -13,7 +13,10 @@
 
 namespace dtrain {
 
-CpuDevice::CpuDevice() {
+CpuDevice::CpuDevice()
+    : attention_saves_(env::get_bool("DTRAIN_CPU_ATTENTION_PROBABILITIES", false)
+                           ? cpu::AttentionSaved::probabilities
+                           : cpu::AttentionSaved::log_sum_exp) {
   const int n = env::params().num_threads;  // DTRAIN_NUM_THREADS, 0 = library defaults
   if (n > 0) cpu::set_num_threads(n);
 }
@@ -130,18 +133,21 @@ void CpuDevice::gelu_backward(float* dinp, const float* inp, const float* dout, 
                               GradWrite dinp_write) {
   cpu::gelu_backward<float>(dinp, inp, dout, n, dinp_write == GradWrite::accumulate);
 }
-void CpuDevice::attention_forward(float* out, float* att, const float* qkv, int B, int T, int C,
-                                  int NH) {
-  cpu::attention_forward<float>(out, att, qkv, B, T, C, NH);
+void CpuDevice::attention_forward(float* out, float* att, float* workspace, const float* qkv,
+                                  int B, int T, int C, int NH) {
+  cpu::attention_forward<float>(out, att, workspace, qkv, B, T, C, NH, attention_saves_);
 }
 void CpuDevice::attention_backward(float* dqkv, float* workspace, const float* dout,
                                    const float* qkv, const float*, const float* att, int B,
                                    int T, int C, int NH, GradWrite dqkv_write) {
-  cpu::attention_backward<float>(dqkv, workspace, dout, qkv, att, B, T, C, NH, 0,
-                                 dqkv_write == GradWrite::accumulate);
+  cpu::attention_backward<float>(dqkv, workspace, dout, qkv, att, B, T, C, NH, attention_saves_,
+                                 0, dqkv_write == GradWrite::accumulate);
 }
 std::size_t CpuDevice::attention_workspace_floats(int T) const {
   return cpu::attention_workspace_elems(T);
+}
+std::size_t CpuDevice::attention_saved_floats(int B, int T, int, int NH) const {
+  return cpu::attention_saved_elems(attention_saves_, B, T, NH);
 }
 void CpuDevice::residual_forward(float* out, const float* a, const float* b, std::int64_t n) {
   cpu::residual_forward<float>(out, a, b, n);

@@ -3,6 +3,7 @@
 #include <map>
 #include <mutex>
 
+#include "device/cpu/kernels.hpp"
 #include "dtrain/core/buffer.hpp"
 #include "dtrain/device/device.hpp"
 
@@ -55,12 +56,13 @@ class CpuDevice final : public Device {
   void gelu_forward(float* out, const float* inp, std::int64_t n) override;
   void gelu_backward(float* dinp, const float* inp, const float* dout, std::int64_t n,
                      GradWrite dinp_write) override;
-  void attention_forward(float* out, float* att, const float* qkv, int B, int T, int C,
-                         int NH) override;
+  void attention_forward(float* out, float* att, float* workspace, const float* qkv, int B,
+                         int T, int C, int NH) override;
   void attention_backward(float* dqkv, float* workspace, const float* dout, const float* qkv,
                           const float* out, const float* att, int B, int T, int C, int NH,
                           GradWrite dqkv_write) override;
   std::size_t attention_workspace_floats(int T) const override;
+  std::size_t attention_saved_floats(int B, int T, int C, int NH) const override;
   void residual_forward(float* out, const float* a, const float* b, std::int64_t n) override;
   void accumulate(float* dst, const float* src, std::int64_t n) override;
   void scale(float* x, float s, std::int64_t n) override;
@@ -98,6 +100,10 @@ class CpuDevice final : public Device {
   // Allocations are AlignedBuffers (pre-faulted, counted), kept by address until freed.
   mutable std::mutex mutex_;
   std::map<const char*, AlignedBuffer> blocks_;  // by start address, for contains()
+  // Attention saves each row's log-sum-exp (2 floats), not its T probabilities: one more
+  // GEMM per query block in backward for O(T) instead of O(T^2) memory.
+  // DTRAIN_CPU_ATTENTION_PROBABILITIES=1 saves the probabilities.
+  const cpu::AttentionSaved attention_saves_;
 };
 
 }  // namespace dtrain

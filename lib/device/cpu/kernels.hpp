@@ -60,16 +60,23 @@ void gelu_backward(T* dinp, const T* inp, const T* dout, std::int64_t n, bool ac
 // Query rows per GEMM block (0 = this default). Rows [r0, r1) attend only to keys [0, r1),
 // so blocking skips most of the masked upper triangle; thinner blocks make thinner GEMMs.
 constexpr int kAttentionBlock = 64;
-// qkv[B,T,3C] -> out[B,T,C], att[B,NH,T,T] = causal softmax(q k^T / sqrt(hs)), hs = C/NH
+// What forward saves for backward: the probabilities, saved[B,NH,T,T] (upper triangle zero),
+// or per query row its log-sum-exp as two values (head + rest), saved[B,NH,T,2], from which
+// backward recomputes the probabilities.
+enum class AttentionSaved { probabilities, log_sum_exp };
+std::size_t attention_saved_elems(AttentionSaved what, int B, int T_, int NH);
+// The workspace both directions take: two row blocks of T_ (forward uses one, and none when
+// saving probabilities).
+std::size_t attention_workspace_elems(int T_, int block = 0);
+// qkv[B,T,3C] -> out[B,T,C] = causal softmax(q k^T / sqrt(hs)) v per head, hs = C/NH
 template <class T>
-void attention_forward(T* out, T* att, const T* qkv, int B, int T_, int C, int NH, int block = 0);
-// dqkv[B,T,3C] += ...; workspace: attention_workspace_elems(T) elements
+void attention_forward(T* out, T* saved, T* workspace, const T* qkv, int B, int T_, int C, int NH,
+                       AttentionSaved what, int block = 0);
+// dqkv[B,T,3C] += (= unless accumulate) from dout[B,T,C] and what forward saved
 template <class T>
-void attention_backward(T* dqkv, T* workspace, const T* dout, const T* qkv, const T* att, int B,
-                        int T_, int C, int NH, int block = 0, bool accumulate = true);
-inline std::size_t attention_workspace_elems(int T_) {
-  return static_cast<std::size_t>(T_) * static_cast<std::size_t>(T_);
-}
+void attention_backward(T* dqkv, T* workspace, const T* dout, const T* qkv, const T* saved, int B,
+                        int T_, int C, int NH, AttentionSaved what, int block = 0,
+                        bool accumulate = true);
 
 // ---- elementwise.cpp ---------------------------------------------------------
 template <class T> void residual_forward(T* out, const T* a, const T* b, std::int64_t n);

@@ -29,8 +29,9 @@ int CudaDevice::attention_heads_per_group(int T, int NH) const noexcept {
   return static_cast<int>(std::clamp<std::size_t>(fit, 1, static_cast<std::size_t>(NH)));
 }
 
-void CudaDevice::attention_forward(float* out, float* att, const float* qkv, int B, int T, int C,
-                                   int NH) {
+// The workspace is not used: the scores live in att (or, fused, in shared memory).
+void CudaDevice::attention_forward(float* out, float* att, float*, const float* qkv, int B, int T,
+                                   int C, int NH) {
   if (B <= 0 || T <= 0 || NH <= 0) return;
   if (fused_attention(C, NH)) {  // its own row in the profile
     const OpProfile::Span span = begin_op(

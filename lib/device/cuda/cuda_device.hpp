@@ -94,8 +94,8 @@ class CudaDevice final : public Device {
   void gelu_forward(float* out, const float* inp, std::int64_t n) override;
   void gelu_backward(float* dinp, const float* inp, const float* dout, std::int64_t n,
                      GradWrite dinp_write) override;
-  void attention_forward(float* out, float* att, const float* qkv, int B, int T, int C,
-                         int NH) override;
+  void attention_forward(float* out, float* att, float* workspace, const float* qkv, int B,
+                         int T, int C, int NH) override;
   void attention_backward(float* dqkv, float* workspace, const float* dout, const float* qkv,
                           const float* out, const float* att, int B, int T, int C, int NH,
                           GradWrite dqkv_write) override;
