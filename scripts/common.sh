@@ -11,7 +11,7 @@ DTRAIN_PACKAGES=(
   openmpi-bin libopenmpi-dev
   libhdf5-openmpi-dev hdf5-tools
   libboost-program-options-dev
-  libopenblas-dev
+  libopenblas-openmp-dev
   libgtest-dev
   abigail-tools doxygen
   python3 python3-numpy python3-h5py

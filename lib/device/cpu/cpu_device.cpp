@@ -1,15 +1,18 @@
 // CpuDevice forwards each op to its fp32 kernel; memory comes from AlignedBuffer.
 #include "device/cpu/cpu_device.hpp"
 
+#include <strings.h>
 #include <sys/mman.h>
 #include <unistd.h>
 
 #include <cstdint>
+#include <cstdlib>
 #include <cstring>
 #include <iterator>
 
 #include "device/cpu/kernels.hpp"
 #include "dtrain/core/env.hpp"
+#include "dtrain/core/log.hpp"
 
 namespace dtrain {
 
@@ -18,11 +21,28 @@ CpuDevice::CpuDevice()
                            ? cpu::AttentionSaved::probabilities
                            : cpu::AttentionSaved::log_sum_exp) {
   const int n = env::params().num_threads;  // DTRAIN_NUM_THREADS, 0 = library defaults
-  if (n > 0) cpu::set_num_threads(n);
+  if (n > 0) set_num_threads(n);
 }
 
+namespace {
+// Said once per process: training steps ran about twice as slow (docs/performance.md).
+void warn_if_thread_pools_compete(int threads) {
+  static bool said = false;
+  if (said || threads <= 1 || !cpu::blas_threads_compete()) return;
+  const char* policy = std::getenv("OMP_WAIT_POLICY");
+  if (policy && strcasecmp(policy, "passive") == 0) return;
+  said = true;
+  DTRAIN_LOG(warn, "OpenBLAS runs its own threads beside the OpenMP threads of the CPU kernels "
+                   "and the two compete for the cores: build against OpenBLAS's OpenMP variant "
+                   "(Debian: libopenblas-openmp-dev) or set OMP_WAIT_POLICY=passive");
+}
+}  // namespace
+
 std::string CpuDevice::name() const { return "cpu (OpenBLAS)"; }
-void CpuDevice::set_num_threads(int n) { cpu::set_num_threads(n); }
+void CpuDevice::set_num_threads(int n) {
+  cpu::set_num_threads(n);
+  warn_if_thread_pools_compete(n);
+}
 int CpuDevice::num_threads() const { return cpu::num_threads(); }
 
 void* CpuDevice::allocate(std::size_t bytes) {

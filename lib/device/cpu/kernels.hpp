@@ -137,6 +137,10 @@ void sgd(T* param, const T* grad, T* mom, std::int64_t n, T lr, T momentum, T we
 
 // ---- threads.cpp -------------------------------------------------------------
 void set_num_threads(int n);  // OpenMP + OpenBLAS
+// Whether OpenBLAS runs a pool of its own threads (its pthreads build) beside the OpenMP
+// threads of these kernels. Each pool spins a while before it sleeps, so with more than one
+// thread per rank the two take the cores from each other.
+bool blas_threads_compete();
 int num_threads();
 
 }  // namespace dtrain::cpu

@@ -18,6 +18,14 @@ void set_num_threads(int n) {
   openblas_set_num_threads(n);
 }
 
+bool blas_threads_compete() {
+#if defined(_OPENMP)
+  return openblas_get_parallel() == OPENBLAS_THREAD;
+#else
+  return false;
+#endif
+}
+
 int num_threads() {
 #if defined(_OPENMP)
   return omp_get_max_threads();
