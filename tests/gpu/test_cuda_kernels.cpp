@@ -325,7 +325,7 @@ TEST_F(CudaKernels, CausalAttention) {
   struct Shape {
     int B, T, C, NH;
   };
-  // T = 67: neither a multiple of a warp nor of the CPU's 64-row blocks. On the emulator
+  // T = 67: neither a multiple of a warp nor of a 64-row block. On the emulator
   // (96 KiB of L2) the heads go in groups of 2 at T = 67, the last of NH = 3 alone, and one
   // by one at T = 128.
   for (const Shape s : {Shape{2, 67, 48, 4}, Shape{1, 67, 48, 3}, Shape{1, 128, 64, 2}}) {

@@ -298,10 +298,10 @@ TEST(KernelGrad, AttentionMatchesNaiveAndIsCausal) {
   for (int i = 0; i < (T - 1) * C; ++i) EXPECT_EQ(out[i], out2[i]);
 }
 
-// Several 64-row blocks, the last one partial: the float kernels against double, and
+// The float kernels in 64-row blocks, the last one partial, against double in one block, and
 // backward from recomputed probabilities against backward from saved ones.
 TEST(KernelGrad, AttentionFloatMatchesDouble) {
-  const int B = 2, T = 150, C = 16, NH = 4;
+  const int B = 2, T = 150, C = 16, NH = 4, block = 64;
   auto qd = random_vec<double>(B * T * 3 * C, 64), dd = random_vec<double>(B * T * C, 65);
   vector<float> qf(qd.begin(), qd.end()), df(dd.begin(), dd.end());
   vector<double> od(B * T * C), ad(B * NH * T * T), wsd(cpu::attention_workspace_elems(T)),
@@ -312,10 +312,11 @@ TEST(KernelGrad, AttentionFloatMatchesDouble) {
                                   C, NH, AttentionSaved::probabilities);
   for (const AttentionSaved saves : {AttentionSaved::probabilities, AttentionSaved::log_sum_exp}) {
     vector<float> of(B * T * C), sf(cpu::attention_saved_elems(saves, B, T, NH)),
-        wsf(cpu::attention_workspace_elems(T)), gf(qd.size(), 0.0f);
-    cpu::attention_forward<float>(of.data(), sf.data(), wsf.data(), qf.data(), B, T, C, NH, saves);
+        wsf(cpu::attention_workspace_elems(T, block)), gf(qd.size(), 0.0f);
+    cpu::attention_forward<float>(of.data(), sf.data(), wsf.data(), qf.data(), B, T, C, NH, saves,
+                                  block);
     cpu::attention_backward<float>(gf.data(), wsf.data(), df.data(), qf.data(), sf.data(), B, T,
-                                   C, NH, saves);
+                                   C, NH, saves, block);
     for (std::size_t i = 0; i < od.size(); ++i) EXPECT_NEAR(of[i], od[i], 1e-5);
     for (std::size_t i = 0; i < gd.size(); ++i) EXPECT_NEAR(gf[i], gd[i], 2e-5) << int(saves);
   }

@@ -453,7 +453,7 @@ TEST(GptModel, CpuAttentionSavesLogSumExpsOrOnRequestProbabilities) {
   cfg.layers = 3;
   cfg.heads = 2;
   cfg.d_model = 32;
-  cfg.seq_len = 70;  // two query blocks of the CPU kernels, the second partial
+  cfg.seq_len = 300;  // two query blocks of the CPU kernels (256 rows), the second partial
   cfg.vocab = 50;
   const int B = 2, T = cfg.seq_len, NH = cfg.heads, C = cfg.d_model;
   ASSERT_EQ(setenv("DTRAIN_CPU_ATTENTION_PROBABILITIES", "1", 1), 0);

@@ -63,14 +63,15 @@ template <class T> void causal_probabilities_rows(T* P, int ld, int t0, int t1, 
   }
 }
 
-// Rows [t0, t1), laid out as above: dS <- P * (dP - rowsum(P * dP)) * scale, in place over
-// dP; zero above the diagonal.
+// Rows [t0, t1), laid out as above (row strides ld_dP, ld_P): dS <- P * (dP - rowsum(P * dP))
+// * scale, in place over dP; zero above the diagonal.
 template <class T>
-void causal_softmax_backward_rows(T* dP, const T* P, int ld, int t0, int t1, T scale) {
+void causal_softmax_backward_rows(T* dP, int ld_dP, const T* P, int ld_P, int t0, int t1,
+                                  T scale) {
   DTRAIN_OMP_FOR_IF(static_cast<std::int64_t>(t1 - t0) * t1)
   for (int t = t0; t < t1; ++t) {
-    T* d = dP + static_cast<std::int64_t>(t - t0) * ld;
-    const T* p = P + static_cast<std::int64_t>(t - t0) * ld;
+    T* d = dP + static_cast<std::int64_t>(t - t0) * ld_dP;
+    const T* p = P + static_cast<std::int64_t>(t - t0) * ld_P;
     T dot = 0;
     DTRAIN_OMP_SIMD_SUM(dot)
     for (int j = 0; j <= t; ++j) dot += p[j] * d[j];
@@ -79,7 +80,15 @@ void causal_softmax_backward_rows(T* dP, const T* P, int ld, int t0, int t1, T s
   }
 }
 
-int row_block(int block, int T_) { return std::min(block > 0 ? block : kAttentionBlock, T_); }
+// Query rows per block. Rows [r0, r1) attend only to keys [0, r1), so blocking skips most of
+// the masked upper triangle; thinner blocks make thinner GEMMs. 256 measured fastest, or
+// within the noise of it, from T = 256 to 2048 (bench/cpu_attention, docs/performance.md).
+int attention_row_block(int block, int T_) { return std::min(block > 0 ? block : 256, T_); }
+
+// Workspace rows are padded by 64 bytes, and its two row blocks 64 bytes apart beyond that:
+// rows a multiple of 4 KiB apart share cache sets and make loads wait on unrelated stores.
+constexpr int kPad = 16;
+int workspace_ld(int T_) { return T_ + kPad; }
 
 }  // namespace
 
@@ -89,13 +98,14 @@ std::size_t attention_saved_elems(AttentionSaved what, int B, int T_, int NH) {
 }
 
 std::size_t attention_workspace_elems(int T_, int block) {
-  return 2 * static_cast<std::size_t>(row_block(block, T_)) * static_cast<std::size_t>(T_);
+  return 2 * static_cast<std::size_t>(attention_row_block(block, T_)) *
+             static_cast<std::size_t>(workspace_ld(T_)) + kPad;
 }
 
 template <class T>
 void attention_forward(T* out, T* saved, T* workspace, const T* qkv, int B, int T_, int C,
                        int NH, AttentionSaved what, int block) {
-  block = row_block(block, T_);
+  block = attention_row_block(block, T_);
   const bool keep_probabilities = what == AttentionSaved::probabilities;
   const int hs = C / NH;
   const int C3 = 3 * C;
@@ -112,11 +122,12 @@ void attention_forward(T* out, T* saved, T* workspace, const T* qkv, int B, int 
       for (int r0 = 0; r0 < T_; r0 += block) {
         const int r1 = std::min(T_, r0 + block), rb = r1 - r0;
         T* P = keep_probabilities ? saved + (head * T_ + r0) * T_ : workspace;
+        const int ld = keep_probabilities ? T_ : workspace_ld(T_);
         // S[r0:r1, 0:r1] = scale * Q[r0:r1] · K[0:r1]^T
-        gemm<T>(false, true, rb, r1, hs, scale, Q + r0 * C3, C3, K, C3, T(0), P, T_);
-        causal_softmax_rows(P, T_, r0, r1, keep_probabilities ? T_ : r1, lse);
+        gemm<T>(false, true, rb, r1, hs, scale, Q + r0 * C3, C3, K, C3, T(0), P, ld);
+        causal_softmax_rows(P, ld, r0, r1, keep_probabilities ? T_ : r1, lse);
         // Y[r0:r1] = P[r0:r1, 0:r1] · V[0:r1]
-        gemm<T>(false, false, rb, hs, r1, T(1), P, T_, V, C3, T(0), Y + r0 * C, C);
+        gemm<T>(false, false, rb, hs, r1, T(1), P, ld, V, C3, T(0), Y + r0 * C, C);
       }
     }
   }
@@ -126,7 +137,7 @@ template <class T>
 void attention_backward(T* dqkv, T* workspace, const T* dout, const T* qkv, const T* saved,
                         int B, int T_, int C, int NH, AttentionSaved what, int block,
                         bool accumulate) {
-  block = row_block(block, T_);
+  block = attention_row_block(block, T_);
   const bool kept_probabilities = what == AttentionSaved::probabilities;
   // Each query block adds into dK and dV rows that earlier blocks wrote: to write dqkv over,
   // start from zeros.
@@ -134,8 +145,9 @@ void attention_backward(T* dqkv, T* workspace, const T* dout, const T* qkv, cons
   const int hs = C / NH;
   const int C3 = 3 * C;
   const T scale = T(1) / std::sqrt(static_cast<T>(hs));
-  T* dP = workspace;                                            // one row block
-  T* recomputed = workspace + static_cast<std::int64_t>(block) * T_;  // the other
+  const int ldw = workspace_ld(T_);
+  T* dP = workspace;                                                     // one row block
+  T* recomputed = workspace + static_cast<std::int64_t>(block) * ldw + kPad;  // the other
   for (int b = 0; b < B; ++b) {
     const T* base = qkv + static_cast<std::int64_t>(b) * T_ * C3;
     T* dbase = dqkv + static_cast<std::int64_t>(b) * T_ * C3;
@@ -151,21 +163,23 @@ void attention_backward(T* dqkv, T* workspace, const T* dout, const T* qkv, cons
       for (int r0 = 0; r0 < T_; r0 += block) {
         const int r1 = std::min(T_, r0 + block), rb = r1 - r0;
         const T* P = recomputed;
+        int ldP = ldw;
         if (kept_probabilities) {
           P = saved + (head * T_ + r0) * T_;
+          ldP = T_;
         } else {  // P[r0:r1, 0:r1] = exp(scale * Q[r0:r1] · K[0:r1]^T - lse)
-          gemm<T>(false, true, rb, r1, hs, scale, Q + r0 * C3, C3, K, C3, T(0), recomputed, T_);
-          causal_probabilities_rows(recomputed, T_, r0, r1, saved + 2 * head * T_);
+          gemm<T>(false, true, rb, r1, hs, scale, Q + r0 * C3, C3, K, C3, T(0), recomputed, ldw);
+          causal_probabilities_rows(recomputed, ldw, r0, r1, saved + 2 * head * T_);
         }
         // dP[r0:r1, 0:r1] = dY[r0:r1] · V[0:r1]^T
-        gemm<T>(false, true, rb, r1, hs, T(1), dY + r0 * C, C, V, C3, T(0), dP, T_);
+        gemm<T>(false, true, rb, r1, hs, T(1), dY + r0 * C, C, V, C3, T(0), dP, ldw);
         // dV[0:r1] += P[r0:r1, 0:r1]^T · dY[r0:r1]
-        gemm<T>(true, false, r1, hs, rb, T(1), P, T_, dY + r0 * C, C, T(1), dV, C3);
+        gemm<T>(true, false, r1, hs, rb, T(1), P, ldP, dY + r0 * C, C, T(1), dV, C3);
         // dS = softmax backward, with the 1/sqrt(hs) of the forward folded in
-        causal_softmax_backward_rows(dP, P, T_, r0, r1, scale);
+        causal_softmax_backward_rows(dP, ldw, P, ldP, r0, r1, scale);
         // dQ[r0:r1] += dS[r0:r1, 0:r1] · K[0:r1];  dK[0:r1] += dS[r0:r1, 0:r1]^T · Q[r0:r1]
-        gemm<T>(false, false, rb, hs, r1, T(1), dP, T_, K, C3, T(1), dQ + r0 * C3, C3);
-        gemm<T>(true, false, r1, hs, rb, T(1), dP, T_, Q + r0 * C3, C3, T(1), dK, C3);
+        gemm<T>(false, false, rb, hs, r1, T(1), dP, ldw, K, C3, T(1), dQ + r0 * C3, C3);
+        gemm<T>(true, false, r1, hs, rb, T(1), dP, ldw, Q + r0 * C3, C3, T(1), dK, C3);
       }
     }
   }

@@ -57,9 +57,7 @@ template <class T>
 void gelu_backward(T* dinp, const T* inp, const T* dout, std::int64_t n, bool accumulate = true);
 
 // ---- attention.cpp -----------------------------------------------------------
-// Query rows per GEMM block (0 = this default). Rows [r0, r1) attend only to keys [0, r1),
-// so blocking skips most of the masked upper triangle; thinner blocks make thinner GEMMs.
-constexpr int kAttentionBlock = 64;
+// The block arguments below are query rows per GEMM block; 0 is the default (attention.cpp).
 // What forward saves for backward: the probabilities, saved[B,NH,T,T] (upper triangle zero),
 // or per query row its log-sum-exp as two values (head + rest), saved[B,NH,T,2], from which
 // backward recomputes the probabilities.
