@@ -106,6 +106,20 @@ double mean_loss_double(const GptModel& m, int n) {
   return s / n;
 }
 
+// The largest gradient of a, and the largest difference of b's gradients from a's.
+struct GradientGap {
+  double scale = 0, difference = 0;
+};
+GradientGap gradient_gap(const ParameterStore& a, const ParameterStore& b) {
+  GradientGap g;
+  for (std::size_t i = 0; i < a.numel(); ++i) {
+    g.scale = std::max(g.scale, static_cast<double>(std::fabs(a.grads()[i])));
+    g.difference =
+        std::max(g.difference, static_cast<double>(std::fabs(a.grads()[i] - b.grads()[i])));
+  }
+  return g;
+}
+
 }  // namespace
 
 // ---- configuration ----------------------------------------------------------------------
@@ -431,18 +445,12 @@ TEST(GptModel, SixteenBitSavedActivationsHalveTheirBytesAndKeepGradientsClose) {
   half.parameters().zero_grads();
   full.backward(1.0f);
   half.backward(1.0f);
-  const ParameterStore& a = full.parameters();
-  const ParameterStore& b = half.parameters();
-  double scale = 0, diff = 0;
-  for (std::size_t i = 0; i < a.numel(); ++i) {
-    scale = std::max(scale, static_cast<double>(std::fabs(a.grads()[i])));
-    diff = std::max(diff, static_cast<double>(std::fabs(a.grads()[i] - b.grads()[i])));
-  }
-  EXPECT_GT(diff, 0.0) << "backward did not read the rounded activations";
-  EXPECT_LT(diff, 2e-2 * scale);
+  const GradientGap gap = gradient_gap(full.parameters(), half.parameters());
+  EXPECT_GT(gap.difference, 0.0) << "backward did not read the rounded activations";
+  EXPECT_LT(gap.difference, 2e-2 * gap.scale);
   std::printf("bf16 saved activations: %zu of %zu bytes; largest gradient difference %.3g of "
               "the largest gradient\n", half.activation_bytes(), full.activation_bytes(),
-              diff / scale);
+              gap.difference / gap.scale);
 }
 
 TEST(GptModel, CpuAttentionSavesLogSumExpsOrOnRequestProbabilities) {
@@ -476,13 +484,7 @@ TEST(GptModel, CpuAttentionSavesLogSumExpsOrOnRequestProbabilities) {
   b.parameters().zero_grads();
   a.backward(1.0f);
   b.backward(1.0f);
-  const ParameterStore& ga = a.parameters();
-  const ParameterStore& gb = b.parameters();
-  double scale = 0, diff = 0;
-  for (std::size_t i = 0; i < ga.numel(); ++i) {
-    scale = std::max(scale, static_cast<double>(std::fabs(ga.grads()[i])));
-    diff = std::max(diff, static_cast<double>(std::fabs(ga.grads()[i] - gb.grads()[i])));
-  }
-  EXPECT_GT(scale, 0.0);
-  EXPECT_LT(diff, 1e-5 * scale);
+  const GradientGap gap = gradient_gap(a.parameters(), b.parameters());
+  EXPECT_GT(gap.scale, 0.0);
+  EXPECT_LT(gap.difference, 1e-5 * gap.scale);
 }
