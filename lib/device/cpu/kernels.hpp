@@ -63,8 +63,8 @@ void gelu_backward(T* dinp, const T* inp, const T* dout, std::int64_t n, bool ac
 // backward recomputes the probabilities.
 enum class AttentionSaved { probabilities, log_sum_exp };
 std::size_t attention_saved_elems(AttentionSaved what, int B, int T_, int NH);
-// The workspace both directions take: two row blocks of T_ (forward uses one, and none when
-// saving probabilities).
+// The workspace both directions take: two row blocks of T_ (padded rows; forward uses one,
+// and none when saving probabilities).
 std::size_t attention_workspace_elems(int T_, int block = 0);
 // qkv[B,T,3C] -> out[B,T,C] = causal softmax(q k^T / sqrt(hs)) v per head, hs = C/NH
 template <class T>
