@@ -71,8 +71,9 @@ po::options_description describe(dtrain::train::TrainConfig& c, std::string& con
 
   po::options_description data("Data");
   data.add_options()
-      ("data", po::value(&c.data), "token file: .bin llm.c shard or plain text (absent: built-in synthetic corpus)")
-      ("val-fraction", po::value(&c.val_fraction)->default_value(c.val_fraction), "share of a data file held out for validation");
+      ("data", po::value(&c.data), "token files: .bin llm.c shards or plain text; paths and glob patterns separated by commas (absent: built-in synthetic corpus)")
+      ("val-data", po::value(&c.val_data), "validation token files, named as --data (absent: hold out --val-fraction of --data)")
+      ("val-fraction", po::value(&c.val_fraction)->default_value(c.val_fraction), "share of --data's tokens (its end) held out for validation when --val-data is absent");
 
   po::options_description run("Run");
   run.add_options()

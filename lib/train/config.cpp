@@ -100,6 +100,8 @@ void TrainConfig::validate(int world_size) const {
                "eps must be positive and finite, got " << eps);
   DTRAIN_CHECK(val_fraction >= 0 && val_fraction < 1, Errc::invalid_config,
                "validation fraction must be in [0, 1)");
+  DTRAIN_CHECK(val_data.empty() || !data.empty(), Errc::invalid_config,
+               "--val-data needs --data (the built-in corpus has its own validation split)");
 
   DTRAIN_CHECK(steps >= 0 && steps <= INT_MAX, Errc::invalid_config,
                "--steps must be in [0, " << INT_MAX << "], got " << steps);

@@ -33,6 +33,7 @@ std::string TrainConfig::to_ini() const {
   kv("weight-decay", weight_decay);
   kv("clip-grad", clip_grad);
   kv("data", data);
+  kv("val-data", val_data);
   kv("val-fraction", val_fraction);
   kv("steps", steps);
   kv("seed", seed);

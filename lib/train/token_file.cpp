@@ -1,147 +1,198 @@
-// Memory-mapped token files: llm.c / nanoGPT uint16 shards or plain text as bytes.
-#include <fcntl.h>
-#include <sys/mman.h>
-#include <sys/stat.h>
-#include <unistd.h>
+// Token files as a TokenSource: one file, or several read as one stream in the order given.
+// A sample is a window inside one file, never across two.
+#include <glob.h>
 
 #include <algorithm>
-#include <cerrno>
-#include <cstring>
+#include <memory>
+#include <vector>
 
 #include "dtrain/core/error.hpp"
 #include "dtrain/core/rng.hpp"
 #include "dtrain/train/data.hpp"
+#include "token_array.hpp"
 
 namespace dtrain::train {
 namespace {
 
-constexpr std::int32_t kShardMagic = 20240520;
-constexpr std::int32_t kShardVersion = 1;
-constexpr std::size_t kShardHeaderBytes = 256 * sizeof(std::int32_t);
+using Files = std::vector<std::unique_ptr<TokenArray>>;
 
-bool ends_with(const std::string& s, const std::string& suffix) {
-  return s.size() >= suffix.size() && s.compare(s.size() - suffix.size(), suffix.size(), suffix) == 0;
-}
-
-class MappedFile {
- public:
-  explicit MappedFile(const std::string& path) {
-    fd_ = ::open(path.c_str(), O_RDONLY);
-    DTRAIN_CHECK(fd_ >= 0, Errc::io, "cannot open data file '" << path << "': " << std::strerror(errno));
-    struct stat st {};
-    if (::fstat(fd_, &st) != 0 || !S_ISREG(st.st_mode)) {
-      ::close(fd_);
-      DTRAIN_FAIL(Errc::io, "data file '" << path << "' is not a readable regular file");
-    }
-    size_ = static_cast<std::size_t>(st.st_size);
-    if (size_ == 0) {
-      ::close(fd_);
-      DTRAIN_FAIL(Errc::io, "data file '" << path << "' is empty");
-    }
-    data_ = ::mmap(nullptr, size_, PROT_READ, MAP_PRIVATE, fd_, 0);
-    if (data_ == MAP_FAILED) {
-      ::close(fd_);
-      DTRAIN_FAIL(Errc::io, "cannot map data file '" << path << "': " << std::strerror(errno));
-    }
-  }
-  ~MappedFile() {
-    ::munmap(data_, size_);
-    ::close(fd_);
-  }
-  MappedFile(const MappedFile&) = delete;
-  MappedFile& operator=(const MappedFile&) = delete;
-  const unsigned char* bytes() const { return static_cast<const unsigned char*>(data_); }
-  std::size_t size() const { return size_; }
-
- private:
-  int fd_ = -1;
-  void* data_ = nullptr;
-  std::size_t size_ = 0;
+struct Segment {  // tokens [begin, begin + count) of one file
+  const TokenArray* file;
+  std::size_t begin;
+  std::size_t count;
 };
 
-class TokenFile final : public TokenSource {
+std::size_t windows_of(const Segment& s, std::size_t length) {
+  return s.count >= length ? s.count - length + 1 : 0;
+}
+
+std::size_t windows_of(const std::vector<Segment>& segments, std::size_t length) {
+  std::size_t n = 0;
+  for (const Segment& s : segments) n += windows_of(s, length);
+  return n;
+}
+
+std::size_t tokens_of(const std::vector<Segment>& segments) {
+  std::size_t n = 0;
+  for (const Segment& s : segments) n += s.count;
+  return n;
+}
+
+Files open_all(const std::vector<std::string>& paths) {
+  Files files;
+  for (const std::string& p : paths) files.push_back(std::make_unique<TokenArray>(p));
+  return files;
+}
+
+// "data file 'a'" or "3 data files 'a' .. 'c'": how messages and the log name a set of files.
+std::string name_of(const Files& files) {
+  if (files.size() == 1) return "data file '" + files.front()->path() + "'";
+  return std::to_string(files.size()) + " data files '" + files.front()->path() + "' .. '" +
+         files.back()->path() + "'";
+}
+
+class TokenFiles final : public TokenSource {
  public:
-  TokenFile(const std::string& path, int seq_len, double val_fraction, std::uint64_t seed)
-      : path_(path), file_(path), seed_(seed) {
+  TokenFiles(const std::vector<std::string>& train_paths, const std::vector<std::string>& val_paths,
+             int seq_len, double val_fraction, std::uint64_t seed)
+      : seed_(seed) {
     DTRAIN_CHECK(val_fraction >= 0 && val_fraction < 1, Errc::invalid_config,
                  "validation fraction must be in [0, 1), got " << val_fraction);
-    if (ends_with(path, ".bin")) {
-      open_shard();
+    DTRAIN_CHECK(!train_paths.empty(), Errc::invalid_argument, "no training data file given");
+    train_files_ = open_all(train_paths);
+    val_files_ = open_all(val_paths);
+    check_one_kind();
+    if (val_files_.empty()) {
+      split_by_fraction(val_fraction);
     } else {
-      tokens8_ = file_.bytes();
-      count_ = file_.size();
-      vocab_ = 256;
+      for (const auto& f : train_files_) train_.push_back({f.get(), 0, f->size()});
+      for (const auto& f : val_files_) val_.push_back({f.get(), 0, f->size()});
     }
     const std::size_t need = static_cast<std::size_t>(seq_len) + 1;
-    const std::size_t val = static_cast<std::size_t>(static_cast<double>(count_) * val_fraction);
-    train_count_ = count_ - val;
-    DTRAIN_CHECK(train_count_ >= need, Errc::invalid_config,
-                 "data file '" << path << "' has " << train_count_
-                               << " training tokens, fewer than seq-len + 1 = " << need);
-    DTRAIN_CHECK(val == 0 || val >= need, Errc::invalid_config,
-                 "data file '" << path << "': the validation split (" << val
-                               << " tokens) is shorter than seq-len + 1 = " << need);
+    if (windows_of(train_, need) == 0) {
+      DTRAIN_CHECK(train_files_.size() > 1, Errc::invalid_config,
+                   name_of(train_files_) << " has " << tokens_of(train_)
+                                         << " training tokens, fewer than seq-len + 1 = " << need);
+      DTRAIN_FAIL(Errc::invalid_config, "none of the " << name_of(train_files_)
+                                                       << " holds seq-len + 1 = " << need
+                                                       << " training tokens");
+    }
+    const Files& val_named = val_files_.empty() ? train_files_ : val_files_;
+    DTRAIN_CHECK(val_.empty() || windows_of(val_, need) > 0, Errc::invalid_config,
+                 name_of(val_named) << ": the validation split (" << tokens_of(val_)
+                                    << " tokens) is shorter than seq-len + 1 = " << need);
   }
 
   void sample(Split split, std::uint64_t index, int length, std::int32_t* out) const override {
-    std::size_t begin = 0, count = train_count_;
-    if (split == Split::val && count_ > train_count_) {
-      begin = train_count_;
-      count = count_ - train_count_;
-    }
-    const std::size_t span = count - static_cast<std::size_t>(length) + 1;
+    const std::vector<Segment>& segments = split == Split::val && !val_.empty() ? val_ : train_;
+    const auto len = static_cast<std::size_t>(length);
+    const std::size_t span = windows_of(segments, len);
+    DTRAIN_CHECK(span > 0, Errc::invalid_argument, "no window of " << length << " tokens in the data");
     const std::uint64_t stream = rng::stream_id(split == Split::train ? "file.train" : "file.val");
     const auto block = rng::philox(seed_, stream, index);
-    const std::uint64_t r = (static_cast<std::uint64_t>(block[1]) << 32) | block[0];
-    const std::size_t start = begin + static_cast<std::size_t>(r % span);
-    if (tokens16_) {
-      for (int t = 0; t < length; ++t) out[t] = tokens16_[start + t];
-    } else {
-      for (int t = 0; t < length; ++t) out[t] = tokens8_[start + t];
+    std::size_t k = static_cast<std::size_t>(((static_cast<std::uint64_t>(block[1]) << 32) | block[0]) % span);
+    for (const Segment& s : segments) {
+      const std::size_t w = windows_of(s, len);
+      if (k < w) {
+        s.file->copy(s.begin + k, length, out);
+        return;
+      }
+      k -= w;
     }
   }
 
-  int vocab_needed() const override { return vocab_; }
+  int vocab_needed() const override {
+    int v = 0;
+    for (const Files* set : {&train_files_, &val_files_}) {
+      for (const auto& f : *set) v = std::max(v, f->vocab_needed());
+    }
+    return v;
+  }
+
   std::string describe() const override {
-    return "'" + path_ + "' (" + std::to_string(count_) + " tokens, " +
-           (tokens16_ ? "uint16 shard" : "text bytes") + ")";
+    std::string s = describe(train_files_);
+    if (!val_files_.empty()) s += "; validation: " + describe(val_files_);
+    return s;
   }
 
  private:
-  void open_shard() {
-    DTRAIN_CHECK(file_.size() >= kShardHeaderBytes, Errc::corrupt_data,
-                 "token shard '" << path_ << "' is shorter than its 1024-byte header");
-    std::int32_t header[256];
-    std::memcpy(header, file_.bytes(), kShardHeaderBytes);
-    DTRAIN_CHECK(header[0] == kShardMagic, Errc::corrupt_data,
-                 "token shard '" << path_ << "' has wrong magic " << header[0] << " (expected "
-                                 << kShardMagic << ")");
-    DTRAIN_CHECK(header[1] == kShardVersion, Errc::corrupt_data,
-                 "token shard '" << path_ << "' has unsupported version " << header[1]);
-    DTRAIN_CHECK(header[2] > 0, Errc::corrupt_data, "token shard '" << path_ << "' holds no tokens");
-    count_ = static_cast<std::size_t>(header[2]);
-    DTRAIN_CHECK(file_.size() >= kShardHeaderBytes + count_ * 2, Errc::corrupt_data,
-                 "token shard '" << path_ << "' is truncated: header says " << count_
-                                 << " tokens, file holds " << (file_.size() - kShardHeaderBytes) / 2);
-    tokens16_ = reinterpret_cast<const std::uint16_t*>(file_.bytes() + kShardHeaderBytes);
-    vocab_ = 1 + *std::max_element(tokens16_, tokens16_ + count_);
+  static std::string describe(const Files& files) {
+    std::size_t tokens = 0;
+    for (const auto& f : files) tokens += f->size();
+    const bool shard = files.front()->is_shard();
+    const std::string kind = shard ? "uint16 shard" : "text bytes";
+    std::string name = files.size() == 1 ? "'" + files.front()->path() + "'" : name_of(files);
+    return name + " (" + std::to_string(tokens) + " tokens, " + kind +
+           (shard && files.size() > 1 ? "s)" : ")");
   }
 
-  std::string path_;
-  MappedFile file_;
+  // Shards and text files hold different kinds of token: a mix is almost surely a mistake.
+  void check_one_kind() const {
+    const TokenArray& first = *train_files_.front();
+    for (const Files* set : {&train_files_, &val_files_}) {
+      for (const auto& f : *set) {
+        DTRAIN_CHECK(f->is_shard() == first.is_shard(), Errc::invalid_config,
+                     "data files mix llm.c shards (.bin) and text: '" << first.path() << "' and '"
+                                                                     << f->path() << "'");
+      }
+    }
+  }
+
+  // The last val_fraction of the stream's tokens is held out; a file may fall on both sides.
+  void split_by_fraction(double val_fraction) {
+    std::size_t total = 0;
+    for (const auto& f : train_files_) total += f->size();
+    const std::size_t cut = total - static_cast<std::size_t>(static_cast<double>(total) * val_fraction);
+    std::size_t at = 0;  // first token of the current file in the stream
+    for (const auto& f : train_files_) {
+      const std::size_t in_train = std::min(f->size(), cut > at ? cut - at : 0);
+      if (in_train > 0) train_.push_back({f.get(), 0, in_train});
+      if (in_train < f->size()) val_.push_back({f.get(), in_train, f->size() - in_train});
+      at += f->size();
+    }
+  }
+
   std::uint64_t seed_;
-  const unsigned char* tokens8_ = nullptr;
-  const std::uint16_t* tokens16_ = nullptr;
-  std::size_t count_ = 0;
-  std::size_t train_count_ = 0;
-  int vocab_ = 0;
+  Files train_files_, val_files_;
+  std::vector<Segment> train_, val_;  // val_ empty: validation samples the training tokens
 };
 
 }  // namespace
 
+std::vector<std::string> expand_data_files(const std::string& spec) {
+  std::vector<std::string> files;
+  std::size_t begin = 0;
+  while (begin <= spec.size()) {
+    std::size_t end = spec.find(',', begin);
+    if (end == std::string::npos) end = spec.size();
+    const std::string part = spec.substr(begin, end - begin);
+    begin = end + 1;
+    if (part.empty()) continue;
+    if (part.find_first_of("*?[") == std::string::npos) {  // a path: opening it says if it is missing
+      files.push_back(part);
+      continue;
+    }
+    glob_t matches{};
+    const int rc = ::glob(part.c_str(), 0, nullptr, &matches);  // sorted by name
+    for (std::size_t i = 0; rc == 0 && i < matches.gl_pathc; ++i) files.emplace_back(matches.gl_pathv[i]);
+    ::globfree(&matches);
+    DTRAIN_CHECK(rc != GLOB_NOMATCH, Errc::io, "data pattern '" << part << "' matches no file");
+    DTRAIN_CHECK(rc == 0, Errc::io, "cannot read the directories of data pattern '" << part << "'");
+  }
+  DTRAIN_CHECK(!files.empty(), Errc::invalid_config, "'" << spec << "' names no data file");
+  return files;
+}
+
+std::unique_ptr<TokenSource> open_token_files(const std::vector<std::string>& train_files,
+                                              const std::vector<std::string>& val_files,
+                                              int seq_len, double val_fraction,
+                                              std::uint64_t seed) {
+  return std::make_unique<TokenFiles>(train_files, val_files, seq_len, val_fraction, seed);
+}
+
 std::unique_ptr<TokenSource> open_token_file(const std::string& path, int seq_len,
                                              double val_fraction, std::uint64_t seed) {
-  return std::make_unique<TokenFile>(path, seq_len, val_fraction, seed);
+  return open_token_files({path}, {}, seq_len, val_fraction, seed);
 }
 
 }  // namespace dtrain::train

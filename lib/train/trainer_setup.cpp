@@ -100,8 +100,14 @@ Communicator device_world_for(Communicator& world, const Device& dev) {
 }
 
 std::unique_ptr<TokenSource> open_source(const TrainConfig& cfg) {
-  auto src = cfg.data.empty() ? make_synthetic_corpus(cfg.seed)
-                              : open_token_file(cfg.data, cfg.seq_len, cfg.val_fraction, cfg.seed);
+  std::unique_ptr<TokenSource> src;
+  if (cfg.data.empty()) {
+    src = make_synthetic_corpus(cfg.seed);
+  } else {
+    const std::vector<std::string> val =
+        cfg.val_data.empty() ? std::vector<std::string>{} : expand_data_files(cfg.val_data);
+    src = open_token_files(expand_data_files(cfg.data), val, cfg.seq_len, cfg.val_fraction, cfg.seed);
+  }
   DTRAIN_CHECK(src->vocab_needed() <= cfg.vocab, Errc::invalid_config,
                "--vocab " << cfg.vocab << " is too small for " << src->describe()
                           << ", which needs at least " << src->vocab_needed());

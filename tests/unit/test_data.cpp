@@ -130,3 +130,124 @@ TEST(TokenFile, BadInputIsAClearError) {
   expect_error(temp_path("short.txt"), "fewer than seq-len + 1");
   expect_error(testing::TempDir(), "not a readable regular file");
 }
+
+namespace {
+// A shard whose tokens are base + 0, 1, 2, ...: a sample's first token says which file and
+// where in it the window starts.
+void write_counting_shard(const std::string& path, int base, int count) {
+  std::vector<std::uint16_t> toks(static_cast<std::size_t>(count));
+  for (int i = 0; i < count; ++i) toks[static_cast<std::size_t>(i)] = static_cast<std::uint16_t>(base + i);
+  write_file(path, shard_bytes(20240520, 1, toks));
+}
+}  // namespace
+
+// One file's samples are those the single-file reader drew before several files were
+// supported, so a run resumed across that change reads the same data.
+TEST(TokenFile, SamplePositionsAreStable) {
+  write_counting_shard(temp_path("stable.bin"), 0, 3000);
+  auto s = open_token_file(temp_path("stable.bin"), 32, 0.1, 7);
+  const std::vector<int> train = {1683, 1911, 266, 811, 1784, 281};
+  const std::vector<int> val = {2896, 2848, 2935, 2827, 2780, 2932};
+  std::vector<std::int32_t> seq(33);
+  for (int i = 0; i < 6; ++i) {
+    s->sample(Split::train, static_cast<std::uint64_t>(i), 33, seq.data());
+    EXPECT_EQ(seq[0], train[static_cast<std::size_t>(i)]);
+    s->sample(Split::val, static_cast<std::uint64_t>(i), 33, seq.data());
+    EXPECT_EQ(seq[0], val[static_cast<std::size_t>(i)]);
+  }
+}
+
+TEST(TokenFiles, SamplesStayInsideOneFileInProportionToItsWindows) {
+  const std::vector<std::string> paths = {temp_path("m0.bin"), temp_path("m1.bin"), temp_path("m2.bin")};
+  write_counting_shard(paths[0], 0, 200);
+  write_counting_shard(paths[1], 10000, 20);  // shorter than a sample: never read
+  write_counting_shard(paths[2], 20000, 500);
+  auto s = open_token_files(paths, {}, 32, 0.0, 3);
+  EXPECT_EQ(s->vocab_needed(), 20500);
+  std::map<int, int> per_file;
+  std::vector<std::int32_t> seq(33);
+  const int draws = 4000;
+  for (int i = 0; i < draws; ++i) {
+    s->sample(Split::train, static_cast<std::uint64_t>(i), 33, seq.data());
+    for (int t = 1; t < 33; ++t) ASSERT_EQ(seq[t], seq[t - 1] + 1) << "sample " << i << " spans two files";
+    ++per_file[seq[0] / 10000];
+  }
+  EXPECT_EQ(per_file.count(1), 0u);
+  // Windows: 168 in the first file, 468 in the third.
+  EXPECT_NEAR(per_file[2] / double(draws), 468.0 / 636.0, 0.03);
+}
+
+TEST(TokenFiles, ValidationFractionIsTheStreamsEnd) {
+  const std::vector<std::string> paths = {temp_path("v0.bin"), temp_path("v1.bin")};
+  write_counting_shard(paths[0], 0, 200);
+  write_counting_shard(paths[1], 10000, 500);
+  auto s = open_token_files(paths, {}, 32, 0.5, 3);  // 700 tokens: the cut is at 350, in the second file
+  std::vector<std::int32_t> seq(33);
+  std::set<int> train_files_seen;
+  for (int i = 0; i < 1000; ++i) {
+    s->sample(Split::train, static_cast<std::uint64_t>(i), 33, seq.data());
+    train_files_seen.insert(seq[0] / 10000);
+    if (seq[0] >= 10000) EXPECT_LE(seq[32], 10000 + 149) << "training read a held-out token";
+    s->sample(Split::val, static_cast<std::uint64_t>(i), 33, seq.data());
+    EXPECT_GE(seq[0], 10000 + 150) << "validation read a training token";
+  }
+  EXPECT_EQ(train_files_seen, (std::set<int>{0, 1}));
+}
+
+TEST(TokenFiles, SeparateValidationFilesLeaveTrainingWhole) {
+  write_counting_shard(temp_path("t.bin"), 0, 40);
+  write_counting_shard(temp_path("val.bin"), 30000, 100);
+  auto s = open_token_files({temp_path("t.bin")}, {temp_path("val.bin")}, 32, 0.1, 5);
+  EXPECT_EQ(s->vocab_needed(), 30100);
+  std::vector<std::int32_t> seq(33);
+  int last_start = 0;
+  for (int i = 0; i < 400; ++i) {
+    s->sample(Split::train, static_cast<std::uint64_t>(i), 33, seq.data());
+    last_start = std::max(last_start, seq[0]);
+    s->sample(Split::val, static_cast<std::uint64_t>(i), 33, seq.data());
+    EXPECT_GE(seq[0], 30000);
+  }
+  EXPECT_EQ(last_start, 40 - 33);  // every window of the training file, its end included
+  EXPECT_NE(s->describe().find("validation: '"), std::string::npos) << s->describe();
+}
+
+TEST(TokenFiles, NamesExpandToSortedMatchesInOrder) {
+  const std::string dir = temp_path("names_");
+  write_file(dir + "a_2.bin", "");
+  write_file(dir + "a_1.bin", "");
+  write_file(dir + "a_10.bin", "");
+  EXPECT_EQ(expand_data_files(dir + "a_*.bin," + dir + "x.txt"),
+            (std::vector<std::string>{dir + "a_1.bin", dir + "a_10.bin", dir + "a_2.bin", dir + "x.txt"}));
+  EXPECT_EQ(expand_data_files("b.txt,,a.txt"), (std::vector<std::string>{"b.txt", "a.txt"}));
+  auto expect_error = [](const std::string& spec, const std::string& fragment) {
+    try {
+      expand_data_files(spec);
+      ADD_FAILURE() << "no error for " << spec;
+    } catch (const Error& e) {
+      EXPECT_NE(std::string(e.what()).find(fragment), std::string::npos) << e.what();
+    }
+  };
+  expect_error(dir + "zz_*.bin", "matches no file");
+  expect_error(",", "names no data file");
+}
+
+TEST(TokenFiles, BadSetsAreAClearError) {
+  write_counting_shard(temp_path("ok.bin"), 0, 100);
+  write_counting_shard(temp_path("tiny1.bin"), 0, 10);
+  write_counting_shard(temp_path("tiny2.bin"), 0, 20);
+  write_file(temp_path("ok.txt"), std::string(100, 'a'));
+  auto expect_error = [](const std::vector<std::string>& train, const std::vector<std::string>& val,
+                         const std::string& fragment) {
+    try {
+      open_token_files(train, val, 32, 0.1, 1);
+      ADD_FAILURE() << "no error for " << train.front();
+    } catch (const Error& e) {
+      EXPECT_NE(std::string(e.what()).find(fragment), std::string::npos) << e.what();
+    }
+  };
+  expect_error({temp_path("ok.bin"), temp_path("ok.txt")}, {}, "mix llm.c shards (.bin) and text");
+  expect_error({temp_path("ok.bin")}, {temp_path("ok.txt")}, "mix llm.c shards (.bin) and text");
+  expect_error({temp_path("tiny1.bin"), temp_path("tiny2.bin")}, {}, "none of the 2 data files");
+  expect_error({temp_path("ok.bin")}, {temp_path("tiny1.bin")}, "the validation split (10 tokens)");
+  expect_error({}, {}, "no training data file");
+}

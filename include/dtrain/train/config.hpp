@@ -38,7 +38,9 @@ struct DTRAIN_API TrainConfig {
   double beta2 = 0.95;
   double eps = 1e-8;
   // data
-  std::string data;  // empty: the built-in synthetic corpus
+  // Token files: paths and glob patterns separated by commas (expand_data_files in data.hpp).
+  std::string data;      // empty: the built-in synthetic corpus
+  std::string val_data;  // validation files; empty: the last val_fraction of data's tokens
   double val_fraction = 0.1;
   // run
   long steps = 300;

@@ -7,6 +7,7 @@
 #include <cstdint>
 #include <memory>
 #include <string>
+#include <vector>
 
 #include "dtrain/export.hpp"
 
@@ -40,6 +41,22 @@ DTRAIN_API std::unique_ptr<TokenSource> make_synthetic_corpus(std::uint64_t seed
 // message naming the file.
 DTRAIN_API std::unique_ptr<TokenSource> open_token_file(const std::string& path, int seq_len,
                                                         double val_fraction, std::uint64_t seed);
+
+// Several token files read as one stream in the order given (all shards or all text); a
+// sample is a window inside one file, so files shorter than seq_len + 1 add none. With
+// val_files empty the last val_fraction of the stream's tokens is held out for validation
+// (for one file, exactly open_token_file); otherwise training reads every token of
+// train_files and validation those of val_files. The vocabulary needed is the largest over
+// both sets, found by reading every shard once at opening.
+DTRAIN_API std::unique_ptr<TokenSource> open_token_files(const std::vector<std::string>& train_files,
+                                                         const std::vector<std::string>& val_files,
+                                                         int seq_len, double val_fraction,
+                                                         std::uint64_t seed);
+
+// The files a data option names: paths and glob patterns (*, ? and [...]) separated by
+// commas, in that order; a pattern's matches sorted by name. A pattern that matches nothing
+// is an error; a plain path is passed on as it is (opening it reports a missing file).
+DTRAIN_API std::vector<std::string> expand_data_files(const std::string& spec);
 
 // Which samples a rank reads: step s, micro-step m, data-parallel rank d (of D), micro batch b
 // reads global samples  s*G + m*(b*D) + d*b + [0, b)  with G = global batch. Ranks are
