@@ -1,11 +1,14 @@
 // dtrain-gpt: the reference GPT trainer. Run under mpiexec/srun; every rank runs this.
 // Exit codes: 0 success, 2 invalid command line or configuration, 1 any other error,
 // 3 (dtrain::train::kExitPreempted) stopped by SIGTERM/SIGUSR1 after writing a checkpoint.
+#include <cstdint>
 #include <cstdio>
 #include <cstdlib>
 #include <initializer_list>
 #include <optional>
 #include <iostream>
+#include <string>
+#include <vector>
 
 #include "dtrain/comm/runtime.hpp"
 #include "dtrain/core/error.hpp"
@@ -42,6 +45,40 @@ int from_launcher(std::initializer_list<const char*> names) {
   }
   return -1;
 }
+// Generated tokens as the data's text where tokens are bytes (vocab <= 256: the built-in
+// corpus, text files), other bytes than printable ASCII, newline and tab as \xNN; otherwise
+// (a tokenizer's ids, e.g. GPT-2 shards) as numbers.
+std::string show_tokens(const std::vector<std::int32_t>& tokens, int vocab) {
+  std::string out;
+  char buf[16];
+  for (const std::int32_t t : tokens) {
+    if (vocab > 256) {
+      std::snprintf(buf, sizeof buf, "%s%d", out.empty() ? "" : " ", static_cast<int>(t));
+    } else if ((t >= 32 && t < 127) || t == '\n' || t == '\t') {
+      buf[0] = static_cast<char>(t);
+      buf[1] = 0;
+    } else {
+      std::snprintf(buf, sizeof buf, "\\x%02x", static_cast<unsigned>(t));
+    }
+    out += buf;
+  }
+  return out;
+}
+
+void generate(dtrain::train::Trainer& trainer, const dtrain_gpt::Parsed& parsed, int rank) {
+  const std::vector<std::int32_t> prompt(parsed.prompt.begin(), parsed.prompt.end());
+  const std::vector<std::int32_t> tokens =
+      trainer.generate(std::vector<std::int32_t>(prompt), parsed.generate, parsed.sampling);
+  if (rank != 0) return;
+  DTRAIN_LOG(info, "generated " << tokens.size() << " tokens (temperature "
+                                << parsed.sampling.temperature << ", top-k " << parsed.sampling.top_k
+                                << ") after "
+                                << (prompt.empty() ? "the data's first validation token"
+                                                   : "the prompt '" + show_tokens(prompt, 256) + "'")
+                                << ":");
+  std::cout << show_tokens(tokens, parsed.config.vocab) << std::endl;
+}
+
 int launcher_rank() { return from_launcher({"OMPI_COMM_WORLD_RANK", "PMI_RANK", "PMIX_RANK", "SLURM_PROCID"}); }
 int launcher_size() { return from_launcher({"OMPI_COMM_WORLD_SIZE", "PMI_SIZE", "PMIX_SIZE", "SLURM_NTASKS"}); }
 
@@ -96,7 +133,9 @@ int main(int argc, char** argv) {
     }
     try {
       const dtrain::train::TrainSummary summary = trainer->run();
-      return summary.stopped_by_signal ? dtrain::train::kExitPreempted : 0;
+      if (summary.stopped_by_signal) return dtrain::train::kExitPreempted;
+      if (parsed.generate > 0) generate(*trainer, parsed, world.rank());
+      return 0;
     } catch (const dtrain::AgreedError& e) {  // every rank has it: one reports
       if (world.rank() == 0) DTRAIN_LOG(error, e.what());
       return exit_code(e.code());

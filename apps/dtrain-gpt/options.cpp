@@ -3,6 +3,7 @@
 #include <boost/program_options.hpp>
 #include <algorithm>
 #include <cerrno>
+#include <cmath>
 #include <cstdint>
 #include <cstdlib>
 #include <filesystem>
@@ -29,7 +30,22 @@ std::uint64_t parse_seed(const std::string& text) {
   return v;
 }
 
-po::options_description describe(dtrain::train::TrainConfig& c, std::string& config_file) {
+// Generation options fail at start-up, on every rank, rather than after training.
+void check_generation(const Parsed& p) {
+  DTRAIN_CHECK(p.generate >= 0, Errc::invalid_config, "--generate must be >= 0, got " << p.generate);
+  DTRAIN_CHECK(p.sampling.temperature >= 0 && std::isfinite(p.sampling.temperature), Errc::invalid_config,
+               "--temperature must be finite and >= 0, got " << p.sampling.temperature);
+  DTRAIN_CHECK(p.sampling.top_k >= 0, Errc::invalid_config, "--top-k must be >= 0, got " << p.sampling.top_k);
+  DTRAIN_CHECK(p.generate == 0 || p.config.pp == 1, Errc::invalid_config,
+               "--generate needs --pp 1 (a checkpoint of any layout resumes at --pp 1)");
+  const int vocab = p.config.vocab;
+  DTRAIN_CHECK(p.generate == 0 || std::all_of(p.prompt.begin(), p.prompt.end(),
+                                              [vocab](char ch) { return static_cast<unsigned char>(ch) < vocab; }),
+               Errc::invalid_config, "--prompt holds a byte outside --vocab " << vocab);
+}
+
+po::options_description describe(Parsed& p, std::string& config_file) {
+  dtrain::train::TrainConfig& c = p.config;
   po::options_description general("General");
   general.add_options()
       ("help,h", "print this help and exit")
@@ -106,9 +122,16 @@ po::options_description describe(dtrain::train::TrainConfig& c, std::string& con
       ("eval-batches", po::value(&c.eval_batches)->default_value(c.eval_batches), "micro-batches per validation pass")
       ("eval-only", po::bool_switch(&c.eval_only), "evaluate the model and exit");
 
+  po::options_description generation("Generation");
+  generation.add_options()
+      ("generate", po::value(&p.generate)->default_value(p.generate), "after training, print this many tokens generated after --prompt (needs --pp 1)")
+      ("prompt", po::value(&p.prompt), "text the generated tokens continue, one token per byte (absent: the data's first validation token)")
+      ("temperature", po::value(&p.sampling.temperature)->default_value(p.sampling.temperature), "divides the logits before sampling; 0: always the most likely token")
+      ("top-k", po::value(&p.sampling.top_k)->default_value(p.sampling.top_k), "sample among the k most likely tokens only (0: all)");
+
   po::options_description all("dtrain-gpt: train a GPT with dtrain.\n"
                               "Usage: mpiexec -n N dtrain-gpt [options]\n");
-  all.add(general).add(model).add(parallel).add(optim).add(data).add(run).add(ckpt).add(output);
+  all.add(general).add(model).add(parallel).add(optim).add(data).add(run).add(ckpt).add(output).add(generation);
   return all;
 }
 
@@ -117,7 +140,7 @@ po::options_description describe(dtrain::train::TrainConfig& c, std::string& con
 Parsed parse_options(int argc, char** argv) {
   Parsed out;
   std::string config_file;
-  po::options_description all = describe(out.config, config_file);
+  po::options_description all = describe(out, config_file);
   po::variables_map vm;
   try {
     // No positional arguments: a stray word (`--deterministic 0`, `lr=0.5`) is an error,
@@ -148,6 +171,7 @@ Parsed parse_options(int argc, char** argv) {
   std::ostringstream help;
   help << all;
   out.help_text = help.str();
+  check_generation(out);
   if (vm.count("help")) out.action = Action::help;
   else if (vm.count("version")) out.action = Action::version;
   return out;

@@ -2,9 +2,13 @@
 // same global batch, reruns are bitwise identical, the step loop allocates nothing.
 #include <gtest/gtest.h>
 
+#include <algorithm>
+#include <array>
 #include <cmath>
+#include <set>
 
 #include "dtrain/nn/gpt.hpp"
+#include "dtrain/train/data.hpp"
 #include "dtrain/train/trainer.hpp"
 #include "test_support.hpp"
 #include "train_fixtures.hpp"
@@ -205,4 +209,80 @@ TEST(Trainer, RecomputationKeepsOnlyEachBlocksOutput) {
   EXPECT_EQ(activation_bytes(4, true) - activation_bytes(2, true), 2 * per_block);
   EXPECT_GT(activation_bytes(4, false) - activation_bytes(2, false), 2 * 8 * per_block)
       << "without recomputation a block keeps far more";
+}
+
+namespace {
+
+// tp 2 where the rank count is even, ZeRO 3 over the data-parallel ranks where there are
+// several: generation then gathers logits over the TP group and parameters by unit.
+void spread_for_generation(train::TrainConfig& cfg) {
+  if (world().size() % 2 == 0) cfg.tp = 2;
+  if (world().size() > cfg.tp) cfg.zero = 3;
+}
+
+// The tokens of every rank are this rank's.
+void expect_same_on_every_rank(const std::vector<std::int32_t>& tokens) {
+  const std::size_t n = tokens.size();
+  std::vector<std::int32_t> all(n * static_cast<std::size_t>(world().size()));
+  world().all_gather(tokens.data(), all.data(), n, DType::i32);
+  for (int r = 1; r < world().size(); ++r) {
+    EXPECT_TRUE(std::equal(tokens.begin(), tokens.end(), all.begin() + static_cast<std::ptrdiff_t>(r * n)))
+        << "rank " << r;
+  }
+}
+
+}  // namespace
+
+TEST(Trainer, GenerationIsTheSameOnEveryRankAndRepeats) {
+  train::TrainConfig cfg = tiny_config();
+  cfg.steps = 3;
+  spread_for_generation(cfg);
+  train::Trainer t(cfg, world());
+  t.run();
+  const train::SamplingConfig sampling{1.0, 0};
+  const std::vector<std::int32_t> tokens = t.generate({'a', 'b'}, 40, sampling);  // > seq-len: the window slides
+  ASSERT_EQ(tokens.size(), 40u);
+  EXPECT_EQ(t.generate({'a', 'b'}, 40, sampling), tokens);
+  expect_same_on_every_rank(tokens);
+  for (const std::int32_t tok : tokens) EXPECT_TRUE(tok >= 0 && tok < cfg.vocab) << tok;
+  EXPECT_THROW(t.generate({cfg.vocab}, 1, sampling), Error);
+}
+
+// Generation after training follows the corpus: the order-2 source allows 4 of 32 symbols
+// after each two-symbol context, and the triples of a long stretch of the corpus itself (an
+// independent reference) say which. A model that knew only the last symbol (6 successors)
+// would make at most about 4/6 of its triples legal; this one, trained for 300 steps, makes
+// about 88% (175 of 198 at 1, 2 and 4 ranks, 170 at 3). Minutes on the CUDA emulator, which
+// runs the test above instead.
+TEST(Trainer, GeneratedTextFollowsTheCorpusOnEveryRank) {
+  train::TrainConfig cfg = tiny_config();
+  cfg.d_model = 64;
+  cfg.heads = 4;
+  cfg.seq_len = 32;
+  cfg.steps = 300;
+  cfg.warmup_steps = 10;
+  cfg.lr = 1e-2;
+  cfg.min_lr = 1e-3;
+  spread_for_generation(cfg);
+  cfg.micro_batch = 16 / (world().size() / cfg.tp);
+  train::Trainer t(cfg, world());
+  t.run();
+  const train::SamplingConfig sampling{0.7, 4};
+  const std::vector<std::int32_t> tokens = t.generate({}, 200, sampling);
+  ASSERT_EQ(tokens.size(), 200u);
+  EXPECT_EQ(t.generate({}, 200, sampling), tokens);
+
+  expect_same_on_every_rank(tokens);
+
+  std::set<std::array<std::int32_t, 3>> seen;
+  const auto corpus = train::make_synthetic_corpus(cfg.seed);
+  std::vector<std::int32_t> text(1000);
+  for (std::uint64_t i = 0; i < 200; ++i) {
+    corpus->sample(train::Split::train, i, 1000, text.data());
+    for (std::size_t k = 2; k < text.size(); ++k) seen.insert({text[k - 2], text[k - 1], text[k]});
+  }
+  ASSERT_LE(seen.size(), 32u * 32u * 4u);  // the source's own bound: the reference is sane
+  int legal = 0;
+  for (std::size_t k = 2; k < tokens.size(); ++k) legal += seen.count({tokens[k - 2], tokens[k - 1], tokens[k]});
+  EXPECT_GT(legal, 0.8 * (tokens.size() - 2)) << legal << " of " << tokens.size() - 2 << " triples occur in the corpus";
 }

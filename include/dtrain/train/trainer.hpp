@@ -5,12 +5,14 @@
 #include <cstdint>
 #include <memory>
 #include <string>
+#include <vector>
 
 #include "dtrain/comm/communicator.hpp"
 #include "dtrain/export.hpp"
 #include "dtrain/parallel/param_residency.hpp"
 #include "dtrain/train/config.hpp"
 #include "dtrain/train/metrics.hpp"
+#include "dtrain/train/sampling.hpp"
 
 namespace dtrain {
 class GptModel;
@@ -56,6 +58,12 @@ class DTRAIN_API Trainer {
   TrainSummary run();                 // the whole loop (or one evaluation with eval_only)
   double train_step();                // one optimiser step; returns its mean loss
   double evaluate();                  // mean validation loss over eval_batches batches
+  // Continues `context` (token ids; empty: the data's first validation token) by `count`
+  // tokens chosen from the model's logits (sampling.hpp), each from a forward pass over the
+  // last seq-len tokens, with random numbers keyed by (cfg.seed, token index); returns the new
+  // tokens. Collective over the world; every rank returns the same tokens. Needs pp = 1.
+  std::vector<std::int32_t> generate(std::vector<std::int32_t> context, int count,
+                                     const SamplingConfig& sampling);
   long step() const;                  // optimiser steps taken so far
   const std::vector<double>& loss_history() const;  // loss of every step taken
 

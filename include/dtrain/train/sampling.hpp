@@ -1,0 +1,19 @@
+#pragma once
+// Choosing a model's next token from one row of its logits (text generation).
+#include "dtrain/export.hpp"
+
+namespace dtrain::train {
+
+struct DTRAIN_API SamplingConfig {
+  double temperature = 1.0;  // 0: always the most likely token
+  int top_k = 0;             // > 0: draw among the k most likely tokens only; 0: all
+};
+
+// temperature 0: the most likely token (the lowest id among equals). Otherwise the token
+// drawn from softmax(logits / temperature), restricted to the top_k most likely tokens when
+// top_k > 0: the first token, in decreasing probability, at which the cumulative probability
+// exceeds uniform (a number in [0, 1)). Throws Error(Errc::invalid_argument) for vocab < 1.
+DTRAIN_API int choose_token(const float* logits, int vocab, const SamplingConfig& cfg,
+                            double uniform);
+
+}  // namespace dtrain::train
