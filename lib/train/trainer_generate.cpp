@@ -1,5 +1,6 @@
 // Text generation from the trained model: one forward pass per new token over the last
-// seq-len tokens, the next token chosen from the logits of the last real position.
+// seq-len tokens (fewer while the text is shorter), the next token chosen from the logits of
+// its last position.
 #include <algorithm>
 #include <vector>
 
@@ -38,11 +39,13 @@ std::vector<std::int32_t> Trainer::generate(std::vector<std::int32_t> context, i
   const std::uint64_t stream = rng::stream_id("generate");
   std::vector<std::int32_t> out;
   for (int i = 0; i < count; ++i) {
-    // Causal attention: the padding after the window cannot change the positions before it.
+    // The window, padded to a multiple of the TP size (sequence parallelism splits its
+    // rows); causal attention keeps the padding from changing the positions before it.
     const auto n = static_cast<int>(std::min<std::size_t>(context.size(), static_cast<std::size_t>(T)));
+    const int length = std::min(T, (n + tp - 1) / tp * tp);
     std::copy(context.end() - n, context.end(), tokens);
-    std::fill(tokens + n, tokens + T, 0);
-    s.model.forward(tokens, nullptr, 1, T);
+    std::fill(tokens + n, tokens + length, 0);
+    s.model.forward(tokens, nullptr, 1, length);
     const float* last = s.model.logits() + static_cast<std::size_t>(n - 1) * static_cast<std::size_t>(mine.padded_rows);
     s.dev.copy(shard.data(), last, shard.size() * sizeof(float), CopyKind::device_to_host);
     if (tp > 1) {
