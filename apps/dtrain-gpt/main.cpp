@@ -66,15 +66,14 @@ std::string show_tokens(const std::vector<std::int32_t>& tokens, int vocab) {
 }
 
 void generate(dtrain::train::Trainer& trainer, const dtrain_gpt::Parsed& parsed, int rank) {
-  const std::vector<std::int32_t> prompt(parsed.prompt.begin(), parsed.prompt.end());
-  const std::vector<std::int32_t> tokens =
-      trainer.generate(std::vector<std::int32_t>(prompt), parsed.generate, parsed.sampling);
+  const std::vector<std::int32_t>& prompt = parsed.prompt_tokens;
+  const std::vector<std::int32_t> tokens = trainer.generate(prompt, parsed.generate, parsed.sampling);
   if (rank != 0) return;
   DTRAIN_LOG(info, "generated " << tokens.size() << " tokens (temperature "
                                 << parsed.sampling.temperature << ", top-k " << parsed.sampling.top_k
                                 << ") after "
                                 << (prompt.empty() ? "the data's first validation token"
-                                                   : "the prompt '" + show_tokens(prompt, 256) + "'")
+                                                   : "the prompt '" + show_tokens(prompt, parsed.config.vocab) + "'")
                                 << ":");
   std::cout << show_tokens(tokens, parsed.config.vocab) << std::endl;
 }

@@ -38,10 +38,31 @@ void check_generation(const Parsed& p) {
   DTRAIN_CHECK(p.sampling.top_k >= 0, Errc::invalid_config, "--top-k must be >= 0, got " << p.sampling.top_k);
   DTRAIN_CHECK(p.generate == 0 || p.config.pp == 1, Errc::invalid_config,
                "--generate needs --pp 1 (a checkpoint of any layout resumes at --pp 1)");
-  const int vocab = p.config.vocab;
-  DTRAIN_CHECK(p.generate == 0 || std::all_of(p.prompt.begin(), p.prompt.end(),
-                                              [vocab](char ch) { return static_cast<unsigned char>(ch) < vocab; }),
-               Errc::invalid_config, "--prompt holds a byte outside --vocab " << vocab);
+}
+
+// --prompt as tokens: its bytes where they are the vocabulary, else the ids it lists.
+std::vector<std::int32_t> prompt_tokens(const std::string& prompt, int vocab) {
+  std::vector<std::int32_t> tokens;
+  if (vocab <= 256) {
+    for (const char ch : prompt) tokens.push_back(static_cast<unsigned char>(ch));
+  } else {
+    std::string list = prompt;
+    std::replace(list.begin(), list.end(), ',', ' ');
+    std::istringstream in(list);
+    std::string word;
+    while (in >> word) {
+      char* end = nullptr;
+      errno = 0;
+      const long id = std::strtol(word.c_str(), &end, 10);
+      DTRAIN_CHECK(*end == 0 && errno == 0 && id >= 0 && id <= INT32_MAX, Errc::invalid_config,
+                   "--prompt: with --vocab " << vocab << " above 256 it lists token ids, got '" << word << "'");
+      tokens.push_back(static_cast<std::int32_t>(id));
+    }
+  }
+  for (const std::int32_t t : tokens) {
+    DTRAIN_CHECK(t < vocab, Errc::invalid_config, "--prompt holds token " << t << ", outside --vocab " << vocab);
+  }
+  return tokens;
 }
 
 po::options_description describe(Parsed& p, std::string& config_file) {
@@ -125,7 +146,7 @@ po::options_description describe(Parsed& p, std::string& config_file) {
   po::options_description generation("Generation");
   generation.add_options()
       ("generate", po::value(&p.generate)->default_value(p.generate), "after training, print this many tokens generated after --prompt (needs --pp 1)")
-      ("prompt", po::value(&p.prompt), "text the generated tokens continue, one token per byte (absent: the data's first validation token)")
+      ("prompt", po::value(&p.prompt), "what the generated tokens continue: text, a token per byte, with --vocab up to 256; else token ids separated by spaces or commas (absent: the data's first validation token)")
       ("temperature", po::value(&p.sampling.temperature)->default_value(p.sampling.temperature), "divides the logits before sampling; 0: always the most likely token")
       ("top-k", po::value(&p.sampling.top_k)->default_value(p.sampling.top_k), "sample among the k most likely tokens only (0: all)");
 
@@ -172,6 +193,7 @@ Parsed parse_options(int argc, char** argv) {
   help << all;
   out.help_text = help.str();
   check_generation(out);
+  out.prompt_tokens = prompt_tokens(out.prompt, out.config.vocab);
   if (vm.count("help")) out.action = Action::help;
   else if (vm.count("version")) out.action = Action::version;
   return out;

@@ -1,6 +1,8 @@
 #pragma once
 // Command line and INI file of dtrain-gpt (docs/dtrain-gpt.md lists every option).
+#include <cstdint>
 #include <string>
+#include <vector>
 
 #include "dtrain/train/config.hpp"
 #include "dtrain/train/sampling.hpp"
@@ -12,9 +14,12 @@ enum class Action { train, help, version };
 struct Parsed {
   Action action = Action::train;
   dtrain::train::TrainConfig config;
-  // After training: tokens to generate after `prompt` (0: none), and how they are chosen.
+  // After training: tokens to generate after the prompt (0: none), and how they are chosen.
+  // --prompt is text, a token per byte, with a vocabulary of up to 256 (bytes are the
+  // tokens); above that, token ids separated by spaces or commas.
   int generate = 0;
   std::string prompt;
+  std::vector<std::int32_t> prompt_tokens;
   dtrain::train::SamplingConfig sampling;
   std::string help_text;
 };
