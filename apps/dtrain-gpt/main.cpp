@@ -45,6 +45,7 @@ int from_launcher(std::initializer_list<const char*> names) {
   }
   return -1;
 }
+
 // Generated tokens as the data's text where tokens are bytes (vocab <= 256: the built-in
 // corpus, text files), other bytes than printable ASCII, newline and tab as \xNN; otherwise
 // (a tokenizer's ids, e.g. GPT-2 shards) as numbers.

@@ -18,7 +18,8 @@ Trainer::Trainer(const TrainConfig& cfg, Communicator& world)
   DTRAIN_LOG(info, "layout: " << world.size() << " ranks = dp " << s_->grid.dp_size() << " x tp "
                    << s_->grid.tp_size() << " x pp " << s_->grid.pp_size() << "; micro-batch "
                    << cfg.micro_batch << ", global batch " << s_->loader.plan().global_batch()
-                   << " sequences (" << s_->accum() << " micro-steps/step), device "
+                   << " sequences (" << s_->accum()
+                   << (s_->accum() == 1 ? " micro-step" : " micro-steps") << " a step), device "
                    << s_->dev.name());
   const char* peak_from = s_->peak_flops_given                   ? "DTRAIN_PEAK_FLOPS "
                           : s_->dev.kind() == DeviceKind::cpu ? "measured SGEMM "

@@ -208,7 +208,8 @@ SMALL=(--device cuda --layers 2 --heads 4 --d-model 128 --seq-len 64 --vocab 256
        --micro-batch 4 --global-batch 16 --steps 20 --warmup-steps 5 --log-every 1
        --eval-every 0 --eval-batches 1)
 # And one rank in bf16 and fp16 (tensor-core GEMMs) against its fp32 curve.
-for layout in "1 --zero 1" "2 --dp 2 --zero 1" "2 --tp 2 --zero 1" "2 --dp 2 --zero 2" \
+# The TP run also generates text after training (logits gathered over the group).
+for layout in "1 --zero 1" "2 --dp 2 --zero 1" "2 --tp 2 --zero 1 --generate 16" "2 --dp 2 --zero 2" \
               "2 --dp 2 --zero 3" "1 --zero 1 --precision bf16" \
               "1 --zero 1 --precision fp16 --loss-scale 4096"; do
   read -r ranks extra <<<"$layout"
@@ -228,7 +229,7 @@ def losses(name):  # [] for a run that wrote nothing (it failed above)
         return []
 ref = losses("ranks_1_--zero1")
 ok = True
-for name in ("ranks_2_--dp2--zero1", "ranks_2_--tp2--zero1", "ranks_2_--dp2--zero2",
+for name in ("ranks_2_--dp2--zero1", "ranks_2_--tp2--zero1--generate16", "ranks_2_--dp2--zero2",
              "ranks_2_--dp2--zero3"):
     got = losses(name)
     worst = max(abs(a - b) / abs(b) for a, b in zip(got, ref)) if len(got) == len(ref) else 1.0
