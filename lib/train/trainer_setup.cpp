@@ -114,6 +114,30 @@ std::unique_ptr<TokenSource> open_source(const TrainConfig& cfg) {
   return src;
 }
 
+// Every rank opens the data itself, and on a cluster each node may see its own copy (data
+// staged to node-local disks): a file that only some ranks can open fails every rank, and
+// ranks that see different files or sizes (the description names them) fail together too,
+// instead of training on different data.
+std::unique_ptr<TokenSource> open_source_on_every_rank(const TrainConfig& cfg, Communicator& world) {
+  LocalFailure failure;
+  std::unique_ptr<TokenSource> src;
+  try {
+    src = open_source(cfg);
+  } catch (const std::exception& e) {
+    failure.record(e);
+  }
+  failure.agree(world, "opening the data");
+  const std::string seen = src->describe();
+  std::int64_t hash[2] = {static_cast<std::int64_t>(std::hash<std::string>{}(seen)), 0};
+  hash[1] = hash[0];
+  world.all_reduce(&hash[0], &hash[0], 1, DType::i64, ReduceOp::min);
+  world.all_reduce(&hash[1], &hash[1], 1, DType::i64, ReduceOp::max);
+  DTRAIN_CHECK(hash[0] == hash[1], Errc::invalid_config,
+               "the ranks see different data (every node must see the same files); rank "
+                   << world.rank() << " sees " << seen);
+  return src;
+}
+
 optim::AdamWConfig adamw_config(const TrainConfig& cfg) {
   optim::AdamWConfig a;
   a.beta1 = static_cast<float>(cfg.beta1);
@@ -209,7 +233,7 @@ Trainer::State::State(const TrainConfig& c, Communicator& w)
       dev(configured_device(cfg, w)),
       device_world(device_world_for(w, dev)),
       grid(device_world.valid() ? device_world : w, grid_shape(cfg)),
-      source(open_source(cfg)),
+      source(open_source_on_every_rank(cfg, w)),
       // ZeRO 2 holds only the gradient pieces this rank owns, ZeRO 3 also writes only its
       // parameter pieces, once they are known (hold_own_pieces); 16-bit storage writes its
       // parameters unit by unit (pack_parameters).

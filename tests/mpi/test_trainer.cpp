@@ -5,6 +5,7 @@
 #include <algorithm>
 #include <array>
 #include <cmath>
+#include <fstream>
 #include <set>
 
 #include "dtrain/nn/gpt.hpp"
@@ -285,4 +286,49 @@ TEST(Trainer, GeneratedTextFollowsTheCorpusOnEveryRank) {
   int legal = 0;
   for (std::size_t k = 2; k < tokens.size(); ++k) legal += seen.count({tokens[k - 2], tokens[k - 1], tokens[k]});
   EXPECT_GT(legal, 0.8 * (tokens.size() - 2)) << legal << " of " << tokens.size() - 2 << " triples occur in the corpus";
+}
+
+namespace {
+
+// A text file of `bytes` bytes in a directory of its own for this rank count, rank 0 writing.
+std::string text_file(const std::string& name, std::size_t bytes) {
+  const std::string dir = test::fresh_dir(world(), "trainer_data", name, world().size());
+  const std::string path = dir + "/corpus.txt";
+  if (world().rank() == 0) std::ofstream(path) << std::string(bytes, 'a');
+  world().barrier();
+  return path;
+}
+
+// Trainer construction throws on every rank (none is left waiting), with `fragment` in the
+// message of rank 0.
+void expect_every_rank_fails(const train::TrainConfig& cfg, const std::string& fragment) {
+  bool threw = false;
+  try {
+    train::Trainer t(cfg, world());
+  } catch (const Error& e) {
+    threw = true;
+    if (world().rank() == 0) EXPECT_NE(std::string(e.what()).find(fragment), std::string::npos) << e.what();
+  }
+  EXPECT_TRUE(threw);
+}
+
+}  // namespace
+
+// Data staged to node-local disks may differ between nodes: rank 0 standing in for a node
+// whose copy is missing or different.
+TEST(Trainer, DataThatRanksSeeDifferentlyFailsEveryRank) {
+  if (world().size() == 1) GTEST_SKIP() << "needs several ranks";
+  const std::string good = text_file("good", 4000);
+  train::TrainConfig cfg = tiny_config();
+  cfg.vocab = 256;  // text: a token per byte
+  cfg.data = world().rank() == 0 ? good + ".missing" : good;
+  expect_every_rank_fails(cfg, "cannot open data file");
+
+  const std::string other = text_file("other", 3000);
+  cfg.data = world().rank() == 0 ? other : good;
+  expect_every_rank_fails(cfg, "the ranks see different data");
+
+  cfg.data = good;  // the same file everywhere trains
+  train::Trainer t(cfg, world());
+  EXPECT_GT(t.train_step(), 0.0);
 }
