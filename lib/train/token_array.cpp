@@ -55,6 +55,7 @@ TokenArray::TokenArray(const std::string& path) : path_(path) {
     } else {
       tokens8_ = static_cast<const unsigned char*>(map_);
       count_ = map_bytes_;
+      vocab_ = 256;
     }
   } catch (...) {
     ::munmap(map_, map_bytes_);
@@ -80,7 +81,11 @@ void TokenArray::open_shard() {
                "token shard '" << path_ << "' is truncated: header says " << count_
                                << " tokens, file holds " << (map_bytes_ - kShardHeaderBytes) / 2);
   tokens16_ = reinterpret_cast<const std::uint16_t*>(static_cast<const char*>(map_) + kShardHeaderBytes);
-  vocab_ = 1 + *std::max_element(tokens16_, tokens16_ + count_);
+}
+
+int TokenArray::vocab_needed() const {
+  if (vocab_ == 0) vocab_ = 1 + *std::max_element(tokens16_, tokens16_ + count_);
+  return vocab_;
 }
 
 void TokenArray::copy(std::size_t start, int length, std::int32_t* out) const {

@@ -1,7 +1,7 @@
 #pragma once
 // One memory-mapped token file: an llm.c / nanoGPT uint16 shard (a name ending in .bin) or
-// plain text read as one byte per token. Opening checks the file and, for a shard, its header
-// and largest token id; errors throw Error with a message naming the file.
+// plain text read as one byte per token. Opening checks the file and, for a shard, its header;
+// errors throw Error with a message naming the file.
 #include <cstddef>
 #include <cstdint>
 #include <string>
@@ -18,8 +18,9 @@ class TokenArray {
   const std::string& path() const { return path_; }
   std::size_t size() const { return count_; }
   bool is_shard() const { return tokens16_ != nullptr; }
-  // Largest token id + 1 (a shard's, found by reading every token once), 256 for text.
-  int vocab_needed() const { return vocab_; }
+  // Largest token id + 1: a shard's, found by reading every token at the first call; 256
+  // for text.
+  int vocab_needed() const;
   // Writes tokens [start, start + length) to out.
   void copy(std::size_t start, int length, std::int32_t* out) const;
 
@@ -32,7 +33,7 @@ class TokenArray {
   const unsigned char* tokens8_ = nullptr;
   const std::uint16_t* tokens16_ = nullptr;
   std::size_t count_ = 0;
-  int vocab_ = 256;
+  mutable int vocab_ = 0;  // 0: not known yet
 };
 
 }  // namespace dtrain::train

@@ -101,10 +101,16 @@ class TokenFiles final : public TokenSource {
     }
   }
 
-  int vocab_needed() const override {
+  int vocab_needed() const override { return vocab_needed(0, 1); }
+  int vocab_needed(int part, int parts) const override {
     int v = 0;
+    std::size_t i = 0;
     for (const Files* set : {&train_files_, &val_files_}) {
-      for (const auto& f : *set) v = std::max(v, f->vocab_needed());
+      for (const auto& f : *set) {
+        if (i++ % static_cast<std::size_t>(parts) == static_cast<std::size_t>(part)) {
+          v = std::max(v, f->vocab_needed());
+        }
+      }
     }
     return v;
   }

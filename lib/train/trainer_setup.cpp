@@ -100,24 +100,17 @@ Communicator device_world_for(Communicator& world, const Device& dev) {
 }
 
 std::unique_ptr<TokenSource> open_source(const TrainConfig& cfg) {
-  std::unique_ptr<TokenSource> src;
-  if (cfg.data.empty()) {
-    src = make_synthetic_corpus(cfg.seed);
-  } else {
-    const std::vector<std::string> val =
-        cfg.val_data.empty() ? std::vector<std::string>{} : expand_data_files(cfg.val_data);
-    src = open_token_files(expand_data_files(cfg.data), val, cfg.seq_len, cfg.val_fraction, cfg.seed);
-  }
-  DTRAIN_CHECK(src->vocab_needed() <= cfg.vocab, Errc::invalid_config,
-               "--vocab " << cfg.vocab << " is too small for " << src->describe()
-                          << ", which needs at least " << src->vocab_needed());
-  return src;
+  if (cfg.data.empty()) return make_synthetic_corpus(cfg.seed);
+  const std::vector<std::string> val =
+      cfg.val_data.empty() ? std::vector<std::string>{} : expand_data_files(cfg.val_data);
+  return open_token_files(expand_data_files(cfg.data), val, cfg.seq_len, cfg.val_fraction, cfg.seed);
 }
 
 // Every rank opens the data itself, and on a cluster each node may see its own copy (data
 // staged to node-local disks): a file that only some ranks can open fails every rank, and
 // ranks that see different files or sizes (the description names them) fail together too,
-// instead of training on different data.
+// instead of training on different data. The ranks read a share of the files each to find
+// the largest token id.
 std::unique_ptr<TokenSource> open_source_on_every_rank(const TrainConfig& cfg, Communicator& world) {
   LocalFailure failure;
   std::unique_ptr<TokenSource> src;
@@ -135,6 +128,11 @@ std::unique_ptr<TokenSource> open_source_on_every_rank(const TrainConfig& cfg, C
   DTRAIN_CHECK(hash[0] == hash[1], Errc::invalid_config,
                "the ranks see different data (every node must see the same files); rank "
                    << world.rank() << " sees " << seen);
+  int needed = src->vocab_needed(world.rank(), world.size());
+  world.all_reduce(&needed, &needed, 1, DType::i32, ReduceOp::max);
+  DTRAIN_CHECK(needed <= cfg.vocab, Errc::invalid_config,
+               "--vocab " << cfg.vocab << " is too small for " << seen << ", which needs at least "
+                          << needed);
   return src;
 }
 

@@ -164,6 +164,11 @@ TEST(TokenFiles, SamplesStayInsideOneFileInProportionToItsWindows) {
   write_counting_shard(paths[2], 20000, 500);
   auto s = open_token_files(paths, {}, 32, 0.0, 3);
   EXPECT_EQ(s->vocab_needed(), 20500);
+  // Shares for ranks: files 0 and 2, then file 1; more shares than files leave some empty.
+  EXPECT_EQ(s->vocab_needed(0, 2), 20500);
+  EXPECT_EQ(s->vocab_needed(1, 2), 10020);
+  EXPECT_EQ(s->vocab_needed(1, 4), 10020);
+  EXPECT_EQ(s->vocab_needed(3, 4), 0);
   std::map<int, int> per_file;
   std::vector<std::int32_t> seq(33);
   const int draws = 4000;
@@ -199,6 +204,8 @@ TEST(TokenFiles, SeparateValidationFilesLeaveTrainingWhole) {
   write_counting_shard(temp_path("val.bin"), 30000, 100);
   auto s = open_token_files({temp_path("t.bin")}, {temp_path("val.bin")}, 32, 0.1, 5);
   EXPECT_EQ(s->vocab_needed(), 30100);
+  EXPECT_EQ(s->vocab_needed(0, 2), 40);     // the training file
+  EXPECT_EQ(s->vocab_needed(1, 2), 30100);  // the validation file
   std::vector<std::int32_t> seq(33);
   int last_start = 0;
   for (int i = 0; i < 400; ++i) {

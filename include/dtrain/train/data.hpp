@@ -22,6 +22,10 @@ class DTRAIN_API TokenSource {
   virtual void sample(Split split, std::uint64_t index, int length, std::int32_t* out) const = 0;
   // Largest token id + 1 that the source can produce: the model's vocab must be >= this.
   virtual int vocab_needed() const = 0;
+  // The same over share `part` of `parts` of the source (0 where a share holds nothing), so
+  // that ranks can each read a share and take the maximum: reading a large set of token
+  // files once on every rank costs start-up time. The default: all in share 0.
+  virtual int vocab_needed(int part, int parts) const { return part == 0 ? vocab_needed() : 0; }
   virtual std::string describe() const = 0;
   // Entropy rate in nats/token where known (the synthetic corpus), else a negative number.
   virtual double entropy_rate() const { return -1.0; }
@@ -47,7 +51,8 @@ DTRAIN_API std::unique_ptr<TokenSource> open_token_file(const std::string& path,
 // val_files empty the last val_fraction of the stream's tokens is held out for validation
 // (for one file, exactly open_token_file); otherwise training reads every token of
 // train_files and validation those of val_files. The vocabulary needed is the largest over
-// both sets, found by reading every shard once at opening.
+// both sets, found by reading every shard once (vocab_needed(part, parts): the files
+// i % parts == part of the train files followed by the validation files).
 DTRAIN_API std::unique_ptr<TokenSource> open_token_files(const std::vector<std::string>& train_files,
                                                          const std::vector<std::string>& val_files,
                                                          int seq_len, double val_fraction,
