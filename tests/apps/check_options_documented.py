@@ -1,0 +1,15 @@
+"""Every option that `dtrain-gpt --help` lists has a row in docs/dtrain-gpt.md.
+
+usage: check_options_documented.py DTRAIN_GPT DOCS_MD
+"""
+import re
+import subprocess
+import sys
+
+help_text = subprocess.run([sys.argv[1], "--help"], check=True, capture_output=True, text=True).stdout
+options = re.findall(r"^  (?:-\w \[ )?(--[a-z0-9-]+)", help_text, re.MULTILINE)
+with open(sys.argv[2], encoding="utf-8") as f:
+    docs = f.read()
+missing = [o for o in options if f"`{o}" not in docs]
+print(f"{len(options)} options in --help, {len(missing)} missing from {sys.argv[2]}: {missing}")
+sys.exit(1 if missing or len(options) < 40 else 0)
