@@ -70,12 +70,13 @@ class TokenFiles final : public TokenSource {
     }
     const std::size_t need = static_cast<std::size_t>(seq_len) + 1;
     if (windows_of(train_, need) == 0) {
-      DTRAIN_CHECK(train_files_.size() > 1, Errc::invalid_config,
-                   name_of(train_files_) << " has " << tokens_of(train_)
-                                         << " training tokens, fewer than seq-len + 1 = " << need);
-      DTRAIN_FAIL(Errc::invalid_config, "none of the " << name_of(train_files_)
-                                                       << " holds seq-len + 1 = " << need
-                                                       << " training tokens");
+      if (train_files_.size() == 1) {
+        DTRAIN_FAIL(Errc::invalid_config, name_of(train_files_)
+                                              << " has " << tokens_of(train_)
+                                              << " training tokens, fewer than seq-len + 1 = " << need);
+      }
+      DTRAIN_FAIL(Errc::invalid_config, "none of the " << name_of(train_files_) << " holds seq-len + 1 = "
+                                                       << need << " training tokens");
     }
     const Files& val_named = val_files_.empty() ? train_files_ : val_files_;
     DTRAIN_CHECK(val_.empty() || windows_of(val_, need) > 0, Errc::invalid_config,

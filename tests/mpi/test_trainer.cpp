@@ -20,6 +20,19 @@ using dtrain::test::world;
 namespace {
 
 train::TrainConfig tiny_config() { return test::tiny_train_config(); }
+
+// Large enough to learn the built-in corpus's order-2 structure in a few hundred steps.
+train::TrainConfig learning_config(long steps) {
+  train::TrainConfig cfg = tiny_config();
+  cfg.d_model = 64;
+  cfg.heads = 4;
+  cfg.seq_len = 32;
+  cfg.steps = steps;
+  cfg.warmup_steps = 10;
+  cfg.lr = 1e-2;
+  cfg.min_lr = 1e-3;
+  return cfg;
+}
 using test::train_losses;
 
 }  // namespace
@@ -137,15 +150,8 @@ TEST(Trainer, LearnsTowardTheCorpusEntropy) {
   // order-1 plateau (about ln 6 = 1.79), toward the entropy rate (1.208). With 32-token
   // windows the first two positions cannot be predicted from context, which puts the best
   // achievable mean loss near 1.30; 600 steps reach about 1.34.
-  train::TrainConfig cfg = tiny_config();
-  cfg.d_model = 64;
-  cfg.heads = 4;
-  cfg.seq_len = 32;
+  train::TrainConfig cfg = learning_config(600);
   cfg.micro_batch = 16 / world().size() > 0 ? 16 / world().size() : 1;
-  cfg.steps = 600;
-  cfg.warmup_steps = 10;
-  cfg.lr = 1e-2;
-  cfg.min_lr = 1e-3;
   cfg.eval_batches = 8;
   train::Trainer t(cfg, world());
   const train::TrainSummary s = t.run();
@@ -256,14 +262,7 @@ TEST(Trainer, GenerationIsTheSameOnEveryRankAndRepeats) {
 // about 88% (175 of 198 at 1, 2 and 4 ranks, 170 at 3). Minutes on the CUDA emulator, which
 // runs the test above instead.
 TEST(Trainer, GeneratedTextFollowsTheCorpusOnEveryRank) {
-  train::TrainConfig cfg = tiny_config();
-  cfg.d_model = 64;
-  cfg.heads = 4;
-  cfg.seq_len = 32;
-  cfg.steps = 300;
-  cfg.warmup_steps = 10;
-  cfg.lr = 1e-2;
-  cfg.min_lr = 1e-3;
+  train::TrainConfig cfg = learning_config(300);
   spread_for_generation(cfg);
   cfg.micro_batch = 16 / (world().size() / cfg.tp);
   train::Trainer t(cfg, world());
