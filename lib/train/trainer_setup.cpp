@@ -1,10 +1,6 @@
 // The Trainer's construction: layout, device, data, model, the gradient reduction and ZeRO
 // partition the optimiser is built on, and which gradients count toward the global norm.
 #include <algorithm>
-#include <cerrno>
-#include <cstring>
-#include <filesystem>
-#include <fstream>
 #include <functional>
 #include <thread>
 
@@ -12,6 +8,7 @@
 #include "dtrain/comm/agreed_failure.hpp"
 #include "dtrain/core/env.hpp"
 #include "dtrain/parallel/pipeline_partition.hpp"
+#include "train/save_dir.hpp"
 #include "train/trainer_state.hpp"
 
 namespace dtrain::train {
@@ -179,27 +176,6 @@ void on_root_for_all(Communicator& world, const std::function<void()>& body) {
   f.agree(world);
 }
 
-// --save-dir is checked before training, not after it: the directory is made, a file can be
-// created in it, and `latest` there, if any, is a file.
-void check_save_dir(const std::string& dir) {
-  namespace fs = std::filesystem;
-  std::error_code ec;
-  fs::create_directories(dir, ec);
-  DTRAIN_CHECK(!ec && fs::is_directory(dir, ec), Errc::invalid_config,
-               "--save-dir '" << dir << "' is not a directory that can be made"
-                              << (ec ? ": " + ec.message() : std::string()));
-  const fs::path probe = fs::path(dir) / ".dtrain-write-test";
-  {
-    std::ofstream out(probe);
-    DTRAIN_CHECK(out.good(), Errc::invalid_config,
-                 "--save-dir '" << dir << "' is not writable: " << std::strerror(errno));
-  }
-  fs::remove(probe, ec);
-  const fs::path latest = fs::path(dir) / "latest";
-  DTRAIN_CHECK(!fs::exists(latest, ec) || fs::is_regular_file(latest, ec), Errc::invalid_config,
-               "--save-dir '" << dir << "' holds a 'latest' that is not a file");
-}
-
 // 16-bit parameter storage (docs/mixed-precision.md): mixed precision at ZeRO 0-2 (ZeRO 3
 // keeps only its pieces already) where the device can hand back part of the arena.
 bool stores_16bit_parameters(const TrainConfig& cfg, const Device& dev) {
@@ -268,6 +244,7 @@ Trainer::State::State(const TrainConfig& c, Communicator& w)
     if (!cfg.metrics.empty()) metrics.open(cfg.metrics);
     if (!cfg.save_dir.empty() && !cfg.eval_only) check_save_dir(cfg.save_dir);
   });
+  if (!cfg.save_dir.empty() && !cfg.eval_only) check_save_dir_shared(w, cfg.save_dir);
   micro_losses.resize(static_cast<std::size_t>(accum()));
   if (grid.pp_size() > 1) {
     pipeline = std::make_unique<parallel::PipelineExecutor>(

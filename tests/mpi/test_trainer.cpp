@@ -5,6 +5,7 @@
 #include <algorithm>
 #include <array>
 #include <cmath>
+#include <filesystem>
 #include <fstream>
 #include <set>
 
@@ -330,4 +331,17 @@ TEST(Trainer, DataThatRanksSeeDifferentlyFailsEveryRank) {
   cfg.data = good;  // the same file everywhere trains
   train::Trainer t(cfg, world());
   EXPECT_GT(t.train_step(), 0.0);
+}
+
+// A node-local --save-dir (each node its own /tmp) stands in as a directory per rank: a
+// checkpoint is one file all ranks write, so this fails at start-up, on every rank.
+TEST(Trainer, SaveDirThatRanksSeeDifferentlyFailsEveryRank) {
+  if (world().size() == 1) GTEST_SKIP() << "needs several ranks";
+  train::TrainConfig cfg = tiny_config();
+  const std::string dir = test::fresh_dir(world(), "trainer_save", "local", world().size());
+  cfg.save_dir = dir + "/rank" + std::to_string(world().rank() == 0 ? 0 : 1);
+  expect_every_rank_fails(cfg, "is not on a file system that every rank sees: rank 1 on host ");
+  cfg.save_dir = dir + "/shared";
+  train::Trainer t(cfg, world());
+  EXPECT_FALSE(std::filesystem::exists(cfg.save_dir + "/.dtrain-shared-test"));  // the probe is gone
 }
