@@ -120,6 +120,19 @@ GradientGap gradient_gap(const ParameterStore& a, const ParameterStore& b) {
   return g;
 }
 
+// One forward and backward of both models on the same batch: the losses must be the same
+// bits; returns how far their gradients lie apart.
+GradientGap same_loss_gradient_gap(GptModel& a, GptModel& b, const std::vector<std::int32_t>& tok,
+                                   const std::vector<std::int32_t>& tgt, int B, int T) {
+  EXPECT_EQ(float_bits(a.forward(tok.data(), tgt.data(), B, T)),
+            float_bits(b.forward(tok.data(), tgt.data(), B, T)));
+  a.parameters().zero_grads();
+  b.parameters().zero_grads();
+  a.backward(1.0f);
+  b.backward(1.0f);
+  return gradient_gap(a.parameters(), b.parameters());
+}
+
 }  // namespace
 
 // ---- configuration ----------------------------------------------------------------------
@@ -439,13 +452,7 @@ TEST(GptModel, SixteenBitSavedActivationsHalveTheirBytesAndKeepGradientsClose) {
                      static_cast<double>(half.activation_bytes());
   EXPECT_NEAR(got, saved, 64.0 * 7 * L) << "64-byte rounding per kept tensor at most";
 
-  EXPECT_EQ(float_bits(full.forward(tok.data(), tgt.data(), B, T)),
-            float_bits(half.forward(tok.data(), tgt.data(), B, T)));
-  full.parameters().zero_grads();
-  half.parameters().zero_grads();
-  full.backward(1.0f);
-  half.backward(1.0f);
-  const GradientGap gap = gradient_gap(full.parameters(), half.parameters());
+  const GradientGap gap = same_loss_gradient_gap(full, half, tok, tgt, B, T);
   EXPECT_GT(gap.difference, 0.0) << "backward did not read the rounded activations";
   EXPECT_LT(gap.difference, 2e-2 * gap.scale);
   std::printf("bf16 saved activations: %zu of %zu bytes; largest gradient difference %.3g of "
@@ -478,13 +485,7 @@ TEST(GptModel, CpuAttentionSavesLogSumExpsOrOnRequestProbabilities) {
               per_block * cfg.layers, 64.0 * cfg.layers)
       << "64-byte rounding per block at most";
   auto tok = tokens_for(B * T, cfg.vocab, 3), tgt = tokens_for(B * T, cfg.vocab, 4);
-  EXPECT_EQ(float_bits(a.forward(tok.data(), tgt.data(), B, T)),
-            float_bits(b.forward(tok.data(), tgt.data(), B, T)));
-  a.parameters().zero_grads();
-  b.parameters().zero_grads();
-  a.backward(1.0f);
-  b.backward(1.0f);
-  const GradientGap gap = gradient_gap(a.parameters(), b.parameters());
+  const GradientGap gap = same_loss_gradient_gap(a, b, tok, tgt, B, T);
   EXPECT_GT(gap.scale, 0.0);
   EXPECT_LT(gap.difference, 1e-5 * gap.scale);
 }
