@@ -5,7 +5,7 @@
 #include "dtrain/device/device.hpp"
 
 namespace dtrain {
-constexpr int kCudaPluginAbi = 9;  // 2: Device::discard; 3: 16-bit casts, any_nonfinite;
+constexpr int kCudaPluginAbi = 10;  // 2: Device::discard; 3: 16-bit casts, any_nonfinite;
                                    // 4: Device::set_gemm_operand_format,
                                    //    discard_releases_memory, sum_squares_runs;
                                    // 5: Device::allocate_arena, restore, trim_memory;
@@ -13,6 +13,7 @@ constexpr int kCudaPluginAbi = 9;  // 2: Device::discard; 3: 16-bit casts, any_n
                                    // 7: attention_backward(out), attention_saved_floats;
                                    // 8: GradWrite of linear/gelu/attention_backward
                                    // 9: attention_forward(workspace)
+                                   // 10: attention_decode
 }  // namespace dtrain
 
 extern "C" {

@@ -50,4 +50,18 @@ struct GptModel::ChunkActivations {
   std::vector<SlotUse> use;                             // per slot
 };
 
+// decode()'s state: every block's q|k|v rows of the text so far ([seq_len, 3 C/tp], row t
+// the projections of position t, read by attention_decode in place) and the scratch of one
+// forward over up to seq_len new rows, all in one allocation.
+struct GptModel::DecodeCache {
+  DeviceBuffer buffer;
+  std::vector<float*> qkv;  // per block
+  std::int32_t* tokens = nullptr;
+  float *x = nullptr, *ln = nullptr, *mean = nullptr, *rstd = nullptr, *atty = nullptr,
+        *att = nullptr, *workspace = nullptr, *proj = nullptr, *fch = nullptr,
+        *fch_gelu = nullptr, *logits = nullptr;
+  std::size_t att_floats = 0;  // Device::attention_saved_floats when it was allocated
+  int length = 0;              // tokens of the text held
+};
+
 }  // namespace dtrain

@@ -1,6 +1,6 @@
-// Text generation from the trained model: one forward pass per new token over the last
-// seq-len tokens (fewer while the text is shorter), the next token chosen from the logits of
-// its last position.
+// Text generation from the trained model: the next token is chosen from the logits of the
+// last position of the last seq-len tokens (fewer while the text is shorter), computed with
+// the model's key/value cache (GptModel::decode).
 #include <algorithm>
 #include <vector>
 
@@ -22,6 +22,7 @@ std::vector<std::int32_t> Trainer::generate(std::vector<std::int32_t> context, i
     DTRAIN_CHECK(t >= 0 && t < vocab, Errc::invalid_argument,
                  "prompt token " << t << " is outside the vocabulary [0, " << vocab << ")");
   }
+  if (count == 0) return {};
   if (context.empty()) {  // start from the data's own first validation token
     std::int32_t first = 0;
     s.source->sample(Split::val, 0, 1, &first);
@@ -35,18 +36,18 @@ std::vector<std::int32_t> Trainer::generate(std::vector<std::int32_t> context, i
   for (int r = 0; r < tp; ++r) rows[static_cast<std::size_t>(r)] = static_cast<std::size_t>(nn::vocab_shard(vocab, tp, r).rows);
   std::vector<float> shard(static_cast<std::size_t>(mine.rows)), logits(static_cast<std::size_t>(vocab));
 
-  std::int32_t* tokens = s.tokens.as<std::int32_t>();
+  // The model's key/value cache holds the text from its last restart. While the text fits in
+  // seq-len, a new token costs a forward over its one row; beyond, the window of the last
+  // seq-len tokens moves by one, every position changes, and the cache starts again.
+  auto restart = [&] {
+    const auto n = std::min<std::size_t>(context.size(), static_cast<std::size_t>(T));
+    s.model.decode_reset();
+    return s.model.decode(context.data() + context.size() - n, static_cast<int>(n));
+  };
+  const float* last = restart();
   const std::uint64_t stream = rng::stream_id("generate");
   std::vector<std::int32_t> out;
   for (int i = 0; i < count; ++i) {
-    // The window, padded to a multiple of the TP size (sequence parallelism splits its
-    // rows); causal attention keeps the padding from changing the positions before it.
-    const auto n = static_cast<int>(std::min<std::size_t>(context.size(), static_cast<std::size_t>(T)));
-    const int length = std::min(T, (n + tp - 1) / tp * tp);
-    std::copy(context.end() - n, context.end(), tokens);
-    std::fill(tokens + n, tokens + length, 0);
-    s.model.forward(tokens, nullptr, 1, length);
-    const float* last = s.model.logits() + static_cast<std::size_t>(n - 1) * static_cast<std::size_t>(mine.padded_rows);
     s.dev.copy(shard.data(), last, shard.size() * sizeof(float), CopyKind::device_to_host);
     if (tp > 1) {
       s.grid.tp().all_gather_v(shard.data(), logits.data(), rows.data(), DType::f32);
@@ -57,6 +58,7 @@ std::vector<std::int32_t> Trainer::generate(std::vector<std::int32_t> context, i
     const std::int32_t next = choose_token(logits.data(), vocab, sampling, u);
     context.push_back(next);
     out.push_back(next);
+    if (i + 1 < count) last = s.model.decoded_length() < T ? s.model.decode(&next, 1) : restart();
   }
   return out;
 }

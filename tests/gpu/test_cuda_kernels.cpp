@@ -367,6 +367,27 @@ TEST_F(CudaKernels, CausalAttention) {
   }
 }
 
+// One query row against a cache of T positions, rows ld apart (generation), at T below, at
+// and above a block's 256 threads; cache rows past T are NaN and must not be read.
+TEST_F(CudaKernels, AttentionDecode) {
+  const int C = 48, NH = 3, ld = 3 * C, Tmax = 300;
+  auto cache = random_floats(static_cast<std::size_t>(Tmax) * ld, 1, -2.0f, 2.0f);
+  for (const int T : {1, 31, 256, 257, 300}) {
+    auto rows = cache;
+    for (std::size_t i = static_cast<std::size_t>(T) * ld; i < rows.size(); ++i)
+      rows[i] = std::numeric_limits<float>::quiet_NaN();
+    auto q = random_floats(C, 2 + T, -2.0f, 2.0f);
+    std::vector<float> out(C), ws(static_cast<std::size_t>(NH) * T);
+    cpu.attention_decode(out.data(), ws.data(), q.data(), rows.data() + C, rows.data() + 2 * C,
+                         T, C, NH, ld);
+    auto d_rows = up(rows), d_q = up(q), d_out = nans(C);
+    OnDevice<float> d_ws(gpu, ws.size());
+    gpu.attention_decode(d_out.get(), d_ws.get(), d_q.get(), d_rows.get() + C,
+                         d_rows.get() + 2 * C, T, C, NH, ld);
+    expect_close(d_out.host(), out, kFp32Bound, "attention_decode T=" + std::to_string(T));
+  }
+}
+
 // The fused kernels of 16-bit GEMM operands against the CPU's fp32 kernels, within the
 // format's precision: Q, K, V, the probabilities, dout and the score gradients are rounded
 // to 16 bits as GEMM operands. Head sizes 16 to 64; T below, at and past a 64-row block.

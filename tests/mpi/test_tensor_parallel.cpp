@@ -209,6 +209,31 @@ TEST(TensorParallel, LossCurveMatchesSingleRank) {
   expect_same_curve(train(cfg, &world(), true, nullptr, 20, 2), ref, "TP+SP");
 }
 
+// Generation's key/value cache split by heads: each rank's vocabulary shard of the logits
+// decode() gives, for the first rows and then one row at a time, equals those columns of the
+// single-rank model's decode (with and without sequence parallelism, which decode ignores).
+TEST(TensorParallel, DecodeMatchesSingleRank) {
+  for (const bool sp : {false, true}) {
+    for (const bool tied : {true, false}) {
+      const GptConfig cfg = tiny(257, tied);
+      GptModel par(cfg, cpu_device(), kSeed, 1, &world(), sp);
+      GptModel ref(cfg, cpu_device(), kSeed, 1);
+      const Batch b = make_batch(3, 0, 1, cfg.seq_len, cfg.vocab);
+      const nn::VocabShard mine = par.vocab_shard();
+      for (int length = 5; length <= cfg.seq_len; ++length) {
+        const int n = length == 5 ? 5 : 1;
+        const std::int32_t* first = b.tokens.data() + length - n;
+        const float* got = par.decode(first, n);
+        const float* want = ref.decode(first, n) + mine.start;
+        expect_close(std::vector<float>(got, got + mine.rows),
+                     std::vector<float>(want, want + mine.rows), 1e-5,
+                     std::string(sp ? "SP " : "") + (tied ? "tied" : "untied") + " length " +
+                         std::to_string(length));
+      }
+    }
+  }
+}
+
 TEST(TensorParallel, TensorTimesDataParallelMatchesSingleRank) {
   if (world().size() != 4) GTEST_SKIP() << "needs 4 ranks (TP=2 x DP=2)";
   GridShape shape;

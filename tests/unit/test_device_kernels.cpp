@@ -322,6 +322,26 @@ TEST(KernelGrad, AttentionFloatMatchesDouble) {
   }
 }
 
+// One query row against the keys and values of its positions (generation's key/value cache)
+// gives what the forward pass over those positions gives its last row; later rows of the
+// cache, NaN here, are never read.
+TEST(Kernels, AttentionDecodeMatchesTheLastRowOfForward) {
+  const int Tmax = 150, C = 16, NH = 4, ld = 3 * C;
+  auto qd = random_vec<double>(Tmax * 3 * C, 68, 2.0);
+  for (const int T : {1, 2, 63, 64, 65, 150}) {
+    vector<double> od(T * C), ad(NH * T * T), wsd(cpu::attention_workspace_elems(T));
+    cpu::attention_forward<double>(od.data(), ad.data(), wsd.data(), qd.data(), 1, T, C, NH,
+                                   AttentionSaved::probabilities);
+    vector<float> qf(qd.begin(), qd.end());
+    for (std::size_t i = static_cast<std::size_t>(T) * ld; i < qf.size(); ++i)
+      qf[i] = std::numeric_limits<float>::quiet_NaN();
+    vector<float> out(C), ws(NH * T);
+    const float* q = qf.data() + (T - 1) * ld;
+    cpu::attention_decode(out.data(), ws.data(), q, qf.data() + C, qf.data() + 2 * C, T, C, NH, ld);
+    for (int i = 0; i < C; ++i) EXPECT_NEAR(out[i], od[(T - 1) * C + i], 1e-5) << "T " << T;
+  }
+}
+
 // Saved activations in 16 bits round both halves of each log-sum-exp: the head is exact in
 // bf16, so the sum keeps about 16 bits and the gradients stay close; one bf16 value per row
 // would not.

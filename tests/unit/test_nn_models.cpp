@@ -327,6 +327,65 @@ TEST(GptModel, BackwardAccumulatesAndStepsDoNotAllocate) {
   EXPECT_THROW(m.forward(tok.data(), tgt.data(), B, T), Error);
 }
 
+// Generation's key/value cache: the logits decode() gives after each appended piece of text
+// (the first rows, then one row at a time, then several rows at once) are those of a full
+// forward over the text so far, at its last position; the cache is reused without allocating.
+TEST(GptModel, DecodeWithTheCacheGivesTheLogitsOfAFullForward) {
+  for (const bool tied : {true, false}) {
+    GptConfig cfg;
+    cfg.layers = 2;
+    cfg.heads = 2;
+    cfg.d_model = 32;
+    cfg.seq_len = 40;
+    cfg.vocab = 100;
+    cfg.tie_embeddings = tied;
+    GptModel m(cfg, cpu_device(), 21, 1);
+    randomise(m.parameters(), 22);
+    const auto tok = tokens_for(cfg.seq_len, cfg.vocab, 23);
+    const int Vp = cfg.padded_vocab();
+    auto expect_logits_of_forward = [&](const float* got, int length) {
+      m.forward(tok.data(), nullptr, 1, length);
+      const float* want = m.logits() + static_cast<std::size_t>(length - 1) * Vp;
+      float scale = 0, gap = 0;
+      for (int v = 0; v < cfg.vocab; ++v) {
+        scale = std::max(scale, std::abs(want[v]));
+        gap = std::max(gap, std::abs(got[v] - want[v]));
+      }
+      EXPECT_LE(gap, 1e-5f * scale) << "tied " << tied << ", length " << length;
+    };
+    vector<float> first;
+    std::size_t allocations = 0;
+    for (int round = 0; round < 2; ++round) {
+      m.decode_reset();
+      EXPECT_EQ(m.decoded_length(), 0);
+      const float* got = m.decode(tok.data(), 7);
+      if (round == 0) {
+        first.assign(got, got + Vp);
+        allocations = AlignedBuffer::allocation_count();
+        expect_logits_of_forward(got, 7);
+        continue;
+      }
+      EXPECT_EQ(0, std::memcmp(got, first.data(), sizeof(float) * Vp)) << "a new text repeats";
+      for (int length = 8; length <= cfg.seq_len; ++length) {
+        const int n = length == 25 ? 5 : 1;  // positions 20..24 in one call
+        if (length >= 21 && length < 25) continue;
+        got = m.decode(tok.data() + length - n, n);
+        EXPECT_EQ(m.decoded_length(), length);
+        expect_logits_of_forward(got, length);  // forward() leaves decode's memory alone
+      }
+      EXPECT_EQ(AlignedBuffer::allocation_count(), allocations) << "the cache is reused";
+    }
+    EXPECT_THROW(m.decode(tok.data(), 1), Error);  // past seq-len
+    m.decode_reset();
+    std::vector<std::int32_t> bad = {1, cfg.vocab};
+    EXPECT_THROW(m.decode(bad.data(), 2), Error);
+  }
+  GptConfig cfg = tiny_gpt();
+  GptModel stage(cfg, cpu_device(), 1, 1, GptStage{0, 1, true, false});
+  const auto tok = tokens_for(2, cfg.vocab, 24);
+  EXPECT_THROW(stage.decode(tok.data(), 2), Error) << "a pipeline stage cannot decode";
+}
+
 TEST(GptModel, FlopsPerToken) {
   GptConfig cfg;  // 4 layers, C 256, T 256, V 256
   GptModel m(cfg, cpu_device(), 1, 1);

@@ -145,6 +145,13 @@ class DTRAIN_API Device {
   // device's fused attention save one log-sum-exp per row); the answer may depend on the GEMM
   // operand format, so size att after set_gemm_operand_format.
   virtual std::size_t attention_saved_floats(int B, int T, int C, int NH) const;
+  // One query row against the keys and values its sequence has so far (generation with a
+  // key/value cache): q[C] (NH heads of C/NH), k[T,ld] and v[T,ld] (row t: position t, the
+  // query's own position last; head h in columns [h*C/NH, (h+1)*C/NH)). out[C] gets per head
+  // softmax(q_h k_h^T / sqrt(C/NH)) v_h: what attention_forward gives the last row of a
+  // sequence of T. workspace: NH*T floats.
+  virtual void attention_decode(float* out, float* workspace, const float* q, const float* k,
+                                const float* v, int T, int C, int NH, int ld) = 0;
 
   // ---- residual / elementwise ----------------------------------------------
   virtual void residual_forward(float* out, const float* a, const float* b, std::int64_t n) = 0;

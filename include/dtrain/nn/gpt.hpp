@@ -175,6 +175,22 @@ class DTRAIN_API GptModel {
   // advance while the block computes: MPI moves a large message only while a rank is
   // inside the library.
   void set_progress_hook(std::function<void()> hook) { progress_hook_ = std::move(hook); }
+  // Generation with a key/value cache, one text at a time, on a model that holds every
+  // layer, the embedding and the head (no pipeline stages). decode(tokens, n) runs the model
+  // over n more tokens of the text the cache holds (at most seq_len tokens in all; the first
+  // call after decode_reset() starts a new text) and returns the logits of the last of them:
+  // device memory, one row of vocab_shard().padded_rows floats laid out as in logits(),
+  // valid until the next decode. The cache keeps every block's q|k|v rows of the text, so a
+  // token costs a forward over one row instead of over the whole text; the logits are those
+  // forward() gives that position, up to rounding. Collective over the TP group (every rank
+  // passes the same tokens); rows are not split by sequence parallelism. Throws
+  // Error(Errc::invalid_argument) on tokens outside the vocabulary or past seq_len. The
+  // first call allocates the cache (per block seq_len x 3 d_model / tp floats) and the
+  // scratch of one sequence; it is kept for the next text.
+  const float* decode(const std::int32_t* tokens, int n);
+  void decode_reset() noexcept;
+  int decoded_length() const noexcept;
+
   // Per-position losses of the last forward (device memory, [B, T]).
   const float* losses() const noexcept { return losses_; }
 
@@ -200,6 +216,8 @@ class DTRAIN_API GptModel {
  private:
   struct Block;
   struct ChunkActivations;  // where each (chunk, slot) keeps its saved activations
+  struct DecodeCache;       // decode()'s q|k|v rows and scratch
+  void allocate_decode_cache();
   bool has_wte() const noexcept { return stage_.embedding || (stage_.head && cfg_.tie_embeddings); }
   void declare_parameters();
   void bind_parameters();  // points the layers at their tensors in the arenas
@@ -298,6 +316,7 @@ class DTRAIN_API GptModel {
   std::vector<float> host_losses_;
 
   const float* stage_out_ = nullptr;  // residual stream after the last block of the chunk
+  std::unique_ptr<DecodeCache> decode_;  // made by the first decode()
 };
 
 }  // namespace dtrain

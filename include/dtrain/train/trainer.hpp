@@ -59,9 +59,10 @@ class DTRAIN_API Trainer {
   double train_step();                // one optimiser step; returns its mean loss
   double evaluate();                  // mean validation loss over eval_batches batches
   // Continues `context` (token ids; empty: the data's first validation token) by `count`
-  // tokens chosen from the model's logits (sampling.hpp), each from a forward pass over the
-  // last seq-len tokens, with random numbers keyed by (cfg.seed, token index); returns the new
-  // tokens. Collective over the world; every rank returns the same tokens. Needs pp = 1.
+  // tokens chosen from the model's logits (sampling.hpp) at the last of the last seq-len
+  // tokens (computed with the model's key/value cache, GptModel::decode), with random numbers
+  // keyed by (cfg.seed, token index); returns the new tokens. Collective over the world;
+  // every rank returns the same tokens. Needs pp = 1.
   std::vector<std::int32_t> generate(std::vector<std::int32_t> context, int count,
                                      const SamplingConfig& sampling);
   long step() const;                  // optimiser steps taken so far

@@ -169,6 +169,10 @@ std::size_t CpuDevice::attention_workspace_floats(int T) const {
 std::size_t CpuDevice::attention_saved_floats(int B, int T, int, int NH) const {
   return cpu::attention_saved_elems(attention_saves_, B, T, NH);
 }
+void CpuDevice::attention_decode(float* out, float* workspace, const float* q, const float* k,
+                                 const float* v, int T, int C, int NH, int ld) {
+  cpu::attention_decode(out, workspace, q, k, v, T, C, NH, ld);
+}
 void CpuDevice::residual_forward(float* out, const float* a, const float* b, std::int64_t n) {
   cpu::residual_forward<float>(out, a, b, n);
 }

@@ -76,6 +76,12 @@ void attention_backward(T* dqkv, T* workspace, const T* dout, const T* qkv, cons
                         int T_, int C, int NH, AttentionSaved what, int block = 0,
                         bool accumulate = true);
 
+// ---- attention_decode.cpp ----------------------------------------------------
+// One query row q[C] against keys k[T_,ld] and values v[T_,ld] (Device::attention_decode);
+// workspace holds NH*T_ floats.
+void attention_decode(float* out, float* workspace, const float* q, const float* k,
+                      const float* v, int T_, int C, int NH, int ld);
+
 // ---- elementwise.cpp ---------------------------------------------------------
 template <class T> void residual_forward(T* out, const T* a, const T* b, std::int64_t n);
 template <class T> void accumulate(T* dst, const T* src, std::int64_t n);

@@ -101,6 +101,8 @@ class CudaDevice final : public Device {
                           GradWrite dqkv_write) override;
   std::size_t attention_workspace_floats(int T) const override;
   std::size_t attention_saved_floats(int B, int T, int C, int NH) const override;
+  void attention_decode(float* out, float* workspace, const float* q, const float* k,
+                        const float* v, int T, int C, int NH, int ld) override;
   void residual_forward(float* out, const float* a, const float* b, std::int64_t n) override;
   void accumulate(float* dst, const float* src, std::int64_t n) override;
   void scale(float* x, float s, std::int64_t n) override;

@@ -77,6 +77,11 @@ void causal_softmax_forward(cudaStream_t s, float* att, std::int64_t matrices, i
 void causal_softmax_backward(cudaStream_t s, float* dP, const float* P, std::int64_t matrices,
                              int T, float scale);
 
+// ---- kernels_attention_decode.cu --------------------------------------------------
+// Device::attention_decode: q[C] against k[T,ld] and v[T,ld]; workspace of NH*T floats.
+void attention_decode(cudaStream_t s, float* out, float* workspace, const float* q,
+                      const float* k, const float* v, int T, int C, int NH, int ld);
+
 // ---- flash_attention.cu ----------------------------------------------------------
 // Fused causal attention on tensor cores, for bf16/fp16 operands (fmt) and head sizes 16,
 // 32, 48 and 64. Saves per query row its log-sum-exp, in lse[B,NH,T,2] (two floats, so
