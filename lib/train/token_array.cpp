@@ -96,4 +96,18 @@ void TokenArray::copy(std::size_t start, int length, std::int32_t* out) const {
   }
 }
 
+std::uint64_t TokenArray::fingerprint() const {
+  constexpr std::size_t kRuns = 64, kRunTokens = 64;
+  std::uint64_t h = 14695981039346656037ULL;  // FNV-1a over the tokens' values
+  const std::size_t run = std::min(kRunTokens, count_);
+  for (std::size_t r = 0; r < kRuns; ++r) {
+    const std::size_t start = (count_ - run) * r / (kRuns - 1);
+    for (std::size_t t = start; t < start + run; ++t) {
+      h ^= tokens16_ ? tokens16_[t] : tokens8_[t];
+      h *= 1099511628211ULL;
+    }
+  }
+  return h;
+}
+
 }  // namespace dtrain::train

@@ -116,6 +116,14 @@ class TokenFiles final : public TokenSource {
     return v;
   }
 
+  std::uint64_t fingerprint() const override {
+    std::uint64_t h = 0;
+    for (const Files* set : {&train_files_, &val_files_}) {
+      for (const auto& f : *set) h = h * 1099511628211ULL ^ f->fingerprint();
+    }
+    return h;
+  }
+
   std::string describe() const override {
     std::string s = describe(train_files_);
     if (!val_files_.empty()) s += "; validation: " + describe(val_files_);

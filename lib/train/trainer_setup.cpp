@@ -105,8 +105,8 @@ std::unique_ptr<TokenSource> open_source(const TrainConfig& cfg) {
 
 // Every rank opens the data itself, and on a cluster each node may see its own copy (data
 // staged to node-local disks): a file that only some ranks can open fails every rank, and
-// ranks that see different files or sizes (the description names them) fail together too,
-// instead of training on different data. The ranks read a share of the files each to find
+// ranks that see different files, sizes (the description names them) or contents (sampled by
+// the fingerprint) fail together too, instead of training on different data. The ranks read a share of the files each to find
 // the largest token id.
 std::unique_ptr<TokenSource> open_source_on_every_rank(const TrainConfig& cfg, Communicator& world) {
   LocalFailure failure;
@@ -118,13 +118,16 @@ std::unique_ptr<TokenSource> open_source_on_every_rank(const TrainConfig& cfg, C
   }
   failure.agree(world, "opening the data");
   const std::string seen = src->describe();
-  std::int64_t hash[2] = {static_cast<std::int64_t>(std::hash<std::string>{}(seen)), 0};
+  const std::uint64_t content = src->fingerprint();
+  std::int64_t hash[2] = {
+      static_cast<std::int64_t>(std::hash<std::string>{}(seen) ^ (content * 0x9e3779b97f4a7c15ULL)), 0};
   hash[1] = hash[0];
   world.all_reduce(&hash[0], &hash[0], 1, DType::i64, ReduceOp::min);
   world.all_reduce(&hash[1], &hash[1], 1, DType::i64, ReduceOp::max);
   DTRAIN_CHECK(hash[0] == hash[1], Errc::invalid_config,
-               "the ranks see different data (every node must see the same files); rank "
-                   << world.rank() << " sees " << seen);
+               "the ranks see different data (every node must see the same files with the same "
+               "contents); rank " << world.rank() << " sees " << seen << ", content fingerprint "
+                                  << std::hex << content);
   int needed = src->vocab_needed(world.rank(), world.size());
   world.all_reduce(&needed, &needed, 1, DType::i32, ReduceOp::max);
   DTRAIN_CHECK(needed <= cfg.vocab, Errc::invalid_config,

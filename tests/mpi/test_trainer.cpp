@@ -328,6 +328,18 @@ TEST(Trainer, DataThatRanksSeeDifferentlyFailsEveryRank) {
   cfg.data = world().rank() == 0 ? other : good;
   expect_every_rank_fails(cfg, "the ranks see different data");
 
+  // The same name and size, another content (one node's copy is stale or damaged): each rank
+  // reads "corpus.txt" in a directory of its own, rank 0's with other bytes.
+  const std::string dir = test::fresh_dir(world(), "trainer_data", "content", world().size());
+  const std::filesystem::path mine = std::filesystem::absolute(dir + "/rank" + std::to_string(world().rank()));
+  std::filesystem::create_directories(mine);
+  std::ofstream(mine / "corpus.txt") << std::string(4000, world().rank() == 0 ? 'b' : 'a');
+  const std::filesystem::path cwd = std::filesystem::current_path();
+  std::filesystem::current_path(mine);
+  cfg.data = "corpus.txt";
+  expect_every_rank_fails(cfg, "the ranks see different data");
+  std::filesystem::current_path(cwd);
+
   cfg.data = good;  // the same file everywhere trains
   train::Trainer t(cfg, world());
   EXPECT_GT(t.train_step(), 0.0);

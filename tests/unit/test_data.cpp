@@ -112,6 +112,36 @@ TEST(TokenFile, PlainTextAndShard) {
   EXPECT_GE(seq[0], 0);
 }
 
+// The content fingerprint the ranks compare: equal for copies, different after one token
+// changes in the first or last run, or anywhere in a file of up to 4096 tokens.
+TEST(TokenFile, FingerprintFollowsTheContent) {
+  auto fingerprint = [](const std::string& name, const std::string& bytes) {
+    write_file(temp_path(name), bytes);
+    return open_token_file(temp_path(name), 16, 0.1, 1)->fingerprint();
+  };
+  std::string big(100000, 'a');
+  for (std::size_t i = 0; i < big.size(); ++i) big[i] = static_cast<char>('a' + i * 7 % 26);
+  const std::uint64_t base = fingerprint("fp_a.txt", big);
+  EXPECT_EQ(fingerprint("fp_b.txt", big), base);
+  for (const std::size_t at : {std::size_t{0}, big.size() - 1}) {
+    std::string changed = big;
+    changed[at] = '!';
+    EXPECT_NE(fingerprint("fp_c.txt", changed), base) << "byte " << at;
+  }
+  const std::string small = big.substr(0, 3000);
+  for (std::size_t at = 0; at < small.size(); at += 37) {
+    std::string changed = small;
+    changed[at] = '!';
+    EXPECT_NE(fingerprint("fp_d.txt", changed), fingerprint("fp_e.txt", small)) << "byte " << at;
+  }
+  std::vector<std::uint16_t> toks(5000);
+  for (std::size_t i = 0; i < toks.size(); ++i) toks[i] = static_cast<std::uint16_t>(i % 1000);
+  const std::uint64_t shard = fingerprint("fp_s.bin", shard_bytes(20240520, 1, toks));
+  toks.back() = 7;  // was 999
+  EXPECT_NE(fingerprint("fp_t.bin", shard_bytes(20240520, 1, toks)), shard);
+  EXPECT_EQ(make_synthetic_corpus(1)->fingerprint(), 0u);
+}
+
 TEST(TokenFile, BadInputIsAClearError) {
   auto expect_error = [](const std::string& path, const std::string& fragment) {
     try {

@@ -27,6 +27,10 @@ class DTRAIN_API TokenSource {
   // files once on every rank costs start-up time. The default: all in share 0.
   virtual int vocab_needed(int part, int parts) const { return part == 0 ? vocab_needed() : 0; }
   virtual std::string describe() const = 0;
+  // A hash of samples of the content, which ranks compare at start-up besides describe()
+  // (0: nothing to compare beyond the description, as for the built-in corpus, a function of
+  // the seed).
+  virtual std::uint64_t fingerprint() const { return 0; }
   // Entropy rate in nats/token where known (the synthetic corpus), else a negative number.
   virtual double entropy_rate() const { return -1.0; }
 };
