@@ -626,6 +626,28 @@ DT_API dt_result_t dt_gpt_evaluate(dt_model_t model, const int32_t* tokens,
                                    const int32_t* targets, int batch, int seq, float* loss);
 
 /**
+ * @brief GPT next-token logits for generation, with a key/value cache.
+ *
+ * Appends tokens to the text the model holds (with new_text nonzero, the text starts anew
+ * with them) and writes the logits of the last of them: the distribution of the token that
+ * follows. The model keeps every block's query, key and value rows of the text, so each
+ * call costs a forward pass over its tokens only; the logits are those of a forward pass
+ * over the whole text, up to rounding. A text holds at most seq_len tokens (to go on past
+ * that, start a new text with its last tokens). The first call allocates the cache (per
+ * block seq_len x 3 d_model floats). Gradients are untouched. Collective over dp under
+ * zero_stage 3 (the parameters are gathered), else not.
+ * @param model a live GPT.
+ * @param tokens count int32 in [0, vocab).
+ * @param count tokens to append, at least 1.
+ * @param new_text nonzero: forget the text held and start a new one with these tokens.
+ * @param[out] logits [vocab] floats.
+ * @return ::DT_SUCCESS; ::DT_ERR_INVALID_HANDLE, ::DT_ERR_INVALID_ARGUMENT (not a GPT, NULL
+ *         pointer, count < 1, the text longer than seq_len, a token out of range).
+ */
+DT_API dt_result_t dt_gpt_decode(dt_model_t model, const int32_t* tokens, int count,
+                                 int new_text, float* logits);
+
+/**
  * @brief Optimiser step. Collective over the model's dp group.
  *
  * Averages the accumulated gradients over dp (under zero_stage 2 and 3 the forward-backward

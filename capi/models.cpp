@@ -218,6 +218,25 @@ dt_result_t dt_gpt_evaluate(dt_model_t model, const int32_t* tokens, const int32
   });
 }
 
+dt_result_t dt_gpt_decode(dt_model_t model, const int32_t* tokens, int count, int new_text,
+                          float* logits) {
+  return with_model(__func__, model, [&](dt_model_s& m) {
+    dtrain::GptModel& g = need_gpt(m);
+    const int vocab = g.config().vocab, seq_len = g.config().seq_len;
+    agreed_checks(m.engine->dp(), m.engine->gather() != nullptr, [&] {
+      need_ptr(logits, "logits");
+      need(count >= 1, "count must be at least 1");
+      const int held = new_text ? 0 : g.decoded_length();
+      need(count <= seq_len - held, "the text would be longer than seq_len: start a new text "
+                                    "(new_text) with its last tokens");
+      need_tokens(tokens, static_cast<std::size_t>(count), vocab, "tokens");
+    });
+    if (new_text) g.decode_reset();
+    m.device().copy(logits, g.decode(tokens, count), sizeof(float) * static_cast<std::size_t>(vocab),
+                    dtrain::CopyKind::device_to_host);
+  });
+}
+
 dt_result_t dt_model_step(dt_model_t model, float lr, float* grad_norm) {
   return with_model(__func__, model, [&](dt_model_s& m) {
     need(lr >= 0 && lr < 1e30f, "lr must be a finite value >= 0");

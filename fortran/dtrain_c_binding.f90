@@ -239,6 +239,14 @@ module dtrain_c_binding
       integer(c_int), value :: batch, seq
       real(c_float), intent(out) :: loss
     end function
+    integer(c_int) function c_gpt_decode(model, tokens, count, new_text, logits) &
+        bind(C, name="dt_gpt_decode")
+      import :: c_int, c_int32_t, c_float, dt_model
+      type(dt_model), value :: model
+      integer(c_int32_t), dimension(*), intent(in) :: tokens
+      integer(c_int), value :: count, new_text
+      real(c_float), dimension(*), intent(out) :: logits
+    end function
     integer(c_int) function c_gpt_evaluate(model, tokens, targets, batch, seq, loss) &
         bind(C, name="dt_gpt_evaluate")
       import :: c_int, c_int32_t, c_float, dt_model
@@ -352,7 +360,8 @@ module dtrain_c_binding
             c_grid_create, c_grid_destroy, c_grid_shape, c_grid_coords, c_grid_comm, &
             c_byom_create, c_byom_destroy, c_byom_register, c_byom_step, c_byom_steps, &
             c_model_create_mlp, c_model_create_gpt, c_model_destroy, c_mlp_forward_backward, &
-            c_mlp_evaluate, c_mlp_predict, c_gpt_forward_backward, c_gpt_evaluate, c_model_step, &
+            c_mlp_evaluate, c_mlp_predict, c_gpt_forward_backward, c_gpt_evaluate, c_gpt_decode, &
+            c_model_step, &
             c_model_steps, c_model_num_parameters, c_model_get_parameters, c_model_num_tensors, &
             c_model_tensor_name, c_model_tensor_shape, c_model_get_tensor, c_model_set_tensor, &
             c_byom_save_checkpoint, c_byom_load_checkpoint, c_model_save_checkpoint, &

@@ -12,7 +12,7 @@ module dtrain_models
 
   public :: dt_model_create_mlp, dt_model_create_gpt, dt_model_destroy, dt_model_step, &
             dt_model_steps, dt_mlp_forward_backward, dt_mlp_evaluate, dt_mlp_predict, &
-            dt_gpt_forward_backward, dt_gpt_evaluate
+            dt_gpt_forward_backward, dt_gpt_evaluate, dt_gpt_decode
 
 contains
 
@@ -271,6 +271,37 @@ contains
     ierr = ret(c_gpt_evaluate(model, tokens, targets, int(size(tokens, 2), c_int), &
                               int(size(tokens, 1), c_int), l))
     loss = l
+  end subroutine
+
+  !> GPT next-token logits for generation, with a key/value cache: appends tokens to the
+  !> text the model holds and returns the logits of the last of them, those of a forward
+  !> pass over the whole text up to rounding, for the cost of one over the new tokens. A text
+  !> holds at most seq_len tokens. Collective over dp under zero_stage 3.
+  !> @param[in] model a live GPT.
+  !> @param[in] tokens integer(c_int32_t) tokens(count), ids in [0, vocab), count >= 1.
+  !> @param[in] new_text .true.: forget the text held and start a new one with tokens.
+  !> @param[out] logits real(c_float) logits(vocab); the most likely next token is
+  !>             maxloc(logits, 1) - 1.
+  !> @param[out] ierr DT_SUCCESS; DT_ERR_INVALID_ARGUMENT (not a GPT, no tokens, the text
+  !>             longer than seq_len, a token out of range, logits other than vocab long).
+  subroutine dt_gpt_decode(model, tokens, new_text, logits, ierr)
+    type(dt_model), intent(in) :: model
+    integer(c_int32_t), dimension(:), contiguous, intent(in) :: tokens
+    logical, intent(in) :: new_text
+    real(c_float), dimension(:), contiguous, intent(out) :: logits
+    integer, intent(out) :: ierr
+    integer(c_int64_t), allocatable :: wte(:)
+    integer :: shape_ierr
+    call dt_model_tensor_shape(model, 'wte', wte, shape_ierr)  ! (d_model, vocab) of a GPT
+    if (shape_ierr == DT_SUCCESS) then
+      if (size(logits) /= wte(2)) then
+        call fail_here(ierr, DT_ERR_INVALID_ARGUMENT, 'dt_gpt_decode', &
+                       'logits must have vocab entries')
+        return
+      end if
+    end if
+    ierr = ret(c_gpt_decode(model, tokens, int(size(tokens), c_int), &
+                            merge(1_c_int, 0_c_int, new_text), logits))
   end subroutine
 
   !> Optimiser step: average the accumulated gradients over dp, clip, AdamW, zero the

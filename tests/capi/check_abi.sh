@@ -7,7 +7,9 @@
 set -u
 update=0
 if [ "${1:-}" = "--update" ]; then update=1; shift; fi
-lib=$1 src=$2
+# src made absolute: abidw counts as public only the types declared in the header at the
+# path the debug info names, so a relative path would drop every enumerator and member.
+lib=$1 src=$(cd "$2" && pwd) || exit 1
 reference=$src/capi/abi/dtrain-c.abi
 suppr=$src/capi/abi/c-api.suppr
 command -v abidw >/dev/null 2>&1 && command -v abidiff >/dev/null 2>&1 || {

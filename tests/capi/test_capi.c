@@ -340,6 +340,8 @@ static void test_mlp(dt_context_t ctx, dt_comm_t world, int size) {
     EXPECT(DT_ERR_INVALID_ARGUMENT, ctx, dt_mlp_evaluate(ref_model, x, NULL, MBATCH, &eval));
     EXPECT(DT_ERR_INVALID_ARGUMENT, ctx, dt_gpt_evaluate(ref_model, y, y, 1, 1, &eval));
     MESSAGE(ctx, "model is not a GPT");
+    EXPECT(DT_ERR_INVALID_ARGUMENT, ctx, dt_gpt_decode(ref_model, y, 1, 1, logits));
+    MESSAGE(ctx, "model is not a GPT");
   }
   EXPECT(DT_ERR_INVALID_STATE, ctx, dt_grid_destroy(solo_grid));
   OK(ctx, dt_model_destroy(ref_model));
@@ -358,6 +360,48 @@ static void test_mlp(dt_context_t ctx, dt_comm_t world, int size) {
     CHECK(m == NULL);
   }
   /* dp_model stays alive: dt_finalize must release it. */
+}
+
+/* -log softmax(logits)[target], in double */
+static double next_token_loss(const float* logits, int vocab, int target) {
+  double max = logits[0], sum = 0;
+  for (int v = 1; v < vocab; ++v) max = logits[v] > max ? logits[v] : max;
+  for (int v = 0; v < vocab; ++v) sum += exp(logits[v] - max);
+  return max + log(sum) - logits[target];
+}
+
+/* Generation's logits, fed one token at a time, give at each position the cross-entropy
+ * that dt_gpt_evaluate averages over the sequence; all tokens at once give the last one's. */
+static void test_gpt_decode(dt_context_t ctx, dt_model_t gpt, const int32_t* tokens,
+                            const int32_t* targets, int T, int vocab) {
+  float logits[64], eval = 0;
+  double sum = 0;
+  CHECK(vocab <= 64);
+  for (int t = 0; t < T; ++t) {
+    OK(ctx, dt_gpt_decode(gpt, tokens + t, 1, t == 0, logits));
+    sum += next_token_loss(logits, vocab, targets[t]);
+  }
+  OK(ctx, dt_gpt_evaluate(gpt, tokens, targets, 1, T, &eval));
+  CHECK(fabs(sum / T - eval) < 1e-5 * eval);
+  EXPECT(DT_ERR_INVALID_ARGUMENT, ctx, dt_gpt_decode(gpt, tokens, 1, 0, logits));
+  MESSAGE(ctx, "longer than seq_len");
+  OK(ctx, dt_gpt_decode(gpt, tokens, T, 1, logits));
+  {
+    float one_by_one[64];
+    OK(ctx, dt_gpt_decode(gpt, tokens, T - 1, 1, one_by_one));
+    OK(ctx, dt_gpt_decode(gpt, tokens + T - 1, 1, 0, one_by_one));
+    CHECK(fabs(next_token_loss(one_by_one, vocab, targets[T - 1]) -
+               next_token_loss(logits, vocab, targets[T - 1])) < 1e-5);
+  }
+  EXPECT(DT_ERR_INVALID_ARGUMENT, ctx, dt_gpt_decode(gpt, tokens, 0, 1, logits));
+  MESSAGE(ctx, "count must be at least 1");
+  EXPECT(DT_ERR_INVALID_ARGUMENT, ctx, dt_gpt_decode(gpt, tokens, 1, 1, NULL));
+  MESSAGE(ctx, "logits must not be NULL");
+  {
+    const int32_t bad = vocab;
+    EXPECT(DT_ERR_INVALID_ARGUMENT, ctx, dt_gpt_decode(gpt, &bad, 1, 1, logits));
+    MESSAGE(ctx, "is outside [0, vocab)");
+  }
 }
 
 static void test_gpt(dt_context_t ctx, dt_comm_t world) {
@@ -387,6 +431,7 @@ static void test_gpt(dt_context_t ctx, dt_comm_t world) {
   }
   OK(ctx, dt_gpt_evaluate(gpt, tokens, targets, B, T, &loss2));
   CHECK(loss2 < loss);
+  test_gpt_decode(ctx, gpt, tokens, targets, T, gc.vocab);
   {
     /* Activation recomputation trains the same model bit for bit (the same 11 steps). */
     dt_gpt_config_t rc = gc;

@@ -85,6 +85,7 @@ static void expect_refused(handles_t h, const char* why) {
   REFUSED("dt_mlp_predict", "model", "dt_model_t", dt_mlp_predict(h.model, f, 1, f));
   REFUSED("dt_gpt_forward_backward", "model", "dt_model_t", dt_gpt_forward_backward(h.model, labels, labels, 1, 1, &loss));
   REFUSED("dt_gpt_evaluate", "model", "dt_model_t", dt_gpt_evaluate(h.model, labels, labels, 1, 1, &loss));
+  REFUSED("dt_gpt_decode", "model", "dt_model_t", dt_gpt_decode(h.model, labels, 1, 1, f));
   REFUSED("dt_model_step", "model", "dt_model_t", dt_model_step(h.model, 0.1f, NULL));
   REFUSED("dt_model_num_parameters", "model", "dt_model_t", dt_model_num_parameters(h.model, &n));
   REFUSED("dt_model_get_parameters", "model", "dt_model_t", dt_model_get_parameters(h.model, f, 4));

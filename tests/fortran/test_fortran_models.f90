@@ -114,6 +114,7 @@ contains
     if (my_rank == 0) print '(a,f8.4,a,f8.4,a,es10.3)', 'fortran gpt: loss ', first, ' -> ', eval, &
                             '; max |dp - single rank| = ', maxval(abs(a - r))
     call check(maxval(abs(a - r)) < 1e-4, 'data-parallel gpt equals one rank')
+    call check_gpt_decode(ref, dp_model, tokens(:, 1), targets(:, 1))
 
     tokens(2, 1) = vocab
     call dt_gpt_evaluate(ref, tokens, targets, eval, ierr)
@@ -128,6 +129,34 @@ contains
     call dt_grid_destroy(solo_grid, ierr)
     call expect(ierr, DT_SUCCESS, 'dt_grid_destroy after its model')
     call dt_model_destroy(dp_model, ierr)
+  end subroutine
+
+  ! Generation's logits, one token at a time, give the cross-entropy dt_gpt_evaluate averages
+  ! over the sequence; the ZeRO-3 model (collective) gives the same logits to rounding.
+  subroutine check_gpt_decode(ref, sharded, tokens, targets)
+    type(dt_model), intent(in) :: ref, sharded
+    integer(c_int32_t), intent(in) :: tokens(seq), targets(seq)
+    real(c_float) :: logits(vocab), sharded_logits(vocab), short(vocab - 1)
+    real :: eval
+    double precision :: total
+    integer :: t
+    total = 0
+    do t = 1, seq
+      call dt_gpt_decode(ref, tokens(t:t), t == 1, logits, ierr)
+      call expect(ierr, DT_SUCCESS, 'dt_gpt_decode')
+      call dt_gpt_decode(sharded, tokens(t:t), t == 1, sharded_logits, ierr)
+      call expect(ierr, DT_SUCCESS, 'dt_gpt_decode under ZeRO 3')
+      call check(maxval(abs(logits - sharded_logits)) < 1e-3, 'ZeRO-3 logits equal one rank''s')
+      total = total + maxval(logits) + log(sum(exp(dble(logits - maxval(logits))))) &
+              - logits(targets(t) + 1)
+    end do
+    call dt_gpt_evaluate(ref, reshape(tokens, [seq, 1]), reshape(targets, [seq, 1]), eval, ierr)
+    call check(abs(total / seq - eval) < 1e-5 * eval, 'decode logits give the evaluated loss')
+    call dt_gpt_decode(ref, tokens(1:1), .false., logits, ierr)
+    call expect_message(ierr, DT_ERR_INVALID_ARGUMENT, ctx, 'longer than seq_len', 'text too long')
+    call dt_gpt_decode(ref, tokens, .true., short, ierr)
+    call expect_message(ierr, DT_ERR_INVALID_ARGUMENT, ctx, 'logits must have vocab entries', &
+                        'logits too short')
   end subroutine
 
   ! Tensors by 1-based index and by name; shapes in Fortran order.
