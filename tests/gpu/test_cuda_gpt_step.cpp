@@ -8,6 +8,7 @@
 // gradients to 1e-4 of the largest gradient. With TF32 GEMMs (the default) each GEMM is off by
 // up to ~1e-3 relative (see test_cuda_gemm_tensor_cores.cpp): the loss is held to 1e-3 and the
 // gradients to 2e-2. These bounds are reasoned, not yet measured on a GPU (docs/cuda.md).
+#include <algorithm>
 #include <cmath>
 
 #include "dtrain/nn/gpt.hpp"
@@ -80,6 +81,46 @@ TEST(CudaGptStep, MatchesTheCpuStep) {
   // AdamW normalises each update, so tiny gradients that differ in sign move a weight by up
   // to 2 lr: the post-step loss gets ten times the forward bound.
   EXPECT_LE(std::fabs(next_gpu - next_cpu), 10 * loss_bound * std::fabs(next_cpu));
+}
+
+// Generation's key/value cache on the GPU against the CPU: the prompt's rows (causal attention
+// over the square), then one row at a time (attention_decode over the cache), to seq_len; the
+// logits of each last position within the forward bound of the largest logit. Then under bf16
+// GEMM operands, where the prompt goes through the fused attention: within bf16's precision.
+TEST(CudaGptStep, DecodeWithTheCacheMatchesTheCpu) {
+  Device& cpu = dtrain::cpu_device();
+  Device& gpu = dtrain::select_device("cuda");
+  const bool tf32 = gpu.name().find("TF32") != std::string::npos;
+  GptConfig cfg;
+  cfg.layers = 2;
+  cfg.heads = 4;
+  cfg.d_model = 64;
+  cfg.seq_len = 48;
+  cfg.vocab = 100;
+  const auto tokens = random_ints(static_cast<std::size_t>(cfg.seq_len), 7, 0, cfg.vocab);
+  auto worst_gap = [&](GptModel& on_cpu, GptModel& on_gpu) {
+    double worst = 0;
+    for (int length = 10; length <= cfg.seq_len; ++length) {
+      const int n = length == 10 ? 10 : 1;
+      const float* want = on_cpu.decode(tokens.data() + length - n, n);
+      const auto got = to_host(gpu, on_gpu.decode(tokens.data() + length - n, n),
+                               static_cast<std::size_t>(cfg.vocab));
+      worst = std::max(worst, relative_error(got, std::vector<float>(want, want + cfg.vocab)));
+    }
+    return worst;
+  };
+  GptModel on_cpu(cfg, cpu, 1234, 1);
+  GptModel on_gpu(cfg, gpu, 1234, 1);
+  const double fp32_gap = worst_gap(on_cpu, on_gpu);
+  std::printf("  decode logits: relative error %.3g\n", fp32_gap);
+  EXPECT_LE(fp32_gap, tf32 ? 1e-2 : 1e-5);
+
+  gputest::OperandFormat scoped(gpu, dtrain::DType::bf16);
+  GptModel bf16_gpu(cfg, gpu, 1234, 1);
+  on_cpu.decode_reset();
+  const double bf16_gap = worst_gap(on_cpu, bf16_gpu);
+  std::printf("  decode logits under bf16 operands: relative error %.3g\n", bf16_gap);
+  EXPECT_LE(bf16_gap, 1e-2);
 }
 
 // Under 16-bit GEMM operands the fused attention saves one log-sum-exp per row (two floats),
