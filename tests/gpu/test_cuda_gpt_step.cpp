@@ -29,6 +29,18 @@ std::vector<float> to_host(Device& dev, const float* p, std::size_t n) {
   return out;
 }
 
+// 2 layers, 4 heads of 16, 48 positions, vocabulary 100 (padded to 128 columns: padding must
+// not matter on either device).
+GptConfig small_gpt() {
+  GptConfig cfg;
+  cfg.layers = 2;
+  cfg.heads = 4;
+  cfg.d_model = 64;
+  cfg.seq_len = 48;
+  cfg.vocab = 100;
+  return cfg;
+}
+
 TEST(CudaGptStep, MatchesTheCpuStep) {
   Device& cpu = dtrain::cpu_device();
   Device& gpu = dtrain::select_device("cuda");
@@ -38,12 +50,7 @@ TEST(CudaGptStep, MatchesTheCpuStep) {
   std::printf("  device %s: loss bound %.0e, gradient bound %.0e\n", gpu.name().c_str(),
               loss_bound, grad_bound);
 
-  GptConfig cfg;
-  cfg.layers = 2;
-  cfg.heads = 4;
-  cfg.d_model = 64;
-  cfg.seq_len = 48;
-  cfg.vocab = 100;  // padded to 128 columns: padding must not matter on either device
+  const GptConfig cfg = small_gpt();
   const int B = 4, T = cfg.seq_len;
   GptModel on_cpu(cfg, cpu, 1234, B);
   GptModel on_gpu(cfg, gpu, 1234, B);
@@ -91,12 +98,7 @@ TEST(CudaGptStep, DecodeWithTheCacheMatchesTheCpu) {
   Device& cpu = dtrain::cpu_device();
   Device& gpu = dtrain::select_device("cuda");
   const bool tf32 = gpu.name().find("TF32") != std::string::npos;
-  GptConfig cfg;
-  cfg.layers = 2;
-  cfg.heads = 4;
-  cfg.d_model = 64;
-  cfg.seq_len = 48;
-  cfg.vocab = 100;
+  const GptConfig cfg = small_gpt();
   const auto tokens = random_ints(static_cast<std::size_t>(cfg.seq_len), 7, 0, cfg.vocab);
   auto worst_gap = [&](GptModel& on_cpu, GptModel& on_gpu) {
     double worst = 0;
@@ -128,12 +130,7 @@ TEST(CudaGptStep, DecodeWithTheCacheMatchesTheCpu) {
 // says (Device::attention_saved_floats), and refuses to run once that has changed.
 TEST(CudaGptStep, FusedAttentionSavesALogSumExpPerRowInsteadOfTheProbabilities) {
   Device& gpu = dtrain::select_device("cuda");
-  GptConfig cfg;
-  cfg.layers = 2;
-  cfg.heads = 4;
-  cfg.d_model = 64;  // head size 16
-  cfg.seq_len = 48;
-  cfg.vocab = 100;
+  const GptConfig cfg = small_gpt();
   const int B = 4, T = cfg.seq_len;
   const std::size_t unfused = GptModel(cfg, gpu, 1, B).activation_bytes();
   gputest::OperandFormat scoped(gpu, dtrain::DType::bf16);

@@ -35,6 +35,17 @@ GptConfig tiny_gpt(bool tied = true) {
   return c;
 }
 
+// 2 layers, 2 heads of 16, vocabulary 100.
+GptConfig small_gpt(int seq_len) {
+  GptConfig c;
+  c.layers = 2;
+  c.heads = 2;
+  c.d_model = 32;
+  c.seq_len = seq_len;
+  c.vocab = 100;
+  return c;
+}
+
 vector<std::int32_t> tokens_for(int n, int vocab, std::uint32_t seed) {
   vector<std::int32_t> t(n);
   std::uint32_t s = seed;
@@ -253,12 +264,7 @@ TEST(GptModel, InitIsKeyedByNameAndLogicalIndex) {
 
 // ---- behaviour --------------------------------------------------------------------------
 TEST(GptModel, LossAtInitIsLogVocabAndForwardIsDeterministic) {
-  GptConfig cfg;
-  cfg.layers = 2;
-  cfg.heads = 2;
-  cfg.d_model = 32;
-  cfg.seq_len = 16;
-  cfg.vocab = 100;
+  const GptConfig cfg = small_gpt(16);
   const int B = 3, T = 16;
   auto tok = tokens_for(B * T, cfg.vocab, 1), tgt = tokens_for(B * T, cfg.vocab, 2);
   GptModel a(cfg, cpu_device(), 5, B), b(cfg, cpu_device(), 5, B);
@@ -332,12 +338,7 @@ TEST(GptModel, BackwardAccumulatesAndStepsDoNotAllocate) {
 // forward over the text so far, at its last position; the cache is reused without allocating.
 TEST(GptModel, DecodeWithTheCacheGivesTheLogitsOfAFullForward) {
   for (const bool tied : {true, false}) {
-    GptConfig cfg;
-    cfg.layers = 2;
-    cfg.heads = 2;
-    cfg.d_model = 32;
-    cfg.seq_len = 40;
-    cfg.vocab = 100;
+    GptConfig cfg = small_gpt(40);
     cfg.tie_embeddings = tied;
     GptModel m(cfg, cpu_device(), 21, 1);
     randomise(m.parameters(), 22);
@@ -490,12 +491,8 @@ TEST(GptModel, SixteenBitSavedActivationsHalveTheirBytesAndKeepGradientsClose) {
   // and log-sum-exps and MLP hidden layers (before and after GELU) in half the bytes, plus
   // one fp32 copy shared by all blocks. Forward computes in fp32 as before (the same loss bits); backward reads the
   // rounded values, so the gradients differ a little, within bf16's precision.
-  GptConfig cfg;
+  GptConfig cfg = small_gpt(16);
   cfg.layers = 4;
-  cfg.heads = 2;
-  cfg.d_model = 32;
-  cfg.seq_len = 16;
-  cfg.vocab = 100;
   const int B = 3, T = 16, L = cfg.layers;
   auto tok = tokens_for(B * T, cfg.vocab, 1), tgt = tokens_for(B * T, cfg.vocab, 2);
   GptModel full(cfg, cpu_device(), 5, B);
@@ -523,11 +520,8 @@ TEST(GptModel, CpuAttentionSavesLogSumExpsOrOnRequestProbabilities) {
   // The CPU's attention saves two floats per query row and recomputes the probabilities in
   // backward; DTRAIN_CPU_ATTENTION_PROBABILITIES=1 saves the T probabilities instead. The
   // model trains the same either way: the same loss bits, the same gradients up to rounding.
-  GptConfig cfg;
+  GptConfig cfg = small_gpt(300);  // two query blocks of the CPU kernels (256 rows), the second partial
   cfg.layers = 3;
-  cfg.heads = 2;
-  cfg.d_model = 32;
-  cfg.seq_len = 300;  // two query blocks of the CPU kernels (256 rows), the second partial
   cfg.vocab = 50;
   const int B = 2, T = cfg.seq_len, NH = cfg.heads, C = cfg.d_model;
   ASSERT_EQ(setenv("DTRAIN_CPU_ATTENTION_PROBABILITIES", "1", 1), 0);
