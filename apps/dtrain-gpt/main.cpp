@@ -46,15 +46,15 @@ int from_launcher(std::initializer_list<const char*> names) {
   return -1;
 }
 
-// Generated tokens as the data's text where tokens are bytes (vocab <= 256: the built-in
-// corpus, text files), other bytes than printable ASCII, newline and tab as \xNN; otherwise
-// (a tokenizer's ids, e.g. GPT-2 shards) as numbers.
-std::string show_tokens(const std::vector<std::int32_t>& tokens, int vocab) {
+// Tokens as the data's text where tokens are bytes (vocab <= 256: the built-in corpus, text
+// files), other bytes than printable ASCII, newline and tab as \xNN; otherwise (a
+// tokenizer's ids, e.g. GPT-2 shards) as numbers separated by spaces.
+std::string show_tokens(const std::vector<std::int32_t>& tokens, int vocab, bool first = true) {
   std::string out;
   char buf[16];
   for (const std::int32_t t : tokens) {
     if (vocab > 256) {
-      std::snprintf(buf, sizeof buf, "%s%d", out.empty() ? "" : " ", static_cast<int>(t));
+      std::snprintf(buf, sizeof buf, "%s%d", first ? "" : " ", static_cast<int>(t));
     } else if ((t >= 32 && t < 127) || t == '\n' || t == '\t') {
       buf[0] = static_cast<char>(t);
       buf[1] = 0;
@@ -62,21 +62,32 @@ std::string show_tokens(const std::vector<std::int32_t>& tokens, int vocab) {
       std::snprintf(buf, sizeof buf, "\\x%02x", static_cast<unsigned>(t));
     }
     out += buf;
+    first = false;
   }
   return out;
 }
 
+// Rank 0 prints each token to stdout as soon as it is chosen (a CPU may take a while per
+// token of a large model); the log line before it goes to stderr.
 void generate(dtrain::train::Trainer& trainer, const dtrain_gpt::Parsed& parsed, int rank) {
   const std::vector<std::int32_t>& prompt = parsed.prompt_tokens;
-  const std::vector<std::int32_t> tokens = trainer.generate(prompt, parsed.generate, parsed.sampling);
-  if (rank != 0) return;
-  DTRAIN_LOG(info, "generated " << tokens.size() << " tokens (temperature "
-                                << parsed.sampling.temperature << ", top-k " << parsed.sampling.top_k
-                                << ") after "
-                                << (prompt.empty() ? "the data's first validation token"
-                                                   : "the prompt '" + show_tokens(prompt, parsed.config.vocab) + "'")
-                                << ":");
-  std::cout << show_tokens(tokens, parsed.config.vocab) << std::endl;
+  const int vocab = parsed.config.vocab;
+  const dtrain::train::SamplingConfig& sampling = parsed.sampling;
+  if (rank == 0) {
+    DTRAIN_LOG(info, "generating " << parsed.generate << " tokens (temperature " << sampling.temperature
+                                   << ", top-k " << sampling.top_k << ", top-p " << sampling.top_p
+                                   << ") after "
+                                   << (prompt.empty() ? "the data's first validation token"
+                                                      : "the prompt '" + show_tokens(prompt, vocab) + "'")
+                                   << ":");
+  }
+  bool first = true;
+  trainer.generate(prompt, parsed.generate, sampling, [&](std::int32_t token) {
+    if (rank != 0) return;
+    std::cout << show_tokens({token}, vocab, first) << std::flush;
+    first = false;
+  });
+  if (rank == 0) std::cout << std::endl;
 }
 
 int launcher_rank() { return from_launcher({"OMPI_COMM_WORLD_RANK", "PMI_RANK", "PMIX_RANK", "SLURM_PROCID"}); }

@@ -36,6 +36,8 @@ void check_generation(const Parsed& p) {
   DTRAIN_CHECK(p.sampling.temperature >= 0 && std::isfinite(p.sampling.temperature), Errc::invalid_config,
                "--temperature must be finite and >= 0, got " << p.sampling.temperature);
   DTRAIN_CHECK(p.sampling.top_k >= 0, Errc::invalid_config, "--top-k must be >= 0, got " << p.sampling.top_k);
+  DTRAIN_CHECK(p.sampling.top_p > 0 && p.sampling.top_p <= 1, Errc::invalid_config,
+               "--top-p must be in (0, 1], got " << p.sampling.top_p);
   DTRAIN_CHECK(p.generate == 0 || p.config.pp == 1, Errc::invalid_config,
                "--generate needs --pp 1 (a checkpoint of any layout resumes at --pp 1)");
 }
@@ -148,7 +150,8 @@ po::options_description describe(Parsed& p, std::string& config_file) {
       ("generate", po::value(&p.generate)->default_value(p.generate), "after training, print this many tokens generated after --prompt (needs --pp 1)")
       ("prompt", po::value(&p.prompt), "what the generated tokens continue: text, a token per byte, with --vocab up to 256; else token ids separated by spaces or commas (absent: the data's first validation token)")
       ("temperature", po::value(&p.sampling.temperature)->default_value(p.sampling.temperature), "divides the logits before sampling; 0: always the most likely token")
-      ("top-k", po::value(&p.sampling.top_k)->default_value(p.sampling.top_k), "sample among the k most likely tokens only (0: all)");
+      ("top-k", po::value(&p.sampling.top_k)->default_value(p.sampling.top_k), "sample among the k most likely tokens only (0: all)")
+      ("top-p", po::value(&p.sampling.top_p)->default_value(p.sampling.top_p), "sample among the fewest most likely tokens whose probabilities add up to p (nucleus sampling; 1: all)");
 
   po::options_description all("dtrain-gpt: train a GPT with dtrain.\n"
                               "Usage: mpiexec -n N dtrain-gpt [options]\n");

@@ -12,7 +12,8 @@
 namespace dtrain::train {
 
 std::vector<std::int32_t> Trainer::generate(std::vector<std::int32_t> context, int count,
-                                            const SamplingConfig& sampling) {
+                                            const SamplingConfig& sampling,
+                                            const std::function<void(std::int32_t)>& on_token) {
   State& s = *s_;
   DTRAIN_CHECK(!s.pipeline, Errc::invalid_config,
                "generation needs --pp 1 (a checkpoint of any layout resumes at --pp 1)");
@@ -58,6 +59,7 @@ std::vector<std::int32_t> Trainer::generate(std::vector<std::int32_t> context, i
     const std::int32_t next = choose_token(logits.data(), vocab, sampling, u);
     context.push_back(next);
     out.push_back(next);
+    if (on_token) on_token(next);
     if (i + 1 < count) last = s.model.decoded_length() < T ? s.model.decode(&next, 1) : restart();
   }
   return out;

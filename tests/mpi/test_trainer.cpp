@@ -250,7 +250,10 @@ TEST(Trainer, GenerationIsTheSameOnEveryRankAndRepeats) {
   const train::SamplingConfig sampling{1.0, 0};
   const std::vector<std::int32_t> tokens = t.generate({'a', 'b'}, 40, sampling);  // > seq-len: the window slides
   ASSERT_EQ(tokens.size(), 40u);
-  EXPECT_EQ(t.generate({'a', 'b'}, 40, sampling), tokens);
+  std::vector<std::int32_t> streamed;
+  EXPECT_EQ(t.generate({'a', 'b'}, 40, sampling, [&](std::int32_t x) { streamed.push_back(x); }),
+            tokens);
+  EXPECT_EQ(streamed, tokens) << "each token is handed on as it is chosen";
   expect_same_on_every_rank(tokens);
   for (const std::int32_t tok : tokens) EXPECT_TRUE(tok >= 0 && tok < cfg.vocab) << tok;
   EXPECT_THROW(t.generate({cfg.vocab}, 1, sampling), Error);

@@ -53,6 +53,34 @@ TEST(Sampling, TopKDrawsOnlyAmongTheKMostLikely) {
   EXPECT_EQ(choose_token(kLogits.data(), 5, {1.0, 50}, 0.999), 2);  // k above the vocabulary: all
 }
 
-TEST(Sampling, EmptyVocabularyIsAnError) {
+// Probabilities at temperature 1, in order 1, 3, 4, 0, 2: .379, .379, .139, .085, .019
+// (cumulative .379, .757, .897, .981, 1).
+TEST(Sampling, TopPDrawsAmongTheFewestTokensHoldingThatMass) {
+  struct Case {
+    double top_p;
+    int top_k;
+    std::vector<int> kept;
+  };
+  for (const Case& c : {Case{0.3, 0, {1}}, Case{0.7, 0, {1, 3}}, Case{0.76, 0, {1, 3, 4}},
+                        Case{0.9, 0, {1, 3, 4, 0}}, Case{0.99, 0, {1, 3, 4, 0, 2}},
+                        Case{1.0, 0, {1, 3, 4, 0, 2}},
+                        // within the top 3 the masses are .422, .845, 1
+                        Case{0.8, 3, {1, 3}}, Case{0.85, 3, {1, 3, 4}}}) {
+    for (double u = 0.005; u < 1.0; u += 0.01) {
+      SamplingConfig cfg;
+      cfg.top_k = c.top_k;
+      cfg.top_p = c.top_p;
+      EXPECT_EQ(choose_token(kLogits.data(), 5, cfg, u), expected_token(c.kept, 1.0, u))
+          << "top-p " << c.top_p << ", top-k " << c.top_k << ", uniform " << u;
+    }
+  }
+}
+
+TEST(Sampling, BadArgumentsAreErrors) {
   EXPECT_THROW(choose_token(kLogits.data(), 0, {}, 0.5), Error);
+  for (const double p : {0.0, -0.5, 1.5}) {
+    SamplingConfig cfg;
+    cfg.top_p = p;
+    EXPECT_THROW(choose_token(kLogits.data(), 5, cfg, 0.5), Error) << p;
+  }
 }

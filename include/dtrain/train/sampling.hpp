@@ -7,12 +7,16 @@ namespace dtrain::train {
 struct DTRAIN_API SamplingConfig {
   double temperature = 1.0;  // 0: always the most likely token
   int top_k = 0;             // > 0: draw among the k most likely tokens only; 0: all
+  double top_p = 1.0;        // < 1: among the fewest most likely tokens whose probabilities
+                             // add up to at least top_p (nucleus sampling); 1: all
 };
 
 // temperature 0: the most likely token (the lowest id among equals). Otherwise the token
 // drawn from softmax(logits / temperature), restricted to the top_k most likely tokens when
-// top_k > 0: the first token, in decreasing probability, at which the cumulative probability
-// exceeds uniform (a number in [0, 1)). Throws Error(Errc::invalid_argument) for vocab < 1.
+// top_k > 0, then to the fewest most likely of those whose probabilities (renormalised over
+// them) add up to at least top_p: the first token, in decreasing probability, at which the
+// cumulative probability of the kept tokens exceeds uniform (a number in [0, 1)). Throws
+// Error(Errc::invalid_argument) for vocab < 1 or top_p outside (0, 1].
 DTRAIN_API int choose_token(const float* logits, int vocab, const SamplingConfig& cfg,
                             double uniform);
 

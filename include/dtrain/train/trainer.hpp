@@ -3,6 +3,7 @@
 // average -> global-norm clipping -> optimiser step -> metrics. One Trainer per rank; all
 // ranks of the world communicator construct and run it together.
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <string>
 #include <vector>
@@ -61,10 +62,12 @@ class DTRAIN_API Trainer {
   // Continues `context` (token ids; empty: the data's first validation token) by `count`
   // tokens chosen from the model's logits (sampling.hpp) at the last of the last seq-len
   // tokens (computed with the model's key/value cache, GptModel::decode), with random numbers
-  // keyed by (cfg.seed, token index); returns the new tokens. Collective over the world;
-  // every rank returns the same tokens. Needs pp = 1.
+  // keyed by (cfg.seed, token index); returns the new tokens, and gives each to on_token (if
+  // set) as soon as it is chosen. Collective over the world; every rank returns the same
+  // tokens. Needs pp = 1.
   std::vector<std::int32_t> generate(std::vector<std::int32_t> context, int count,
-                                     const SamplingConfig& sampling);
+                                     const SamplingConfig& sampling,
+                                     const std::function<void(std::int32_t)>& on_token = {});
   long step() const;                  // optimiser steps taken so far
   const std::vector<double>& loss_history() const;  // loss of every step taken
 
