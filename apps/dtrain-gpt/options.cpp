@@ -38,8 +38,6 @@ void check_generation(const Parsed& p) {
   DTRAIN_CHECK(p.sampling.top_k >= 0, Errc::invalid_config, "--top-k must be >= 0, got " << p.sampling.top_k);
   DTRAIN_CHECK(p.sampling.top_p > 0 && p.sampling.top_p <= 1, Errc::invalid_config,
                "--top-p must be in (0, 1], got " << p.sampling.top_p);
-  DTRAIN_CHECK(p.generate == 0 || p.config.pp == 1, Errc::invalid_config,
-               "--generate needs --pp 1 (a checkpoint of any layout resumes at --pp 1)");
 }
 
 // --prompt as tokens: its bytes where they are the vocabulary, else the ids it lists.
@@ -147,7 +145,7 @@ po::options_description describe(Parsed& p, std::string& config_file) {
 
   po::options_description generation("Generation");
   generation.add_options()
-      ("generate", po::value(&p.generate)->default_value(p.generate), "after training, print this many tokens generated after --prompt (needs --pp 1)")
+      ("generate", po::value(&p.generate)->default_value(p.generate), "after training, print this many tokens generated after --prompt")
       ("prompt", po::value(&p.prompt), "what the generated tokens continue: text, a token per byte, with --vocab up to 256; else token ids separated by spaces or commas (absent: the data's first validation token)")
       ("temperature", po::value(&p.sampling.temperature)->default_value(p.sampling.temperature), "divides the logits before sampling; 0: always the most likely token")
       ("top-k", po::value(&p.sampling.top_k)->default_value(p.sampling.top_k), "sample among the k most likely tokens only (0: all)")

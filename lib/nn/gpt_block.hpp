@@ -61,7 +61,7 @@ struct GptModel::DecodeCache {
         *att = nullptr, *workspace = nullptr, *proj = nullptr, *fch = nullptr,
         *fch_gelu = nullptr, *logits = nullptr;
   std::size_t att_floats = 0;  // Device::attention_saved_floats when it was allocated
-  int length = 0;              // tokens of the text held
+  std::vector<int> length;     // per chunk: tokens of the text its blocks hold
 };
 
 }  // namespace dtrain

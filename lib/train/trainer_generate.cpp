@@ -15,8 +15,6 @@ std::vector<std::int32_t> Trainer::generate(std::vector<std::int32_t> context, i
                                             const SamplingConfig& sampling,
                                             const std::function<void(std::int32_t)>& on_token) {
   State& s = *s_;
-  DTRAIN_CHECK(!s.pipeline, Errc::invalid_config,
-               "generation needs --pp 1 (a checkpoint of any layout resumes at --pp 1)");
   DTRAIN_CHECK(count >= 0, Errc::invalid_argument, "generate: count must be >= 0, got " << count);
   const int vocab = s.cfg.vocab, T = s.cfg.seq_len;
   for (const std::int32_t t : context) {
@@ -39,28 +37,39 @@ std::vector<std::int32_t> Trainer::generate(std::vector<std::int32_t> context, i
 
   // The model's key/value cache holds the text from its last restart. While the text fits in
   // seq-len, a new token costs a forward over its one row; beyond, the window of the last
-  // seq-len tokens moves by one, every position changes, and the cache starts again.
+  // seq-len tokens moves by one, every position changes, and the cache starts again. With
+  // pipeline stages the rows pass through them; the last stage chooses the token and
+  // tells the others.
+  auto decode = [&](const std::int32_t* tokens, int n) {
+    return s.pipeline ? s.pipeline->decode(tokens, n) : s.model.decode(tokens, n);
+  };
   auto restart = [&] {
     const auto n = std::min<std::size_t>(context.size(), static_cast<std::size_t>(T));
     s.model.decode_reset();
-    return s.model.decode(context.data() + context.size() - n, static_cast<int>(n));
+    return decode(context.data() + context.size() - n, static_cast<int>(n));
   };
+  const int last_stage = s.grid.pp_size() - 1;
+  const bool chooses = s.grid.pp_rank() == last_stage;
   const float* last = restart();
   const std::uint64_t stream = rng::stream_id("generate");
   std::vector<std::int32_t> out;
   for (int i = 0; i < count; ++i) {
-    s.dev.copy(shard.data(), last, shard.size() * sizeof(float), CopyKind::device_to_host);
-    if (tp > 1) {
-      s.grid.tp().all_gather_v(shard.data(), logits.data(), rows.data(), DType::f32);
-    } else {
-      logits = shard;
+    std::int32_t next = 0;
+    if (chooses) {
+      s.dev.copy(shard.data(), last, shard.size() * sizeof(float), CopyKind::device_to_host);
+      if (tp > 1) {
+        s.grid.tp().all_gather_v(shard.data(), logits.data(), rows.data(), DType::f32);
+      } else {
+        logits = shard;
+      }
+      const double u = rng::uniform(s.cfg.seed, stream, static_cast<std::uint64_t>(i));
+      next = choose_token(logits.data(), vocab, sampling, u);
     }
-    const double u = rng::uniform(s.cfg.seed, stream, static_cast<std::uint64_t>(i));
-    const std::int32_t next = choose_token(logits.data(), vocab, sampling, u);
+    if (s.pipeline) s.grid.pp().broadcast(&next, &next, 1, DType::i32, last_stage);
     context.push_back(next);
     out.push_back(next);
     if (on_token) on_token(next);
-    if (i + 1 < count) last = s.model.decoded_length() < T ? s.model.decode(&next, 1) : restart();
+    if (i + 1 < count) last = s.model.decoded_length() < T ? decode(&next, 1) : restart();
   }
   return out;
 }

@@ -175,8 +175,8 @@ class DTRAIN_API GptModel {
   // advance while the block computes: MPI moves a large message only while a rank is
   // inside the library.
   void set_progress_hook(std::function<void()> hook) { progress_hook_ = std::move(hook); }
-  // Generation with a key/value cache, one text at a time, on a model that holds every
-  // layer, the embedding and the head (no pipeline stages). decode(tokens, n) runs the model
+  // Generation with a key/value cache, one text at a time. On a model that holds every
+  // layer, the embedding and the head (no pipeline stages), decode(tokens, n) runs the model
   // over n more tokens of the text the cache holds (at most seq_len tokens in all; the first
   // call after decode_reset() starts a new text) and returns the logits of the last of them:
   // device memory, one row of vocab_shard().padded_rows floats laid out as in logits(),
@@ -189,7 +189,15 @@ class DTRAIN_API GptModel {
   // scratch of one sequence; it is kept for the next text.
   const float* decode(const std::int32_t* tokens, int n);
   void decode_reset() noexcept;
-  int decoded_length() const noexcept;
+  int decoded_length() const noexcept;  // tokens of the text held (by chunk 0)
+  // decode() on a pipeline stage, one chunk at a time in pipeline order: the embedding chunk
+  // reads tokens, any other chunk `input` (the previous piece's output rows, n x d_model
+  // floats of device memory, copied in unless it is decode_input()). The head chunk returns
+  // the logits, any other chunk its output rows for the next piece (device memory, valid
+  // until the next decode call). On the whole model decode_chunk(0, tokens, nullptr, n) is
+  // decode(tokens, n).
+  const float* decode_chunk(int chunk, const std::int32_t* tokens, const float* input, int n);
+  float* decode_input();  // where a chunk's input rows may be received (saves a copy)
 
   // Per-position losses of the last forward (device memory, [B, T]).
   const float* losses() const noexcept { return losses_; }
@@ -218,6 +226,7 @@ class DTRAIN_API GptModel {
   struct ChunkActivations;  // where each (chunk, slot) keeps its saved activations
   struct DecodeCache;       // decode()'s q|k|v rows and scratch
   void allocate_decode_cache();
+  void prepare_decode_cache();  // allocates it, or anew when the GEMM format changed
   bool has_wte() const noexcept { return stage_.embedding || (stage_.head && cfg_.tie_embeddings); }
   void declare_parameters();
   void bind_parameters();  // points the layers at their tensors in the arenas

@@ -54,6 +54,11 @@ class DTRAIN_API PipelineExecutor {
   // on the first stage, targets on the last. Returns the mean loss on the last stage, 0
   // elsewhere. Collective over the pipeline group. Uses slot 0 of every chunk.
   double forward_only(const std::int32_t* tokens, const std::int32_t* targets);
+  // Generation: n more tokens of the text through every stage and chunk with the model's
+  // key/value cache (GptModel::decode_chunk); tokens are read on the first stage. Returns
+  // the logits of the last token on the last stage (GptModel::decode), null elsewhere.
+  // Collective over the pipeline group.
+  const float* decode(const std::int32_t* tokens, int n);
 
   const std::vector<PipelineAction>& actions() const noexcept { return actions_; }
   // Activation slots the schedule needs per chunk (chunk_slots()).

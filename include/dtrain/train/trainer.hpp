@@ -64,7 +64,7 @@ class DTRAIN_API Trainer {
   // tokens (computed with the model's key/value cache, GptModel::decode), with random numbers
   // keyed by (cfg.seed, token index); returns the new tokens, and gives each to on_token (if
   // set) as soon as it is chosen. Collective over the world; every rank returns the same
-  // tokens. Needs pp = 1.
+  // tokens. With pipeline stages the rows pass through them and the last stage chooses.
   std::vector<std::int32_t> generate(std::vector<std::int32_t> context, int count,
                                      const SamplingConfig& sampling,
                                      const std::function<void(std::int32_t)>& on_token = {});

@@ -183,4 +183,24 @@ double PipelineExecutor::forward_only(const std::int32_t* tokens, const std::int
   return loss;
 }
 
+const float* PipelineExecutor::decode(const std::int32_t* tokens, int n) {
+  const int N = pp_.size(), stage = pp_.rank(), V = virtual_stages_;
+  const std::size_t rows = static_cast<std::size_t>(n) * model_.config().d_model;
+  const float* out = nullptr;
+  for (int c = 0; c < V; ++c) {  // pieces in order, as in forward_only
+    float* in = nullptr;
+    if (!embeds(c)) {
+      in = model_.decode_input();
+      pp_.recv(in, rows, DType::f32, pp::previous_piece(N, V, stage, c).stage, activation_tag(c));
+    }
+    out = model_.decode_chunk(c, tokens, in, n);
+    if (!heads(c)) {
+      const pp::ChunkLocation next = pp::next_piece(N, V, stage, c);
+      pp_.send(out, rows, DType::f32, next.stage, activation_tag(next.chunk));
+      out = nullptr;
+    }
+  }
+  return out;
+}
+
 }  // namespace dtrain::parallel
