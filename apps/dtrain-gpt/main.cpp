@@ -1,6 +1,7 @@
 // dtrain-gpt: the reference GPT trainer. Run under mpiexec/srun; every rank runs this.
 // Exit codes: 0 success, 2 invalid command line or configuration, 1 any other error,
 // 3 (dtrain::train::kExitPreempted) stopped by SIGTERM/SIGUSR1 after writing a checkpoint.
+#include <chrono>
 #include <cstdint>
 #include <cstdio>
 #include <cstdlib>
@@ -82,12 +83,17 @@ void generate(dtrain::train::Trainer& trainer, const dtrain_gpt::Parsed& parsed,
                                    << ":");
   }
   bool first = true;
+  const auto start = std::chrono::steady_clock::now();
   trainer.generate(prompt, parsed.generate, sampling, [&](std::int32_t token) {
     if (rank != 0) return;
     std::cout << show_tokens({token}, vocab, first) << std::flush;
     first = false;
   });
-  if (rank == 0) std::cout << std::endl;
+  if (rank != 0) return;
+  std::cout << std::endl;
+  const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  DTRAIN_LOG(info, "generated " << parsed.generate << " tokens in " << seconds << " s ("
+                                << 1e3 * seconds / parsed.generate << " ms a token, the prompt included)");
 }
 
 int launcher_rank() { return from_launcher({"OMPI_COMM_WORLD_RANK", "PMI_RANK", "PMIX_RANK", "SLURM_PROCID"}); }

@@ -4,8 +4,9 @@
 # small multi-rank runs take seconds); the phases' time limits (configure 60 s, build 240 s,
 # tests 100 s, several ranks 7 x 20 s, benchmarks 120 + 3 x 35 s (and 60 s more only if the
 # default benchmark fails: a run without the newest GPU paths), cuBLAS's GEMM formats 30 s,
-# profile 45 s) cap it at 14 minutes (15 with that run); with --prebuilt (no configure or
-# build; finding CUDA's libraries 30 s, the mpiexec check 30 s) at 10 minutes (11).
+# profile 45 s, generation 30 s) cap it at 14.5 minutes (15.5 with that run); with --prebuilt
+# (no configure or build; finding CUDA's libraries 30 s, the mpiexec check 30 s) at 10.5
+# minutes (11.5).
 #
 #   tests/gpu/run-device-checks.sh [BUILD_DIR]          (default: build-gpu in the source tree)
 #   tests/gpu/run-device-checks.sh --prebuilt DIR       (DIR: tests/gpu/pack-prebuilt.sh's
@@ -318,6 +319,14 @@ phase "where the GPU time goes: 3 benchmark steps with DTRAIN_CUDA_PROFILE=1"
 DTRAIN_CUDA_PROFILE=1 timeout -k 5 45 "$MPIEXEC" -n 1 "${BENCH[@]}" --steps 3 </dev/null \
   >"$RESULTS/profile.log" 2>&1 || fail "profiled run failed (see profile.log)"
 sed -n '/GPU time by op/,$p' "$RESULTS/profile.log" | head -n 45 | tee "$RESULTS/profile.txt"
+
+# Last, so that a run over the time limit loses only this: generation with the key/value
+# cache, GPT-2 124M's shape with its initial weights (the speed does not depend on them).
+phase "generation: 256 tokens of GPT-2 124M after a 512-token prompt"
+PROMPT=$(py -c "print(','.join(str(i * 7919 % 50000) for i in range(512)))")
+timeout -k 5 30 "$MPIEXEC" -n 1 "${BENCH[@]}" --steps 0 --generate 256 --prompt "$PROMPT" \
+  </dev/null >/dev/null 2>"$RESULTS/generate.log" || fail "generation failed (see generate.log)"
+grep -E "generated 256 tokens" "$RESULTS/generate.log" | tee -a "$RESULTS/summary.txt"
 
 phase "done in $(elapsed) s (budget 480 s); results in $RESULTS"
 [ "$(elapsed)" -le 480 ] || echo "warning: over the 8-minute budget"
