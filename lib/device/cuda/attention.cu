@@ -62,12 +62,14 @@ void CudaDevice::attention_forward(float* out, float* att, float*, const float* 
 
 // The caller's workspace (T x T) is not used: the GEMMs run over a group of heads at once,
 // so their score gradients live in the device's own scratch (group x T x T floats).
-// One query row against the cache: reads its keys and values once, plus q and out.
-void CudaDevice::attention_decode(float* out, float* workspace, const float* q, const float* k,
+// One query row against the cache: reads its keys and values once, plus q and out. The
+// blocks' shares of the softmax go to the device scratch, not the caller's workspace.
+void CudaDevice::attention_decode(float* out, float*, const float* q, const float* k,
                                   const float* v, int T, int C, int NH, int ld) {
   const OpProfile::Span span = begin_op(
       "attention_decode", {4.0 * T * C, 4.0 * (2.0 * T * C + 2.0 * C)});
-  cuda::attention_decode(stream_, out, workspace, q, k, v, T, C, NH, ld);
+  cuda::attention_decode(stream_, out, scratch(attention_decode_partial_floats(T, C, NH)), q, k,
+                         v, T, C, NH, ld);
 }
 
 void CudaDevice::attention_backward(float* dqkv, float*, const float* dout, const float* qkv,

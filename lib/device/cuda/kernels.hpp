@@ -78,9 +78,11 @@ void causal_softmax_backward(cudaStream_t s, float* dP, const float* P, std::int
                              int T, float scale);
 
 // ---- kernels_attention_decode.cu --------------------------------------------------
-// Device::attention_decode: q[C] against k[T,ld] and v[T,ld]; workspace of NH*T floats.
-void attention_decode(cudaStream_t s, float* out, float* workspace, const float* q,
-                      const float* k, const float* v, int T, int C, int NH, int ld);
+// Device::attention_decode: q[C] against k[T,ld] and v[T,ld]; partial holds
+// attention_decode_partial_floats(T, C, NH) floats (each block's share of the softmax).
+std::size_t attention_decode_partial_floats(int T, int C, int NH);
+void attention_decode(cudaStream_t s, float* out, float* partial, const float* q, const float* k,
+                      const float* v, int T, int C, int NH, int ld);
 
 // ---- flash_attention.cu ----------------------------------------------------------
 // Fused causal attention on tensor cores, for bf16/fp16 operands (fmt) and head sizes 16,
