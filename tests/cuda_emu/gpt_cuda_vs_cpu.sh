@@ -6,6 +6,8 @@
 # then resumed to the end by a second cuda run. With "nccl", device buffers move over the
 # (emulated) NCCL transport instead of MPI staging; with "reorder", the emulator runs every
 # other stream's queued work before a stream's own (DTRAIN_CUDA_EMU_OTHER_STREAMS_FIRST).
+# With "generate", both runs then sample 48 tokens (the same random numbers; past seq-len 32,
+# so the key/value cache restarts too), and the two texts must be the same.
 set -u
 mpiexec=$1 np=$2 gpt=$3 tol=$4
 shift 4
@@ -13,11 +15,12 @@ work=$(mktemp -d)
 trap 'rm -rf "$work"' EXIT
 common=(--layers 4 --d-model 64 --heads 4 --seq-len 32 --vocab 256 --micro-batch 2
         --log-every 1 --eval-every 0 --eval-batches 1)
-split=0 transport=mpi_staged
+split=0 transport=mpi_staged generate=0
 opts=()
 for o in "$@"; do
   case "$o" in
     resume) split=1 ;;
+    generate) generate=1; opts+=(--generate 48 --prompt ab) ;;
     nccl) transport=nccl ;;
     reorder) export DTRAIN_CUDA_EMU_OTHER_STREAMS_FIRST=1 ;;
     *) opts+=("$o") ;;
@@ -29,7 +32,7 @@ run() {  # run DEVICE STEPS [EXTRA...]
   local dev=$1 steps=$2 status
   shift 2
   "$mpiexec" -n "$np" "$gpt" "${common[@]}" "${opts[@]}" --device "$dev" --steps "$steps" \
-    --metrics "$work/$dev.jsonl" "$@" > "$work/$dev.log" 2>&1
+    --metrics "$work/$dev.jsonl" "$@" > "$work/$dev.out" 2> "$work/$dev.log"
   status=$?
   [ "$status" -eq 0 ] || { cat "$work/$dev.log"; echo "FAIL: --device $dev exited $status"; exit 1; }
 }
@@ -45,6 +48,13 @@ fi
 grep "device cuda" "$work/cuda.log" | head -1
 if [ "$np" -gt 1 ] && ! grep -q "device buffers move over $transport" "$work/cuda.log"; then
   cat "$work/cuda.log"; echo "FAIL: device buffers did not move over $transport"; exit 1
+fi
+
+if [ "$generate" = 1 ]; then
+  echo "generated on the cpu:  $(cat "$work/cpu.out")"
+  echo "generated on the cuda: $(cat "$work/cuda.out")"
+  [ -s "$work/cpu.out" ] && cmp -s "$work/cpu.out" "$work/cuda.out" ||
+    { echo "FAIL: the generated texts differ"; exit 1; }
 fi
 
 python3 - "$work/cpu.jsonl" "$work/cuda.jsonl" "$tol" <<'PY'
