@@ -1,6 +1,8 @@
-// Communicator queries and the blocking collectives on host buffers.
+// Communicator queries, the blocking collectives, and communicators for device buffers.
 #include <string>
 
+#include "dtrain/device/device.hpp"
+#include "dtrain/parallel/device_world.hpp"
 #include "guard.hpp"
 
 using namespace dtrain::capi;
@@ -100,6 +102,34 @@ dt_result_t dt_broadcast(dt_comm_t comm, const void* send, void* recv, size_t co
 
 dt_result_t dt_barrier(dt_comm_t comm) {
   return with_comm(__func__, comm, [](dtrain::Communicator& c) { c.barrier(); });
+}
+
+dt_result_t dt_comm_device(dt_comm_t comm, dt_comm_t* device_comm) {
+  clear_output(device_comm);
+  return call<dt_comm_s>(__func__, comm, Kind::comm, "comm", [&](dt_comm_s& c) {
+    need_ptr(device_comm, "device_comm");
+    if (c.host) {  // already one: it is its own
+      *device_comm = &c;
+      return;
+    }
+    if (!c.device_handle) {
+      dtrain::Communicator& host = *c.comm;
+      // Every rank answers, so that none waits in the set-up below for one that failed.
+      const int here = dtrain::cuda_available() ? 1 : 0;
+      int everywhere = here;
+      host.all_reduce(&here, &everywhere, 1, dtrain::DType::i32, dtrain::ReduceOp::min);
+      if (!everywhere)
+        fail(DT_ERR_UNAVAILABLE, here ? "another rank of comm has no usable GPU"
+                                      : "this rank has no usable GPU (no CUDA plugin, driver or device)");
+      const dtrain::Device& dev = dtrain::select_device("cuda");
+      c.device_comm = std::make_unique<dtrain::Communicator>(
+          dtrain::parallel::device_world(host, dev, host.name() + ".device"));
+      c.device_handle = std::make_unique<dt_comm_s>(c.ctx, c.device_comm.get(), c.grid);
+      c.device_handle->host = &c;
+      register_handle(c.device_handle.get());
+    }
+    *device_comm = c.device_handle.get();
+  });
 }
 
 }  // extern "C"

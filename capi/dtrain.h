@@ -299,6 +299,25 @@ DT_API dt_result_t dt_broadcast(dt_comm_t comm, const void* send, void* recv, si
  */
 DT_API dt_result_t dt_barrier(dt_comm_t comm);
 
+/**
+ * @brief The ranks of comm again, with collectives that also take CUDA device buffers.
+ *
+ * The communicator returned routes each call by its buffers, as a CUDA-aware MPI does: host
+ * buffers go over MPI as on comm; device buffers (memory of the GPU dtrain uses on this rank,
+ * docs/cuda.md: DTRAIN_CUDA_DEVICE, else the node-local rank modulo the visible GPUs) over
+ * NCCL where every rank has a GPU of its own, else over MPI staged through pinned host memory
+ * (ranks sharing a GPU). One call must not mix host and device buffers. The work that writes a
+ * send buffer must be finished (synchronised) when the call is made; the result is in place
+ * when it returns. Collective over comm at the first call for comm; later calls return the
+ * same handle and do not communicate.
+ * @param comm a live communicator (the world, or a group of a grid).
+ * @param[out] device_comm borrowed; valid as long as comm is; NULL on failure.
+ * @return ::DT_SUCCESS; ::DT_ERR_INVALID_HANDLE, ::DT_ERR_INVALID_ARGUMENT (device_comm NULL),
+ *         ::DT_ERR_UNAVAILABLE (some rank of comm has no usable GPU: every rank returns it),
+ *         ::DT_ERR_COMM (NCCL's set-up failed).
+ */
+DT_API dt_result_t dt_comm_device(dt_comm_t comm, dt_comm_t* device_comm);
+
 /* ---- process grid ---------------------------------------------------------------------- */
 
 /** Shape of a process grid; initialise with ::DT_GRID_CONFIG_INIT, then edit fields. */
@@ -486,9 +505,16 @@ typedef struct dt_mlp_config_t {
   const int* sizes;    /**< input, hidden..., classes; copied at creation */
   int max_batch;       /**< largest batch passed to forward */
   uint64_t seed;       /**< weight initialisation (identical on every rank) */
+  const char* device;  /**< where the model's parameters, gradients, optimiser state and
+                            activations live and its arithmetic runs: "auto" (a GPU where
+                            the CUDA plugin finds one, else the CPU), "cpu" or "cuda"; NULL
+                            means "auto". Inputs and outputs of every call stay host memory.
+                            Read only when struct_size covers it: callers built with an
+                            older dtrain.h get "cpu" */
 } dt_mlp_config_t;
-/** Defaults of ::dt_mlp_config_t: no sizes (to be set), max_batch 32, seed 1337. */
-#define DT_MLP_CONFIG_INIT {sizeof(dt_mlp_config_t), 0, NULL, 32, 1337u}
+/** Defaults of ::dt_mlp_config_t: no sizes (to be set), max_batch 32, seed 1337, device
+ *  "auto". */
+#define DT_MLP_CONFIG_INIT {sizeof(dt_mlp_config_t), 0, NULL, 32, 1337u, NULL}
 
 /** A GPT-2-style model (docs/model.md); initialise with ::DT_GPT_CONFIG_INIT. */
 typedef struct dt_gpt_config_t {
@@ -505,10 +531,12 @@ typedef struct dt_gpt_config_t {
                             output; backward runs the block's forward again): less activation
                             memory, the same results bit for bit. Read only when struct_size
                             covers it: callers built with an older dtrain.h get 0 */
+  const char* device;  /**< "auto", "cpu" or "cuda", NULL meaning "auto": as
+                            dt_mlp_config_t::device (older callers get "cpu") */
 } dt_gpt_config_t;
 /** Defaults of ::dt_gpt_config_t: 4 layers, 4 heads, d_model 256, seq_len 256, vocab 256,
- *  tied embeddings, max_batch 8, seed 1337, no recomputation. */
-#define DT_GPT_CONFIG_INIT {sizeof(dt_gpt_config_t), 4, 4, 256, 256, 256, 1, 8, 1337u, 0}
+ *  tied embeddings, max_batch 8, seed 1337, no recomputation, device "auto". */
+#define DT_GPT_CONFIG_INIT {sizeof(dt_gpt_config_t), 4, 4, 256, 256, 256, 1, 8, 1337u, 0, NULL}
 
 /**
  * @brief Creates an MLP classifier: Linear layers with GELU between them, softmax
@@ -519,9 +547,13 @@ typedef struct dt_gpt_config_t {
  * @param config the layer sizes.
  * @param optimizer optimiser settings; NULL for the defaults.
  * @param[out] model the new model; NULL on failure.
+ * On a GPU (config->device) the dp group's collectives on the model's buffers go over NCCL
+ * where every rank has a GPU of its own, else over MPI staged through host memory (docs/cuda.md).
  * @return ::DT_SUCCESS; ::DT_ERR_INVALID_HANDLE, ::DT_ERR_INVALID_ARGUMENT (NULL pointer,
  *         struct_size too small, fewer than 2 sizes), ::DT_ERR_INVALID_CONFIG (a size or setting
- *         out of range, seeds differ between ranks).
+ *         out of range, seeds differ between ranks, an unknown device), ::DT_ERR_UNAVAILABLE
+ *         ("cuda" where some rank has no usable GPU, or a GPU on some ranks of dp only: every
+ *         rank returns it).
  */
 DT_API dt_result_t dt_model_create_mlp(dt_comm_t dp, const dt_mlp_config_t* config,
                                        const dt_optimizer_config_t* optimizer, dt_model_t* model);
@@ -534,7 +566,8 @@ DT_API dt_result_t dt_model_create_mlp(dt_comm_t dp, const dt_mlp_config_t* conf
  * @param[out] model the new model; NULL on failure.
  * @return ::DT_SUCCESS; ::DT_ERR_INVALID_HANDLE, ::DT_ERR_INVALID_ARGUMENT (NULL pointer,
  *         struct_size too small, max_batch < 1), ::DT_ERR_INVALID_CONFIG (an impossible shape or
- *         setting, seeds differ).
+ *         setting, seeds differ, an unknown device), ::DT_ERR_UNAVAILABLE (as
+ *         dt_model_create_mlp()).
  */
 DT_API dt_result_t dt_model_create_gpt(dt_comm_t dp, const dt_gpt_config_t* config,
                                        const dt_optimizer_config_t* optimizer, dt_model_t* model);
@@ -689,6 +722,19 @@ DT_API dt_result_t dt_model_get_parameters(dt_model_t model, float* dst, size_t 
  * @return ::DT_SUCCESS; ::DT_ERR_INVALID_HANDLE, ::DT_ERR_INVALID_ARGUMENT (steps NULL).
  */
 DT_API dt_result_t dt_model_steps(dt_model_t model, long* steps);
+
+/**
+ * @brief The device a model lives on, as its config->device chose it.
+ * @param model a live model.
+ * @param[out] name capacity chars for the NUL-terminated description, which starts with
+ *             "cpu" or "cuda" (e.g. "cpu (OpenBLAS)"); may be NULL with capacity 0 to ask
+ *             the length only.
+ * @param capacity length of name; not more than *length: ::DT_ERR_INVALID_ARGUMENT.
+ * @param[out] length strlen of the description (set even when capacity is too small).
+ * @return ::DT_SUCCESS; ::DT_ERR_INVALID_HANDLE, ::DT_ERR_INVALID_ARGUMENT (NULL pointer,
+ *         capacity too small).
+ */
+DT_API dt_result_t dt_model_device(dt_model_t model, char* name, size_t capacity, size_t* length);
 
 /**
  * @brief Number of parameter tensors of a model.

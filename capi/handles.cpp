@@ -71,6 +71,10 @@ void release_child(Handle* h) noexcept {
 using dtrain::capi::register_handle;
 using dtrain::capi::unregister_handle;
 
+dt_comm_s::~dt_comm_s() {
+  if (device_handle) unregister_handle(device_handle.get());
+}
+
 dt_grid_s::dt_grid_s(dt_context_s* c, const dtrain::GridShape& shape)
     : Handle(dtrain::capi::Kind::grid, c), grid(c->runtime.world(), shape) {
   dtrain::Communicator* groups[4] = {&grid.world(), &grid.tp(), &grid.pp(), &grid.dp()};

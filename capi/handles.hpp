@@ -44,8 +44,15 @@ Handle* find_handle(const void* p, Kind k) noexcept;
 struct dt_comm_s : dtrain::capi::Handle {
   dt_comm_s(dt_context_s* c, dtrain::Communicator* comm, dt_grid_s* owner)
       : Handle(dtrain::capi::Kind::comm, c), comm(comm), grid(owner) {}
-  dtrain::Communicator* comm;  // owned by the context or the grid
-  dt_grid_s* grid;             // null for the world communicator
+  ~dt_comm_s() override;
+  dtrain::Communicator* comm;  // owned by the context or the grid, or device_owned below
+  dt_grid_s* grid;             // null for the world communicator and its device handle
+  // dt_comm_device(): made at its first call; this handle's ranks over a device transport.
+  std::unique_ptr<dtrain::Communicator> device_comm;
+  std::unique_ptr<dt_comm_s> device_handle;  // registered while this handle lives
+  dt_comm_s* host = nullptr;                 // of a device handle: the handle it was made from
+  // The MPI communicator of these ranks (a device handle's host's).
+  dtrain::Communicator& host_comm() { return host ? *host->comm : *comm; }
 };
 
 // A user of a grid's communicators (model, byom) pins the grid for its lifetime.

@@ -12,6 +12,9 @@
 
 struct dt_model_s : dtrain::capi::CommUser {
   explicit dt_model_s(dt_comm_s* c) : CommUser(dtrain::capi::Kind::model, c) {}
+  // On a GPU: the dp group over a device transport (the engine's and the checkpoints' dp,
+  // declared first so that it outlives them); empty on the CPU, where comm's is used.
+  dtrain::Communicator device_dp;
   std::unique_ptr<dtrain::MlpModel> mlp;
   std::unique_ptr<dtrain::GptModel> gpt;
   std::unique_ptr<dtrain::capi::StepEngine> engine;
@@ -19,6 +22,8 @@ struct dt_model_s : dtrain::capi::CommUser {
 
   dtrain::ParameterStore& params() { return mlp ? mlp->parameters() : gpt->parameters(); }
   dtrain::Device& device() { return params().device(); }
+  // The group the model's collectives run over: device_dp on a GPU, else the handle's.
+  dtrain::Communicator& dp() { return device_dp.valid() ? device_dp : *comm->comm; }
   dtrain::capi::Checkpoints& checkpoint_io();
 };
 

@@ -5,6 +5,7 @@
 #include <vector>
 
 #include "dtrain/device/device.hpp"
+#include "dtrain/parallel/device_world.hpp"
 #include "agree.hpp"
 #include "guard.hpp"
 #include "model.hpp"
@@ -14,7 +15,7 @@ using namespace dtrain::capi;
 Checkpoints& dt_model_s::checkpoint_io() {
   if (!checkpoints) {
     const dtrain::GptConfig* g = gpt ? &gpt->config() : nullptr;
-    checkpoints = std::make_unique<Checkpoints>(*comm->comm, params(), *engine, g);
+    checkpoints = std::make_unique<Checkpoints>(dp(), params(), *engine, g);
   }
   return *checkpoints;
 }
@@ -43,6 +44,18 @@ void need_seed_agreement(dtrain::Communicator& dp, std::uint64_t seed) {
   dp.all_reduce(&lo, &lo, 1, dtrain::DType::i64, dtrain::ReduceOp::min);
   dp.all_reduce(&hi, &hi, 1, dtrain::DType::i64, dtrain::ReduceOp::max);
   if (lo != hi) fail(DT_ERR_INVALID_CONFIG, "config->seed differs between ranks of the dp group");
+}
+
+// The device config->device names, agreed by every rank of dp (older callers, whose struct
+// ends before the field, keep the CPU they had), and the group its buffers move over.
+template <class Config>
+dtrain::Device& open_device(const Config* config, dt_model_s& m) {
+  const bool has_field = config->struct_size >= offsetof(Config, device) + sizeof(const char*);
+  const std::string which = !has_field ? "cpu" : config->device ? config->device : "auto";
+  dtrain::Communicator& dp = m.comm->host_comm();  // a device handle's routing is made anew
+  dtrain::Device& dev = dtrain::parallel::agreed_device(which, dp, "config->device");
+  m.device_dp = dtrain::parallel::device_world(dp, dev, dp.name() + ".device");
+  return dev;
 }
 
 // GPT inputs are indices into tables: check them before any kernel reads out of bounds.
@@ -116,9 +129,9 @@ dt_result_t dt_model_create_mlp(dt_comm_t dp, const dt_mlp_config_t* config,
     mc.sizes.assign(config->sizes, config->sizes + config->num_sizes);
     need_seed_agreement(*c.comm, config->seed);
     auto m = std::make_unique<dt_model_s>(&c);
-    m->mlp = std::make_unique<dtrain::MlpModel>(mc, dtrain::cpu_device(), config->seed,
-                                                config->max_batch);
-    m->engine = std::make_unique<StepEngine>(*c.comm, m->params(), opt);
+    dtrain::Device& dev = open_device(config, *m);
+    m->mlp = std::make_unique<dtrain::MlpModel>(mc, dev, config->seed, config->max_batch);
+    m->engine = std::make_unique<StepEngine>(m->dp(), m->params(), opt);
     // The MLP has no per-layer parameter hooks: under ZeRO 3 each pass holds it whole
     // (WholeParameters in its entry points), and only the pieces stay between passes.
     *model = adopt(std::move(m));
@@ -146,9 +159,9 @@ dt_result_t dt_model_create_gpt(dt_comm_t dp, const dt_gpt_config_t* config,
     need(config->max_batch >= 1, "config->max_batch must be positive");
     need_seed_agreement(*c.comm, config->seed);
     auto m = std::make_unique<dt_model_s>(&c);
-    m->gpt = std::make_unique<dtrain::GptModel>(gc, dtrain::cpu_device(), config->seed,
-                                                config->max_batch);
-    m->engine = std::make_unique<StepEngine>(*c.comm, m->params(), opt, m->gpt->grad_ready_ranges());
+    dtrain::Device& dev = open_device(config, *m);
+    m->gpt = std::make_unique<dtrain::GptModel>(gc, dev, config->seed, config->max_batch);
+    m->engine = std::make_unique<StepEngine>(m->dp(), m->params(), opt, m->gpt->grad_ready_ranges());
     connect_hooks(*m->gpt, *m->engine);
     *model = adopt(std::move(m));
   });
@@ -156,6 +169,18 @@ dt_result_t dt_model_create_gpt(dt_comm_t dp, const dt_gpt_config_t* config,
 
 dt_result_t dt_model_destroy(dt_model_t model) {
   return with_model(__func__, model, [](dt_model_s& m) { release_child(&m); });
+}
+
+dt_result_t dt_model_device(dt_model_t model, char* name, size_t capacity, size_t* length) {
+  return with_model(__func__, model, [&](dt_model_s& m) {
+    need_ptr(length, "length");
+    const std::string text = m.device().name();
+    *length = text.size();
+    if (capacity == 0 && !name) return;  // length query
+    need_ptr(name, "name");
+    need(capacity > text.size(), "capacity is too small for the description and its NUL");
+    std::memcpy(name, text.c_str(), text.size() + 1);
+  });
 }
 
 dt_result_t dt_mlp_forward_backward(dt_model_t model, const float* x, const int32_t* labels,
@@ -168,6 +193,7 @@ dt_result_t dt_mlp_forward_backward(dt_model_t model, const float* x, const int3
       WholeParameters whole(*m.engine);  // ZeRO 3
       l = mlp.forward(x, labels, batch);
       m.engine->begin_backward();
+      m.engine->writing_everything();  // ZeRO 2/3 on a GPU: map the dropped pieces back first
       mlp.backward(1.0f);
     }
     m.engine->end_backward();

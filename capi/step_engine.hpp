@@ -40,6 +40,8 @@ class StepEngine {
   void ready(std::size_t first, std::size_t last) { sync_->ready(first, last); }
   // The grad-write hook: backward is about to write [first, last) (GradientSync::writing).
   void writing(std::size_t first, std::size_t last) { sync_->writing(first, last); }
+  // For a model without that hook (the MLP), before its backward: every range at once.
+  void writing_everything() { sync_->writing_everything(); }
   // Lets reductions and gathers in flight progress (the model's progress hook).
   void poll() {
     sync_->poll();

@@ -25,15 +25,17 @@ module dtrain_c_binding
     type(c_ptr) :: sizes
     integer(c_int) :: max_batch
     integer(c_int64_t) :: seed
+    type(c_ptr) :: device
   end type
   type, bind(C), public :: gpt_config_c
     integer(c_size_t) :: struct_size
     integer(c_int) :: layers, heads, d_model, seq_len, vocab, tie_embeddings, max_batch
     integer(c_int64_t) :: seed
     integer(c_int) :: recompute
+    type(c_ptr) :: device
   end type
 
-  public :: from_c, c_string, optimizer_config, ret, fail_here, fortran_error
+  public :: from_c, c_string, c_chars, optimizer_config, ret, fail_here, fortran_error
 
   ! Message of the last failure found by this module's own checks (shapes of Fortran arrays
   ! the C library cannot see); cleared by every call into C. Kept per process.
@@ -130,6 +132,11 @@ module dtrain_c_binding
     integer(c_int) function c_barrier(comm) bind(C, name="dt_barrier")
       import :: c_int, dt_comm
       type(dt_comm), value :: comm
+    end function
+    integer(c_int) function c_comm_device(comm, device_comm) bind(C, name="dt_comm_device")
+      import :: c_int, dt_comm
+      type(dt_comm), value :: comm
+      type(dt_comm), intent(out) :: device_comm
     end function
     integer(c_int) function c_grid_create(ctx, cfg, grid) bind(C, name="dt_grid_create")
       import :: c_int, dt_context, grid_config_c, dt_grid
@@ -283,6 +290,14 @@ module dtrain_c_binding
       type(dt_model), value :: model
       integer(c_int), intent(out) :: n
     end function
+    integer(c_int) function c_model_device(model, name, capacity, length) &
+        bind(C, name="dt_model_device")
+      import :: c_int, c_ptr, c_size_t, dt_model
+      type(dt_model), value :: model
+      type(c_ptr), value :: name
+      integer(c_size_t), value :: capacity
+      integer(c_size_t), intent(out) :: length
+    end function
     integer(c_int) function c_model_tensor_name(model, index, name, capacity, length) &
         bind(C, name="dt_model_tensor_name")
       import :: c_int, c_ptr, c_size_t, dt_model
@@ -357,13 +372,13 @@ module dtrain_c_binding
   public :: c_get_version, c_get_error_string, c_get_last_error, c_init, c_init_fortran_comm, &
             c_finalize, c_context_rank, c_context_size, c_context_world, c_comm_rank, c_comm_size, &
             c_comm_world_ranks, c_all_reduce, c_all_gather, c_reduce_scatter, c_broadcast, c_barrier, &
-            c_grid_create, c_grid_destroy, c_grid_shape, c_grid_coords, c_grid_comm, &
+            c_comm_device, c_grid_create, c_grid_destroy, c_grid_shape, c_grid_coords, c_grid_comm, &
             c_byom_create, c_byom_destroy, c_byom_register, c_byom_step, c_byom_steps, &
             c_model_create_mlp, c_model_create_gpt, c_model_destroy, c_mlp_forward_backward, &
             c_mlp_evaluate, c_mlp_predict, c_gpt_forward_backward, c_gpt_evaluate, c_gpt_decode, &
             c_model_step, &
             c_model_steps, c_model_num_parameters, c_model_get_parameters, c_model_num_tensors, &
-            c_model_tensor_name, c_model_tensor_shape, c_model_get_tensor, c_model_set_tensor, &
+            c_model_device, c_model_tensor_name, c_model_tensor_shape, c_model_get_tensor, c_model_set_tensor, &
             c_byom_save_checkpoint, c_byom_load_checkpoint, c_model_save_checkpoint, &
             c_model_load_checkpoint, c_checkpoint_find
 
@@ -393,6 +408,18 @@ contains
     character(kind=c_char, len=:), allocatable :: c
     c = trim(s)//c_null_char
   end function
+
+  ! s as a NUL-terminated array of C characters, for a char* field of a C struct (c_loc).
+  subroutine c_chars(s, chars)
+    character(len=*), intent(in) :: s
+    character(kind=c_char), allocatable, intent(out) :: chars(:)
+    integer :: i
+    allocate(chars(len_trim(s) + 1))
+    do i = 1, len_trim(s)
+      chars(i) = s(i:i)
+    end do
+    chars(len_trim(s) + 1) = c_null_char
+  end subroutine
 
   ! Optimiser settings from optional arguments; absent ones keep DT_OPTIMIZER_CONFIG_INIT's.
   function optimizer_config(weight_decay, clip_grad, zero_stage, beta1, beta2, eps, bucket_mb) result(o)

@@ -12,7 +12,8 @@ module dtrain_core
   public :: dt_get_version, dt_get_error_string, dt_get_last_error
   public :: dt_init, dt_finalize, dt_context_rank, dt_context_size, dt_context_world
   public :: dt_comm_rank, dt_comm_size, dt_comm_world_ranks
-  public :: dt_all_reduce, dt_all_gather, dt_reduce_scatter, dt_broadcast, dt_barrier
+  public :: dt_all_reduce, dt_all_gather, dt_reduce_scatter, dt_broadcast, dt_barrier, &
+            dt_comm_device
   public :: dt_grid_create, dt_grid_destroy, dt_grid_shape, dt_grid_coords, dt_grid_comm
 
 contains
@@ -242,6 +243,20 @@ contains
     type(dt_comm), intent(in) :: comm
     integer, intent(out) :: ierr
     ierr = ret(c_barrier(comm))
+  end subroutine
+
+  !> The ranks of comm again, with collectives that also take GPU buffers (dt_comm_device in
+  !> docs/c-api.md): pass device addresses, e.g. inside !$acc host_data use_device(a). One
+  !> call must not mix host and device buffers. Collective over comm at its first call.
+  !> @param[in] comm a live group.
+  !> @param[out] device_comm borrowed; valid as long as comm is.
+  !> @param[out] ierr DT_SUCCESS; DT_ERR_INVALID_HANDLE, DT_ERR_UNAVAILABLE (a rank of comm
+  !>             has no usable GPU: every rank gets it).
+  subroutine dt_comm_device(comm, device_comm, ierr)
+    type(dt_comm), intent(in) :: comm
+    type(dt_comm), intent(out) :: device_comm
+    integer, intent(out) :: ierr
+    ierr = ret(c_comm_device(comm, device_comm))
   end subroutine
 
   !> Process grid over the context's world. Collective.

@@ -10,7 +10,8 @@ module dtrain_models
   implicit none
   private
 
-  public :: dt_model_create_mlp, dt_model_create_gpt, dt_model_destroy, dt_model_step, &
+  public :: dt_model_create_mlp, dt_model_create_gpt, dt_model_destroy, dt_model_device, &
+            dt_model_step, &
             dt_model_steps, dt_mlp_forward_backward, dt_mlp_evaluate, dt_mlp_predict, &
             dt_gpt_forward_backward, dt_gpt_evaluate, dt_gpt_decode
 
@@ -33,8 +34,11 @@ contains
   !> @param[in] beta2 optional (default 0.95).
   !> @param[in] eps optional (default 1e-8).
   !> @param[in] bucket_mb optional real(c_double) (default 25).
+  !> @param[in] device optional 'auto' (default: a GPU where the CUDA plugin finds one, else
+  !>            the CPU), 'cpu' or 'cuda'; where the model lives and computes (docs/c-api.md).
+  !>            'cuda' where some rank of dp has no usable GPU gives DT_ERR_UNAVAILABLE.
   subroutine dt_model_create_mlp(dp, sizes, max_batch, model, ierr, seed, weight_decay, &
-                                 clip_grad, zero_stage, beta1, beta2, eps, bucket_mb)
+                                 clip_grad, zero_stage, beta1, beta2, eps, bucket_mb, device)
     type(dt_comm), intent(in) :: dp
     integer(c_int), dimension(:), target, contiguous, intent(in) :: sizes
     integer, intent(in) :: max_batch
@@ -44,10 +48,17 @@ contains
     real, intent(in), optional :: weight_decay, clip_grad, beta1, beta2, eps
     integer, intent(in), optional :: zero_stage
     real(c_double), intent(in), optional :: bucket_mb
+    character(len=*), intent(in), optional :: device
     type(mlp_config_c) :: cfg
-    cfg = mlp_config_c(0_c_size_t, size(sizes), c_loc(sizes), max_batch, 1337_c_int64_t)
+    character(kind=c_char), allocatable, target :: device_c(:)
+    cfg = mlp_config_c(0_c_size_t, size(sizes), c_loc(sizes), max_batch, 1337_c_int64_t, &
+                       c_null_ptr)
     cfg%struct_size = c_sizeof(cfg)
     if (present(seed)) cfg%seed = seed
+    if (present(device)) then
+      call c_chars(device, device_c)
+      cfg%device = c_loc(device_c)
+    end if
     ierr = ret(c_model_create_mlp(dp, cfg, optimizer_config(weight_decay, clip_grad, zero_stage, &
                                                             beta1, beta2, eps, bucket_mb), model))
   end subroutine
@@ -74,9 +85,10 @@ contains
   !> @param[in] bucket_mb optional real(c_double) (default 25).
   !> @param[in] recompute optional; .true. keeps only each block's output for backward and
   !>            recomputes the rest (less activation memory, the same results bit for bit).
+  !> @param[in] device optional 'auto' (default), 'cpu' or 'cuda', as for dt_model_create_mlp.
   subroutine dt_model_create_gpt(dp, model, ierr, layers, heads, d_model, seq_len, vocab, &
                                  tie_embeddings, max_batch, seed, weight_decay, clip_grad, &
-                                 zero_stage, beta1, beta2, eps, bucket_mb, recompute)
+                                 zero_stage, beta1, beta2, eps, bucket_mb, recompute, device)
     type(dt_comm), intent(in) :: dp
     type(dt_model), intent(out) :: model
     integer, intent(out) :: ierr
@@ -87,8 +99,10 @@ contains
     integer, intent(in), optional :: zero_stage
     real(c_double), intent(in), optional :: bucket_mb
     logical, intent(in), optional :: recompute
+    character(len=*), intent(in), optional :: device
     type(gpt_config_c) :: cfg
-    cfg = gpt_config_c(0_c_size_t, 4, 4, 256, 256, 256, 1, 8, 1337_c_int64_t, 0)
+    character(kind=c_char), allocatable, target :: device_c(:)
+    cfg = gpt_config_c(0_c_size_t, 4, 4, 256, 256, 256, 1, 8, 1337_c_int64_t, 0, c_null_ptr)
     cfg%struct_size = c_sizeof(cfg)
     if (present(layers)) cfg%layers = layers
     if (present(heads)) cfg%heads = heads
@@ -99,6 +113,10 @@ contains
     if (present(tie_embeddings)) cfg%tie_embeddings = merge(1, 0, tie_embeddings)
     if (present(seed)) cfg%seed = seed
     if (present(recompute)) cfg%recompute = merge(1, 0, recompute)
+    if (present(device)) then
+      call c_chars(device, device_c)
+      cfg%device = c_loc(device_c)
+    end if
     ierr = ret(c_model_create_gpt(dp, cfg, optimizer_config(weight_decay, clip_grad, zero_stage, &
                                                             beta1, beta2, eps, bucket_mb), model))
   end subroutine
@@ -111,6 +129,25 @@ contains
     integer, intent(out) :: ierr
     ierr = ret(c_model_destroy(model))
     if (ierr == DT_SUCCESS) model%ptr = c_null_ptr
+  end subroutine
+
+  !> The device a model lives on.
+  !> @param[in] model a live model.
+  !> @param[out] name its description, starting with 'cpu' or 'cuda' (e.g. 'cpu (OpenBLAS)').
+  !> @param[out] ierr DT_SUCCESS or DT_ERR_INVALID_HANDLE.
+  subroutine dt_model_device(model, name, ierr)
+    type(dt_model), intent(in) :: model
+    character(len=:), allocatable, intent(out) :: name
+    integer, intent(out) :: ierr
+    character(kind=c_char), allocatable, target :: buf(:)
+    integer(c_size_t) :: n
+    name = ''
+    n = 0
+    ierr = ret(c_model_device(model, c_null_ptr, 0_c_size_t, n))
+    if (ierr /= DT_SUCCESS) return
+    allocate(buf(n + 1))
+    ierr = ret(c_model_device(model, c_loc(buf), n + 1, n))
+    if (ierr == DT_SUCCESS) name = from_c(c_loc(buf))
   end subroutine
 
   ! Inputs and classes of an MLP, from the shapes of its first and last tensors; 0 when the

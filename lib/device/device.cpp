@@ -119,13 +119,15 @@ bool cuda_available() noexcept {
   }
 }
 
-Device& select_device(const std::string& which) {
+Device& select_device(const std::string& which) { return select_device(which, "--device"); }
+
+Device& select_device(const std::string& which, const std::string& option) {
   if (which == "cpu") return cpu_device();
   if (which == "cuda") {
     const CudaPlugin& p = cuda_plugin();
     DTRAIN_CHECK(p.device != nullptr, Errc::unavailable,
-                 "--device cuda: no CUDA device/plugin available (" << p.reason
-                     << "); use --device cpu or auto");
+                 option << " cuda: no CUDA device/plugin available (" << p.reason << "); use "
+                        << option << " cpu or auto");
     return *p.device;
   }
   if (which == "auto") {
@@ -135,7 +137,7 @@ Device& select_device(const std::string& which) {
     return cpu_device();
   }
   DTRAIN_FAIL(Errc::invalid_argument,
-              "--device must be one of auto, cpu, cuda; got '" << which << "'");
+              option << " must be one of auto, cpu, cuda; got '" << which << "'");
 }
 
 DType check_float_format(DType fmt, const char* op) {

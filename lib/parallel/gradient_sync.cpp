@@ -61,6 +61,11 @@ void GradientSync::writing(std::size_t first, std::size_t) {
   restore_others(static_cast<std::size_t>(bucket_of_range_[it->second]));
 }
 
+void GradientSync::writing_everything() {
+  if (mode_ != GradReduction::shard) return;
+  for (std::size_t b = 0; b < buckets_.size(); ++b) restore_others(b);
+}
+
 void GradientSync::ready(std::size_t first, std::size_t) {
   if (!sync_) return;
   const auto it = range_by_first_.find(first);

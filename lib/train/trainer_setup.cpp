@@ -4,9 +4,9 @@
 #include <functional>
 #include <thread>
 
-#include "comm/nccl_loader.hpp"
 #include "dtrain/comm/agreed_failure.hpp"
 #include "dtrain/core/env.hpp"
+#include "dtrain/parallel/device_world.hpp"
 #include "dtrain/parallel/pipeline_partition.hpp"
 #include "train/save_dir.hpp"
 #include "train/trainer_state.hpp"
@@ -43,33 +43,12 @@ const TrainConfig& validated(const TrainConfig& cfg, int world_size) {
   return cfg;
 }
 
-// The device for cfg. Kernel/BLAS threads per rank: DTRAIN_NUM_THREADS, else this node's
-// cores shared evenly among its ranks (two ranks on two cores must not both spawn two
-// threads). GEMM operands in the precision's format: set for every Trainer, since the device
-// is the process's and outlives it.
+// The device for cfg, the same kind on every rank. Kernel/BLAS threads per rank:
+// DTRAIN_NUM_THREADS, else this node's cores shared evenly among its ranks (two ranks on two
+// cores must not both spawn two threads). GEMM operands in the precision's format: set for
+// every Trainer, since the device is the process's and outlives it.
 Device& configured_device(const TrainConfig& cfg, Communicator& world) {
-  // A rank that cannot open the device (--device cuda without a GPU there) must not leave
-  // the others waiting in the agreement below: every rank fails alike.
-  Device* chosen = nullptr;
-  Errc code = Errc::unavailable;
-  std::string why;
-  try {
-    chosen = &select_device(cfg.device);
-  } catch (const Error& e) {
-    code = e.code();
-    why = e.what();
-  }
-  // One agreement: did any rank fail, did any find a GPU, did any not (max over ranks).
-  const bool on_gpu = chosen && chosen->kind() != DeviceKind::cpu;
-  int any[3] = {chosen ? 0 : 1, on_gpu ? 1 : 0, on_gpu ? 0 : 1};
-  world.all_reduce(any, any, 3, DType::i32, ReduceOp::max);
-  if (!chosen) throw Error(code, why);
-  DTRAIN_CHECK(any[0] == 0, Errc::unavailable,
-               "--device " << cfg.device << " is unavailable on another rank");
-  DTRAIN_CHECK(any[1] == 0 || any[2] == 0, Errc::unavailable,
-               "--device " << cfg.device << " found a GPU on some ranks but not on others; "
-               "every rank must train on the same kind of device");
-  Device& dev = *chosen;
+  Device& dev = parallel::agreed_device(cfg.device, world, "--device");
   dev.set_gemm_operand_format(precision_format(cfg.precision));
   int threads = env::params().num_threads;
   if (cfg.deterministic) threads = 1;  // reductions inside kernels must not depend on threads
@@ -79,21 +58,6 @@ Device& configured_device(const TrainConfig& cfg, Communicator& world) {
   }
   dev.set_num_threads(threads);
   return dev;
-}
-
-// On a GPU, gradients, parameters and activations are device buffers: the world the grid's
-// groups are split from moves them over a device transport (NCCL, or MPI staged through
-// pinned host memory), and still sends host buffers (losses, norms, flags) over MPI.
-Communicator device_world_for(Communicator& world, const Device& dev) {
-  if (dev.kind() == DeviceKind::cpu && !comm::device_transports_overridden()) return {};
-  const comm::DeviceTransport t = comm::choose_device_transport(world);
-  if (world.rank() == 0) {
-    DTRAIN_LOG(info, "device buffers move over " << comm::device_transport_name(t)
-                                                 << (t == comm::DeviceTransport::nccl
-                                                         ? " (point-to-point: mpi_staged)"
-                                                         : ""));
-  }
-  return comm::device_communicator(world, t, "world.device");
 }
 
 std::unique_ptr<TokenSource> open_source(const TrainConfig& cfg) {
@@ -208,7 +172,9 @@ Trainer::State::State(const TrainConfig& c, Communicator& w)
     : cfg(validated(c, w.size())),
       world(w),
       dev(configured_device(cfg, w)),
-      device_world(device_world_for(w, dev)),
+      // On a GPU, gradients, parameters and activations are device buffers: the grid's
+      // groups are split from a world that moves them over a device transport.
+      device_world(parallel::device_world(w, dev, "world.device")),
       grid(device_world.valid() ? device_world : w, grid_shape(cfg)),
       source(open_source_on_every_rank(cfg, w)),
       // ZeRO 2 holds only the gradient pieces this rank owns, ZeRO 3 also writes only its

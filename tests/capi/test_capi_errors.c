@@ -62,6 +62,8 @@ static void expect_refused(handles_t h, const char* why) {
   REFUSED("dt_reduce_scatter", "comm", "dt_comm_t", dt_reduce_scatter(h.comm, f, f, 1, DT_F32, DT_SUM));
   REFUSED("dt_broadcast", "comm", "dt_comm_t", dt_broadcast(h.comm, f, f, 1, DT_F32, 0));
   REFUSED("dt_barrier", "comm", "dt_comm_t", dt_barrier(h.comm));
+  REFUSED("dt_comm_device", "comm", "dt_comm_t", dt_comm_device(h.comm, &comm));
+  CHECK(comm == NULL);
   REFUSED("dt_checkpoint_find", "comm", "dt_comm_t", dt_checkpoint_find(h.comm, ".", NULL, 0, &n));
   REFUSED("dt_byom_create", "dp", "dt_comm_t", dt_byom_create(h.comm, NULL, &byom));
   REFUSED("dt_model_create_mlp", "dp", "dt_comm_t", dt_model_create_mlp(h.comm, &mc, NULL, &model));
@@ -90,6 +92,7 @@ static void expect_refused(handles_t h, const char* why) {
   REFUSED("dt_model_num_parameters", "model", "dt_model_t", dt_model_num_parameters(h.model, &n));
   REFUSED("dt_model_get_parameters", "model", "dt_model_t", dt_model_get_parameters(h.model, f, 4));
   REFUSED("dt_model_steps", "model", "dt_model_t", dt_model_steps(h.model, &l));
+  REFUSED("dt_model_device", "model", "dt_model_t", dt_model_device(h.model, NULL, 0, &n));
   REFUSED("dt_model_num_tensors", "model", "dt_model_t", dt_model_num_tensors(h.model, &i));
   REFUSED("dt_model_tensor_name", "model", "dt_model_t", dt_model_tensor_name(h.model, 0, NULL, 0, &n));
   REFUSED("dt_model_tensor_shape", "model", "dt_model_t", dt_model_tensor_shape(h.model, "w", NULL, 0, &i));
@@ -170,6 +173,12 @@ static void null_pointers(handles_t h) {
   FAILS(DT_ERR_INVALID_ARGUMENT, ctx, "dt_model_steps: steps must not be NULL", dt_model_steps(h.model, NULL));
   FAILS(DT_ERR_INVALID_ARGUMENT, ctx, "dt_model_num_tensors: count must not be NULL",
         dt_model_num_tensors(h.model, NULL));
+  FAILS(DT_ERR_INVALID_ARGUMENT, ctx, "dt_comm_device: device_comm must not be NULL",
+        dt_comm_device(h.comm, NULL));
+  FAILS(DT_ERR_INVALID_ARGUMENT, ctx, "dt_model_device: length must not be NULL",
+        dt_model_device(h.model, NULL, 0, NULL));
+  FAILS(DT_ERR_INVALID_ARGUMENT, ctx, "dt_model_device: name must not be NULL",
+        dt_model_device(h.model, NULL, 8, &n));
   FAILS(DT_ERR_INVALID_ARGUMENT, ctx, "dt_model_tensor_name: length must not be NULL",
         dt_model_tensor_name(h.model, 0, NULL, 0, NULL));
   FAILS(DT_ERR_INVALID_ARGUMENT, ctx, "dt_model_tensor_name: name must not be NULL",
@@ -268,6 +277,10 @@ static void wrong_sizes_and_names(handles_t h, int size) {
   FAILS(DT_ERR_INVALID_ARGUMENT, ctx, "keep must be >= 0", dt_model_save_checkpoint(h.model, "d", -2));
   FAILS(DT_ERR_INVALID_ARGUMENT, ctx, "dir must not be empty", dt_model_save_checkpoint(h.model, "", 0));
 
+  OK(ctx, dt_model_device(h.model, NULL, 0, &n));  /* the length: "cpu (OpenBLAS)" */
+  CHECK(n == strlen("cpu (OpenBLAS)"));
+  FAILS(DT_ERR_INVALID_ARGUMENT, ctx, "capacity is too small for the description and its NUL",
+        dt_model_device(h.model, (char*)f, n, &n));
   FAILS(DT_ERR_INVALID_ARGUMENT, ctx, "index must be in [0, dt_model_num_tensors())",
         dt_model_tensor_name(h.model, 4, NULL, 0, &n));
   FAILS(DT_ERR_INVALID_ARGUMENT, ctx, "index must be in [0, dt_model_num_tensors())",
@@ -329,6 +342,83 @@ static void wrong_sizes_and_names(handles_t h, int size) {
 }
 
 /* Grid, byom and model handles made in ctx, plus a comm of the grid. */
+/* config->device: an unknown name is refused; "cuda" without a usable GPU (this test runs
+ * where none is, or on its CPU side only) fails every rank alike, also when only one rank asks
+ * for it; a caller built before the field existed (a smaller struct_size) gets the CPU. */
+static void device_choice(handles_t h) {
+  dt_context_t ctx = h.ctx;
+  dt_model_t model = NULL;
+  dt_gpt_config_t tc = DT_GPT_CONFIG_INIT;
+  dt_mlp_config_t mc = DT_MLP_CONFIG_INIT;
+  static const int sizes[2] = {3, 2};
+  char name[64] = "";
+  size_t n = 0;
+  tc.layers = 1;
+  tc.heads = 1;
+  tc.d_model = 8;
+  tc.seq_len = 4;
+  tc.vocab = 8;
+  mc.num_sizes = 2;
+  mc.sizes = sizes;
+
+  tc.device = "gpu";
+  FAILS(DT_ERR_INVALID_CONFIG, ctx, "config->device must be auto, cpu or cuda, got 'gpu'",
+        dt_model_create_gpt(h.comm, &tc, NULL, &model));
+  mc.device = "CUDA";
+  FAILS(DT_ERR_INVALID_CONFIG, ctx, "config->device must be auto, cpu or cuda, got 'CUDA'",
+        dt_model_create_mlp(h.comm, &mc, NULL, &model));
+  CHECK(model == NULL);
+
+  /* Without a GPU (where this test runs) the documented error; with one, a GPU model. */
+  tc.device = "cuda";
+  if (dt_model_create_gpt(h.comm, &tc, NULL, &model) == DT_SUCCESS) {
+    OK(ctx, dt_model_device(model, name, sizeof name, &n));
+    CHECK(strncmp(name, "cuda", 4) == 0);
+    OK(ctx, dt_model_destroy(model));
+  } else {
+    FAILS(DT_ERR_UNAVAILABLE, ctx, "config->device cuda: no CUDA device/plugin available",
+          dt_model_create_gpt(h.comm, &tc, NULL, &model));
+    MESSAGE(ctx, "use config->device cpu or auto");
+    CHECK(model == NULL);
+  }
+  /* One rank asks for the GPU, the others for the CPU: every rank refuses (with or without a
+   * GPU there), none waits in a later collective. */
+  tc.device = my_rank == 0 ? "cpu" : "cuda";
+  {
+    int size = 0;
+    OK(ctx, dt_comm_size(h.comm, &size));
+    if (size > 1) {
+      EXPECT(DT_ERR_UNAVAILABLE, ctx, dt_model_create_gpt(h.comm, &tc, NULL, &model));
+      MESSAGE(ctx, "config->device");
+      CHECK(model == NULL);
+    }
+  }
+
+  /* Collectives on device buffers need a GPU on every rank. */
+  {
+    dt_comm_t dc = NULL;
+    if (dt_comm_device(h.comm, &dc) != DT_SUCCESS) {
+      FAILS(DT_ERR_UNAVAILABLE, ctx, "dt_comm_device: this rank has no usable GPU",
+            dt_comm_device(h.comm, &dc));
+      CHECK(dc == NULL);
+    }
+  }
+
+  /* A struct that ends before `device` (an older dtrain.h): the CPU, whatever the field says. */
+  tc.device = "cuda";
+  tc.struct_size = offsetof(dt_gpt_config_t, device);
+  OK(ctx, dt_model_create_gpt(h.comm, &tc, NULL, &model));
+  OK(ctx, dt_model_device(model, name, sizeof name, &n));
+  CHECK(strcmp(name, "cpu (OpenBLAS)") == 0);
+  OK(ctx, dt_model_destroy(model));
+  tc.struct_size = sizeof tc;
+  tc.device = "cpu";
+  OK(ctx, dt_model_create_gpt(h.comm, &tc, NULL, &model));
+  OK(ctx, dt_model_device(model, name, sizeof name, &n));
+  CHECK(strncmp(name, "cpu", 3) == 0 && n == strlen(name));
+  OK(ctx, dt_model_destroy(model));
+}
+
 static handles_t make_handles(dt_context_t ctx, dt_comm_t world) {
   handles_t h = {ctx, world, NULL, NULL, NULL};
   dt_grid_config_t gc = DT_GRID_CONFIG_INIT;
@@ -368,6 +458,7 @@ int main(int argc, char** argv) {
   expect_refused(wrong_kind, stale);
   null_pointers(h);
   wrong_sizes_and_names(h, size);
+  device_choice(h);
 
   /* Destroyed handles: a grid takes its groups with it. */
   OK(ctx, dt_grid_comm(h.grid, DT_GROUP_DP, &dp));

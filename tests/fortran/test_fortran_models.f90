@@ -1,7 +1,8 @@
 ! module dtrain's built-in GPT, tensor access and checkpoints from Fortran: the data-parallel
 ! GPT (ZeRO 3) equals one rank on the whole batch; tensors by index and name in Fortran order;
 ! registered arrays, the MLP and the GPT saved and loaded, a resumed run ending where the
-! uninterrupted one does; error codes and messages for shapes, names and files.
+! uninterrupted one does; error codes and messages for shapes, names and files; the device
+! argument.
 !   mpiexec -n N test_fortran_models SCRATCH_DIR
 program test_fortran_models
   use, intrinsic :: iso_c_binding
@@ -32,6 +33,7 @@ program test_fortran_models
     call test_byom_checkpoint()
     call test_model_checkpoints()
   end if
+  call test_device_choice()
   if (.not. verdict('fortran_models')) error stop 1
   call dt_finalize(ctx, ierr)
   call MPI_Finalize(ierr)
@@ -68,6 +70,33 @@ contains
                              vocab=vocab, max_batch=batch, seed=seed, zero_stage=stage, &
                              recompute=again)
     call expect(ierr, DT_SUCCESS, 'dt_model_create_gpt')
+  end subroutine
+
+  ! device: 'cpu' gives a CPU model, an unknown name DT_ERR_INVALID_CONFIG, 'cuda' (trailing
+  ! blanks trimmed) a GPU model where one is usable and DT_ERR_UNAVAILABLE elsewhere.
+  subroutine test_device_choice()
+    type(dt_model) :: model
+    character(len=:), allocatable :: name
+    integer(c_int), target :: sizes(3) = [4, 8, 2]
+    call dt_model_create_gpt(world, model, ierr, layers=1, heads=2, d_model=d_model, &
+                             seq_len=seq, vocab=vocab, device='cpu')
+    call expect(ierr, DT_SUCCESS, 'dt_model_create_gpt on the cpu')
+    call dt_model_device(model, name, ierr)
+    call expect(ierr, DT_SUCCESS, 'dt_model_device')
+    call check(name == 'cpu (OpenBLAS)', 'dt_model_device names the cpu')
+    call dt_model_destroy(model, ierr)
+    call dt_model_create_mlp(world, sizes, 4, model, ierr, device='tpu')
+    call expect_message(ierr, DT_ERR_INVALID_CONFIG, ctx, &
+                        "config->device must be auto, cpu or cuda, got 'tpu'", 'an unknown device')
+    call dt_model_create_mlp(world, sizes, 4, model, ierr, device='cuda  ')
+    if (ierr == DT_SUCCESS) then
+      call dt_model_device(model, name, ierr)
+      call check(name(1:4) == 'cuda', 'dt_model_device names the gpu')
+      call dt_model_destroy(model, ierr)
+    else
+      call expect_message(ierr, DT_ERR_UNAVAILABLE, ctx, 'config->device cuda: no CUDA device', &
+                          'cuda without a gpu')
+    end if
   end subroutine
 
   ! Each rank trains on its columns of the batch (under ZeRO 3); a model over a dp group of

@@ -244,6 +244,8 @@ DTRAIN_API DType check_float_format(DType fmt, const char* op);
 // Error(Errc::unavailable); "auto" picks CUDA when both are present and the CPU otherwise.
 // The returned device is owned by the process (cpu_device() or the loaded plugin's device).
 DTRAIN_API Device& select_device(const std::string& which);
+// The same, with `option` naming the setting in the messages ("--device" above).
+DTRAIN_API Device& select_device(const std::string& which, const std::string& option);
 
 // True when libdtrain_cuda.so can be loaded and reports at least one GPU (checked once).
 DTRAIN_API bool cuda_available() noexcept;

@@ -48,8 +48,11 @@ class DTRAIN_API GradientSync {
   // bucket's discarded pieces are restored (zeros). A device that maps memory back only on
   // restore (a GPU) needs every write announced this way; a bucket whose ranges arrive
   // unannounced is restored at its reduction, which on such a device is too late (the CPU,
-  // whose pages come back when written, does not mind: the C API's MLP announces nothing).
+  // whose pages come back when written, would not mind).
   void writing(std::size_t first, std::size_t last);
+  // writing() of every range at once, for a backward that announces nothing (the C API's
+  // MLP): the whole arena is writable until the reductions discard the pieces again.
+  void writing_everything();
   void finish();  // launch what was never reported, wait for everything
   void poll();    // lets the reductions in flight progress; never blocks
 
