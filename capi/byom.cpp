@@ -9,8 +9,18 @@
 
 using namespace dtrain::capi;
 
+// Over a device handle (dt_comm_device) the program's buffers are GPU memory, and so are the
+// arena and the optimiser state; otherwise all of it is host memory.
 dt_byom_s::dt_byom_s(dt_comm_s* c, const dt_optimizer_config_t& cfg)
-    : CommUser(Kind::byom, c), store(dtrain::cpu_device()), cfg(cfg) {}
+    : CommUser(Kind::byom, c), store(c->device ? *c->device : dtrain::cpu_device()), cfg(cfg) {}
+
+dtrain::CopyKind dt_byom_s::program_to_arena() {
+  return comm->device ? dtrain::CopyKind::device_to_device : dtrain::CopyKind::host_to_device;
+}
+
+dtrain::CopyKind dt_byom_s::arena_to_program() {
+  return comm->device ? dtrain::CopyKind::device_to_device : dtrain::CopyKind::device_to_host;
+}
 
 void dt_byom_s::close() {
   if (engine) return;
@@ -28,8 +38,8 @@ void dt_byom_s::copy_in(bool with_grads) {
   for (std::size_t i = 0; i < buffers.size(); ++i) {
     const dtrain::ParamInfo& p = store[i];
     const std::size_t bytes = buffers[i].numel * sizeof(float);
-    dev.copy(store.param(p), buffers[i].param, bytes, dtrain::CopyKind::host_to_device);
-    if (with_grads) dev.copy(store.grad(p), buffers[i].grad, bytes, dtrain::CopyKind::host_to_device);
+    dev.copy(store.param(p), buffers[i].param, bytes, program_to_arena());
+    if (with_grads) dev.copy(store.grad(p), buffers[i].grad, bytes, program_to_arena());
   }
 }
 
@@ -37,7 +47,10 @@ void dt_byom_s::copy_out() {
   dtrain::Device& dev = store.device();
   for (std::size_t i = 0; i < buffers.size(); ++i)
     dev.copy(buffers[i].param, store.param(store[i]), buffers[i].numel * sizeof(float),
-             dtrain::CopyKind::device_to_host);
+             arena_to_program());
+  // Copies within a GPU are queued on dtrain's stream, and the program's kernels run on its
+  // own: the parameters must be in its buffers when the call returns.
+  if (comm->device) dev.synchronize();
 }
 
 Checkpoints& dt_byom_s::checkpoint_io() {

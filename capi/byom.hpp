@@ -1,6 +1,7 @@
 #pragma once
 // What a dt_byom_t points to: the program's buffers, mirrored in a flat arena (one copy per
 // step) so that the bucketed reduction, ZeRO-sharded AdamW and checkpoints run over offsets.
+// Over a device handle the buffers and the arena are GPU memory.
 #include <memory>
 #include <vector>
 
@@ -29,6 +30,9 @@ struct dt_byom_s : dtrain::capi::CommUser {
   void copy_in(bool with_grads);
   // Arena parameters -> program buffers.
   void copy_out();
+  // How the program's buffers and the arena are copied: device to device over a device handle.
+  dtrain::CopyKind program_to_arena();
+  dtrain::CopyKind arena_to_program();
   dtrain::capi::Checkpoints& checkpoint_io();
 };
 

@@ -121,11 +121,12 @@ dt_result_t dt_comm_device(dt_comm_t comm, dt_comm_t* device_comm) {
       if (!everywhere)
         fail(DT_ERR_UNAVAILABLE, here ? "another rank of comm has no usable GPU"
                                       : "this rank has no usable GPU (no CUDA plugin, driver or device)");
-      const dtrain::Device& dev = dtrain::select_device("cuda");
+      dtrain::Device& dev = dtrain::select_device("cuda");
       c.device_comm = std::make_unique<dtrain::Communicator>(
           dtrain::parallel::device_world(host, dev, host.name() + ".device"));
       c.device_handle = std::make_unique<dt_comm_s>(c.ctx, c.device_comm.get(), c.grid);
       c.device_handle->host = &c;
+      c.device_handle->device = &dev;
       register_handle(c.device_handle.get());
     }
     *device_comm = c.device_handle.get();

@@ -427,7 +427,9 @@ typedef struct dt_optimizer_config_t {
 
 /**
  * @brief An optimiser for buffers the program owns. Not collective.
- * @param dp the data-parallel group (the world, or dt_grid_comm(..., DT_GROUP_DP)).
+ * @param dp the data-parallel group (the world, or dt_grid_comm(..., DT_GROUP_DP)). A device
+ *        handle of it (dt_comm_device()) makes the registered buffers GPU memory of this
+ *        rank's GPU: the reduction, the optimiser state and the update then stay on the GPU.
  * @param config optimiser settings; NULL for the defaults.
  * @param[out] byom the new handle; NULL on failure.
  * @return ::DT_SUCCESS; ::DT_ERR_INVALID_HANDLE, ::DT_ERR_INVALID_ARGUMENT (byom NULL,
@@ -461,8 +463,9 @@ DT_API dt_result_t dt_byom_destroy(dt_byom_t byom);
  *        elements, in this tensor and in all registered together.
  * @param dtype ::DT_F32 only (other dtypes: ::DT_ERR_NOT_IMPLEMENTED; a value that is no
  *        ::dt_dtype_t: ::DT_ERR_INVALID_ARGUMENT).
- * @param param the parameter values (updated in place by each step).
- * @param grad the gradients (read by each step, never written).
+ * @param param the parameter values (updated in place by each step); host memory, or GPU
+ *        memory of this rank's GPU when the byom was made over a device handle.
+ * @param grad the gradients (read by each step, never written); as param.
  * @param flags 0 or ::DT_PARAM_NO_DECAY.
  * @return ::DT_SUCCESS; ::DT_ERR_INVALID_HANDLE, ::DT_ERR_INVALID_ARGUMENT (NULL pointer, empty
  *         or duplicate name, ndim, an extent or the element count out of range, unknown

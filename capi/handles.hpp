@@ -11,6 +11,7 @@
 #include "dtrain/comm/communicator.hpp"
 #include "dtrain/comm/process_grid.hpp"
 #include "dtrain/comm/runtime.hpp"
+#include "dtrain/device/device.hpp"
 
 namespace dtrain::capi {
 
@@ -51,6 +52,7 @@ struct dt_comm_s : dtrain::capi::Handle {
   std::unique_ptr<dtrain::Communicator> device_comm;
   std::unique_ptr<dt_comm_s> device_handle;  // registered while this handle lives
   dt_comm_s* host = nullptr;                 // of a device handle: the handle it was made from
+  dtrain::Device* device = nullptr;          // of a device handle: the GPU of its buffers
   // The MPI communicator of these ranks (a device handle's host's).
   dtrain::Communicator& host_comm() { return host ? *host->comm : *comm; }
 };

@@ -1,13 +1,18 @@
 // dt_comm_device through the C ABI: the collectives of dtrain.h on device buffers (all-reduce
-// sum/avg/max, all-gather, reduce-scatter, broadcast; also in place), host buffers on the same
-// handle, a call mixing both refused, the handle made once per communicator, a grid group's
+// sum/max, all-gather, reduce-scatter, broadcast; also in place), host buffers on the same
+// handle, a call mixing both refused, the handle made once per communicator, a byom of GPU
+// tensors against one of host tensors (ZeRO 0 and 1, checkpoints across them), a grid group's
 // device handle refused once its grid is gone, and a GPU model created over a device handle.
 // The buffers are device memory from the core's CUDA device (the program's own GPU memory in a
 // real program). Without a GPU, dt_comm_device gives DT_ERR_UNAVAILABLE on every rank and the
 // program exits 77 (skipped).
-//   mpiexec -n N test_capi_device_comm
+//   mpiexec -n N test_capi_device_comm SCRATCH_DIR
+#include <algorithm>
+#include <cmath>
+#include <cstdint>
 #include <cstdio>
 #include <cstring>
+#include <filesystem>
 #include <string>
 #include <vector>
 
@@ -107,16 +112,77 @@ void collectives(dt_comm_t dc, dtrain::Device& dev, int size, const char* group)
          g + "host send, device recv");
 }
 
+// A byom over the device handle (the program's tensors in GPU memory) and one over the host
+// communicator (host tensors) take the same steps: gradient norms and parameters agree, and a
+// checkpoint of the GPU one loads into both bit for bit.
+void byom_on_device(dt_comm_t world, dt_comm_t dc, dtrain::Device& dev, const std::string& dir, int zero) {
+  const std::string g = "byom zero " + std::to_string(zero) + ": ";
+  const std::int64_t wshape[2] = {8, 5}, bshape[1] = {5};
+  const std::size_t nw = 40, nb = 5;
+  std::vector<float> hw(nw), hb(nb, 0.0f), gw(nw), gb(nb);
+  for (std::size_t i = 0; i < nw; ++i) hw[i] = 0.01f * static_cast<float>(i % 13) - 0.05f;
+  const std::vector<float> w0 = hw;
+  DeviceFloats dw(dev, nw), db(dev, nb), dgw(dev, nw), dgb(dev, nb);
+  dw.set(hw);
+  db.set(hb);
+  dt_optimizer_config_t oc = DT_OPTIMIZER_CONFIG_INIT;
+  oc.zero_stage = zero;
+  oc.clip_grad = 0.5f;
+  dt_byom_t on_host = nullptr, on_gpu = nullptr;
+  expect(dt_byom_create(world, &oc, &on_host), DT_SUCCESS, g + "byom over the world");
+  expect(dt_byom_create(dc, &oc, &on_gpu), DT_SUCCESS, g + "byom over the device handle");
+  expect(dt_byom_register(on_host, "w", 2, wshape, DT_F32, hw.data(), gw.data(), 0), DT_SUCCESS, g + "register w");
+  expect(dt_byom_register(on_host, "b", 1, bshape, DT_F32, hb.data(), gb.data(), DT_PARAM_NO_DECAY),
+         DT_SUCCESS, g + "register b");
+  expect(dt_byom_register(on_gpu, "w", 2, wshape, DT_F32, dw.get(), dgw.get(), 0), DT_SUCCESS, g + "register w");
+  expect(dt_byom_register(on_gpu, "b", 1, bshape, DT_F32, db.get(), dgb.get(), DT_PARAM_NO_DECAY),
+         DT_SUCCESS, g + "register b");
+  bool norms_agree = true;
+  for (int step = 0; step < 5; ++step) {
+    for (std::size_t i = 0; i < nw; ++i) gw[i] = 0.1f * static_cast<float>((i * 7 + static_cast<std::size_t>(step + my_rank)) % 11) - 0.5f;
+    for (std::size_t i = 0; i < nb; ++i) gb[i] = 0.2f * static_cast<float>(step - my_rank) + 0.1f * static_cast<float>(i);
+    dgw.set(gw);
+    dgb.set(gb);
+    float nh = 0, ng = 0;
+    expect(dt_byom_step(on_host, 1e-2f, &nh), DT_SUCCESS, g + "host step");
+    expect(dt_byom_step(on_gpu, 1e-2f, &ng), DT_SUCCESS, g + "gpu step");
+    norms_agree = norms_agree && std::fabs(ng - nh) <= 1e-6f * nh;
+  }
+  check(norms_agree, g + "gradient norms agree");
+  float worst = 0;
+  const std::vector<float> w = dw.values(), b = db.values();
+  for (std::size_t i = 0; i < nw; ++i) worst = std::max(worst, std::fabs(w[i] - hw[i]));
+  for (std::size_t i = 0; i < nb; ++i) worst = std::max(worst, std::fabs(b[i] - hb[i]));
+  check(worst <= 1e-6f, g + "parameters agree");
+  check(w != w0, g + "the steps moved the parameters");
+
+  // The GPU byom's checkpoint, into the host byom and back into the GPU's zeroed buffers.
+  expect(dt_byom_save_checkpoint(on_gpu, dir.c_str(), 0), DT_SUCCESS, g + "save from the GPU");
+  expect(dt_byom_load_checkpoint(on_host, dir.c_str()), DT_SUCCESS, g + "load on the host");
+  check(hw == w && hb == b, g + "the host holds the GPU's values bit for bit");
+  dw.set(std::vector<float>(nw, 0.0f));
+  expect(dt_byom_load_checkpoint(on_gpu, dir.c_str()), DT_SUCCESS, g + "load on the GPU");
+  check(dw.values() == w, g + "the GPU buffers get them back");
+  expect(dt_byom_destroy(on_gpu), DT_SUCCESS, g + "destroy");
+  expect(dt_byom_destroy(on_host), DT_SUCCESS, g + "destroy");
+  if (my_rank == 0) std::printf("%smax |parameter diff| GPU vs host after 5 steps %.3g\n", g.c_str(), worst);
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
   dt_context_t ctx = nullptr;
   dt_comm_t world = nullptr, dc = nullptr, again = nullptr;
   int size = 0;
+  if (argc < 2) {
+    std::fprintf(stderr, "usage: test_capi_device_comm SCRATCH_DIR\n");
+    return 2;
+  }
   if (dt_init(&argc, &argv, &ctx) != DT_SUCCESS) return 1;
   dt_context_rank(ctx, &my_rank);
   dt_context_size(ctx, &size);
   dt_context_world(ctx, &world);
+  const std::string scratch = std::string(argv[1]) + "/np" + std::to_string(size);
 
   const dt_result_t rc = dt_comm_device(world, &dc);
   if (rc == DT_ERR_UNAVAILABLE) {
@@ -135,6 +201,12 @@ int main(int argc, char** argv) {
   expect(dt_comm_device(dc, &again), DT_SUCCESS, "dt_comm_device of a device handle");
   check(again == dc, "a device handle is its own");
   collectives(dc, dev, size, "world");
+  for (int zero = 0; zero <= 1; ++zero) {
+    const std::string dir = scratch + "/byom_zero" + std::to_string(zero);
+    if (my_rank == 0) std::filesystem::create_directories(dir);
+    dt_barrier(world);
+    byom_on_device(world, dc, dev, dir, zero);
+  }
 
   // A grid group's device handle lives as long as the grid.
   dt_grid_t grid = nullptr;
