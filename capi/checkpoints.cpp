@@ -25,11 +25,20 @@ GptConfig not_a_gpt() {
 
 Checkpoints::Checkpoints(Communicator& dp, ParameterStore& params, StepEngine& engine,
                          const GptConfig* gpt)
-    : grid_(dp, GridShape{}),
+    : own_grid_(std::make_unique<ProcessGrid>(dp, GridShape{})),
+      grid_(*own_grid_),
       params_(params),
       engine_(engine),
       is_gpt_(gpt != nullptr),
       checkpointer_(grid_, params, engine.optimizer(), engine.zero_stage(), gpt ? *gpt : not_a_gpt()) {}
+
+Checkpoints::Checkpoints(ProcessGrid& layout, ParameterStore& params, StepEngine& engine,
+                         const GptConfig& gpt)
+    : grid_(layout),
+      params_(params),
+      engine_(engine),
+      is_gpt_(true),
+      checkpointer_(grid_, params, engine.optimizer(), engine.zero_stage(), gpt) {}
 
 std::string Checkpoints::save(const std::string& dir, int keep) {
   ckpt::CheckpointInfo info;

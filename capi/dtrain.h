@@ -536,10 +536,17 @@ typedef struct dt_gpt_config_t {
                             covers it: callers built with an older dtrain.h get 0 */
   const char* device;  /**< "auto", "cpu" or "cuda", NULL meaning "auto": as
                             dt_mlp_config_t::device (older callers get "cpu") */
+  int sequence_parallel; /**< nonzero: with tensor parallelism (dt_model_create_gpt_grid()
+                              on a grid with tp > 1), the LayerNorms and the residual stream
+                              between the split layers are split by sequence position over
+                              the TP group (Megatron's sequence parallelism): less activation
+                              memory, the same results to rounding. Read only when
+                              struct_size covers it (older callers get 0) */
 } dt_gpt_config_t;
 /** Defaults of ::dt_gpt_config_t: 4 layers, 4 heads, d_model 256, seq_len 256, vocab 256,
- *  tied embeddings, max_batch 8, seed 1337, no recomputation, device "auto". */
-#define DT_GPT_CONFIG_INIT {sizeof(dt_gpt_config_t), 4, 4, 256, 256, 256, 1, 8, 1337u, 0, NULL}
+ *  tied embeddings, max_batch 8, seed 1337, no recomputation, device "auto", no sequence
+ *  parallelism. */
+#define DT_GPT_CONFIG_INIT {sizeof(dt_gpt_config_t), 4, 4, 256, 256, 256, 1, 8, 1337u, 0, NULL, 0}
 
 /**
  * @brief Creates an MLP classifier: Linear layers with GELU between them, softmax
@@ -574,6 +581,32 @@ DT_API dt_result_t dt_model_create_mlp(dt_comm_t dp, const dt_mlp_config_t* conf
  */
 DT_API dt_result_t dt_model_create_gpt(dt_comm_t dp, const dt_gpt_config_t* config,
                                        const dt_optimizer_config_t* optimizer, dt_model_t* model);
+
+/**
+ * @brief Creates a GPT model split over a process grid: tensor parallelism (Megatron's
+ * column-, row- and vocabulary-parallel layers) over the grid's TP group, data parallelism
+ * over its DP group. Collective over the grid's world.
+ *
+ * The ranks of a TP group hold a slice of every split tensor each and compute one model
+ * together: every call on the model is collective over the TP group, whose ranks pass the
+ * same tokens (checked: different tokens fail every rank). Losses, logits and gradient norms
+ * are the whole model's on every rank; the tensor calls and checkpoints move whole tensors,
+ * as in a model on one rank (dt_model_get_tensor() and dt_model_get_parameters() gather the
+ * slices over the TP group, dt_model_set_tensor() takes the whole tensor on every rank).
+ * A grid with tp = 1 gives a data-parallel model over its DP group, as dt_model_create_gpt().
+ * @param grid a live grid (pp must be 1).
+ * @param config the model shape; heads and d_model must be divisible by the grid's tp.
+ * @param optimizer optimiser settings; NULL for the defaults.
+ * @param[out] model the new model; NULL on failure.
+ * @return ::DT_SUCCESS; ::DT_ERR_INVALID_HANDLE, ::DT_ERR_INVALID_ARGUMENT (NULL pointer,
+ *         struct_size too small, max_batch < 1), ::DT_ERR_INVALID_CONFIG (an impossible shape
+ *         or split, sequence_parallel without tp > 1, seeds differ, an unknown device),
+ *         ::DT_ERR_NOT_IMPLEMENTED (a grid with pp > 1), ::DT_ERR_UNAVAILABLE (as
+ *         dt_model_create_mlp()).
+ */
+DT_API dt_result_t dt_model_create_gpt_grid(dt_grid_t grid, const dt_gpt_config_t* config,
+                                            const dt_optimizer_config_t* optimizer,
+                                            dt_model_t* model);
 
 /**
  * @brief Releases a model and its optimiser state.

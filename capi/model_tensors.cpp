@@ -21,15 +21,41 @@ const dtrain::ParamInfo& tensor(dt_model_s& m, const char* name) {
   return *p;
 }
 
+// Whole tensors: under tensor parallelism as many values as on one rank.
 std::size_t total_numel(dtrain::ParameterStore& ps) {
   std::size_t n = 0;
-  for (const dtrain::ParamInfo& p : ps) n += p.local_numel();
+  for (const dtrain::ParamInfo& p : ps) n += p.logical_numel();
   return n;
 }
 
-// Writes a whole tensor into the arena; under ZeRO 3 only the parts in this rank's pieces,
-// since every rank is given the same values and the rest would be dropped at the next pass.
-void write_tensor(dt_model_s& m, const dtrain::ParamInfo& p, const float* src) {
+// The whole tensor p into host dst (p.logical_numel() floats). A tensor split over the TP
+// group: every rank puts its slice at its place and zeros elsewhere, and the group sums
+// (collective over TP); each element then comes from the one rank that holds it.
+void read_tensor(dt_model_s& m, const dtrain::ParamInfo& p, float* dst) {
+  const float* src = m.params().param(p);
+  dtrain::Communicator* tp = m.tp();
+  if (!tp || !p.tp_sharded) {
+    m.device().copy(dst, src, p.local_numel() * sizeof(float), dtrain::CopyKind::device_to_host);
+    return;
+  }
+  std::vector<float> slice(p.local_numel());
+  m.device().copy(slice.data(), src, slice.size() * sizeof(float), dtrain::CopyKind::device_to_host);
+  std::fill(dst, dst + p.logical_numel(), 0.0f);
+  for (std::size_t i = 0; i < slice.size(); ++i) dst[p.logical_index(i)] = slice[i];
+  tp->all_reduce(dst, dst, p.logical_numel(), dtrain::DType::f32, dtrain::ReduceOp::sum);
+}
+
+// Writes this rank's slice of a whole tensor (p.logical_numel() floats) into the arena;
+// under ZeRO 3 only the parts in this rank's pieces, since every rank is given the same
+// values and the rest would be dropped at the next pass.
+void write_tensor(dt_model_s& m, const dtrain::ParamInfo& p, const float* whole) {
+  std::vector<float> slice;
+  const float* src = whole;
+  if (m.tp() && p.tp_sharded) {
+    slice.resize(p.local_numel());
+    for (std::size_t i = 0; i < slice.size(); ++i) slice[i] = whole[p.logical_index(i)];
+    src = slice.data();
+  }
   float* arena = m.params().params();
   const std::size_t first = p.offset, last = p.offset + p.local_numel();
   if (!m.engine->gather()) {
@@ -58,7 +84,8 @@ dt_result_t dt_model_num_parameters(dt_model_t model, size_t* count) {
 dt_result_t dt_model_get_parameters(dt_model_t model, float* dst, size_t capacity) {
   return with_model(__func__, model, [&](dt_model_s& m) {
     dtrain::ParameterStore& ps = m.params();
-    agreed_checks(m.engine->dp(), m.engine->gather() != nullptr, [&] {  // ZeRO 3: collective
+    // ZeRO 3 and tensor parallelism: collective
+    agreed_checks(m.group(), m.engine->gather() != nullptr || m.tp(), [&] {
       need_ptr(dst, "dst");
       need(capacity >= total_numel(ps), "capacity is smaller than dt_model_num_parameters()");
     });
@@ -72,8 +99,8 @@ dt_result_t dt_model_get_parameters(dt_model_t model, float* dst, size_t capacit
         held = std::make_unique<HeldUnits>(*m.engine, p.offset, p.offset + p.numel);
         held_units = std::move(units);
       }
-      m.device().copy(dst, ps.param(p), p.local_numel() * sizeof(float), dtrain::CopyKind::device_to_host);
-      dst += p.local_numel();
+      read_tensor(m, p, dst);
+      dst += p.logical_numel();
     }
   });
 }
@@ -123,15 +150,15 @@ dt_result_t dt_model_tensor_shape(dt_model_t model, const char* name, int64_t* s
 dt_result_t dt_model_get_tensor(dt_model_t model, const char* name, float* dst, size_t capacity) {
   return with_model(__func__, model, [&](dt_model_s& m) {
     const dtrain::ParamInfo* found = nullptr;
-    agreed_checks(m.engine->dp(), m.engine->gather() != nullptr, [&] {  // ZeRO 3: collective
+    // ZeRO 3 and tensor parallelism: collective
+    agreed_checks(m.group(), m.engine->gather() != nullptr || m.tp(), [&] {
       found = &tensor(m, name);
       need_ptr(dst, "dst");
-      need(capacity >= found->local_numel(), "capacity is smaller than the tensor's element count");
+      need(capacity >= found->logical_numel(), "capacity is smaller than the tensor's element count");
     });
     const dtrain::ParamInfo& p = *found;
     HeldUnits whole(*m.engine, p.offset, p.offset + p.numel);  // ZeRO 3
-    m.device().copy(dst, m.params().param(p), p.local_numel() * sizeof(float),
-                    dtrain::CopyKind::device_to_host);
+    read_tensor(m, p, dst);
   });
 }
 
@@ -139,9 +166,9 @@ dt_result_t dt_model_set_tensor(dt_model_t model, const char* name, const float*
   return with_model(__func__, model, [&](dt_model_s& m) {
     const dtrain::ParamInfo& p = tensor(m, name);
     need_ptr(src, "src");
-    if (count != p.local_numel())
+    if (count != p.logical_numel())
       fail(DT_ERR_INVALID_ARGUMENT, "count is " + std::to_string(count) + " but tensor '" + p.name +
-                                        "' has " + std::to_string(p.local_numel()) + " elements");
+                                        "' has " + std::to_string(p.logical_numel()) + " elements");
     write_tensor(m, p, src);
   });
 }

@@ -5,6 +5,7 @@
 #include <vector>
 
 #include "dtrain/device/device.hpp"
+#include "dtrain/nn/tensor_parallel.hpp"
 #include "dtrain/parallel/device_world.hpp"
 #include "agree.hpp"
 #include "guard.hpp"
@@ -13,7 +14,9 @@
 using namespace dtrain::capi;
 
 Checkpoints& dt_model_s::checkpoint_io() {
-  if (!checkpoints) {
+  if (!checkpoints && layout) {
+    checkpoints = std::make_unique<Checkpoints>(*layout, params(), *engine, gpt->config());
+  } else if (!checkpoints) {
     const dtrain::GptConfig* g = gpt ? &gpt->config() : nullptr;
     checkpoints = std::make_unique<Checkpoints>(dp(), params(), *engine, g);
   }
@@ -38,12 +41,12 @@ void need_struct(const void* cfg, std::size_t struct_size, std::size_t v1_size, 
     fail(DT_ERR_INVALID_ARGUMENT, std::string("config->struct_size is too small: initialise it with ") + init);
 }
 
-void need_seed_agreement(dtrain::Communicator& dp, std::uint64_t seed) {
+void need_seed_agreement(dtrain::Communicator& ranks, std::uint64_t seed) {
   // Replicas must start identical, or data parallelism silently trains different models.
   std::uint64_t lo = seed, hi = seed;
-  dp.all_reduce(&lo, &lo, 1, dtrain::DType::i64, dtrain::ReduceOp::min);
-  dp.all_reduce(&hi, &hi, 1, dtrain::DType::i64, dtrain::ReduceOp::max);
-  if (lo != hi) fail(DT_ERR_INVALID_CONFIG, "config->seed differs between ranks of the dp group");
+  ranks.all_reduce(&lo, &lo, 1, dtrain::DType::i64, dtrain::ReduceOp::min);
+  ranks.all_reduce(&hi, &hi, 1, dtrain::DType::i64, dtrain::ReduceOp::max);
+  if (lo != hi) fail(DT_ERR_INVALID_CONFIG, "config->seed differs between the ranks of the model");
 }
 
 // The device config->device names, agreed by every rank of dp (older callers, whose struct
@@ -54,7 +57,7 @@ dtrain::Device& open_device(const Config* config, dt_model_s& m) {
   const std::string which = !has_field ? "cpu" : config->device ? config->device : "auto";
   dtrain::Communicator& dp = m.comm->host_comm();  // a device handle's routing is made anew
   dtrain::Device& dev = dtrain::parallel::agreed_device(which, dp, "config->device");
-  m.device_dp = dtrain::parallel::device_world(dp, dev, dp.name() + ".device");
+  m.device_group = dtrain::parallel::device_world(dp, dev, dp.name() + ".device");
   return dev;
 }
 
@@ -72,18 +75,48 @@ void need_gpt_batch(dtrain::GptModel& g, int batch, int seq) {
   need(seq >= 1 && seq <= g.config().seq_len, "seq must be in [1, seq_len]");
 }
 
-// A GPT pass's arguments, checked by every rank alike when the pass is collective.
+// The ranks of a TP group compute one model: they must be given the same tokens (a hash of
+// them compared over the group; every rank of the model fails alike, since under ZeRO 2/3
+// the others would wait for it in the gradient reduction).
+void need_same_tokens_over_tp(dt_model_s& m, const int32_t* a, std::size_t na,
+                              const int32_t* b, std::size_t nb) {
+  dtrain::Communicator* tp = m.tp();
+  if (!tp) return;
+  std::uint64_t h = 1469598103934665603ull;  // FNV-1a over both arrays
+  auto mix = [&h](const int32_t* t, std::size_t n) {
+    for (std::size_t i = 0; i < n; ++i) h = (h ^ static_cast<std::uint32_t>(t[i])) * 1099511628211ull;
+  };
+  mix(a, na);
+  mix(b, nb);
+  std::int64_t lo = static_cast<std::int64_t>(h), hi = lo;
+  tp->all_reduce(&lo, &lo, 1, dtrain::DType::i64, dtrain::ReduceOp::min);
+  tp->all_reduce(&hi, &hi, 1, dtrain::DType::i64, dtrain::ReduceOp::max);
+  const int here = lo != hi ? 1 : 0;
+  int anywhere = here;
+  m.group().all_reduce(&here, &anywhere, 1, dtrain::DType::i32, dtrain::ReduceOp::max);
+  if (anywhere)
+    fail(DT_ERR_INVALID_ARGUMENT, here ? "the ranks of this rank's TP group were given different "
+                                         "tokens; they compute one model and need the same ones"
+                                       : "the ranks of another TP group were given different tokens");
+}
+
+// A GPT pass's arguments, checked by every rank alike when the pass is collective (always
+// under tensor parallelism).
 void need_gpt_inputs(dt_model_s& m, const int32_t* tokens, const int32_t* targets, int batch,
                      int seq, bool collective, const float* out = nullptr,
                      const char* out_name = nullptr) {
   dtrain::GptModel& g = need_gpt(m);
-  agreed_checks(m.engine->dp(), collective, [&] {
+  const std::size_t n = static_cast<std::size_t>(batch) * static_cast<std::size_t>(seq);
+  agreed_checks(m.group(), collective || m.tp(), [&] {
     if (out_name) need_ptr(out, out_name);
     need_gpt_batch(g, batch, seq);
-    const std::size_t n = static_cast<std::size_t>(batch) * static_cast<std::size_t>(seq);
+    if (g.sequence_parallel() && (static_cast<long>(batch) * seq) % m.tp()->size() != 0)
+      fail(DT_ERR_INVALID_ARGUMENT, "with sequence_parallel, batch * seq must be divisible by the "
+                                    "grid's tp (" + std::to_string(m.tp()->size()) + ")");
     need_tokens(tokens, n, g.config().vocab, "tokens");
     need_tokens(targets, n, g.config().vocab, "targets");
   });
+  need_same_tokens_over_tp(m, tokens, n, targets, n);
 }
 
 // An MLP pass's arguments (labels may be NULL for predict), as need_gpt_inputs.
@@ -100,6 +133,11 @@ void need_mlp_inputs(dt_model_s& m, const float* x, const int32_t* labels, bool 
   });
 }
 
+// A GPT over `c` (the dp group), or over grid (c: its world): the checks of its settings,
+// every rank agreeing on the device, the layout, the model, its step engine.
+void create_gpt(dt_comm_s& c, dt_grid_s* grid, const dt_gpt_config_t* config,
+                const dt_optimizer_config_t* optimizer, dt_model_t* model);
+
 // The engine reduces gradient ranges as backward finishes them (ZeRO 2/3) and, under
 // ZeRO 3, gathers each parameter unit while a pass uses it.
 void connect_hooks(dtrain::GptModel& g, StepEngine& e) {
@@ -109,6 +147,43 @@ void connect_hooks(dtrain::GptModel& g, StepEngine& e) {
   if (dtrain::parallel::ParamGather* pg = e.gather())
     g.set_param_use_hooks({[pg](int unit, int next) { pg->acquire(unit, next); },
                            [pg](int unit) { pg->release(unit); }});
+}
+
+void create_gpt(dt_comm_s& c, dt_grid_s* grid, const dt_gpt_config_t* config,
+                const dt_optimizer_config_t* optimizer, dt_model_t* model) {
+  need_ptr(model, "model");
+  need_struct(config, config ? config->struct_size : 0,
+              offsetof(dt_gpt_config_t, seed) + sizeof(uint64_t), "DT_GPT_CONFIG_INIT");
+  auto covers = [&](std::size_t offset, std::size_t size) { return config->struct_size >= offset + size; };
+  const dt_optimizer_config_t opt = read_optimizer_config(optimizer);
+  dtrain::GptConfig gc;
+  gc.layers = config->layers;
+  gc.heads = config->heads;
+  gc.d_model = config->d_model;
+  gc.seq_len = config->seq_len;
+  gc.vocab = config->vocab;
+  gc.tie_embeddings = config->tie_embeddings != 0;
+  if (covers(offsetof(dt_gpt_config_t, recompute), sizeof(int))) gc.recompute = config->recompute != 0;
+  gc.validate();
+  need(config->max_batch >= 1, "config->max_batch must be positive");
+  const bool sp = covers(offsetof(dt_gpt_config_t, sequence_parallel), sizeof(int)) &&
+                  config->sequence_parallel != 0;
+  const int tp = grid ? grid->grid.tp_size() : 1;
+  if (sp && tp == 1)
+    fail(DT_ERR_INVALID_CONFIG, "config->sequence_parallel needs tensor parallelism: "
+                                "dt_model_create_gpt_grid on a grid with tp > 1");
+  gc.validate_tp(tp, sp);
+  need_seed_agreement(*c.comm, config->seed);
+  auto m = std::make_unique<dt_model_s>(&c);
+  dtrain::Device& dev = open_device(config, *m);
+  if (grid) {
+    dtrain::Communicator& world = m->device_group.valid() ? m->device_group : grid->grid.world();
+    m->layout = std::make_unique<dtrain::ProcessGrid>(world, grid->grid.shape());
+  }
+  m->gpt = std::make_unique<dtrain::GptModel>(gc, dev, config->seed, config->max_batch, m->tp(), sp);
+  m->engine = std::make_unique<StepEngine>(m->dp(), m->params(), opt, m->gpt->grad_ready_ranges(), m->tp());
+  connect_hooks(*m->gpt, *m->engine);
+  *model = adopt(std::move(m));
 }
 
 }  // namespace
@@ -142,28 +217,18 @@ dt_result_t dt_model_create_gpt(dt_comm_t dp, const dt_gpt_config_t* config,
                                 const dt_optimizer_config_t* optimizer, dt_model_t* model) {
   clear_output(model);
   return call<dt_comm_s>(__func__, dp, Kind::comm, "dp", [&](dt_comm_s& c) {
-    need_ptr(model, "model");
-    need_struct(config, config ? config->struct_size : 0,
-                offsetof(dt_gpt_config_t, seed) + sizeof(uint64_t), "DT_GPT_CONFIG_INIT");
-    const dt_optimizer_config_t opt = read_optimizer_config(optimizer);
-    dtrain::GptConfig gc;
-    gc.layers = config->layers;
-    gc.heads = config->heads;
-    gc.d_model = config->d_model;
-    gc.seq_len = config->seq_len;
-    gc.vocab = config->vocab;
-    gc.tie_embeddings = config->tie_embeddings != 0;
-    if (config->struct_size >= offsetof(dt_gpt_config_t, recompute) + sizeof(int))
-      gc.recompute = config->recompute != 0;
-    gc.validate();
-    need(config->max_batch >= 1, "config->max_batch must be positive");
-    need_seed_agreement(*c.comm, config->seed);
-    auto m = std::make_unique<dt_model_s>(&c);
-    dtrain::Device& dev = open_device(config, *m);
-    m->gpt = std::make_unique<dtrain::GptModel>(gc, dev, config->seed, config->max_batch);
-    m->engine = std::make_unique<StepEngine>(m->dp(), m->params(), opt, m->gpt->grad_ready_ranges());
-    connect_hooks(*m->gpt, *m->engine);
-    *model = adopt(std::move(m));
+    create_gpt(c, nullptr, config, optimizer, model);
+  });
+}
+
+dt_result_t dt_model_create_gpt_grid(dt_grid_t grid, const dt_gpt_config_t* config,
+                                     const dt_optimizer_config_t* optimizer, dt_model_t* model) {
+  clear_output(model);
+  return call<dt_grid_s>(__func__, grid, Kind::grid, "grid", [&](dt_grid_s& g) {
+    if (g.grid.pp_size() > 1)
+      fail(DT_ERR_NOT_IMPLEMENTED, "the built-in GPT has no pipeline parallelism in the C API: "
+                                   "make the grid with pp = 1 (dtrain-gpt and the C++ Trainer have it)");
+    create_gpt(*g.comms[DT_GROUP_WORLD], &g, config, optimizer, model);
   });
 }
 
@@ -249,7 +314,7 @@ dt_result_t dt_gpt_decode(dt_model_t model, const int32_t* tokens, int count, in
   return with_model(__func__, model, [&](dt_model_s& m) {
     dtrain::GptModel& g = need_gpt(m);
     const int vocab = g.config().vocab, seq_len = g.config().seq_len;
-    agreed_checks(m.engine->dp(), m.engine->gather() != nullptr, [&] {
+    agreed_checks(m.group(), m.engine->gather() != nullptr || m.tp(), [&] {
       need_ptr(logits, "logits");
       need(count >= 1, "count must be at least 1");
       const int held = new_text ? 0 : g.decoded_length();
@@ -257,9 +322,22 @@ dt_result_t dt_gpt_decode(dt_model_t model, const int32_t* tokens, int count, in
                                     "(new_text) with its last tokens");
       need_tokens(tokens, static_cast<std::size_t>(count), vocab, "tokens");
     });
+    need_same_tokens_over_tp(m, tokens, static_cast<std::size_t>(count), nullptr, 0);
     if (new_text) g.decode_reset();
-    m.device().copy(logits, g.decode(tokens, count), sizeof(float) * static_cast<std::size_t>(vocab),
-                    dtrain::CopyKind::device_to_host);
+    const float* out = g.decode(tokens, count);
+    dtrain::Communicator* tp = m.tp();
+    if (!tp) {
+      m.device().copy(logits, out, sizeof(float) * static_cast<std::size_t>(vocab),
+                      dtrain::CopyKind::device_to_host);
+      return;
+    }
+    // This rank's vocabulary rows; the TP group gathers whole rows, in rank order.
+    std::vector<float> shard(static_cast<std::size_t>(g.vocab_shard().rows));
+    m.device().copy(shard.data(), out, shard.size() * sizeof(float), dtrain::CopyKind::device_to_host);
+    std::vector<std::size_t> rows(static_cast<std::size_t>(tp->size()));
+    for (int r = 0; r < tp->size(); ++r)
+      rows[static_cast<std::size_t>(r)] = static_cast<std::size_t>(dtrain::nn::vocab_shard(vocab, tp->size(), r).rows);
+    tp->all_gather_v(shard.data(), logits, rows.data(), dtrain::DType::f32);
   });
 }
 

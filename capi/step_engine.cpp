@@ -52,8 +52,8 @@ parallel::GradReduction reduction(int zero_stage) {
 }  // namespace
 
 StepEngine::StepEngine(Communicator& dp, ParameterStore& params, const dt_optimizer_config_t& cfg,
-                       std::vector<parallel::Range> ready_ranges)
-    : dp_(dp), params_(params), cfg_(cfg) {
+                       std::vector<parallel::Range> ready_ranges, Communicator* tp)
+    : dp_(dp), tp_(tp), params_(params), cfg_(cfg) {
   if (ready_ranges.empty()) ready_ranges = tensor_ranges(params);
   // ZeRO 3 gathers parameters bucket by bucket: one bucket per range makes the units the
   // model's own (a GPT's units are its grad-ready ranges), and the gradient pieces a rank
@@ -73,6 +73,17 @@ StepEngine::StepEngine(Communicator& dp, ParameterStore& params, const dt_optimi
   a.eps = cfg.eps;
   a.weight_decay = cfg.weight_decay;
   optimizer_ = std::make_unique<optim::AdamW>(params.device(), std::move(segments), params.numel(), a);
+  if (!tp_) return;
+  for (const optim::Segment& seg : optimizer_->segments()) {  // each lies inside one tensor
+    for (const ParamInfo& p : params_) {
+      if (seg.offset < p.offset || seg.offset >= p.offset + p.numel) continue;
+      if (p.tp_sharded || tp_->rank() == 0) {
+        norm_starts_.push_back(static_cast<std::int64_t>(seg.offset));
+        norm_lengths_.push_back(static_cast<std::int64_t>(seg.numel));
+      }
+    }
+  }
+  norm_sums_.resize(norm_starts_.size());
 }
 
 void StepEngine::begin_backward() {
@@ -91,10 +102,20 @@ std::vector<int> StepEngine::units_overlapping(std::size_t first, std::size_t la
   return units;
 }
 
-// Over what this rank holds averaged; summed over dp when the state is sharded.
+// Over what this rank holds averaged; summed over dp when the state is sharded, and over
+// the TP group's slices of a split model.
 double StepEngine::gradient_norm() {
   Device& dev = params_.device();
   const float* g = params_.grads();
+  if (tp_) {
+    dev.sum_squares_runs(g, norm_starts_.data(), norm_lengths_.data(), norm_starts_.size(),
+                         norm_sums_.data());
+    double sq = 0;
+    for (double v : norm_sums_) sq += v;
+    if (cfg_.zero_stage >= 1) dp_.all_reduce(&sq, &sq, 1, DType::f64, ReduceOp::sum);
+    tp_->all_reduce(&sq, &sq, 1, DType::f64, ReduceOp::sum);
+    return std::sqrt(sq);
+  }
   if (cfg_.zero_stage == 0) return std::sqrt(dev.sum_squares(g, static_cast<std::int64_t>(params_.numel())));
   double local = 0;
   for (const optim::Segment& s : optimizer_->segments())

@@ -24,11 +24,12 @@ dt_optimizer_config_t read_optimizer_config(const dt_optimizer_config_t* cfg);
 
 class StepEngine {
  public:
-  // params must be allocated; both it and dp outlive the engine. ready_ranges: arena ranges
+  // params must be allocated; it, dp and tp outlive the engine. ready_ranges: arena ranges
   // in the order backward completes them, tiling the arena (a GPT's grad_ready_ranges(),
-  // which are also its ZeRO-3 units); empty: one range per tensor.
+  // which are also its ZeRO-3 units); empty: one range per tensor. tp: the tensor-parallel
+  // group of a split model (the norm sums its slices, counting replicated tensors once).
   StepEngine(Communicator& dp, ParameterStore& params, const dt_optimizer_config_t& cfg,
-             std::vector<parallel::Range> ready_ranges = {});
+             std::vector<parallel::Range> ready_ranges = {}, Communicator* tp = nullptr);
 
   // Around every backward of a built-in model. Under ZeRO 2/3 each backward is reduced into
   // this rank's pieces at once (the other pieces are dropped, so accumulation must happen
@@ -75,11 +76,16 @@ class StepEngine {
   double gradient_norm();
 
   Communicator& dp_;
+  Communicator* tp_;
   ParameterStore& params_;
   dt_optimizer_config_t cfg_;
   std::unique_ptr<parallel::GradientSync> sync_;
   std::unique_ptr<parallel::ParamGather> gather_;
   std::unique_ptr<optim::AdamW> optimizer_;
+  // With tp: the arena runs this rank counts toward the norm (its owned slices of split
+  // tensors; replicated tensors on TP rank 0 only), and their sums of squares.
+  std::vector<std::int64_t> norm_starts_, norm_lengths_;
+  std::vector<double> norm_sums_;
 };
 
 // ZeRO 3: the units overlapping an arena range gathered whole for the scope's lifetime, so

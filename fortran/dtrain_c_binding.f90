@@ -33,6 +33,7 @@ module dtrain_c_binding
     integer(c_int64_t) :: seed
     integer(c_int) :: recompute
     type(c_ptr) :: device
+    integer(c_int) :: sequence_parallel
   end type
 
   public :: from_c, c_string, c_chars, optimizer_config, ret, fail_here, fortran_error
@@ -210,6 +211,14 @@ module dtrain_c_binding
       type(optimizer_config_c), intent(in) :: opt
       type(dt_model), intent(out) :: model
     end function
+    integer(c_int) function c_model_create_gpt_grid(grid, cfg, opt, model) &
+        bind(C, name="dt_model_create_gpt_grid")
+      import :: c_int, dt_grid, gpt_config_c, optimizer_config_c, dt_model
+      type(dt_grid), value :: grid
+      type(gpt_config_c), intent(in) :: cfg
+      type(optimizer_config_c), intent(in) :: opt
+      type(dt_model), intent(out) :: model
+    end function
     integer(c_int) function c_model_destroy(model) bind(C, name="dt_model_destroy")
       import :: c_int, dt_model
       type(dt_model), value :: model
@@ -374,7 +383,7 @@ module dtrain_c_binding
             c_comm_world_ranks, c_all_reduce, c_all_gather, c_reduce_scatter, c_broadcast, c_barrier, &
             c_comm_device, c_grid_create, c_grid_destroy, c_grid_shape, c_grid_coords, c_grid_comm, &
             c_byom_create, c_byom_destroy, c_byom_register, c_byom_step, c_byom_steps, &
-            c_model_create_mlp, c_model_create_gpt, c_model_destroy, c_mlp_forward_backward, &
+            c_model_create_mlp, c_model_create_gpt, c_model_create_gpt_grid, c_model_destroy, c_mlp_forward_backward, &
             c_mlp_evaluate, c_mlp_predict, c_gpt_forward_backward, c_gpt_evaluate, c_gpt_decode, &
             c_model_step, &
             c_model_steps, c_model_num_parameters, c_model_get_parameters, c_model_num_tensors, &

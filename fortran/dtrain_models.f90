@@ -15,6 +15,12 @@ module dtrain_models
             dt_model_steps, dt_mlp_forward_backward, dt_mlp_evaluate, dt_mlp_predict, &
             dt_gpt_forward_backward, dt_gpt_evaluate, dt_gpt_decode
 
+  !> dt_model_create_gpt(dp, ...) for a data-parallel GPT over a group, and
+  !> dt_model_create_gpt(grid, ...) for one split over a grid's TP group (see each form).
+  interface dt_model_create_gpt
+    module procedure create_gpt_dp, create_gpt_grid
+  end interface
+
 contains
 
   !> The built-in MLP classifier: Linear layers with GELU between them, softmax
@@ -63,7 +69,8 @@ contains
                                                             beta1, beta2, eps, bucket_mb), model))
   end subroutine
 
-  !> A GPT-2-style model (names and shapes in docs/model.md). Collective over dp.
+  !> A GPT-2-style model (names and shapes in docs/model.md), data-parallel over dp.
+  !> Collective over dp. Called as dt_model_create_gpt(dp, model, ierr, ...).
   !> @param[in] dp the data-parallel group its steps average over.
   !> @param[out] model the new model (null on failure).
   !> @param[out] ierr DT_SUCCESS; DT_ERR_INVALID_CONFIG (an impossible shape or setting).
@@ -86,9 +93,9 @@ contains
   !> @param[in] recompute optional; .true. keeps only each block's output for backward and
   !>            recomputes the rest (less activation memory, the same results bit for bit).
   !> @param[in] device optional 'auto' (default), 'cpu' or 'cuda', as for dt_model_create_mlp.
-  subroutine dt_model_create_gpt(dp, model, ierr, layers, heads, d_model, seq_len, vocab, &
-                                 tie_embeddings, max_batch, seed, weight_decay, clip_grad, &
-                                 zero_stage, beta1, beta2, eps, bucket_mb, recompute, device)
+  subroutine create_gpt_dp(dp, model, ierr, layers, heads, d_model, seq_len, vocab, &
+                           tie_embeddings, max_batch, seed, weight_decay, clip_grad, &
+                           zero_stage, beta1, beta2, eps, bucket_mb, recompute, device)
     type(dt_comm), intent(in) :: dp
     type(dt_model), intent(out) :: model
     integer, intent(out) :: ierr
@@ -102,7 +109,75 @@ contains
     character(len=*), intent(in), optional :: device
     type(gpt_config_c) :: cfg
     character(kind=c_char), allocatable, target :: device_c(:)
-    cfg = gpt_config_c(0_c_size_t, 4, 4, 256, 256, 256, 1, 8, 1337_c_int64_t, 0, c_null_ptr)
+    call gpt_config(cfg, device_c, layers, heads, d_model, seq_len, vocab, tie_embeddings, &
+                    max_batch, seed, recompute, device)
+    ierr = ret(c_model_create_gpt(dp, cfg, optimizer_config(weight_decay, clip_grad, zero_stage, &
+                                                            beta1, beta2, eps, bucket_mb), model))
+  end subroutine
+
+  !> A GPT-2-style model split over a process grid: tensor parallelism over its TP group,
+  !> data parallelism over its DP group (dt_model_create_gpt_grid in docs/c-api.md; the grid's
+  !> pp must be 1). Collective over the grid's world; every call on the model is collective
+  !> over the TP group, whose ranks pass the same tokens. Called as
+  !> dt_model_create_gpt(grid, model, ierr, ...).
+  !> @param[in] grid the process grid.
+  !> @param[out] model the new model (null on failure).
+  !> @param[out] ierr DT_SUCCESS; DT_ERR_INVALID_CONFIG (an impossible shape or split),
+  !>             DT_ERR_NOT_IMPLEMENTED (pp > 1).
+  !> @param[in] layers optional, as for the data-parallel form above; so are the others.
+  !> @param[in] heads optional, divisible by the grid's tp.
+  !> @param[in] d_model optional, divisible by the grid's tp.
+  !> @param[in] seq_len optional.
+  !> @param[in] vocab optional.
+  !> @param[in] tie_embeddings optional logical.
+  !> @param[in] max_batch optional.
+  !> @param[in] seed optional integer(c_int64_t).
+  !> @param[in] weight_decay optional.
+  !> @param[in] clip_grad optional.
+  !> @param[in] zero_stage optional 0 to 3, over the DP group.
+  !> @param[in] beta1 optional.
+  !> @param[in] beta2 optional.
+  !> @param[in] eps optional.
+  !> @param[in] bucket_mb optional real(c_double).
+  !> @param[in] recompute optional logical.
+  !> @param[in] device optional 'auto' (default), 'cpu' or 'cuda'.
+  !> @param[in] sequence_parallel optional logical; .true. splits the LayerNorms and the
+  !>            residual stream by sequence position over the TP group (needs tp > 1).
+  subroutine create_gpt_grid(grid, model, ierr, layers, heads, d_model, seq_len, vocab, &
+                             tie_embeddings, max_batch, seed, weight_decay, clip_grad, &
+                             zero_stage, beta1, beta2, eps, bucket_mb, recompute, device, &
+                             sequence_parallel)
+    type(dt_grid), intent(in) :: grid
+    type(dt_model), intent(out) :: model
+    integer, intent(out) :: ierr
+    integer, intent(in), optional :: layers, heads, d_model, seq_len, vocab, max_batch
+    logical, intent(in), optional :: tie_embeddings
+    integer(c_int64_t), intent(in), optional :: seed
+    real, intent(in), optional :: weight_decay, clip_grad, beta1, beta2, eps
+    integer, intent(in), optional :: zero_stage
+    real(c_double), intent(in), optional :: bucket_mb
+    logical, intent(in), optional :: recompute, sequence_parallel
+    character(len=*), intent(in), optional :: device
+    type(gpt_config_c) :: cfg
+    character(kind=c_char), allocatable, target :: device_c(:)
+    call gpt_config(cfg, device_c, layers, heads, d_model, seq_len, vocab, tie_embeddings, &
+                    max_batch, seed, recompute, device)
+    if (present(sequence_parallel)) cfg%sequence_parallel = merge(1, 0, sequence_parallel)
+    ierr = ret(c_model_create_gpt_grid(grid, cfg, optimizer_config(weight_decay, clip_grad, &
+                                       zero_stage, beta1, beta2, eps, bucket_mb), model))
+  end subroutine
+
+  ! DT_GPT_CONFIG_INIT with the arguments present; device_c holds the device name for the
+  ! call (cfg%device points into it).
+  subroutine gpt_config(cfg, device_c, layers, heads, d_model, seq_len, vocab, tie_embeddings, &
+                        max_batch, seed, recompute, device)
+    type(gpt_config_c), intent(out) :: cfg
+    character(kind=c_char), allocatable, target, intent(inout) :: device_c(:)
+    integer, intent(in), optional :: layers, heads, d_model, seq_len, vocab, max_batch
+    logical, intent(in), optional :: tie_embeddings, recompute
+    integer(c_int64_t), intent(in), optional :: seed
+    character(len=*), intent(in), optional :: device
+    cfg = gpt_config_c(0_c_size_t, 4, 4, 256, 256, 256, 1, 8, 1337_c_int64_t, 0, c_null_ptr, 0)
     cfg%struct_size = c_sizeof(cfg)
     if (present(layers)) cfg%layers = layers
     if (present(heads)) cfg%heads = heads
@@ -117,8 +192,6 @@ contains
       call c_chars(device, device_c)
       cfg%device = c_loc(device_c)
     end if
-    ierr = ret(c_model_create_gpt(dp, cfg, optimizer_config(weight_decay, clip_grad, zero_stage, &
-                                                            beta1, beta2, eps, bucket_mb), model))
   end subroutine
 
   !> Releases a model and its optimiser state.

@@ -70,6 +70,7 @@ program test_fortran
 contains
 
   subroutine test_collectives()
+    type(dt_comm) :: dworld
     real(c_float) :: v(3), s(3)
     integer(c_int) :: one(1), bc(1)
     integer(c_int), allocatable :: all(:)
@@ -89,6 +90,16 @@ contains
     call check(index(dt_get_last_error(ctx), 'unknown dtype 99') > 0, 'dtype message')
     call dt_barrier(world, ierr)
     call expect(ierr, DT_SUCCESS, 'dt_barrier')
+    ! A device handle: host buffers still work on it; without a GPU every rank is refused.
+    call dt_comm_device(world, dworld, ierr)
+    if (ierr == DT_SUCCESS) then
+      call dt_all_reduce(dworld, v, s, 3, DT_F32, DT_SUM, ierr)
+      call expect(ierr, DT_SUCCESS, 'dt_all_reduce of host buffers on a device handle')
+      call check(s(3) == 2.0 * nranks, 'all_reduce on a device handle')
+    else
+      call expect(ierr, DT_ERR_UNAVAILABLE, 'dt_comm_device without a gpu')
+      call check(index(dt_get_last_error(ctx), 'no usable GPU') > 0, 'dt_comm_device message')
+    end if
   end subroutine
 
   ! y = W x + b on 12 samples; rank r owns an equal share. The DP step must equal the

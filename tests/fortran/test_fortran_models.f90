@@ -34,6 +34,7 @@ program test_fortran_models
     call test_model_checkpoints()
   end if
   call test_device_choice()
+  if (mod(nranks, 2) == 0) call test_gpt_tensor_parallel()
   if (.not. verdict('fortran_models')) error stop 1
   call dt_finalize(ctx, ierr)
   call MPI_Finalize(ierr)
@@ -70,6 +71,54 @@ contains
                              vocab=vocab, max_batch=batch, seed=seed, zero_stage=stage, &
                              recompute=again)
     call expect(ierr, DT_SUCCESS, 'dt_model_create_gpt')
+  end subroutine
+
+  ! A GPT split over the TP groups of a tp = 2 grid (sequence parallelism on, the generic
+  ! dt_model_create_gpt with a grid) trains as one rank does on the whole batch (each DP
+  ! group gets its columns); dt_model_get_parameters gathers the whole tensors.
+  subroutine test_gpt_tensor_parallel()
+    type(dt_grid) :: grid, solo_grid
+    type(dt_comm) :: solo
+    type(dt_model) :: split, ref
+    integer(c_int32_t) :: tokens(seq, batch), targets(seq, batch)
+    real(c_float), allocatable :: a(:), r(:)
+    integer(c_size_t) :: n, nr
+    real :: loss, ref_loss
+    integer :: t, tp_rank, pp_rank, dp_rank, tp, pp, dp, per, lo
+    call dt_grid_create(ctx, grid, ierr, tp=2)
+    call dt_grid_shape(grid, tp, pp, dp, ierr)
+    call dt_grid_coords(grid, tp_rank, pp_rank, dp_rank, ierr)
+    call dt_grid_create(ctx, solo_grid, ierr, pp=nranks)
+    call dt_grid_comm(solo_grid, DT_GROUP_DP, solo, ierr)
+    call dt_model_create_gpt(grid, split, ierr, layers=1, heads=2, d_model=d_model, seq_len=seq, &
+                             vocab=vocab, max_batch=batch, seed=5_c_int64_t, sequence_parallel=.true.)
+    call expect(ierr, DT_SUCCESS, 'dt_model_create_gpt on a grid')
+    call make_gpt(solo, ref, 5_c_int64_t, zero=0)
+    per = batch / dp
+    lo = dp_rank * per + 1
+    do t = 1, 4
+      call make_batch(t, 0, tokens, targets)
+      call dt_gpt_forward_backward(split, tokens(:, lo:lo + per - 1), targets(:, lo:lo + per - 1), &
+                                   loss, ierr)
+      call expect(ierr, DT_SUCCESS, 'dt_gpt_forward_backward, tensor parallel')
+      call dt_model_step(split, 1e-2, ierr)
+      call dt_gpt_forward_backward(ref, tokens, targets, ref_loss, ierr)
+      call dt_model_step(ref, 1e-2, ierr)
+    end do
+    call dt_model_num_parameters(split, n, ierr)
+    call dt_model_num_parameters(ref, nr, ierr)
+    call check(n == nr, 'a split model has the whole model''s parameter count')
+    allocate(a(n), r(nr))
+    call dt_model_get_parameters(split, a, ierr)
+    call expect(ierr, DT_SUCCESS, 'dt_model_get_parameters, tensor parallel')
+    call dt_model_get_parameters(ref, r, ierr)
+    if (my_rank == 0) print '(a,es10.3)', 'fortran gpt tp=2: max |split - single rank| = ', &
+                            maxval(abs(a - r))
+    call check(maxval(abs(a - r)) < 1e-5, 'tensor-parallel gpt equals one rank')
+    call dt_model_destroy(split, ierr)
+    call dt_model_destroy(ref, ierr)
+    call dt_grid_destroy(solo_grid, ierr)
+    call dt_grid_destroy(grid, ierr)
   end subroutine
 
   ! device: 'cpu' gives a CPU model, an unknown name DT_ERR_INVALID_CONFIG, 'cuda' (trailing

@@ -1,0 +1,269 @@
+/* Tensor parallelism of the built-in GPT through the C ABI (dt_model_create_gpt_grid): a GPT
+ * split over the TP group of a grid (tp 2, and tp 4 at 4 ranks; with and without sequence
+ * parallelism; tied and untied; ZeRO 0, 1 and 3 over the DP group) trains as one rank does
+ * on the whole batch: every step's loss (averaged over dp) and gradient norm within TOL
+ * relative, evaluation within TOL, the whole parameters (gathered by dt_model_get_parameters)
+ * and generation logits within PARAM_TOL. A tensor set whole on the split model reads back whole, bit for bit;
+ * checkpoints load across the layouts bit for bit; different tokens on the ranks of a TP
+ * group fail every rank; pp > 1, sequence_parallel without tp and impossible splits are
+ * refused.
+ *   mpiexec -n N test_capi_tp SCRATCH_DIR       (N = 2 or 4) */
+#define _XOPEN_SOURCE 700 /* nftw, mkdir */
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "check.h"
+#include "scratch_dir.h"
+
+enum { STEPS = 6, B = 2, T = 8, VOCAB = 61, MAXDP = 4 };
+static const float TOL = 1e-5f;
+/* Parameters and the logits computed from them, after STEPS AdamW steps: Adam's normalised
+ * update turns rounding-level gradient differences of near-zero gradients into differences
+ * of a good part of lr (3e-3) in the update, so these get the bound test_capi_zero uses. */
+static const float PARAM_TOL = 1e-4f;
+
+static int relative_ok(float got, float want) { return fabsf(got - want) <= TOL * fabsf(want); }
+
+static float max_diff(const float* a, const float* b, size_t n) {
+  float d = 0;
+  for (size_t i = 0; i < n; ++i) d = fmaxf(d, fabsf(a[i] - b[i]));
+  return d;
+}
+
+static float max_abs(const float* a, size_t n) {
+  float m = 0;
+  for (size_t i = 0; i < n; ++i) m = fmaxf(m, fabsf(a[i]));
+  return m;
+}
+
+static float* parameters(dt_context_t ctx, dt_model_t m, size_t* n) {
+  float* p;
+  OK(ctx, dt_model_num_parameters(m, n));
+  p = malloc(*n * sizeof *p);
+  OK(ctx, dt_model_get_parameters(m, p, *n));
+  return p;
+}
+
+static dt_gpt_config_t config(int max_batch, int tied, int sp) {
+  dt_gpt_config_t gc = DT_GPT_CONFIG_INIT;
+  gc.layers = 2;
+  gc.heads = 4;
+  gc.d_model = 32;
+  gc.seq_len = T;
+  gc.vocab = VOCAB; /* not a multiple of tp: uneven vocabulary shards */
+  gc.tie_embeddings = tied;
+  gc.max_batch = max_batch;
+  gc.sequence_parallel = sp;
+  return gc;
+}
+
+static dt_optimizer_config_t optimizer(int zero) {
+  dt_optimizer_config_t oc = DT_OPTIMIZER_CONFIG_INIT;
+  oc.zero_stage = zero;
+  oc.clip_grad = 0.5f; /* clipping active: the norm must be the whole model's */
+  return oc;
+}
+
+/* Sequence s (0-based over the whole batch of a step): a learnable next-token pattern. */
+static void sequence(int step, int s, int32_t* tokens, int32_t* targets) {
+  for (int i = 0; i < T; ++i) {
+    tokens[i] = (step * 7 + s * 13 + i * 5) % VOCAB;
+    targets[i] = (tokens[i] * 3 + 1) % VOCAB;
+  }
+}
+
+typedef struct {
+  dt_grid_t grid;
+  dt_comm_t dp;   /* the grid's DP group */
+  int dp_size, dp_rank, tp_size;
+  dt_model_t split; /* over the grid */
+  dt_model_t ref;   /* on this rank alone, over the whole batch */
+  dt_grid_t solo;   /* tp 1, pp = world: DP groups of one rank, for ref */
+} layout_t;
+
+static layout_t make_layout(dt_context_t ctx, int tp, int tied, int sp, int zero) {
+  layout_t l;
+  dt_grid_config_t g = DT_GRID_CONFIG_INIT, s = DT_GRID_CONFIG_INIT;
+  dt_gpt_config_t gc;
+  dt_optimizer_config_t oc = optimizer(zero);
+  dt_comm_t one = NULL;
+  int t = 0, p = 0;
+  memset(&l, 0, sizeof l);
+  l.tp_size = tp;
+  g.tp = tp;
+  OK(ctx, dt_grid_create(ctx, &g, &l.grid));
+  OK(ctx, dt_grid_comm(l.grid, DT_GROUP_DP, &l.dp));
+  OK(ctx, dt_comm_size(l.dp, &l.dp_size));
+  OK(ctx, dt_grid_coords(l.grid, &t, &p, &l.dp_rank));
+  gc = config(B, tied, sp);
+  OK(ctx, dt_model_create_gpt_grid(l.grid, &gc, &oc, &l.split));
+  OK(ctx, dt_context_size(ctx, &s.pp));
+  OK(ctx, dt_grid_create(ctx, &s, &l.solo));
+  OK(ctx, dt_grid_comm(l.solo, DT_GROUP_DP, &one));
+  gc = config(B * l.dp_size, tied, 0);
+  OK(ctx, dt_model_create_gpt(one, &gc, &oc, &l.ref));
+  return l;
+}
+
+static void free_layout(dt_context_t ctx, layout_t* l) {
+  OK(ctx, dt_model_destroy(l->split));
+  OK(ctx, dt_model_destroy(l->ref));
+  OK(ctx, dt_grid_destroy(l->solo));
+  OK(ctx, dt_grid_destroy(l->grid));
+}
+
+/* Steps [from, to) of both models; the worst relative loss/norm gap. */
+static float train(dt_context_t ctx, layout_t* l, int from, int to) {
+  int32_t tokens[MAXDP * B * T], targets[MAXDP * B * T];
+  float worst = 0;
+  for (int step = from; step < to; ++step) {
+    float ls = 0, lr = 0, ns = 0, nr = 0, mean = 0;
+    for (int s = 0; s < l->dp_size * B; ++s) sequence(step, s, tokens + s * T, targets + s * T);
+    OK(ctx, dt_gpt_forward_backward(l->split, tokens + l->dp_rank * B * T, targets + l->dp_rank * B * T,
+                                    B, T, &ls));
+    OK(ctx, dt_gpt_forward_backward(l->ref, tokens, targets, l->dp_size * B, T, &lr));
+    OK(ctx, dt_model_step(l->split, 3e-3f, &ns));
+    OK(ctx, dt_model_step(l->ref, 3e-3f, &nr));
+    OK(ctx, dt_all_reduce(l->dp, &ls, &mean, 1, DT_F32, DT_AVG));
+    CHECK(relative_ok(mean, lr));
+    CHECK(relative_ok(ns, nr));
+    worst = fmaxf(worst, fmaxf(fabsf(mean - lr) / lr, fabsf(ns - nr) / nr));
+  }
+  return worst;
+}
+
+static void test_layout(dt_context_t ctx, dt_comm_t world, int tp, int tied, int sp, int zero) {
+  layout_t l = make_layout(ctx, tp, tied, sp, zero);
+  int32_t tokens[B * T], targets[B * T];
+  const int32_t prompt[5] = {3, 14, 15, 9, 26}, next = 5;
+  float worst, pd, ld, es = 0, er = 0, ds[2][VOCAB], dr[2][VOCAB], *ps, *pr;
+  size_t n = 0, nr = 0;
+  char dir[1200], name[96];
+
+  worst = train(ctx, &l, 0, STEPS);
+  ps = parameters(ctx, l.split, &n);
+  pr = parameters(ctx, l.ref, &nr);
+  CHECK(n == nr);
+  pd = max_diff(ps, pr, n < nr ? n : nr);
+  CHECK(pd < PARAM_TOL);
+  sequence(STEPS, 0, tokens, targets);
+  sequence(STEPS, 1, tokens + T, targets + T);
+  OK(ctx, dt_gpt_evaluate(l.split, tokens, targets, B, T, &es));
+  OK(ctx, dt_gpt_evaluate(l.ref, tokens, targets, B, T, &er));
+  CHECK(relative_ok(es, er));
+  OK(ctx, dt_gpt_decode(l.split, prompt, 5, 1, ds[0]));
+  OK(ctx, dt_gpt_decode(l.split, &next, 1, 0, ds[1]));
+  OK(ctx, dt_gpt_decode(l.ref, prompt, 5, 1, dr[0]));
+  OK(ctx, dt_gpt_decode(l.ref, &next, 1, 0, dr[1]));
+  ld = max_diff(&ds[0][0], &dr[0][0], 2 * VOCAB) / max_abs(&dr[0][0], 2 * VOCAB);
+  CHECK(ld <= PARAM_TOL);
+  if (my_rank == 0)
+    printf("tp=%d dp=%d sp=%d tied=%d zero=%d: max relative loss/norm gap to one rank over %d "
+           "steps %.3g, max |param diff| %.3g, eval %.6f vs %.6f, logits within %.3g of the largest\n",
+           tp, l.dp_size, sp, tied, zero, STEPS, worst, pd, es, er, ld);
+  free(ps);
+  free(pr);
+
+  /* A split tensor (q|k|v blocks sliced alike) set whole on both models reads back whole;
+   * both train on alike. */
+  {
+    enum { N = 3 * 32 * 32 };
+    static float v[N], back[N];
+    for (int i = 0; i < N; ++i) v[i] = 0.001f * (float)(i % 97) - 0.05f;
+    OK(ctx, dt_model_set_tensor(l.split, "h.1.attn.c_attn.weight", v, N));
+    OK(ctx, dt_model_set_tensor(l.ref, "h.1.attn.c_attn.weight", v, N));
+    OK(ctx, dt_model_get_tensor(l.split, "h.1.attn.c_attn.weight", back, N));
+    CHECK(memcmp(v, back, sizeof v) == 0);
+    train(ctx, &l, STEPS, STEPS + 2);
+  }
+
+  /* The split model's checkpoint loads into the one-rank model, and one written by a
+   * one-rank model into the split one, bit for bit. */
+  snprintf(name, sizeof name, "tp%d_sp%d_tied%d_zero%d", tp, sp, tied, zero);
+  fresh_dir(ctx, world, name, dir, sizeof dir);
+  OK(ctx, dt_model_save_checkpoint(l.split, dir, 0));
+  OK(ctx, dt_model_load_checkpoint(l.ref, dir));
+  ps = parameters(ctx, l.split, &n);
+  pr = parameters(ctx, l.ref, &nr);
+  CHECK(n == nr && memcmp(ps, pr, n * sizeof *ps) == 0);
+  free(ps);
+  free(pr);
+  train(ctx, &l, STEPS + 2, STEPS + 3);
+  snprintf(name, sizeof name, "ref_tp%d_sp%d_tied%d_zero%d_rank%d", tp, sp, tied, zero, my_rank);
+  fresh_dir(ctx, world, name, dir, sizeof dir);
+  OK(ctx, dt_model_save_checkpoint(l.ref, dir, 0));
+  OK(ctx, dt_barrier(world));
+  snprintf(name, sizeof name, "/ref_tp%d_sp%d_tied%d_zero%d_rank0", tp, sp, tied, zero);
+  snprintf(dir, sizeof dir, "%s%s", scratch, name);
+  OK(ctx, dt_model_load_checkpoint(l.split, dir));
+  ps = parameters(ctx, l.split, &n);
+  pr = parameters(ctx, l.ref, &nr);
+  CHECK(n == nr && memcmp(ps, pr, n * sizeof *ps) == 0);
+  free(ps);
+  free(pr);
+  free_layout(ctx, &l);
+}
+
+static void test_refusals(dt_context_t ctx, int size) {
+  dt_grid_t grid = NULL, pipe = NULL;
+  dt_grid_config_t g = DT_GRID_CONFIG_INIT, p = DT_GRID_CONFIG_INIT;
+  dt_gpt_config_t gc = config(B, 1, 0);
+  dt_model_t m = NULL;
+  dt_comm_t world = NULL;
+  int32_t tokens[B * T], targets[B * T];
+
+  g.tp = 2;
+  OK(ctx, dt_grid_create(ctx, &g, &grid));
+  p.pp = size;
+  OK(ctx, dt_grid_create(ctx, &p, &pipe));
+  FAILS(DT_ERR_NOT_IMPLEMENTED, ctx, "no pipeline parallelism in the C API",
+        dt_model_create_gpt_grid(pipe, &gc, NULL, &m));
+  gc.heads = 3;
+  gc.d_model = 30;
+  FAILS(DT_ERR_INVALID_CONFIG, ctx, "heads (3) must be divisible", dt_model_create_gpt_grid(grid, &gc, NULL, &m));
+  gc = config(B, 1, 1);
+  OK(ctx, dt_context_world(ctx, &world));
+  FAILS(DT_ERR_INVALID_CONFIG, ctx, "config->sequence_parallel needs tensor parallelism",
+        dt_model_create_gpt(world, &gc, NULL, &m));
+  CHECK(m == NULL);
+
+  /* Different tokens on the ranks of one TP group: every rank refuses, the model unchanged. */
+  gc = config(B, 1, 1);
+  OK(ctx, dt_model_create_gpt_grid(grid, &gc, NULL, &m));
+  for (int s = 0; s < B; ++s) sequence(0, s + my_rank, tokens + s * T, targets + s * T);
+  EXPECT(DT_ERR_INVALID_ARGUMENT, ctx, dt_gpt_forward_backward(m, tokens, targets, B, T, NULL));
+  MESSAGE(ctx, "different tokens");
+  /* Sequence parallelism splits batch * seq rows over tp. */
+  FAILS(DT_ERR_INVALID_ARGUMENT, ctx, "batch * seq must be divisible by the grid's tp",
+        dt_gpt_forward_backward(m, tokens, targets, 1, 3, NULL));
+  OK(ctx, dt_model_destroy(m));
+  OK(ctx, dt_grid_destroy(pipe));
+  OK(ctx, dt_grid_destroy(grid));
+}
+
+int main(int argc, char** argv) {
+  dt_context_t ctx = NULL;
+  dt_comm_t world = NULL;
+  int size = 0, status;
+  if (argc < 2) {
+    fprintf(stderr, "usage: test_capi_tp SCRATCH_DIR\n");
+    return 2;
+  }
+  if (dt_init(&argc, &argv, &ctx) != DT_SUCCESS) return 1;
+  OK(ctx, dt_context_rank(ctx, &my_rank));
+  OK(ctx, dt_context_size(ctx, &size));
+  OK(ctx, dt_context_world(ctx, &world));
+  set_scratch(argv[1], size);
+
+  test_layout(ctx, world, 2, 1, 0, 0);
+  test_layout(ctx, world, 2, 0, 1, 1);
+  test_layout(ctx, world, 2, 1, 1, 3);
+  if (size == 4) test_layout(ctx, world, 4, 1, 1, 0);
+  test_refusals(ctx, size);
+
+  status = finish("capi_tp", ctx, world);
+  OK(ctx, dt_finalize(ctx));
+  return status;
+}
