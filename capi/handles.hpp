@@ -46,7 +46,7 @@ struct dt_comm_s : dtrain::capi::Handle {
   dt_comm_s(dt_context_s* c, dtrain::Communicator* comm, dt_grid_s* owner)
       : Handle(dtrain::capi::Kind::comm, c), comm(comm), grid(owner) {}
   ~dt_comm_s() override;
-  dtrain::Communicator* comm;  // owned by the context or the grid, or device_owned below
+  dtrain::Communicator* comm;  // owned by the context, the grid, or (a device handle) its host
   dt_grid_s* grid;             // null for the world communicator and its device handle
   // dt_comm_device(): made at its first call; this handle's ranks over a device transport.
   std::unique_ptr<dtrain::Communicator> device_comm;
