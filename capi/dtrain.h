@@ -741,8 +741,9 @@ DT_API dt_result_t dt_model_num_parameters(dt_model_t model, size_t* count);
 /**
  * @brief Copies every parameter, tensor after tensor in creation order (each row-major).
  *
- * Whole tensors under every ZeRO stage; under zero_stage 3 they are gathered one at a time,
- * so the call is collective over dp.
+ * Whole tensors under every ZeRO stage and under tensor parallelism; under zero_stage 3
+ * they are gathered one at a time, so the call is collective over dp, and split tensors are
+ * gathered over the TP group (collective over it).
  * @param model a live model.
  * @param[out] dst capacity floats.
  * @param capacity must be >= dt_model_num_parameters().
@@ -811,8 +812,9 @@ DT_API dt_result_t dt_model_tensor_shape(dt_model_t model, const char* name, int
 /**
  * @brief Copies one parameter tensor of a model, row-major.
  *
- * The whole tensor under every ZeRO stage; under zero_stage 3 it is gathered, so the call is
- * collective over dp.
+ * The whole tensor under every ZeRO stage and under tensor parallelism; under zero_stage 3
+ * it is gathered, so the call is collective over dp, and a tensor split over a TP group is
+ * gathered over that group (collective over it).
  * @param model a live model.
  * @param name a parameter name; unknown: ::DT_ERR_INVALID_ARGUMENT.
  * @param[out] dst capacity floats.
@@ -827,8 +829,10 @@ DT_API dt_result_t dt_model_get_tensor(dt_model_t model, const char* name, float
  * @brief Overwrites one parameter tensor of a model (e.g. with pretrained values).
  *
  * Not collective (also under zero_stage 3, where each rank keeps its share of the values),
- * but every rank of the dp group must set the same values, or the replicas
- * diverge.
+ * but every rank of the dp group must set the same values, or the replicas diverge. Under
+ * tensor parallelism every rank passes the whole tensor and keeps its slice; the call is
+ * collective over the TP group, and different values there fail every rank of the model
+ * (::DT_ERR_INVALID_ARGUMENT).
  * @param model a live model.
  * @param name a parameter name; unknown: ::DT_ERR_INVALID_ARGUMENT.
  * @param src count floats, row-major.

@@ -39,6 +39,20 @@ struct dt_model_s : dtrain::capi::CommUser {
 
 namespace dtrain::capi {
 
+// Under tensor parallelism the ranks of a TP group compute one model and must be given the
+// same inputs: `hash` (of this rank's `what`) is compared over the group, and every rank of
+// the model fails alike (DT_ERR_INVALID_ARGUMENT) when a group's differ, since under ZeRO 2/3
+// the others would wait for it in the gradient reduction. A no-op without TP.
+void need_same_over_tp(dt_model_s& m, std::uint64_t hash, const char* what);
+
+// FNV-1a over `bytes` bytes, continuing from h: the fingerprint need_same_over_tp compares.
+inline std::uint64_t fnv1a(const void* data, std::size_t bytes,
+                           std::uint64_t h = 1469598103934665603ull) noexcept {
+  const auto* p = static_cast<const unsigned char*>(data);
+  for (std::size_t i = 0; i < bytes; ++i) h = (h ^ p[i]) * 1099511628211ull;
+  return h;
+}
+
 // The entry-point shape for a model handle (see call() in guard.hpp).
 template <class F>
 dt_result_t with_model(const char* func, dt_model_t h, F&& body) {

@@ -164,11 +164,17 @@ dt_result_t dt_model_get_tensor(dt_model_t model, const char* name, float* dst, 
 
 dt_result_t dt_model_set_tensor(dt_model_t model, const char* name, const float* src, size_t count) {
   return with_model(__func__, model, [&](dt_model_s& m) {
-    const dtrain::ParamInfo& p = tensor(m, name);
-    need_ptr(src, "src");
-    if (count != p.logical_numel())
-      fail(DT_ERR_INVALID_ARGUMENT, "count is " + std::to_string(count) + " but tensor '" + p.name +
-                                        "' has " + std::to_string(p.logical_numel()) + " elements");
+    const dtrain::ParamInfo* found = nullptr;
+    agreed_checks(m.group(), m.tp() != nullptr, [&] {  // tensor parallelism: collective
+      found = &tensor(m, name);
+      need_ptr(src, "src");
+      if (count != found->logical_numel())
+        fail(DT_ERR_INVALID_ARGUMENT, "count is " + std::to_string(count) + " but tensor '" +
+                                          found->name + "' has " +
+                                          std::to_string(found->logical_numel()) + " elements");
+    });
+    const dtrain::ParamInfo& p = *found;
+    need_same_over_tp(m, m.tp() ? fnv1a(src, count * sizeof(float)) : 0, "values");
     write_tensor(m, p, src);
   });
 }

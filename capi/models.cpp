@@ -13,6 +13,22 @@
 
 using namespace dtrain::capi;
 
+void dtrain::capi::need_same_over_tp(dt_model_s& m, std::uint64_t hash, const char* what) {
+  dtrain::Communicator* tp = m.tp();
+  if (!tp) return;
+  std::int64_t lo = static_cast<std::int64_t>(hash), hi = lo;
+  tp->all_reduce(&lo, &lo, 1, dtrain::DType::i64, dtrain::ReduceOp::min);
+  tp->all_reduce(&hi, &hi, 1, dtrain::DType::i64, dtrain::ReduceOp::max);
+  const int here = lo != hi ? 1 : 0;
+  int anywhere = here;
+  m.group().all_reduce(&here, &anywhere, 1, dtrain::DType::i32, dtrain::ReduceOp::max);
+  if (anywhere)
+    fail(DT_ERR_INVALID_ARGUMENT,
+         here ? std::string("the ranks of this rank's TP group were given different ") + what +
+                    "; they compute one model and need the same ones"
+              : std::string("the ranks of another TP group were given different ") + what);
+}
+
 Checkpoints& dt_model_s::checkpoint_io() {
   if (!checkpoints && layout) {
     checkpoints = std::make_unique<Checkpoints>(*layout, params(), *engine, gpt->config());
@@ -75,31 +91,6 @@ void need_gpt_batch(dtrain::GptModel& g, int batch, int seq) {
   need(seq >= 1 && seq <= g.config().seq_len, "seq must be in [1, seq_len]");
 }
 
-// The ranks of a TP group compute one model: they must be given the same tokens (a hash of
-// them compared over the group; every rank of the model fails alike, since under ZeRO 2/3
-// the others would wait for it in the gradient reduction).
-void need_same_tokens_over_tp(dt_model_s& m, const int32_t* a, std::size_t na,
-                              const int32_t* b, std::size_t nb) {
-  dtrain::Communicator* tp = m.tp();
-  if (!tp) return;
-  std::uint64_t h = 1469598103934665603ull;  // FNV-1a over both arrays
-  auto mix = [&h](const int32_t* t, std::size_t n) {
-    for (std::size_t i = 0; i < n; ++i) h = (h ^ static_cast<std::uint32_t>(t[i])) * 1099511628211ull;
-  };
-  mix(a, na);
-  mix(b, nb);
-  std::int64_t lo = static_cast<std::int64_t>(h), hi = lo;
-  tp->all_reduce(&lo, &lo, 1, dtrain::DType::i64, dtrain::ReduceOp::min);
-  tp->all_reduce(&hi, &hi, 1, dtrain::DType::i64, dtrain::ReduceOp::max);
-  const int here = lo != hi ? 1 : 0;
-  int anywhere = here;
-  m.group().all_reduce(&here, &anywhere, 1, dtrain::DType::i32, dtrain::ReduceOp::max);
-  if (anywhere)
-    fail(DT_ERR_INVALID_ARGUMENT, here ? "the ranks of this rank's TP group were given different "
-                                         "tokens; they compute one model and need the same ones"
-                                       : "the ranks of another TP group were given different tokens");
-}
-
 // A GPT pass's arguments, checked by every rank alike when the pass is collective (always
 // under tensor parallelism).
 void need_gpt_inputs(dt_model_s& m, const int32_t* tokens, const int32_t* targets, int batch,
@@ -116,7 +107,8 @@ void need_gpt_inputs(dt_model_s& m, const int32_t* tokens, const int32_t* target
     need_tokens(tokens, n, g.config().vocab, "tokens");
     need_tokens(targets, n, g.config().vocab, "targets");
   });
-  need_same_tokens_over_tp(m, tokens, n, targets, n);
+  const std::size_t bytes = n * sizeof(int32_t);
+  need_same_over_tp(m, fnv1a(targets, bytes, fnv1a(tokens, bytes)), "tokens");
 }
 
 // An MLP pass's arguments (labels may be NULL for predict), as need_gpt_inputs.
@@ -322,7 +314,7 @@ dt_result_t dt_gpt_decode(dt_model_t model, const int32_t* tokens, int count, in
                                     "(new_text) with its last tokens");
       need_tokens(tokens, static_cast<std::size_t>(count), vocab, "tokens");
     });
-    need_same_tokens_over_tp(m, tokens, static_cast<std::size_t>(count), nullptr, 0);
+    need_same_over_tp(m, fnv1a(tokens, sizeof(int32_t) * static_cast<std::size_t>(count)), "tokens");
     if (new_text) g.decode_reset();
     const float* out = g.decode(tokens, count);
     dtrain::Communicator* tp = m.tp();

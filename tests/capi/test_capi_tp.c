@@ -1,11 +1,11 @@
 /* Tensor parallelism of the built-in GPT through the C ABI (dt_model_create_gpt_grid): a GPT
  * split over the TP group of a grid (tp 2, and tp 4 at 4 ranks; with and without sequence
- * parallelism; tied and untied; ZeRO 0, 1 and 3 over the DP group) trains as one rank does
+ * parallelism; tied and untied; ZeRO 0 to 3 over the DP group) trains as one rank does
  * on the whole batch: every step's loss (averaged over dp) and gradient norm within TOL
  * relative, evaluation within TOL, the whole parameters (gathered by dt_model_get_parameters)
  * and generation logits within PARAM_TOL. A tensor set whole on the split model reads back whole, bit for bit;
- * checkpoints load across the layouts bit for bit; different tokens on the ranks of a TP
- * group fail every rank; pp > 1, sequence_parallel without tp and impossible splits are
+ * checkpoints load across the layouts bit for bit; different tokens or tensor values on the
+ * ranks of a TP group fail every rank; pp > 1, sequence_parallel without tp and impossible splits are
  * refused.
  *   mpiexec -n N test_capi_tp SCRATCH_DIR       (N = 2 or 4) */
 #define _XOPEN_SOURCE 700 /* nftw, mkdir */
@@ -235,6 +235,13 @@ static void test_refusals(dt_context_t ctx, int size) {
   for (int s = 0; s < B; ++s) sequence(0, s + my_rank, tokens + s * T, targets + s * T);
   EXPECT(DT_ERR_INVALID_ARGUMENT, ctx, dt_gpt_forward_backward(m, tokens, targets, B, T, NULL));
   MESSAGE(ctx, "different tokens");
+  /* The same for a tensor set whole with different values. */
+  {
+    float bias[32];
+    for (int i = 0; i < 32; ++i) bias[i] = (float)(i + my_rank);
+    EXPECT(DT_ERR_INVALID_ARGUMENT, ctx, dt_model_set_tensor(m, "h.0.ln_1.bias", bias, 32));
+    MESSAGE(ctx, "different values");
+  }
   /* Sequence parallelism splits batch * seq rows over tp. */
   FAILS(DT_ERR_INVALID_ARGUMENT, ctx, "batch * seq must be divisible by the grid's tp",
         dt_gpt_forward_backward(m, tokens, targets, 1, 3, NULL));
@@ -260,7 +267,10 @@ int main(int argc, char** argv) {
   test_layout(ctx, world, 2, 1, 0, 0);
   test_layout(ctx, world, 2, 0, 1, 1);
   test_layout(ctx, world, 2, 1, 1, 3);
-  if (size == 4) test_layout(ctx, world, 4, 1, 1, 0);
+  if (size == 4) {
+    test_layout(ctx, world, 2, 1, 0, 2);
+    test_layout(ctx, world, 4, 1, 1, 0);
+  }
   test_refusals(ctx, size);
 
   status = finish("capi_tp", ctx, world);
