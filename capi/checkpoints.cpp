@@ -79,6 +79,8 @@ void Checkpoints::load(const std::string& source) {
   const std::string path = resolve(source);
   if (!is_gpt_) check_tensors(path);
   checkpointer_.load(path);
+  // Mixed precision: the loaded masters, rounded, are this rank's parameter pieces.
+  if (engine_.optimizer().has_master_weights()) engine_.share_parameters();
 }
 
 std::string find_checkpoint(Communicator& comm, const std::string& dir) {

@@ -542,11 +542,20 @@ typedef struct dt_gpt_config_t {
                               the TP group (Megatron's sequence parallelism): less activation
                               memory, the same results to rounding. Read only when
                               struct_size covers it (older callers get 0) */
+  const char* precision; /**< "fp32" (NULL means it), "bf16" or "fp16": mixed precision as
+                              dtrain-gpt's --precision (docs/mixed-precision.md). The optimiser
+                              keeps fp32 master weights; the parameters the model computes
+                              with, the gradients after the reduction and the saved activations
+                              are 16-bit values; on a GPU the GEMMs run on 16-bit tensor cores.
+                              fp16 scales the loss dynamically (a step whose gradients overflow
+                              is skipped: dt_model_step() gives a NaN norm). Read only when
+                              struct_size covers it (older callers get fp32) */
 } dt_gpt_config_t;
 /** Defaults of ::dt_gpt_config_t: 4 layers, 4 heads, d_model 256, seq_len 256, vocab 256,
  *  tied embeddings, max_batch 8, seed 1337, no recomputation, device "auto", no sequence
- *  parallelism. */
-#define DT_GPT_CONFIG_INIT {sizeof(dt_gpt_config_t), 4, 4, 256, 256, 256, 1, 8, 1337u, 0, NULL, 0}
+ *  parallelism, fp32. */
+#define DT_GPT_CONFIG_INIT \
+  {sizeof(dt_gpt_config_t), 4, 4, 256, 256, 256, 1, 8, 1337u, 0, NULL, 0, NULL}
 
 /**
  * @brief Creates an MLP classifier: Linear layers with GELU between them, softmax
@@ -721,12 +730,15 @@ DT_API dt_result_t dt_gpt_decode(dt_model_t model, const int32_t* tokens, int co
  *
  * Averages the accumulated gradients over dp (under zero_stage 2 and 3 the forward-backward
  * calls have already summed them into the ranks' shares), clips by the whole model's norm,
- * applies AdamW at lr, then zeroes the gradients.
+ * applies AdamW at lr, then zeroes the gradients. A GPT in fp16 whose gradients overflowed
+ * (agreed by every rank) skips the update instead: the parameters, the optimiser state and
+ * dt_model_steps() stay as they were, the loss scale halves, and *grad_norm is NaN.
  * @param model a live model.
  * @param lr learning rate, finite and >= 0.
  * @param[out] grad_norm global norm before clipping; may be NULL.
  * @return ::DT_SUCCESS; ::DT_ERR_INVALID_HANDLE, ::DT_ERR_INVALID_ARGUMENT (lr), ::DT_ERR_COMM,
- *         ::DT_ERR_TIMEOUT.
+ *         ::DT_ERR_TIMEOUT, ::DT_ERR_INVALID_CONFIG (fp16: the gradients overflow at the
+ *         smallest loss scale, 1; training cannot go on in fp16).
  */
 DT_API dt_result_t dt_model_step(dt_model_t model, float lr, float* grad_norm);
 

@@ -21,6 +21,9 @@ struct dt_model_s : dtrain::capi::CommUser {
   std::unique_ptr<dtrain::MlpModel> mlp;
   std::unique_ptr<dtrain::GptModel> gpt;
   std::unique_ptr<dtrain::capi::StepEngine> engine;
+  // The GEMM operand format of its passes (config->precision). The device is the process's,
+  // so every call sets it (with_model): models of different precisions can live side by side.
+  dtrain::DType precision = dtrain::DType::f32;
   std::unique_ptr<dtrain::capi::Checkpoints> checkpoints;  // made at the first save or load
 
   dtrain::ParameterStore& params() { return mlp ? mlp->parameters() : gpt->parameters(); }
@@ -56,7 +59,10 @@ inline std::uint64_t fnv1a(const void* data, std::size_t bytes,
 // The entry-point shape for a model handle (see call() in guard.hpp).
 template <class F>
 dt_result_t with_model(const char* func, dt_model_t h, F&& body) {
-  return call<dt_model_s>(func, h, Kind::model, "model", body);
+  return call<dt_model_s>(func, h, Kind::model, "model", [&](dt_model_s& m) {
+    m.device().set_gemm_operand_format(m.precision);
+    body(m);
+  });
 }
 
 }  // namespace dtrain::capi

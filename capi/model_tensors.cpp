@@ -176,6 +176,7 @@ dt_result_t dt_model_set_tensor(dt_model_t model, const char* name, const float*
     const dtrain::ParamInfo& p = *found;
     need_same_over_tp(m, m.tp() ? fnv1a(src, count * sizeof(float)) : 0, "values");
     write_tensor(m, p, src);
+    m.engine->parameters_written(p.offset, p.offset + p.local_numel());  // mixed precision
   });
 }
 

@@ -141,6 +141,10 @@ void connect_hooks(dtrain::GptModel& g, StepEngine& e) {
                            [pg](int unit) { pg->release(unit); }});
 }
 
+[[noreturn]] dtrain::DType fail_precision(const std::string& precision) {
+  fail(DT_ERR_INVALID_CONFIG, "config->precision must be fp32, bf16 or fp16, got '" + precision + "'");
+}
+
 void create_gpt(dt_comm_s& c, dt_grid_s* grid, const dt_gpt_config_t* config,
                 const dt_optimizer_config_t* optimizer, dt_model_t* model) {
   need_ptr(model, "model");
@@ -165,15 +169,25 @@ void create_gpt(dt_comm_s& c, dt_grid_s* grid, const dt_gpt_config_t* config,
     fail(DT_ERR_INVALID_CONFIG, "config->sequence_parallel needs tensor parallelism: "
                                 "dt_model_create_gpt_grid on a grid with tp > 1");
   gc.validate_tp(tp, sp);
+  const bool has_precision = covers(offsetof(dt_gpt_config_t, precision), sizeof(const char*));
+  const std::string precision = has_precision && config->precision ? config->precision : "fp32";
+  const dtrain::DType low = precision == "fp32" ? dtrain::DType::f32
+                            : precision == "bf16" ? dtrain::DType::bf16
+                            : precision == "fp16" ? dtrain::DType::f16
+                                                  : fail_precision(precision);
+  gc.saved_activations = low;  // 16-bit saved activations, as dtrain-gpt keeps them
   need_seed_agreement(*c.comm, config->seed);
   auto m = std::make_unique<dt_model_s>(&c);
   dtrain::Device& dev = open_device(config, *m);
+  m->precision = low;
+  dev.set_gemm_operand_format(low);  // the model sizes its saved activations by it
   if (grid) {
     dtrain::Communicator& world = m->device_group.valid() ? m->device_group : grid->grid.world();
     m->layout = std::make_unique<dtrain::ProcessGrid>(world, grid->grid.shape());
   }
   m->gpt = std::make_unique<dtrain::GptModel>(gc, dev, config->seed, config->max_batch, m->tp(), sp);
-  m->engine = std::make_unique<StepEngine>(m->dp(), m->params(), opt, m->gpt->grad_ready_ranges(), m->tp());
+  m->engine = std::make_unique<StepEngine>(m->dp(), m->params(), opt, m->gpt->grad_ready_ranges(),
+                                           m->tp(), low);
   connect_hooks(*m->gpt, *m->engine);
   *model = adopt(std::move(m));
 }
@@ -287,7 +301,9 @@ dt_result_t dt_gpt_forward_backward(dt_model_t model, const int32_t* tokens, con
     dtrain::GptModel& g = need_gpt(m);
     const float l = g.forward(tokens, targets, batch, seq);
     m.engine->begin_backward();
-    g.backward(1.0f);  // under ZeRO 2/3 its hook reduces each range as backward finishes it
+    // Seeded with the fp16 loss scale (else 1); under ZeRO 2/3 its hook reduces each range
+    // as backward finishes it.
+    g.backward(m.engine->loss_scale());
     m.engine->end_backward();
     if (loss) *loss = l;
   });

@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstring>
+#include <limits>
 
 #include "dtrain/device/device.hpp"
 #include "dtrain/parallel/zero.hpp"
@@ -52,8 +53,13 @@ parallel::GradReduction reduction(int zero_stage) {
 }  // namespace
 
 StepEngine::StepEngine(Communicator& dp, ParameterStore& params, const dt_optimizer_config_t& cfg,
-                       std::vector<parallel::Range> ready_ranges, Communicator* tp)
-    : dp_(dp), tp_(tp), params_(params), cfg_(cfg) {
+                       std::vector<parallel::Range> ready_ranges, Communicator* tp, DType low)
+    : dp_(dp),
+      tp_(tp),
+      params_(params),
+      cfg_(cfg),
+      low_(check_float_format(low, "StepEngine")),
+      scaler_(low == DType::f16 ? optim::LossScaler(optim::LossScalerConfig{}) : optim::LossScaler()) {
   if (ready_ranges.empty()) ready_ranges = tensor_ranges(params);
   // ZeRO 3 gathers parameters bucket by bucket: one bucket per range makes the units the
   // model's own (a GPT's units are its grad-ready ranges), and the gradient pieces a rank
@@ -73,6 +79,12 @@ StepEngine::StepEngine(Communicator& dp, ParameterStore& params, const dt_optimi
   a.eps = cfg.eps;
   a.weight_decay = cfg.weight_decay;
   optimizer_ = std::make_unique<optim::AdamW>(params.device(), std::move(segments), params.numel(), a);
+  if (low_ != DType::f32) {
+    // fp32 masters of this rank's segments; the arena (what every pass reads) gets them
+    // rounded, and ZeRO 1/2 share the rounded pieces.
+    optimizer_->use_master_weights(params.params(), low_);
+    share_parameters();
+  }
   if (!tp_) return;
   for (const optim::Segment& seg : optimizer_->segments()) {  // each lies inside one tensor
     for (const ParamInfo& p : params_) {
@@ -124,6 +136,33 @@ double StepEngine::gradient_norm() {
   return std::sqrt(local);
 }
 
+void StepEngine::share_parameters() {
+  if (!gather_) sync_->all_gather(params_.params(), low_);  // 16-bit values: 16-bit words
+}
+
+void StepEngine::parameters_written(std::size_t first, std::size_t last) {
+  if (low_ == DType::f32) return;
+  optimizer_->take_master_weights(params_.params(), first, last);
+  Device& dev = params_.device();
+  // ZeRO 3 holds (and the program wrote) only this rank's pieces; otherwise all of it.
+  const std::vector<parallel::Range> whole{{first, last}};
+  for (const parallel::Range& r : gather_ ? sync_->owned() : whole) {
+    const std::size_t lo = std::max(first, r.first), hi = std::min(last, r.second);
+    float* p = params_.params() + lo;
+    if (lo < hi) dev.round_to_16bit(p, p, static_cast<std::int64_t>(hi - lo), low_);
+  }
+}
+
+bool StepEngine::overflowed() {
+  Device& dev = params_.device();
+  int bad = 0;
+  for (const optim::Segment& s : optimizer_->segments())
+    if (!bad && dev.any_nonfinite(params_.grads() + s.offset, static_cast<std::int64_t>(s.numel))) bad = 1;
+  dp_.all_reduce(&bad, &bad, 1, DType::i32, ReduceOp::max);
+  if (tp_) tp_->all_reduce(&bad, &bad, 1, DType::i32, ReduceOp::max);
+  return bad != 0;
+}
+
 double StepEngine::step(float lr) {
   if (shards_gradients()) {
     // Each backward summed its gradients of every rank into the pieces: sum -> average.
@@ -137,10 +176,21 @@ double StepEngine::step(float lr) {
     sync_->begin(dp_.size() > 1);
     sync_->finish();  // launches every bucket
   }
-  const double norm = gradient_norm();
-  optimizer_->step(params_.params(), params_.grads(), lr, optim::clip_factor(norm, cfg_.clip_grad));
+  if (low_ != DType::f32) {
+    // The reduced gradients in the 16-bit format (fp16: beyond 65504 they become inf).
+    for (const optim::Segment& s : optimizer_->segments()) {
+      float* g = params_.grads() + s.offset;
+      params_.device().round_to_16bit(g, g, static_cast<std::int64_t>(s.numel), low_);
+    }
+  }
+  const float unscale = scaler_.inverse_scale();  // of the scale this step's backwards used
+  if (scaler_.enabled() && !scaler_.update(overflowed()))
+    return std::numeric_limits<double>::quiet_NaN();  // skipped: nothing changes but the scale
+  const double norm = gradient_norm() * static_cast<double>(unscale);
+  const float clip = optim::clip_factor(norm, cfg_.clip_grad) * unscale;
+  optimizer_->step(params_.params(), params_.grads(), lr, clip);
   // ZeRO 1/2: every rank's updated piece to all. ZeRO 3 keeps the pieces; passes gather them.
-  if (!gather_) sync_->all_gather(params_.params());
+  share_parameters();
   params_.device().trim_memory(Device::Trim::unused);  // spare memory no step took goes back
   return norm;
 }

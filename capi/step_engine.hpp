@@ -13,6 +13,7 @@
 #include "dtrain.h"
 #include "dtrain/comm/communicator.hpp"
 #include "dtrain/nn/parameters.hpp"
+#include "dtrain/optim/loss_scaler.hpp"
 #include "dtrain/optim/optimizer.hpp"
 #include "dtrain/parallel/gradient_sync.hpp"
 #include "dtrain/parallel/param_gather.hpp"
@@ -28,8 +29,11 @@ class StepEngine {
   // in the order backward completes them, tiling the arena (a GPT's grad_ready_ranges(),
   // which are also its ZeRO-3 units); empty: one range per tensor. tp: the tensor-parallel
   // group of a split model (the norm sums its slices, counting replicated tensors once).
+  // low: bf16 or f16 for mixed precision (fp32 master weights in the optimiser, the arena's
+  // parameters rounded to low; f16 also scales the loss), f32 otherwise.
   StepEngine(Communicator& dp, ParameterStore& params, const dt_optimizer_config_t& cfg,
-             std::vector<parallel::Range> ready_ranges = {}, Communicator* tp = nullptr);
+             std::vector<parallel::Range> ready_ranges = {}, Communicator* tp = nullptr,
+             DType low = DType::f32);
 
   // Around every backward of a built-in model. Under ZeRO 2/3 each backward is reduced into
   // this rank's pieces at once (the other pieces are dropped, so accumulation must happen
@@ -51,9 +55,18 @@ class StepEngine {
 
   // Averages the gradients over dp (ZeRO 0/1: reduces them now; ZeRO 2/3: they are already
   // summed into the pieces), clips, updates this rank's parameters, and under ZeRO 1/2 gives
-  // every rank the whole update. Returns the global gradient norm before clipping.
-  // Collective over dp.
+  // every rank the whole update. Returns the global gradient norm before clipping; NaN for
+  // an fp16 step skipped on overflow. Collective over dp (and tp).
   double step(float lr);
+  // What a backward pass is seeded with: the fp16 loss scale, else 1.
+  float loss_scale() const { return scaler_.scale(); }
+  // The arena's [first, last) was overwritten with full-precision values (a tensor set by
+  // the program): under mixed precision the masters take them and the arena keeps them
+  // rounded. Not collective.
+  void parameters_written(std::size_t first, std::size_t last);
+  // Under ZeRO 1/2, every rank's parameter pieces to all (after a checkpoint load rounded
+  // this rank's). Collective over dp.
+  void share_parameters();
   // Zeroes the gradients this rank holds (under ZeRO 2/3 its pieces only).
   void zero_grads();
 
@@ -74,11 +87,14 @@ class StepEngine {
 
  private:
   double gradient_norm();
+  bool overflowed();  // f16: any gradient this rank updates is inf or NaN, agreed by all
 
   Communicator& dp_;
   Communicator* tp_;
   ParameterStore& params_;
   dt_optimizer_config_t cfg_;
+  DType low_;
+  optim::LossScaler scaler_;  // enabled for f16 only
   std::unique_ptr<parallel::GradientSync> sync_;
   std::unique_ptr<parallel::ParamGather> gather_;
   std::unique_ptr<optim::AdamW> optimizer_;

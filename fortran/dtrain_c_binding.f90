@@ -34,6 +34,7 @@ module dtrain_c_binding
     integer(c_int) :: recompute
     type(c_ptr) :: device
     integer(c_int) :: sequence_parallel
+    type(c_ptr) :: precision
   end type
 
   public :: from_c, c_string, c_chars, optimizer_config, ret, fail_here, fortran_error

@@ -93,9 +93,13 @@ contains
   !> @param[in] recompute optional; .true. keeps only each block's output for backward and
   !>            recomputes the rest (less activation memory, the same results bit for bit).
   !> @param[in] device optional 'auto' (default), 'cpu' or 'cuda', as for dt_model_create_mlp.
+  !> @param[in] precision optional 'fp32' (default), 'bf16' or 'fp16': mixed precision with
+  !>            fp32 master weights (docs/c-api.md); in fp16 an overflowing step is skipped
+  !>            and dt_model_step's grad_norm is NaN.
   subroutine create_gpt_dp(dp, model, ierr, layers, heads, d_model, seq_len, vocab, &
                            tie_embeddings, max_batch, seed, weight_decay, clip_grad, &
-                           zero_stage, beta1, beta2, eps, bucket_mb, recompute, device)
+                           zero_stage, beta1, beta2, eps, bucket_mb, recompute, device, &
+                           precision)
     type(dt_comm), intent(in) :: dp
     type(dt_model), intent(out) :: model
     integer, intent(out) :: ierr
@@ -106,11 +110,11 @@ contains
     integer, intent(in), optional :: zero_stage
     real(c_double), intent(in), optional :: bucket_mb
     logical, intent(in), optional :: recompute
-    character(len=*), intent(in), optional :: device
+    character(len=*), intent(in), optional :: device, precision
     type(gpt_config_c) :: cfg
-    character(kind=c_char), allocatable, target :: device_c(:)
-    call gpt_config(cfg, device_c, layers, heads, d_model, seq_len, vocab, tie_embeddings, &
-                    max_batch, seed, recompute, device)
+    character(kind=c_char), allocatable, target :: device_c(:), precision_c(:)
+    call gpt_config(cfg, device_c, precision_c, layers, heads, d_model, seq_len, vocab, &
+                    tie_embeddings, max_batch, seed, recompute, device, precision)
     ierr = ret(c_model_create_gpt(dp, cfg, optimizer_config(weight_decay, clip_grad, zero_stage, &
                                                             beta1, beta2, eps, bucket_mb), model))
   end subroutine
@@ -143,10 +147,11 @@ contains
   !> @param[in] device optional 'auto' (default), 'cpu' or 'cuda'.
   !> @param[in] sequence_parallel optional logical; .true. splits the LayerNorms and the
   !>            residual stream by sequence position over the TP group (needs tp > 1).
+  !> @param[in] precision optional 'fp32' (default), 'bf16' or 'fp16'.
   subroutine create_gpt_grid(grid, model, ierr, layers, heads, d_model, seq_len, vocab, &
                              tie_embeddings, max_batch, seed, weight_decay, clip_grad, &
                              zero_stage, beta1, beta2, eps, bucket_mb, recompute, device, &
-                             sequence_parallel)
+                             sequence_parallel, precision)
     type(dt_grid), intent(in) :: grid
     type(dt_model), intent(out) :: model
     integer, intent(out) :: ierr
@@ -157,27 +162,28 @@ contains
     integer, intent(in), optional :: zero_stage
     real(c_double), intent(in), optional :: bucket_mb
     logical, intent(in), optional :: recompute, sequence_parallel
-    character(len=*), intent(in), optional :: device
+    character(len=*), intent(in), optional :: device, precision
     type(gpt_config_c) :: cfg
-    character(kind=c_char), allocatable, target :: device_c(:)
-    call gpt_config(cfg, device_c, layers, heads, d_model, seq_len, vocab, tie_embeddings, &
-                    max_batch, seed, recompute, device)
+    character(kind=c_char), allocatable, target :: device_c(:), precision_c(:)
+    call gpt_config(cfg, device_c, precision_c, layers, heads, d_model, seq_len, vocab, &
+                    tie_embeddings, max_batch, seed, recompute, device, precision)
     if (present(sequence_parallel)) cfg%sequence_parallel = merge(1, 0, sequence_parallel)
     ierr = ret(c_model_create_gpt_grid(grid, cfg, optimizer_config(weight_decay, clip_grad, &
                                        zero_stage, beta1, beta2, eps, bucket_mb), model))
   end subroutine
 
-  ! DT_GPT_CONFIG_INIT with the arguments present; device_c holds the device name for the
-  ! call (cfg%device points into it).
-  subroutine gpt_config(cfg, device_c, layers, heads, d_model, seq_len, vocab, tie_embeddings, &
-                        max_batch, seed, recompute, device)
+  ! DT_GPT_CONFIG_INIT with the arguments present; device_c and precision_c hold the names
+  ! for the call (cfg%device and cfg%precision point into them).
+  subroutine gpt_config(cfg, device_c, precision_c, layers, heads, d_model, seq_len, vocab, &
+                        tie_embeddings, max_batch, seed, recompute, device, precision)
     type(gpt_config_c), intent(out) :: cfg
-    character(kind=c_char), allocatable, target, intent(inout) :: device_c(:)
+    character(kind=c_char), allocatable, target, intent(inout) :: device_c(:), precision_c(:)
     integer, intent(in), optional :: layers, heads, d_model, seq_len, vocab, max_batch
     logical, intent(in), optional :: tie_embeddings, recompute
     integer(c_int64_t), intent(in), optional :: seed
-    character(len=*), intent(in), optional :: device
-    cfg = gpt_config_c(0_c_size_t, 4, 4, 256, 256, 256, 1, 8, 1337_c_int64_t, 0, c_null_ptr, 0)
+    character(len=*), intent(in), optional :: device, precision
+    cfg = gpt_config_c(0_c_size_t, 4, 4, 256, 256, 256, 1, 8, 1337_c_int64_t, 0, c_null_ptr, 0, &
+                       c_null_ptr)
     cfg%struct_size = c_sizeof(cfg)
     if (present(layers)) cfg%layers = layers
     if (present(heads)) cfg%heads = heads
@@ -191,6 +197,10 @@ contains
     if (present(device)) then
       call c_chars(device, device_c)
       cfg%device = c_loc(device_c)
+    end if
+    if (present(precision)) then
+      call c_chars(precision, precision_c)
+      cfg%precision = c_loc(precision_c)
     end if
   end subroutine
 

@@ -122,11 +122,16 @@ contains
   end subroutine
 
   ! device: 'cpu' gives a CPU model, an unknown name DT_ERR_INVALID_CONFIG, 'cuda' (trailing
-  ! blanks trimmed) a GPU model where one is usable and DT_ERR_UNAVAILABLE elsewhere.
+  ! blanks trimmed) a GPU model where one is usable and DT_ERR_UNAVAILABLE elsewhere;
+  ! precision: 'bf16' computes with bf16 values, an unknown one is refused.
   subroutine test_device_choice()
     type(dt_model) :: model
     character(len=:), allocatable :: name
     integer(c_int), target :: sizes(3) = [4, 8, 2]
+    integer(c_int32_t) :: tokens(seq, batch), targets(seq, batch)
+    real(c_float), allocatable :: params(:)
+    integer(c_size_t) :: n
+    real :: loss
     call dt_model_create_gpt(world, model, ierr, layers=1, heads=2, d_model=d_model, &
                              seq_len=seq, vocab=vocab, device='cpu')
     call expect(ierr, DT_SUCCESS, 'dt_model_create_gpt on the cpu')
@@ -134,6 +139,24 @@ contains
     call expect(ierr, DT_SUCCESS, 'dt_model_device')
     call check(name == 'cpu (OpenBLAS)', 'dt_model_device names the cpu')
     call dt_model_destroy(model, ierr)
+    ! bf16: after a step every parameter the model computes with is a bf16 value.
+    call dt_model_create_gpt(world, model, ierr, layers=1, heads=2, d_model=d_model, &
+                             seq_len=seq, vocab=vocab, max_batch=batch, precision='bf16')
+    call expect(ierr, DT_SUCCESS, 'dt_model_create_gpt in bf16')
+    call make_batch(1, my_rank, tokens, targets)
+    call dt_gpt_forward_backward(model, tokens, targets, loss, ierr)
+    call dt_model_step(model, 1e-2, ierr)
+    call expect(ierr, DT_SUCCESS, 'a bf16 step')
+    call dt_model_num_parameters(model, n, ierr)
+    allocate(params(n))
+    call dt_model_get_parameters(model, params, ierr)
+    call check(all(iand(transfer(params, 0_c_int32_t, size(params)), 65535_c_int32_t) == 0), &
+               'bf16 parameters are bf16 values')
+    call dt_model_destroy(model, ierr)
+    call dt_model_create_gpt(world, model, ierr, layers=1, heads=2, d_model=d_model, &
+                             seq_len=seq, vocab=vocab, precision='fp8')
+    call expect_message(ierr, DT_ERR_INVALID_CONFIG, ctx, &
+                        "config->precision must be fp32, bf16 or fp16, got 'fp8'", 'an unknown precision')
     call dt_model_create_mlp(world, sizes, 4, model, ierr, device='tpu')
     call expect_message(ierr, DT_ERR_INVALID_CONFIG, ctx, &
                         "config->device must be auto, cpu or cuda, got 'tpu'", 'an unknown device')

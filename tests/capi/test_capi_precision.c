@@ -1,0 +1,215 @@
+/* Mixed precision of the built-in GPT through the C ABI (config->precision): a bf16 and an
+ * fp16 model train as the fp32 model does (every step's loss within BOUND relative, ZeRO 0 and
+ * 1, sequential and alongside an fp32 model in the same process); the parameters they compute
+ * with are exact 16-bit values while the checkpoint keeps the fp32 master weights (a model in
+ * fp32 loading it gets values that round to the 16-bit ones, and some that are not 16-bit
+ * values themselves); a tensor set in full precision reaches the masters; an fp16 step whose
+ * gradients overflow is skipped on every rank (NaN norm, parameters and step count unchanged);
+ * an unknown precision is refused.
+ *   mpiexec -n N test_capi_precision SCRATCH_DIR */
+#define _XOPEN_SOURCE 700 /* nftw, mkdir */
+#include <math.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "check.h"
+#include "scratch_dir.h"
+
+enum { STEPS = 10, B = 2, T = 8, VOCAB = 64, C = 32 };
+/* The loss gap 16-bit arithmetic may leave after STEPS steps of this model: measured at most
+ * 2.8e-4 in bf16 and 2.1e-4 in fp16 on the CPU, 1.5e-4 and 6.1e-5 on the CUDA emulator
+ * (docs/c-api.md); a GPU's tensor cores round the activations too. */
+static const float BOUND = 5e-3f;
+
+static dt_model_t make_gpt(dt_context_t ctx, dt_comm_t world, const char* precision, int zero) {
+  dt_gpt_config_t gc = DT_GPT_CONFIG_INIT;
+  dt_optimizer_config_t oc = DT_OPTIMIZER_CONFIG_INIT;
+  dt_model_t m = NULL;
+  gc.layers = 2;
+  gc.heads = 2;
+  gc.d_model = C;
+  gc.seq_len = T;
+  gc.vocab = VOCAB;
+  gc.max_batch = B;
+  gc.precision = precision;
+  oc.zero_stage = zero;
+  OK(ctx, dt_model_create_gpt(world, &gc, &oc, &m));
+  return m;
+}
+
+static void batch(int step, int32_t* tokens, int32_t* targets) {
+  for (int i = 0; i < B * T; ++i) {
+    tokens[i] = (step * 7 + my_rank * 29 + i * 5) % VOCAB;
+    targets[i] = (tokens[i] * 3 + 1) % VOCAB;
+  }
+}
+
+static float train_step(dt_context_t ctx, dt_model_t m, int step, float* norm) {
+  int32_t tokens[B * T], targets[B * T];
+  float loss = 0;
+  batch(step, tokens, targets);
+  OK(ctx, dt_gpt_forward_backward(m, tokens, targets, B, T, &loss));
+  OK(ctx, dt_model_step(m, 3e-3f, norm));
+  return loss;
+}
+
+static float* parameters(dt_context_t ctx, dt_model_t m, size_t* n) {
+  float* p;
+  OK(ctx, dt_model_num_parameters(m, n));
+  p = malloc(*n * sizeof *p);
+  OK(ctx, dt_model_get_parameters(m, p, *n));
+  return p;
+}
+
+/* x rounded to nearest even with `bits` significant bits (bf16 8, fp16 11), kept in a float;
+ * fp16's subnormals (below 2^-14) are multiples of 2^-24. */
+static float round_bits(float x, int bits, int subnormal_below) {
+  int e = 0;
+  float f;
+  if (fabsf(x) < ldexpf(1.0f, subnormal_below)) return ldexpf(nearbyintf(ldexpf(x, bits - 1 - subnormal_below)), subnormal_below - bits + 1);
+  f = frexpf(x, &e); /* x = f * 2^e, 0.5 <= |f| < 1 */
+  return ldexpf(nearbyintf(ldexpf(f, bits)), e - bits);
+}
+static float round_to(const char* precision, float x) {
+  return strcmp(precision, "bf16") == 0 ? round_bits(x, 8, -126) : round_bits(x, 11, -14);
+}
+
+/* The 16-bit model and an fp32 model side by side (in turns, one process): losses agree to
+ * BOUND; the 16-bit model's parameters are 16-bit values. */
+static void test_curves(dt_context_t ctx, dt_comm_t world, const char* precision, int zero) {
+  dt_model_t ref = make_gpt(ctx, world, "fp32", zero), low = make_gpt(ctx, world, precision, zero);
+  float worst = 0, nr = 0, nl = 0, *p;
+  size_t n = 0, inexact = 0;
+  for (int step = 0; step < STEPS; ++step) {
+    const float lr = train_step(ctx, ref, step, &nr), ll = train_step(ctx, low, step, &nl);
+    CHECK(fabsf(ll - lr) <= BOUND * lr);
+    CHECK(isfinite(nl));
+    worst = fmaxf(worst, fabsf(ll - lr) / lr);
+  }
+  p = parameters(ctx, low, &n);
+  for (size_t i = 0; i < n; ++i) inexact += p[i] != round_to(precision, p[i]);
+  CHECK(inexact == 0);
+  free(p);
+  if (my_rank == 0)
+    printf("%s zero=%d: max relative loss gap to fp32 over %d steps %.3g; every parameter a %s value\n",
+           precision, zero, STEPS, worst, precision);
+  OK(ctx, dt_model_destroy(low));
+  OK(ctx, dt_model_destroy(ref));
+}
+
+/* The checkpoint keeps the masters: an fp32 model loading it holds values that round to the
+ * 16-bit model's and are not all 16-bit values; a 16-bit model loading it continues exactly as
+ * the saved one. A tensor set in full precision reaches the masters (the next checkpoint). */
+static void test_masters(dt_context_t ctx, dt_comm_t world, const char* precision) {
+  char dir[1100], name[64];
+  dt_model_t low = make_gpt(ctx, world, precision, 1), back = make_gpt(ctx, world, precision, 1);
+  dt_model_t full = make_gpt(ctx, world, "fp32", 1);
+  float norm = 0, *pl, *pf, *pb, bias[C];
+  size_t n = 0, differ = 0, not16 = 0;
+  snprintf(name, sizeof name, "masters_%s", precision);
+  fresh_dir(ctx, world, name, dir, sizeof dir);
+  for (int step = 0; step < 4; ++step) train_step(ctx, low, step, &norm);
+  for (int i = 0; i < C; ++i) bias[i] = 0.1f + 1e-5f * (float)i; /* not 16-bit values */
+  OK(ctx, dt_model_set_tensor(low, "h.1.ln_2.bias", bias, C));
+  OK(ctx, dt_model_save_checkpoint(low, dir, 0));
+  OK(ctx, dt_model_load_checkpoint(full, dir));
+  OK(ctx, dt_model_load_checkpoint(back, dir));
+  pl = parameters(ctx, low, &n);
+  pf = parameters(ctx, full, &n);
+  pb = parameters(ctx, back, &n);
+  for (size_t i = 0; i < n; ++i) {
+    differ += round_to(precision, pf[i]) != pl[i];
+    not16 += pf[i] != round_to(precision, pf[i]);
+  }
+  CHECK(differ == 0);
+  CHECK(not16 > 0);
+  CHECK(memcmp(pl, pb, n * sizeof *pl) == 0);
+  {
+    float got[C];
+    OK(ctx, dt_model_get_tensor(full, "h.1.ln_2.bias", got, C));
+    CHECK(memcmp(got, bias, sizeof got) == 0); /* the masters took the full values */
+    OK(ctx, dt_model_get_tensor(low, "h.1.ln_2.bias", got, C));
+    for (int i = 0; i < C; ++i) CHECK(got[i] == round_to(precision, bias[i]));
+  }
+  for (int step = 4; step < 7; ++step) {
+    float a = 0, b = 0;
+    CHECK(train_step(ctx, low, step, &a) == train_step(ctx, back, step, &b));
+    CHECK(a == b);
+  }
+  if (my_rank == 0)
+    printf("%s: checkpoint holds the fp32 masters (%zu of %zu values are not %s values); resumed "
+           "bit for bit\n", precision, not16, n, precision);
+  free(pl);
+  free(pf);
+  free(pb);
+  OK(ctx, dt_model_destroy(low));
+  OK(ctx, dt_model_destroy(back));
+  OK(ctx, dt_model_destroy(full));
+}
+
+/* fp16: gradients that overflow (rank 0's token embedding, which is also the LM head, made
+ * huge: the scaled gradients pass fp16's 65504) skip the step on every rank: NaN norm,
+ * parameters and step count unchanged; training goes on afterwards. */
+static void test_overflow(dt_context_t ctx, dt_comm_t world) {
+  dt_model_t m = make_gpt(ctx, world, "fp16", 1);
+  static float wte[VOCAB * C], huge[VOCAB * C];
+  float norm = 0, *before, *after;
+  long steps = 0;
+  size_t n = 0;
+  train_step(ctx, m, 0, &norm);
+  OK(ctx, dt_model_get_tensor(m, "wte", wte, VOCAB * C));
+  for (int i = 0; i < VOCAB * C; ++i) huge[i] = my_rank == 0 ? 3e4f : wte[i];
+  OK(ctx, dt_model_set_tensor(m, "wte", huge, VOCAB * C));
+  before = parameters(ctx, m, &n);
+  train_step(ctx, m, 1, &norm);
+  CHECK(isnan(norm));
+  after = parameters(ctx, m, &n);
+  CHECK(memcmp(before, after, n * sizeof *before) == 0);
+  OK(ctx, dt_model_steps(m, &steps));
+  CHECK(steps == 1);
+  OK(ctx, dt_model_set_tensor(m, "wte", wte, VOCAB * C));
+  train_step(ctx, m, 2, &norm);
+  CHECK(isfinite(norm));
+  OK(ctx, dt_model_steps(m, &steps));
+  CHECK(steps == 2);
+  free(before);
+  free(after);
+  OK(ctx, dt_model_destroy(m));
+}
+
+int main(int argc, char** argv) {
+  dt_context_t ctx = NULL;
+  dt_comm_t world = NULL;
+  dt_model_t m = NULL;
+  int size = 0, status;
+  if (argc < 2) {
+    fprintf(stderr, "usage: test_capi_precision SCRATCH_DIR\n");
+    return 2;
+  }
+  if (dt_init(&argc, &argv, &ctx) != DT_SUCCESS) return 1;
+  OK(ctx, dt_context_rank(ctx, &my_rank));
+  OK(ctx, dt_context_size(ctx, &size));
+  OK(ctx, dt_context_world(ctx, &world));
+  set_scratch(argv[1], size);
+
+  for (int zero = 0; zero <= 1; ++zero) {
+    test_curves(ctx, world, "bf16", zero);
+    test_curves(ctx, world, "fp16", zero);
+  }
+  test_masters(ctx, world, "bf16");
+  test_masters(ctx, world, "fp16");
+  test_overflow(ctx, world);
+  {
+    dt_gpt_config_t gc = DT_GPT_CONFIG_INIT;
+    gc.precision = "fp8";
+    FAILS(DT_ERR_INVALID_CONFIG, ctx, "config->precision must be fp32, bf16 or fp16, got 'fp8'",
+          dt_model_create_gpt(world, &gc, NULL, &m));
+    CHECK(m == NULL);
+  }
+
+  status = finish("capi_precision", ctx, world);
+  OK(ctx, dt_finalize(ctx));
+  return status;
+}
