@@ -114,7 +114,7 @@ contains
     call dt_model_get_parameters(ref, r, ierr)
     if (my_rank == 0) print '(a,es10.3)', 'fortran gpt tp=2: max |split - single rank| = ', &
                             maxval(abs(a - r))
-    call check(maxval(abs(a - r)) < 1e-5, 'tensor-parallel gpt equals one rank')
+    call check(maxval(abs(a - r)) < 1e-4, 'tensor-parallel gpt equals one rank')
     call dt_model_destroy(split, ierr)
     call dt_model_destroy(ref, ierr)
     call dt_grid_destroy(solo_grid, ierr)
