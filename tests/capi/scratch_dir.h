@@ -39,4 +39,23 @@ static const char* fresh_dir(dt_context_t ctx, dt_comm_t world, const char* name
   return out;
 }
 
+/* The start of a test program run as `PROGRAM SCRATCH_DIR`: dt_init, this rank's my_rank, the
+ * world and its size, the scratch directory. 0, or the exit status when it cannot start. */
+static int start_with_scratch(const char* program, int* argc, char*** argv, dt_context_t* ctx,
+                              dt_comm_t* world, int* size) {
+  if (*argc < 2) {
+    fprintf(stderr, "usage: %s SCRATCH_DIR\n", program);
+    return 2;
+  }
+  if (dt_init(argc, argv, ctx) != DT_SUCCESS) {
+    fprintf(stderr, "%s: dt_init failed: %s\n", program, dt_get_last_error(NULL));
+    return 1;
+  }
+  OK(*ctx, dt_context_rank(*ctx, &my_rank));
+  OK(*ctx, dt_context_size(*ctx, size));
+  OK(*ctx, dt_context_world(*ctx, world));
+  set_scratch((*argv)[1], *size);
+  return 0;
+}
+
 #endif

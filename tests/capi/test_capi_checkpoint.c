@@ -13,6 +13,7 @@
 #include <unistd.h>
 
 #include "check.h"
+#include "model_values.h"
 #include "scratch_dir.h"
 
 static int world_size = 1;
@@ -69,12 +70,6 @@ static void linear_train(dt_context_t ctx, linear_t* m, int from, int to) {
     linear_grads(m, step);
     OK(ctx, dt_byom_step(m->h, 0.05f, NULL));
   }
-}
-
-static float max_diff(const float* a, const float* b, size_t n) {
-  float d = 0;
-  for (size_t i = 0; i < n; ++i) d = fmaxf(d, fabsf(a[i] - b[i]));
-  return d;
 }
 
 /* Save at step 4 with one ZeRO stage, resume in a fresh handle with another: the resumed run
@@ -267,14 +262,6 @@ static dt_model_t make_gpt(dt_context_t ctx, dt_comm_t world, uint64_t seed) {
   return m;
 }
 
-static float* parameters(dt_context_t ctx, dt_model_t m, size_t* n) {
-  float* p;
-  OK(ctx, dt_model_num_parameters(m, n));
-  p = malloc(*n * sizeof *p);
-  OK(ctx, dt_model_get_parameters(m, p, *n));
-  return p;
-}
-
 static void test_mlp_resume(dt_context_t ctx, dt_comm_t world, char* dir, size_t n_dir) {
   dt_model_t a = make_mlp(ctx, world, 1, MHID), b = make_mlp(ctx, world, 2, MHID);
   size_t n = 0;
@@ -451,15 +438,8 @@ int main(int argc, char** argv) {
   dt_comm_t world = NULL;
   char mlp_dir[1100];
   int status;
-  if (argc < 2) {
-    fprintf(stderr, "usage: test_capi_checkpoint SCRATCH_DIR\n");
-    return 2;
-  }
-  OK(NULL, dt_init(&argc, &argv, &ctx));
-  OK(ctx, dt_context_rank(ctx, &my_rank));
-  OK(ctx, dt_context_size(ctx, &world_size));
-  OK(ctx, dt_context_world(ctx, &world));
-  set_scratch(argv[1], world_size);
+  status = start_with_scratch("test_capi_checkpoint", &argc, &argv, &ctx, &world, &world_size);
+  if (status != 0) return status;
   if (NS % world_size != 0 || MBATCH % world_size != 0) {
     if (my_rank == 0) printf("capi_checkpoint: all 0 checks passed (needs 1, 2, 4 or 8 ranks)\n");
     dt_finalize(ctx);

@@ -15,6 +15,7 @@
 #include <string.h>
 
 #include "check.h"
+#include "model_values.h"
 #include "scratch_dir.h"
 
 enum { STEPS = 10, B = 2, T = 8, VOCAB = 64, C = 32 };
@@ -53,14 +54,6 @@ static float train_step(dt_context_t ctx, dt_model_t m, int step, float* norm) {
   OK(ctx, dt_gpt_forward_backward(m, tokens, targets, B, T, &loss));
   OK(ctx, dt_model_step(m, 3e-3f, norm));
   return loss;
-}
-
-static float* parameters(dt_context_t ctx, dt_model_t m, size_t* n) {
-  float* p;
-  OK(ctx, dt_model_num_parameters(m, n));
-  p = malloc(*n * sizeof *p);
-  OK(ctx, dt_model_get_parameters(m, p, *n));
-  return p;
 }
 
 /* x rounded to nearest even with `bits` significant bits (bf16 8, fp16 11), kept in a float;
@@ -184,15 +177,8 @@ int main(int argc, char** argv) {
   dt_comm_t world = NULL;
   dt_model_t m = NULL;
   int size = 0, status;
-  if (argc < 2) {
-    fprintf(stderr, "usage: test_capi_precision SCRATCH_DIR\n");
-    return 2;
-  }
-  if (dt_init(&argc, &argv, &ctx) != DT_SUCCESS) return 1;
-  OK(ctx, dt_context_rank(ctx, &my_rank));
-  OK(ctx, dt_context_size(ctx, &size));
-  OK(ctx, dt_context_world(ctx, &world));
-  set_scratch(argv[1], size);
+  status = start_with_scratch("test_capi_precision", &argc, &argv, &ctx, &world, &size);
+  if (status != 0) return status;
 
   for (int zero = 0; zero <= 1; ++zero) {
     test_curves(ctx, world, "bf16", zero);

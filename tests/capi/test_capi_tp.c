@@ -15,6 +15,7 @@
 #include <string.h>
 
 #include "check.h"
+#include "model_values.h"
 #include "scratch_dir.h"
 
 enum { STEPS = 6, B = 2, T = 8, VOCAB = 61, MAXDP = 4 };
@@ -25,26 +26,6 @@ static const float TOL = 1e-5f;
 static const float PARAM_TOL = 1e-4f;
 
 static int relative_ok(float got, float want) { return fabsf(got - want) <= TOL * fabsf(want); }
-
-static float max_diff(const float* a, const float* b, size_t n) {
-  float d = 0;
-  for (size_t i = 0; i < n; ++i) d = fmaxf(d, fabsf(a[i] - b[i]));
-  return d;
-}
-
-static float max_abs(const float* a, size_t n) {
-  float m = 0;
-  for (size_t i = 0; i < n; ++i) m = fmaxf(m, fabsf(a[i]));
-  return m;
-}
-
-static float* parameters(dt_context_t ctx, dt_model_t m, size_t* n) {
-  float* p;
-  OK(ctx, dt_model_num_parameters(m, n));
-  p = malloc(*n * sizeof *p);
-  OK(ctx, dt_model_get_parameters(m, p, *n));
-  return p;
-}
 
 static dt_gpt_config_t config(int max_batch, int tied, int sp) {
   dt_gpt_config_t gc = DT_GPT_CONFIG_INIT;
@@ -254,15 +235,8 @@ int main(int argc, char** argv) {
   dt_context_t ctx = NULL;
   dt_comm_t world = NULL;
   int size = 0, status;
-  if (argc < 2) {
-    fprintf(stderr, "usage: test_capi_tp SCRATCH_DIR\n");
-    return 2;
-  }
-  if (dt_init(&argc, &argv, &ctx) != DT_SUCCESS) return 1;
-  OK(ctx, dt_context_rank(ctx, &my_rank));
-  OK(ctx, dt_context_size(ctx, &size));
-  OK(ctx, dt_context_world(ctx, &world));
-  set_scratch(argv[1], size);
+  status = start_with_scratch("test_capi_tp", &argc, &argv, &ctx, &world, &size);
+  if (status != 0) return status;
 
   test_layout(ctx, world, 2, 1, 0, 0);
   test_layout(ctx, world, 2, 0, 1, 1);

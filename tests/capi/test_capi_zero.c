@@ -13,6 +13,7 @@
 #include <sys/stat.h>
 
 #include "check.h"
+#include "model_values.h"
 #include "scratch_dir.h"
 
 enum { STEPS = 12, B = 2, T = 8, VOCAB = 64, MIN = 6, MHID = 300, MCLASSES = 4, MB = 4 };
@@ -37,20 +38,6 @@ static float curve_diff(const curve_t* a, const curve_t* b, int* ok) {
     *ok = *ok && relative_ok(a->loss[s], b->loss[s]) && relative_ok(a->norm[s], b->norm[s]);
   }
   return worst;
-}
-
-static float max_diff(const float* a, const float* b, size_t n) {
-  float d = 0;
-  for (size_t i = 0; i < n; ++i) d = fmaxf(d, fabsf(a[i] - b[i]));
-  return d;
-}
-
-static float* parameters(dt_context_t ctx, dt_model_t m, size_t* n) {
-  float* p;
-  OK(ctx, dt_model_num_parameters(m, n));
-  p = malloc(*n * sizeof *p);
-  OK(ctx, dt_model_get_parameters(m, p, *n));
-  return p;
 }
 
 /* ---- GPT -------------------------------------------------------------------------------- */
@@ -303,15 +290,8 @@ int main(int argc, char** argv) {
   dt_context_t ctx = NULL;
   dt_comm_t world = NULL;
   int size = 0, status;
-  if (argc < 2) {
-    fprintf(stderr, "usage: test_capi_zero SCRATCH_DIR\n");
-    return 2;
-  }
-  OK(NULL, dt_init(&argc, &argv, &ctx));
-  OK(ctx, dt_context_rank(ctx, &my_rank));
-  OK(ctx, dt_context_size(ctx, &size));
-  OK(ctx, dt_context_world(ctx, &world));
-  set_scratch(argv[1], size);
+  status = start_with_scratch("test_capi_zero", &argc, &argv, &ctx, &world, &size);
+  if (status != 0) return status;
   {
     /* Stages beyond 3 do not exist. */
     dt_optimizer_config_t oc = DT_OPTIMIZER_CONFIG_INIT;
