@@ -1,6 +1,6 @@
 /* Mixed precision of the built-in GPT through the C ABI (config->precision): a bf16 and an
- * fp16 model train as the fp32 model does (every step's loss within BOUND relative, ZeRO 0 and
- * 1, sequential and alongside an fp32 model in the same process); the parameters they compute
+ * fp16 model train as the fp32 model does (every step's loss within BOUND relative, ZeRO 0 to
+ * 3, alongside an fp32 model in the same process); the parameters they compute
  * with are exact 16-bit values while the checkpoint keeps the fp32 master weights (a model in
  * fp32 loading it gets values that round to the 16-bit ones, and some that are not 16-bit
  * values themselves); a tensor set in full precision reaches the masters; an fp16 step whose
@@ -180,7 +180,7 @@ int main(int argc, char** argv) {
   status = start_with_scratch("test_capi_precision", &argc, &argv, &ctx, &world, &size);
   if (status != 0) return status;
 
-  for (int zero = 0; zero <= 1; ++zero) {
+  for (int zero = 0; zero <= 3; ++zero) {
     test_curves(ctx, world, "bf16", zero);
     test_curves(ctx, world, "fp16", zero);
   }
