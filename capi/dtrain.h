@@ -725,6 +725,40 @@ DT_API dt_result_t dt_gpt_evaluate(dt_model_t model, const int32_t* tokens,
 DT_API dt_result_t dt_gpt_decode(dt_model_t model, const int32_t* tokens, int count,
                                  int new_text, float* logits);
 
+/** How dt_sample_token() chooses; initialise with ::DT_SAMPLING_CONFIG_INIT. */
+typedef struct dt_sampling_config_t {
+  size_t struct_size; /**< sizeof(dt_sampling_config_t); set by DT_SAMPLING_CONFIG_INIT */
+  double temperature; /**< logits are divided by it; 0: always the most likely token */
+  int top_k;          /**< > 0: draw among the k most likely tokens only; 0: among all */
+  double top_p;       /**< < 1: among the fewest most likely tokens whose probabilities add up
+                           to at least top_p (nucleus sampling, after top_k); 1: all */
+} dt_sampling_config_t;
+/** Defaults of ::dt_sampling_config_t: temperature 1, no top-k, top_p 1 (plain sampling). */
+#define DT_SAMPLING_CONFIG_INIT {sizeof(dt_sampling_config_t), 1.0, 0, 1.0}
+
+/**
+ * @brief Chooses the next token from one row of logits, as dtrain-gpt --generate does.
+ *
+ * The token drawn from softmax(logits / temperature), restricted to the top_k most likely
+ * tokens, then to the top_p nucleus: walking the kept tokens from the most likely down, the
+ * first at which their cumulative probability exceeds uniform. The program supplies uniform
+ * from its own random stream, so a value agreed by all ranks gives every rank the same token.
+ * Temperature 0 gives the most likely token (the lowest id among equals) whatever uniform is.
+ * No handle: not collective, thread-safe; a failure's message is the thread's last error
+ * (dt_get_last_error(NULL)).
+ * @param logits vocab floats, e.g. dt_gpt_decode()'s.
+ * @param vocab the number of logits, at least 1.
+ * @param config the sampling settings; NULL for the defaults.
+ * @param uniform a number in [0, 1).
+ * @param[out] token the chosen id, in [0, vocab).
+ * @return ::DT_SUCCESS; ::DT_ERR_INVALID_ARGUMENT (NULL pointer, vocab < 1, uniform outside
+ *         [0, 1), struct_size too small, temperature negative or not finite, top_k < 0,
+ *         top_p outside (0, 1]).
+ */
+DT_API dt_result_t dt_sample_token(const float* logits, int vocab,
+                                   const dt_sampling_config_t* config, double uniform,
+                                   int32_t* token);
+
 /**
  * @brief Optimiser step. Collective over the model's dp group.
  *

@@ -37,6 +37,13 @@ module dtrain_c_binding
     type(c_ptr) :: precision
   end type
 
+  type, bind(C), public :: sampling_config_c
+    integer(c_size_t) :: struct_size
+    real(c_double) :: temperature
+    integer(c_int) :: top_k
+    real(c_double) :: top_p
+  end type
+
   public :: from_c, c_string, c_chars, optimizer_config, ret, fail_here, fortran_error
 
   ! Message of the last failure found by this module's own checks (shapes of Fortran arrays
@@ -220,6 +227,15 @@ module dtrain_c_binding
       type(optimizer_config_c), intent(in) :: opt
       type(dt_model), intent(out) :: model
     end function
+    integer(c_int) function c_sample_token(logits, vocab, cfg, uniform, token) &
+        bind(C, name="dt_sample_token")
+      import :: c_int, c_float, c_double, c_int32_t, sampling_config_c
+      real(c_float), dimension(*), intent(in) :: logits
+      integer(c_int), value :: vocab
+      type(sampling_config_c), intent(in) :: cfg
+      real(c_double), value :: uniform
+      integer(c_int32_t), intent(out) :: token
+    end function
     integer(c_int) function c_model_destroy(model) bind(C, name="dt_model_destroy")
       import :: c_int, dt_model
       type(dt_model), value :: model
@@ -384,7 +400,8 @@ module dtrain_c_binding
             c_comm_world_ranks, c_all_reduce, c_all_gather, c_reduce_scatter, c_broadcast, c_barrier, &
             c_comm_device, c_grid_create, c_grid_destroy, c_grid_shape, c_grid_coords, c_grid_comm, &
             c_byom_create, c_byom_destroy, c_byom_register, c_byom_step, c_byom_steps, &
-            c_model_create_mlp, c_model_create_gpt, c_model_create_gpt_grid, c_model_destroy, c_mlp_forward_backward, &
+            c_model_create_mlp, c_model_create_gpt, c_model_create_gpt_grid, c_model_destroy, &
+            c_sample_token, c_mlp_forward_backward, &
             c_mlp_evaluate, c_mlp_predict, c_gpt_forward_backward, c_gpt_evaluate, c_gpt_decode, &
             c_model_step, &
             c_model_steps, c_model_num_parameters, c_model_get_parameters, c_model_num_tensors, &

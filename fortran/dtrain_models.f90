@@ -11,6 +11,7 @@ module dtrain_models
   private
 
   public :: dt_model_create_mlp, dt_model_create_gpt, dt_model_destroy, dt_model_device, &
+            dt_sample_token, &
             dt_model_step, &
             dt_model_steps, dt_mlp_forward_backward, dt_mlp_evaluate, dt_mlp_predict, &
             dt_gpt_forward_backward, dt_gpt_evaluate, dt_gpt_decode
@@ -212,6 +213,33 @@ contains
     integer, intent(out) :: ierr
     ierr = ret(c_model_destroy(model))
     if (ierr == DT_SUCCESS) model%ptr = c_null_ptr
+  end subroutine
+
+  !> The next token from one row of logits, as dtrain-gpt --generate chooses it
+  !> (dt_sample_token in docs/c-api.md).
+  !> @param[in] logits real(c_float) logits(vocab), e.g. dt_gpt_decode's.
+  !> @param[in] uniform real(c_double) in [0, 1), from the program's random stream (the same
+  !>            value on every rank gives every rank the same token).
+  !> @param[out] token integer(c_int32_t): the chosen id, 0-based as the model's tokens.
+  !> @param[out] ierr DT_SUCCESS; DT_ERR_INVALID_ARGUMENT (a setting or uniform out of range).
+  !> @param[in] temperature optional real(c_double) (default 1; 0: the most likely token).
+  !> @param[in] top_k optional: only the k most likely tokens (default 0: all).
+  !> @param[in] top_p optional real(c_double): nucleus sampling (default 1: all).
+  subroutine dt_sample_token(logits, uniform, token, ierr, temperature, top_k, top_p)
+    real(c_float), dimension(:), contiguous, intent(in) :: logits
+    real(c_double), intent(in) :: uniform
+    integer(c_int32_t), intent(out) :: token
+    integer, intent(out) :: ierr
+    real(c_double), intent(in), optional :: temperature, top_p
+    integer, intent(in), optional :: top_k
+    type(sampling_config_c) :: cfg
+    cfg = sampling_config_c(0_c_size_t, 1.0d0, 0, 1.0d0)
+    cfg%struct_size = c_sizeof(cfg)
+    if (present(temperature)) cfg%temperature = temperature
+    if (present(top_k)) cfg%top_k = top_k
+    if (present(top_p)) cfg%top_p = top_p
+    token = -1
+    ierr = ret(c_sample_token(logits, int(size(logits), c_int), cfg, uniform, token))
   end subroutine
 
   !> The device a model lives on.

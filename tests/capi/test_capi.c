@@ -459,6 +459,34 @@ static void test_gpt(dt_context_t ctx, dt_comm_t world) {
   CHECK(gpt == NULL);
 }
 
+/* dt_sample_token: softmax([0, ln 3]) = [1/4, 3/4]; walking from the most likely token, a
+ * draw below 3/4 gives token 1, one above gives token 0; temperature 0, top_k 1 and top_p 1/2
+ * always give token 1; bad settings are refused. */
+static void test_sampling(void) {
+  const float logits[2] = {0.0f, 1.0986123f};
+  dt_sampling_config_t sc = DT_SAMPLING_CONFIG_INIT;
+  int32_t t = -1;
+  OK(NULL, dt_sample_token(logits, 2, NULL, 0.5, &t));
+  CHECK(t == 1);
+  OK(NULL, dt_sample_token(logits, 2, NULL, 0.8, &t));
+  CHECK(t == 0);
+  sc.temperature = 0;
+  OK(NULL, dt_sample_token(logits, 2, &sc, 0.99, &t));
+  CHECK(t == 1);
+  sc = (dt_sampling_config_t)DT_SAMPLING_CONFIG_INIT;
+  sc.top_k = 1;
+  OK(NULL, dt_sample_token(logits, 2, &sc, 0.99, &t));
+  CHECK(t == 1);
+  sc = (dt_sampling_config_t)DT_SAMPLING_CONFIG_INIT;
+  sc.top_p = 0.5;
+  OK(NULL, dt_sample_token(logits, 2, &sc, 0.99, &t));
+  CHECK(t == 1);
+  sc.temperature = 2.0; /* [0.366, 0.634]: a draw of 0.7 now passes token 1 */
+  sc.top_p = 1.0;
+  OK(NULL, dt_sample_token(logits, 2, &sc, 0.7, &t));
+  CHECK(t == 0);
+}
+
 int main(int argc, char** argv) {
   dt_context_t ctx = NULL;
   dt_comm_t world = NULL;
@@ -478,6 +506,7 @@ int main(int argc, char** argv) {
   test_byom_config_errors(ctx, world);
   test_mlp(ctx, world, size);
   test_gpt(ctx, world);
+  test_sampling();
 
   {
     /* Everything still alive goes with the context; later calls are refused, not crashes. */

@@ -342,6 +342,32 @@ static void wrong_sizes_and_names(handles_t h, int size) {
 }
 
 /* Grid, byom and model handles made in ctx, plus a comm of the grid. */
+/* dt_sample_token's arguments (no handle: the thread's last error). */
+static void sampling_errors(void) {
+  const float logits[3] = {0, 1, 2};
+  dt_sampling_config_t sc = DT_SAMPLING_CONFIG_INIT;
+  int32_t t = 0;
+  FAILS(DT_ERR_INVALID_ARGUMENT, NULL, "dt_sample_token: logits must not be NULL",
+        dt_sample_token(NULL, 3, NULL, 0.5, &t));
+  FAILS(DT_ERR_INVALID_ARGUMENT, NULL, "token must not be NULL", dt_sample_token(logits, 3, NULL, 0.5, NULL));
+  FAILS(DT_ERR_INVALID_ARGUMENT, NULL, "vocab must be at least 1", dt_sample_token(logits, 0, NULL, 0.5, &t));
+  FAILS(DT_ERR_INVALID_ARGUMENT, NULL, "uniform must be in [0, 1)", dt_sample_token(logits, 3, NULL, 1.0, &t));
+  FAILS(DT_ERR_INVALID_ARGUMENT, NULL, "uniform must be in [0, 1)", dt_sample_token(logits, 3, NULL, -0.1, &t));
+  sc.top_p = 0;
+  FAILS(DT_ERR_INVALID_ARGUMENT, NULL, "top_p must be in (0, 1]", dt_sample_token(logits, 3, &sc, 0.5, &t));
+  sc = (dt_sampling_config_t)DT_SAMPLING_CONFIG_INIT;
+  sc.top_k = -1;
+  FAILS(DT_ERR_INVALID_ARGUMENT, NULL, "top_k must be >= 0", dt_sample_token(logits, 3, &sc, 0.5, &t));
+  sc = (dt_sampling_config_t)DT_SAMPLING_CONFIG_INIT;
+  sc.temperature = -1;
+  FAILS(DT_ERR_INVALID_ARGUMENT, NULL, "temperature must be finite and >= 0",
+        dt_sample_token(logits, 3, &sc, 0.5, &t));
+  sc = (dt_sampling_config_t)DT_SAMPLING_CONFIG_INIT;
+  sc.struct_size = 8;
+  FAILS(DT_ERR_INVALID_ARGUMENT, NULL, "initialise it with DT_SAMPLING_CONFIG_INIT",
+        dt_sample_token(logits, 3, &sc, 0.5, &t));
+}
+
 /* config->device: an unknown name is refused; "cuda" without a usable GPU (this test runs
  * where none is, or on its CPU side only) fails every rank alike, also when only one rank asks
  * for it; a caller built before the field existed (a smaller struct_size) gets the CPU. */
@@ -459,6 +485,7 @@ int main(int argc, char** argv) {
   null_pointers(h);
   wrong_sizes_and_names(h, size);
   device_choice(h);
+  sampling_errors();
 
   /* Destroyed handles: a grid takes its groups with it. */
   OK(ctx, dt_grid_comm(h.grid, DT_GROUP_DP, &dp));

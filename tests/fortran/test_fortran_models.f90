@@ -123,12 +123,12 @@ contains
 
   ! device: 'cpu' gives a CPU model, an unknown name DT_ERR_INVALID_CONFIG, 'cuda' (trailing
   ! blanks trimmed) a GPU model where one is usable and DT_ERR_UNAVAILABLE elsewhere;
-  ! precision: 'bf16' computes with bf16 values, an unknown one is refused.
+  ! precision: 'bf16' computes with bf16 values, an unknown one is refused; dt_sample_token.
   subroutine test_device_choice()
     type(dt_model) :: model
     character(len=:), allocatable :: name
     integer(c_int), target :: sizes(3) = [4, 8, 2]
-    integer(c_int32_t) :: tokens(seq, batch), targets(seq, batch)
+    integer(c_int32_t) :: tokens(seq, batch), targets(seq, batch), token
     real(c_float), allocatable :: params(:)
     integer(c_size_t) :: n
     real :: loss
@@ -139,6 +139,15 @@ contains
     call expect(ierr, DT_SUCCESS, 'dt_model_device')
     call check(name == 'cpu (OpenBLAS)', 'dt_model_device names the cpu')
     call dt_model_destroy(model, ierr)
+    ! dt_sample_token: softmax([0, ln 3]) = [1/4, 3/4], walked from the most likely token.
+    call dt_sample_token([0.0_c_float, 1.0986123_c_float], 0.5d0, token, ierr)
+    call check(ierr == DT_SUCCESS .and. token == 1, 'a draw below 3/4 gives token 1')
+    call dt_sample_token([0.0_c_float, 1.0986123_c_float], 0.8d0, token, ierr)
+    call check(ierr == DT_SUCCESS .and. token == 0, 'a draw above 3/4 gives token 0')
+    call dt_sample_token([0.0_c_float, 1.0986123_c_float], 0.8d0, token, ierr, top_k=1)
+    call check(ierr == DT_SUCCESS .and. token == 1, 'top_k 1 gives the most likely token')
+    call dt_sample_token([0.0_c_float, 1.0986123_c_float], 1.0d0, token, ierr)
+    call expect(ierr, DT_ERR_INVALID_ARGUMENT, 'uniform 1 is refused')
     ! bf16: after a step every parameter the model computes with is a bf16 value.
     call dt_model_create_gpt(world, model, ierr, layers=1, heads=2, d_model=d_model, &
                              seq_len=seq, vocab=vocab, max_batch=batch, precision='bf16')
