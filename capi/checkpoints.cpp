@@ -43,6 +43,10 @@ Checkpoints::Checkpoints(ProcessGrid& layout, ParameterStore& params, StepEngine
 std::string Checkpoints::save(const std::string& dir, int keep) {
   ckpt::CheckpointInfo info;
   info.step = engine_.steps();
+  if (engine_.scaler().enabled()) {  // fp16 goes on from this scale after a load
+    info.loss_scale = engine_.scaler().scale();
+    info.loss_scale_clean_steps = engine_.scaler().clean_steps_in_a_row();
+  }
   return checkpointer_.save(dir, info, keep == 0 ? INT_MAX : keep);
 }
 
@@ -78,9 +82,13 @@ void Checkpoints::check_tensors(const std::string& path) {
 void Checkpoints::load(const std::string& source) {
   const std::string path = resolve(source);
   if (!is_gpt_) check_tensors(path);
-  checkpointer_.load(path);
+  const ckpt::CheckpointInfo info = checkpointer_.load(path);
   // Mixed precision: the loaded masters, rounded, are this rank's parameter pieces.
   if (engine_.optimizer().has_master_weights()) engine_.share_parameters();
+  // fp16 goes on from the saved loss scale; a file without one (another precision) leaves
+  // the scale as it is.
+  if (engine_.scaler().enabled() && info.loss_scale > 0)
+    engine_.scaler().set_scale(info.loss_scale, info.loss_scale_clean_steps);
 }
 
 std::string find_checkpoint(Communicator& comm, const std::string& dir) {

@@ -777,6 +777,19 @@ DT_API dt_result_t dt_sample_token(const float* logits, int vocab,
 DT_API dt_result_t dt_model_step(dt_model_t model, float lr, float* grad_norm);
 
 /**
+ * @brief A model's fp16 loss scale and the steps it skipped (mixed precision, fp16).
+ *
+ * The scale seeds the next backward pass; it halves after a skipped step and doubles after
+ * 2000 clean steps in a row. Checkpoints save it, and a load restores it. Other precisions
+ * and models: scale 1, nothing skipped.
+ * @param model a live model.
+ * @param[out] scale the current loss scale; may be NULL.
+ * @param[out] skipped steps skipped on overflow since the model was made; may be NULL.
+ * @return ::DT_SUCCESS; ::DT_ERR_INVALID_HANDLE.
+ */
+DT_API dt_result_t dt_model_loss_scale(dt_model_t model, float* scale, long* skipped);
+
+/**
  * @brief Number of parameter values (the sum of all tensors' element counts).
  * @param model a live model.
  * @param[out] count the number of floats dt_model_get_parameters() writes.

@@ -349,6 +349,13 @@ dt_result_t dt_gpt_decode(dt_model_t model, const int32_t* tokens, int count, in
   });
 }
 
+dt_result_t dt_model_loss_scale(dt_model_t model, float* scale, long* skipped) {
+  return with_model(__func__, model, [&](dt_model_s& m) {
+    if (scale) *scale = m.engine->scaler().scale();
+    if (skipped) *skipped = m.engine->scaler().skipped_steps();
+  });
+}
+
 dt_result_t dt_model_step(dt_model_t model, float lr, float* grad_norm) {
   return with_model(__func__, model, [&](dt_model_s& m) {
     need(lr >= 0 && lr < 1e30f, "lr must be a finite value >= 0");

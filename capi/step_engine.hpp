@@ -60,6 +60,9 @@ class StepEngine {
   double step(float lr);
   // What a backward pass is seeded with: the fp16 loss scale, else 1.
   float loss_scale() const { return scaler_.scale(); }
+  // fp16's dynamic loss scaling (disabled otherwise): the scale, the steps it skipped; the
+  // checkpoints save and restore it.
+  optim::LossScaler& scaler() { return scaler_; }
   // The arena's [first, last) was overwritten with full-precision values (a tensor set by
   // the program): under mixed precision the masters take them and the arena keeps them
   // rounded. Not collective.

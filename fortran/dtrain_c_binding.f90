@@ -236,6 +236,13 @@ module dtrain_c_binding
       real(c_double), value :: uniform
       integer(c_int32_t), intent(out) :: token
     end function
+    integer(c_int) function c_model_loss_scale(model, scale, skipped) &
+        bind(C, name="dt_model_loss_scale")
+      import :: c_int, c_float, c_long, dt_model
+      type(dt_model), value :: model
+      real(c_float), intent(out) :: scale
+      integer(c_long), intent(out) :: skipped
+    end function
     integer(c_int) function c_model_destroy(model) bind(C, name="dt_model_destroy")
       import :: c_int, dt_model
       type(dt_model), value :: model
@@ -401,7 +408,7 @@ module dtrain_c_binding
             c_comm_device, c_grid_create, c_grid_destroy, c_grid_shape, c_grid_coords, c_grid_comm, &
             c_byom_create, c_byom_destroy, c_byom_register, c_byom_step, c_byom_steps, &
             c_model_create_mlp, c_model_create_gpt, c_model_create_gpt_grid, c_model_destroy, &
-            c_sample_token, c_mlp_forward_backward, &
+            c_sample_token, c_model_loss_scale, c_mlp_forward_backward, &
             c_mlp_evaluate, c_mlp_predict, c_gpt_forward_backward, c_gpt_evaluate, c_gpt_decode, &
             c_model_step, &
             c_model_steps, c_model_num_parameters, c_model_get_parameters, c_model_num_tensors, &

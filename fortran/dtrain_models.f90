@@ -11,7 +11,7 @@ module dtrain_models
   private
 
   public :: dt_model_create_mlp, dt_model_create_gpt, dt_model_destroy, dt_model_device, &
-            dt_sample_token, &
+            dt_sample_token, dt_model_loss_scale, &
             dt_model_step, &
             dt_model_steps, dt_mlp_forward_backward, dt_mlp_evaluate, dt_mlp_predict, &
             dt_gpt_forward_backward, dt_gpt_evaluate, dt_gpt_decode
@@ -240,6 +240,19 @@ contains
     if (present(top_p)) cfg%top_p = top_p
     token = -1
     ierr = ret(c_sample_token(logits, int(size(logits), c_int), cfg, uniform, token))
+  end subroutine
+
+  !> A model's fp16 loss scale and the steps it skipped (1 and 0 in other precisions).
+  !> @param[in] model a live model.
+  !> @param[out] scale real(c_float): the factor the next backward is seeded with.
+  !> @param[out] skipped integer(c_long): steps skipped on overflow so far.
+  !> @param[out] ierr DT_SUCCESS or DT_ERR_INVALID_HANDLE.
+  subroutine dt_model_loss_scale(model, scale, skipped, ierr)
+    type(dt_model), intent(in) :: model
+    real(c_float), intent(out) :: scale
+    integer(c_long), intent(out) :: skipped
+    integer, intent(out) :: ierr
+    ierr = ret(c_model_loss_scale(model, scale, skipped))
   end subroutine
 
   !> The device a model lives on.

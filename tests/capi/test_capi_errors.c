@@ -93,6 +93,7 @@ static void expect_refused(handles_t h, const char* why) {
   REFUSED("dt_model_get_parameters", "model", "dt_model_t", dt_model_get_parameters(h.model, f, 4));
   REFUSED("dt_model_steps", "model", "dt_model_t", dt_model_steps(h.model, &l));
   REFUSED("dt_model_device", "model", "dt_model_t", dt_model_device(h.model, NULL, 0, &n));
+  REFUSED("dt_model_loss_scale", "model", "dt_model_t", dt_model_loss_scale(h.model, NULL, &l));
   REFUSED("dt_model_num_tensors", "model", "dt_model_t", dt_model_num_tensors(h.model, &i));
   REFUSED("dt_model_tensor_name", "model", "dt_model_t", dt_model_tensor_name(h.model, 0, NULL, 0, &n));
   REFUSED("dt_model_tensor_shape", "model", "dt_model_t", dt_model_tensor_shape(h.model, "w", NULL, 0, &i));

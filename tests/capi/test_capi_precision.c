@@ -4,7 +4,8 @@
  * with are exact 16-bit values while the checkpoint keeps the fp32 master weights (a model in
  * fp32 loading it gets values that round to the 16-bit ones, and some that are not 16-bit
  * values themselves); a tensor set in full precision reaches the masters; an fp16 step whose
- * gradients overflow is skipped on every rank (NaN norm, parameters and step count unchanged);
+ * gradients overflow is skipped on every rank (NaN norm, parameters and step count unchanged,
+ * the loss scale halved, and a checkpoint carries it);
  * an unknown precision is refused.
  *   mpiexec -n N test_capi_precision SCRATCH_DIR */
 #define _XOPEN_SOURCE 700 /* nftw, mkdir */
@@ -80,6 +81,12 @@ static void test_curves(dt_context_t ctx, dt_comm_t world, const char* precision
     CHECK(fabsf(ll - lr) <= BOUND * lr);
     CHECK(isfinite(nl));
     worst = fmaxf(worst, fabsf(ll - lr) / lr);
+  }
+  {
+    float scale = 0;
+    long skipped = -1;
+    OK(ctx, dt_model_loss_scale(ref, &scale, &skipped));
+    CHECK(scale == 1.0f && skipped == 0); /* no scaling outside fp16 */
   }
   p = parameters(ctx, low, &n);
   for (size_t i = 0; i < n; ++i) inexact += p[i] != round_to(precision, p[i]);
@@ -162,6 +169,22 @@ static void test_overflow(dt_context_t ctx, dt_comm_t world) {
   CHECK(memcmp(before, after, n * sizeof *before) == 0);
   OK(ctx, dt_model_steps(m, &steps));
   CHECK(steps == 1);
+  {
+    float scale = 0;
+    long skipped = -1;
+    char dir[1100];
+    dt_model_t other = make_gpt(ctx, world, "fp16", 1);
+    OK(ctx, dt_model_loss_scale(m, &scale, &skipped));
+    CHECK(scale == 32768.0f && skipped == 1); /* halved from 2^16 */
+    OK(ctx, dt_model_loss_scale(other, &scale, &skipped));
+    CHECK(scale == 65536.0f && skipped == 0);
+    fresh_dir(ctx, world, "loss_scale", dir, sizeof dir);
+    OK(ctx, dt_model_save_checkpoint(m, dir, 0));
+    OK(ctx, dt_model_load_checkpoint(other, dir));
+    OK(ctx, dt_model_loss_scale(other, &scale, NULL));
+    CHECK(scale == 32768.0f); /* the checkpoint carries the scale */
+    OK(ctx, dt_model_destroy(other));
+  }
   OK(ctx, dt_model_set_tensor(m, "wte", wte, VOCAB * C));
   train_step(ctx, m, 2, &norm);
   CHECK(isfinite(norm));

@@ -129,6 +129,8 @@ contains
     character(len=:), allocatable :: name
     integer(c_int), target :: sizes(3) = [4, 8, 2]
     integer(c_int32_t) :: tokens(seq, batch), targets(seq, batch), token
+    real(c_float) :: scale
+    integer(c_long) :: skipped
     real(c_float), allocatable :: params(:)
     integer(c_size_t) :: n
     real :: loss
@@ -161,6 +163,8 @@ contains
     call dt_model_get_parameters(model, params, ierr)
     call check(all(iand(transfer(params, 0_c_int32_t, size(params)), 65535_c_int32_t) == 0), &
                'bf16 parameters are bf16 values')
+    call dt_model_loss_scale(model, scale, skipped, ierr)
+    call check(ierr == DT_SUCCESS .and. scale == 1.0 .and. skipped == 0, 'bf16 has no loss scaling')
     call dt_model_destroy(model, ierr)
     call dt_model_create_gpt(world, model, ierr, layers=1, heads=2, d_model=d_model, &
                              seq_len=seq, vocab=vocab, precision='fp8')
