@@ -65,12 +65,20 @@ void need_seed_agreement(dtrain::Communicator& ranks, std::uint64_t seed) {
   if (lo != hi) fail(DT_ERR_INVALID_CONFIG, "config->seed differs between the ranks of the model");
 }
 
+// Whether a caller's config struct reaches the field at `offset` (fields are only ever
+// appended: an older caller's struct ends before the newer ones).
+template <class Config>
+bool covers(const Config* config, std::size_t offset, std::size_t size) {
+  return config->struct_size >= offset + size;
+}
+
 // The device config->device names, agreed by every rank of dp (older callers, whose struct
 // ends before the field, keep the CPU they had), and the group its buffers move over.
 template <class Config>
 dtrain::Device& open_device(const Config* config, dt_model_s& m) {
-  const bool has_field = config->struct_size >= offsetof(Config, device) + sizeof(const char*);
-  const std::string which = !has_field ? "cpu" : config->device ? config->device : "auto";
+  std::string which = "cpu";
+  if (covers(config, offsetof(Config, device), sizeof(const char*)))
+    which = config->device ? config->device : "auto";
   dtrain::Communicator& dp = m.comm->host_comm();  // a device handle's routing is made anew
   dtrain::Device& dev = dtrain::parallel::agreed_device(which, dp, "config->device");
   m.device_group = dtrain::parallel::device_world(dp, dev, dp.name() + ".device");
@@ -125,11 +133,6 @@ void need_mlp_inputs(dt_model_s& m, const float* x, const int32_t* labels, bool 
   });
 }
 
-// A GPT over `c` (the dp group), or over grid (c: its world): the checks of its settings,
-// every rank agreeing on the device, the layout, the model, its step engine.
-void create_gpt(dt_comm_s& c, dt_grid_s* grid, const dt_gpt_config_t* config,
-                const dt_optimizer_config_t* optimizer, dt_model_t* model);
-
 // The engine reduces gradient ranges as backward finishes them (ZeRO 2/3) and, under
 // ZeRO 3, gathers each parameter unit while a pass uses it.
 void connect_hooks(dtrain::GptModel& g, StepEngine& e) {
@@ -141,16 +144,24 @@ void connect_hooks(dtrain::GptModel& g, StepEngine& e) {
                            [pg](int unit) { pg->release(unit); }});
 }
 
-[[noreturn]] dtrain::DType fail_precision(const std::string& precision) {
-  fail(DT_ERR_INVALID_CONFIG, "config->precision must be fp32, bf16 or fp16, got '" + precision + "'");
+// config->precision as the 16-bit format of mixed precision, f32 for none (also for NULL
+// and for older callers, whose struct ends before the field).
+dtrain::DType precision_of(const dt_gpt_config_t* config) {
+  const bool has_field = covers(config, offsetof(dt_gpt_config_t, precision), sizeof(const char*));
+  const std::string p = has_field && config->precision ? config->precision : "fp32";
+  if (p == "fp32") return dtrain::DType::f32;
+  if (p == "bf16") return dtrain::DType::bf16;
+  if (p == "fp16") return dtrain::DType::f16;
+  fail(DT_ERR_INVALID_CONFIG, "config->precision must be fp32, bf16 or fp16, got '" + p + "'");
 }
 
+// A GPT over `c` (the dp group), or over grid (c: its world): the checks of its settings,
+// every rank agreeing on the device, the layout, the model, its step engine.
 void create_gpt(dt_comm_s& c, dt_grid_s* grid, const dt_gpt_config_t* config,
                 const dt_optimizer_config_t* optimizer, dt_model_t* model) {
   need_ptr(model, "model");
   need_struct(config, config ? config->struct_size : 0,
               offsetof(dt_gpt_config_t, seed) + sizeof(uint64_t), "DT_GPT_CONFIG_INIT");
-  auto covers = [&](std::size_t offset, std::size_t size) { return config->struct_size >= offset + size; };
   const dt_optimizer_config_t opt = read_optimizer_config(optimizer);
   dtrain::GptConfig gc;
   gc.layers = config->layers;
@@ -159,22 +170,17 @@ void create_gpt(dt_comm_s& c, dt_grid_s* grid, const dt_gpt_config_t* config,
   gc.seq_len = config->seq_len;
   gc.vocab = config->vocab;
   gc.tie_embeddings = config->tie_embeddings != 0;
-  if (covers(offsetof(dt_gpt_config_t, recompute), sizeof(int))) gc.recompute = config->recompute != 0;
+  if (covers(config, offsetof(dt_gpt_config_t, recompute), sizeof(int))) gc.recompute = config->recompute != 0;
   gc.validate();
   need(config->max_batch >= 1, "config->max_batch must be positive");
-  const bool sp = covers(offsetof(dt_gpt_config_t, sequence_parallel), sizeof(int)) &&
+  const bool sp = covers(config, offsetof(dt_gpt_config_t, sequence_parallel), sizeof(int)) &&
                   config->sequence_parallel != 0;
   const int tp = grid ? grid->grid.tp_size() : 1;
   if (sp && tp == 1)
     fail(DT_ERR_INVALID_CONFIG, "config->sequence_parallel needs tensor parallelism: "
                                 "dt_model_create_gpt_grid on a grid with tp > 1");
   gc.validate_tp(tp, sp);
-  const bool has_precision = covers(offsetof(dt_gpt_config_t, precision), sizeof(const char*));
-  const std::string precision = has_precision && config->precision ? config->precision : "fp32";
-  const dtrain::DType low = precision == "fp32" ? dtrain::DType::f32
-                            : precision == "bf16" ? dtrain::DType::bf16
-                            : precision == "fp16" ? dtrain::DType::f16
-                                                  : fail_precision(precision);
+  const dtrain::DType low = precision_of(config);
   gc.saved_activations = low;  // 16-bit saved activations, as dtrain-gpt keeps them
   need_seed_agreement(*c.comm, config->seed);
   auto m = std::make_unique<dt_model_s>(&c);
