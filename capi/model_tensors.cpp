@@ -29,8 +29,9 @@ std::size_t total_numel(dtrain::ParameterStore& ps) {
 }
 
 // The whole tensor p into host dst (p.logical_numel() floats). A tensor split over the TP
-// group: every rank puts its slice at its place and zeros elsewhere, and the group sums
-// (collective over TP); each element then comes from the one rank that holds it.
+// group: every rank puts its slice at its place and zero bits elsewhere, and the group sums
+// the bit patterns as integers (collective over TP): each element comes, bit for bit, from
+// the one rank that holds it (-0.0 too, which a float sum would turn into +0.0).
 void read_tensor(dt_model_s& m, const dtrain::ParamInfo& p, float* dst) {
   const float* src = m.params().param(p);
   dtrain::Communicator* tp = m.tp();
@@ -42,7 +43,7 @@ void read_tensor(dt_model_s& m, const dtrain::ParamInfo& p, float* dst) {
   m.device().copy(slice.data(), src, slice.size() * sizeof(float), dtrain::CopyKind::device_to_host);
   std::fill(dst, dst + p.logical_numel(), 0.0f);
   for (std::size_t i = 0; i < slice.size(); ++i) dst[p.logical_index(i)] = slice[i];
-  tp->all_reduce(dst, dst, p.logical_numel(), dtrain::DType::f32, dtrain::ReduceOp::sum);
+  tp->all_reduce(dst, dst, p.logical_numel(), dtrain::DType::i32, dtrain::ReduceOp::sum);
 }
 
 // Writes this rank's slice of a whole tensor (p.logical_numel() floats) into the arena;
