@@ -9,6 +9,7 @@
 
 #include "cublasLt.h"
 #include "cublas_v2.h"
+#include "device/half_bits.hpp"
 
 struct cublasContext {
   cudaStream_t stream = nullptr;
@@ -59,7 +60,25 @@ struct Gemm {
   int m, n, k, lda, ldb, ldc;
   float alpha, beta;
   cublasComputeType_t type;
+  cudaDataType ab_type;  // A's and B's: fp32, or bf16/fp16 (computed in fp32)
 };
+
+// A and B in fp32 or a 16-bit format; C always fp32 (what the plugin asks for).
+bool supported_types(cudaDataType a, cudaDataType b, cudaDataType c) {
+  const bool a_ok = a == CUDA_R_32F || a == CUDA_R_16BF || a == CUDA_R_16F;
+  return a_ok && b == a && c == CUDA_R_32F;
+}
+
+std::size_t element_bytes(cudaDataType t) { return t == CUDA_R_32F ? 4 : 2; }
+
+// Element i of an operand stored as `type`, as fp32.
+float element(const void* p, std::size_t i, cudaDataType type) {
+  switch (type) {
+    case CUDA_R_16BF: return dtrain::halfbits::from_bf16(static_cast<const std::uint16_t*>(p)[i]);
+    case CUDA_R_16F: return dtrain::halfbits::from_f16(static_cast<const std::uint16_t*>(p)[i]);
+    default: return static_cast<const float*>(p)[i];
+  }
+}
 
 cublasStatus_t check_and_size(const Gemm& g, const void* A, const void* B, const void* C,
                               long long sa, long long sb, long long sc, int batch) {
@@ -73,29 +92,29 @@ cublasStatus_t check_and_size(const Gemm& g, const void* A, const void* B, const
     return CUBLAS_STATUS_INVALID_VALUE;
   }
   if (g.m == 0 || g.n == 0 || batch == 0) return CUBLAS_STATUS_SUCCESS;
-  auto extent = [&](std::size_t one, long long stride) {
-    return (static_cast<std::size_t>(batch - 1) * static_cast<std::size_t>(stride) + one) *
-           sizeof(float);
+  auto extent = [&](std::size_t one, long long stride, std::size_t bytes = sizeof(float)) {
+    return (static_cast<std::size_t>(batch - 1) * static_cast<std::size_t>(stride) + one) * bytes;
   };
+  const std::size_t ab_bytes = element_bytes(g.ab_type);
   const bool reads_ab = g.k > 0;
-  if ((reads_ab && (!dtrain_emu::device_range_ok(A, extent(span(rows_a, cols_a, g.lda), sa), "GEMM operand A") ||
-                    !dtrain_emu::device_range_ok(B, extent(span(rows_b, cols_b, g.ldb), sb), "GEMM operand B"))) ||
+  if ((reads_ab && (!dtrain_emu::device_range_ok(A, extent(span(rows_a, cols_a, g.lda), sa, ab_bytes), "GEMM operand A") ||
+                    !dtrain_emu::device_range_ok(B, extent(span(rows_b, cols_b, g.ldb), sb, ab_bytes), "GEMM operand B"))) ||
       !dtrain_emu::device_range_ok(C, extent(span(g.m, g.n, g.ldc), sc), "GEMM result C"))
     return CUBLAS_STATUS_EXECUTION_FAILED;
   return CUBLAS_STATUS_SUCCESS;
 }
 
-void run_gemm(const Gemm& g, const float* A, const float* B, float* C) {
+void run_gemm(const Gemm& g, const void* A, const void* B, float* C) {
   // Operands after transposition and rounding: a is m x k, b is k x n, both column-major.
   std::vector<float> a(static_cast<std::size_t>(g.m) * g.k), b(static_cast<std::size_t>(g.k) * g.n);
   for (int p = 0; p < g.k; ++p)
     for (int i = 0; i < g.m; ++i)
       a[i + static_cast<std::size_t>(p) * g.m] =
-          round_operand(g.ta ? A[p + static_cast<std::size_t>(i) * g.lda] : A[i + static_cast<std::size_t>(p) * g.lda], g.type);
+          round_operand(element(A, g.ta ? p + static_cast<std::size_t>(i) * g.lda : i + static_cast<std::size_t>(p) * g.lda, g.ab_type), g.type);
   for (int j = 0; j < g.n; ++j)
     for (int p = 0; p < g.k; ++p)
       b[p + static_cast<std::size_t>(j) * g.k] =
-          round_operand(g.tb ? B[j + static_cast<std::size_t>(p) * g.ldb] : B[p + static_cast<std::size_t>(j) * g.ldb], g.type);
+          round_operand(element(B, g.tb ? j + static_cast<std::size_t>(p) * g.ldb : p + static_cast<std::size_t>(j) * g.ldb, g.ab_type), g.type);
   std::vector<float> acc(g.m);
   for (int j = 0; j < g.n; ++j) {
     std::fill(acc.begin(), acc.end(), 0.0f);
@@ -117,17 +136,18 @@ cublasStatus_t gemm_batched(cublasHandle_t handle, cublasOperation_t transa,
                             const void* beta, void* C, cudaDataType Ctype, int ldc,
                             long long sc, int batch, cublasComputeType_t type) {
   if (!handle) return CUBLAS_STATUS_NOT_INITIALIZED;
-  if (Atype != CUDA_R_32F || Btype != CUDA_R_32F || Ctype != CUDA_R_32F)
-    return CUBLAS_STATUS_NOT_SUPPORTED;  // the plugin keeps fp32 storage
+  if (!supported_types(Atype, Btype, Ctype)) return CUBLAS_STATUS_NOT_SUPPORTED;
   const Gemm g{transa == CUBLAS_OP_T, transb == CUBLAS_OP_T, m, n, k, lda, ldb, ldc,
-               *static_cast<const float*>(alpha), *static_cast<const float*>(beta), type};
+               *static_cast<const float*>(alpha), *static_cast<const float*>(beta), type, Atype};
   const cublasStatus_t st = check_and_size(g, A, B, C, sa, sb, sc, batch);
   if (st != CUBLAS_STATUS_SUCCESS || m == 0 || n == 0 || batch == 0) return st;
-  const auto* a = static_cast<const float*>(A);
-  const auto* b = static_cast<const float*>(B);
+  const auto* a = static_cast<const char*>(A);
+  const auto* b = static_cast<const char*>(B);
   auto* c = static_cast<float*>(C);
+  const std::size_t ab_bytes = element_bytes(Atype);
   dtrain_emu::enqueue(handle->stream, [=] {
-    for (int i = 0; i < batch; ++i) run_gemm(g, a + i * sa, b + i * sb, c + i * sc);
+    for (int i = 0; i < batch; ++i)
+      run_gemm(g, a + i * sa * ab_bytes, b + i * sb * ab_bytes, c + i * sc);
   });
   return CUBLAS_STATUS_SUCCESS;
 }
@@ -201,6 +221,7 @@ struct cublasLtMatmulDescOpaque {
 struct cublasLtMatrixLayoutOpaque {
   std::uint64_t rows, cols;
   std::int64_t ld;
+  cudaDataType type;
 };
 struct cublasLtMatmulPreferenceOpaque {
   std::uint64_t workspace = 0;
@@ -279,9 +300,10 @@ cublasStatus_t cublasLtMatmulDescSetAttribute(cublasLtMatmulDesc_t desc,
 cublasStatus_t cublasLtMatrixLayoutCreate(cublasLtMatrixLayout_t* layout, cudaDataType type,
                                           std::uint64_t rows, std::uint64_t cols,
                                           std::int64_t ld) {
-  if (type != CUDA_R_32F) return CUBLAS_STATUS_NOT_SUPPORTED;  // the plugin keeps fp32 storage
+  if (type != CUDA_R_32F && type != CUDA_R_16BF && type != CUDA_R_16F)
+    return CUBLAS_STATUS_NOT_SUPPORTED;
   if (ld < static_cast<std::int64_t>(rows > 1 ? rows : 1)) return CUBLAS_STATUS_INVALID_VALUE;
-  *layout = new cublasLtMatrixLayoutOpaque{rows, cols, ld};
+  *layout = new cublasLtMatrixLayoutOpaque{rows, cols, ld, type};
   return CUBLAS_STATUS_SUCCESS;
 }
 cublasStatus_t cublasLtMatrixLayoutDestroy(cublasLtMatrixLayout_t layout) {
@@ -334,6 +356,8 @@ cublasStatus_t cublasLtMatmulAlgoGetHeuristic(
   if ((desc->ta ? a->cols : a->rows) != m || (desc->tb ? b->cols : b->rows) != k ||
       (desc->tb ? b->rows : b->cols) != n || d->rows != m || d->cols != n || d->ld != c->ld)
     return CUBLAS_STATUS_INVALID_VALUE;
+  if (!supported_types(a->type, b->type, c->type) || d->type != c->type)
+    return CUBLAS_STATUS_NOT_SUPPORTED;
   results[0] = cublasLtMatmulHeuristicResult_t{};
   for (int i = 0; i < 4; ++i) results[0].algo.data[i] = pref->align[i];
   results[0].algo.data[4] = alignment_of(desc->bias);
@@ -365,19 +389,19 @@ cublasStatus_t cublasLtMatmul(cublasLtHandle_t handle, cublasLtMatmulDesc_t desc
   const Gemm g{desc->ta, desc->tb, static_cast<int>(c->rows), static_cast<int>(c->cols),
                static_cast<int>(desc->ta ? a->rows : a->cols), static_cast<int>(a->ld),
                static_cast<int>(b->ld), static_cast<int>(c->ld),
-               *static_cast<const float*>(alpha), *static_cast<const float*>(beta), desc->type};
+               *static_cast<const float*>(alpha), *static_cast<const float*>(beta), desc->type,
+               a->type};
+  if (!supported_types(a->type, b->type, c->type)) return CUBLAS_STATUS_NOT_SUPPORTED;
   cublasStatus_t st = check_and_size(g, A, B, D, 0, 0, 0, 1);
   if (st == CUBLAS_STATUS_SUCCESS && bias &&
       !dtrain_emu::device_range_ok(desc->bias, sizeof(float) * g.m, "cuBLASLt bias"))
     st = CUBLAS_STATUS_EXECUTION_FAILED;
   if (st != CUBLAS_STATUS_SUCCESS || g.m == 0 || g.n == 0) return st;
   ++g_lt_matmuls;
-  const auto* pa = static_cast<const float*>(A);
-  const auto* pb = static_cast<const float*>(B);
   auto* pd = static_cast<float*>(D);
   const float* pbias = bias ? desc->bias : nullptr;  // read when it runs, as set now
   dtrain_emu::enqueue(stream, [=] {
-    run_gemm(g, pa, pb, pd);
+    run_gemm(g, A, B, pd);
     if (pbias)
       for (int j = 0; j < g.n; ++j)
         for (int i = 0; i < g.m; ++i) pd[i + static_cast<std::size_t>(j) * g.ldc] += pbias[i];

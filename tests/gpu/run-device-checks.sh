@@ -315,8 +315,8 @@ else
   echo "no $BUILD/bench/cuda_gemm_formats: skipped"
 fi
 
-phase "where the GPU time goes: 3 benchmark steps with DTRAIN_CUDA_PROFILE=1"
-DTRAIN_CUDA_PROFILE=1 timeout -k 5 45 "$MPIEXEC" -n 1 "${BENCH[@]}" --steps 3 </dev/null \
+phase "where the GPU time goes: 10 benchmark steps with DTRAIN_CUDA_PROFILE=1"
+DTRAIN_CUDA_PROFILE=1 timeout -k 5 45 "$MPIEXEC" -n 1 "${BENCH[@]}" --steps 10 </dev/null \
   >"$RESULTS/profile.log" 2>&1 || fail "profiled run failed (see profile.log)"
 sed -n '/GPU time by op/,$p' "$RESULTS/profile.log" | head -n 45 | tee "$RESULTS/profile.txt"
 

@@ -1,6 +1,7 @@
 // The CUDA device's 16-bit casts and non-finite check against the CPU device's, bit for bit
 // (both round with device/half_bits.hpp; tests/unit/test_half_casts.cpp checks the CPU
 // against an independent reference).
+#include <algorithm>
 #include <cstring>
 #include <limits>
 #include <random>
@@ -58,6 +59,21 @@ TEST_P(CudaCasts, RoundingAndEncodingsMatchTheCpuBitForBit) {
   EXPECT_TRUE(same_bits(rounded.host(), want)) << "round_to_16bit";
   EXPECT_TRUE(bits.host() == want_bits) << "convert_to_16bit";
   EXPECT_TRUE(same_bits(back.host(), want_back)) << "convert_from_16bit";
+  // Conversions start at an element (four floats or halves at a time where both pointers are
+  // aligned for it, one at a time elsewhere and for the last n % 4).
+  for (const std::int64_t first : {1, 2, 4, 5}) {
+    OnDevice<std::uint16_t> part_bits(gpu, x.size());
+    OnDevice<float> part_back(gpu, x.size());
+    gpu.convert_to_16bit(part_bits.get() + first, in.get() + first, n - first, fmt);
+    gpu.convert_from_16bit(part_back.get() + first, part_bits.get() + first, n - first, fmt);
+    const std::vector<std::uint16_t> got_bits = part_bits.host();
+    const std::vector<float> got_back = part_back.host();
+    EXPECT_TRUE(std::equal(got_bits.begin() + first, got_bits.end(), want_bits.begin() + first))
+        << "convert_to_16bit from element " << first;
+    EXPECT_EQ(std::memcmp(got_back.data() + first, want_back.data() + first,
+                          (x.size() - first) * sizeof(float)), 0)
+        << "convert_from_16bit from element " << first;
+  }
   gpu.round_to_16bit(in.get(), in.get(), n, fmt);  // in place
   EXPECT_TRUE(same_bits(in.host(), want)) << "round_to_16bit in place";
 }

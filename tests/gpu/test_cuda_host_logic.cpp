@@ -220,6 +220,27 @@ TEST(GemmMapping, RowMajorRequestsAsColumnMajorCalls) {
   }
 }
 
+// The span a 16-bit copy of an operand must cover: from its first element to its last, as the
+// row-major request stores it (rows - 1 full rows and one row of its columns).
+TEST(GemmMapping, OperandSpansCoverWhatTheGemmReads) {
+  const int M = 7, N = 9, K = 5;
+  for (int ta = 0; ta < 2; ++ta) {
+    for (int tb = 0; tb < 2; ++tb) {
+      const int lda = (ta ? M : K) + 2, ldb = (tb ? K : N) + 1;
+      float a = 0, b = 0, c = 0;
+      const auto g = dtrain::cuda::column_major_gemm(ta, tb, M, N, K, &a, lda, 100, &b, ldb, 200,
+                                                     &c, N, 0);
+      const std::int64_t a_extent = std::int64_t{ta ? K - 1 : M - 1} * lda + (ta ? M : K);
+      const std::int64_t b_extent = std::int64_t{tb ? N - 1 : K - 1} * ldb + (tb ? K : N);
+      EXPECT_EQ(dtrain::cuda::b_span(g, 1), a_extent) << "ta=" << ta << " tb=" << tb;
+      EXPECT_EQ(dtrain::cuda::a_span(g, 1), b_extent) << "ta=" << ta << " tb=" << tb;
+      EXPECT_EQ(dtrain::cuda::b_span(g, 3), a_extent + 2 * 100);
+      EXPECT_EQ(dtrain::cuda::a_span(g, 3), b_extent + 2 * 200);
+    }
+  }
+  EXPECT_EQ(dtrain::cuda::operand_span(false, 0, 5, 5, 0, 1), 0);
+}
+
 TEST(GemmMapping, BatchStridesFollowTheirOperands) {
   float a = 0, b = 0, c = 0;
   const auto g = dtrain::cuda::column_major_gemm(false, true, 3, 4, 5, &a, 5, 111, &b, 5, 222,

@@ -28,7 +28,7 @@ void set(cublasLtMatmulPreference_t pref, cublasLtMatmulPreferenceAttributes_t a
 
 bool BiasGemm::Case::operator==(const Case& o) const {
   return trans_a == o.trans_a && trans_b == o.trans_b && m == o.m && n == o.n && k == o.k &&
-         lda == o.lda && ldb == o.ldb && ldc == o.ldc && type == o.type &&
+         lda == o.lda && ldb == o.ldb && ldc == o.ldc && type == o.type && ab_type == o.ab_type &&
          align_a == o.align_a && align_b == o.align_b && align_c == o.align_c &&
          align_bias == o.align_bias;
 }
@@ -69,9 +69,9 @@ BiasGemm::Plan* BiasGemm::plan_for(const Case& key, const float* bias) {
     // The heuristic takes the bias's alignment from the pointer set here.
     set(p.desc, CUBLASLT_MATMUL_DESC_BIAS_POINTER, static_cast<const void*>(bias));
     // Layouts as stored: op(A) is m x k, so A is k x m when transposed.
-    DTRAIN_CUDA(cublasLtMatrixLayoutCreate(&p.a, CUDA_R_32F, key.trans_a ? key.k : key.m,
+    DTRAIN_CUDA(cublasLtMatrixLayoutCreate(&p.a, key.ab_type, key.trans_a ? key.k : key.m,
                                            key.trans_a ? key.m : key.k, key.lda));
-    DTRAIN_CUDA(cublasLtMatrixLayoutCreate(&p.b, CUDA_R_32F, key.trans_b ? key.n : key.k,
+    DTRAIN_CUDA(cublasLtMatrixLayoutCreate(&p.b, key.ab_type, key.trans_b ? key.n : key.k,
                                            key.trans_b ? key.k : key.n, key.ldb));
     DTRAIN_CUDA(cublasLtMatrixLayoutCreate(&p.c, CUDA_R_32F, key.m, key.n, key.ldc));
     DTRAIN_CUDA(cublasLtMatmulPreferenceCreate(&pref));
@@ -101,9 +101,12 @@ BiasGemm::Plan* BiasGemm::plan_for(const Case& key, const float* bias) {
   return &plans_.back();
 }
 
-bool BiasGemm::run(const ColumnMajorGemm& g, const float* bias, cublasComputeType_t type) {
-  const Case key{g.trans_a, g.trans_b, g.m,  g.n, g.k, g.lda, g.ldb, g.ldc, type,
-                 alignment(g.a), alignment(g.b), alignment(g.c), alignment(bias)};
+bool BiasGemm::run(const ColumnMajorGemm& g, const void* a, const void* b, cudaDataType ab_type,
+                   const float* bias, cublasComputeType_t type) {
+  const Case key{g.trans_a,    g.trans_b,    g.m,          g.n,
+                 g.k,          g.lda,        g.ldb,        g.ldc,
+                 type,         ab_type,      alignment(a), alignment(b),
+                 alignment(g.c), alignment(bias)};
   if (key.align_a < 16 || key.align_b < 16 || key.align_c < 16 || key.align_bias < 16)
     return false;
   const Plan* p = plan_for(key, bias);
@@ -111,7 +114,7 @@ bool BiasGemm::run(const ColumnMajorGemm& g, const float* bias, cublasComputeTyp
   // The bias pointer is the one attribute that changes between calls (a memcpy, no allocation).
   set(p->desc, CUBLASLT_MATMUL_DESC_BIAS_POINTER, static_cast<const void*>(bias));
   const float one = 1.0f, zero = 0.0f;
-  DTRAIN_CUDA(cublasLtMatmul(lt_, p->desc, &one, g.a, p->a, g.b, p->b, &zero, g.c, p->c, g.c,
+  DTRAIN_CUDA(cublasLtMatmul(lt_, p->desc, &one, a, p->a, b, p->b, &zero, g.c, p->c, g.c,
                              p->c, &p->algo, workspace_, workspace_bytes_, stream_));
   return true;
 }

@@ -23,17 +23,19 @@ class BiasGemm {
   BiasGemm(const BiasGemm&) = delete;
   BiasGemm& operator=(const BiasGemm&) = delete;
 
-  // Queues C = op(A) op(B) + bias (g's strides unused: one product). Returns false, with
-  // nothing queued, where cuBLASLt has no algorithm for the case, a pointer is not 16-byte
-  // aligned, or kMaxPlans plans exist and the case is new; the caller then takes its other
-  // path.
-  bool run(const ColumnMajorGemm& g, const float* bias, cublasComputeType_t type);
+  // Queues C = op(A) op(B) + bias with g's shape and C, A and B read from `a` and `b` as
+  // `ab_type` (g's strides unused: one product). Returns false, with nothing queued, where
+  // cuBLASLt has no algorithm for the case, a pointer is not 16-byte aligned, or kMaxPlans
+  // plans exist and the case is new; the caller then takes its other path.
+  bool run(const ColumnMajorGemm& g, const void* a, const void* b, cudaDataType ab_type,
+           const float* bias, cublasComputeType_t type);
 
  private:
   struct Case {
     bool trans_a, trans_b;
     int m, n, k, lda, ldb, ldc;
     cublasComputeType_t type;
+    cudaDataType ab_type;
     std::uint32_t align_a, align_b, align_c, align_bias;  // bytes, at most 256
     bool operator==(const Case& o) const;
   };

@@ -69,6 +69,7 @@ CudaDevice::~CudaDevice() {
   if (flag_host_) (void)cudaFreeHost(flag_host_);
   alloc_.free(flag_device_);
   alloc_.free(scratch_);
+  for (std::uint16_t* buffer : staging_) alloc_.free(buffer);
   alloc_.free(blas_workspace_);
   arenas_.reset();  // it waits on the stream
   profile_.reset();

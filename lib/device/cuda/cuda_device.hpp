@@ -8,7 +8,7 @@
 //
 // fp32 GEMMs use TF32 tensor cores unless DTRAIN_CUDA_TF32=0 (exact fp32, used by the
 // kernel tests); under mixed precision (set_gemm_operand_format) bf16/fp16 tensor cores with
-// fp32 accumulation. Everything else computes in fp32 (sum_squares in double), as the CPU does.
+// fp32 accumulation, on 16-bit copies of the operands. Everything else computes in fp32 (sum_squares in double), as the CPU does.
 // DTRAIN_CUDA_PROFILE=1 prints the GPU time of each op at exit (OpProfile).
 #include <cublas_v2.h>
 #include <cuda_runtime.h>
@@ -145,6 +145,23 @@ class CudaDevice final : public Device {
   // out again only to work queued after them.
   float* scratch(std::size_t floats);
   cublasComputeType_t compute_type() const noexcept;
+  // A and B of a column-major GEMM as cuBLAS is given them: fp32 as stored, or under mixed
+  // precision rounded into the staging buffers first. (cuBLAS's FAST_16BF/_16F compute types
+  // on fp32 data ran TF32 kernels on an H200 with cuBLAS 13.0: neither the format's rounding
+  // nor its speed.) `b_staged`: B's buffer already holds g.b's copy (linear_backward's two
+  // GEMMs share dout). Valid until the next GEMM.
+  struct GemmOperands {
+    const void* a;
+    const void* b;
+    cudaDataType type;
+  };
+  GemmOperands gemm_operands(const ColumnMajorGemm& g, int batch, bool b_staged = false);
+  // `n` elements of src in the GEMM operand format, in staging buffer `slot` (0: A, 1: B),
+  // which grows to the largest request, as scratch() does.
+  const std::uint16_t* stage(int slot, const float* src, std::int64_t n);
+  // gemm() without its profile span; `b_staged` as for gemm_operands.
+  void queue_gemm(bool trans_a, bool trans_b, int M, int N, int K, float alpha, const float* A,
+                  int lda, const float* B, int ldb, float beta, float* C, int ldc, bool b_staged);
   // Attention's heads per batched GEMM: a group's score matrices (heads x T x T floats) fit
   // in half the L2, so the softmax and the GEMM after it read them from the cache.
   int attention_heads_per_group(int T, int NH) const noexcept;
@@ -175,6 +192,8 @@ class CudaDevice final : public Device {
   std::unique_ptr<BiasGemm> bias_gemm_;
   float* scratch_ = nullptr;
   std::size_t scratch_floats_ = 0;
+  std::uint16_t* staging_[2] = {nullptr, nullptr};  // stage()
+  std::size_t staging_elements_[2] = {0, 0};
   double* sum_device_ = nullptr;  // [0]: result, then kSumSquaresPartials partial sums
   double* sum_host_ = nullptr;    // pinned, so the read-back is one small DMA
   std::vector<std::int64_t> piece_starts_, piece_lengths_;  // sum_squares_runs, grow-only

@@ -1,9 +1,8 @@
 // GEMMs through cuBLAS (and cuBLASLt for a linear layer's bias) and the linear layer built on
 // them. Row-major requests become column-major cuBLAS calls with the operands swapped
 // (gemm_args.hpp). fp32 storage; the compute type is TF32 tensor cores or exact fp32
-// (DTRAIN_CUDA_TF32), or, under mixed precision, bf16/fp16 tensor cores: cuBLAS rounds the fp32
-// operands to the format inside the GEMM and accumulates in fp32
-// (CUBLAS_COMPUTE_32F_FAST_16BF / _16F).
+// (DTRAIN_CUDA_TF32), or, under mixed precision, bf16/fp16 tensor cores accumulating in fp32
+// on 16-bit copies of the operands (rounded to nearest even, as the CPU rounds them).
 #include <algorithm>
 
 #include "device/cuda/cuda_check.hpp"
@@ -29,9 +28,27 @@ std::string CudaDevice::name() const {
 }
 
 cublasComputeType_t CudaDevice::compute_type() const noexcept {
-  if (gemm_operands_ == DType::bf16) return CUBLAS_COMPUTE_32F_FAST_16BF;
-  if (gemm_operands_ == DType::f16) return CUBLAS_COMPUTE_32F_FAST_16F;
-  return tf32_ ? CUBLAS_COMPUTE_32F_FAST_TF32 : CUBLAS_COMPUTE_32F;
+  // 16-bit operands: their products are exact in fp32, which accumulates them
+  return gemm_operands_ == DType::f32 && tf32_ ? CUBLAS_COMPUTE_32F_FAST_TF32 : CUBLAS_COMPUTE_32F;
+}
+
+const std::uint16_t* CudaDevice::stage(int slot, const float* src, std::int64_t n) {
+  const auto elements = static_cast<std::size_t>(n);
+  if (elements > staging_elements_[slot]) {
+    auto* grown = static_cast<std::uint16_t*>(alloc_.allocate(elements * sizeof(std::uint16_t)));
+    alloc_.free(staging_[slot]);  // work queued before still sees it (the allocator's rule)
+    staging_[slot] = grown;
+    staging_elements_[slot] = elements;
+  }
+  cuda::convert_to_16bit(stream_, staging_[slot], src, n, gemm_operands_ == DType::bf16);
+  return staging_[slot];
+}
+
+CudaDevice::GemmOperands CudaDevice::gemm_operands(const ColumnMajorGemm& g, int batch,
+                                                   bool b_staged) {
+  if (gemm_operands_ == DType::f32) return {g.a, g.b, CUDA_R_32F};
+  return {stage(0, g.a, a_span(g, batch)), b_staged ? staging_[1] : stage(1, g.b, b_span(g, batch)),
+          gemm_operands_ == DType::bf16 ? CUDA_R_16BF : CUDA_R_16F};
 }
 
 void CudaDevice::gemm(bool trans_a, bool trans_b, int M, int N, int K, float alpha,
@@ -40,15 +57,23 @@ void CudaDevice::gemm(bool trans_a, bool trans_b, int M, int N, int K, float alp
   if (M <= 0 || N <= 0) return;
   const OpProfile::Span span = begin_op(
       "gemm", gemm_work(M, N, std::max(K, 0), beta != 0.0f));
+  queue_gemm(trans_a, trans_b, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc, false);
+}
+
+void CudaDevice::queue_gemm(bool trans_a, bool trans_b, int M, int N, int K, float alpha,
+                            const float* A, int lda, const float* B, int ldb, float beta,
+                            float* C, int ldc, bool b_staged) {
+  if (M <= 0 || N <= 0) return;
   if (K <= 0) {  // as on the CPU: C is scaled by beta
     scale_matrix(stream_, C, M, N, ldc, beta, 1, 0);
     return;
   }
   const ColumnMajorGemm g =
       column_major_gemm(trans_a, trans_b, M, N, K, A, lda, 0, B, ldb, 0, C, ldc, 0);
-  DTRAIN_CUDA(cublasGemmEx(blas_, op(g.trans_a), op(g.trans_b), g.m, g.n, g.k, &alpha, g.a,
-                           CUDA_R_32F, g.lda, g.b, CUDA_R_32F, g.ldb, &beta, g.c, CUDA_R_32F,
-                           g.ldc, compute_type(), CUBLAS_GEMM_DEFAULT));
+  const GemmOperands x = gemm_operands(g, 1, b_staged);
+  DTRAIN_CUDA(cublasGemmEx(blas_, op(g.trans_a), op(g.trans_b), g.m, g.n, g.k, &alpha, x.a,
+                           x.type, g.lda, x.b, x.type, g.ldb, &beta, g.c, CUDA_R_32F, g.ldc,
+                           compute_type(), CUBLAS_GEMM_DEFAULT));
 }
 
 void CudaDevice::gemm_strided_batched(bool trans_a, bool trans_b, int M, int N, int K,
@@ -65,10 +90,11 @@ void CudaDevice::gemm_strided_batched(bool trans_a, bool trans_b, int M, int N, 
   }
   const ColumnMajorGemm g = column_major_gemm(trans_a, trans_b, M, N, K, A, lda, stride_a, B,
                                               ldb, stride_b, C, ldc, stride_c);
+  const GemmOperands x = gemm_operands(g, batch);
   DTRAIN_CUDA(cublasGemmStridedBatchedEx(
-      blas_, op(g.trans_a), op(g.trans_b), g.m, g.n, g.k, &alpha, g.a, CUDA_R_32F, g.lda,
-      g.stride_a, g.b, CUDA_R_32F, g.ldb, g.stride_b, &beta, g.c, CUDA_R_32F, g.ldc, g.stride_c,
-      batch, compute_type(), CUBLAS_GEMM_DEFAULT));
+      blas_, op(g.trans_a), op(g.trans_b), g.m, g.n, g.k, &alpha, x.a, x.type, g.lda, g.stride_a,
+      x.b, x.type, g.ldb, g.stride_b, &beta, g.c, CUDA_R_32F, g.ldc, g.stride_c, batch,
+      compute_type(), CUBLAS_GEMM_DEFAULT));
 }
 
 // out[N,OC] = inp[N,C] · weight[OC,C]^T + bias. With a bias, one cuBLASLt call adds it in the
@@ -80,10 +106,12 @@ void CudaDevice::linear_forward(float* out, const float* inp, const float* weigh
   OpWork work = gemm_work(N, OC, C, false);
   if (bias) work.bytes += 4.0 * OC;
   const OpProfile::Span span = begin_op("linear_forward", work);
-  if (bias && bias_gemm_ && N > 0 && OC > 0 && C > 0 &&
-      bias_gemm_->run(column_major_gemm(false, true, N, OC, C, inp, C, 0, weight, C, 0, out, OC, 0),
-                      bias, compute_type()))
-    return;
+  if (bias && bias_gemm_ && N > 0 && OC > 0 && C > 0) {
+    const ColumnMajorGemm g =
+        column_major_gemm(false, true, N, OC, C, inp, C, 0, weight, C, 0, out, OC, 0);
+    const GemmOperands x = gemm_operands(g, 1);
+    if (bias_gemm_->run(g, x.a, x.b, x.type, bias, compute_type())) return;
+  }
   if (bias) broadcast_rows(stream_, out, bias, N, OC);
   gemm(false, true, N, OC, C, 1.0f, inp, C, weight, C, bias ? 1.0f : 0.0f, out, OC);
 }
@@ -106,8 +134,12 @@ void CudaDevice::linear_backward(float* dinp, float* dweight, float* dbias, cons
   if (dbias) work.bytes += 8.0 * OC;
   const OpProfile::Span span = begin_op("linear_backward", work);
   if (dinp)
-    gemm(false, false, N, C, OC, 1.0f, dout, OC, weight, C, accumulate ? 1.0f : 0.0f, dinp, C);
-  if (dweight) gemm(true, false, OC, C, N, 1.0f, dout, OC, inp, C, 1.0f, dweight, C);
+    queue_gemm(false, false, N, C, OC, 1.0f, dout, OC, weight, C, accumulate ? 1.0f : 0.0f,
+               dinp, C, false);
+  // dout is cuBLAS's B in both GEMMs: staged once under mixed precision. (Where this GEMM
+  // has work, N, C and OC are positive, so the one above ran and staged it.)
+  if (dweight)
+    queue_gemm(true, false, OC, C, N, 1.0f, dout, OC, inp, C, 1.0f, dweight, C, dinp != nullptr);
   if (dbias) {
     float* partials = scratch(column_sum_scratch_floats(N, OC));
     column_sum_accumulate(stream_, dbias, dout, N, OC, partials);

@@ -45,4 +45,20 @@ inline ColumnMajorGemm column_major_gemm(bool trans_a, bool trans_b, int M, int 
   return g;
 }
 
+// Elements from the first one a column-major operand op(X) (rows x cols; stored cols x rows
+// when trans) reads to its last, over `batch` matrices `stride` elements apart: the range a
+// copy of it in another format must cover, gaps between columns included.
+inline std::int64_t operand_span(bool trans, int rows, int cols, int ld, std::int64_t stride,
+                                 int batch) {
+  if (rows <= 0 || cols <= 0 || batch <= 0) return 0;
+  const int stored_rows = trans ? cols : rows, stored_cols = trans ? rows : cols;
+  return static_cast<std::int64_t>(ld) * (stored_cols - 1) + stored_rows + stride * (batch - 1);
+}
+inline std::int64_t a_span(const ColumnMajorGemm& g, int batch) {
+  return operand_span(g.trans_a, g.m, g.k, g.lda, g.stride_a, batch);
+}
+inline std::int64_t b_span(const ColumnMajorGemm& g, int batch) {
+  return operand_span(g.trans_b, g.k, g.n, g.ldb, g.stride_b, batch);
+}
+
 }  // namespace dtrain::cuda

@@ -89,6 +89,13 @@ constexpr unsigned cudaHostAllocDefault = 0;
 struct uint3 {
   unsigned x, y, z;
 };
+// The vector types the kernels load and store 16 or 8 bytes at a time with.
+struct alignas(16) float4 {
+  float x, y, z, w;
+};
+struct alignas(8) uint2 {
+  unsigned x, y;
+};
 struct dim3 {
   unsigned x, y, z;
   constexpr dim3(unsigned vx = 1, unsigned vy = 1, unsigned vz = 1) : x(vx), y(vy), z(vz) {}
