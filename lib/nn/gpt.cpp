@@ -455,12 +455,13 @@ void GptModel::backward_stage(float dloss, const float* doutput, int chunk, int 
     // dlogits overwrite the logits in place (they are not needed any more)
     ce_.backward(d, tp_, logits_, logits_, lse_, targets_, dlosses_, N);
     float* dlogits = logits_;
-    // LM head: dlnf[N,C] = dlogits · head (this rank's vocabulary part of it);
-    // dhead[Vl,C] += dlogits^T · lnf (complete: each row sees only its own logits)
+    // LM head, a linear layer without bias: dlnf[N,C] = dlogits · head (this rank's vocabulary
+    // part of it); dhead[Vl,C] += dlogits^T · lnf (complete: each row sees only its own
+    // logits). One call, so a GPU rounds dlogits to 16 bits once for both GEMMs.
     const float* head_in = sp_ ? lnf_full_ : lnf_;
-    d.gemm(false, false, N, C, Vl, 1.0f, dlogits, Vl, head_w_, C, 0.0f, dln_, C);
+    d.linear_backward(dln_, head_dw_, nullptr, dlogits, head_in, head_w_, N, C, Vl,
+                      Device::GradWrite::overwrite);
     progress();
-    d.gemm(true, false, Vl, C, N, 1.0f, dlogits, Vl, head_in, C, 1.0f, head_dw_, C);
     const float* dlnf = enter_region_bwd(dln_, N, R);
 
     // dres_ carries d(residual stream) down through the blocks; layernorm backward adds into it

@@ -41,10 +41,11 @@ work_is() {
 N=32 C=32 T=16 V=256
 profile_has attention
 # linear_forward's four calls per layer (C->3C, C->C, C->4C, 4C->C) multiply 2 N C 12C
-# together, linear_backward twice that (dinp and dweight); the LM head's GEMMs (logits, dx,
-# dW) 2 N C V each; attention multiplies the full T x T square, 2 products forward.
+# together, linear_backward twice that (dinp and dweight) in those four calls and one for
+# the LM head (dx and dW, 2 N C V each); the head's logits are a GEMM of 2 N C V; attention
+# multiplies the full T x T square, 2 products forward.
 work_is linear_forward 6 $((2 * N * C * 12 * C / 4))
-work_is linear_backward 6 $((2 * 2 * N * C * 12 * C / 4))
+work_is linear_backward 6 $(((2 * 2 * N * C * 12 * C + 2 * 2 * N * C * V) / 5))
 work_is gemm 6 $((2 * N * C * V))
 work_is attention_forward 6 $((2 * (C / 2) * T * T * 2 * 2 * 2))
 work_is gelu_forward 8 $((4 * 2 * N * 4 * C))      # read and written once
