@@ -2,11 +2,11 @@
 # Builds dtrain with its CUDA plugin for Hopper (sm_90), runs every GPU test and the GPT-2
 # 124M benchmark on one GPU, and prints tokens/s and MFU. Budget: 8 minutes on one H200 (the
 # small multi-rank runs take seconds); the phases' time limits (configure 60 s, build 240 s,
-# tests 100 s, several ranks 7 x 20 s, benchmarks 120 + 3 x 35 s (and 60 s more only if the
+# tests 100 s, several ranks 7 x 20 s, benchmarks 120 + 4 x 35 s (and 60 s more only if the
 # default benchmark fails: a run without the newest GPU paths), cuBLAS's GEMM formats 30 s,
-# profile 45 s, generation 30 s) cap it at 14.5 minutes (15.5 with that run); with --prebuilt
-# (no configure or build; finding CUDA's libraries 30 s, the mpiexec check 30 s) at 10.5
-# minutes (11.5).
+# profile 45 s, generation 30 s) cap it at 15 minutes (16 with that run); with --prebuilt
+# (no configure or build; finding CUDA's libraries 30 s, the mpiexec check 30 s) at 11
+# minutes (12). On an H200 with --prebuilt it took 130 s.
 #
 #   tests/gpu/run-device-checks.sh [BUILD_DIR]          (default: build-gpu in the source tree)
 #   tests/gpu/run-device-checks.sh --prebuilt DIR       (DIR: tests/gpu/pack-prebuilt.sh's
@@ -246,9 +246,10 @@ for name in ("ranks_1_--zero1--precisionbf16", "ranks_1_--zero1--precisionfp16--
 sys.exit(0 if ok else 1)
 PY
 
-BENCH=("$BUILD/apps/dtrain-gpt/dtrain-gpt" --device cuda --precision "$PRECISION"
-       --layers 12 --heads 12 --d-model 768 --seq-len 1024 --vocab 50257
-       --micro-batch "$MICRO_BATCH" --warmup-steps 10 --log-every 1 --eval-every 0 --eval-batches 1)
+GPT2=("$BUILD/apps/dtrain-gpt/dtrain-gpt" --device cuda
+      --layers 12 --heads 12 --d-model 768 --seq-len 1024 --vocab 50257
+      --micro-batch "$MICRO_BATCH" --warmup-steps 10 --log-every 1 --eval-every 0 --eval-batches 1)
+BENCH=("${GPT2[@]}" --precision "$PRECISION")
 rm -f "$RESULTS/summary.txt"
 
 # benchmark NAME LIMIT_S STEPS [OPTION...]: one run of BENCH plus the options; its tokens/s
@@ -304,6 +305,10 @@ if [ "$PRECISION" != fp32 ]; then
   # block, then also the per-pass widening and remapping of the parameter units.
   benchmark fp32-activations 35 10 --fp32-activations
   benchmark fp32-storage 35 10 --fp32-activations --fp32-param-arena
+  # The same model in fp32 (TF32 GEMMs), for comparison; its MFU is against the 16-bit peak.
+  BENCH=("${GPT2[@]}" --precision fp32)
+  benchmark fp32-tf32 35 10
+  BENCH=("${GPT2[@]}" --precision "$PRECISION")
 fi
 
 phase "cuBLAS at GPT-2 124M's GEMM shapes: fp32 storage (dtrain now) against bf16 in memory"

@@ -420,6 +420,14 @@ TEST_F(CudaKernels, FusedAttentionUnder16BitOperands) {
       const std::string tag = std::string(" ") + dtrain::dtype_name(f.fmt) +
                               " hs=" + std::to_string(s.C / s.NH) + " T=" + std::to_string(s.T);
       expect_close(d_out.host(), out, f.bound, "fused attention out" + tag);
+      {  // rows that are not 16-byte aligned are read a float at a time: the same output
+        OnDevice<float> shifted(gpu, nqkv + 1), d_out2(gpu, nout), d_saved2(gpu, nsaved);
+        gpu.copy(shifted.get() + 1, d_qkv.get(), nqkv * sizeof(float),
+                 dtrain::CopyKind::device_to_device);
+        gpu.attention_forward(d_out2.get(), d_saved2.get(), d_ws.get(), shifted.get() + 1, s.B,
+                              s.T, s.C, s.NH);
+        EXPECT_TRUE(d_out2.host() == d_out.host()) << "fused attention from unaligned rows" << tag;
+      }
       auto d_dqkv = up(dqkv);
       gpu.attention_backward(d_dqkv.get(), d_ws.get(), d_dout.get(), d_qkv.get(), d_out.get(),
                              d_saved.get(), s.B, s.T, s.C, s.NH);

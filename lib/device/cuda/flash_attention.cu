@@ -68,14 +68,32 @@ template <class H> __device__ inline const H* as_half(const std::uint16_t* p) {
 
 // Rows [row0, row0 + 64) of one head's HS columns, `stride` floats apart, rounded into a
 // 16-bit tile; rows at or past T become zeros (never garbage that 0 x NaN would spread).
+// A thread issues all its loads, four floats each where the rows are 16-byte aligned, before
+// its first store: one load in flight at a time left these kernels bound by the loads'
+// latency (about 35 TFLOP/s on an H200).
 template <int HS, class H>
 __device__ void load_rows(std::uint16_t* dst, const float* src, std::int64_t stride, int row0,
                           int T) {
   constexpr int ld = Shared<HS>::ld;
-  for (int i = threadIdx.x; i < kRows * HS; i += kBlockThreads) {
-    const int r = i / HS, c = i % HS;
-    const float v = row0 + r < T ? src[static_cast<std::int64_t>(row0 + r) * stride + c] : 0.0f;
-    dst[r * ld + c] = encode<H>(v);
+  constexpr int kQuads = HS / 4;  // four-float groups in a row
+  constexpr int kPerThread = kRows * kQuads / kBlockThreads;
+  static_assert(kRows * kQuads % kBlockThreads == 0, "whole groups per thread");
+  const bool aligned = reinterpret_cast<std::uintptr_t>(src) % 16 == 0 && stride % 4 == 0;
+  float4 v[kPerThread];
+  #pragma unroll
+  for (int j = 0; j < kPerThread; ++j) {
+    const int i = threadIdx.x + j * kBlockThreads, r = i / kQuads, c = 4 * (i % kQuads);
+    const float* p = src + static_cast<std::int64_t>(row0 + r) * stride + c;
+    if (row0 + r >= T) v[j] = float4{0.0f, 0.0f, 0.0f, 0.0f};
+    else if (aligned) v[j] = *reinterpret_cast<const float4*>(p);
+    else v[j] = float4{p[0], p[1], p[2], p[3]};
+  }
+  #pragma unroll
+  for (int j = 0; j < kPerThread; ++j) {
+    const int i = threadIdx.x + j * kBlockThreads, r = i / kQuads, c = 4 * (i % kQuads);
+    const std::uint32_t lo = encode<H>(v[j].x) | std::uint32_t{encode<H>(v[j].y)} << 16;
+    const std::uint32_t hi = encode<H>(v[j].z) | std::uint32_t{encode<H>(v[j].w)} << 16;
+    *reinterpret_cast<uint2*>(dst + r * ld + c) = uint2{lo, hi};  // ld and c: 8-byte steps
   }
 }
 
