@@ -8,7 +8,8 @@
 //
 // fp32 GEMMs use TF32 tensor cores unless DTRAIN_CUDA_TF32=0 (exact fp32, used by the
 // kernel tests); under mixed precision (set_gemm_operand_format) bf16/fp16 tensor cores with
-// fp32 accumulation, on 16-bit copies of the operands. Everything else computes in fp32 (sum_squares in double), as the CPU does.
+// fp32 accumulation, on 16-bit copies of the operands. Everything else computes in fp32
+// (sum_squares in double), as the CPU does.
 // DTRAIN_CUDA_PROFILE=1 prints the GPU time of each op at exit (OpProfile).
 #include <cublas_v2.h>
 #include <cuda_runtime.h>

@@ -29,7 +29,8 @@ std::string CudaDevice::name() const {
 
 cublasComputeType_t CudaDevice::compute_type() const noexcept {
   // 16-bit operands: their products are exact in fp32, which accumulates them
-  return gemm_operands_ == DType::f32 && tf32_ ? CUBLAS_COMPUTE_32F_FAST_TF32 : CUBLAS_COMPUTE_32F;
+  const bool tf32 = gemm_operands_ == DType::f32 && tf32_;
+  return tf32 ? CUBLAS_COMPUTE_32F_FAST_TF32 : CUBLAS_COMPUTE_32F;
 }
 
 const std::uint16_t* CudaDevice::stage(int slot, const float* src, std::int64_t n) {
@@ -47,8 +48,9 @@ const std::uint16_t* CudaDevice::stage(int slot, const float* src, std::int64_t 
 CudaDevice::GemmOperands CudaDevice::gemm_operands(const ColumnMajorGemm& g, int batch,
                                                    bool b_staged) {
   if (gemm_operands_ == DType::f32) return {g.a, g.b, CUDA_R_32F};
-  return {stage(0, g.a, a_span(g, batch)), b_staged ? staging_[1] : stage(1, g.b, b_span(g, batch)),
-          gemm_operands_ == DType::bf16 ? CUDA_R_16BF : CUDA_R_16F};
+  const void* a = stage(0, g.a, a_span(g, batch));
+  const void* b = b_staged ? staging_[1] : stage(1, g.b, b_span(g, batch));
+  return {a, b, gemm_operands_ == DType::bf16 ? CUDA_R_16BF : CUDA_R_16F};
 }
 
 void CudaDevice::gemm(bool trans_a, bool trans_b, int M, int N, int K, float alpha,

@@ -62,9 +62,6 @@ __global__ void nonfinite_kernel(int* flag, const float* x, std::int64_t n) {
 
 #undef DTRAIN_GRID_STRIDE
 
-}  // namespace
-
-namespace {
 // Elements of n the four-at-a-time kernels can take: all but the last n % 4, where both
 // pointers are aligned for them; else none.
 std::int64_t vector_part(const void* floats, const void* halves, std::int64_t n) {
@@ -72,6 +69,7 @@ std::int64_t vector_part(const void* floats, const void* halves, std::int64_t n)
                        reinterpret_cast<std::uintptr_t>(halves) % 8 == 0;
   return aligned ? n / 4 * 4 : 0;
 }
+
 }  // namespace
 
 void convert_to_16bit(cudaStream_t s, std::uint16_t* dst, const float* src, std::int64_t n,
