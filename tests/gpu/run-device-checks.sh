@@ -4,9 +4,10 @@
 # small multi-rank runs take seconds); the phases' time limits (configure 60 s, build 240 s,
 # tests 100 s, several ranks 7 x 20 s, benchmarks 120 + 4 x 35 s (and 60 s more only if the
 # default benchmark fails: a run without the newest GPU paths), cuBLAS's GEMM formats 30 s,
-# profile 45 s, generation 30 s) cap it at 15 minutes (16 with that run); with --prebuilt
-# (no configure or build; finding CUDA's libraries 30 s, the mpiexec check 30 s) at 11
-# minutes (12). On an H200 with --prebuilt it took 130 s.
+# profile 45 s, Nsight Compute 60 s, generation 30 s) cap it at 16 minutes (17 with that run;
+# 35 s more per plugin variant); with --prebuilt (no configure or build; finding CUDA's
+# libraries 30 s, the mpiexec check 30 s) at 12 minutes (13). On an H200 with --prebuilt it
+# took 130 s before the Nsight Compute phase was added.
 #
 #   tests/gpu/run-device-checks.sh [BUILD_DIR]          (default: build-gpu in the source tree)
 #   tests/gpu/run-device-checks.sh --prebuilt DIR       (DIR: tests/gpu/pack-prebuilt.sh's
@@ -23,10 +24,15 @@
 #   RESULTS_DIR   where logs and the summary go (default: BUILD_DIR/device-checks)
 #   MICRO_BATCH   benchmark sequences per step (default 16, i.e. 16384 tokens)
 #   BENCH_STEPS   benchmark steps (default 20; the first 5 are warm-up and not averaged)
-#   PRECISION     --precision of the benchmark (default bf16: bf16 tensor-core GEMMs on fp32
-#                 storage, fp32 masters; fp32 gives TF32 GEMMs)
+#   PRECISION     --precision of the benchmark (default bf16: bf16 tensor-core GEMMs on 16-bit
+#                 copies of the operands, fp32 masters; fp32 gives TF32 GEMMs)
 #   PEAK_TFLOPS   the GPU's dense peak for that precision (default: the H100/H200 SXM
 #                 datasheet's 989.4 for bf16 and fp16, 494.7 for TF32)
+#   PLUGIN_VARIANTS "NAME=PATH ...": other builds of libdtrain_cuda.so from the same commit
+#                 (a kernel changed, say), each timed in a 10-step benchmark run of its own
+#                 (DTRAIN_CUDA_PLUGIN=PATH), 35 s at most each: A/B comparisons in one run
+#   NCU_LIMIT     seconds for the Nsight Compute phase (default 60; 0 skips it), which runs
+#                 only where ncu is on the PATH and never fails the checks
 # Exit status: 0 when the build, every test and the benchmark succeeded.
 set -uo pipefail
 
@@ -311,7 +317,17 @@ if [ "$PRECISION" != fp32 ]; then
   BENCH=("${GPT2[@]}" --precision "$PRECISION")
 fi
 
-phase "cuBLAS at GPT-2 124M's GEMM shapes: fp32 storage (dtrain now) against bf16 in memory"
+if [ -n "${PLUGIN_VARIANTS:-}" ]; then
+  phase "plugin variants: $PLUGIN_VARIANTS"
+  for variant in $PLUGIN_VARIANTS; do
+    name=${variant%%=*} path=${variant#*=}
+    [ -f "$path" ] || { fail "plugin variant $name: no file $path"; continue; }
+    DTRAIN_CUDA_PLUGIN=$(cd "$(dirname "$path")" && pwd)/$(basename "$path") \
+      benchmark "plugin-$name" 35 10
+  done
+fi
+
+phase "cuBLAS at GPT-2 124M's GEMM shapes: fp32 storage against bf16 in memory"
 if [ -x "$BUILD/bench/cuda_gemm_formats" ]; then
   timeout -k 5 30 "$BUILD/bench/cuda_gemm_formats" $((MICRO_BATCH * 1024)) </dev/null 2>&1 |
     tee "$RESULTS/gemm-formats.txt"
@@ -324,6 +340,20 @@ phase "where the GPU time goes: 10 benchmark steps with DTRAIN_CUDA_PROFILE=1"
 DTRAIN_CUDA_PROFILE=1 timeout -k 5 45 "$MPIEXEC" -n 1 "${BENCH[@]}" --steps 10 </dev/null \
   >"$RESULTS/profile.log" 2>&1 || fail "profiled run failed (see profile.log)"
 sed -n '/GPU time by op/,$p' "$RESULTS/profile.log" | head -n 45 | tee "$RESULTS/profile.txt"
+
+# The fused attention kernels' hardware counters (occupancy, memory and pipe use, stall
+# reasons): what to change in them next. Informational: a failure here fails nothing.
+NCU_LIMIT=${NCU_LIMIT:-60}
+if [ "$NCU_LIMIT" -gt 0 ] && command -v ncu >/dev/null; then
+  phase "Nsight Compute: the first fused attention launches of one benchmark step"
+  timeout -k 5 "$NCU_LIMIT" ncu --clock-control none --target-processes all \
+    -k regex:flash -c 3 --section SpeedOfLight --section Occupancy --section LaunchStats \
+    --section MemoryWorkloadAnalysis --section WarpStateStats --section ComputeWorkloadAnalysis \
+    "$MPIEXEC" -n 1 "${BENCH[@]}" --steps 1 </dev/null >"$RESULTS/ncu.txt" 2>&1 ||
+    echo "ncu did not finish (see ncu.txt); nothing depends on it"
+  grep -E "flash_|Duration|Achieved Occupancy|Registers Per|Memory Throughput|Compute \(SM\) Th|Stall|Theoretical Occ" \
+    "$RESULTS/ncu.txt" | head -n 40
+fi
 
 # Last, so that a run over the time limit loses only this: generation with the key/value
 # cache, GPT-2 124M's shape with its initial weights (the speed does not depend on them).
