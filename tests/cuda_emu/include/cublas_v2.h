@@ -1,8 +1,10 @@
 #pragma once
 // CPU stand-in for the cuBLAS calls of lib/device/cuda (see cuda_runtime.h here): column-major
-// GEMMs with cuBLAS's argument checks, operands rounded as the compute type says (TF32, bf16
-// or fp16 inputs, fp32 accumulation), C left unread when beta is 0, and every operand checked
-// to lie inside one device allocation.
+// GEMMs with cuBLAS's argument checks, A and B in fp32, bf16 or fp16 and C in fp32, fp32
+// operands rounded as the compute type says (TF32, bf16 or fp16, fp32 accumulation), C left
+// unread when beta is 0, and every operand checked to lie inside one device allocation. (The
+// FAST_16BF/_16F rounding is what the documentation allows; an H200 with cuBLAS 13.0 ran
+// FAST_16BF as TF32. The plugin no longer uses either.)
 #include <cstdint>
 
 #include "cuda_runtime.h"
