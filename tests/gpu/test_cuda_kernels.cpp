@@ -155,6 +155,54 @@ TEST_F(CudaKernels, LinearForwardAndBackward) {
   expect_close(d_db.host(), db, kFp32Bound, "linear_backward dbias (dinp written over)");
 }
 
+// Under a 16-bit GEMM operand format the GEMMs multiply 16-bit copies of their operands: the
+// CPU's fp32 kernels on operands rounded to the format first give the same values up to fp32
+// accumulation order (products of 16-bit values are exact in fp32). The bias and its gradient
+// stay fp32. Catches an operand left unrounded, a copy too short for its strides, and
+// linear_backward's shared copy of dout going stale.
+TEST_F(CudaKernels, GemmsUnder16BitOperandsMultiplyRoundedCopies) {
+  for (const DType fmt : {DType::bf16, DType::f16}) {
+    gputest::OperandFormat scoped(gpu, fmt);
+    const std::string tag = std::string(" ") + dtrain::dtype_name(fmt);
+    auto rounded = [&](std::vector<float> v) {
+      cpu.round_to_16bit(v.data(), v.data(), static_cast<std::int64_t>(v.size()), fmt);
+      return v;
+    };
+    const int N = 300, C = 96, OC = 130;
+    auto inp = random_floats(N * C, 1), w = random_floats(OC * C, 2), bias = random_floats(OC, 3);
+    auto dout = random_floats(N * OC, 8);
+    const auto inp16 = rounded(inp), w16 = rounded(w), dout16 = rounded(dout);
+    std::vector<float> out(static_cast<std::size_t>(N) * OC);
+    auto dinp = random_floats(N * C, 5), dw = random_floats(OC * C, 6), db = random_floats(OC, 7);
+    auto d_inp = up(inp), d_w = up(w), d_bias = up(bias), d_out = nans(out.size()),
+         d_dinp = up(dinp), d_dw = up(dw), d_db = up(db), d_dout = up(dout);
+    cpu.linear_forward(out.data(), inp16.data(), w16.data(), bias.data(), N, C, OC);
+    gpu.linear_forward(d_out.get(), d_inp.get(), d_w.get(), d_bias.get(), N, C, OC);
+    expect_close(d_out.host(), out, kFp32Bound, "linear_forward (bias)" + tag);
+    cpu.linear_backward(dinp.data(), dw.data(), nullptr, dout16.data(), inp16.data(), w16.data(),
+                        N, C, OC);
+    cpu.linear_backward(nullptr, nullptr, db.data(), dout.data(), inp16.data(), w16.data(), N, C,
+                        OC);
+    gpu.linear_backward(d_dinp.get(), d_dw.get(), d_db.get(), d_dout.get(), d_inp.get(),
+                        d_w.get(), N, C, OC);
+    expect_close(d_dinp.host(), dinp, kFp32Bound, "linear_backward dinp" + tag);
+    expect_close(d_dw.host(), dw, kFp32Bound, "linear_backward dweight" + tag);
+    expect_close(d_db.host(), db, kFp32Bound, "linear_backward dbias" + tag);
+
+    const int M = 19, Nb = 23, K = 29, batch = 3;
+    const std::int64_t sa = M * K + 7, sb = K * Nb + 11, sc = M * Nb + 13;
+    auto A = random_floats(static_cast<std::size_t>(sa * batch), 4);
+    auto B = random_floats(static_cast<std::size_t>(sb * batch), 5);
+    auto Cm = random_floats(static_cast<std::size_t>(sc * batch), 6);
+    auto dA = up(A), dB = up(B), dC = up(Cm);
+    cpu.gemm_strided_batched(false, true, M, Nb, K, 1.5f, rounded(A).data(), K, sa,
+                             rounded(B).data(), K, sb, 1.0f, Cm.data(), Nb, sc, batch);
+    gpu.gemm_strided_batched(false, true, M, Nb, K, 1.5f, dA.get(), K, sa, dB.get(), K, sb, 1.0f,
+                             dC.get(), Nb, sc, batch);
+    expect_close(dC.host(), Cm, kFp32Bound, "gemm_strided_batched" + tag);
+  }
+}
+
 // linear_forward adds its bias in the GEMM's epilogue (one cuBLASLt call) when every pointer
 // is 16-byte aligned and otherwise lays the bias down before the GEMM; both agree with the CPU.
 // On the emulator, which counts cuBLASLt's calls, also: a plan (one heuristic query) per shape
