@@ -259,6 +259,26 @@ TEST(Trainer, GenerationIsTheSameOnEveryRankAndRepeats) {
   EXPECT_THROW(t.generate({cfg.vocab}, 1, sampling), Error);
 }
 
+// Under 16-bit parameter storage generation holds the whole parameters for the text (one
+// widening, not one per token) and lets them go after it: the same tokens as with the fp32
+// arena resident, and training goes on afterwards.
+TEST(Trainer, GenerationUnder16BitParameterStorage) {
+  train::TrainConfig cfg = tiny_config();
+  cfg.steps = 3;
+  cfg.precision = "bf16";
+  const train::SamplingConfig sampling{1.0, 0};
+  std::vector<std::vector<std::int32_t>> texts;
+  for (const bool fp32_arena : {false, true}) {
+    cfg.fp32_param_arena = fp32_arena;
+    train::Trainer t(cfg, world());
+    t.run();
+    texts.push_back(t.generate({'a', 'b'}, 40, sampling));
+    EXPECT_NO_THROW(t.train_step()) << "the parameters were let go (fp32 arena " << fp32_arena << ")";
+  }
+  EXPECT_EQ(texts[0], texts[1]);
+  expect_same_on_every_rank(texts[0]);
+}
+
 // Generation after training follows the corpus: the order-2 source allows 4 of 32 symbols
 // after each two-symbol context, and the triples of a long stretch of the corpus itself (an
 // independent reference) say which. A model that knew only the last symbol (6 successors)
