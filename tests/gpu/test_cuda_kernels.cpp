@@ -34,6 +34,12 @@ class CudaKernels : public ::testing::Test {
     return up(std::vector<float>(n, std::numeric_limits<float>::quiet_NaN()));
   }
   static constexpr Device::GradWrite kOverwrite = Device::GradWrite::overwrite;
+  // v's values as GEMM operands of format fmt see them (rounded to 16 bits, or as they are).
+  std::vector<float> as_operands(DType fmt, std::vector<float> v) {
+    if (fmt != DType::f32)
+      cpu.round_to_16bit(v.data(), v.data(), static_cast<std::int64_t>(v.size()), fmt);
+    return v;
+  }
 
   Device& cpu = dtrain::cpu_device();
   Device& gpu = dtrain::select_device("cuda");
@@ -100,18 +106,24 @@ TEST_F(CudaKernels, GemmWithoutInnerDimensionScalesC) {
     }
 }
 
+// Also under 16-bit operand formats, against the CPU on rounded copies of the operands (as
+// GemmsUnder16BitOperandsMultiplyRoundedCopies below): the copies cover the strides.
 TEST_F(CudaKernels, GemmStridedBatched) {
-  const int M = 19, N = 23, K = 29, batch = 3;
-  const std::int64_t sa = M * K + 7, sb = K * N + 11, sc = M * N + 13;
-  auto A = random_floats(static_cast<std::size_t>(sa * batch), 4);
-  auto B = random_floats(static_cast<std::size_t>(sb * batch), 5);
-  auto C = random_floats(static_cast<std::size_t>(sc * batch), 6);
-  auto dA = up(A), dB = up(B), dC = up(C);
-  cpu.gemm_strided_batched(false, true, M, N, K, 1.5f, A.data(), K, sa, B.data(), K, sb, 1.0f,
-                           C.data(), N, sc, batch);
-  gpu.gemm_strided_batched(false, true, M, N, K, 1.5f, dA.get(), K, sa, dB.get(), K, sb, 1.0f,
-                           dC.get(), N, sc, batch);
-  expect_close(dC.host(), C, kFp32Bound, "gemm_strided_batched");
+  for (const DType fmt : {DType::f32, DType::bf16, DType::f16}) {
+    gputest::OperandFormat scoped(gpu, fmt);
+    const int M = 19, N = 23, K = 29, batch = 3;
+    const std::int64_t sa = M * K + 7, sb = K * N + 11, sc = M * N + 13;
+    auto A = random_floats(static_cast<std::size_t>(sa * batch), 4);
+    auto B = random_floats(static_cast<std::size_t>(sb * batch), 5);
+    auto C = random_floats(static_cast<std::size_t>(sc * batch), 6);
+    auto dA = up(A), dB = up(B), dC = up(C);
+    cpu.gemm_strided_batched(false, true, M, N, K, 1.5f, as_operands(fmt, A).data(), K, sa,
+                             as_operands(fmt, B).data(), K, sb, 1.0f, C.data(), N, sc, batch);
+    gpu.gemm_strided_batched(false, true, M, N, K, 1.5f, dA.get(), K, sa, dB.get(), K, sb, 1.0f,
+                             dC.get(), N, sc, batch);
+    expect_close(dC.host(), C, kFp32Bound,
+                 std::string("gemm_strided_batched ") + dtrain::dtype_name(fmt));
+  }
 }
 
 TEST_F(CudaKernels, LinearForwardAndBackward) {
@@ -158,16 +170,13 @@ TEST_F(CudaKernels, LinearForwardAndBackward) {
 // Under a 16-bit GEMM operand format the GEMMs multiply 16-bit copies of their operands: the
 // CPU's fp32 kernels on operands rounded to the format first give the same values up to fp32
 // accumulation order (products of 16-bit values are exact in fp32). The bias and its gradient
-// stay fp32. Catches an operand left unrounded, a copy too short for its strides, and
-// linear_backward's shared copy of dout going stale.
+// stay fp32. Catches an operand left unrounded and linear_backward's shared copy of dout
+// going stale.
 TEST_F(CudaKernels, GemmsUnder16BitOperandsMultiplyRoundedCopies) {
   for (const DType fmt : {DType::bf16, DType::f16}) {
     gputest::OperandFormat scoped(gpu, fmt);
     const std::string tag = std::string(" ") + dtrain::dtype_name(fmt);
-    auto rounded = [&](std::vector<float> v) {
-      cpu.round_to_16bit(v.data(), v.data(), static_cast<std::int64_t>(v.size()), fmt);
-      return v;
-    };
+    auto rounded = [&](const std::vector<float>& v) { return as_operands(fmt, v); };
     const int N = 300, C = 96, OC = 130;
     auto inp = random_floats(N * C, 1), w = random_floats(OC * C, 2), bias = random_floats(OC, 3);
     auto dout = random_floats(N * OC, 8);
@@ -188,18 +197,6 @@ TEST_F(CudaKernels, GemmsUnder16BitOperandsMultiplyRoundedCopies) {
     expect_close(d_dinp.host(), dinp, kFp32Bound, "linear_backward dinp" + tag);
     expect_close(d_dw.host(), dw, kFp32Bound, "linear_backward dweight" + tag);
     expect_close(d_db.host(), db, kFp32Bound, "linear_backward dbias" + tag);
-
-    const int M = 19, Nb = 23, K = 29, batch = 3;
-    const std::int64_t sa = M * K + 7, sb = K * Nb + 11, sc = M * Nb + 13;
-    auto A = random_floats(static_cast<std::size_t>(sa * batch), 4);
-    auto B = random_floats(static_cast<std::size_t>(sb * batch), 5);
-    auto Cm = random_floats(static_cast<std::size_t>(sc * batch), 6);
-    auto dA = up(A), dB = up(B), dC = up(Cm);
-    cpu.gemm_strided_batched(false, true, M, Nb, K, 1.5f, rounded(A).data(), K, sa,
-                             rounded(B).data(), K, sb, 1.0f, Cm.data(), Nb, sc, batch);
-    gpu.gemm_strided_batched(false, true, M, Nb, K, 1.5f, dA.get(), K, sa, dB.get(), K, sb, 1.0f,
-                             dC.get(), Nb, sc, batch);
-    expect_close(dC.host(), Cm, kFp32Bound, "gemm_strided_batched" + tag);
   }
 }
 
