@@ -313,6 +313,13 @@ const char* cudaGetErrorString(cudaError_t err) {
 
 // ---- memory ------------------------------------------------------------------------------
 
+cudaError_t cudaMemGetInfo(std::size_t* free_bytes, std::size_t* total) {
+  std::lock_guard<std::recursive_mutex> lock(g_mutex);
+  *total = kDeviceBytes;
+  *free_bytes = kDeviceBytes - g_device_bytes;
+  return cudaSuccess;
+}
+
 cudaError_t cudaMalloc(void** ptr, std::size_t bytes) {
   std::lock_guard<std::recursive_mutex> lock(g_mutex);
   *ptr = nullptr;

@@ -68,6 +68,9 @@ class DTRAIN_API Device {
   // that queued work still uses is not spare yet). The default does nothing.
   enum class Trim { unused, all };
   virtual void trim_memory(Trim /*what*/) {}
+  // Bytes that new allocations could take now (the CPU: free physical memory; a GPU: free
+  // device memory); 0 where unknown (the default).
+  virtual std::size_t available_memory() const { return 0; }
   virtual void synchronize() = 0;
 
   // ---- GEMM ----------------------------------------------------------------

@@ -65,8 +65,9 @@ class DTRAIN_API Trainer {
   // keyed by (cfg.seed, token index); returns the new tokens, and gives each to on_token (if
   // set) as soon as it is chosen. Collective over the world; every rank returns the same
   // tokens. With pipeline stages the rows pass through them and the last stage chooses.
-  // Under 16-bit parameter storage the parameters are held whole throughout (as by
-  // whole_parameters(): on_token must not train or load).
+  // Under 16-bit parameter storage the parameters are held whole throughout where the fp32
+  // arena takes at most half the device's free memory (as by whole_parameters(): on_token
+  // must not train or load).
   std::vector<std::int32_t> generate(std::vector<std::int32_t> context, int count,
                                      const SamplingConfig& sampling,
                                      const std::function<void(std::int32_t)>& on_token = {});

@@ -80,6 +80,11 @@ void CpuDevice::zero(void* ptr, std::size_t bytes) {
   if (bytes) std::memset(ptr, 0, bytes);
 }
 
+std::size_t CpuDevice::available_memory() const {
+  const long pages = sysconf(_SC_AVPHYS_PAGES), page = sysconf(_SC_PAGESIZE);
+  return pages > 0 && page > 0 ? static_cast<std::size_t>(pages) * static_cast<std::size_t>(page) : 0;
+}
+
 void CpuDevice::discard(void* ptr, std::size_t bytes) {
   // Whole pages go back to the kernel (private anonymous memory reads as zero afterwards);
   // the partial pages at either end are zeroed in place.

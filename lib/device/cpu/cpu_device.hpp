@@ -27,6 +27,7 @@ class CpuDevice final : public Device {
   void zero(void* ptr, std::size_t bytes) override;
   void discard(void* ptr, std::size_t bytes) override;
   bool discard_releases_memory() const noexcept override { return true; }
+  std::size_t available_memory() const override;
   static constexpr std::size_t kPage = 4096;
   static constexpr std::size_t kLazyBytes = std::size_t{1} << 20;  // on_use from 1 MiB up
   void synchronize() override {}

@@ -132,6 +132,13 @@ void CudaDevice::restore(void* ptr, std::size_t bytes) {
   if (!arenas_->restore(ptr, bytes)) zero(ptr, bytes);
 }
 
+std::size_t CudaDevice::available_memory() const {
+  activate();
+  std::size_t free_bytes = 0, total = 0;
+  DTRAIN_CUDA(cudaMemGetInfo(&free_bytes, &total));
+  return free_bytes;
+}
+
 void CudaDevice::synchronize() {
   activate();
   DTRAIN_CUDA(cudaStreamSynchronize(stream_));

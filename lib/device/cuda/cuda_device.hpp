@@ -67,6 +67,7 @@ class CudaDevice final : public Device {
   void restore(void* ptr, std::size_t bytes) override;
   bool discard_releases_memory() const noexcept override { return arenas_->supported(); }
   void trim_memory(Trim what) override { arenas_->trim(what == Trim::all); }
+  std::size_t available_memory() const override;
   void synchronize() override;
 
   void set_gemm_operand_format(DType fmt) override;

@@ -117,6 +117,7 @@ cudaError_t cudaPeekAtLastError();
 const char* cudaGetErrorString(cudaError_t err);
 
 cudaError_t cudaMalloc(void** ptr, std::size_t bytes);
+cudaError_t cudaMemGetInfo(std::size_t* free_bytes, std::size_t* total);
 cudaError_t cudaFree(void* ptr);
 cudaError_t cudaMallocHost(void** ptr, std::size_t bytes);
 cudaError_t cudaHostAlloc(void** ptr, std::size_t bytes, unsigned flags);
