@@ -77,6 +77,18 @@ TEST(CudaArenas, DiscardHandsMemoryBackWhereTheDriverAllows) {
   EXPECT_EQ(gpu().discard_releases_memory(), vmm_expected());
 }
 
+TEST(CudaArenas, AvailableMemoryFallsByWhatAnArenaMaps) {
+  gpu().synchronize();
+  gpu().trim_memory(Device::Trim::all);  // no spare chunk left for the arena to take
+  const std::size_t before = gpu().available_memory();
+  ASSERT_GT(before, 0u);
+  {
+    Arena a(kFloats);
+    gpu().synchronize();
+    if (vmm_expected()) EXPECT_LE(gpu().available_memory() + kFloats * sizeof(float), before);
+  }
+}
+
 TEST(CudaArenas, RestoredArenasAreZeroFilled) {
   Arena a(kFloats);
   expect_zeroed(a.host(kFloats), std::vector<float>(kFloats, 1.0f), 0, kFloats);

@@ -1,6 +1,7 @@
 // Gradient checks of every CPU kernel (double instantiation, central differences), plus GEMM
 // against a naive loop for every transpose combination.
 #include <gtest/gtest.h>
+#include <unistd.h>
 
 #include <cmath>
 #include <cstdint>
@@ -10,6 +11,7 @@
 
 #include "device/cpu/kernels.hpp"
 #include "device/half_bits.hpp"
+#include "dtrain/device/device.hpp"
 #include "fd_check.hpp"
 
 using namespace dtrain;
@@ -46,6 +48,13 @@ template <class T> void check_gemm(bool ta, bool tb) {
   for (int i = 0; i < M; ++i)
     for (int j = 0; j < ldc; ++j)  // padding columns j >= N must be untouched too
       EXPECT_NEAR(C[i * ldc + j], ref[i * ldc + j], tol) << "ta=" << ta << " tb=" << tb;
+}
+
+TEST(CpuDevice, AvailableMemoryIsFreePhysicalMemory) {
+  const auto page = static_cast<std::size_t>(sysconf(_SC_PAGESIZE));
+  const std::size_t bytes = dtrain::cpu_device().available_memory();
+  EXPECT_GT(bytes, 0u);
+  EXPECT_LE(bytes, static_cast<std::size_t>(sysconf(_SC_PHYS_PAGES)) * page);
 }
 
 TEST(Gemm, AllTransposesFloatAndDouble) {
