@@ -139,6 +139,7 @@ double Trainer::train_step() {
 
 double Trainer::evaluate() {
   State& s = *s_;
+  const auto held = s.hold_parameters_if_they_fit();  // one widening for all the batches
   double total = 0;
   int done = 0;
   for (int b = 0; b < s.cfg.eval_batches; ++b, ++done) {

@@ -2,8 +2,6 @@
 // last position of the last seq-len tokens (fewer while the text is shorter), computed with
 // the model's key/value cache (GptModel::decode).
 #include <algorithm>
-#include <cstdint>
-#include <optional>
 #include <vector>
 
 #include "dtrain/core/error.hpp"
@@ -24,18 +22,9 @@ std::vector<std::int32_t> Trainer::generate(std::vector<std::int32_t> context, i
                  "prompt token " << t << " is outside the vocabulary [0, " << vocab << ")");
   }
   if (count == 0) return {};
-  // Parameters kept as 16-bit words between uses stay whole for the whole text where the
-  // whole fp32 arena takes at most half the device's free memory: a token is one row's
-  // forward, too little work to widen every unit again for each (five times the time a token
-  // on the CPU for GPT-2 124M). Otherwise, and under ZeRO 3 (whose ranks hold only their
-  // pieces by design), unit by unit as in training. Every rank decides alike (collective).
-  std::optional<parallel::HeldParameters> held;
-  if (s.packed) {
-    const std::size_t arena = s.model.parameters().bytes();
-    std::int32_t fits = arena <= s.dev.available_memory() / 2 ? 1 : 0;
-    s.world.all_reduce(&fits, &fits, 1, DType::i32, ReduceOp::min);
-    if (fits) held.emplace(s.packed.get());
-  }
+  // A token is one row's forward: without this, five times the time a token on the CPU for
+  // GPT-2 124M under 16-bit parameter storage.
+  const auto held = s.hold_parameters_if_they_fit();
   if (context.empty()) {  // start from the data's own first validation token
     std::int32_t first = 0;
     s.source->sample(Split::val, 0, 1, &first);

@@ -369,6 +369,14 @@ void Trainer::State::check_not_held(const char* what) const {
                     "not follow the change; end the scope first");
 }
 
+std::optional<parallel::HeldParameters> Trainer::State::hold_parameters_if_they_fit() {
+  if (!packed) return std::nullopt;
+  std::int32_t fits = model.parameters().bytes() <= dev.available_memory() / 2 ? 1 : 0;
+  world.all_reduce(&fits, &fits, 1, DType::i32, ReduceOp::min);
+  if (!fits) return std::nullopt;
+  return std::optional<parallel::HeldParameters>(std::in_place, packed.get());
+}
+
 std::size_t Trainer::State::peak_param_bytes() const {
   if (gather) return gather->peak_numel() * sizeof(float);
   return packed ? packed->bytes() + packed->peak_numel() * sizeof(float) : 0;

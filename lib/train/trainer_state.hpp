@@ -5,6 +5,7 @@
 // Trainer methods in trainer.cpp.
 #include <cstdint>
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -102,6 +103,11 @@ struct Trainer::State {
   // Errc::invalid_argument when a Trainer::whole_parameters() scope is open: `what` would
   // change the stored parameters, which the held arena does not follow.
   void check_not_held(const char* what) const;
+  // Under 16-bit parameter storage, the whole parameters held for passes with too little work
+  // each to widen every unit again for each (generation's tokens, an evaluation's batches),
+  // where the fp32 arena takes at most half the device's free memory on every rank (collective
+  // over the world); empty otherwise, and under ZeRO 3, whose ranks hold only their pieces.
+  std::optional<parallel::HeldParameters> hold_parameters_if_they_fit();
   double sync_gradients_bucketed();
   double sync_gradients_fixed_order();
   double sync_gradients_pipeline();

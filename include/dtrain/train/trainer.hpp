@@ -58,7 +58,8 @@ class DTRAIN_API Trainer {
 
   TrainSummary run();                 // the whole loop (or one evaluation with eval_only)
   double train_step();                // one optimiser step; returns its mean loss
-  double evaluate();                  // mean validation loss over eval_batches batches
+  double evaluate();                  // mean validation loss over eval_batches batches (under
+                                      // 16-bit parameter storage held whole, as generate())
   // Continues `context` (token ids; empty: the data's first validation token) by `count`
   // tokens chosen from the model's logits (sampling.hpp) at the last of the last seq-len
   // tokens (computed with the model's key/value cache, GptModel::decode), with random numbers
