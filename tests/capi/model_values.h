@@ -5,6 +5,7 @@
 
 #include <math.h>
 #include <stdlib.h>
+#include <string.h>
 
 #include "check.h"
 
@@ -15,6 +16,17 @@ static inline float* parameters(dt_context_t ctx, dt_model_t m, size_t* n) {
   p = malloc(*n * sizeof *p);
   OK(ctx, dt_model_get_parameters(m, p, *n));
   return p;
+}
+
+/* Whether two models hold the same number of parameters with the same bits. */
+static inline int same_parameters(dt_context_t ctx, dt_model_t a, dt_model_t b) {
+  size_t na, nb;
+  float* pa = parameters(ctx, a, &na);
+  float* pb = parameters(ctx, b, &nb);
+  const int same = na == nb && memcmp(pa, pb, na * sizeof *pa) == 0;
+  free(pa);
+  free(pb);
+  return same;
 }
 
 static inline float max_diff(const float* a, const float* b, size_t n) {

@@ -167,11 +167,7 @@ static void test_layout(dt_context_t ctx, dt_comm_t world, int tp, int tied, int
   fresh_dir(ctx, world, name, dir, sizeof dir);
   OK(ctx, dt_model_save_checkpoint(l.split, dir, 0));
   OK(ctx, dt_model_load_checkpoint(l.ref, dir));
-  ps = parameters(ctx, l.split, &n);
-  pr = parameters(ctx, l.ref, &nr);
-  CHECK(n == nr && memcmp(ps, pr, n * sizeof *ps) == 0);
-  free(ps);
-  free(pr);
+  CHECK(same_parameters(ctx, l.split, l.ref));
   train(ctx, &l, STEPS + 2, STEPS + 3);
   snprintf(name, sizeof name, "ref_tp%d_sp%d_tied%d_zero%d_rank%d", tp, sp, tied, zero, my_rank);
   fresh_dir(ctx, world, name, dir, sizeof dir);
@@ -180,11 +176,7 @@ static void test_layout(dt_context_t ctx, dt_comm_t world, int tp, int tied, int
   snprintf(name, sizeof name, "/ref_tp%d_sp%d_tied%d_zero%d_rank0", tp, sp, tied, zero);
   snprintf(dir, sizeof dir, "%s%s", scratch, name);
   OK(ctx, dt_model_load_checkpoint(l.split, dir));
-  ps = parameters(ctx, l.split, &n);
-  pr = parameters(ctx, l.ref, &nr);
-  CHECK(n == nr && memcmp(ps, pr, n * sizeof *ps) == 0);
-  free(ps);
-  free(pr);
+  CHECK(same_parameters(ctx, l.split, l.ref));
   free_layout(ctx, &l);
 }
 
