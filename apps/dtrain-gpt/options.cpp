@@ -123,7 +123,8 @@ po::options_description describe(Parsed& p, std::string& config_file) {
       ("loss-scale", po::value(&c.loss_scale)->default_value(c.loss_scale), "fp16: initial loss scale")
       ("loss-scale-window", po::value(&c.loss_scale_window)->default_value(c.loss_scale_window), "fp16: clean steps before the loss scale doubles")
       ("min-loss-scale", po::value(&c.min_loss_scale)->default_value(c.min_loss_scale), "fp16: an overflow at this loss scale is an error")
-      ("fp32-param-arena", po::bool_switch(&c.fp32_param_arena), "bf16/fp16: keep the fp32 parameter arena resident instead of 16-bit parameter storage")
+      ("param-storage", po::value(&c.param_storage)->default_value(c.param_storage), "bf16/fp16: where the parameters live between their uses: 16bit (words, widened around each pass: less memory), fp32 (the whole fp32 arena: faster) or auto (fp32 where it takes at most 1/8 of the free memory)")
+      ("fp32-param-arena", po::bool_switch(), "the same as --param-storage fp32")
       ("fp32-activations", po::bool_switch(&c.fp32_activations), "bf16/fp16: keep saved activations in fp32 instead of 16 bits (more memory, no conversion passes)")
       ("recompute", po::bool_switch(&c.recompute), "keep only each block's output for backward and recompute the rest (less activation memory, about a fifth more compute)")
       ("deterministic", po::bool_switch(&c.deterministic), "bitwise-reproducible runs");
@@ -187,6 +188,12 @@ Parsed parse_options(int argc, char** argv) {
       po::store(po::parse_config_file(in, all), vm);
     }
     po::notify(vm);
+    if (vm["fp32-param-arena"].as<bool>()) {
+      std::string& storage = out.config.param_storage;
+      DTRAIN_CHECK(vm["param-storage"].defaulted() || storage == "fp32", Errc::invalid_config,
+                   "--fp32-param-arena contradicts --param-storage " << storage);
+      storage = "fp32";
+    }
   } catch (const po::error& e) {
     DTRAIN_FAIL(Errc::invalid_config, e.what() << " (see --help)");
   }

@@ -12,6 +12,12 @@
 
 namespace dtrain {
 
+std::size_t GptConfig::parameter_count() const {
+  const std::size_t C = d_model, T = seq_len, Vp = padded_vocab();
+  const std::size_t block = 12 * C * C + 13 * C;  // ln_1, c_attn, c_proj, ln_2, c_fc, c_proj
+  return Vp * C + T * C + layers * block + 2 * C + (tie_embeddings ? 0 : Vp * C);
+}
+
 void GptConfig::validate() const {
   DTRAIN_CHECK(layers > 0, Errc::invalid_config, "layers must be positive, got " << layers);
   DTRAIN_CHECK(heads > 0, Errc::invalid_config, "heads must be positive, got " << heads);

@@ -109,6 +109,9 @@ void TrainConfig::validate(int world_size) const {
                "--device must be auto, cpu or cuda, got '" << device << "'");
   DTRAIN_CHECK(precision == "fp32" || precision == "bf16" || precision == "fp16",
                Errc::invalid_config, "--precision must be fp32, bf16 or fp16, got '" << precision << "'");
+  DTRAIN_CHECK(param_storage == "auto" || param_storage == "16bit" || param_storage == "fp32",
+               Errc::invalid_config,
+               "--param-storage must be auto, 16bit or fp32, got '" << param_storage << "'");
   DTRAIN_CHECK(min_loss_scale > 0 && std::isfinite(min_loss_scale), Errc::invalid_config,
                "--min-loss-scale must be positive, got " << min_loss_scale);
   DTRAIN_CHECK(loss_scale >= min_loss_scale && std::isfinite(loss_scale), Errc::invalid_config,

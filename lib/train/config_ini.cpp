@@ -42,7 +42,7 @@ std::string TrainConfig::to_ini() const {
   kv("loss-scale-window", loss_scale_window);
   kv("min-loss-scale", min_loss_scale);
   kv("deterministic", deterministic ? "true" : "false");
-  kv("fp32-param-arena", fp32_param_arena ? "true" : "false");
+  kv("param-storage", param_storage);
   kv("fp32-activations", fp32_activations ? "true" : "false");
   kv("recompute", recompute ? "true" : "false");
   return os.str();

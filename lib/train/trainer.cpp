@@ -21,6 +21,11 @@ Trainer::Trainer(const TrainConfig& cfg, Communicator& world)
                    << " sequences (" << s_->accum()
                    << (s_->accum() == 1 ? " micro-step" : " micro-steps") << " a step), device "
                    << s_->dev.name());
+  if (s_->low != DType::f32) {
+    DTRAIN_LOG(info, "precision: " << cfg.precision << ", parameters between their uses in "
+                     << (s_->packed ? "16-bit words" : "the fp32 arena") << " (--param-storage "
+                     << cfg.param_storage << ")");
+  }
   const char* peak_from = s_->peak_flops_given                   ? "DTRAIN_PEAK_FLOPS "
                           : s_->dev.kind() == DeviceKind::cpu ? "measured SGEMM "
                                                               : "measured GEMM ";

@@ -144,16 +144,28 @@ void on_root_for_all(Communicator& world, const std::function<void()>& body) {
 }
 
 // 16-bit parameter storage (docs/mixed-precision.md): mixed precision at ZeRO 0-2 (ZeRO 3
-// keeps only its pieces already) where the device can hand back part of the arena.
-bool stores_16bit_parameters(const TrainConfig& cfg, const Device& dev) {
-  return precision_format(cfg.precision) != DType::f32 && cfg.zero != 3 && !cfg.fp32_param_arena &&
-         dev.discard_releases_memory();
+// keeps only its pieces already) where the device can hand back part of the arena. It saves 2
+// bytes a parameter and costs the widening and remapping around each pass (15% of a GPT-2
+// 124M step on an H200), so --param-storage auto takes it only where the whole fp32 arena
+// would take more than an eighth of the free memory on some rank. Collective over the world.
+constexpr std::size_t kArenaShareOfFreeMemory = 8;
+
+bool chooses_16bit_storage(const TrainConfig& cfg, const Device& dev, Communicator& world) {
+  if (precision_format(cfg.precision) == DType::f32 || cfg.zero == 3 ||
+      cfg.param_storage == "fp32" || !dev.discard_releases_memory()) {
+    return false;
+  }
+  if (cfg.param_storage == "16bit") return true;
+  const std::size_t arena = sizeof(float) * model_config(cfg).parameter_count();
+  std::int32_t fits = arena <= dev.available_memory() / kArenaShareOfFreeMemory ? 1 : 0;
+  world.all_reduce(&fits, &fits, 1, DType::i32, ReduceOp::min);
+  return fits == 0;
 }
 
 // What the model writes when it is built: nothing where set-up writes the pieces itself
 // (ZeRO 3 its own, 16-bit storage one unit at a time), and ZeRO 2 holds no gradients yet.
-GptModel::Weights initial_weights(const TrainConfig& cfg, const Device& dev) {
-  if (cfg.zero == 3 || stores_16bit_parameters(cfg, dev)) return GptModel::Weights::deferred;
+GptModel::Weights initial_weights(const TrainConfig& cfg, bool stores_16bit) {
+  if (cfg.zero == 3 || stores_16bit) return GptModel::Weights::deferred;
   return cfg.zero == 2 ? GptModel::Weights::init_grads_deferred : GptModel::Weights::init;
 }
 
@@ -177,11 +189,12 @@ Trainer::State::State(const TrainConfig& c, Communicator& w)
       device_world(parallel::device_world(w, dev, "world.device")),
       grid(device_world.valid() ? device_world : w, grid_shape(cfg)),
       source(open_source_on_every_rank(cfg, w)),
+      stores_16bit(chooses_16bit_storage(cfg, dev, w)),
       // ZeRO 2 holds only the gradient pieces this rank owns, ZeRO 3 also writes only its
       // parameter pieces, once they are known (hold_own_pieces); 16-bit storage writes its
       // parameters unit by unit (pack_parameters).
       model(model_config(cfg), dev, cfg.seed, cfg.micro_batch, model_chunks(cfg, grid, w.size()),
-            &grid.tp(), cfg.sequence_parallel, initial_weights(cfg, dev)),
+            &grid.tp(), cfg.sequence_parallel, initial_weights(cfg, stores_16bit)),
       optimizer(dev, optimizer_segments(), model.parameters().numel(), adamw_config(cfg)),
       loader(*source, batch_plan(cfg, grid, w.size()), cfg.seq_len),
       tokens(sizeof(std::int32_t) * cfg.micro_batch * cfg.seq_len),
@@ -200,7 +213,7 @@ Trainer::State::State(const TrainConfig& c, Communicator& w)
   }
   low = precision_format(cfg.precision);
   scaler = make_loss_scaler(cfg);
-  if (stores_16bit_parameters(cfg, dev)) {
+  if (stores_16bit) {
     pack_parameters();
   } else if (low != DType::f32) {
     // fp32 masters of this rank's segments; the arena (what every pass reads) gets them

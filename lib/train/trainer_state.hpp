@@ -46,6 +46,7 @@ struct Trainer::State {
   Communicator device_world;
   ProcessGrid grid;
   std::unique_ptr<TokenSource> source;
+  bool stores_16bit;  // 16-bit parameter storage (--param-storage, decided before the model)
   GptModel model;
   // Exactly one of these reduces gradients over the data-parallel group.
   std::unique_ptr<parallel::GradientSync> sync;          // bucketed, overlapped (ZeRO 0-3)

@@ -226,7 +226,7 @@ TEST(Precision, SixteenBitParameterStorageTrainsLikeTheFp32Arena) {
       double val[2] = {0, 0};
       train::TrainSummary summary[2];
       for (int whole = 0; whole < 2; ++whole) {
-        cfg.fp32_param_arena = whole == 1;
+        cfg.param_storage = whole == 1 ? "fp32" : "16bit";
         train::Trainer t(cfg, world());
         summary[whole] = t.run();
         losses[whole] = t.loss_history();

@@ -7,6 +7,7 @@
 #include <cmath>
 #include <filesystem>
 #include <fstream>
+#include <map>
 #include <set>
 
 #include "dtrain/nn/gpt.hpp"
@@ -269,7 +270,7 @@ TEST(Trainer, GenerationUnder16BitParameterStorage) {
   const train::SamplingConfig sampling{1.0, 0};
   std::vector<std::vector<std::int32_t>> texts;
   for (const bool fp32_arena : {false, true}) {
-    cfg.fp32_param_arena = fp32_arena;
+    cfg.param_storage = fp32_arena ? "fp32" : "16bit";
     train::Trainer t(cfg, world());
     t.run();
     texts.push_back(t.generate({'a', 'b'}, 40, sampling));
@@ -277,6 +278,34 @@ TEST(Trainer, GenerationUnder16BitParameterStorage) {
   }
   EXPECT_EQ(texts[0], texts[1]);
   expect_same_on_every_rank(texts[0]);
+}
+
+// --param-storage auto keeps a model this small (far under an eighth of the free memory) in
+// the fp32 arena, which trains bit for bit as the 16-bit words; fp32 training has nothing to
+// store in 16 bits whatever the option says.
+TEST(Trainer, ParamStorageAutoKeepsASmallModelInTheFp32Arena) {
+  train::TrainConfig cfg = tiny_config();
+  cfg.steps = 3;
+  std::map<std::string, train::TrainSummary> runs;
+  std::map<std::string, std::vector<double>> losses;
+  for (const char* precision : {"bf16", "fp32"}) {
+    for (const char* storage : {"auto", "16bit", "fp32"}) {
+      cfg.precision = precision;
+      cfg.param_storage = storage;
+      train::Trainer t(cfg, world());
+      const std::string key = std::string(precision) + " " + storage;
+      runs[key] = t.run();
+      losses[key] = t.loss_history();
+    }
+  }
+  const std::uint64_t fp32_bytes = runs["bf16 fp32"].memory.params;
+  EXPECT_EQ(runs["bf16 auto"].memory.params, fp32_bytes);
+  EXPECT_EQ(runs["bf16 16bit"].memory.params * 2, fp32_bytes) << "not stored in 16 bits";
+  EXPECT_EQ(losses["bf16 auto"], losses["bf16 16bit"]);
+  EXPECT_EQ(losses["bf16 fp32"], losses["bf16 16bit"]);
+  for (const char* storage : {"auto", "16bit"}) {
+    EXPECT_EQ(runs[std::string("fp32 ") + storage].memory.params, fp32_bytes) << storage;
+  }
 }
 
 // Generation after training follows the corpus: the order-2 source allows 4 of 32 symbols

@@ -225,10 +225,17 @@ TEST(GptModel, ParameterNamesShapesAndArena) {
   }
   EXPECT_LE(end, ps.numel());
   EXPECT_EQ(reinterpret_cast<std::uintptr_t>(ps.params()) % 64, 0u);
+  const auto stored = [](const ParameterStore& store) {
+    std::size_t n = 0;
+    for (const ParamInfo& p : store) n += p.numel;
+    return n;
+  };
+  EXPECT_EQ(stored(ps), cfg.parameter_count());
 
   GptModel untied(tiny_gpt(false), cpu_device(), 7, 2);
   const ParamInfo* head = untied.parameters().find("lm_head.weight");
   ASSERT_NE(head, nullptr);
+  EXPECT_EQ(stored(untied.parameters()), tiny_gpt(false).parameter_count());
   EXPECT_EQ(head->shape, (vector<std::int64_t>{V, C}));
 }
 

@@ -85,6 +85,9 @@ TEST(TrainConfig, BadValuesNameTheOption) {
   c.precision = "fp8";
   expect_config_error(c, 1, "--precision must be fp32, bf16 or fp16");
   c = {};
+  c.param_storage = "bf16";
+  expect_config_error(c, 1, "--param-storage must be auto, 16bit or fp32, got 'bf16'");
+  c = {};
   c.loss_scale = 0.5;
   expect_config_error(c, 1, "--loss-scale must be at least --min-loss-scale");
   c = {};
@@ -102,6 +105,13 @@ TEST(TrainConfig, MixedPrecisionIsAccepted) {
     c.deterministic = true;
     EXPECT_NO_THROW(c.validate(2)) << p;
     EXPECT_NE(c.to_ini().find(std::string("precision = ") + p), std::string::npos);
+  }
+  for (const char* storage : {"auto", "16bit", "fp32"}) {
+    train::TrainConfig c;
+    c.precision = "bf16";
+    c.param_storage = storage;
+    EXPECT_NO_THROW(c.validate(1)) << storage;
+    EXPECT_NE(c.to_ini().find(std::string("param-storage = ") + storage), std::string::npos);
   }
 }
 

@@ -50,6 +50,9 @@ struct DTRAIN_API GptConfig {
   // and the column count of the logits. Padding never affects the loss.
   static constexpr int kVocabPad = 64;
   int padded_vocab() const { return (vocab + kVocabPad - 1) / kVocabPad * kVocabPad; }
+  // Parameters of the whole model on one rank (no tensor or pipeline split): an upper bound
+  // of what a rank's arena holds, known before any model is built.
+  std::size_t parameter_count() const;
 };
 
 // The part of the model a pipeline stage holds; the default is the whole model. Layers keep

@@ -53,10 +53,12 @@ struct DTRAIN_API TrainConfig {
   long loss_scale_window = 2000;
   double min_loss_scale = 1;
   bool deterministic = false;
-  // Mixed precision keeps the parameters in 16 bits between their uses where the device can
-  // hand memory back (the CPU; a GPU with virtual memory management); true keeps the whole
-  // fp32 arena resident instead.
-  bool fp32_param_arena = false;
+  // Where mixed precision keeps the parameters between their uses (docs/mixed-precision.md):
+  // "16bit" as 16-bit words, widened unit by unit around each pass (where the device can hand
+  // memory back: the CPU, a GPU with virtual memory management), "fp32" in the whole fp32
+  // arena (the same values, faster, 2 more bytes a parameter), "auto" fp32 where the arena
+  // takes at most an eighth of the free device memory on every rank, 16-bit otherwise.
+  std::string param_storage = "auto";
   // Mixed precision keeps a block's saved activations in 16 bits (a conversion pass after
   // its forward and before its backward); true keeps them in fp32 instead.
   bool fp32_activations = false;
