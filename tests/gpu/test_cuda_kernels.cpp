@@ -566,6 +566,31 @@ TEST_F(CudaKernels, CrossEntropy) {
   expect_close(d_logits.host(), dlogits, kFp32Bound, "crossentropy_backward in place");
 }
 
+// The forward reads a row once (a running maximum and sum), four floats at a time where the
+// row is 16-byte aligned: a vocabulary with a tail of single floats, rows of every alignment
+// (ld 303), and rows where each column is a new maximum (every step rescales the sum) or
+// whose maximum comes first.
+TEST_F(CudaKernels, CrossEntropyForwardOfAnyRowLayout) {
+  const int N = 24;
+  for (const auto& [V, ld] : {std::pair{301, 320}, std::pair{301, 303}, std::pair{7, 9}}) {
+    auto logits = random_floats(static_cast<std::size_t>(N) * ld, 4, -30.0f, 30.0f);
+    for (int j = 0; j < V; ++j) {
+      logits[j] = 0.25f * j;               // row 0 rises
+      logits[ld + j] = 40.0f - 0.25f * j;  // row 1 falls
+    }
+    auto targets = random_ints(N, 5, 0, V);
+    std::vector<float> losses(N), lse(N);
+    auto d_logits = up(logits);
+    auto d_targets = up(targets);
+    OnDevice<float> d_losses(gpu, N), d_lse(gpu, N);
+    cpu.crossentropy_forward(losses.data(), lse.data(), logits.data(), targets.data(), N, V, ld);
+    gpu.crossentropy_forward(d_losses.get(), d_lse.get(), d_logits.get(), d_targets.get(), N, V, ld);
+    const std::string tag = " V " + std::to_string(V) + " ld " + std::to_string(ld);
+    expect_close(d_losses.host(), losses, kFp32Bound, "crossentropy_forward losses" + tag);
+    expect_close(d_lse.host(), lse, kFp32Bound, "crossentropy_forward lse" + tag);
+  }
+}
+
 TEST_F(CudaKernels, CrossEntropyOfVocabularyShards) {
   const int N = 40, ld = 128;
   auto targets = random_ints(N, 2, 0, 400);

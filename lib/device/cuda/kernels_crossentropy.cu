@@ -1,6 +1,8 @@
 // Softmax cross-entropy over the vocabulary, one block per row of logits, for the whole
 // vocabulary and for one vocabulary-parallel shard. Only the first V columns are read;
 // padding columns get a zero gradient, so whatever they hold cannot change the loss.
+#include <cstdint>
+
 #include "device/cuda/cuda_check.hpp"
 #include "device/cuda/kernel_utils.cuh"
 #include "device/cuda/kernels.hpp"
@@ -13,26 +15,79 @@ __device__ inline bool owns(std::int32_t target, int vocab_start, int V) {
   return j >= 0 && j < V;
 }
 
-// max and sum of exp(z - max) over z[0..V)
-__device__ inline void row_max_sumexp(const float* z, int V, float* shared, float& mx,
-                                      float& sum) {
-  float m = -INFINITY;
-  for (int j = threadIdx.x; j < V; j += blockDim.x) m = fmaxf(m, z[j]);
-  mx = block_max(m, shared);
-  float s = 0.0f;
-  for (int j = threadIdx.x; j < V; j += blockDim.x) s += expf(z[j] - mx);
-  sum = block_sum(s, shared);
+// A running maximum m and sum s of exp(z - m) (the online softmax's pair): one pass over a
+// row instead of a pass for the maximum and another for the sum. A row of GPT-2's vocabulary
+// is 200 KB; the second pass over 16k rows did not come from cache (1.2 TB/s on an H200).
+struct MaxSumExp {
+  float m = -INFINITY, s = 0.0f;
+
+  __device__ void add(float z) {
+    if (z > m) {  // a new maximum rescales what was summed (nothing at the start)
+      s = s * expf(m - z) + 1.0f;
+      m = z;
+    } else {
+      s += expf(z - m);  // NaN stays NaN, as it must for a diverged run
+    }
+  }
+  __device__ void merge(float om, float os) {
+    const float mx = fmaxf(m, om);
+    if (mx == -INFINITY) return;  // both empty
+    s = s * expf(m - mx) + os * expf(om - mx);
+    m = mx;
+  }
+};
+
+__device__ inline MaxSumExp warp_max_sumexp(MaxSumExp v) {
+  for (int offset = 16; offset > 0; offset >>= 1) {
+    v.merge(__shfl_xor_sync(0xffffffffu, v.m, offset), __shfl_xor_sync(0xffffffffu, v.s, offset));
+  }
+  return v;
+}
+
+// max and sum of exp(z - max) over z[0..V) in one read, four floats at a time where z is
+// 16-byte aligned; thread 0 gets the result (blockDim.x a multiple of 32).
+__device__ inline MaxSumExp row_max_sumexp(const float* z, int V, float* shared_m,
+                                         float* shared_s) {
+  MaxSumExp v;
+  int j0 = 0;
+  if (reinterpret_cast<std::uintptr_t>(z) % 16 == 0) {
+    const float4* z4 = reinterpret_cast<const float4*>(z);
+    for (int q = threadIdx.x; q < V / 4; q += blockDim.x) {
+      const float4 x = z4[q];
+      v.add(x.x);
+      v.add(x.y);
+      v.add(x.z);
+      v.add(x.w);
+    }
+    j0 = V / 4 * 4;
+  }
+  for (int j = j0 + threadIdx.x; j < V; j += blockDim.x) v.add(z[j]);
+  v = warp_max_sumexp(v);
+  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+  if (lane == 0) {
+    shared_m[warp] = v.m;
+    shared_s[warp] = v.s;
+  }
+  __syncthreads();
+  if (warp == 0) {
+    MaxSumExp w;
+    if (lane < static_cast<int>(blockDim.x >> 5)) {
+      w.m = shared_m[lane];
+      w.s = shared_s[lane];
+    }
+    v = warp_max_sumexp(w);
+  }
+  return v;
 }
 
 __global__ void crossentropy_forward_kernel(float* losses, float* lse, const float* logits,
                                             const std::int32_t* targets, int V, int Vp) {
-  __shared__ float shared[32];
+  __shared__ float shared_m[32], shared_s[32];
   const std::int64_t n = blockIdx.x;
   const float* z = logits + n * Vp;
-  float mx, sum;
-  row_max_sumexp(z, V, shared, mx, sum);
+  const MaxSumExp row = row_max_sumexp(z, V, shared_m, shared_s);
   if (threadIdx.x == 0) {
-    const float l = mx + logf(sum);
+    const float l = row.m + logf(row.s);
     lse[n] = l;
     losses[n] = l - z[targets[n]];
   }
