@@ -416,9 +416,12 @@ void GptModel::block_forward(Block& b, const float* residual, int B, int T, bool
   Device& d = *dev_;
   const int N = B * T, R = sp_ ? N / tp_.size() : N;
   const std::int64_t RC = static_cast<std::int64_t>(R) * cfg_.d_model;
+  const bool kept16 = gemm_reads_kept16();  // then R == N
+  const std::int64_t NF = static_cast<std::int64_t>(N) * hidden_local_;
   // attention: res2 = residual + c_proj(attn(c_attn(ln_1(residual))))
   b.ln_1.forward(d, b.ln1, b.ln1_mean, b.ln1_rstd, residual, R);
-  b.c_attn.forward(d, b.qkv, enter_region_fwd(b.ln1, R), N);
+  b.c_attn.forward(d, b.qkv, enter_region_fwd(b.ln1, R), N,
+                   kept16 ? keep_gemm_input(b.ln1, b.ln1_16, RC) : nullptr);
   progress();
   d.attention_forward(b.atty, b.att, att_ws_, b.qkv, B, T, C_local_, heads_local_);
   progress();
@@ -426,11 +429,13 @@ void GptModel::block_forward(Block& b, const float* residual, int B, int T, bool
   d.residual_forward(b.res2, residual, leave_region_fwd(proj_, b.res2, N, R), RC);
   // MLP: res3 = res2 + c_proj(gelu(c_fc(ln_2(res2))))
   b.ln_2.forward(d, b.ln2, b.ln2_mean, b.ln2_rstd, b.res2, R);
-  b.c_fc.forward(d, b.fch, enter_region_fwd(b.ln2, R), N);
+  b.c_fc.forward(d, b.fch, enter_region_fwd(b.ln2, R), N,
+                 kept16 ? keep_gemm_input(b.ln2, b.ln2_16, RC) : nullptr);
   progress();
-  d.gelu_forward(b.fch_gelu, b.fch, static_cast<std::int64_t>(N) * hidden_local_);
+  d.gelu_forward(b.fch_gelu, b.fch, NF);
   if (!to_output) return;
-  b.mlp_proj.forward(d, proj_, b.fch_gelu, N);
+  b.mlp_proj.forward(d, proj_, b.fch_gelu, N,
+                     kept16 ? keep_gemm_input(b.fch_gelu, b.fch_gelu16, NF) : nullptr);
   d.residual_forward(b.res3, b.res2, leave_region_fwd(proj_, b.res3, N, R), RC);
 }
 
@@ -489,13 +494,21 @@ void GptModel::backward_stage(float dloss, const float* doutput, int chunk, int 
     grads_writing(static_cast<std::size_t>(stage_.layers - l));
     if (cfg_.recompute) block_forward(b, res_in, B, T, /*to_output=*/false);
     restore_16bit(b, B);
+    // A linear layer's input: its kept 16-bit copy alone (gemm_reads_kept16, which left the
+    // fp32 value unrestored), or the fp32 value.
+    const bool kept16 = gemm_reads_kept16();
+    auto fp32_input = [kept16](const float* x) { return kept16 ? nullptr : x; };
+    auto kept_input = [kept16](const float* copy) {
+      return kept16 ? reinterpret_cast<const std::uint16_t*>(copy) : nullptr;
+    };
     // MLP: res3 = res2 + c_proj(gelu(c_fc(ln_2(res2)))). Each gradient inside a block has
     // one producer, which writes it over (no zeroing); only dres_ collects several.
-    b.mlp_proj.backward(d, dfch_gelu_, leave_region_bwd(dres_, R), b.fch_gelu, N, overwrite);
+    b.mlp_proj.backward(d, dfch_gelu_, leave_region_bwd(dres_, R), fp32_input(b.fch_gelu), N,
+                        overwrite, kept_input(b.fch_gelu16));
     progress();
     d.gelu_backward(dfch_, b.fch, dfch_gelu_, NF, overwrite);
-    b.c_fc.backward(d, dln_, dfch_, enter_region_fwd(b.ln2, R), N,  // re-gathered with SP
-                    overwrite);
+    b.c_fc.backward(d, dln_, dfch_, fp32_input(enter_region_fwd(b.ln2, R)),  // re-gathered with SP
+                    N, overwrite, kept_input(b.ln2_16));
     progress();
     b.ln_2.backward(d, dres_, enter_region_bwd(dln_, N, R), b.res2, b.ln2_mean, b.ln2_rstd,
                     R);  // dres_ is now d(res2)
@@ -505,7 +518,8 @@ void GptModel::backward_stage(float dloss, const float* doutput, int chunk, int 
     d.attention_backward(dqkv_, att_ws_, datty_, b.qkv, b.atty, b.att, B, T, C_local_,
                          heads_local_, overwrite);
     progress();
-    b.c_attn.backward(d, dln_, dqkv_, enter_region_fwd(b.ln1, R), N, overwrite);
+    b.c_attn.backward(d, dln_, dqkv_, fp32_input(enter_region_fwd(b.ln1, R)), N, overwrite,
+                      kept_input(b.ln1_16));
     b.ln_1.backward(d, dres_, enter_region_bwd(dln_, N, R), res_in, b.ln1_mean, b.ln1_rstd,
                     R);  // d(res_in)
     if (sp_) reduce_layernorm_grads(4 * static_cast<std::size_t>(l), 4);

@@ -27,11 +27,24 @@ void GptModel::check_attention_saved_floats() const {
                "model was built; set it first, and keep it while the model lives)");
 }
 
+bool GptModel::gemm_reads_kept16() const {
+  return keeps_16bit() && !sp_ && dev_->reads_16bit_gemm_inputs(cfg_.saved_activations);
+}
+
+const std::uint16_t* GptModel::keep_gemm_input(const float* value, float* copy,
+                                               std::int64_t n) const {
+  auto* words = reinterpret_cast<std::uint16_t*>(copy);
+  dev_->convert_to_16bit(words, value, n, cfg_.saved_activations);
+  return words;
+}
+
 void GptModel::keep_16bit(Block& b, int B) const {
   if (!keeps_16bit()) return;
   const auto numel = kept16_numel(B);
   const auto kept = b.kept16();
+  const bool kept_already = gemm_reads_kept16();  // by block_forward
   for (std::size_t i = 0; i < kKept16; ++i) {
+    if (kept_already && Block::kGemmInput[i]) continue;
     dev_->convert_to_16bit(reinterpret_cast<std::uint16_t*>(*kept[i].second), *kept[i].first,
                            numel[i], cfg_.saved_activations);
   }
@@ -41,7 +54,9 @@ void GptModel::restore_16bit(Block& b, int B) const {
   if (!keeps_16bit()) return;
   const auto numel = kept16_numel(B);
   const auto kept = b.kept16();
+  const bool read_as_kept = gemm_reads_kept16();  // by the GEMMs of backward
   for (std::size_t i = 0; i < kKept16; ++i) {
+    if (read_as_kept && Block::kGemmInput[i]) continue;
     dev_->convert_from_16bit(*kept[i].first, reinterpret_cast<const std::uint16_t*>(*kept[i].second),
                              numel[i], cfg_.saved_activations);
   }

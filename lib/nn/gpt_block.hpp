@@ -35,6 +35,9 @@ struct GptModel::Block {
              {&fch, &fch16},
              {&fch_gelu, &fch_gelu16}}};
   }
+  // Which kept16() entries are linear layers' inputs (ln1, ln2, fch_gelu): under
+  // GptModel::gemm_reads_kept16 their copies are the GEMM operands both ways.
+  static constexpr std::array<bool, kKept16> kGemmInput{true, false, false, false, true, false, true};
   // The other saved activations a block's backward reads besides its input: with
   // recomputation, these and the kept16() values live in the shared scratch.
   std::array<float**, 5> internal() { return {&ln1_mean, &ln1_rstd, &res2, &ln2_mean, &ln2_rstd}; }

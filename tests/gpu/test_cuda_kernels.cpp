@@ -200,6 +200,71 @@ TEST_F(CudaKernels, GemmsUnder16BitOperandsMultiplyRoundedCopies) {
   }
 }
 
+// A caller's 16-bit copy of a linear layer's input (inp16) is the GEMM operand as it is: the
+// same results bit for bit as rounding inp, with and without a bias, and backward also
+// without the fp32 input; a copy of other values changes them (it is what is read). Under
+// fp32 operands reads_16bit_gemm_inputs is false, inp16 is ignored and backward needs inp;
+// the CPU never reads it.
+TEST_F(CudaKernels, LinearLayerReadsTheCallersSixteenBitInput) {
+  const int N = 300, C = 96, OC = 130;
+  const std::size_t NC = static_cast<std::size_t>(N) * C;
+  auto d_inp = up(random_floats(NC, 1)), d_other = up(random_floats(NC, 9));
+  auto d_w = up(random_floats(OC * C, 2)), d_bias = up(random_floats(OC, 3));
+  auto d_dout = up(random_floats(N * OC, 8));
+  const auto dinp0 = random_floats(NC, 5), dw0 = random_floats(OC * C, 6),
+             db0 = random_floats(OC, 7);
+  OnDevice<float> d_ref(gpu, static_cast<std::size_t>(N) * OC), d_got(gpu, d_ref.host().size());
+  OnDevice<std::uint16_t> d_inp16(gpu, NC), d_other16(gpu, NC);
+  EXPECT_FALSE(gpu.reads_16bit_gemm_inputs(DType::bf16)) << "fp32 operands";
+  EXPECT_FALSE(cpu.reads_16bit_gemm_inputs(DType::bf16));
+  for (const DType fmt : {DType::bf16, DType::f16}) {
+    gputest::OperandFormat scoped(gpu, fmt);
+    const std::string tag = std::string(" ") + dtrain::dtype_name(fmt);
+    EXPECT_TRUE(gpu.reads_16bit_gemm_inputs(fmt)) << tag;
+    EXPECT_FALSE(gpu.reads_16bit_gemm_inputs(fmt == DType::bf16 ? DType::f16 : DType::bf16));
+    gpu.convert_to_16bit(d_inp16.get(), d_inp.get(), static_cast<std::int64_t>(NC), fmt);
+    gpu.convert_to_16bit(d_other16.get(), d_other.get(), static_cast<std::int64_t>(NC), fmt);
+    for (float* bias : {d_bias.get(), static_cast<float*>(nullptr)}) {
+      const std::string what = "linear_forward" + tag + (bias ? " (bias)" : "");
+      gpu.linear_forward(d_ref.get(), d_inp.get(), d_w.get(), bias, N, C, OC);
+      gpu.linear_forward(d_got.get(), d_inp.get(), d_w.get(), bias, N, C, OC, d_inp16.get());
+      EXPECT_EQ(d_got.host(), d_ref.host()) << what;
+      gpu.linear_forward(d_got.get(), d_inp.get(), d_w.get(), bias, N, C, OC, d_other16.get());
+      EXPECT_NE(d_got.host(), d_ref.host()) << what << ": inp16 was not read";
+    }
+    for (const bool with_dinp : {true, false}) {
+      const std::string what = "linear_backward" + tag + (with_dinp ? "" : " (dweight only)");
+      auto r_dinp = up(dinp0), r_dw = up(dw0), r_db = up(db0);
+      auto g_dinp = up(dinp0), g_dw = up(dw0), g_db = up(db0), o_dw = up(dw0);
+      gpu.linear_backward(with_dinp ? r_dinp.get() : nullptr, r_dw.get(), r_db.get(),
+                          d_dout.get(), d_inp.get(), d_w.get(), N, C, OC);
+      gpu.linear_backward(with_dinp ? g_dinp.get() : nullptr, g_dw.get(), g_db.get(),
+                          d_dout.get(), nullptr, d_w.get(), N, C, OC,
+                          Device::GradWrite::accumulate, d_inp16.get());
+      EXPECT_EQ(g_dinp.host(), r_dinp.host()) << what;
+      EXPECT_EQ(g_dw.host(), r_dw.host()) << what;
+      EXPECT_EQ(g_db.host(), r_db.host()) << what;
+      gpu.linear_backward(nullptr, o_dw.get(), nullptr, d_dout.get(), nullptr, d_w.get(), N, C,
+                          OC, Device::GradWrite::accumulate, d_other16.get());
+      EXPECT_NE(o_dw.host(), r_dw.host()) << what << ": inp16 was not read";
+    }
+  }
+  gpu.linear_forward(d_ref.get(), d_inp.get(), d_w.get(), d_bias.get(), N, C, OC);
+  gpu.linear_forward(d_got.get(), d_inp.get(), d_w.get(), d_bias.get(), N, C, OC,
+                     d_other16.get());
+  EXPECT_EQ(d_got.host(), d_ref.host()) << "fp32 operands read inp16";
+  auto dw = up(dw0);
+  EXPECT_THROW(gpu.linear_backward(nullptr, dw.get(), nullptr, d_dout.get(), nullptr, d_w.get(), N,
+                                   C, OC, Device::GradWrite::accumulate, d_inp16.get()),
+               dtrain::Error);
+  std::vector<float> cpu_dw = dw0;
+  const std::vector<std::uint16_t> words(NC);
+  EXPECT_THROW(cpu.linear_backward(nullptr, cpu_dw.data(), nullptr, d_dout.host().data(), nullptr,
+                                   d_w.host().data(), N, C, OC, Device::GradWrite::accumulate,
+                                   words.data()),
+               dtrain::Error);
+}
+
 // linear_forward adds its bias in the GEMM's epilogue (one cuBLASLt call) when every pointer
 // is 16-byte aligned and otherwise lays the bias down before the GEMM; both agree with the CPU.
 // On the emulator, which counts cuBLASLt's calls, also: a plan (one heuristic query) per shape

@@ -95,13 +95,23 @@ class DTRAIN_API Device {
 
   // ---- linear layer --------------------------------------------------------
   // out[N,OC] = inp[N,C] · weight[OC,C]^T + bias[OC]   (bias may be null)
+  // inp16 (optional, both ops): inp already rounded to the GEMM operand format, [N,C] 16-bit
+  // words, which a device that multiplies on such operands (reads_16bit_gemm_inputs) reads
+  // instead of rounding inp itself: the same result bit for bit, one conversion less.
   virtual void linear_forward(float* out, const float* inp, const float* weight,
-                              const float* bias, int N, int C, int OC) = 0;
+                              const float* bias, int N, int C, int OC,
+                              const std::uint16_t* inp16 = nullptr) = 0;
   // dinp[N,C] += dout·W (= with overwrite); dweight[OC,C] += dout^T·inp; dbias[OC] +=
-  // sum_n dout. dinp or dbias may be null (not needed / no bias).
+  // sum_n dout. dinp or dbias may be null (not needed / no bias). inp may be null where
+  // inp16 is given and reads_16bit_gemm_inputs(its format) holds.
   virtual void linear_backward(float* dinp, float* dweight, float* dbias, const float* dout,
                                const float* inp, const float* weight, int N, int C, int OC,
-                               GradWrite dinp_write = GradWrite::accumulate) = 0;
+                               GradWrite dinp_write = GradWrite::accumulate,
+                               const std::uint16_t* inp16 = nullptr) = 0;
+  // Whether the linear layer reads a caller's inp16 in format fmt: the GEMMs multiply on fmt
+  // operands (the CUDA device after set_gemm_operand_format(fmt) with bf16/f16). The default,
+  // and the CPU, which multiplies fp32: false.
+  virtual bool reads_16bit_gemm_inputs(DType /*fmt*/) const { return false; }
 
   // ---- embeddings ----------------------------------------------------------
   // out[N,C] = wte[tokens[n] - vocab_start] for tokens in [vocab_start, vocab_start+vocab_rows),

@@ -268,8 +268,17 @@ class DTRAIN_API GptModel {
   static constexpr std::size_t kKept16 = 7;  // tensors per block: Block::kept16()
   std::array<std::int64_t, kKept16> kept16_numel(int B) const;
   bool keeps_16bit() const { return cfg_.saved_activations != DType::f32 && !cfg_.recompute; }
+  // keep_16bit / restore_16bit leave out the entries gemm_reads_kept16() serves.
   void keep_16bit(Block& b, int B) const;
   void restore_16bit(Block& b, int B) const;
+  // Whether c_attn's, c_fc's and the MLP c_proj's inputs are rounded into their kept copies as
+  // soon as they are computed, and the copies are those layers' GEMM operands both ways
+  // (Device::reads_16bit_gemm_inputs): forward does not round the inputs again, and backward
+  // does not widen the copies only to round them again; the same operands bit for bit. Not
+  // with sequence parallelism, where the first two layers' input is gathered over the group.
+  bool gemm_reads_kept16() const;
+  // value[0..n) rounded into its kept copy, returned as the 16-bit words it now holds.
+  const std::uint16_t* keep_gemm_input(const float* value, float* copy, std::int64_t n) const;
   // Device::attention_saved_floats changes with the device's GEMM operand format (the CUDA
   // device's fused attention saves far less): refuse to run once it no longer matches the
   // buffers sized at construction, which it would overrun.

@@ -72,7 +72,9 @@ DTRAIN_API VocabShard vocab_shard(int vocab, int tp_size, int tp_rank, int pad =
 // output rows [r*out/p, (r+1)*out/p). With parts > 1 the output is `parts` equal blocks (q|k|v
 // of attention) and each block is split alike, so a rank keeps whole heads of q, k and v and
 // its local output is q_local|k_local|v_local. x must be the full input on every rank; the
-// input gradient of backward is this rank's partial sum (reduce it over the group).
+// input gradient of backward is this rank's partial sum (reduce it over the group). x16, in
+// both layers: x rounded to the GEMM operand format where the caller has it
+// (Device::linear_forward's inp16; backward's x may then be null, as there).
 struct DTRAIN_API ColumnParallelLinear {
   std::string prefix;
   int in = 0, out = 0, out_local = 0, parts = 1;
@@ -82,13 +84,15 @@ struct DTRAIN_API ColumnParallelLinear {
   void declare(ParameterStore& ps, const std::string& name, int in_features, int out_features,
                const TpGroup& tp, int parts = 1, bool bias = true);
   void bind(ParameterStore& ps);
-  void forward(Device& dev, float* y_local, const float* x, int N) const {
-    dev.linear_forward(y_local, x, w, b, N, in, out_local);
+  void forward(Device& dev, float* y_local, const float* x, int N,
+               const std::uint16_t* x16 = nullptr) const {
+    dev.linear_forward(y_local, x, w, b, N, in, out_local, x16);
   }
   // dx[N, in] += (or = with overwrite) this rank's part of the input gradient (dx may be null).
   void backward(Device& dev, float* dx, const float* dy_local, const float* x, int N,
-                Device::GradWrite dx_write = Device::GradWrite::accumulate) const {
-    dev.linear_backward(dx, dw, db, dy_local, x, w, N, in, out_local, dx_write);
+                Device::GradWrite dx_write = Device::GradWrite::accumulate,
+                const std::uint16_t* x16 = nullptr) const {
+    dev.linear_backward(dx, dw, db, dy_local, x, w, N, in, out_local, dx_write, x16);
   }
 };
 
@@ -107,13 +111,15 @@ struct DTRAIN_API RowParallelLinear {
   void declare(ParameterStore& ps, const std::string& name, int in_features, int out_features,
                const TpGroup& tp, bool bias = true);
   void bind(ParameterStore& ps);
-  void forward(Device& dev, float* y_partial, const float* x_local, int N) const {
-    dev.linear_forward(y_partial, x_local, w, adds_bias ? b : nullptr, N, in_local, out);
+  void forward(Device& dev, float* y_partial, const float* x_local, int N,
+               const std::uint16_t* x16 = nullptr) const {
+    dev.linear_forward(y_partial, x_local, w, adds_bias ? b : nullptr, N, in_local, out, x16);
   }
   // dx_local[N, in/p] += (or = with overwrite) dy · W_local (dx_local may be null).
   void backward(Device& dev, float* dx_local, const float* dy, const float* x_local, int N,
-                Device::GradWrite dx_write = Device::GradWrite::accumulate) const {
-    dev.linear_backward(dx_local, dw, db, dy, x_local, w, N, in_local, out, dx_write);
+                Device::GradWrite dx_write = Device::GradWrite::accumulate,
+                const std::uint16_t* x16 = nullptr) const {
+    dev.linear_backward(dx_local, dw, db, dy, x_local, w, N, in_local, out, dx_write, x16);
   }
 };
 

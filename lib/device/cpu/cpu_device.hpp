@@ -39,10 +39,10 @@ class CpuDevice final : public Device {
                             int ldb, std::int64_t stride_b, float beta, float* C, int ldc,
                             std::int64_t stride_c, int batch) override;
   void linear_forward(float* out, const float* inp, const float* weight, const float* bias, int N,
-                      int C, int OC) override;
+                      int C, int OC, const std::uint16_t* inp16) override;
   void linear_backward(float* dinp, float* dweight, float* dbias, const float* dout,
                        const float* inp, const float* weight, int N, int C, int OC,
-                       GradWrite dinp_write) override;
+                       GradWrite dinp_write, const std::uint16_t* inp16) override;
   void embedding_forward(float* out, const std::int32_t* tokens, const float* wte, int N, int C,
                          int vocab_start, int vocab_rows) override;
   void embedding_backward(float* dwte, const float* dout, const std::int32_t* tokens, int N,

@@ -78,10 +78,13 @@ class CudaDevice final : public Device {
                             int ldb, std::int64_t stride_b, float beta, float* C, int ldc,
                             std::int64_t stride_c, int batch) override;
   void linear_forward(float* out, const float* inp, const float* weight, const float* bias, int N,
-                      int C, int OC) override;
+                      int C, int OC, const std::uint16_t* inp16) override;
   void linear_backward(float* dinp, float* dweight, float* dbias, const float* dout,
                        const float* inp, const float* weight, int N, int C, int OC,
-                       GradWrite dinp_write) override;
+                       GradWrite dinp_write, const std::uint16_t* inp16) override;
+  bool reads_16bit_gemm_inputs(DType fmt) const override {
+    return fmt != DType::f32 && fmt == gemm_operands_;
+  }
   void embedding_forward(float* out, const std::int32_t* tokens, const float* wte, int N, int C,
                          int vocab_start, int vocab_rows) override;
   void embedding_backward(float* dwte, const float* dout, const std::int32_t* tokens, int N,
@@ -150,20 +153,25 @@ class CudaDevice final : public Device {
   // A and B of a column-major GEMM as cuBLAS is given them: fp32 as stored, or under mixed
   // precision rounded into the staging buffers first. (cuBLAS's FAST_16BF/_16F compute types
   // on fp32 data ran TF32 kernels on an H200 with cuBLAS 13.0: neither the format's rounding
-  // nor its speed.) `b_staged`: B's buffer already holds g.b's copy (linear_backward's two
-  // GEMMs share dout). Valid until the next GEMM.
+  // nor its speed.) a16, b16: copies of g.a, g.b in that format the caller already has (a
+  // linear layer's input kept in 16 bits; linear_backward's dout, which its first GEMM
+  // staged, for its second), used as they are. Valid until the next GEMM.
   struct GemmOperands {
     const void* a;
     const void* b;
     cudaDataType type;
   };
-  GemmOperands gemm_operands(const ColumnMajorGemm& g, int batch, bool b_staged = false);
+  GemmOperands gemm_operands(const ColumnMajorGemm& g, int batch,
+                             const std::uint16_t* a16 = nullptr,
+                             const std::uint16_t* b16 = nullptr);
   // `n` elements of src in the GEMM operand format, in staging buffer `slot` (0: A, 1: B),
   // which grows to the largest request, as scratch() does.
   const std::uint16_t* stage(int slot, const float* src, std::int64_t n);
-  // gemm() without its profile span; `b_staged` as for gemm_operands.
+  // gemm() without its profile span. A16, B16: 16-bit copies of the row-major A and B the
+  // caller already has, or null (gemm_operands).
   void queue_gemm(bool trans_a, bool trans_b, int M, int N, int K, float alpha, const float* A,
-                  int lda, const float* B, int ldb, float beta, float* C, int ldc, bool b_staged);
+                  int lda, const float* B, int ldb, float beta, float* C, int ldc,
+                  const std::uint16_t* A16 = nullptr, const std::uint16_t* B16 = nullptr);
   // Attention's heads per batched GEMM: a group's score matrices (heads x T x T floats) fit
   // in half the L2, so the softmax and the GEMM after it read them from the cache.
   int attention_heads_per_group(int T, int NH) const noexcept;

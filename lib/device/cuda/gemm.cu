@@ -46,10 +46,11 @@ const std::uint16_t* CudaDevice::stage(int slot, const float* src, std::int64_t 
 }
 
 CudaDevice::GemmOperands CudaDevice::gemm_operands(const ColumnMajorGemm& g, int batch,
-                                                   bool b_staged) {
+                                                   const std::uint16_t* a16,
+                                                   const std::uint16_t* b16) {
   if (gemm_operands_ == DType::f32) return {g.a, g.b, CUDA_R_32F};
-  const void* a = stage(0, g.a, a_span(g, batch));
-  const void* b = b_staged ? staging_[1] : stage(1, g.b, b_span(g, batch));
+  const void* a = a16 ? a16 : stage(0, g.a, a_span(g, batch));
+  const void* b = b16 ? b16 : stage(1, g.b, b_span(g, batch));
   return {a, b, gemm_operands_ == DType::bf16 ? CUDA_R_16BF : CUDA_R_16F};
 }
 
@@ -59,12 +60,13 @@ void CudaDevice::gemm(bool trans_a, bool trans_b, int M, int N, int K, float alp
   if (M <= 0 || N <= 0) return;
   const OpProfile::Span span = begin_op(
       "gemm", gemm_work(M, N, std::max(K, 0), beta != 0.0f));
-  queue_gemm(trans_a, trans_b, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc, false);
+  queue_gemm(trans_a, trans_b, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc);
 }
 
 void CudaDevice::queue_gemm(bool trans_a, bool trans_b, int M, int N, int K, float alpha,
                             const float* A, int lda, const float* B, int ldb, float beta,
-                            float* C, int ldc, bool b_staged) {
+                            float* C, int ldc, const std::uint16_t* A16,
+                            const std::uint16_t* B16) {
   if (M <= 0 || N <= 0) return;
   if (K <= 0) {  // as on the CPU: C is scaled by beta
     scale_matrix(stream_, C, M, N, ldc, beta, 1, 0);
@@ -72,7 +74,7 @@ void CudaDevice::queue_gemm(bool trans_a, bool trans_b, int M, int N, int K, flo
   }
   const ColumnMajorGemm g =
       column_major_gemm(trans_a, trans_b, M, N, K, A, lda, 0, B, ldb, 0, C, ldc, 0);
-  const GemmOperands x = gemm_operands(g, 1, b_staged);
+  const GemmOperands x = gemm_operands(g, 1, /*a16=*/B16, /*b16=*/A16);  // swapped, as g's
   DTRAIN_CUDA(cublasGemmEx(blas_, op(g.trans_a), op(g.trans_b), g.m, g.n, g.k, &alpha, x.a,
                            x.type, g.lda, x.b, x.type, g.ldb, &beta, g.c, CUDA_R_32F, g.ldc,
                            compute_type(), CUBLAS_GEMM_DEFAULT));
@@ -102,27 +104,33 @@ void CudaDevice::gemm_strided_batched(bool trans_a, bool trans_b, int M, int N, 
 // out[N,OC] = inp[N,C] · weight[OC,C]^T + bias. With a bias, one cuBLASLt call adds it in the
 // GEMM's epilogue (bias_gemm.hpp); where cuBLASLt has no algorithm for the case (or under
 // DTRAIN_CUDA_GEMM_EPILOGUE=0), the bias is laid down first and the GEMM adds onto it
-// (beta = 1), in the CPU kernel's order.
+// (beta = 1), in the CPU kernel's order. A caller's inp16 is inp's GEMM operand as is.
 void CudaDevice::linear_forward(float* out, const float* inp, const float* weight,
-                                const float* bias, int N, int C, int OC) {
+                                const float* bias, int N, int C, int OC,
+                                const std::uint16_t* inp16) {
   OpWork work = gemm_work(N, OC, C, false);
   if (bias) work.bytes += 4.0 * OC;
   const OpProfile::Span span = begin_op("linear_forward", work);
+  const std::uint16_t* x16 = gemm_operands_ == DType::f32 ? nullptr : inp16;
   if (bias && bias_gemm_ && N > 0 && OC > 0 && C > 0) {
     const ColumnMajorGemm g =
         column_major_gemm(false, true, N, OC, C, inp, C, 0, weight, C, 0, out, OC, 0);
-    const GemmOperands x = gemm_operands(g, 1);
+    const GemmOperands x = gemm_operands(g, 1, nullptr, x16);  // inp is cuBLAS's B
     if (bias_gemm_->run(g, x.a, x.b, x.type, bias, compute_type())) return;
   }
   if (bias) broadcast_rows(stream_, out, bias, N, OC);
-  gemm(false, true, N, OC, C, 1.0f, inp, C, weight, C, bias ? 1.0f : 0.0f, out, OC);
+  queue_gemm(false, true, N, OC, C, 1.0f, inp, C, weight, C, bias ? 1.0f : 0.0f, out, OC, x16);
 }
 
 // dinp += dout · W (beta = 1, or 0 to write it over); dweight += dout^T · inp (beta = 1);
-// dbias += column sums of dout.
+// dbias += column sums of dout. A caller's inp16 is inp's GEMM operand as is.
 void CudaDevice::linear_backward(float* dinp, float* dweight, float* dbias, const float* dout,
                                  const float* inp, const float* weight, int N, int C, int OC,
-                                 GradWrite dinp_write) {
+                                 GradWrite dinp_write, const std::uint16_t* inp16) {
+  const std::uint16_t* x16 = gemm_operands_ == DType::f32 ? nullptr : inp16;
+  DTRAIN_CHECK(inp || x16 || !dweight || N == 0, Errc::invalid_argument,
+               "linear_backward: no input for the weight gradient (a 16-bit one serves only "
+               "under 16-bit GEMM operands)");
   const bool accumulate = dinp_write == GradWrite::accumulate;
   OpWork work = floats_moved(1.0 * N * OC);  // dout; each gradient added into read and written
   if (dinp) {  // reads the weight
@@ -137,11 +145,13 @@ void CudaDevice::linear_backward(float* dinp, float* dweight, float* dbias, cons
   const OpProfile::Span span = begin_op("linear_backward", work);
   if (dinp)
     queue_gemm(false, false, N, C, OC, 1.0f, dout, OC, weight, C, accumulate ? 1.0f : 0.0f,
-               dinp, C, false);
+               dinp, C);
   // dout is cuBLAS's B in both GEMMs: staged once under mixed precision. (Where this GEMM
   // has work, N, C and OC are positive, so the one above ran and staged it.)
+  const std::uint16_t* dout16 =
+      dinp && gemm_operands_ != DType::f32 ? staging_[1] : nullptr;
   if (dweight)
-    queue_gemm(true, false, OC, C, N, 1.0f, dout, OC, inp, C, 1.0f, dweight, C, dinp != nullptr);
+    queue_gemm(true, false, OC, C, N, 1.0f, dout, OC, inp, C, 1.0f, dweight, C, dout16, x16);
   if (dbias) {
     float* partials = scratch(column_sum_scratch_floats(N, OC));
     column_sum_accumulate(stream_, dbias, dout, N, OC, partials);
