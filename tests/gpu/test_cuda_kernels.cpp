@@ -379,22 +379,33 @@ TEST_F(CudaKernels, PositionalEmbedding) {
   EXPECT_EQ(d_dwpe.host(), dwpe) << "same summation order as the CPU";
 }
 
+// Rows of up to 1024 floats in four-float steps go one warp per row (100: lanes left idle;
+// 768; 1024: the most a lane holds), others a block per row (99, 1040, and an input one float
+// off 16-byte alignment).
 TEST_F(CudaKernels, LayerNorm) {
-  for (auto [N, C] : {std::pair<int, int>{64, 100}, {300, 768}}) {
+  struct Case {
+    int N, C, offset;
+  };
+  for (auto [N, C, offset] : {Case{64, 100, 0}, Case{300, 768, 0}, Case{20, 1024, 0},
+                              Case{20, 1040, 0}, Case{33, 99, 0}, Case{40, 768, 1}}) {
     auto inp = random_floats(static_cast<std::size_t>(N) * C, 1, 2.0f, 4.0f);  // mean far from 0
     auto w = random_floats(C, 2), b = random_floats(C, 3);
     std::vector<float> out(static_cast<std::size_t>(N) * C), mean(N), rstd(N);
     auto dinp = random_floats(static_cast<std::size_t>(N) * C, 4),
          dw = random_floats(C, 5), db = random_floats(C, 6),
          dout = random_floats(static_cast<std::size_t>(N) * C, 7);
-    auto d_inp = up(inp), d_w = up(w), d_b = up(b), d_dinp = up(dinp), d_dw = up(dw),
+    std::vector<float> shifted(static_cast<std::size_t>(offset), 0.0f);
+    shifted.insert(shifted.end(), inp.begin(), inp.end());
+    auto d_inp_buffer = up(shifted), d_w = up(w), d_b = up(b), d_dinp = up(dinp), d_dw = up(dw),
          d_db = up(db), d_dout = up(dout);
+    float* d_inp = d_inp_buffer.get() + offset;
     OnDevice<float> d_out(gpu, out.size()), d_mean(gpu, N), d_rstd(gpu, N);
     cpu.layernorm_forward(out.data(), mean.data(), rstd.data(), inp.data(), w.data(), b.data(),
                           N, C);
-    gpu.layernorm_forward(d_out.get(), d_mean.get(), d_rstd.get(), d_inp.get(), d_w.get(),
+    gpu.layernorm_forward(d_out.get(), d_mean.get(), d_rstd.get(), d_inp, d_w.get(),
                           d_b.get(), N, C);
-    const std::string tag = " N=" + std::to_string(N) + " C=" + std::to_string(C);
+    const std::string tag = " N=" + std::to_string(N) + " C=" + std::to_string(C) +
+                            (offset ? " unaligned" : "");
     expect_close(d_out.host(), out, kFp32Bound, "layernorm_forward out" + tag);
     expect_close(d_mean.host(), mean, kFp32Bound, "layernorm_forward mean" + tag);
     expect_close(d_rstd.host(), rstd, kFp32Bound, "layernorm_forward rstd" + tag);
@@ -402,7 +413,7 @@ TEST_F(CudaKernels, LayerNorm) {
     auto d_mean_cpu = up(mean), d_rstd_cpu = up(rstd);
     cpu.layernorm_backward(dinp.data(), dw.data(), db.data(), dout.data(), inp.data(), w.data(),
                            mean.data(), rstd.data(), N, C);
-    gpu.layernorm_backward(d_dinp.get(), d_dw.get(), d_db.get(), d_dout.get(), d_inp.get(),
+    gpu.layernorm_backward(d_dinp.get(), d_dw.get(), d_db.get(), d_dout.get(), d_inp,
                            d_w.get(), d_mean_cpu.get(), d_rstd_cpu.get(), N, C);
     expect_close(d_dinp.host(), dinp, kFp32Bound, "layernorm_backward dinp" + tag);
     expect_close(d_dw.host(), dw, kFp32Bound, "layernorm_backward dweight" + tag);
