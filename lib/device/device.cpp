@@ -33,6 +33,12 @@ void Device::set_gemm_operand_format(DType fmt) {
   check_float_format(fmt, "set_gemm_operand_format");
 }
 
+void Device::crossentropy_backward_16bit(std::uint16_t*, const float*, const float*,
+                                         const std::int32_t*, const float*, int, int, int, int) {
+  DTRAIN_FAIL(Errc::unavailable, "crossentropy_backward_16bit: " << name()
+                                     << " has no 16-bit GEMM operands");
+}
+
 std::size_t Device::attention_saved_floats(int B, int T, int, int NH) const {
   return static_cast<std::size_t>(B) * NH * T * T;
 }

@@ -463,15 +463,24 @@ void GptModel::backward_stage(float dloss, const float* doutput, int chunk, int 
     if (tied >= 0) grads_writing(ready_index_.size() - 1);  // head_dw_ is the wte gradient
     // loss = mean over N positions, so each position's loss gets dloss / N
     d.fill(dlosses_, dloss / static_cast<float>(N), N);
-    // dlogits overwrite the logits in place (they are not needed any more)
-    ce_.backward(d, tp_, logits_, logits_, lse_, targets_, dlosses_, N);
-    float* dlogits = logits_;
+    // dlogits overwrite the logits in place (they are not needed any more), or go straight
+    // into 16-bit words where the GEMMs below read those (head_reads_dlogits16)
+    const float* dlogits = nullptr;
+    const std::uint16_t* dlogits16 = nullptr;
+    if (head_reads_dlogits16()) {
+      auto* words = reinterpret_cast<std::uint16_t*>(dlogits16_);
+      ce_.backward_16bit(d, tp_, words, logits_, lse_, targets_, dlosses_, N);
+      dlogits16 = words;
+    } else {
+      ce_.backward(d, tp_, logits_, logits_, lse_, targets_, dlosses_, N);
+      dlogits = logits_;
+    }
     // LM head, a linear layer without bias: dlnf[N,C] = dlogits · head (this rank's vocabulary
     // part of it); dhead[Vl,C] += dlogits^T · lnf (complete: each row sees only its own
     // logits). One call, so a GPU rounds dlogits to 16 bits once for both GEMMs.
     const float* head_in = sp_ ? lnf_full_ : lnf_;
     d.linear_backward(dln_, head_dw_, nullptr, dlogits, head_in, head_w_, N, C, Vl,
-                      Device::GradWrite::overwrite);
+                      Device::GradWrite::overwrite, nullptr, dlogits16);
     progress();
     const float* dlnf = enter_region_bwd(dln_, N, R);
 

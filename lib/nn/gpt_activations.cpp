@@ -28,7 +28,11 @@ void GptModel::check_attention_saved_floats() const {
 }
 
 bool GptModel::gemm_reads_kept16() const {
-  return keeps_16bit() && !sp_ && dev_->reads_16bit_gemm_inputs(cfg_.saved_activations);
+  return keeps_16bit() && !sp_ && dev_->gemm_operand_format() == cfg_.saved_activations;
+}
+
+bool GptModel::head_reads_dlogits16() const {
+  return dlogits16_ != nullptr && dev_->gemm_operand_format() != DType::f32;
 }
 
 const std::uint16_t* GptModel::keep_gemm_input(const float* value, float* copy,
@@ -99,6 +103,7 @@ void GptModel::allocate_activations() {
     for (std::size_t i = 0; i < internal_scratch_.size(); ++i) want(internal_scratch_[i], internal_numel[i]);
   }
   auto halves = [](std::size_t n) { return (n + 1) / 2; };  // 16-bit values, in floats
+  if (stage_.head && dev_->gemm_operand_format() != DType::f32) want(dlogits16_, halves(N * Vl));
   if (sp_) {
     want(gather_, N * C);
     want(dres_full_, N * C);

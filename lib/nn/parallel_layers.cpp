@@ -101,4 +101,14 @@ void VocabParallelCrossEntropy::backward(Device& dev, const TpGroup& tp, float* 
                                     shard.start);
 }
 
+void VocabParallelCrossEntropy::backward_16bit(Device& dev, const TpGroup& tp,
+                                               std::uint16_t* dlogits16, const float* logits,
+                                               const float* lse, const std::int32_t* targets,
+                                               const float* dlosses, int N) const {
+  const bool whole = tp.size() == 1;
+  dev.crossentropy_backward_16bit(dlogits16, logits, lse, targets, dlosses, N,
+                                  whole ? vocab : shard.rows, shard.padded_rows,
+                                  whole ? 0 : shard.start);
+}
+
 }  // namespace dtrain::nn

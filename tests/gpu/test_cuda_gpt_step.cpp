@@ -127,7 +127,8 @@ TEST(CudaGptStep, DecodeWithTheCacheMatchesTheCpu) {
 
 // Under 16-bit GEMM operands the fused attention saves one log-sum-exp per row (two floats),
 // not the T x T probabilities, and the model sizes its saved activations by what the device
-// says (Device::attention_saved_floats), and refuses to run once that has changed.
+// says (Device::attention_saved_floats), and refuses to run once that has changed. It also
+// holds the head's logit gradient as 16-bit words then (B x T x Vp, which the GEMMs read).
 TEST(CudaGptStep, FusedAttentionSavesALogSumExpPerRowInsteadOfTheProbabilities) {
   Device& gpu = dtrain::select_device("cuda");
   const GptConfig cfg = small_gpt();
@@ -139,7 +140,8 @@ TEST(CudaGptStep, FusedAttentionSavesALogSumExpPerRowInsteadOfTheProbabilities) 
   // both sizes are whole 64-byte blocks, so the difference is exact
   const std::size_t probabilities = static_cast<std::size_t>(B) * cfg.heads * T * T;
   const std::size_t lse = 2u * B * cfg.heads * T;
-  EXPECT_EQ(unfused - fused, cfg.layers * (probabilities - lse) * sizeof(float));
+  const std::size_t dlogits16 = static_cast<std::size_t>(B) * T * cfg.padded_vocab() * 2;
+  EXPECT_EQ(unfused + dlogits16 - fused, cfg.layers * (probabilities - lse) * sizeof(float));
   std::printf("  activations: %zu bytes unfused, %zu fused\n", unfused, fused);
 
   // fp32 operands now would have the unfused attention write B x NH x T x T floats into the

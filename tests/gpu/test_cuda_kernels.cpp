@@ -200,12 +200,12 @@ TEST_F(CudaKernels, GemmsUnder16BitOperandsMultiplyRoundedCopies) {
   }
 }
 
-// A caller's 16-bit copy of a linear layer's input (inp16) is the GEMM operand as it is: the
-// same results bit for bit as rounding inp, with and without a bias, and backward also
-// without the fp32 input; a copy of other values changes them (it is what is read). Under
-// fp32 operands reads_16bit_gemm_inputs is false, inp16 is ignored and backward needs inp;
-// the CPU never reads it.
-TEST_F(CudaKernels, LinearLayerReadsTheCallersSixteenBitInput) {
+// A caller's 16-bit copy of a linear layer's input (inp16) or output gradient (dout16) is the
+// GEMM operand as it is: the same results bit for bit as rounding inp / dout, with and
+// without a bias, and backward also without the fp32 values; a copy of other values changes
+// them (it is what is read). Under fp32 operands inp16 is ignored and backward needs inp; the
+// CPU multiplies fp32 and needs them too.
+TEST_F(CudaKernels, LinearLayerReadsTheCallersSixteenBitOperands) {
   const int N = 300, C = 96, OC = 130;
   const std::size_t NC = static_cast<std::size_t>(N) * C;
   auto d_inp = up(random_floats(NC, 1)), d_other = up(random_floats(NC, 9));
@@ -215,14 +215,18 @@ TEST_F(CudaKernels, LinearLayerReadsTheCallersSixteenBitInput) {
              db0 = random_floats(OC, 7);
   OnDevice<float> d_ref(gpu, static_cast<std::size_t>(N) * OC), d_got(gpu, d_ref.host().size());
   OnDevice<std::uint16_t> d_inp16(gpu, NC), d_other16(gpu, NC);
-  EXPECT_FALSE(gpu.reads_16bit_gemm_inputs(DType::bf16)) << "fp32 operands";
-  EXPECT_FALSE(cpu.reads_16bit_gemm_inputs(DType::bf16));
+  OnDevice<std::uint16_t> d_dout16(gpu, static_cast<std::size_t>(N) * OC);
+  EXPECT_EQ(gpu.gemm_operand_format(), DType::f32);
+  {
+    gputest::OperandFormat scoped(cpu, DType::bf16);
+    EXPECT_EQ(cpu.gemm_operand_format(), DType::f32) << "the CPU multiplies fp32";
+  }
   for (const DType fmt : {DType::bf16, DType::f16}) {
     gputest::OperandFormat scoped(gpu, fmt);
     const std::string tag = std::string(" ") + dtrain::dtype_name(fmt);
-    EXPECT_TRUE(gpu.reads_16bit_gemm_inputs(fmt)) << tag;
-    EXPECT_FALSE(gpu.reads_16bit_gemm_inputs(fmt == DType::bf16 ? DType::f16 : DType::bf16));
+    EXPECT_EQ(gpu.gemm_operand_format(), fmt);
     gpu.convert_to_16bit(d_inp16.get(), d_inp.get(), static_cast<std::int64_t>(NC), fmt);
+    gpu.convert_to_16bit(d_dout16.get(), d_dout.get(), static_cast<std::int64_t>(N) * OC, fmt);
     gpu.convert_to_16bit(d_other16.get(), d_other.get(), static_cast<std::int64_t>(NC), fmt);
     for (float* bias : {d_bias.get(), static_cast<float*>(nullptr)}) {
       const std::string what = "linear_forward" + tag + (bias ? " (bias)" : "");
@@ -247,7 +251,22 @@ TEST_F(CudaKernels, LinearLayerReadsTheCallersSixteenBitInput) {
       gpu.linear_backward(nullptr, o_dw.get(), nullptr, d_dout.get(), nullptr, d_w.get(), N, C,
                           OC, Device::GradWrite::accumulate, d_other16.get());
       EXPECT_NE(o_dw.host(), r_dw.host()) << what << ": inp16 was not read";
+      // dout16 alone (no bias gradient: that sums the fp32 dout)
+      auto r2_dinp = up(dinp0), r2_dw = up(dw0), g2_dinp = up(dinp0), g2_dw = up(dw0);
+      gpu.linear_backward(with_dinp ? r2_dinp.get() : nullptr, r2_dw.get(), nullptr,
+                          d_dout.get(), d_inp.get(), d_w.get(), N, C, OC);
+      gpu.linear_backward(with_dinp ? g2_dinp.get() : nullptr, g2_dw.get(), nullptr, nullptr,
+                          nullptr, d_w.get(), N, C, OC, Device::GradWrite::accumulate,
+                          d_inp16.get(), d_dout16.get());
+      EXPECT_EQ(g2_dinp.host(), r2_dinp.host()) << what << " from dout16";
+      EXPECT_EQ(g2_dw.host(), r2_dw.host()) << what << " from dout16";
     }
+    auto db = up(db0), dw = up(dw0);
+    EXPECT_THROW(gpu.linear_backward(nullptr, dw.get(), db.get(), nullptr, d_inp.get(), d_w.get(),
+                                     N, C, OC, Device::GradWrite::accumulate, nullptr,
+                                     d_dout16.get()),
+                 dtrain::Error)
+        << "a bias gradient from dout16 alone";
   }
   gpu.linear_forward(d_ref.get(), d_inp.get(), d_w.get(), d_bias.get(), N, C, OC);
   gpu.linear_forward(d_got.get(), d_inp.get(), d_w.get(), d_bias.get(), N, C, OC,
@@ -640,6 +659,46 @@ TEST_F(CudaKernels, CrossEntropy) {
   gpu.crossentropy_backward(d_logits.get(), d_logits.get(), d_lse.get(), d_targets.get(),
                             d_dlosses.get(), N, V, Vp);
   expect_close(d_logits.host(), dlogits, kFp32Bound, "crossentropy_backward in place");
+}
+
+// The backward straight into 16-bit words (for the LM head's GEMMs) is the fp32 gradient
+// rounded, bit for bit, over the whole vocabulary and over a shard (padding columns 0, the
+// target in the shard or not); only under 16-bit GEMM operands, never on the CPU.
+TEST_F(CudaKernels, CrossEntropyBackwardInto16BitWords) {
+  const int N = 30, ld = 192;
+  auto logits = random_floats(static_cast<std::size_t>(N) * ld, 1, -6.0f, 6.0f);
+  auto targets = random_ints(N, 2, 0, 300);
+  auto dlosses = random_floats(N, 3);
+  auto lse = random_floats(N, 4, 5.0f, 6.0f);
+  auto d_logits = up(logits), d_lse = up(lse), d_dlosses = up(dlosses);
+  auto d_targets = up(targets);
+  const std::size_t n = logits.size();
+  OnDevice<float> d_dlogits(gpu, n);
+  OnDevice<std::uint16_t> d_want(gpu, n), d_got(gpu, n);
+  struct Part {
+    int V, vocab_start;
+  };
+  for (const DType fmt : {DType::bf16, DType::f16}) {
+    gputest::OperandFormat scoped(gpu, fmt);
+    for (const auto& [V, start] : {Part{170, 0}, Part{150, 100}}) {
+      const std::string what = std::string(dtrain::dtype_name(fmt)) + " V " + std::to_string(V) +
+                               " from " + std::to_string(start);
+      gpu.crossentropy_shard_backward(d_dlogits.get(), d_logits.get(), d_lse.get(),
+                                      d_targets.get(), d_dlosses.get(), N, V, ld, start);
+      gpu.convert_to_16bit(d_want.get(), d_dlogits.get(), static_cast<std::int64_t>(n), fmt);
+      gpu.crossentropy_backward_16bit(d_got.get(), d_logits.get(), d_lse.get(), d_targets.get(),
+                                      d_dlosses.get(), N, V, ld, start);
+      EXPECT_EQ(d_got.host(), d_want.host()) << what;
+    }
+  }
+  EXPECT_THROW(gpu.crossentropy_backward_16bit(d_got.get(), d_logits.get(), d_lse.get(),
+                                               d_targets.get(), d_dlosses.get(), N, 170, ld, 0),
+               dtrain::Error)
+      << "fp32 GEMM operands";
+  std::vector<std::uint16_t> words(n);
+  EXPECT_THROW(cpu.crossentropy_backward_16bit(words.data(), logits.data(), lse.data(),
+                                               targets.data(), dlosses.data(), N, 170, ld, 0),
+               dtrain::Error);
 }
 
 // The forward reads a row once (a running maximum and sum), four floats at a time where the

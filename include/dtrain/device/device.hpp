@@ -88,6 +88,9 @@ class DTRAIN_API Device {
   // multiply on them, accumulating in fp32 (the CUDA device); one without keeps fp32
   // operands (the CPU, which only checks fmt). Anything else: Error(Errc::invalid_argument).
   virtual void set_gemm_operand_format(DType fmt);
+  // The format the GEMMs multiply in: bf16/f16 after set_gemm_operand_format on a device with
+  // 16-bit matrix units (the CUDA device), else f32 (the default, and always the CPU).
+  virtual DType gemm_operand_format() const { return DType::f32; }
 
   // How a backward op writes an input gradient: added into what the buffer holds, or written
   // over it (the buffer may then hold anything before, NaN included).
@@ -95,23 +98,22 @@ class DTRAIN_API Device {
 
   // ---- linear layer --------------------------------------------------------
   // out[N,OC] = inp[N,C] · weight[OC,C]^T + bias[OC]   (bias may be null)
-  // inp16 (optional, both ops): inp already rounded to the GEMM operand format, [N,C] 16-bit
-  // words, which a device that multiplies on such operands (reads_16bit_gemm_inputs) reads
-  // instead of rounding inp itself: the same result bit for bit, one conversion less.
+  // inp16, dout16 (optional): inp [N,C], dout [N,OC] already rounded to a 16-bit
+  // gemm_operand_format(), which the device then reads instead of rounding the fp32 values
+  // itself (the same result bit for bit, one conversion less); ignored while that format is
+  // f32, and so never read by the CPU.
   virtual void linear_forward(float* out, const float* inp, const float* weight,
                               const float* bias, int N, int C, int OC,
                               const std::uint16_t* inp16 = nullptr) = 0;
   // dinp[N,C] += dout·W (= with overwrite); dweight[OC,C] += dout^T·inp; dbias[OC] +=
-  // sum_n dout. dinp or dbias may be null (not needed / no bias). inp may be null where
-  // inp16 is given and reads_16bit_gemm_inputs(its format) holds.
+  // sum_n dout. dinp or dbias may be null (not needed / no bias). Under a 16-bit
+  // gemm_operand_format, inp may be null where inp16 is given, and dout where dout16 is and
+  // there is no dbias.
   virtual void linear_backward(float* dinp, float* dweight, float* dbias, const float* dout,
                                const float* inp, const float* weight, int N, int C, int OC,
                                GradWrite dinp_write = GradWrite::accumulate,
-                               const std::uint16_t* inp16 = nullptr) = 0;
-  // Whether the linear layer reads a caller's inp16 in format fmt: the GEMMs multiply on fmt
-  // operands (the CUDA device after set_gemm_operand_format(fmt) with bf16/f16). The default,
-  // and the CPU, which multiplies fp32: false.
-  virtual bool reads_16bit_gemm_inputs(DType /*fmt*/) const { return false; }
+                               const std::uint16_t* inp16 = nullptr,
+                               const std::uint16_t* dout16 = nullptr) = 0;
 
   // ---- embeddings ----------------------------------------------------------
   // out[N,C] = wte[tokens[n] - vocab_start] for tokens in [vocab_start, vocab_start+vocab_rows),
@@ -231,6 +233,14 @@ class DTRAIN_API Device {
   virtual void crossentropy_shard_backward(float* dlogits, const float* logits, const float* lse,
                                            const std::int32_t* targets, const float* dlosses,
                                            int N, int V, int ld, int vocab_start) = 0;
+  // Either backward (crossentropy_backward: vocab_start 0, V the vocabulary, ld = Vp) with the
+  // gradient written rounded to a 16-bit gemm_operand_format(), dlogits16[N,ld], as
+  // linear_backward's dout16: never fp32 in memory. Only a device with 16-bit GEMM operands
+  // has it; the default throws Error(Errc::unavailable).
+  virtual void crossentropy_backward_16bit(std::uint16_t* dlogits16, const float* logits,
+                                           const float* lse, const std::int32_t* targets,
+                                           const float* dlosses, int N, int V, int ld,
+                                           int vocab_start);
 
   // ---- optimiser updates over flat buffers (pure: usable on any shard) ------
   // g = grad*grad_scale; m = b1 m + (1-b1) g; v = b2 v + (1-b2) g^2;

@@ -273,10 +273,13 @@ class DTRAIN_API GptModel {
   void restore_16bit(Block& b, int B) const;
   // Whether c_attn's, c_fc's and the MLP c_proj's inputs are rounded into their kept copies as
   // soon as they are computed, and the copies are those layers' GEMM operands both ways
-  // (Device::reads_16bit_gemm_inputs): forward does not round the inputs again, and backward
+  // (Device::gemm_operand_format): forward does not round the inputs again, and backward
   // does not widen the copies only to round them again; the same operands bit for bit. Not
   // with sequence parallelism, where the first two layers' input is gathered over the group.
   bool gemm_reads_kept16() const;
+  // Whether the head's logit gradient goes straight into 16-bit words (dlogits16_) for the LM
+  // head's GEMMs, never fp32 in memory (Device::crossentropy_backward_16bit).
+  bool head_reads_dlogits16() const;
   // value[0..n) rounded into its kept copy, returned as the 16-bit words it now holds.
   const std::uint16_t* keep_gemm_input(const float* value, float* copy, std::int64_t n) const;
   // Device::attention_saved_floats changes with the device's GEMM operand format (the CUDA
@@ -328,6 +331,9 @@ class DTRAIN_API GptModel {
   // gradient scratch shared by all layers
   float *dres_ = nullptr, *dln_ = nullptr, *dqkv_ = nullptr, *datty_ = nullptr, *dfch_ = nullptr,
         *dfch_gelu_ = nullptr, *att_ws_ = nullptr, *ce_scratch_ = nullptr;
+  // The head's logit gradient as 16-bit words, which the LM head's GEMMs read (held where the
+  // device multiplied 16-bit operands when the model was built; null otherwise).
+  float* dlogits16_ = nullptr;
   // sequence parallelism: gathered LayerNorm output, gathered ln_f output (the LM head input),
   // gathered residual gradient, a gradient shard of the residual rows, and the LayerNorm
   // gradients of one backward (summed over the group before they join the arena)

@@ -161,6 +161,11 @@ struct DTRAIN_API VocabParallelCrossEntropy {
   void backward(Device& dev, const TpGroup& tp, float* dlogits, const float* logits,
                 const float* lse, const std::int32_t* targets, const float* dlosses,
                 int N) const;
+  // The same gradient rounded into 16-bit words of the device's GEMM operand format
+  // (Device::crossentropy_backward_16bit), for GEMMs that read it as it is.
+  void backward_16bit(Device& dev, const TpGroup& tp, std::uint16_t* dlogits16,
+                      const float* logits, const float* lse, const std::int32_t* targets,
+                      const float* dlosses, int N) const;
 };
 
 // Sum of squares of every gradient, over the whole TP group: tp_sharded parameters are summed

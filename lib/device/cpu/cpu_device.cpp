@@ -118,7 +118,7 @@ void CpuDevice::gemm_strided_batched(bool ta, bool tb, int M, int N, int K, floa
   cpu::gemm_strided_batched<float>(ta, tb, M, N, K, alpha, A, lda, sa, B, ldb, sb, beta, C, ldc,
                                    sc, batch);
 }
-// inp16 is never read: the CPU multiplies fp32 (reads_16bit_gemm_inputs is false).
+// inp16 and dout16 are never read: the CPU multiplies fp32 (gemm_operand_format).
 void CpuDevice::linear_forward(float* out, const float* inp, const float* weight,
                                const float* bias, int N, int C, int OC,
                                const std::uint16_t* /*inp16*/) {
@@ -126,9 +126,10 @@ void CpuDevice::linear_forward(float* out, const float* inp, const float* weight
 }
 void CpuDevice::linear_backward(float* dinp, float* dweight, float* dbias, const float* dout,
                                 const float* inp, const float* weight, int N, int C, int OC,
-                                GradWrite dinp_write, const std::uint16_t* /*inp16*/) {
-  DTRAIN_CHECK(inp || !dweight || N == 0, Errc::invalid_argument,
-               "linear_backward: the CPU needs the fp32 input for the weight gradient");
+                                GradWrite dinp_write, const std::uint16_t* /*inp16*/,
+                                const std::uint16_t* /*dout16*/) {
+  DTRAIN_CHECK(N == 0 || ((inp || !dweight) && dout), Errc::invalid_argument,
+               "linear_backward: the CPU needs the fp32 input and output gradient");
   cpu::linear_backward<float>(dinp, dweight, dbias, dout, inp, weight, N, C, OC,
                               dinp_write == GradWrite::accumulate);
 }

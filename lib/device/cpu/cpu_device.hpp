@@ -42,7 +42,8 @@ class CpuDevice final : public Device {
                       int C, int OC, const std::uint16_t* inp16) override;
   void linear_backward(float* dinp, float* dweight, float* dbias, const float* dout,
                        const float* inp, const float* weight, int N, int C, int OC,
-                       GradWrite dinp_write, const std::uint16_t* inp16) override;
+                       GradWrite dinp_write, const std::uint16_t* inp16,
+                       const std::uint16_t* dout16) override;
   void embedding_forward(float* out, const std::int32_t* tokens, const float* wte, int N, int C,
                          int vocab_start, int vocab_rows) override;
   void embedding_backward(float* dwte, const float* dout, const std::int32_t* tokens, int N,

@@ -81,10 +81,9 @@ class CudaDevice final : public Device {
                       int C, int OC, const std::uint16_t* inp16) override;
   void linear_backward(float* dinp, float* dweight, float* dbias, const float* dout,
                        const float* inp, const float* weight, int N, int C, int OC,
-                       GradWrite dinp_write, const std::uint16_t* inp16) override;
-  bool reads_16bit_gemm_inputs(DType fmt) const override {
-    return fmt != DType::f32 && fmt == gemm_operands_;
-  }
+                       GradWrite dinp_write, const std::uint16_t* inp16,
+                       const std::uint16_t* dout16) override;
+  DType gemm_operand_format() const override { return gemm_operands_; }
   void embedding_forward(float* out, const std::int32_t* tokens, const float* wte, int N, int C,
                          int vocab_start, int vocab_rows) override;
   void embedding_backward(float* dwte, const float* dout, const std::int32_t* tokens, int N,
@@ -137,6 +136,10 @@ class CudaDevice final : public Device {
   void crossentropy_shard_backward(float* dlogits, const float* logits, const float* lse,
                                    const std::int32_t* targets, const float* dlosses, int N,
                                    int V, int ld, int vocab_start) override;
+  void crossentropy_backward_16bit(std::uint16_t* dlogits16, const float* logits,
+                                   const float* lse, const std::int32_t* targets,
+                                   const float* dlosses, int N, int V, int ld,
+                                   int vocab_start) override;
   void adamw(float* param, const float* grad, float* m, float* v, std::int64_t n, float lr,
              float beta1, float beta2, float eps, float weight_decay, int step,
              float grad_scale) override;

@@ -123,14 +123,18 @@ void CudaDevice::linear_forward(float* out, const float* inp, const float* weigh
 }
 
 // dinp += dout · W (beta = 1, or 0 to write it over); dweight += dout^T · inp (beta = 1);
-// dbias += column sums of dout. A caller's inp16 is inp's GEMM operand as is.
+// dbias += column sums of dout. A caller's inp16 / dout16 is the GEMM operand as is.
 void CudaDevice::linear_backward(float* dinp, float* dweight, float* dbias, const float* dout,
                                  const float* inp, const float* weight, int N, int C, int OC,
-                                 GradWrite dinp_write, const std::uint16_t* inp16) {
-  const std::uint16_t* x16 = gemm_operands_ == DType::f32 ? nullptr : inp16;
-  DTRAIN_CHECK(inp || x16 || !dweight || N == 0, Errc::invalid_argument,
-               "linear_backward: no input for the weight gradient (a 16-bit one serves only "
-               "under 16-bit GEMM operands)");
+                                 GradWrite dinp_write, const std::uint16_t* inp16,
+                                 const std::uint16_t* dout16) {
+  const bool words = gemm_operands_ != DType::f32;
+  const std::uint16_t* x16 = words ? inp16 : nullptr;
+  const std::uint16_t* dy16 = words ? dout16 : nullptr;
+  DTRAIN_CHECK(N == 0 || ((inp || x16 || !dweight) && (dout || (dy16 && !dbias))),
+               Errc::invalid_argument,
+               "linear_backward: no input or output gradient (a 16-bit one serves only under "
+               "16-bit GEMM operands, and the bias gradient needs the fp32 one)");
   const bool accumulate = dinp_write == GradWrite::accumulate;
   OpWork work = floats_moved(1.0 * N * OC);  // dout; each gradient added into read and written
   if (dinp) {  // reads the weight
@@ -145,13 +149,12 @@ void CudaDevice::linear_backward(float* dinp, float* dweight, float* dbias, cons
   const OpProfile::Span span = begin_op("linear_backward", work);
   if (dinp)
     queue_gemm(false, false, N, C, OC, 1.0f, dout, OC, weight, C, accumulate ? 1.0f : 0.0f,
-               dinp, C);
+               dinp, C, dy16);
   // dout is cuBLAS's B in both GEMMs: staged once under mixed precision. (Where this GEMM
   // has work, N, C and OC are positive, so the one above ran and staged it.)
-  const std::uint16_t* dout16 =
-      dinp && gemm_operands_ != DType::f32 ? staging_[1] : nullptr;
+  if (words && !dy16 && dinp) dy16 = staging_[1];
   if (dweight)
-    queue_gemm(true, false, OC, C, N, 1.0f, dout, OC, inp, C, 1.0f, dweight, C, dout16, x16);
+    queue_gemm(true, false, OC, C, N, 1.0f, dout, OC, inp, C, 1.0f, dweight, C, dy16, x16);
   if (dbias) {
     float* partials = scratch(column_sum_scratch_floats(N, OC));
     column_sum_accumulate(stream_, dbias, dout, N, OC, partials);

@@ -116,6 +116,11 @@ void crossentropy_shard_finish(cudaStream_t s, float* losses, float* lse, const 
 void crossentropy_shard_backward(cudaStream_t s, float* dlogits, const float* logits,
                                  const float* lse, const std::int32_t* targets,
                                  const float* dlosses, int N, int V, int ld, int vocab_start);
+// The same gradient rounded to bf16 (or fp16) words.
+void crossentropy_backward_16bit(cudaStream_t s, std::uint16_t* dlogits16, bool bf16,
+                                 const float* logits, const float* lse,
+                                 const std::int32_t* targets, const float* dlosses, int N, int V,
+                                 int ld, int vocab_start);
 
 // ---- kernels_optimizer.cu --------------------------------------------------------
 // c1 = 1/(1 - beta1^step), c2 = 1/(1 - beta2^step), computed on the host in double as the CPU does.

@@ -6,6 +6,7 @@
 #include "device/cuda/cuda_check.hpp"
 #include "device/cuda/kernel_utils.cuh"
 #include "device/cuda/kernels.hpp"
+#include "device/half_bits.hpp"
 
 namespace dtrain::cuda {
 namespace {
@@ -93,14 +94,28 @@ __global__ void crossentropy_forward_kernel(float* losses, float* lse, const flo
   }
 }
 
+// How the backward kernel stores a gradient: as it is, or rounded to bf16 / fp16 (what
+// staging it as a GEMM operand would give, bit for bit).
+struct StoreFloat {
+  __device__ void operator()(float* dz, int j, float g) const { dz[j] = g; }
+};
+template <bool Bf16> struct StoreHalf {
+  __device__ void operator()(std::uint16_t* dz, int j, float g) const {
+    dz[j] = Bf16 ? halfbits::to_bf16(g) : halfbits::to_f16(g);
+  }
+};
+using StoreBf16 = StoreHalf<true>;
+using StoreF16 = StoreHalf<false>;
+
 // dz[j] = exp(z[j] - lse) * d, minus d at the target (owned by this shard); padding 0.
-// Each element is read and written by the same thread, so dlogits may alias logits.
-__global__ void crossentropy_backward_kernel(float* dlogits, const float* logits, const float* lse,
+// Each element is read and written by the same thread, so a float dlogits may alias logits.
+template <class Out, class Store>
+__global__ void crossentropy_backward_kernel(Out* dlogits, const float* logits, const float* lse,
                                              const std::int32_t* targets, const float* dlosses,
-                                             int V, int ld, int vocab_start) {
+                                             int V, int ld, int vocab_start, Store store) {
   const std::int64_t n = blockIdx.x;
   const float* z = logits + n * ld;
-  float* dz = dlogits + n * ld;
+  Out* dz = dlogits + n * ld;
   const float l = lse[n], d = dlosses[n];
   const std::int32_t target = targets[n];
   const int own = owns(target, vocab_start, V) ? target - vocab_start : -1;
@@ -110,7 +125,7 @@ __global__ void crossentropy_backward_kernel(float* dlogits, const float* logits
       g = expf(z[j] - l) * d;
       if (j == own) g -= d;
     }
-    dz[j] = g;
+    store(dz, j, g);
   }
 }
 
@@ -164,8 +179,8 @@ void crossentropy_backward(cudaStream_t s, float* dlogits, const float* logits, 
                            const std::int32_t* targets, const float* dlosses, int N, int V,
                            int Vp) {
   if (N <= 0) return;
-  crossentropy_backward_kernel<<<N, kThreads, 0, s>>>(dlogits, logits, lse, targets, dlosses, V,
-                                                      Vp, 0);
+  crossentropy_backward_kernel<float, StoreFloat><<<N, kThreads, 0, s>>>(
+      dlogits, logits, lse, targets, dlosses, V, Vp, 0, StoreFloat{});
   check_launch("crossentropy_backward");
 }
 
@@ -197,9 +212,24 @@ void crossentropy_shard_backward(cudaStream_t s, float* dlogits, const float* lo
                                  const float* lse, const std::int32_t* targets,
                                  const float* dlosses, int N, int V, int ld, int vocab_start) {
   if (N <= 0) return;
-  crossentropy_backward_kernel<<<N, kThreads, 0, s>>>(dlogits, logits, lse, targets, dlosses, V,
-                                                      ld, vocab_start);
+  crossentropy_backward_kernel<float, StoreFloat><<<N, kThreads, 0, s>>>(
+      dlogits, logits, lse, targets, dlosses, V, ld, vocab_start, StoreFloat{});
   check_launch("crossentropy_shard_backward");
+}
+
+void crossentropy_backward_16bit(cudaStream_t s, std::uint16_t* dlogits16, bool bf16,
+                                 const float* logits, const float* lse,
+                                 const std::int32_t* targets, const float* dlosses, int N, int V,
+                                 int ld, int vocab_start) {
+  if (N <= 0) return;
+  if (bf16) {
+    crossentropy_backward_kernel<std::uint16_t, StoreBf16><<<N, kThreads, 0, s>>>(
+        dlogits16, logits, lse, targets, dlosses, V, ld, vocab_start, StoreBf16{});
+  } else {
+    crossentropy_backward_kernel<std::uint16_t, StoreF16><<<N, kThreads, 0, s>>>(
+        dlogits16, logits, lse, targets, dlosses, V, ld, vocab_start, StoreF16{});
+  }
+  check_launch("crossentropy_backward_16bit");
 }
 
 }  // namespace dtrain::cuda

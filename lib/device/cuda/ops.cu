@@ -143,6 +143,19 @@ void CudaDevice::crossentropy_shard_backward(float* dlogits, const float* logits
                                     vocab_start);
 }
 
+void CudaDevice::crossentropy_backward_16bit(std::uint16_t* dlogits16, const float* logits,
+                                             const float* lse, const std::int32_t* targets,
+                                             const float* dlosses, int N, int V, int ld,
+                                             int vocab_start) {
+  DTRAIN_CHECK(gemm_operands_ != DType::f32, Errc::invalid_argument,
+               "crossentropy_backward_16bit: the GEMM operands are fp32");
+  OpWork work = floats_moved(1.0 * N * V + 3.0 * N);
+  work.bytes += 2.0 * N * ld;
+  const OpProfile::Span span = begin_op("crossentropy_backward_16bit", work);
+  cuda::crossentropy_backward_16bit(stream_, dlogits16, gemm_operands_ == DType::bf16, logits,
+                                    lse, targets, dlosses, N, V, ld, vocab_start);
+}
+
 void CudaDevice::adamw(float* param, const float* grad, float* m, float* v, std::int64_t n,
                        float lr, float beta1, float beta2, float eps, float weight_decay,
                        int step, float grad_scale) {
