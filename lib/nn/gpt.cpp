@@ -416,7 +416,7 @@ void GptModel::block_forward(Block& b, const float* residual, int B, int T, bool
   Device& d = *dev_;
   const int N = B * T, R = sp_ ? N / tp_.size() : N;
   const std::int64_t RC = static_cast<std::int64_t>(R) * cfg_.d_model;
-  const bool kept16 = gemm_reads_kept16();  // then R == N
+  const bool kept16 = reads_kept16();  // then R == N
   const std::int64_t NF = static_cast<std::int64_t>(N) * hidden_local_;
   // attention: res2 = residual + c_proj(attn(c_attn(ln_1(residual))))
   b.ln_1.forward(d, b.ln1, b.ln1_mean, b.ln1_rstd, residual, R);
@@ -425,7 +425,9 @@ void GptModel::block_forward(Block& b, const float* residual, int B, int T, bool
   progress();
   d.attention_forward(b.atty, b.att, att_ws_, b.qkv, B, T, C_local_, heads_local_);
   progress();
-  b.attn_proj.forward(d, proj_, b.atty, N);
+  b.attn_proj.forward(d, proj_, b.atty, N,
+                      kept16 ? keep_gemm_input(b.atty, b.atty16, static_cast<std::int64_t>(N) * C_local_)
+                             : nullptr);
   d.residual_forward(b.res2, residual, leave_region_fwd(proj_, b.res2, N, R), RC);
   // MLP: res3 = res2 + c_proj(gelu(c_fc(ln_2(res2))))
   b.ln_2.forward(d, b.ln2, b.ln2_mean, b.ln2_rstd, b.res2, R);
@@ -503,9 +505,9 @@ void GptModel::backward_stage(float dloss, const float* doutput, int chunk, int 
     grads_writing(static_cast<std::size_t>(stage_.layers - l));
     if (cfg_.recompute) block_forward(b, res_in, B, T, /*to_output=*/false);
     restore_16bit(b, B);
-    // A linear layer's input: its kept 16-bit copy alone (gemm_reads_kept16, which left the
-    // fp32 value unrestored), or the fp32 value.
-    const bool kept16 = gemm_reads_kept16();
+    // An input of a linear layer, GELU or the attention: its kept 16-bit copy alone
+    // (reads_kept16, which left the fp32 value unrestored), or the fp32 value.
+    const bool kept16 = reads_kept16();
     auto fp32_input = [kept16](const float* x) { return kept16 ? nullptr : x; };
     auto kept_input = [kept16](const float* copy) {
       return kept16 ? reinterpret_cast<const std::uint16_t*>(copy) : nullptr;
@@ -515,17 +517,19 @@ void GptModel::backward_stage(float dloss, const float* doutput, int chunk, int 
     b.mlp_proj.backward(d, dfch_gelu_, leave_region_bwd(dres_, R), fp32_input(b.fch_gelu), N,
                         overwrite, kept_input(b.fch_gelu16));
     progress();
-    d.gelu_backward(dfch_, b.fch, dfch_gelu_, NF, overwrite);
+    d.gelu_backward(dfch_, fp32_input(b.fch), dfch_gelu_, NF, overwrite, kept_input(b.fch16));
     b.c_fc.backward(d, dln_, dfch_, fp32_input(enter_region_fwd(b.ln2, R)),  // re-gathered with SP
                     N, overwrite, kept_input(b.ln2_16));
     progress();
     b.ln_2.backward(d, dres_, enter_region_bwd(dln_, N, R), b.res2, b.ln2_mean, b.ln2_rstd,
                     R);  // dres_ is now d(res2)
     // attention: res2 = res_in + c_proj(attn(c_attn(ln_1(res_in))))
-    b.attn_proj.backward(d, datty_, leave_region_bwd(dres_, R), b.atty, N, overwrite);
+    b.attn_proj.backward(d, datty_, leave_region_bwd(dres_, R), fp32_input(b.atty), N,
+                         overwrite, kept_input(b.atty16));
     progress();
-    d.attention_backward(dqkv_, att_ws_, datty_, b.qkv, b.atty, b.att, B, T, C_local_,
-                         heads_local_, overwrite);
+    d.attention_backward(dqkv_, att_ws_, datty_, fp32_input(b.qkv), fp32_input(b.atty), b.att,
+                         B, T, C_local_, heads_local_, overwrite, kept_input(b.qkv16),
+                         kept_input(b.atty16));
     progress();
     b.c_attn.backward(d, dln_, dqkv_, fp32_input(enter_region_fwd(b.ln1, R)), N, overwrite,
                       kept_input(b.ln1_16));

@@ -27,7 +27,7 @@ void GptModel::check_attention_saved_floats() const {
                "model was built; set it first, and keep it while the model lives)");
 }
 
-bool GptModel::gemm_reads_kept16() const {
+bool GptModel::reads_kept16() const {
   return keeps_16bit() && !sp_ && dev_->gemm_operand_format() == cfg_.saved_activations;
 }
 
@@ -46,9 +46,9 @@ void GptModel::keep_16bit(Block& b, int B) const {
   if (!keeps_16bit()) return;
   const auto numel = kept16_numel(B);
   const auto kept = b.kept16();
-  const bool kept_already = gemm_reads_kept16();  // by block_forward
+  const bool kept_already = reads_kept16();
   for (std::size_t i = 0; i < kKept16; ++i) {
-    if (kept_already && Block::kGemmInput[i]) continue;
+    if (kept_already && Block::kKeptByForward[i]) continue;
     dev_->convert_to_16bit(reinterpret_cast<std::uint16_t*>(*kept[i].second), *kept[i].first,
                            numel[i], cfg_.saved_activations);
   }
@@ -58,9 +58,9 @@ void GptModel::restore_16bit(Block& b, int B) const {
   if (!keeps_16bit()) return;
   const auto numel = kept16_numel(B);
   const auto kept = b.kept16();
-  const bool read_as_kept = gemm_reads_kept16();  // by the GEMMs of backward
+  const bool read_as_kept = reads_kept16();
   for (std::size_t i = 0; i < kKept16; ++i) {
-    if (read_as_kept && Block::kGemmInput[i]) continue;
+    if (read_as_kept && Block::kReadAsKept[i]) continue;
     dev_->convert_from_16bit(*kept[i].first, reinterpret_cast<const std::uint16_t*>(*kept[i].second),
                              numel[i], cfg_.saved_activations);
   }

@@ -459,6 +459,33 @@ TEST_F(CudaKernels, Gelu) {
   expect_close(d_written.host(), dinp, kFp32Bound, "gelu_backward written over");
 }
 
+// GELU's backward from its input as 16-bit words (a kept activation) gives exactly what it
+// gives from the widened words, accumulating and written over; under fp32 operands the words
+// are ignored and the fp32 input is needed.
+TEST_F(CudaKernels, GeluBackwardFrom16BitInput) {
+  const std::int64_t n = 10007;
+  auto d_x = up(random_floats(n, 1, -6.0f, 6.0f)), d_dout = up(random_floats(n, 3));
+  const auto dinp0 = random_floats(n, 2);
+  OnDevice<std::uint16_t> d_x16(gpu, static_cast<std::size_t>(n));
+  OnDevice<float> d_widened(gpu, static_cast<std::size_t>(n));
+  for (const DType fmt : {DType::bf16, DType::f16}) {
+    gputest::OperandFormat scoped(gpu, fmt);
+    gpu.convert_to_16bit(d_x16.get(), d_x.get(), n, fmt);
+    gpu.convert_from_16bit(d_widened.get(), d_x16.get(), n, fmt);
+    for (const Device::GradWrite write : {Device::GradWrite::accumulate, kOverwrite}) {
+      auto want = up(dinp0), got = up(dinp0);
+      gpu.gelu_backward(want.get(), d_widened.get(), d_dout.get(), n, write);
+      gpu.gelu_backward(got.get(), nullptr, d_dout.get(), n, write, d_x16.get());
+      EXPECT_EQ(got.host(), want.host()) << dtrain::dtype_name(fmt);
+    }
+  }
+  auto d_dinp = up(dinp0);
+  EXPECT_THROW(gpu.gelu_backward(d_dinp.get(), nullptr, d_dout.get(), n,
+                                 Device::GradWrite::accumulate, d_x16.get()),
+               dtrain::Error)
+      << "fp32 operands";
+}
+
 TEST_F(CudaKernels, CausalAttention) {
   namespace cpu_kernels = dtrain::cpu;
   constexpr auto kProbabilities = cpu_kernels::AttentionSaved::probabilities;
@@ -594,6 +621,60 @@ TEST_F(CudaKernels, FusedAttentionUnder16BitOperands) {
     EXPECT_EQ(gpu.attention_saved_floats(2, 10, 48, 2), 2u * 2 * 10 * 10);
   }
   EXPECT_EQ(gpu.attention_saved_floats(2, 10, 64, 4), 2u * 4 * 10 * 10);
+}
+
+// The attention's backward from qkv and out as 16-bit words (kept copies) gives exactly what
+// it gives from those words widened: the fused kernels read them as they are (also from rows
+// off 8-byte alignment), the unfused path (head size 128) widens qkv itself.
+TEST_F(CudaKernels, AttentionBackwardFrom16BitInputs) {
+  struct Shape {
+    int B, T, C, NH;
+  };
+  for (const DType fmt : {DType::bf16, DType::f16}) {
+    gputest::OperandFormat scoped(gpu, fmt);
+    for (const Shape s : {Shape{2, 67, 64, 4}, Shape{1, 130, 96, 3}, Shape{1, 40, 128, 1}}) {
+      const std::string tag = std::string(dtrain::dtype_name(fmt)) + " hs=" +
+                              std::to_string(s.C / s.NH) + " T=" + std::to_string(s.T);
+      const std::size_t nqkv = static_cast<std::size_t>(s.B) * s.T * 3 * s.C;
+      const std::size_t nout = static_cast<std::size_t>(s.B) * s.T * s.C;
+      const std::size_t nsaved = gpu.attention_saved_floats(s.B, s.T, s.C, s.NH);
+      auto d_qkv = up(random_floats(nqkv, 1, -2.0f, 2.0f)), d_dout = up(random_floats(nout, 3));
+      OnDevice<float> d_out(gpu, nout), d_saved(gpu, nsaved), d_ws(gpu, 1);
+      gpu.attention_forward(d_out.get(), d_saved.get(), d_ws.get(), d_qkv.get(), s.B, s.T, s.C,
+                            s.NH);
+      OnDevice<std::uint16_t> qkv16(gpu, nqkv + 1), out16(gpu, nout);
+      OnDevice<float> qkv_w(gpu, nqkv), out_w(gpu, nout);
+      gpu.convert_to_16bit(qkv16.get(), d_qkv.get(), static_cast<std::int64_t>(nqkv), fmt);
+      gpu.convert_to_16bit(out16.get(), d_out.get(), static_cast<std::int64_t>(nout), fmt);
+      gpu.convert_from_16bit(qkv_w.get(), qkv16.get(), static_cast<std::int64_t>(nqkv), fmt);
+      gpu.convert_from_16bit(out_w.get(), out16.get(), static_cast<std::int64_t>(nout), fmt);
+      const auto dqkv0 = random_floats(nqkv, 2);
+      auto want = up(dqkv0), got = up(dqkv0);
+      gpu.attention_backward(want.get(), d_ws.get(), d_dout.get(), qkv_w.get(), out_w.get(),
+                             d_saved.get(), s.B, s.T, s.C, s.NH);
+      gpu.attention_backward(got.get(), d_ws.get(), d_dout.get(), nullptr, nullptr, d_saved.get(),
+                             s.B, s.T, s.C, s.NH, Device::GradWrite::accumulate, qkv16.get(),
+                             out16.get());
+      EXPECT_EQ(got.host(), want.host()) << tag;
+      // the same words one position further on: rows off 8-byte alignment
+      OnDevice<std::uint16_t> shifted(gpu, nqkv + 1);
+      gpu.copy(shifted.get() + 1, qkv16.get(), nqkv * sizeof(std::uint16_t),
+               dtrain::CopyKind::device_to_device);
+      auto got2 = up(dqkv0);
+      gpu.attention_backward(got2.get(), d_ws.get(), d_dout.get(), nullptr, nullptr,
+                             d_saved.get(), s.B, s.T, s.C, s.NH, Device::GradWrite::accumulate,
+                             shifted.get() + 1, out16.get());
+      EXPECT_EQ(got2.host(), want.host()) << tag << " (unaligned)";
+    }
+  }
+  auto d_dqkv = up(random_floats(30, 2));
+  OnDevice<std::uint16_t> words(gpu, 30);
+  OnDevice<float> d_dout(gpu, 10), d_saved(gpu, 10), d_ws(gpu, 1);
+  EXPECT_THROW(gpu.attention_backward(d_dqkv.get(), d_ws.get(), d_dout.get(), nullptr, nullptr,
+                                      d_saved.get(), 1, 1, 10, 1, Device::GradWrite::accumulate,
+                                      words.get(), words.get()),
+               dtrain::Error)
+      << "fp32 operands";
 }
 
 TEST_F(CudaKernels, Elementwise) {

@@ -11,7 +11,9 @@
 // gradient of linear_backward, gelu_backward and attention_backward may instead be written
 // over (GradWrite::overwrite) where the op is its only producer: no zeroing pass before, no
 // read of the old values inside. All
-// floating-point data is fp32; the 16-bit formats appear as rounding and conversion ops.
+// floating-point data is fp32; the 16-bit formats appear as rounding and conversion ops, and
+// as the optional 16-bit copies of inputs ("...16" arguments) that a device multiplying 16-bit
+// operands reads in place of the fp32 values (gemm_operand_format).
 // Arithmetic is fp32 except GEMMs, which a device may run with reduced-precision operands
 // (the CUDA device: TF32 by default, bf16/fp16 after set_gemm_operand_format) and fp32
 // accumulation. Ops are synchronous on the CPU; on an asynchronous
@@ -139,9 +141,13 @@ class DTRAIN_API Device {
 
   // ---- GELU (tanh form) ----------------------------------------------------
   virtual void gelu_forward(float* out, const float* inp, std::int64_t n) = 0;
-  // dinp[n] += gelu'(inp) * dout (= with overwrite)
+  // dinp[n] += gelu'(inp) * dout (= with overwrite). inp16 (optional): inp as 16-bit words of
+  // a 16-bit gemm_operand_format(), read instead of inp (which may then be null) as linear
+  // layers read theirs; exact, so the same result as from the widened values. Ignored while
+  // that format is f32 (the CPU).
   virtual void gelu_backward(float* dinp, const float* inp, const float* dout, std::int64_t n,
-                             GradWrite dinp_write = GradWrite::accumulate) = 0;
+                             GradWrite dinp_write = GradWrite::accumulate,
+                             const std::uint16_t* inp16 = nullptr) = 0;
 
   // ---- causal multi-head self-attention ------------------------------------
   // qkv[B,T,3C] (q, k, v blocks, each NH heads x C/NH) -> out[B,T,C]; saves in att what
@@ -151,10 +157,15 @@ class DTRAIN_API Device {
   virtual void attention_forward(float* out, float* att, float* workspace, const float* qkv,
                                  int B, int T, int C, int NH) = 0;
   // dqkv[B,T,3C] += (= with overwrite) from dout[B,T,C], given the forward's out and att.
+  // qkv16, out16 (optional): qkv and out as 16-bit words of a 16-bit gemm_operand_format(),
+  // read instead of them (which may then be null), as gelu_backward's inp16; ignored while
+  // that format is f32 (the CPU).
   virtual void attention_backward(float* dqkv, float* workspace, const float* dout,
                                   const float* qkv, const float* out, const float* att, int B,
                                   int T, int C, int NH,
-                                  GradWrite dqkv_write = GradWrite::accumulate) = 0;
+                                  GradWrite dqkv_write = GradWrite::accumulate,
+                                  const std::uint16_t* qkv16 = nullptr,
+                                  const std::uint16_t* out16 = nullptr) = 0;
   virtual std::size_t attention_workspace_floats(int T) const = 0;
   // The size of att. A device may save less than the probabilities (the CPU and the CUDA
   // device's fused attention save one log-sum-exp per row); the answer may depend on the GEMM

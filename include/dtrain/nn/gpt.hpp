@@ -268,15 +268,18 @@ class DTRAIN_API GptModel {
   static constexpr std::size_t kKept16 = 7;  // tensors per block: Block::kept16()
   std::array<std::int64_t, kKept16> kept16_numel(int B) const;
   bool keeps_16bit() const { return cfg_.saved_activations != DType::f32 && !cfg_.recompute; }
-  // keep_16bit / restore_16bit leave out the entries gemm_reads_kept16() serves.
+  // keep_16bit / restore_16bit leave out the entries reads_kept16() serves.
   void keep_16bit(Block& b, int B) const;
   void restore_16bit(Block& b, int B) const;
-  // Whether c_attn's, c_fc's and the MLP c_proj's inputs are rounded into their kept copies as
-  // soon as they are computed, and the copies are those layers' GEMM operands both ways
-  // (Device::gemm_operand_format): forward does not round the inputs again, and backward
-  // does not widen the copies only to round them again; the same operands bit for bit. Not
-  // with sequence parallelism, where the first two layers' input is gathered over the group.
-  bool gemm_reads_kept16() const;
+  // Whether the device reads kept 16-bit copies as they are (its 16-bit gemm_operand_format is
+  // the saved activations' format): the four linear layers' inputs are rounded into their
+  // copies as soon as they are computed and are those layers' GEMM operands both ways
+  // (forward does not round them again, backward does not widen them only to round them
+  // again), and the attention's and GELU's backward read their inputs' copies (qkv, the
+  // attention output, the MLP's hidden layer); the same values bit for bit. Only the
+  // attention's saved statistics are widened. Not with sequence parallelism, where
+  // c_attn's and c_fc's input is gathered over the group.
+  bool reads_kept16() const;
   // Whether the head's logit gradient goes straight into 16-bit words (dlogits16_) for the LM
   // head's GEMMs, never fp32 in memory (Device::crossentropy_backward_16bit).
   bool head_reads_dlogits16() const;

@@ -160,7 +160,8 @@ void CpuDevice::gelu_forward(float* out, const float* inp, std::int64_t n) {
   cpu::gelu_forward<float>(out, inp, n);
 }
 void CpuDevice::gelu_backward(float* dinp, const float* inp, const float* dout, std::int64_t n,
-                              GradWrite dinp_write) {
+                              GradWrite dinp_write, const std::uint16_t* /*inp16: fp32 here*/) {
+  DTRAIN_CHECK(n == 0 || inp, Errc::invalid_argument, "gelu_backward: the CPU needs the fp32 input");
   cpu::gelu_backward<float>(dinp, inp, dout, n, dinp_write == GradWrite::accumulate);
 }
 void CpuDevice::attention_forward(float* out, float* att, float* workspace, const float* qkv,
@@ -169,7 +170,9 @@ void CpuDevice::attention_forward(float* out, float* att, float* workspace, cons
 }
 void CpuDevice::attention_backward(float* dqkv, float* workspace, const float* dout,
                                    const float* qkv, const float*, const float* att, int B,
-                                   int T, int C, int NH, GradWrite dqkv_write) {
+                                   int T, int C, int NH, GradWrite dqkv_write,
+                                   const std::uint16_t*, const std::uint16_t*) {
+  DTRAIN_CHECK(qkv, Errc::invalid_argument, "attention_backward: the CPU needs the fp32 qkv");
   cpu::attention_backward<float>(dqkv, workspace, dout, qkv, att, B, T, C, NH, attention_saves_,
                                  0, dqkv_write == GradWrite::accumulate);
 }

@@ -72,18 +72,29 @@ void CudaDevice::attention_decode(float* out, float*, const float* q, const floa
                          v, T, C, NH, ld);
 }
 
+// A caller's qkv16 / out16 (16-bit operands only): the fused kernels read them as they are;
+// the GEMMs here take qkv widened into the scratch after the score gradients (out unused).
 void CudaDevice::attention_backward(float* dqkv, float*, const float* dout, const float* qkv,
                                     const float* out, const float* att, int B, int T, int C,
-                                    int NH, GradWrite dqkv_write) {
+                                    int NH, GradWrite dqkv_write, const std::uint16_t* qkv16,
+                                    const std::uint16_t* out16) {
   if (B <= 0 || T <= 0 || NH <= 0) return;
   const bool accumulate = dqkv_write == GradWrite::accumulate;
+  const bool words = gemm_operands_ != DType::f32;
+  AttentionInput in{qkv, words ? qkv16 : nullptr, out, words ? out16 : nullptr};
+  DTRAIN_CHECK((in.qkv || in.qkv16) && (in.out || in.out16 || !fused_attention(C, NH)),
+               Errc::invalid_argument,
+               "attention_backward: no qkv or out (16-bit ones serve only under 16-bit GEMM "
+               "operands)");
   if (fused_attention(C, NH)) {
     const OpProfile::Span span = begin_op(
         "flash_attention_backward",
         attention_work(true, kFlashAttentionBlockRows, B, T, C, NH, accumulate));
     float* dsum = scratch(static_cast<std::size_t>(B) * NH * T);
-    flash_attention_backward(stream_, gemm_operands_, dqkv, dsum, dout, qkv, out, att, B, T, C,
-                             NH, accumulate);
+    if (in.qkv16) in.qkv = nullptr;
+    if (in.out16) in.out = nullptr;
+    flash_attention_backward(stream_, gemm_operands_, dqkv, dsum, dout, in, att, B, T, C, NH,
+                             accumulate);
     return;
   }
   const OpProfile::Span span = begin_op(
@@ -93,7 +104,15 @@ void CudaDevice::attention_backward(float* dqkv, float*, const float* dout, cons
   const int hs = C / NH, C3 = 3 * C, G = attention_heads_per_group(T, NH);
   const float scale = 1.0f / std::sqrt(static_cast<float>(hs));
   const std::int64_t TT = static_cast<std::int64_t>(T) * T;
-  float* dP = scratch(static_cast<std::size_t>(G) * static_cast<std::size_t>(TT));
+  const std::size_t dP_floats = static_cast<std::size_t>(G) * static_cast<std::size_t>(TT);
+  const std::int64_t qkv_floats = static_cast<std::int64_t>(B) * T * C3;
+  const bool widen = qkv == nullptr;  // then qkv16 is there (checked above)
+  float* dP = scratch(dP_floats + (widen ? static_cast<std::size_t>(qkv_floats) : 0));
+  if (widen) {
+    float* widened = dP + dP_floats;
+    cuda::convert_from_16bit(stream_, widened, in.qkv16, qkv_floats, gemm_operands_ == DType::bf16);
+    qkv = widened;
+  }
   for (int b = 0; b < B; ++b) {
     for (int h = 0; h < NH; h += G) {
       const int n = std::min(G, NH - h);

@@ -97,12 +97,13 @@ class CudaDevice final : public Device {
                           const float* rstd, int N, int C) override;
   void gelu_forward(float* out, const float* inp, std::int64_t n) override;
   void gelu_backward(float* dinp, const float* inp, const float* dout, std::int64_t n,
-                     GradWrite dinp_write) override;
+                     GradWrite dinp_write, const std::uint16_t* inp16) override;
   void attention_forward(float* out, float* att, float* workspace, const float* qkv, int B,
                          int T, int C, int NH) override;
   void attention_backward(float* dqkv, float* workspace, const float* dout, const float* qkv,
                           const float* out, const float* att, int B, int T, int C, int NH,
-                          GradWrite dqkv_write) override;
+                          GradWrite dqkv_write, const std::uint16_t* qkv16,
+                          const std::uint16_t* out16) override;
   std::size_t attention_workspace_floats(int T) const override;
   std::size_t attention_saved_floats(int B, int T, int C, int NH) const override;
   void attention_decode(float* out, float* workspace, const float* q, const float* k,

@@ -19,6 +19,7 @@
 #include <cmath>
 #include <cstdint>
 #include <string>
+#include <type_traits>
 
 #include "device/cuda/cuda_check.hpp"
 #include "device/cuda/kernel_utils.cuh"
@@ -95,6 +96,39 @@ __device__ void load_rows(std::uint16_t* dst, const float* src, std::int64_t str
     const std::uint32_t hi = encode<H>(v[j].z) | std::uint32_t{encode<H>(v[j].w)} << 16;
     *reinterpret_cast<uint2*>(dst + r * ld + c) = uint2{lo, hi};  // ld and c: 8-byte steps
   }
+}
+
+// The same rows from 16-bit words already in the tile's format (a kept copy of qkv): copied
+// as they are, four words (8 bytes) at a time where the rows allow. Rounding the fp32 values
+// on load gives these very words, so both loads fill the tile alike.
+template <int HS, class H>
+__device__ void load_rows(std::uint16_t* dst, const std::uint16_t* src, std::int64_t stride,
+                          int row0, int T) {
+  constexpr int ld = Shared<HS>::ld;
+  constexpr int kQuads = HS / 4;
+  constexpr int kPerThread = kRows * kQuads / kBlockThreads;
+  const bool aligned = reinterpret_cast<std::uintptr_t>(src) % 8 == 0 && stride % 4 == 0;
+  uint2 v[kPerThread];
+  #pragma unroll
+  for (int j = 0; j < kPerThread; ++j) {
+    const int i = threadIdx.x + j * kBlockThreads, r = i / kQuads, c = 4 * (i % kQuads);
+    const std::uint16_t* p = src + static_cast<std::int64_t>(row0 + r) * stride + c;
+    if (row0 + r >= T) v[j] = uint2{0u, 0u};  // +0 in both formats
+    else if (aligned) v[j] = *reinterpret_cast<const uint2*>(p);
+    else v[j] = uint2{p[0] | std::uint32_t{p[1]} << 16, p[2] | std::uint32_t{p[3]} << 16};
+  }
+  #pragma unroll
+  for (int j = 0; j < kPerThread; ++j) {
+    const int i = threadIdx.x + j * kBlockThreads, r = i / kQuads, c = 4 * (i % kQuads);
+    *reinterpret_cast<uint2*>(dst + r * ld + c) = v[j];
+  }
+}
+
+// An element of an fp32 buffer, or of 16-bit words of H, as a float (exact).
+template <class H> __device__ inline float value_at(const float* p, std::int64_t i) { return p[i]; }
+template <class H> __device__ inline float value_at(const std::uint16_t* p, std::int64_t i) {
+  return std::is_same<H, __nv_bfloat16>::value ? halfbits::from_bf16(p[i])
+                                               : halfbits::from_f16(p[i]);
 }
 
 using Acc = wmma::fragment<wmma::accumulator, kTile, kTile, kTile, float>;
@@ -259,8 +293,9 @@ __global__ void __launch_bounds__(kBlockThreads)
 }
 
 // dsum[b, h, t] = dout[b, t, head h] · out[b, t, head h]: the row sums of P * dP that the
-// softmax gradient subtracts. One warp per row.
-__global__ void flash_dsum_kernel(float* dsum, const float* dout, const float* out, int B, int T,
+// softmax gradient subtracts. One warp per row. Out: float, or 16-bit words of H.
+template <class H, class Out>
+__global__ void flash_dsum_kernel(float* dsum, const float* dout, const Out* out, int B, int T,
                                   int C, int NH) {
   const int hs = C / NH, lane = threadIdx.x & 31;
   const std::int64_t rows = static_cast<std::int64_t>(B) * NH * T;
@@ -270,17 +305,18 @@ __global__ void flash_dsum_kernel(float* dsum, const float* dout, const float* o
     const std::int64_t t = i % T, bh = i / T, h = bh % NH, b = bh / NH;
     const std::int64_t at = (b * T + t) * C + h * hs;
     float v = 0.0f;
-    for (int c = lane; c < hs; c += 32) v += dout[at + c] * out[at + c];
+    for (int c = lane; c < hs; c += 32) v += dout[at + c] * value_at<H>(out, at + c);
     v = warp_sum(v);
     if (lane == 0) dsum[i] = v;
   }
 }
 
 // dK and dV of one key block, over the query blocks at or after it. Rows are keys here, so
-// each warp works on S^T (its 16 keys x 64 queries).
-template <int HS, class H>
+// each warp works on S^T (its 16 keys x 64 queries). In (qkv's type): float, or 16-bit words
+// of H.
+template <int HS, class H, class In>
 __global__ void __launch_bounds__(kBlockThreads)
-    flash_backward_dkv_kernel(float* dqkv, const float* dout, const float* qkv, const float* lse,
+    flash_backward_dkv_kernel(float* dqkv, const float* dout, const In* qkv, const float* lse,
                               const float* dsum, int T, int C, int NH, float scale,
                               bool accumulate) {
   __shared__ Shared<HS> s;
@@ -288,7 +324,7 @@ __global__ void __launch_bounds__(kBlockThreads)
   const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, r = lane >> 1, half = lane & 1;
   const std::int64_t C3 = 3 * static_cast<std::int64_t>(C);
   const std::int64_t head = static_cast<std::int64_t>(b) * T * C3 + h * HS;
-  const float* q = qkv + head;
+  const In* q = qkv + head;
   const float* dy = dout + static_cast<std::int64_t>(b) * T * C + h * HS;
   const std::int64_t stats = (static_cast<std::int64_t>(b) * NH + h) * T;
   const int k0 = kb * kRows, row0 = k0 + warp * kTile, kj = row0 + r;
@@ -346,9 +382,9 @@ __global__ void __launch_bounds__(kBlockThreads)
 }
 
 // dQ of one query block, over the key blocks up to it.
-template <int HS, class H>
+template <int HS, class H, class In>
 __global__ void __launch_bounds__(kBlockThreads)
-    flash_backward_dq_kernel(float* dqkv, const float* dout, const float* qkv, const float* lse,
+    flash_backward_dq_kernel(float* dqkv, const float* dout, const In* qkv, const float* lse,
                              const float* dsum, int T, int C, int NH, float scale,
                              bool accumulate) {
   __shared__ Shared<HS> s;
@@ -357,7 +393,7 @@ __global__ void __launch_bounds__(kBlockThreads)
   const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, r = lane >> 1, half = lane & 1;
   const std::int64_t C3 = 3 * static_cast<std::int64_t>(C);
   const std::int64_t head = static_cast<std::int64_t>(b) * T * C3 + h * HS;
-  const float* q = qkv + head;
+  const In* q = qkv + head;
   const float* dy = dout + static_cast<std::int64_t>(b) * T * C + h * HS;
   const int q0 = qb * kRows, row0 = q0 + warp * kTile, qi = row0 + r;
   const std::int64_t stat = (static_cast<std::int64_t>(b) * NH + h) * T + qi;
@@ -419,17 +455,33 @@ template <int HS, class H> struct Forward {
 
 template <int HS, class H> struct Backward {
   static void run(cudaStream_t stream, float* dqkv, float* dsum, const float* dout,
-                  const float* qkv, const float* out, const float* lse, int B, int T, int C,
-                  int NH, bool accumulate) {
+                  const AttentionInput& in, const float* lse, int B, int T, int C, int NH,
+                  bool accumulate) {
     const std::int64_t rows = static_cast<std::int64_t>(B) * NH * T;
-    flash_dsum_kernel<<<blocks_for(rows * 32), kThreads, 0, stream>>>(dsum, dout, out, B, T, C, NH);
+    if (in.out16) {
+      flash_dsum_kernel<H, std::uint16_t><<<blocks_for(rows * 32), kThreads, 0, stream>>>(
+          dsum, dout, in.out16, B, T, C, NH);
+    } else {
+      flash_dsum_kernel<H, float><<<blocks_for(rows * 32), kThreads, 0, stream>>>(
+          dsum, dout, in.out, B, T, C, NH);
+    }
+    if (in.qkv16) {
+      kernels<std::uint16_t>(stream, dqkv, dsum, dout, in.qkv16, lse, T, C, NH, B, accumulate);
+    } else {
+      kernels<float>(stream, dqkv, dsum, dout, in.qkv, lse, T, C, NH, B, accumulate);
+    }
+    DTRAIN_CUDA(cudaGetLastError());
+  }
+  template <class In>
+  static void kernels(cudaStream_t stream, float* dqkv, const float* dsum, const float* dout,
+                      const In* qkv, const float* lse, int T, int C, int NH, int B,
+                      bool accumulate) {
     const dim3 grid(blocks_of_rows(T), NH, B);
     const float scale = 1.0f / std::sqrt(static_cast<float>(HS));
-    flash_backward_dkv_kernel<HS, H><<<grid, kBlockThreads, 0, stream>>>(
+    flash_backward_dkv_kernel<HS, H, In><<<grid, kBlockThreads, 0, stream>>>(
         dqkv, dout, qkv, lse, dsum, T, C, NH, scale, accumulate);
-    flash_backward_dq_kernel<HS, H><<<grid, kBlockThreads, 0, stream>>>(
+    flash_backward_dq_kernel<HS, H, In><<<grid, kBlockThreads, 0, stream>>>(
         dqkv, dout, qkv, lse, dsum, T, C, NH, scale, accumulate);
-    DTRAIN_CUDA(cudaGetLastError());
   }
 };
 
@@ -465,10 +517,9 @@ void flash_attention_forward(cudaStream_t stream, DType fmt, float* out, float* 
 }
 
 void flash_attention_backward(cudaStream_t stream, DType fmt, float* dqkv, float* dsum,
-                              const float* dout, const float* qkv, const float* out,
-                              const float* lse, int B, int T, int C, int NH, bool accumulate) {
-  instance<Backward>(fmt, C / NH)(stream, dqkv, dsum, dout, qkv, out, lse, B, T, C, NH,
-                                  accumulate);
+                              const float* dout, const AttentionInput& in, const float* lse,
+                              int B, int T, int C, int NH, bool accumulate) {
+  instance<Backward>(fmt, C / NH)(stream, dqkv, dsum, dout, in, lse, B, T, C, NH, accumulate);
 }
 
 }  // namespace dtrain::cuda

@@ -68,6 +68,9 @@ std::size_t layernorm_backward_scratch_floats(int N, int C);
 void gelu_forward(cudaStream_t s, float* out, const float* inp, std::int64_t n);
 void gelu_backward(cudaStream_t s, float* dinp, const float* inp, const float* dout,
                    std::int64_t n, bool accumulate);
+// The same from the input as bf16 (or fp16) words.
+void gelu_backward_16bit(cudaStream_t s, float* dinp, const std::uint16_t* inp16, bool bf16,
+                         const float* dout, std::int64_t n, bool accumulate);
 
 // ---- kernels_softmax.cu ----------------------------------------------------------
 // `matrices` score matrices [T,T] back to back: row t of each becomes the softmax of its
@@ -94,11 +97,19 @@ constexpr int kFlashAttentionBlockRows = 64;
 std::size_t flash_attention_saved_floats(int B, int T, int NH);
 void flash_attention_forward(cudaStream_t s, DType fmt, float* out, float* lse,
                              const float* qkv, int B, int T, int C, int NH);
-// dqkv += the gradient from dout, given the forward's out and lse; dsum is scratch of
+// The forward's input and output as the backward reads them: each fp32, or as 16-bit words of
+// fmt where the 16-bit pointer is set (a kept copy: exactly what the fp32 values round to).
+struct AttentionInput {
+  const float* qkv = nullptr;
+  const std::uint16_t* qkv16 = nullptr;
+  const float* out = nullptr;
+  const std::uint16_t* out16 = nullptr;
+};
+// dqkv += the gradient from dout, given the forward's qkv, out and lse; dsum is scratch of
 // B x NH x T floats.
 void flash_attention_backward(cudaStream_t s, DType fmt, float* dqkv, float* dsum,
-                              const float* dout, const float* qkv, const float* out,
-                              const float* lse, int B, int T, int C, int NH, bool accumulate);
+                              const float* dout, const AttentionInput& in, const float* lse,
+                              int B, int T, int C, int NH, bool accumulate);
 
 // ---- kernels_crossentropy.cu -----------------------------------------------------
 void crossentropy_forward(cudaStream_t s, float* losses, float* lse, const float* logits,

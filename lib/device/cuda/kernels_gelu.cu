@@ -3,6 +3,7 @@
 #include "device/cuda/cuda_check.hpp"
 #include "device/cuda/kernel_utils.cuh"
 #include "device/cuda/kernels.hpp"
+#include "device/half_bits.hpp"
 
 namespace dtrain::cuda {
 namespace {
@@ -18,8 +19,23 @@ __global__ void gelu_forward_kernel(float* out, const float* inp, std::int64_t n
   }
 }
 
-__global__ void gelu_backward_kernel(float* dinp, const float* inp, const float* dout,
-                                     std::int64_t n, bool accumulate) {
+// The input as it is, or decoded from bf16 / fp16 words (exact).
+struct FloatInput {
+  const float* p;
+  __device__ float operator[](std::int64_t i) const { return p[i]; }
+};
+template <bool Bf16> struct HalfInput {
+  const std::uint16_t* p;
+  __device__ float operator[](std::int64_t i) const {
+    return Bf16 ? halfbits::from_bf16(p[i]) : halfbits::from_f16(p[i]);
+  }
+};
+using Bf16Input = HalfInput<true>;
+using F16Input = HalfInput<false>;
+
+template <class Input>
+__global__ void gelu_backward_kernel(float* dinp, Input inp, const float* dout, std::int64_t n,
+                                     bool accumulate) {
   for (std::int64_t i = blockIdx.x * static_cast<std::int64_t>(blockDim.x) + threadIdx.x; i < n;
        i += static_cast<std::int64_t>(gridDim.x) * blockDim.x) {
     const float x = inp[i];
@@ -42,8 +58,22 @@ void gelu_forward(cudaStream_t s, float* out, const float* inp, std::int64_t n) 
 void gelu_backward(cudaStream_t s, float* dinp, const float* inp, const float* dout,
                    std::int64_t n, bool accumulate) {
   if (n <= 0) return;
-  gelu_backward_kernel<<<blocks_for(n), kThreads, 0, s>>>(dinp, inp, dout, n, accumulate);
+  gelu_backward_kernel<FloatInput><<<blocks_for(n), kThreads, 0, s>>>(dinp, FloatInput{inp},
+                                                                      dout, n, accumulate);
   check_launch("gelu_backward");
+}
+
+void gelu_backward_16bit(cudaStream_t s, float* dinp, const std::uint16_t* inp16, bool bf16,
+                         const float* dout, std::int64_t n, bool accumulate) {
+  if (n <= 0) return;
+  if (bf16) {
+    gelu_backward_kernel<Bf16Input><<<blocks_for(n), kThreads, 0, s>>>(dinp, Bf16Input{inp16},
+                                                                        dout, n, accumulate);
+  } else {
+    gelu_backward_kernel<F16Input><<<blocks_for(n), kThreads, 0, s>>>(dinp, F16Input{inp16}, dout,
+                                                                      n, accumulate);
+  }
+  check_launch("gelu_backward_16bit");
 }
 
 }  // namespace dtrain::cuda

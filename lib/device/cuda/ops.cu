@@ -52,11 +52,20 @@ void CudaDevice::gelu_forward(float* out, const float* inp, std::int64_t n) {
   cuda::gelu_forward(stream_, out, inp, n);
 }
 void CudaDevice::gelu_backward(float* dinp, const float* inp, const float* dout, std::int64_t n,
-                               GradWrite dinp_write) {
+                               GradWrite dinp_write, const std::uint16_t* inp16) {
   const bool accumulate = dinp_write == GradWrite::accumulate;
-  const OpProfile::Span span =
-      begin_op("gelu_backward", floats_moved((accumulate ? 4.0 : 3.0) * n));
-  cuda::gelu_backward(stream_, dinp, inp, dout, n, accumulate);
+  const bool words = inp16 && gemm_operands_ != DType::f32;
+  DTRAIN_CHECK(n == 0 || inp || words, Errc::invalid_argument,
+               "gelu_backward: no input (a 16-bit one serves only under 16-bit GEMM operands)");
+  OpWork work = floats_moved((accumulate ? 3.0 : 2.0) * n);
+  work.bytes += (words ? 2.0 : 4.0) * n;  // the input
+  const OpProfile::Span span = begin_op("gelu_backward", work);
+  if (words) {
+    cuda::gelu_backward_16bit(stream_, dinp, inp16, gemm_operands_ == DType::bf16, dout, n,
+                              accumulate);
+  } else {
+    cuda::gelu_backward(stream_, dinp, inp, dout, n, accumulate);
+  }
 }
 
 void CudaDevice::residual_forward(float* out, const float* a, const float* b, std::int64_t n) {
