@@ -81,7 +81,7 @@ void CudaDevice::attention_backward(float* dqkv, float*, const float* dout, cons
   if (B <= 0 || T <= 0 || NH <= 0) return;
   const bool accumulate = dqkv_write == GradWrite::accumulate;
   const bool words = gemm_operands_ != DType::f32;
-  AttentionInput in{qkv, words ? qkv16 : nullptr, out, words ? out16 : nullptr};
+  const AttentionInput in{qkv, words ? qkv16 : nullptr, out, words ? out16 : nullptr};
   DTRAIN_CHECK((in.qkv || in.qkv16) && (in.out || in.out16 || !fused_attention(C, NH)),
                Errc::invalid_argument,
                "attention_backward: no qkv or out (16-bit ones serve only under 16-bit GEMM "
@@ -91,8 +91,6 @@ void CudaDevice::attention_backward(float* dqkv, float*, const float* dout, cons
         "flash_attention_backward",
         attention_work(true, kFlashAttentionBlockRows, B, T, C, NH, accumulate));
     float* dsum = scratch(static_cast<std::size_t>(B) * NH * T);
-    if (in.qkv16) in.qkv = nullptr;
-    if (in.out16) in.out = nullptr;
     flash_attention_backward(stream_, gemm_operands_, dqkv, dsum, dout, in, att, B, T, C, NH,
                              accumulate);
     return;

@@ -97,8 +97,8 @@ constexpr int kFlashAttentionBlockRows = 64;
 std::size_t flash_attention_saved_floats(int B, int T, int NH);
 void flash_attention_forward(cudaStream_t s, DType fmt, float* out, float* lse,
                              const float* qkv, int B, int T, int C, int NH);
-// The forward's input and output as the backward reads them: each fp32, or as 16-bit words of
-// fmt where the 16-bit pointer is set (a kept copy: exactly what the fp32 values round to).
+// The forward's input and output as the backward reads them: the 16-bit words of fmt where
+// that pointer is set (a kept copy: exactly what the fp32 values round to), else the fp32.
 struct AttentionInput {
   const float* qkv = nullptr;
   const std::uint16_t* qkv16 = nullptr;

@@ -1,0 +1,224 @@
+// The CUDA device reading 16-bit copies a caller already has (the "...16" arguments of
+// Device): each gives exactly what the fp32 values it stands for give, and is what is read.
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "cuda_kernels_fixture.hpp"
+#include "gpu_test.hpp"
+
+namespace {
+
+using dtrain::Device;
+using dtrain::DType;
+using gputest::CudaKernels;
+using gputest::OnDevice;
+using gputest::random_floats;
+using gputest::random_ints;
+
+// A caller's 16-bit copy of a linear layer's input (inp16) or output gradient (dout16) is the
+// GEMM operand as it is: the same results bit for bit as rounding inp / dout, with and
+// without a bias, and backward also without the fp32 values; a copy of other values changes
+// them (it is what is read). Under fp32 operands inp16 is ignored and backward needs inp; the
+// CPU multiplies fp32 and needs them too.
+TEST_F(CudaKernels, LinearLayerReadsTheCallersSixteenBitOperands) {
+  const int N = 300, C = 96, OC = 130;
+  const std::size_t NC = static_cast<std::size_t>(N) * C;
+  auto d_inp = up(random_floats(NC, 1)), d_other = up(random_floats(NC, 9));
+  auto d_w = up(random_floats(OC * C, 2)), d_bias = up(random_floats(OC, 3));
+  auto d_dout = up(random_floats(N * OC, 8));
+  const auto dinp0 = random_floats(NC, 5), dw0 = random_floats(OC * C, 6),
+             db0 = random_floats(OC, 7);
+  OnDevice<float> d_ref(gpu, static_cast<std::size_t>(N) * OC), d_got(gpu, d_ref.host().size());
+  OnDevice<std::uint16_t> d_inp16(gpu, NC), d_other16(gpu, NC);
+  OnDevice<std::uint16_t> d_dout16(gpu, static_cast<std::size_t>(N) * OC);
+  EXPECT_EQ(gpu.gemm_operand_format(), DType::f32);
+  {
+    gputest::OperandFormat scoped(cpu, DType::bf16);
+    EXPECT_EQ(cpu.gemm_operand_format(), DType::f32) << "the CPU multiplies fp32";
+  }
+  for (const DType fmt : {DType::bf16, DType::f16}) {
+    gputest::OperandFormat scoped(gpu, fmt);
+    const std::string tag = std::string(" ") + dtrain::dtype_name(fmt);
+    EXPECT_EQ(gpu.gemm_operand_format(), fmt);
+    gpu.convert_to_16bit(d_inp16.get(), d_inp.get(), static_cast<std::int64_t>(NC), fmt);
+    gpu.convert_to_16bit(d_dout16.get(), d_dout.get(), static_cast<std::int64_t>(N) * OC, fmt);
+    gpu.convert_to_16bit(d_other16.get(), d_other.get(), static_cast<std::int64_t>(NC), fmt);
+    for (float* bias : {d_bias.get(), static_cast<float*>(nullptr)}) {
+      const std::string what = "linear_forward" + tag + (bias ? " (bias)" : "");
+      gpu.linear_forward(d_ref.get(), d_inp.get(), d_w.get(), bias, N, C, OC);
+      gpu.linear_forward(d_got.get(), d_inp.get(), d_w.get(), bias, N, C, OC, d_inp16.get());
+      EXPECT_EQ(d_got.host(), d_ref.host()) << what;
+      gpu.linear_forward(d_got.get(), d_inp.get(), d_w.get(), bias, N, C, OC, d_other16.get());
+      EXPECT_NE(d_got.host(), d_ref.host()) << what << ": inp16 was not read";
+    }
+    for (const bool with_dinp : {true, false}) {
+      const std::string what = "linear_backward" + tag + (with_dinp ? "" : " (dweight only)");
+      auto r_dinp = up(dinp0), r_dw = up(dw0), r_db = up(db0);
+      auto g_dinp = up(dinp0), g_dw = up(dw0), g_db = up(db0), o_dw = up(dw0);
+      gpu.linear_backward(with_dinp ? r_dinp.get() : nullptr, r_dw.get(), r_db.get(),
+                          d_dout.get(), d_inp.get(), d_w.get(), N, C, OC);
+      gpu.linear_backward(with_dinp ? g_dinp.get() : nullptr, g_dw.get(), g_db.get(),
+                          d_dout.get(), nullptr, d_w.get(), N, C, OC,
+                          Device::GradWrite::accumulate, d_inp16.get());
+      EXPECT_EQ(g_dinp.host(), r_dinp.host()) << what;
+      EXPECT_EQ(g_dw.host(), r_dw.host()) << what;
+      EXPECT_EQ(g_db.host(), r_db.host()) << what;
+      gpu.linear_backward(nullptr, o_dw.get(), nullptr, d_dout.get(), nullptr, d_w.get(), N, C,
+                          OC, Device::GradWrite::accumulate, d_other16.get());
+      EXPECT_NE(o_dw.host(), r_dw.host()) << what << ": inp16 was not read";
+      // dout16 alone (no bias gradient: that sums the fp32 dout)
+      auto r2_dinp = up(dinp0), r2_dw = up(dw0), g2_dinp = up(dinp0), g2_dw = up(dw0);
+      gpu.linear_backward(with_dinp ? r2_dinp.get() : nullptr, r2_dw.get(), nullptr,
+                          d_dout.get(), d_inp.get(), d_w.get(), N, C, OC);
+      gpu.linear_backward(with_dinp ? g2_dinp.get() : nullptr, g2_dw.get(), nullptr, nullptr,
+                          nullptr, d_w.get(), N, C, OC, Device::GradWrite::accumulate,
+                          d_inp16.get(), d_dout16.get());
+      EXPECT_EQ(g2_dinp.host(), r2_dinp.host()) << what << " from dout16";
+      EXPECT_EQ(g2_dw.host(), r2_dw.host()) << what << " from dout16";
+    }
+    auto db = up(db0), dw = up(dw0);
+    EXPECT_THROW(gpu.linear_backward(nullptr, dw.get(), db.get(), nullptr, d_inp.get(), d_w.get(),
+                                     N, C, OC, Device::GradWrite::accumulate, nullptr,
+                                     d_dout16.get()),
+                 dtrain::Error)
+        << "a bias gradient from dout16 alone";
+  }
+  gpu.linear_forward(d_ref.get(), d_inp.get(), d_w.get(), d_bias.get(), N, C, OC);
+  gpu.linear_forward(d_got.get(), d_inp.get(), d_w.get(), d_bias.get(), N, C, OC,
+                     d_other16.get());
+  EXPECT_EQ(d_got.host(), d_ref.host()) << "fp32 operands read inp16";
+  auto dw = up(dw0);
+  EXPECT_THROW(gpu.linear_backward(nullptr, dw.get(), nullptr, d_dout.get(), nullptr, d_w.get(), N,
+                                   C, OC, Device::GradWrite::accumulate, d_inp16.get()),
+               dtrain::Error);
+  std::vector<float> cpu_dw = dw0;
+  const std::vector<std::uint16_t> words(NC);
+  EXPECT_THROW(cpu.linear_backward(nullptr, cpu_dw.data(), nullptr, d_dout.host().data(), nullptr,
+                                   d_w.host().data(), N, C, OC, Device::GradWrite::accumulate,
+                                   words.data()),
+               dtrain::Error);
+}
+
+// The backward straight into 16-bit words (for the LM head's GEMMs) is the fp32 gradient
+// rounded, bit for bit, over the whole vocabulary and over a shard (padding columns 0, the
+// target in the shard or not); only under 16-bit GEMM operands, never on the CPU.
+TEST_F(CudaKernels, CrossEntropyBackwardInto16BitWords) {
+  const int N = 30, ld = 192;
+  auto logits = random_floats(static_cast<std::size_t>(N) * ld, 1, -6.0f, 6.0f);
+  auto targets = random_ints(N, 2, 0, 300);
+  auto dlosses = random_floats(N, 3);
+  auto lse = random_floats(N, 4, 5.0f, 6.0f);
+  auto d_logits = up(logits), d_lse = up(lse), d_dlosses = up(dlosses);
+  auto d_targets = up(targets);
+  const std::size_t n = logits.size();
+  OnDevice<float> d_dlogits(gpu, n);
+  OnDevice<std::uint16_t> d_want(gpu, n), d_got(gpu, n);
+  struct Part {
+    int V, vocab_start;
+  };
+  for (const DType fmt : {DType::bf16, DType::f16}) {
+    gputest::OperandFormat scoped(gpu, fmt);
+    for (const auto& [V, start] : {Part{170, 0}, Part{150, 100}}) {
+      const std::string what = std::string(dtrain::dtype_name(fmt)) + " V " + std::to_string(V) +
+                               " from " + std::to_string(start);
+      gpu.crossentropy_shard_backward(d_dlogits.get(), d_logits.get(), d_lse.get(),
+                                      d_targets.get(), d_dlosses.get(), N, V, ld, start);
+      gpu.convert_to_16bit(d_want.get(), d_dlogits.get(), static_cast<std::int64_t>(n), fmt);
+      gpu.crossentropy_backward_16bit(d_got.get(), d_logits.get(), d_lse.get(), d_targets.get(),
+                                      d_dlosses.get(), N, V, ld, start);
+      EXPECT_EQ(d_got.host(), d_want.host()) << what;
+    }
+  }
+  EXPECT_THROW(gpu.crossentropy_backward_16bit(d_got.get(), d_logits.get(), d_lse.get(),
+                                               d_targets.get(), d_dlosses.get(), N, 170, ld, 0),
+               dtrain::Error)
+      << "fp32 GEMM operands";
+  std::vector<std::uint16_t> words(n);
+  EXPECT_THROW(cpu.crossentropy_backward_16bit(words.data(), logits.data(), lse.data(),
+                                               targets.data(), dlosses.data(), N, 170, ld, 0),
+               dtrain::Error);
+}
+
+// GELU's backward from its input as 16-bit words (a kept activation) gives exactly what it
+// gives from the widened words, accumulating and written over; under fp32 operands the words
+// are ignored and the fp32 input is needed.
+TEST_F(CudaKernels, GeluBackwardFrom16BitInput) {
+  const std::int64_t n = 10007;
+  auto d_x = up(random_floats(n, 1, -6.0f, 6.0f)), d_dout = up(random_floats(n, 3));
+  const auto dinp0 = random_floats(n, 2);
+  OnDevice<std::uint16_t> d_x16(gpu, static_cast<std::size_t>(n));
+  OnDevice<float> d_widened(gpu, static_cast<std::size_t>(n));
+  for (const DType fmt : {DType::bf16, DType::f16}) {
+    gputest::OperandFormat scoped(gpu, fmt);
+    gpu.convert_to_16bit(d_x16.get(), d_x.get(), n, fmt);
+    gpu.convert_from_16bit(d_widened.get(), d_x16.get(), n, fmt);
+    for (const Device::GradWrite write : {Device::GradWrite::accumulate, kOverwrite}) {
+      auto want = up(dinp0), got = up(dinp0);
+      gpu.gelu_backward(want.get(), d_widened.get(), d_dout.get(), n, write);
+      gpu.gelu_backward(got.get(), nullptr, d_dout.get(), n, write, d_x16.get());
+      EXPECT_EQ(got.host(), want.host()) << dtrain::dtype_name(fmt);
+    }
+  }
+  auto d_dinp = up(dinp0);
+  EXPECT_THROW(gpu.gelu_backward(d_dinp.get(), nullptr, d_dout.get(), n,
+                                 Device::GradWrite::accumulate, d_x16.get()),
+               dtrain::Error)
+      << "fp32 operands";
+}
+
+// The attention's backward from qkv and out as 16-bit words (kept copies) gives exactly what
+// it gives from those words widened: the fused kernels read them as they are (also from rows
+// off 8-byte alignment), the unfused path (head size 128) widens qkv itself.
+TEST_F(CudaKernels, AttentionBackwardFrom16BitInputs) {
+  struct Shape {
+    int B, T, C, NH;
+  };
+  for (const DType fmt : {DType::bf16, DType::f16}) {
+    gputest::OperandFormat scoped(gpu, fmt);
+    for (const Shape s : {Shape{2, 67, 64, 4}, Shape{1, 130, 96, 3}, Shape{1, 40, 128, 1}}) {
+      const std::string tag = std::string(dtrain::dtype_name(fmt)) + " hs=" +
+                              std::to_string(s.C / s.NH) + " T=" + std::to_string(s.T);
+      const std::size_t nqkv = static_cast<std::size_t>(s.B) * s.T * 3 * s.C;
+      const std::size_t nout = static_cast<std::size_t>(s.B) * s.T * s.C;
+      const std::size_t nsaved = gpu.attention_saved_floats(s.B, s.T, s.C, s.NH);
+      auto d_qkv = up(random_floats(nqkv, 1, -2.0f, 2.0f)), d_dout = up(random_floats(nout, 3));
+      OnDevice<float> d_out(gpu, nout), d_saved(gpu, nsaved), d_ws(gpu, 1);
+      gpu.attention_forward(d_out.get(), d_saved.get(), d_ws.get(), d_qkv.get(), s.B, s.T, s.C,
+                            s.NH);
+      OnDevice<std::uint16_t> qkv16(gpu, nqkv + 1), out16(gpu, nout);
+      OnDevice<float> qkv_w(gpu, nqkv), out_w(gpu, nout);
+      gpu.convert_to_16bit(qkv16.get(), d_qkv.get(), static_cast<std::int64_t>(nqkv), fmt);
+      gpu.convert_to_16bit(out16.get(), d_out.get(), static_cast<std::int64_t>(nout), fmt);
+      gpu.convert_from_16bit(qkv_w.get(), qkv16.get(), static_cast<std::int64_t>(nqkv), fmt);
+      gpu.convert_from_16bit(out_w.get(), out16.get(), static_cast<std::int64_t>(nout), fmt);
+      const auto dqkv0 = random_floats(nqkv, 2);
+      auto want = up(dqkv0), got = up(dqkv0);
+      gpu.attention_backward(want.get(), d_ws.get(), d_dout.get(), qkv_w.get(), out_w.get(),
+                             d_saved.get(), s.B, s.T, s.C, s.NH);
+      gpu.attention_backward(got.get(), d_ws.get(), d_dout.get(), nullptr, nullptr, d_saved.get(),
+                             s.B, s.T, s.C, s.NH, Device::GradWrite::accumulate, qkv16.get(),
+                             out16.get());
+      EXPECT_EQ(got.host(), want.host()) << tag;
+      // the same words one position further on: rows off 8-byte alignment
+      OnDevice<std::uint16_t> shifted(gpu, nqkv + 1);
+      gpu.copy(shifted.get() + 1, qkv16.get(), nqkv * sizeof(std::uint16_t),
+               dtrain::CopyKind::device_to_device);
+      auto got2 = up(dqkv0);
+      gpu.attention_backward(got2.get(), d_ws.get(), d_dout.get(), nullptr, nullptr,
+                             d_saved.get(), s.B, s.T, s.C, s.NH, Device::GradWrite::accumulate,
+                             shifted.get() + 1, out16.get());
+      EXPECT_EQ(got2.host(), want.host()) << tag << " (unaligned)";
+    }
+  }
+  auto d_dqkv = up(random_floats(30, 2));
+  OnDevice<std::uint16_t> words(gpu, 30);
+  OnDevice<float> d_dout(gpu, 10), d_saved(gpu, 10), d_ws(gpu, 1);
+  EXPECT_THROW(gpu.attention_backward(d_dqkv.get(), d_ws.get(), d_dout.get(), nullptr, nullptr,
+                                      d_saved.get(), 1, 1, 10, 1, Device::GradWrite::accumulate,
+                                      words.get(), words.get()),
+               dtrain::Error)
+      << "fp32 operands";
+}
+
+}  // namespace
