@@ -434,10 +434,12 @@ void GptModel::block_forward(Block& b, const float* residual, int B, int T, bool
   b.c_fc.forward(d, b.fch, enter_region_fwd(b.ln2, R), N,
                  kept16 ? keep_gemm_input(b.ln2, b.ln2_16, RC) : nullptr);
   progress();
-  d.gelu_forward(b.fch_gelu, b.fch, NF);
+  // with kept copies, GELU writes both of its own in the same pass
+  auto* fch16 = reinterpret_cast<std::uint16_t*>(b.fch16);
+  auto* fch_gelu16 = reinterpret_cast<std::uint16_t*>(b.fch_gelu16);
+  d.gelu_forward(b.fch_gelu, b.fch, NF, kept16 ? fch16 : nullptr, kept16 ? fch_gelu16 : nullptr);
   if (!to_output) return;
-  b.mlp_proj.forward(d, proj_, b.fch_gelu, N,
-                     kept16 ? keep_gemm_input(b.fch_gelu, b.fch_gelu16, NF) : nullptr);
+  b.mlp_proj.forward(d, proj_, b.fch_gelu, N, kept16 ? fch_gelu16 : nullptr);
   d.residual_forward(b.res3, b.res2, leave_region_fwd(proj_, b.res3, N, R), RC);
 }
 

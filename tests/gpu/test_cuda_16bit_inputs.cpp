@@ -140,6 +140,32 @@ TEST_F(CudaKernels, CrossEntropyBackwardInto16BitWords) {
                dtrain::Error);
 }
 
+// GELU's forward writes the 16-bit copies of its input and output in the same pass: exactly
+// the conversions of the fp32 values, the output itself unchanged; only under 16-bit operands,
+// never on the CPU.
+TEST_F(CudaKernels, GeluForwardWrites16BitCopies) {
+  const std::int64_t n = 10007;
+  const auto un = static_cast<std::size_t>(n);
+  auto d_x = up(random_floats(un, 1, -6.0f, 6.0f));
+  OnDevice<float> d_want(gpu, un), d_got(gpu, un);
+  OnDevice<std::uint16_t> x16(gpu, un), y16(gpu, un), x16_want(gpu, un), y16_want(gpu, un);
+  for (const DType fmt : {DType::bf16, DType::f16}) {
+    gputest::OperandFormat scoped(gpu, fmt);
+    gpu.gelu_forward(d_want.get(), d_x.get(), n);
+    gpu.convert_to_16bit(x16_want.get(), d_x.get(), n, fmt);
+    gpu.convert_to_16bit(y16_want.get(), d_want.get(), n, fmt);
+    gpu.gelu_forward(d_got.get(), d_x.get(), n, x16.get(), y16.get());
+    EXPECT_EQ(d_got.host(), d_want.host()) << dtrain::dtype_name(fmt);
+    EXPECT_EQ(x16.host(), x16_want.host()) << dtrain::dtype_name(fmt);
+    EXPECT_EQ(y16.host(), y16_want.host()) << dtrain::dtype_name(fmt);
+  }
+  EXPECT_THROW(gpu.gelu_forward(d_got.get(), d_x.get(), n, x16.get(), nullptr), dtrain::Error)
+      << "fp32 operands";
+  std::vector<float> x(un), y(un);
+  std::vector<std::uint16_t> words(un);
+  EXPECT_THROW(cpu.gelu_forward(y.data(), x.data(), n, nullptr, words.data()), dtrain::Error);
+}
+
 // GELU's backward from its input as 16-bit words (a kept activation) gives exactly what it
 // gives from the widened words, accumulating and written over; under fp32 operands the words
 // are ignored and the fp32 input is needed.

@@ -140,7 +140,11 @@ class DTRAIN_API Device {
                                   const float* rstd, int N, int C) = 0;
 
   // ---- GELU (tanh form) ----------------------------------------------------
-  virtual void gelu_forward(float* out, const float* inp, std::int64_t n) = 0;
+  // out[n] = gelu(inp[n]). inp16, out16 (optional): inp and out rounded to a 16-bit
+  // gemm_operand_format() written there too, in the same pass (copies a caller keeps and hands
+  // back later as "...16" arguments); Error(Errc::invalid_argument) while that format is f32.
+  virtual void gelu_forward(float* out, const float* inp, std::int64_t n,
+                            std::uint16_t* inp16 = nullptr, std::uint16_t* out16 = nullptr) = 0;
   // dinp[n] += gelu'(inp) * dout (= with overwrite). inp16 (optional): inp as 16-bit words of
   // a 16-bit gemm_operand_format(), read instead of inp (which may then be null) as linear
   // layers read theirs; exact, so the same result as from the widened values. Ignored while

@@ -156,7 +156,10 @@ void CpuDevice::layernorm_backward(float* dinp, float* dweight, float* dbias, co
                                    const float* rstd, int N, int C) {
   cpu::layernorm_backward<float>(dinp, dweight, dbias, dout, inp, weight, mean, rstd, N, C);
 }
-void CpuDevice::gelu_forward(float* out, const float* inp, std::int64_t n) {
+void CpuDevice::gelu_forward(float* out, const float* inp, std::int64_t n, std::uint16_t* inp16,
+                             std::uint16_t* out16) {
+  DTRAIN_CHECK(!inp16 && !out16, Errc::invalid_argument,
+               "gelu_forward: the CPU has no 16-bit GEMM operands to round copies to");
   cpu::gelu_forward<float>(out, inp, n);
 }
 void CpuDevice::gelu_backward(float* dinp, const float* inp, const float* dout, std::int64_t n,

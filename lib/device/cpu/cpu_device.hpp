@@ -55,7 +55,8 @@ class CpuDevice final : public Device {
   void layernorm_backward(float* dinp, float* dweight, float* dbias, const float* dout,
                           const float* inp, const float* weight, const float* mean,
                           const float* rstd, int N, int C) override;
-  void gelu_forward(float* out, const float* inp, std::int64_t n) override;
+  void gelu_forward(float* out, const float* inp, std::int64_t n, std::uint16_t* inp16,
+                    std::uint16_t* out16) override;
   void gelu_backward(float* dinp, const float* inp, const float* dout, std::int64_t n,
                      GradWrite dinp_write, const std::uint16_t* inp16) override;
   void attention_forward(float* out, float* att, float* workspace, const float* qkv, int B,

@@ -65,7 +65,10 @@ void layernorm_backward(cudaStream_t s, float* dinp, float* dweight, float* dbia
 std::size_t layernorm_backward_scratch_floats(int N, int C);
 
 // ---- kernels_gelu.cu -------------------------------------------------------------
-void gelu_forward(cudaStream_t s, float* out, const float* inp, std::int64_t n);
+// inp16 / out16 (may be null): inp and out also rounded to bf16 (or fp16) words.
+void gelu_forward(cudaStream_t s, float* out, const float* inp, std::int64_t n,
+                  std::uint16_t* inp16 = nullptr, std::uint16_t* out16 = nullptr,
+                  bool bf16 = true);
 void gelu_backward(cudaStream_t s, float* dinp, const float* inp, const float* dout,
                    std::int64_t n, bool accumulate);
 // The same from the input as bf16 (or fp16) words.

@@ -11,11 +11,19 @@ namespace {
 constexpr float kSqrt2OverPi = static_cast<float>(0.79788456080286535588);
 constexpr float kCubic = static_cast<float>(0.044715);
 
-__global__ void gelu_forward_kernel(float* out, const float* inp, std::int64_t n) {
+__device__ inline std::uint16_t round_to(float x, bool bf16) {
+  return bf16 ? halfbits::to_bf16(x) : halfbits::to_f16(x);
+}
+
+__global__ void gelu_forward_kernel(float* out, const float* inp, std::int64_t n,
+                                    std::uint16_t* inp16, std::uint16_t* out16, bool bf16) {
   for (std::int64_t i = blockIdx.x * static_cast<std::int64_t>(blockDim.x) + threadIdx.x; i < n;
        i += static_cast<std::int64_t>(gridDim.x) * blockDim.x) {
     const float x = inp[i];
-    out[i] = 0.5f * x * (1.0f + tanhf(kSqrt2OverPi * (x + kCubic * x * x * x)));
+    const float y = 0.5f * x * (1.0f + tanhf(kSqrt2OverPi * (x + kCubic * x * x * x)));
+    out[i] = y;
+    if (inp16) inp16[i] = round_to(x, bf16);
+    if (out16) out16[i] = round_to(y, bf16);
   }
 }
 
@@ -49,9 +57,10 @@ __global__ void gelu_backward_kernel(float* dinp, Input inp, const float* dout, 
 
 }  // namespace
 
-void gelu_forward(cudaStream_t s, float* out, const float* inp, std::int64_t n) {
+void gelu_forward(cudaStream_t s, float* out, const float* inp, std::int64_t n,
+                  std::uint16_t* inp16, std::uint16_t* out16, bool bf16) {
   if (n <= 0) return;
-  gelu_forward_kernel<<<blocks_for(n), kThreads, 0, s>>>(out, inp, n);
+  gelu_forward_kernel<<<blocks_for(n), kThreads, 0, s>>>(out, inp, n, inp16, out16, bf16);
   check_launch("gelu_forward");
 }
 

@@ -47,9 +47,14 @@ void CudaDevice::layernorm_backward(float* dinp, float* dweight, float* dbias, c
                            partials);
 }
 
-void CudaDevice::gelu_forward(float* out, const float* inp, std::int64_t n) {
-  const OpProfile::Span span = begin_op("gelu_forward", floats_moved(2.0 * n));
-  cuda::gelu_forward(stream_, out, inp, n);
+void CudaDevice::gelu_forward(float* out, const float* inp, std::int64_t n, std::uint16_t* inp16,
+                              std::uint16_t* out16) {
+  DTRAIN_CHECK((!inp16 && !out16) || gemm_operands_ != DType::f32, Errc::invalid_argument,
+               "gelu_forward: 16-bit copies need 16-bit GEMM operands");
+  OpWork work = floats_moved(2.0 * n);
+  work.bytes += 2.0 * n * ((inp16 ? 1 : 0) + (out16 ? 1 : 0));
+  const OpProfile::Span span = begin_op("gelu_forward", work);
+  cuda::gelu_forward(stream_, out, inp, n, inp16, out16, gemm_operands_ == DType::bf16);
 }
 void CudaDevice::gelu_backward(float* dinp, const float* inp, const float* dout, std::int64_t n,
                                GradWrite dinp_write, const std::uint16_t* inp16) {
