@@ -80,8 +80,7 @@ void CudaDevice::attention_backward(float* dqkv, float*, const float* dout, cons
                                     const std::uint16_t* out16) {
   if (B <= 0 || T <= 0 || NH <= 0) return;
   const bool accumulate = dqkv_write == GradWrite::accumulate;
-  const bool words = gemm_operands_ != DType::f32;
-  const AttentionInput in{qkv, words ? qkv16 : nullptr, out, words ? out16 : nullptr};
+  const AttentionInput in{qkv, readable(qkv16), out, readable(out16)};
   DTRAIN_CHECK((in.qkv || in.qkv16) && (in.out || in.out16 || !fused_attention(C, NH)),
                Errc::invalid_argument,
                "attention_backward: no qkv or out (16-bit ones serve only under 16-bit GEMM "

@@ -84,6 +84,11 @@ class CudaDevice final : public Device {
                        GradWrite dinp_write, const std::uint16_t* inp16,
                        const std::uint16_t* dout16) override;
   DType gemm_operand_format() const override { return gemm_operands_; }
+  // A caller's 16-bit copy ("...16" argument) as the ops read it: under 16-bit GEMM operands,
+  // and ignored (null) while they are fp32.
+  const std::uint16_t* readable(const std::uint16_t* words) const noexcept {
+    return gemm_operands_ == DType::f32 ? nullptr : words;
+  }
   void embedding_forward(float* out, const std::int32_t* tokens, const float* wte, int N, int C,
                          int vocab_start, int vocab_rows) override;
   void embedding_backward(float* dwte, const float* dout, const std::int32_t* tokens, int N,

@@ -111,7 +111,7 @@ void CudaDevice::linear_forward(float* out, const float* inp, const float* weigh
   OpWork work = gemm_work(N, OC, C, false);
   if (bias) work.bytes += 4.0 * OC;
   const OpProfile::Span span = begin_op("linear_forward", work);
-  const std::uint16_t* x16 = gemm_operands_ == DType::f32 ? nullptr : inp16;
+  const std::uint16_t* x16 = readable(inp16);
   if (bias && bias_gemm_ && N > 0 && OC > 0 && C > 0) {
     const ColumnMajorGemm g =
         column_major_gemm(false, true, N, OC, C, inp, C, 0, weight, C, 0, out, OC, 0);
@@ -129,8 +129,8 @@ void CudaDevice::linear_backward(float* dinp, float* dweight, float* dbias, cons
                                  GradWrite dinp_write, const std::uint16_t* inp16,
                                  const std::uint16_t* dout16) {
   const bool words = gemm_operands_ != DType::f32;
-  const std::uint16_t* x16 = words ? inp16 : nullptr;
-  const std::uint16_t* dy16 = words ? dout16 : nullptr;
+  const std::uint16_t* x16 = readable(inp16);
+  const std::uint16_t* dy16 = readable(dout16);
   DTRAIN_CHECK(N == 0 || ((inp || x16 || !dweight) && (dout || (dy16 && !dbias))),
                Errc::invalid_argument,
                "linear_backward: no input or output gradient (a 16-bit one serves only under "

@@ -59,7 +59,7 @@ void CudaDevice::gelu_forward(float* out, const float* inp, std::int64_t n, std:
 void CudaDevice::gelu_backward(float* dinp, const float* inp, const float* dout, std::int64_t n,
                                GradWrite dinp_write, const std::uint16_t* inp16) {
   const bool accumulate = dinp_write == GradWrite::accumulate;
-  const bool words = inp16 && gemm_operands_ != DType::f32;
+  const bool words = readable(inp16) != nullptr;
   DTRAIN_CHECK(n == 0 || inp || words, Errc::invalid_argument,
                "gelu_backward: no input (a 16-bit one serves only under 16-bit GEMM operands)");
   OpWork work = floats_moved((accumulate ? 3.0 : 2.0) * n);
