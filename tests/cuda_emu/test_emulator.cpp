@@ -4,12 +4,13 @@
 
 #include <cmath>
 #include <cstdint>
+#include <cstring>
 #include <vector>
 
 #include "cublas_v2.h"
 #include "cuda_runtime.h"
 #include "device/half_bits.hpp"
-#include "mma.h"
+#include "replaced/warp_mma.cuh"
 
 namespace {
 
@@ -78,43 +79,68 @@ __global__ void neighbour_after_syncwarp(float* out, float base, int sync) {
   out[threadIdx.x] = v[(threadIdx.x + 1) & 31];
 }
 
-// One warp: d = a b + c for bf16 tiles a (row-major) and b (column-major or row-major, per
-// `b_rows`), staged in shared memory from their 16-bit encodings; `offset` shifts a's tile.
+// One warp: d (16 x 16, by rows) = a b + c through warp_mma.cuh, for bf16 a (16 x 16, by
+// rows) and b (16 x 16), both staged in shared memory from their 16-bit encodings: b by rows
+// (transposed loads) or, with b_by_columns, as b^T by rows (plain loads). The addressing is
+// PTX's, written out here independently of the attention kernels: lanes 8i..8i+7 name the
+// rows of 8 x 8 matrix i.
 __global__ void tile_product(float* d, const std::uint16_t* a, const std::uint16_t* b,
-                             const float* c, int b_rows, int offset) {
-  namespace wmma = nvcuda::wmma;
-  struct alignas(32) Tiles {
-    std::uint16_t a[16 * 24 + 16], b[16 * 24];  // b 32-byte aligned too
+                             const float* c, int b_by_columns, int offset) {
+  constexpr int ld = 24;  // 48-byte rows: 16-byte aligned
+  struct alignas(16) Tiles {
+    std::uint16_t a[16 * ld + 8], b[16 * ld];  // b 16-byte aligned too
   };
-  __shared__ Tiles t;
-  std::uint16_t *sa = t.a, *sb = t.b;
+  __shared__ Tiles tiles;
+  std::uint16_t *sa = tiles.a, *sb = tiles.b;
   for (int i = threadIdx.x; i < 256; i += 32) {
-    sa[offset + (i / 16) * 24 + i % 16] = a[i];
-    sb[(i / 16) * 24 + i % 16] = b[i];
+    sa[offset + (i / 16) * ld + i % 16] = a[i];
+    sb[(i / 16) * ld + i % 16] = b[i];
   }
   __syncwarp();
-  wmma::fragment<wmma::matrix_a, 16, 16, 16, __nv_bfloat16, wmma::row_major> fa;
-  wmma::fragment<wmma::accumulator, 16, 16, 16, float> acc;
-  wmma::load_matrix_sync(fa, reinterpret_cast<const __nv_bfloat16*>(sa + offset), 24);
-  wmma::load_matrix_sync(acc, c, 16, wmma::mem_row_major);
-  const auto* tb = reinterpret_cast<const __nv_bfloat16*>(sb);
-  if (b_rows) {
-    wmma::fragment<wmma::matrix_b, 16, 16, 16, __nv_bfloat16, wmma::row_major> fb;
-    wmma::load_matrix_sync(fb, tb, 24);
-    wmma::mma_sync(acc, fa, fb, acc);
-  } else {
-    wmma::fragment<wmma::matrix_b, 16, 16, 16, __nv_bfloat16, wmma::col_major> fb;
-    wmma::load_matrix_sync(fb, tb, 24);
-    wmma::mma_sync(acc, fa, fb, acc);
+  const int lane = threadIdx.x, g = lane >> 2, t = lane & 3;
+  std::uint32_t fa[4], fb[4];
+  // a: rows 0-7, 8-15 at columns 0-7, then at 8-15
+  dtrain::cuda::load_matrices(fa, sa + offset + ((lane & 7) + 8 * ((lane >> 3) & 1)) * ld + 8 * (lane >> 4));
+  if (b_by_columns) {  // rows of b^T: n 0-7 at k 0-7, k 8-15, then n 8-15
+    dtrain::cuda::load_matrices(fb, sb + ((lane & 7) + 8 * (lane >> 4)) * ld + 8 * ((lane >> 3) & 1));
+  } else {  // rows of b: k 0-7, 8-15 at n 0-7, then at n 8-15
+    dtrain::cuda::load_matrices_transposed(fb, sb + ((lane & 7) + 8 * ((lane >> 3) & 1)) * ld + 8 * (lane >> 4));
   }
-  wmma::store_matrix_sync(d, acc, 16, wmma::mem_row_major);
+  for (int n = 0; n < 2; ++n) {  // the two 8-column halves of d
+    float acc[4];
+    for (int e = 0; e < 4; ++e) acc[e] = c[(g + 8 * (e / 2)) * 16 + 8 * n + 2 * t + e % 2];
+    dtrain::cuda::mma<__nv_bfloat16>(acc, fa, fb[2 * n], fb[2 * n + 1]);
+    for (int e = 0; e < 4; ++e) d[(g + 8 * (e / 2)) * 16 + 8 * n + 2 * t + e % 2] = acc[e];
+  }
 }
 
-// Half a warp zeroes an accumulator: the other half never reaches the warp-wide call.
+// Each lane's registers from one plain and one transposed load of a 16 x 16 tile holding
+// its own index (element (r, c) = 16 r + c): reg[lane * 8 + i], the transposed ones at i + 4.
+__global__ void loaded_registers(std::uint32_t* reg) {
+  struct alignas(16) Tile {
+    std::uint16_t v[16 * 16];
+  };
+  __shared__ Tile shared_tile;
+  std::uint16_t* tile = shared_tile.v;
+  for (int i = threadIdx.x; i < 256; i += 32) tile[i] = static_cast<std::uint16_t>(i);
+  __syncwarp();
+  const int lane = threadIdx.x;
+  std::uint32_t r[4], rt[4];
+  const std::uint16_t* row = tile + ((lane & 7) + 8 * ((lane >> 3) & 1)) * 16 + 8 * (lane >> 4);
+  dtrain::cuda::load_matrices(r, row);
+  dtrain::cuda::load_matrices_transposed(rt, row);
+  for (int i = 0; i < 4; ++i) {
+    reg[lane * 8 + i] = r[i];
+    reg[lane * 8 + 4 + i] = rt[i];
+  }
+}
+
+// Half a warp multiplies: the other half never reaches the warp-wide call.
 __global__ void half_warp_matrix_call(float* out) {
-  nvcuda::wmma::fragment<nvcuda::wmma::accumulator, 16, 16, 16, float> acc;
-  if (threadIdx.x < 16) nvcuda::wmma::fill_fragment(acc, 1.0f);
-  out[threadIdx.x] = 0.0f;
+  float acc[4] = {};
+  const std::uint32_t a[4] = {};
+  if (threadIdx.x < 16) dtrain::cuda::mma<__nv_bfloat16>(acc, a, 0u, 0u);
+  out[threadIdx.x] = acc[0];
 }
 
 struct DeviceHalves {
@@ -214,14 +240,14 @@ TEST(CudaEmulator, WarpMatrixProductsAreTheProductsOfTheDecodedTiles) {
   DeviceHalves da(a), db(b);
   DeviceFloats dc(256), dd(256);
   dc.set(c);
-  for (int b_rows = 0; b_rows < 2; ++b_rows) {
-    dtrain_emu::launch(tile_product, dim3(1), dim3(32))(dd.p, da.p, db.p, dc.p, b_rows, 0);
+  for (int by_columns = 0; by_columns < 2; ++by_columns) {
+    dtrain_emu::launch(tile_product, dim3(1), dim3(32))(dd.p, da.p, db.p, dc.p, by_columns, 0);
     const auto got = dd.host();
     for (int r = 0; r < 16; ++r)
       for (int n = 0; n < 16; ++n) {
         double want = c[r * 16 + n];
         for (int k = 0; k < 16; ++k) {
-          const int bk = b_rows ? k * 16 + n : n * 16 + k;  // element (k, n) of b
+          const int bk = by_columns ? n * 16 + k : k * 16 + n;  // element (k, n) of b
           want += static_cast<double>(dtrain::halfbits::from_bf16(a[r * 16 + k])) *
                   dtrain::halfbits::from_bf16(b[bk]);
         }
@@ -230,17 +256,38 @@ TEST(CudaEmulator, WarpMatrixProductsAreTheProductsOfTheDecodedTiles) {
   }
 }
 
-TEST(CudaEmulatorDeathTest, AMisalignedMatrixTileStops) {
+// The fragment layout itself, as PTX's ISA gives it for ldmatrix: register i of lane 4g + t
+// holds row g, columns 2t and 2t + 1 of matrix i (low half first); transposed, rows 2t and
+// 2t + 1 of column g. Matrix i here is rows 8 (i % 2).., columns 8 (i / 2)...
+TEST(CudaEmulator, MatrixLoadsGiveEachLaneItsPtxElements) {
+  DeviceFloats out(32 * 8);  // 32-bit registers, read back as raw bits
+  dtrain_emu::launch(loaded_registers, dim3(1), dim3(32))(reinterpret_cast<std::uint32_t*>(out.p));
+  const auto got = out.host();
+  for (int lane = 0; lane < 32; ++lane) {
+    const int g = lane >> 2, t = lane & 3;
+    for (int i = 0; i < 4; ++i) {
+      const int r0 = 8 * (i % 2), c0 = 8 * (i / 2);
+      auto at = [&](int r, int c) { return static_cast<std::uint32_t>(16 * (r0 + r) + c0 + c); };
+      std::uint32_t plain, transposed;
+      std::memcpy(&plain, &got[lane * 8 + i], 4);
+      std::memcpy(&transposed, &got[lane * 8 + 4 + i], 4);
+      EXPECT_EQ(plain, at(g, 2 * t) | at(g, 2 * t + 1) << 16) << lane << " " << i;
+      EXPECT_EQ(transposed, at(2 * t, g) | at(2 * t + 1, g) << 16) << lane << " " << i;
+    }
+  }
+}
+
+TEST(CudaEmulatorDeathTest, AMisalignedMatrixRowStops) {
   std::vector<std::uint16_t> zeros(256);
   DeviceHalves da(zeros), db(zeros);
   DeviceFloats dc(256), dd(256);
   dc.set(std::vector<float>(256));
   EXPECT_DEATH(
       {
-        dtrain_emu::launch(tile_product, dim3(1), dim3(32))(dd.p, da.p, db.p, dc.p, 0, 8);
+        dtrain_emu::launch(tile_product, dim3(1), dim3(32))(dd.p, da.p, db.p, dc.p, 0, 4);
         cudaDeviceSynchronize();
       },
-      "not 32-byte aligned");
+      "not 16-byte aligned");
 }
 
 TEST(CudaEmulatorDeathTest, AWarpMatrixCallSomeLanesSkipStops) {
@@ -250,7 +297,7 @@ TEST(CudaEmulatorDeathTest, AWarpMatrixCallSomeLanesSkipStops) {
         dtrain_emu::launch(half_warp_matrix_call, dim3(1), dim3(32))(d.p);
         cudaDeviceSynchronize();
       },
-      "different numbers of warp matrix calls");
+      "deadlock");
 }
 
 TEST(CudaEmulatorDeathTest, HostAccessToDeviceMemoryFaults) {

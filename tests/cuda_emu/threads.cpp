@@ -1,5 +1,5 @@
 // Kernel grids on the CPU: blocks run one after another; the threads of a block are fibers
-// that switch only at __syncthreads and warp shuffles, so a barrier waits for
+// that switch only at __syncthreads, warp shuffles and warp-wide calls, so a barrier waits for
 // every live thread of the block and a shuffle for every lane its mask names, as on a GPU.
 // A kernel whose first launch never synchronised later runs its threads as a plain loop
 // (much faster); should such a kernel synchronise after all, the emulator stops with a
@@ -7,6 +7,7 @@
 #include <sys/mman.h>
 
 #include <algorithm>
+#include <cstring>
 #include <cstdio>
 #include <cstdlib>
 #include <unordered_map>
@@ -62,12 +63,17 @@ struct Fiber {
   State state = State::ready;
   int src_lane = 0;          // of the shuffle this lane waits in
   std::uint64_t result = 0;  // what that shuffle gives it, set when the last lane arrives
+  void* gathered = nullptr;  // where the gather this lane waits in copies every lane's bytes
 };
+
+constexpr std::size_t kGatherBytes = 32;  // the most a lane hands to warp_gather
 
 struct Warp {
   unsigned mask = 0;     // the mask of the exchange in progress
   unsigned arrived = 0;  // lanes that have deposited their slot this round
+  std::size_t gather_bytes = 0;  // of the gather in progress; 0 for a shuffle
   std::uint64_t slots[32] = {};
+  unsigned char gather[32 * kGatherBytes] = {};
 };
 
 struct Block {
@@ -81,7 +87,6 @@ struct Block {
   FiberContext scheduler;
   int current = -1;  // the running fiber; -1 in direct mode
   std::vector<std::uint64_t> ready;  // one bit per fiber that may run
-  std::vector<std::uint64_t> warp_calls;  // per thread: count_warp_call()s in this block
   const Task* body = nullptr;
 };
 
@@ -227,20 +232,6 @@ void run_block_directly(const Task& body, bool highest_first) {
   }
 }
 
-// A warp-wide call needs every lane of the warp; a lane that skipped one (a branch on the
-// lane, an early return) leaves the warp with different counts.
-void check_warp_calls() {
-  const auto& calls = g_block.warp_calls;
-  for (int first = 0; first < g_block.threads; first += 32) {
-    const int last = std::min(first + 32, g_block.threads);
-    for (int k = first + 1; k < last; ++k) {
-      if (calls[k] != calls[first])
-        fail("lanes of one warp made different numbers of warp matrix calls (a GPU needs the "
-             "whole warp at each)");
-    }
-  }
-}
-
 void enter_sync_point() {
   g_synchronised = true;
   if (g_direct)
@@ -275,7 +266,9 @@ std::uint64_t warp_exchange(unsigned mask, std::uint64_t mine, int src_lane) {
   if (!(mask & (1u << lane))) fail("a lane shuffles with a mask that leaves itself out");
   if (members != mask) fail("a shuffle mask names lanes that do not exist in this block");
   if (w.arrived != 0 && w.mask != mask) fail("lanes of one warp shuffle with different masks");
+  if (w.arrived != 0 && w.gather_bytes != 0) fail("lanes of one warp shuffle and gather at once");
   w.mask = mask;
+  w.gather_bytes = 0;
   w.slots[lane] = mine;
   f.src_lane = src_lane;
   w.arrived |= 1u << lane;
@@ -296,7 +289,35 @@ std::uint64_t warp_exchange(unsigned mask, std::uint64_t mine, int src_lane) {
   return f.result;
 }
 
-void count_warp_call() { ++g_block.warp_calls[linear(threadIdx)]; }
+void warp_gather(const void* mine, std::size_t bytes, void* all) {
+  enter_sync_point();
+  Block& b = g_block;
+  Fiber& f = b.fibers[b.current];
+  const int id = linear(f.index), lane = id & 31, first = id & ~31;
+  Warp& w = b.warps[id >> 5];
+  const unsigned members = existing_lanes(id >> 5);
+  if (members != 0xffffffffu) fail("a warp-wide matrix call in a warp of fewer than 32 threads");
+  if (bytes == 0 || bytes > kGatherBytes) fail("a warp gather of more bytes than it holds");
+  if (w.arrived != 0 && w.gather_bytes != bytes)
+    fail("lanes of one warp make different warp-wide calls at once");
+  w.mask = members;
+  w.gather_bytes = bytes;
+  std::memcpy(w.gather + lane * bytes, mine, bytes);
+  f.gathered = all;
+  w.arrived |= 1u << lane;
+  if (w.arrived != members) {
+    f.state = State::at_shuffle;
+    switch_to_scheduler();
+    return;
+  }
+  // The last lane in copies every lane's bytes to each waiting lane and releases them.
+  for (int k = 0; k < 32; ++k) {
+    Fiber& other = b.fibers[first + k];
+    std::memcpy(other.gathered, w.gather, 32 * bytes);
+    if (other.state == State::at_shuffle) make_ready(first + k);
+  }
+  w.arrived = 0;
+}
 
 bool launch_config_ok(dim3 grid, dim3 block, std::size_t shared_bytes) {
   const unsigned long long threads = 1ull * block.x * block.y * block.z;
@@ -326,10 +347,8 @@ void enqueue_grid(cudaStream_t stream, dim3 grid, dim3 block, const void* kernel
       for (unsigned y = 0; y < grid.y; ++y)
         for (unsigned x = 0; x < grid.x; ++x) {
           blockIdx = uint3{x, y, z};
-          g_block.warp_calls.assign(g_block.threads, 0);
           if (g_direct) run_block_directly(body, next_block_descends());
           else run_block_as_fibers();
-          check_warp_calls();
         }
     if (known == g_kernel_syncs.end()) g_kernel_syncs.emplace(kernel, g_synchronised);
     g_direct = false;

@@ -1,11 +1,15 @@
 // Fused causal attention on tensor cores for 16-bit GEMM operands (FlashAttention-2's
-// scheme): the T x T scores and probabilities live only in shared memory and registers.
+// scheme): the T x T scores and probabilities live only in registers.
 // Forward keeps a running row maximum and sum (the online softmax) and saves, per query row,
 // the log-sum-exp of its scaled scores; backward recomputes the probabilities from it.
 //
-// A block has 4 warps and covers 64 rows: warp w owns rows 16w..16w+15, and each of its
-// lanes does the row-wise work of one row (lane / 2) over 32 of the 64 columns, every other
-// one (column()).
+// A block has 4 warps and covers 64 rows (queries, or keys in the dK/dV kernel): warp w owns
+// rows 16w..16w+15 and keeps them, their accumulators and the 16 x 64 scores of the block of
+// columns at hand in registers (the fragments of warp_mma.cuh: lane 4g + t holds rows g and
+// g + 8 at columns 8j + 2t and 8j + 2t + 1 of every 8-column tile j). The row-wise softmax
+// reduces over the 4 lanes of a row; a product's scores, once rounded, are the next product's
+// left operand as they lie. Only the 64-row tiles that every warp reads (K and V, or Q and
+// dout) pass through shared memory.
 // Q, K, V and dout are rounded to bf16/fp16 where they enter shared memory, as cuBLAS rounds
 // the operands of the unfused path; products accumulate in fp32, the softmax is fp32.
 //
@@ -14,7 +18,6 @@
 // key blocks up to it (the scores are recomputed in both).
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
-#include <mma.h>
 
 #include <cmath>
 #include <cstdint>
@@ -24,21 +27,19 @@
 #include "device/cuda/cuda_check.hpp"
 #include "device/cuda/kernel_utils.cuh"
 #include "device/cuda/kernels.hpp"
+#include "device/cuda/warp_mma.cuh"
 #include "device/half_bits.hpp"
 #include "dtrain/core/error.hpp"
 
 namespace dtrain::cuda {
 namespace {
 
-namespace wmma = nvcuda::wmma;
-
-constexpr int kTile = 16;                    // WMMA tiles are 16 x 16 x 16
 constexpr int kWarps = 4;
-constexpr int kRows = kWarps * kTile;        // rows (queries or keys) per block
+constexpr int kWarpRows = 16;                // rows of a warp: an mma's A operand
+constexpr int kRows = kWarps * kWarpRows;    // rows (queries or keys) per block
 static_assert(kRows == kFlashAttentionBlockRows, "kernels.hpp tells the block size");
 constexpr int kBlockThreads = kWarps * 32;
-constexpr int kScoreLd = kRows + 4;          // padded rows: consecutive rows start in
-constexpr int kProbLd = kRows + 8;           // different shared-memory banks
+constexpr int kColumnTiles = kRows / 8;      // 8-column tiles of a warp's 16 x 64 scores
 constexpr float kLog2e = 1.4426950408889634f;
 
 template <class H> __device__ inline std::uint16_t encode(float f);
@@ -47,25 +48,22 @@ template <> __device__ inline std::uint16_t encode<__nv_bfloat16>(float f) {
 }
 template <> __device__ inline std::uint16_t encode<__half>(float f) { return halfbits::to_f16(f); }
 
-// Shared memory of every kernel here (44.5 KiB at HS = 64, under the static 48 KiB): two tiles
-// of 64 rows x HS in 16 bits, and per warp an fp32 16 x 64 tile (scores, or an output being
-// written back) and a 16-bit one (probabilities or their gradients, as a GEMM operand).
-template <int HS> struct alignas(32) Shared {
+// Shared memory of every kernel here (18.5 KiB at HS = 64): two tiles of 64 rows x HS in 16
+// bits, each row padded by 16 bytes so the 8 rows an ldmatrix reads sit in different banks.
+template <int HS> struct Shared {
   static constexpr int ld = HS + 8;
-  alignas(32) std::uint16_t a[kRows * ld];
-  alignas(32) std::uint16_t b[kRows * ld];
-  alignas(32) float score[kWarps][kTile * kScoreLd];
-  alignas(32) std::uint16_t prob[kWarps][kTile * kProbLd];
+  alignas(16) std::uint16_t a[kRows * ld];
+  alignas(16) std::uint16_t b[kRows * ld];
   float lse[kRows], dsum[kRows];  // per query column (the dK/dV kernel)
 };
 
-// The c-th of the columns that a lane works on in its row: the row's two lanes interleave,
-// so a warp reading one c touches 16 shared-memory banks instead of 8.
-__device__ inline int column(int c, int half) { return 2 * c + half; }
-
-template <class H> __device__ inline const H* as_half(const std::uint16_t* p) {
-  return reinterpret_cast<const H*>(p);
-}
+// A warp's registers: Rows<HS> are its 16 rows of a 64 x HS tile as left operands (HS / 16
+// of them, one per 16 columns); Scores its 16 x 64 products with a tile (kColumnTiles
+// accumulators); Acc<HS> its 16 x HS accumulators.
+template <int HS> using Rows = std::uint32_t[HS / 16][4];
+using Scores = float[kColumnTiles][4];
+template <int HS> using Acc = float[HS / 8][4];
+using Operands = std::uint32_t[kRows / 16][4];  // 16 x 64 values as left operands
 
 // Rows [row0, row0 + 64) of one head's HS columns, `stride` floats apart, rounded into a
 // 16-bit tile; rows at or past T become zeros (never garbage that 0 x NaN would spread).
@@ -131,82 +129,106 @@ template <class H> __device__ inline float value_at(const std::uint16_t* p, std:
                                                : halfbits::from_f16(p[i]);
 }
 
-using Acc = wmma::fragment<wmma::accumulator, kTile, kTile, kTile, float>;
-template <class H> using RowA = wmma::fragment<wmma::matrix_a, kTile, kTile, kTile, H, wmma::row_major>;
-template <class H> using RowB = wmma::fragment<wmma::matrix_b, kTile, kTile, kTile, H, wmma::row_major>;
-template <class H> using ColB = wmma::fragment<wmma::matrix_b, kTile, kTile, kTile, H, wmma::col_major>;
+__device__ inline int lane_id() { return threadIdx.x & 31; }
 
-// This warp's 16 rows of a 64-row tile as HS/16 left operands.
-template <int HS, class H>
-__device__ void load_row_operands(RowA<H> (&f)[HS / kTile], const std::uint16_t* tile, int warp) {
+// This warp's 16 rows of a 64-row tile as left operands: ldmatrix's four 8 x 8 matrices are
+// rows 0-7 and 8-15 at columns k..k+7, then the same rows at k+8..k+15.
+template <int HS> __device__ void load_rows_as_operands(Rows<HS>& f, const std::uint16_t* tile, int warp) {
   constexpr int ld = Shared<HS>::ld;
+  const int lane = lane_id();
+  const std::uint16_t* row = tile + (warp * kWarpRows + (lane & 7) + 8 * ((lane >> 3) & 1)) * ld + 8 * (lane >> 4);
   #pragma unroll
-  for (int k = 0; k < HS / kTile; ++k)
-    wmma::load_matrix_sync(f[k], as_half<H>(tile) + warp * kTile * ld + k * kTile, ld);
+  for (int k = 0; k < HS / 16; ++k) load_matrices(f[k], row + 16 * k);
 }
 
-// out (16 x 64 fp32, ld kScoreLd) = x (16 x HS) · tile^T, tile being 64 rows x HS.
+// s (16 x 64) = x (16 x HS) · tile^T, tile being 64 rows x HS: tile's rows are the right
+// operand's columns, so one ldmatrix gives two 8-column tiles' operands (rows 0-7 then 8-15
+// of a 16-row group, each at columns k..k+7 and k+8..k+15).
 template <int HS, class H>
-__device__ void times_rows_transposed(float* out, const RowA<H> (&x)[HS / kTile],
-                                      const std::uint16_t* tile) {
+__device__ void times_rows_transposed(Scores& s, const Rows<HS>& x, const std::uint16_t* tile) {
   constexpr int ld = Shared<HS>::ld;
+  const int lane = lane_id();
+  const std::uint16_t* row = tile + ((lane & 7) + 8 * (lane >> 4)) * ld + 8 * ((lane >> 3) & 1);
   #pragma unroll
-  for (int n = 0; n < kRows / kTile; ++n) {
-    Acc acc;
-    wmma::fill_fragment(acc, 0.0f);
+  for (int j = 0; j < kColumnTiles; j += 2) {
     #pragma unroll
-    for (int k = 0; k < HS / kTile; ++k) {
-      ColB<H> t;
-      wmma::load_matrix_sync(t, as_half<H>(tile) + n * kTile * ld + k * kTile, ld);
-      wmma::mma_sync(acc, x[k], t, acc);
-    }
-    wmma::store_matrix_sync(out + n * kTile, acc, kScoreLd, wmma::mem_row_major);
-  }
-}
-
-// acc (16 x HS) += p (16 x 64, 16-bit, ld kProbLd) · tile (64 rows x HS).
-template <int HS, class H>
-__device__ void accumulate_times_rows(Acc (&acc)[HS / kTile], const std::uint16_t* p,
-                                      const std::uint16_t* tile) {
-  constexpr int ld = Shared<HS>::ld;
-  #pragma unroll
-  for (int k = 0; k < kRows / kTile; ++k) {
-    RowA<H> a;
-    wmma::load_matrix_sync(a, as_half<H>(p) + k * kTile, kProbLd);
+    for (int e = 0; e < 4; ++e) s[j][e] = s[j + 1][e] = 0.0f;
     #pragma unroll
-    for (int n = 0; n < HS / kTile; ++n) {
-      RowB<H> t;
-      wmma::load_matrix_sync(t, as_half<H>(tile) + k * kTile * ld + n * kTile, ld);
-      wmma::mma_sync(acc[n], a, t, acc[n]);
+    for (int k = 0; k < HS / 16; ++k) {
+      std::uint32_t b[4];
+      load_matrices(b, row + 8 * j * ld + 16 * k);
+      mma<H>(s[j], x[k], b[0], b[1]);
+      mma<H>(s[j + 1], x[k], b[2], b[3]);
     }
   }
 }
 
-template <int HS> __device__ void zero(Acc (&acc)[HS / kTile]) {
-  for (Acc& a : acc) wmma::fill_fragment(a, 0.0f);
-}
-
-// Writes acc (16 x HS) into the warp's fp32 tile, so its lanes can read it by row.
-template <int HS> __device__ void stage(float* tile, const Acc (&acc)[HS / kTile]) {
-  __syncwarp();  // every lane is done reading the tile's previous contents
+// acc (16 x HS) += p (16 x 64, left operands) · tile (64 rows x HS): the tile's rows are the
+// right operand's rows, so ldmatrix transposes (rows k..k+7 and k+8..k+15 at columns n..n+7,
+// then the same rows at n+8..n+15).
+template <int HS, class H>
+__device__ void accumulate_times_rows(Acc<HS>& acc, const Operands& p, const std::uint16_t* tile) {
+  constexpr int ld = Shared<HS>::ld;
+  const int lane = lane_id();
+  const std::uint16_t* row = tile + ((lane & 7) + 8 * ((lane >> 3) & 1)) * ld + 8 * (lane >> 4);
   #pragma unroll
-  for (int n = 0; n < HS / kTile; ++n)
-    wmma::store_matrix_sync(tile + n * kTile, acc[n], kScoreLd, wmma::mem_row_major);
-  __syncwarp();
+  for (int k = 0; k < kRows / 16; ++k) {
+    #pragma unroll
+    for (int n = 0; n < HS / 8; n += 2) {
+      std::uint32_t b[4];
+      load_matrices_transposed(b, row + 16 * k * ld + 8 * n);
+      mma<H>(acc[n], p[k], b[0], b[1]);
+      mma<H>(acc[n + 1], p[k], b[2], b[3]);
+    }
+  }
 }
 
-// dst[row][0..HS) += (or = without accumulate) this warp's staged 16 x HS tile, for the rows
-// below T.
+// 16 x 64 fp32 values, rounded, as left operands: 8-column tiles 2k and 2k + 1 make the
+// operand of columns 16k..16k+15.
+template <class H> __device__ void to_operands(Operands& a, const Scores& s) {
+  #pragma unroll
+  for (int k = 0; k < kRows / 16; ++k) {
+    a[k][0] = pack<H>(s[2 * k][0], s[2 * k][1]);
+    a[k][1] = pack<H>(s[2 * k][2], s[2 * k][3]);
+    a[k][2] = pack<H>(s[2 * k + 1][0], s[2 * k + 1][1]);
+    a[k][3] = pack<H>(s[2 * k + 1][2], s[2 * k + 1][3]);
+  }
+}
+
+template <int HS> __device__ void zero(Acc<HS>& acc) {
+  #pragma unroll
+  for (int n = 0; n < HS / 8; ++n)
+    #pragma unroll
+    for (int e = 0; e < 4; ++e) acc[n][e] = 0.0f;
+}
+
+// The row of 4-lane group g that element e of an accumulator lies in: g, or g + 8 (e >= 2).
+__device__ inline int row_of(int e) { return (lane_id() >> 2) + 8 * (e >> 1); }
+// Its column within an 8-column tile.
+__device__ inline int column_of(int e) { return 2 * (lane_id() & 3) + (e & 1); }
+
+// The sum, or the maximum, over the 4 lanes that hold a row.
+__device__ inline float row_sum(float v) {
+  v += __shfl_xor_sync(0xffffffffu, v, 1);
+  return v + __shfl_xor_sync(0xffffffffu, v, 2);
+}
+__device__ inline float row_max(float v) {
+  v = fmaxf(v, __shfl_xor_sync(0xffffffffu, v, 1));
+  return fmaxf(v, __shfl_xor_sync(0xffffffffu, v, 2));
+}
+
+// dst[row][0..HS) += (or = without accumulate) acc's rows, row0 + 0..15, for the rows below T.
 template <int HS>
-__device__ void add_rows(float* dst, std::int64_t stride, int row0, int T, const float* tile,
-                         bool accumulate) {
-  const int lane = threadIdx.x & 31, r = lane >> 1, half = lane & 1;
-  if (row0 + r >= T) return;
-  float* d = dst + static_cast<std::int64_t>(row0 + r) * stride;
-  const float* s = tile + r * kScoreLd;
+__device__ void write_rows(float* dst, std::int64_t stride, int row0, int T, const Acc<HS>& acc,
+                           bool accumulate) {
   #pragma unroll
-  for (int c = 0; c < HS / 2; ++c)
-    d[column(c, half)] = (accumulate ? d[column(c, half)] : 0.0f) + s[column(c, half)];
+  for (int e = 0; e < 4; ++e) {
+    const int row = row0 + row_of(e);
+    if (row >= T) continue;
+    float* d = dst + static_cast<std::int64_t>(row) * stride + column_of(e);
+    #pragma unroll
+    for (int n = 0; n < HS / 8; ++n) d[8 * n] = (accumulate ? d[8 * n] : 0.0f) + acc[n][e];
+  }
 }
 
 // The saved log-sum-exp (base 2, of the scaled scores) in two floats: the leading part is
@@ -226,21 +248,19 @@ __global__ void __launch_bounds__(kBlockThreads)
   __shared__ Shared<HS> s;
   // the last query blocks, which walk the most key blocks, start first (a shorter tail)
   const int qb = gridDim.x - 1 - blockIdx.x, h = blockIdx.y, b = blockIdx.z;
-  const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, r = lane >> 1, half = lane & 1;
+  const int warp = threadIdx.x >> 5;
   const std::int64_t C3 = 3 * static_cast<std::int64_t>(C);
   const float* q = qkv + static_cast<std::int64_t>(b) * T * C3 + h * HS;
-  const int q0 = qb * kRows, row0 = q0 + warp * kTile, qi = row0 + r;
+  const int q0 = qb * kRows, row0 = q0 + warp * kWarpRows;
   const float scale2 = scale * kLog2e;
 
   load_rows<HS, H>(s.a, q, C3, q0, T);
   __syncthreads();
-  RowA<H> qf[HS / kTile];
-  load_row_operands<HS, H>(qf, s.a, warp);
-  Acc o[HS / kTile];
+  Rows<HS> qf;
+  load_rows_as_operands<HS>(qf, s.a, warp);
+  Acc<HS> o;
   zero<HS>(o);
-  float* S = s.score[warp];
-  std::uint16_t* P = s.prob[warp];
-  float m = -INFINITY, l = 0.0f;  // this row's running maximum (base 2) and sum
+  float m[2] = {-INFINITY, -INFINITY}, l[2] = {0.0f, 0.0f};  // rows g, g + 8: running max, sum
 
   for (int kb = 0; kb <= qb; ++kb) {
     const int k0 = kb * kRows;
@@ -248,48 +268,54 @@ __global__ void __launch_bounds__(kBlockThreads)
     load_rows<HS, H>(s.a, q + C, C3, k0, T);
     load_rows<HS, H>(s.b, q + 2 * C, C3, k0, T);
     __syncthreads();
-    times_rows_transposed<HS, H>(S, qf, s.a);
-    __syncwarp();
-    float x[32], mx = -INFINITY;
+    Scores x;
+    times_rows_transposed<HS, H>(x, qf, s.a);
+    float mx[2] = {-INFINITY, -INFINITY};
     #pragma unroll
-    for (int c = 0; c < 32; ++c) {
-      const int col = column(c, half);
-      x[c] = k0 + col <= qi ? S[r * kScoreLd + col] * scale2 : -INFINITY;
-      mx = fmaxf(mx, x[c]);
+    for (int j = 0; j < kColumnTiles; ++j)
+      #pragma unroll
+      for (int e = 0; e < 4; ++e) {
+        const bool seen = k0 + 8 * j + column_of(e) <= row0 + row_of(e);
+        x[j][e] = seen ? x[j][e] * scale2 : -INFINITY;
+        mx[e >> 1] = fmaxf(mx[e >> 1], x[j][e]);
+      }
+    float base[2], alpha[2], sum[2] = {0.0f, 0.0f};
+    #pragma unroll
+    for (int r = 0; r < 2; ++r) {
+      const float m_new = fmaxf(m[r], row_max(mx[r]));
+      base[r] = m_new == -INFINITY ? 0.0f : m_new;  // a row that sees no key yet
+      alpha[r] = exp2f(m[r] - base[r]);
+      m[r] = m_new;
     }
-    mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 1));
-    const float m_new = fmaxf(m, mx);
-    const float base = m_new == -INFINITY ? 0.0f : m_new;  // a row that sees no key yet
-    const float alpha = exp2f(m - base);
-    float sum = 0.0f;
     #pragma unroll
-    for (int c = 0; c < 32; ++c) {
-      const float p = exp2f(x[c] - base);
-      sum += p;
-      P[r * kProbLd + column(c, half)] = encode<H>(p);
-    }
-    sum += __shfl_xor_sync(0xffffffffu, sum, 1);
-    l = l * alpha + sum;
-    m = m_new;
-    // rescale the output rows by alpha (through the fp32 tile: a fragment's rows are opaque)
-    stage<HS>(S, o);
+    for (int j = 0; j < kColumnTiles; ++j)
+      #pragma unroll
+      for (int e = 0; e < 4; ++e) {
+        x[j][e] = exp2f(x[j][e] - base[e >> 1]);
+        sum[e >> 1] += x[j][e];
+      }
     #pragma unroll
-    for (int c = 0; c < HS / 2; ++c) S[r * kScoreLd + column(c, half)] *= alpha;
-    __syncwarp();
+    for (int r = 0; r < 2; ++r) l[r] = l[r] * alpha[r] + row_sum(sum[r]);
     #pragma unroll
-    for (int n = 0; n < HS / kTile; ++n)
-      wmma::load_matrix_sync(o[n], S + n * kTile, kScoreLd, wmma::mem_row_major);
-    accumulate_times_rows<HS, H>(o, P, s.b);
+    for (int n = 0; n < HS / 8; ++n)
+      #pragma unroll
+      for (int e = 0; e < 4; ++e) o[n][e] *= alpha[e >> 1];
+    Operands p;
+    to_operands<H>(p, x);
+    accumulate_times_rows<HS, H>(o, p, s.b);
   }
 
-  stage<HS>(S, o);
-  if (qi >= T) return;
-  const float inv = 1.0f / l;
-  float* y = out + (static_cast<std::int64_t>(b) * T + qi) * C + h * HS;
-  const float* src = S + r * kScoreLd;
   #pragma unroll
-  for (int c = 0; c < HS / 2; ++c) y[column(c, half)] = src[column(c, half)] * inv;
-  if (half == 0) save_lse(lse + 2 * ((static_cast<std::int64_t>(b) * NH + h) * T + qi), m + log2f(l));
+  for (int n = 0; n < HS / 8; ++n)
+    #pragma unroll
+    for (int e = 0; e < 4; ++e) o[n][e] /= l[e >> 1];
+  write_rows<HS>(out + static_cast<std::int64_t>(b) * T * C + h * HS, C, row0, T, o, false);
+  if ((lane_id() & 3) != 0) return;
+  #pragma unroll
+  for (int r = 0; r < 2; ++r) {
+    const int qi = row0 + row_of(2 * r);
+    if (qi < T) save_lse(lse + 2 * ((static_cast<std::int64_t>(b) * NH + h) * T + qi), m[r] + log2f(l[r]));
+  }
 }
 
 // dsum[b, h, t] = dout[b, t, head h] · out[b, t, head h]: the row sums of P * dP that the
@@ -321,26 +347,24 @@ __global__ void __launch_bounds__(kBlockThreads)
                               bool accumulate) {
   __shared__ Shared<HS> s;
   const int kb = blockIdx.x, h = blockIdx.y, b = blockIdx.z;
-  const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, r = lane >> 1, half = lane & 1;
+  const int warp = threadIdx.x >> 5;
   const std::int64_t C3 = 3 * static_cast<std::int64_t>(C);
   const std::int64_t head = static_cast<std::int64_t>(b) * T * C3 + h * HS;
   const In* q = qkv + head;
   const float* dy = dout + static_cast<std::int64_t>(b) * T * C + h * HS;
   const std::int64_t stats = (static_cast<std::int64_t>(b) * NH + h) * T;
-  const int k0 = kb * kRows, row0 = k0 + warp * kTile, kj = row0 + r;
+  const int k0 = kb * kRows, row0 = k0 + warp * kWarpRows;
   const float scale2 = scale * kLog2e;
 
   load_rows<HS, H>(s.a, q + C, C3, k0, T);
   load_rows<HS, H>(s.b, q + 2 * C, C3, k0, T);
   __syncthreads();
-  RowA<H> kf[HS / kTile], vf[HS / kTile];
-  load_row_operands<HS, H>(kf, s.a, warp);
-  load_row_operands<HS, H>(vf, s.b, warp);
-  Acc dk[HS / kTile], dv[HS / kTile];
+  Rows<HS> kf, vf;
+  load_rows_as_operands<HS>(kf, s.a, warp);
+  load_rows_as_operands<HS>(vf, s.b, warp);
+  Acc<HS> dk, dv;
   zero<HS>(dk);
   zero<HS>(dv);
-  float* S = s.score[warp];
-  std::uint16_t* P = s.prob[warp];
 
   for (int qb = kb; qb * kRows < T; ++qb) {
     const int q0 = qb * kRows;
@@ -353,32 +377,31 @@ __global__ void __launch_bounds__(kBlockThreads)
       s.dsum[threadIdx.x] = qi < T ? dsum[stats + qi] : 0.0f;
     }
     __syncthreads();
-    times_rows_transposed<HS, H>(S, kf, s.a);  // S^T = K Q^T
-    __syncwarp();
-    float p[32];
+    Scores p, dp;
+    times_rows_transposed<HS, H>(p, kf, s.a);  // S^T = K Q^T
     #pragma unroll
-    for (int c = 0; c < 32; ++c) {
-      const int col = column(c, half), qi = q0 + col;
-      p[c] = kj <= qi && qi < T ? exp2f(S[r * kScoreLd + col] * scale2 - s.lse[col]) : 0.0f;
-      P[r * kProbLd + col] = encode<H>(p[c]);
-    }
-    __syncwarp();
-    accumulate_times_rows<HS, H>(dv, P, s.b);  // dV += P^T dout
-    times_rows_transposed<HS, H>(S, vf, s.b);  // dP^T = V dout^T
-    __syncwarp();
+    for (int j = 0; j < kColumnTiles; ++j)
+      #pragma unroll
+      for (int e = 0; e < 4; ++e) {
+        const int col = 8 * j + column_of(e), qi = q0 + col;
+        const bool seen = row0 + row_of(e) <= qi && qi < T;
+        p[j][e] = seen ? exp2f(p[j][e] * scale2 - s.lse[col]) : 0.0f;
+      }
+    Operands a;
+    to_operands<H>(a, p);
+    accumulate_times_rows<HS, H>(dv, a, s.b);  // dV += P^T dout
+    times_rows_transposed<HS, H>(dp, vf, s.b);  // dP^T = V dout^T
     #pragma unroll
-    for (int c = 0; c < 32; ++c) {
-      const int col = column(c, half);
-      P[r * kProbLd + col] = encode<H>(p[c] * (S[r * kScoreLd + col] - s.dsum[col]) * scale);
-    }
-    __syncwarp();
-    accumulate_times_rows<HS, H>(dk, P, s.a);  // dK += dS^T Q
+    for (int j = 0; j < kColumnTiles; ++j)
+      #pragma unroll
+      for (int e = 0; e < 4; ++e)
+        dp[j][e] = p[j][e] * (dp[j][e] - s.dsum[8 * j + column_of(e)]) * scale;
+    to_operands<H>(a, dp);
+    accumulate_times_rows<HS, H>(dk, a, s.a);  // dK += dS^T Q
   }
 
-  stage<HS>(S, dk);
-  add_rows<HS>(dqkv + head + C, C3, row0, T, S, accumulate);
-  stage<HS>(S, dv);
-  add_rows<HS>(dqkv + head + 2 * C, C3, row0, T, S, accumulate);
+  write_rows<HS>(dqkv + head + C, C3, row0, T, dk, accumulate);
+  write_rows<HS>(dqkv + head + 2 * C, C3, row0, T, dv, accumulate);
 }
 
 // dQ of one query block, over the key blocks up to it.
@@ -390,27 +413,30 @@ __global__ void __launch_bounds__(kBlockThreads)
   __shared__ Shared<HS> s;
   // the last query blocks, which walk the most key blocks, start first (a shorter tail)
   const int qb = gridDim.x - 1 - blockIdx.x, h = blockIdx.y, b = blockIdx.z;
-  const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, r = lane >> 1, half = lane & 1;
+  const int warp = threadIdx.x >> 5;
   const std::int64_t C3 = 3 * static_cast<std::int64_t>(C);
   const std::int64_t head = static_cast<std::int64_t>(b) * T * C3 + h * HS;
   const In* q = qkv + head;
   const float* dy = dout + static_cast<std::int64_t>(b) * T * C + h * HS;
-  const int q0 = qb * kRows, row0 = q0 + warp * kTile, qi = row0 + r;
-  const std::int64_t stat = (static_cast<std::int64_t>(b) * NH + h) * T + qi;
-  const float row_lse = qi < T ? load_lse(lse + 2 * stat) : 0.0f;
-  const float row_dsum = qi < T ? dsum[stat] : 0.0f;
+  const int q0 = qb * kRows, row0 = q0 + warp * kWarpRows;
+  const std::int64_t stats = (static_cast<std::int64_t>(b) * NH + h) * T;
+  float row_lse[2], row_dsum[2];  // rows g, g + 8
+  #pragma unroll
+  for (int r = 0; r < 2; ++r) {
+    const int qi = row0 + row_of(2 * r);
+    row_lse[r] = qi < T ? load_lse(lse + 2 * (stats + qi)) : 0.0f;
+    row_dsum[r] = qi < T ? dsum[stats + qi] : 0.0f;
+  }
   const float scale2 = scale * kLog2e;
 
   load_rows<HS, H>(s.a, q, C3, q0, T);
   load_rows<HS, H>(s.b, dy, C, q0, T);
   __syncthreads();
-  RowA<H> qf[HS / kTile], dyf[HS / kTile];
-  load_row_operands<HS, H>(qf, s.a, warp);
-  load_row_operands<HS, H>(dyf, s.b, warp);
-  Acc dq[HS / kTile];
+  Rows<HS> qf, dyf;
+  load_rows_as_operands<HS>(qf, s.a, warp);
+  load_rows_as_operands<HS>(dyf, s.b, warp);
+  Acc<HS> dq;
   zero<HS>(dq);
-  float* S = s.score[warp];
-  std::uint16_t* P = s.prob[warp];
 
   for (int kb = 0; kb <= qb; ++kb) {
     const int k0 = kb * kRows;
@@ -418,27 +444,23 @@ __global__ void __launch_bounds__(kBlockThreads)
     load_rows<HS, H>(s.a, q + C, C3, k0, T);
     load_rows<HS, H>(s.b, q + 2 * C, C3, k0, T);
     __syncthreads();
-    times_rows_transposed<HS, H>(S, qf, s.a);  // S = Q K^T
-    __syncwarp();
-    float p[32];
+    Scores p, dp;
+    times_rows_transposed<HS, H>(p, qf, s.a);   // S = Q K^T
+    times_rows_transposed<HS, H>(dp, dyf, s.b);  // dP = dout V^T
     #pragma unroll
-    for (int c = 0; c < 32; ++c) {
-      const int col = column(c, half);
-      p[c] = k0 + col <= qi && qi < T ? exp2f(S[r * kScoreLd + col] * scale2 - row_lse) : 0.0f;
-    }
-    __syncwarp();
-    times_rows_transposed<HS, H>(S, dyf, s.b);  // dP = dout V^T
-    __syncwarp();
-    #pragma unroll
-    for (int c = 0; c < 32; ++c) {
-      const int col = column(c, half);
-      P[r * kProbLd + col] = encode<H>(p[c] * (S[r * kScoreLd + col] - row_dsum) * scale);
-    }
-    __syncwarp();
-    accumulate_times_rows<HS, H>(dq, P, s.a);  // dQ += dS K
+    for (int j = 0; j < kColumnTiles; ++j)
+      #pragma unroll
+      for (int e = 0; e < 4; ++e) {
+        const int qi = row0 + row_of(e);
+        const bool seen = k0 + 8 * j + column_of(e) <= qi && qi < T;
+        const float pe = seen ? exp2f(p[j][e] * scale2 - row_lse[e >> 1]) : 0.0f;
+        dp[j][e] = pe * (dp[j][e] - row_dsum[e >> 1]) * scale;
+      }
+    Operands a;
+    to_operands<H>(a, dp);
+    accumulate_times_rows<HS, H>(dq, a, s.a);  // dQ += dS K
   }
-  stage<HS>(S, dq);
-  add_rows<HS>(dqkv + head, C3, row0, T, S, accumulate);
+  write_rows<HS>(dqkv + head, C3, row0, T, dq, accumulate);
 }
 
 int blocks_of_rows(int T) { return (T + kRows - 1) / kRows; }
@@ -504,7 +526,7 @@ bool flash_attention_supports(DType fmt, int C, int NH) {
   if (fmt != DType::bf16 && fmt != DType::f16) return false;
   if (NH <= 0 || C % NH != 0) return false;
   const int hs = C / NH;
-  return hs > 0 && hs % kTile == 0 && hs <= 64;
+  return hs > 0 && hs % 16 == 0 && hs <= 64;
 }
 
 std::size_t flash_attention_saved_floats(int B, int T, int NH) {

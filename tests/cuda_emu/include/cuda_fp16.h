@@ -1,5 +1,5 @@
 #pragma once
-// The fp16 storage type, as far as lib/device/cuda uses it: 16 bits that WMMA fragments load
+// The fp16 storage type, as far as lib/device/cuda uses it: 16 bits, and the format tag of the warp matrix products (replaced/warp_mma.cuh)
 // (the kernels encode and decode the bits themselves, device/half_bits.hpp).
 struct __half {
   unsigned short bits;

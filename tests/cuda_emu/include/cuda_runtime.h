@@ -163,9 +163,9 @@ namespace dtrain_emu {
 // Exchanges 8-byte slots between the lanes of the running warp named in `mask`; returns the
 // slot of `src_lane` (the caller's own value when that lane is outside the mask).
 std::uint64_t warp_exchange(unsigned mask, std::uint64_t mine, int src_lane);
-// Counts a warp-wide call (the warp matrix functions) for the running thread: when a block
-// ends, the lanes of each warp must have made the same number of them.
-void count_warp_call();
+// Every lane of the running (whole) warp hands in `bytes` bytes (32 at most); each gets all
+// 32 lanes' in lane order in `all`. A barrier of the warp, for the warp-wide matrix calls.
+void warp_gather(const void* mine, std::size_t bytes, void* all);
 }  // namespace dtrain_emu
 
 template <class T> T __shfl_xor_sync(unsigned mask, T v, int lane_mask, int width = 32) {
