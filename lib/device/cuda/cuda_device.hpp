@@ -177,6 +177,8 @@ class CudaDevice final : public Device {
   // `n` elements of src in the GEMM operand format, in staging buffer `slot` (0: A, 1: B),
   // which grows to the largest request, as scratch() does.
   const std::uint16_t* stage(int slot, const float* src, std::int64_t n);
+  // Staging buffer `slot`, grown to `n` elements.
+  std::uint16_t* staging(int slot, std::int64_t n);
   // gemm() without its profile span. A16, B16: 16-bit copies of the row-major A and B the
   // caller already has, or null (gemm_operands).
   void queue_gemm(bool trans_a, bool trans_b, int M, int N, int K, float alpha, const float* A,

@@ -33,7 +33,7 @@ cublasComputeType_t CudaDevice::compute_type() const noexcept {
   return tf32 ? CUBLAS_COMPUTE_32F_FAST_TF32 : CUBLAS_COMPUTE_32F;
 }
 
-const std::uint16_t* CudaDevice::stage(int slot, const float* src, std::int64_t n) {
+std::uint16_t* CudaDevice::staging(int slot, std::int64_t n) {
   const auto elements = static_cast<std::size_t>(n);
   if (elements > staging_elements_[slot]) {
     auto* grown = static_cast<std::uint16_t*>(alloc_.allocate(elements * sizeof(std::uint16_t)));
@@ -41,8 +41,13 @@ const std::uint16_t* CudaDevice::stage(int slot, const float* src, std::int64_t 
     staging_[slot] = grown;
     staging_elements_[slot] = elements;
   }
-  cuda::convert_to_16bit(stream_, staging_[slot], src, n, gemm_operands_ == DType::bf16);
   return staging_[slot];
+}
+
+const std::uint16_t* CudaDevice::stage(int slot, const float* src, std::int64_t n) {
+  std::uint16_t* words = staging(slot, n);
+  cuda::convert_to_16bit(stream_, words, src, n, gemm_operands_ == DType::bf16);
+  return words;
 }
 
 CudaDevice::GemmOperands CudaDevice::gemm_operands(const ColumnMajorGemm& g, int batch,
@@ -123,7 +128,9 @@ void CudaDevice::linear_forward(float* out, const float* inp, const float* weigh
 }
 
 // dinp += dout · W (beta = 1, or 0 to write it over); dweight += dout^T · inp (beta = 1);
-// dbias += column sums of dout. A caller's inp16 / dout16 is the GEMM operand as is.
+// dbias += column sums of dout. A caller's inp16 / dout16 is the GEMM operand as is; under
+// 16-bit operands without dout16, the one pass that sums dout's columns also writes the
+// operand both GEMMs read.
 void CudaDevice::linear_backward(float* dinp, float* dweight, float* dbias, const float* dout,
                                  const float* inp, const float* weight, int N, int C, int OC,
                                  GradWrite dinp_write, const std::uint16_t* inp16,
@@ -147,6 +154,14 @@ void CudaDevice::linear_backward(float* dinp, float* dweight, float* dbias, cons
   }
   if (dbias) work.bytes += 8.0 * OC;
   const OpProfile::Span span = begin_op("linear_backward", work);
+  if (words && !dy16 && dbias && N > 0 && OC > 0) {
+    std::uint16_t* staged = staging(1, static_cast<std::int64_t>(N) * OC);
+    column_sum_accumulate_and_round(stream_, dbias, staged, dout, N, OC,
+                                    gemm_operands_ == DType::bf16,
+                                    scratch(column_sum_scratch_floats(N, OC)));
+    dy16 = staged;
+    dbias = nullptr;  // summed
+  }
   if (dinp)
     queue_gemm(false, false, N, C, OC, 1.0f, dout, OC, weight, C, accumulate ? 1.0f : 0.0f,
                dinp, C, dy16);

@@ -25,6 +25,10 @@ void broadcast_rows(cudaStream_t s, float* out, const float* row, int N, int C);
 // dst[c] += sum_n src[n, c]; scratch holds column_sum_scratch_floats(N, C) floats.
 void column_sum_accumulate(cudaStream_t s, float* dst, const float* src, int N, int C,
                            float* scratch);
+// The same sums, each src[n, c] also written into words[n, c] rounded to bf16 (or f16):
+// one pass for a bias gradient and its output gradient's 16-bit GEMM operand.
+void column_sum_accumulate_and_round(cudaStream_t s, float* dst, std::uint16_t* words,
+                                     const float* src, int N, int C, bool bf16, float* scratch);
 std::size_t column_sum_scratch_floats(int N, int C);
 // *result = sum x[i]^2 accumulated in double; partials holds kSumSquaresPartials doubles.
 constexpr int kSumSquaresPartials = 512;

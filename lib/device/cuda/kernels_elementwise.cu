@@ -4,6 +4,7 @@
 #include "device/cuda/cuda_check.hpp"
 #include "device/cuda/kernel_utils.cuh"
 #include "device/cuda/kernels.hpp"
+#include "device/half_bits.hpp"
 
 namespace dtrain::cuda {
 namespace {
@@ -54,6 +55,20 @@ struct RowLoad {
   int C;
   __device__ void operator()(int n, int c, float (&v)[1]) const {
     v[0] = src[static_cast<std::int64_t>(n) * C + c];
+  }
+};
+
+// src[n, c], written on the way into words[n, c] rounded to bf16 (or f16): a GEMM operand's
+// column sums and its 16-bit copy in one pass over it.
+struct RoundingRowLoad {
+  const float* src;
+  std::uint16_t* words;
+  int C;
+  bool bf16;
+  __device__ void operator()(int n, int c, float (&v)[1]) const {
+    const std::int64_t i = static_cast<std::int64_t>(n) * C + c;
+    v[0] = src[i];
+    words[i] = bf16 ? halfbits::to_bf16(v[0]) : halfbits::to_f16(v[0]);
   }
 };
 
@@ -144,6 +159,13 @@ void column_sum_accumulate(cudaStream_t s, float* dst, const float* src, int N, 
   ColumnTargets<1> t{{dst}};
   column_sums_accumulate<1>(s, t, scratch, N, C, RowLoad{src, C});
   check_launch("column_sum_accumulate");
+}
+
+void column_sum_accumulate_and_round(cudaStream_t s, float* dst, std::uint16_t* words,
+                                     const float* src, int N, int C, bool bf16, float* scratch) {
+  ColumnTargets<1> t{{dst}};
+  column_sums_accumulate<1>(s, t, scratch, N, C, RoundingRowLoad{src, words, C, bf16});
+  check_launch("column_sum_accumulate_and_round");
 }
 
 void sum_squares(cudaStream_t s, double* result, double* partials, const float* x,
