@@ -89,8 +89,8 @@ void CudaDevice::attention_backward(float* dqkv, float*, const float* dout, cons
     const OpProfile::Span span = begin_op(
         "flash_attention_backward",
         attention_work(true, kFlashAttentionBlockRows, B, T, C, NH, accumulate));
-    float* dsum = scratch(static_cast<std::size_t>(B) * NH * T);
-    flash_attention_backward(stream_, gemm_operands_, dqkv, dsum, dout, in, att, B, T, C, NH,
+    float* work = scratch(flash_attention_backward_scratch_floats(B, T, C, NH));
+    flash_attention_backward(stream_, gemm_operands_, dqkv, work, dout, in, att, B, T, C, NH,
                              accumulate);
     return;
   }

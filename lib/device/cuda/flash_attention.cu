@@ -42,12 +42,6 @@ constexpr int kBlockThreads = kWarps * 32;
 constexpr int kColumnTiles = kRows / 8;      // 8-column tiles of a warp's 16 x 64 scores
 constexpr float kLog2e = 1.4426950408889634f;
 
-template <class H> __device__ inline std::uint16_t encode(float f);
-template <> __device__ inline std::uint16_t encode<__nv_bfloat16>(float f) {
-  return halfbits::to_bf16(f);
-}
-template <> __device__ inline std::uint16_t encode<__half>(float f) { return halfbits::to_f16(f); }
-
 // Shared memory of every kernel here (18.5 KiB at HS = 64): two tiles of 64 rows x HS in 16
 // bits, each row padded by 16 bytes so the 8 rows an ldmatrix reads sit in different banks.
 template <int HS> struct Shared {
@@ -69,7 +63,8 @@ using Operands = std::uint32_t[kRows / 16][4];  // 16 x 64 values as left operan
 // 16-bit tile; rows at or past T become zeros (never garbage that 0 x NaN would spread).
 // A thread issues all its loads, four floats each where the rows are 16-byte aligned, before
 // its first store: one load in flight at a time left these kernels bound by the loads'
-// latency (about 35 TFLOP/s on an H200).
+// latency (about 35 TFLOP/s on an H200). The rounding is the GPU's conversion instruction,
+// two values at a time (pack), the same bits as device/half_bits.hpp's.
 template <int HS, class H>
 __device__ void load_rows(std::uint16_t* dst, const float* src, std::int64_t stride, int row0,
                           int T) {
@@ -90,9 +85,8 @@ __device__ void load_rows(std::uint16_t* dst, const float* src, std::int64_t str
   #pragma unroll
   for (int j = 0; j < kPerThread; ++j) {
     const int i = threadIdx.x + j * kBlockThreads, r = i / kQuads, c = 4 * (i % kQuads);
-    const std::uint32_t lo = encode<H>(v[j].x) | std::uint32_t{encode<H>(v[j].y)} << 16;
-    const std::uint32_t hi = encode<H>(v[j].z) | std::uint32_t{encode<H>(v[j].w)} << 16;
-    *reinterpret_cast<uint2*>(dst + r * ld + c) = uint2{lo, hi};  // ld and c: 8-byte steps
+    // ld and c: 8-byte steps
+    *reinterpret_cast<uint2*>(dst + r * ld + c) = uint2{pack<H>(v[j].x, v[j].y), pack<H>(v[j].z, v[j].w)};
   }
 }
 
@@ -319,10 +313,12 @@ __global__ void __launch_bounds__(kBlockThreads)
 }
 
 // dsum[b, h, t] = dout[b, t, head h] · out[b, t, head h]: the row sums of P * dP that the
-// softmax gradient subtracts. One warp per row. Out: float, or 16-bit words of H.
+// softmax gradient subtracts. One warp per row. Out: float, or 16-bit words of H. Writes
+// dout rounded to H into dout16 on the way: the other kernels' tiles then copy words
+// instead of rounding dout again for every block that loads it.
 template <class H, class Out>
-__global__ void flash_dsum_kernel(float* dsum, const float* dout, const Out* out, int B, int T,
-                                  int C, int NH) {
+__global__ void flash_dsum_kernel(float* dsum, std::uint16_t* dout16, const float* dout,
+                                  const Out* out, int B, int T, int C, int NH) {
   const int hs = C / NH, lane = threadIdx.x & 31;
   const std::int64_t rows = static_cast<std::int64_t>(B) * NH * T;
   const std::int64_t warps = static_cast<std::int64_t>(gridDim.x) * (blockDim.x >> 5);
@@ -331,7 +327,11 @@ __global__ void flash_dsum_kernel(float* dsum, const float* dout, const Out* out
     const std::int64_t t = i % T, bh = i / T, h = bh % NH, b = bh / NH;
     const std::int64_t at = (b * T + t) * C + h * hs;
     float v = 0.0f;
-    for (int c = lane; c < hs; c += 32) v += dout[at + c] * value_at<H>(out, at + c);
+    for (int c = lane; c < hs; c += 32) {
+      const float dy = dout[at + c];
+      v += dy * value_at<H>(out, at + c);
+      dout16[at + c] = static_cast<std::uint16_t>(pack<H>(dy, 0.0f));
+    }
     v = warp_sum(v);
     if (lane == 0) dsum[i] = v;
   }
@@ -342,7 +342,7 @@ __global__ void flash_dsum_kernel(float* dsum, const float* dout, const Out* out
 // of H.
 template <int HS, class H, class In>
 __global__ void __launch_bounds__(kBlockThreads)
-    flash_backward_dkv_kernel(float* dqkv, const float* dout, const In* qkv, const float* lse,
+    flash_backward_dkv_kernel(float* dqkv, const std::uint16_t* dout, const In* qkv, const float* lse,
                               const float* dsum, int T, int C, int NH, float scale,
                               bool accumulate) {
   __shared__ Shared<HS> s;
@@ -351,7 +351,7 @@ __global__ void __launch_bounds__(kBlockThreads)
   const std::int64_t C3 = 3 * static_cast<std::int64_t>(C);
   const std::int64_t head = static_cast<std::int64_t>(b) * T * C3 + h * HS;
   const In* q = qkv + head;
-  const float* dy = dout + static_cast<std::int64_t>(b) * T * C + h * HS;
+  const std::uint16_t* dy = dout + static_cast<std::int64_t>(b) * T * C + h * HS;
   const std::int64_t stats = (static_cast<std::int64_t>(b) * NH + h) * T;
   const int k0 = kb * kRows, row0 = k0 + warp * kWarpRows;
   const float scale2 = scale * kLog2e;
@@ -407,7 +407,7 @@ __global__ void __launch_bounds__(kBlockThreads)
 // dQ of one query block, over the key blocks up to it.
 template <int HS, class H, class In>
 __global__ void __launch_bounds__(kBlockThreads)
-    flash_backward_dq_kernel(float* dqkv, const float* dout, const In* qkv, const float* lse,
+    flash_backward_dq_kernel(float* dqkv, const std::uint16_t* dout, const In* qkv, const float* lse,
                              const float* dsum, int T, int C, int NH, float scale,
                              bool accumulate) {
   __shared__ Shared<HS> s;
@@ -417,7 +417,7 @@ __global__ void __launch_bounds__(kBlockThreads)
   const std::int64_t C3 = 3 * static_cast<std::int64_t>(C);
   const std::int64_t head = static_cast<std::int64_t>(b) * T * C3 + h * HS;
   const In* q = qkv + head;
-  const float* dy = dout + static_cast<std::int64_t>(b) * T * C + h * HS;
+  const std::uint16_t* dy = dout + static_cast<std::int64_t>(b) * T * C + h * HS;
   const int q0 = qb * kRows, row0 = q0 + warp * kWarpRows;
   const std::int64_t stats = (static_cast<std::int64_t>(b) * NH + h) * T;
   float row_lse[2], row_dsum[2];  // rows g, g + 8
@@ -475,35 +475,43 @@ template <int HS, class H> struct Forward {
   }
 };
 
+// The backward's scratch: dsum (B x NH x T floats, rounded up to 16 bytes), then dout in
+// 16-bit words (B x T x C).
+std::size_t dsum_floats(int B, int T, int NH) {
+  return (static_cast<std::size_t>(B) * NH * T + 3) / 4 * 4;
+}
+
 template <int HS, class H> struct Backward {
-  static void run(cudaStream_t stream, float* dqkv, float* dsum, const float* dout,
+  static void run(cudaStream_t stream, float* dqkv, float* scratch, const float* dout,
                   const AttentionInput& in, const float* lse, int B, int T, int C, int NH,
                   bool accumulate) {
     const std::int64_t rows = static_cast<std::int64_t>(B) * NH * T;
+    float* dsum = scratch;
+    auto* dout16 = reinterpret_cast<std::uint16_t*>(scratch + dsum_floats(B, T, NH));
     if (in.out16) {
       flash_dsum_kernel<H, std::uint16_t><<<blocks_for(rows * 32), kThreads, 0, stream>>>(
-          dsum, dout, in.out16, B, T, C, NH);
+          dsum, dout16, dout, in.out16, B, T, C, NH);
     } else {
       flash_dsum_kernel<H, float><<<blocks_for(rows * 32), kThreads, 0, stream>>>(
-          dsum, dout, in.out, B, T, C, NH);
+          dsum, dout16, dout, in.out, B, T, C, NH);
     }
     if (in.qkv16) {
-      kernels<std::uint16_t>(stream, dqkv, dsum, dout, in.qkv16, lse, T, C, NH, B, accumulate);
+      kernels<std::uint16_t>(stream, dqkv, dsum, dout16, in.qkv16, lse, T, C, NH, B, accumulate);
     } else {
-      kernels<float>(stream, dqkv, dsum, dout, in.qkv, lse, T, C, NH, B, accumulate);
+      kernels<float>(stream, dqkv, dsum, dout16, in.qkv, lse, T, C, NH, B, accumulate);
     }
     DTRAIN_CUDA(cudaGetLastError());
   }
   template <class In>
-  static void kernels(cudaStream_t stream, float* dqkv, const float* dsum, const float* dout,
-                      const In* qkv, const float* lse, int T, int C, int NH, int B,
-                      bool accumulate) {
+  static void kernels(cudaStream_t stream, float* dqkv, const float* dsum,
+                      const std::uint16_t* dout16, const In* qkv, const float* lse, int T, int C,
+                      int NH, int B, bool accumulate) {
     const dim3 grid(blocks_of_rows(T), NH, B);
     const float scale = 1.0f / std::sqrt(static_cast<float>(HS));
     flash_backward_dkv_kernel<HS, H, In><<<grid, kBlockThreads, 0, stream>>>(
-        dqkv, dout, qkv, lse, dsum, T, C, NH, scale, accumulate);
+        dqkv, dout16, qkv, lse, dsum, T, C, NH, scale, accumulate);
     flash_backward_dq_kernel<HS, H, In><<<grid, kBlockThreads, 0, stream>>>(
-        dqkv, dout, qkv, lse, dsum, T, C, NH, scale, accumulate);
+        dqkv, dout16, qkv, lse, dsum, T, C, NH, scale, accumulate);
   }
 };
 
@@ -538,10 +546,14 @@ void flash_attention_forward(cudaStream_t stream, DType fmt, float* out, float* 
   instance<Forward>(fmt, C / NH)(stream, out, lse, qkv, B, T, C, NH);
 }
 
-void flash_attention_backward(cudaStream_t stream, DType fmt, float* dqkv, float* dsum,
+std::size_t flash_attention_backward_scratch_floats(int B, int T, int C, int NH) {
+  return dsum_floats(B, T, NH) + (static_cast<std::size_t>(B) * T * C + 1) / 2;
+}
+
+void flash_attention_backward(cudaStream_t stream, DType fmt, float* dqkv, float* scratch,
                               const float* dout, const AttentionInput& in, const float* lse,
                               int B, int T, int C, int NH, bool accumulate) {
-  instance<Backward>(fmt, C / NH)(stream, dqkv, dsum, dout, in, lse, B, T, C, NH, accumulate);
+  instance<Backward>(fmt, C / NH)(stream, dqkv, scratch, dout, in, lse, B, T, C, NH, accumulate);
 }
 
 }  // namespace dtrain::cuda

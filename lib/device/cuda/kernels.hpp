@@ -112,9 +112,10 @@ struct AttentionInput {
   const float* out = nullptr;
   const std::uint16_t* out16 = nullptr;
 };
-// dqkv += the gradient from dout, given the forward's qkv, out and lse; dsum is scratch of
-// B x NH x T floats.
-void flash_attention_backward(cudaStream_t s, DType fmt, float* dqkv, float* dsum,
+// dqkv += the gradient from dout, given the forward's qkv, out and lse; scratch holds
+// flash_attention_backward_scratch_floats(B, T, C, NH) floats.
+std::size_t flash_attention_backward_scratch_floats(int B, int T, int C, int NH);
+void flash_attention_backward(cudaStream_t s, DType fmt, float* dqkv, float* scratch,
                               const float* dout, const AttentionInput& in, const float* lse,
                               int B, int T, int C, int NH, bool accumulate);
 
