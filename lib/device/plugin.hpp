@@ -5,7 +5,7 @@
 #include "dtrain/device/device.hpp"
 
 namespace dtrain {
-constexpr int kCudaPluginAbi = 10;  // 2: Device::discard; 3: 16-bit casts, any_nonfinite;
+constexpr int kCudaPluginAbi = 11;  // 2: Device::discard; 3: 16-bit casts, any_nonfinite;
                                    // 4: Device::set_gemm_operand_format,
                                    //    discard_releases_memory, sum_squares_runs;
                                    // 5: Device::allocate_arena, restore, trim_memory;
@@ -14,6 +14,9 @@ constexpr int kCudaPluginAbi = 10;  // 2: Device::discard; 3: 16-bit casts, any_
                                    // 8: GradWrite of linear/gelu/attention_backward
                                    // 9: attention_forward(workspace)
                                    // 10: attention_decode
+                                   // 11: gemm_operand_format, 16-bit inputs of the
+                                   //     linear, GELU and attention ops,
+                                   //     crossentropy_backward_16bit
 }  // namespace dtrain
 
 extern "C" {

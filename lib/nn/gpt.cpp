@@ -417,22 +417,22 @@ void GptModel::block_forward(Block& b, const float* residual, int B, int T, bool
   const int N = B * T, R = sp_ ? N / tp_.size() : N;
   const std::int64_t RC = static_cast<std::int64_t>(R) * cfg_.d_model;
   const bool kept16 = reads_kept16();  // then R == N
+  const std::int64_t NC = static_cast<std::int64_t>(N) * C_local_;
   const std::int64_t NF = static_cast<std::int64_t>(N) * hidden_local_;
   // attention: res2 = residual + c_proj(attn(c_attn(ln_1(residual))))
   b.ln_1.forward(d, b.ln1, b.ln1_mean, b.ln1_rstd, residual, R);
   b.c_attn.forward(d, b.qkv, enter_region_fwd(b.ln1, R), N,
-                   kept16 ? keep_gemm_input(b.ln1, b.ln1_16, RC) : nullptr);
+                   kept16 ? keep_input(b.ln1, b.ln1_16, RC) : nullptr);
   progress();
-  d.attention_forward(b.atty, b.att, att_ws_, b.qkv, B, T, C_local_, heads_local_);
+  d.attention_forward(b.atty, b.att, att_ws_, b.qkv, B, T, C_local_, heads_local_,
+                      kept16 ? keep_input(b.qkv, b.qkv16, 3 * NC) : nullptr);
   progress();
-  b.attn_proj.forward(d, proj_, b.atty, N,
-                      kept16 ? keep_gemm_input(b.atty, b.atty16, static_cast<std::int64_t>(N) * C_local_)
-                             : nullptr);
+  b.attn_proj.forward(d, proj_, b.atty, N, kept16 ? keep_input(b.atty, b.atty16, NC) : nullptr);
   d.residual_forward(b.res2, residual, leave_region_fwd(proj_, b.res2, N, R), RC);
   // MLP: res3 = res2 + c_proj(gelu(c_fc(ln_2(res2))))
   b.ln_2.forward(d, b.ln2, b.ln2_mean, b.ln2_rstd, b.res2, R);
   b.c_fc.forward(d, b.fch, enter_region_fwd(b.ln2, R), N,
-                 kept16 ? keep_gemm_input(b.ln2, b.ln2_16, RC) : nullptr);
+                 kept16 ? keep_input(b.ln2, b.ln2_16, RC) : nullptr);
   progress();
   // with kept copies, GELU writes both of its own in the same pass
   auto* fch16 = reinterpret_cast<std::uint16_t*>(b.fch16);

@@ -37,12 +37,12 @@ struct GptModel::Block {
   }
   // Which kept16() entries the device reads as their 16-bit copies under
   // GptModel::reads_kept16: all but the attention's saved statistics (att): the linear
-  // layers' inputs (ln1, atty, ln2, fch_gelu; written by block_forward as soon as computed),
-  // and the attention's and GELU's inputs (qkv, fch; GELU's forward writes fch's) for their
-  // backward.
+  // layers' inputs (ln1, atty, ln2, fch_gelu) and the attention's (qkv), written by
+  // block_forward as soon as computed and read by both directions, and GELU's (fch, whose
+  // copy GELU's forward writes) for its backward.
   static constexpr std::array<bool, kKept16> kReadAsKept{true, true, true, false, true, true, true};
   // Of those, the ones block_forward keeps itself (the others: keep_16bit at the block's end).
-  static constexpr std::array<bool, kKept16> kKeptByForward{true, false, true, false, true, true, true};
+  static constexpr std::array<bool, kKept16> kKeptByForward{true, true, true, false, true, true, true};
   // The other saved activations a block's backward reads besides its input: with
   // recomputation, these and the kept16() values live in the shared scratch.
   std::array<float**, 5> internal() { return {&ln1_mean, &ln1_rstd, &res2, &ln2_mean, &ln2_rstd}; }

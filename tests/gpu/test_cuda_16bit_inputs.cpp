@@ -196,6 +196,42 @@ TEST_F(CudaKernels, GeluBackwardFrom16BitInput) {
 // The attention's backward from qkv and out as 16-bit words (kept copies) gives exactly what
 // it gives from those words widened: the fused kernels read them as they are (also from rows
 // off 8-byte alignment), the unfused path (head size 128) widens qkv itself.
+// The fused forward reads a 16-bit qkv as it is: the same output and saved rows as from the
+// fp32 qkv, which its tiles round to those words; the unfused path (head size 128) reads qkv.
+TEST_F(CudaKernels, AttentionForwardFrom16BitQkv) {
+  struct Shape {
+    int B, T, C, NH;
+  };
+  for (const DType fmt : {DType::bf16, DType::f16}) {
+    gputest::OperandFormat scoped(gpu, fmt);
+    for (const Shape s : {Shape{2, 67, 64, 4}, Shape{1, 130, 96, 3}, Shape{1, 40, 128, 1}}) {
+      const std::string tag = std::string(dtrain::dtype_name(fmt)) + " hs=" +
+                              std::to_string(s.C / s.NH) + " T=" + std::to_string(s.T);
+      const bool fused = s.C / s.NH <= 64;
+      const std::size_t nqkv = static_cast<std::size_t>(s.B) * s.T * 3 * s.C;
+      const std::size_t nout = static_cast<std::size_t>(s.B) * s.T * s.C;
+      const std::size_t nsaved = gpu.attention_saved_floats(s.B, s.T, s.C, s.NH);
+      auto d_qkv = up(random_floats(nqkv, 1, -2.0f, 2.0f));
+      auto d_other = up(random_floats(nqkv, 5, -2.0f, 2.0f));
+      OnDevice<float> want(gpu, nout), want_saved(gpu, nsaved), got(gpu, nout),
+          got_saved(gpu, nsaved), d_ws(gpu, 1);
+      OnDevice<std::uint16_t> qkv16(gpu, nqkv), other16(gpu, nqkv);
+      gpu.convert_to_16bit(qkv16.get(), d_qkv.get(), static_cast<std::int64_t>(nqkv), fmt);
+      gpu.convert_to_16bit(other16.get(), d_other.get(), static_cast<std::int64_t>(nqkv), fmt);
+      gpu.attention_forward(want.get(), want_saved.get(), d_ws.get(), d_qkv.get(), s.B, s.T, s.C,
+                            s.NH);
+      gpu.attention_forward(got.get(), got_saved.get(), d_ws.get(), d_qkv.get(), s.B, s.T, s.C,
+                            s.NH, qkv16.get());
+      EXPECT_EQ(got.host(), want.host()) << tag;
+      EXPECT_EQ(got_saved.host(), want_saved.host()) << tag;
+      // words of another qkv: read by the fused kernels, not by the unfused path
+      gpu.attention_forward(got.get(), got_saved.get(), d_ws.get(), d_qkv.get(), s.B, s.T, s.C,
+                            s.NH, other16.get());
+      EXPECT_EQ(got.host() != want.host(), fused) << tag;
+    }
+  }
+}
+
 TEST_F(CudaKernels, AttentionBackwardFrom16BitInputs) {
   struct Shape {
     int B, T, C, NH;

@@ -157,9 +157,12 @@ class DTRAIN_API Device {
   // qkv[B,T,3C] (q, k, v blocks, each NH heads x C/NH) -> out[B,T,C]; saves in att what
   // backward needs, attention_saved_floats(B, T, C, NH) floats: by default the softmax
   // probabilities att[B,NH,T,T] (upper triangle zero). Both directions take a workspace of
-  // attention_workspace_floats(T) floats.
+  // attention_workspace_floats(T) floats. qkv16 (optional): qkv as 16-bit words of a 16-bit
+  // gemm_operand_format(), which the device may read instead (the same values once rounded);
+  // ignored while that format is f32 (the CPU).
   virtual void attention_forward(float* out, float* att, float* workspace, const float* qkv,
-                                 int B, int T, int C, int NH) = 0;
+                                 int B, int T, int C, int NH,
+                                 const std::uint16_t* qkv16 = nullptr) = 0;
   // dqkv[B,T,3C] += (= with overwrite) from dout[B,T,C], given the forward's out and att.
   // qkv16, out16 (optional): qkv and out as 16-bit words of a 16-bit gemm_operand_format(),
   // read instead of them (which may then be null), as gelu_backward's inp16; ignored while

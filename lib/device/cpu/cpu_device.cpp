@@ -168,7 +168,7 @@ void CpuDevice::gelu_backward(float* dinp, const float* inp, const float* dout, 
   cpu::gelu_backward<float>(dinp, inp, dout, n, dinp_write == GradWrite::accumulate);
 }
 void CpuDevice::attention_forward(float* out, float* att, float* workspace, const float* qkv,
-                                  int B, int T, int C, int NH) {
+                                  int B, int T, int C, int NH, const std::uint16_t*) {
   cpu::attention_forward<float>(out, att, workspace, qkv, B, T, C, NH, attention_saves_);
 }
 void CpuDevice::attention_backward(float* dqkv, float* workspace, const float* dout,

@@ -60,7 +60,7 @@ class CpuDevice final : public Device {
   void gelu_backward(float* dinp, const float* inp, const float* dout, std::int64_t n,
                      GradWrite dinp_write, const std::uint16_t* inp16) override;
   void attention_forward(float* out, float* att, float* workspace, const float* qkv, int B,
-                         int T, int C, int NH) override;
+                         int T, int C, int NH, const std::uint16_t* qkv16 = nullptr) override;
   void attention_backward(float* dqkv, float* workspace, const float* dout, const float* qkv,
                           const float* out, const float* att, int B, int T, int C, int NH,
                           GradWrite dqkv_write, const std::uint16_t* qkv16,

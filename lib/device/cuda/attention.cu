@@ -29,14 +29,15 @@ int CudaDevice::attention_heads_per_group(int T, int NH) const noexcept {
   return static_cast<int>(std::clamp<std::size_t>(fit, 1, static_cast<std::size_t>(NH)));
 }
 
-// The workspace is not used: the scores live in att (or, fused, in shared memory).
+// The workspace is not used: the scores live in att (or, fused, in registers). The fused
+// kernels read a caller's qkv16 as it is; the GEMMs take qkv.
 void CudaDevice::attention_forward(float* out, float* att, float*, const float* qkv, int B, int T,
-                                   int C, int NH) {
+                                   int C, int NH, const std::uint16_t* qkv16) {
   if (B <= 0 || T <= 0 || NH <= 0) return;
   if (fused_attention(C, NH)) {  // its own row in the profile
     const OpProfile::Span span = begin_op(
         "flash_attention_forward", attention_work(false, kFlashAttentionBlockRows, B, T, C, NH));
-    flash_attention_forward(stream_, gemm_operands_, out, att, qkv, B, T, C, NH);
+    flash_attention_forward(stream_, gemm_operands_, out, att, qkv, readable(qkv16), B, T, C, NH);
     return;
   }
   const OpProfile::Span span = begin_op(

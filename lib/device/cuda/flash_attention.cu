@@ -235,16 +235,17 @@ __device__ inline void save_lse(float* lse, float value) {
 }
 __device__ inline float load_lse(const float* lse) { return lse[0] + lse[1]; }
 
-template <int HS, class H>
+// In (qkv's type): float, or 16-bit words of H.
+template <int HS, class H, class In>
 __global__ void __launch_bounds__(kBlockThreads)
-    flash_forward_kernel(float* out, float* lse, const float* qkv, int T, int C, int NH,
+    flash_forward_kernel(float* out, float* lse, const In* qkv, int T, int C, int NH,
                          float scale) {
   __shared__ Shared<HS> s;
   // the last query blocks, which walk the most key blocks, start first (a shorter tail)
   const int qb = gridDim.x - 1 - blockIdx.x, h = blockIdx.y, b = blockIdx.z;
   const int warp = threadIdx.x >> 5;
   const std::int64_t C3 = 3 * static_cast<std::int64_t>(C);
-  const float* q = qkv + static_cast<std::int64_t>(b) * T * C3 + h * HS;
+  const In* q = qkv + static_cast<std::int64_t>(b) * T * C3 + h * HS;
   const int q0 = qb * kRows, row0 = q0 + warp * kWarpRows;
   const float scale2 = scale * kLog2e;
 
@@ -466,11 +467,17 @@ __global__ void __launch_bounds__(kBlockThreads)
 int blocks_of_rows(int T) { return (T + kRows - 1) / kRows; }
 
 template <int HS, class H> struct Forward {
-  static void run(cudaStream_t stream, float* out, float* lse, const float* qkv, int B, int T,
-                  int C, int NH) {
+  static void run(cudaStream_t stream, float* out, float* lse, const float* qkv,
+                  const std::uint16_t* qkv16, int B, int T, int C, int NH) {
     const dim3 grid(blocks_of_rows(T), NH, B);
     const float scale = 1.0f / std::sqrt(static_cast<float>(HS));
-    flash_forward_kernel<HS, H><<<grid, kBlockThreads, 0, stream>>>(out, lse, qkv, T, C, NH, scale);
+    if (qkv16) {
+      flash_forward_kernel<HS, H, std::uint16_t><<<grid, kBlockThreads, 0, stream>>>(
+          out, lse, qkv16, T, C, NH, scale);
+    } else {
+      flash_forward_kernel<HS, H, float><<<grid, kBlockThreads, 0, stream>>>(out, lse, qkv, T, C,
+                                                                            NH, scale);
+    }
     DTRAIN_CUDA(cudaGetLastError());
   }
 };
@@ -542,8 +549,9 @@ std::size_t flash_attention_saved_floats(int B, int T, int NH) {
 }
 
 void flash_attention_forward(cudaStream_t stream, DType fmt, float* out, float* lse,
-                             const float* qkv, int B, int T, int C, int NH) {
-  instance<Forward>(fmt, C / NH)(stream, out, lse, qkv, B, T, C, NH);
+                             const float* qkv, const std::uint16_t* qkv16, int B, int T, int C,
+                             int NH) {
+  instance<Forward>(fmt, C / NH)(stream, out, lse, qkv, qkv16, B, T, C, NH);
 }
 
 std::size_t flash_attention_backward_scratch_floats(int B, int T, int C, int NH) {

@@ -102,8 +102,10 @@ bool flash_attention_supports(DType fmt, int C, int NH);
 // Query and key rows per block: the kernels compute every block on or below the diagonal whole.
 constexpr int kFlashAttentionBlockRows = 64;
 std::size_t flash_attention_saved_floats(int B, int T, int NH);
+// qkv16 (or null): qkv in 16-bit words of fmt, read instead of qkv.
 void flash_attention_forward(cudaStream_t s, DType fmt, float* out, float* lse,
-                             const float* qkv, int B, int T, int C, int NH);
+                             const float* qkv, const std::uint16_t* qkv16, int B, int T, int C,
+                             int NH);
 // The forward's input and output as the backward reads them: the 16-bit words of fmt where
 // that pointer is set (a kept copy: exactly what the fp32 values round to), else the fp32.
 struct AttentionInput {
