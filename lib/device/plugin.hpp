@@ -5,7 +5,7 @@
 #include "dtrain/device/device.hpp"
 
 namespace dtrain {
-constexpr int kCudaPluginAbi = 11;  // 2: Device::discard; 3: 16-bit casts, any_nonfinite;
+constexpr int kCudaPluginAbi = 12;  // 2: Device::discard; 3: 16-bit casts, any_nonfinite;
                                    // 4: Device::set_gemm_operand_format,
                                    //    discard_releases_memory, sum_squares_runs;
                                    // 5: Device::allocate_arena, restore, trim_memory;
@@ -17,6 +17,8 @@ constexpr int kCudaPluginAbi = 11;  // 2: Device::discard; 3: 16-bit casts, any_
                                    // 11: gemm_operand_format, 16-bit inputs of the
                                    //     linear, GELU and attention ops,
                                    //     crossentropy_backward_16bit
+                                   // 12: out16 of layernorm_forward and
+                                   //     attention_forward
 }  // namespace dtrain
 
 extern "C" {

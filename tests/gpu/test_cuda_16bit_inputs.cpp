@@ -166,6 +166,46 @@ TEST_F(CudaKernels, GeluForwardWrites16BitCopies) {
   EXPECT_THROW(cpu.gelu_forward(y.data(), x.data(), n, nullptr, words.data()), dtrain::Error);
 }
 
+// LayerNorm's forward writes its output's 16-bit copy in the same pass: exactly the rounded
+// output, by the warp-per-row kernel (C = 768) and the block-per-row one (C = 99, and 768
+// with the copy off 16-byte alignment); the output itself as without the copy. Never under
+// fp32 operands, never on the CPU.
+TEST_F(CudaKernels, LayerNormForwardWrites16BitCopy) {
+  for (const int C : {768, 99}) {
+    for (const int shift : {0, 4}) {
+      const int N = 37;
+      const auto nc = static_cast<std::size_t>(N) * C;
+      const std::string tag = "C=" + std::to_string(C) + " shift=" + std::to_string(shift);
+      auto d_x = up(random_floats(nc, 1, -3.0f, 3.0f)), d_w = up(random_floats(C, 2));
+      auto d_b = up(random_floats(C, 3));
+      OnDevice<float> want(gpu, nc), got(gpu, nc), mean(gpu, N), rstd(gpu, N);
+      OnDevice<std::uint16_t> y16(gpu, nc + shift), y16_want(gpu, nc);
+      for (const DType fmt : {DType::bf16, DType::f16}) {
+        gputest::OperandFormat scoped(gpu, fmt);
+        gpu.layernorm_forward(want.get(), mean.get(), rstd.get(), d_x.get(), d_w.get(), d_b.get(),
+                              N, C);
+        gpu.layernorm_forward(got.get(), mean.get(), rstd.get(), d_x.get(), d_w.get(), d_b.get(),
+                              N, C, y16.get() + shift);
+        // an unaligned copy takes the block kernel, which sums in another order
+        if (shift == 0) EXPECT_EQ(got.host(), want.host()) << tag << " " << dtrain::dtype_name(fmt);
+        gpu.convert_to_16bit(y16_want.get(), got.get(), static_cast<std::int64_t>(nc), fmt);
+        auto words = y16.host();
+        words.erase(words.begin(), words.begin() + shift);
+        EXPECT_EQ(words, y16_want.host()) << tag << " " << dtrain::dtype_name(fmt);
+      }
+      EXPECT_THROW(gpu.layernorm_forward(got.get(), mean.get(), rstd.get(), d_x.get(), d_w.get(),
+                                         d_b.get(), N, C, y16.get()),
+                   dtrain::Error)
+          << "fp32 operands";
+    }
+  }
+  std::vector<float> x(8, 1.0f), y(8), w(8, 1.0f), b(8), stats(1);
+  std::vector<std::uint16_t> words(8);
+  EXPECT_THROW(cpu.layernorm_forward(y.data(), stats.data(), stats.data(), x.data(), w.data(),
+                                     b.data(), 1, 8, words.data()),
+               dtrain::Error);
+}
+
 // GELU's backward from its input as 16-bit words (a kept activation) gives exactly what it
 // gives from the widened words, accumulating and written over; under fp32 operands the words
 // are ignored and the fp32 input is needed.
@@ -198,7 +238,8 @@ TEST_F(CudaKernels, GeluBackwardFrom16BitInput) {
 // off 8-byte alignment), the unfused path (head size 128) widens qkv itself.
 // The fused forward reads a 16-bit qkv as it is: the same output and saved rows as from the
 // fp32 qkv, which its tiles round to those words; the unfused path (head size 128) reads qkv.
-TEST_F(CudaKernels, AttentionForwardFrom16BitQkv) {
+// Both write the output's 16-bit copy when asked (never under fp32 operands).
+TEST_F(CudaKernels, AttentionForward16BitQkvAndOutput) {
   struct Shape {
     int B, T, C, NH;
   };
@@ -224,12 +265,26 @@ TEST_F(CudaKernels, AttentionForwardFrom16BitQkv) {
                             s.NH, qkv16.get());
       EXPECT_EQ(got.host(), want.host()) << tag;
       EXPECT_EQ(got_saved.host(), want_saved.host()) << tag;
+      // the output's copy, written by the fused kernels and rounded after the unfused GEMMs
+      OnDevice<std::uint16_t> out16(gpu, nout), out16_want(gpu, nout);
+      gpu.convert_to_16bit(out16_want.get(), want.get(), static_cast<std::int64_t>(nout), fmt);
+      gpu.attention_forward(got.get(), got_saved.get(), d_ws.get(), d_qkv.get(), s.B, s.T, s.C,
+                            s.NH, qkv16.get(), out16.get());
+      EXPECT_EQ(got.host(), want.host()) << tag;
+      EXPECT_EQ(out16.host(), out16_want.host()) << tag;
       // words of another qkv: read by the fused kernels, not by the unfused path
       gpu.attention_forward(got.get(), got_saved.get(), d_ws.get(), d_qkv.get(), s.B, s.T, s.C,
                             s.NH, other16.get());
       EXPECT_EQ(got.host() != want.host(), fused) << tag;
     }
   }
+  OnDevice<float> out(gpu, 64), saved(gpu, 64), ws(gpu, 1);
+  auto qkv = up(random_floats(3 * 64, 1));
+  OnDevice<std::uint16_t> words(gpu, 64);
+  EXPECT_THROW(gpu.attention_forward(out.get(), saved.get(), ws.get(), qkv.get(), 1, 4, 16, 1,
+                                     nullptr, words.get()),
+               dtrain::Error)
+      << "fp32 operands";
 }
 
 TEST_F(CudaKernels, AttentionBackwardFrom16BitInputs) {

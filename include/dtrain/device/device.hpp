@@ -131,9 +131,12 @@ class DTRAIN_API Device {
   virtual void positional_backward(float* dwpe, const float* dout, int B, int T, int C) = 0;
 
   // ---- layernorm -----------------------------------------------------------
-  // out[N,C] = (inp - mean) * rstd * weight[C] + bias[C]; saves mean[N], rstd[N].
+  // out[N,C] = (inp - mean) * rstd * weight[C] + bias[C]; saves mean[N], rstd[N]. out16
+  // (optional): out rounded to a 16-bit gemm_operand_format() written there too, in the same
+  // pass, as gelu_forward's copies.
   virtual void layernorm_forward(float* out, float* mean, float* rstd, const float* inp,
-                                 const float* weight, const float* bias, int N, int C) = 0;
+                                 const float* weight, const float* bias, int N, int C,
+                                 std::uint16_t* out16 = nullptr) = 0;
   // dinp[N,C] +=, dweight[C] +=, dbias[C] += from dout[N,C].
   virtual void layernorm_backward(float* dinp, float* dweight, float* dbias, const float* dout,
                                   const float* inp, const float* weight, const float* mean,
@@ -159,10 +162,12 @@ class DTRAIN_API Device {
   // probabilities att[B,NH,T,T] (upper triangle zero). Both directions take a workspace of
   // attention_workspace_floats(T) floats. qkv16 (optional): qkv as 16-bit words of a 16-bit
   // gemm_operand_format(), which the device may read instead (the same values once rounded);
-  // ignored while that format is f32 (the CPU).
+  // ignored while that format is f32 (the CPU). out16 (optional): out rounded to that format
+  // written there too, as gelu_forward's copies (an error while it is f32).
   virtual void attention_forward(float* out, float* att, float* workspace, const float* qkv,
                                  int B, int T, int C, int NH,
-                                 const std::uint16_t* qkv16 = nullptr) = 0;
+                                 const std::uint16_t* qkv16 = nullptr,
+                                 std::uint16_t* out16 = nullptr) = 0;
   // dqkv[B,T,3C] += (= with overwrite) from dout[B,T,C], given the forward's out and att.
   // qkv16, out16 (optional): qkv and out as 16-bit words of a 16-bit gemm_operand_format(),
   // read instead of them (which may then be null), as gelu_backward's inp16; ignored while

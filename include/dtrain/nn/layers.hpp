@@ -41,8 +41,10 @@ struct DTRAIN_API LayerNorm {
 
   void declare(ParameterStore& ps, const std::string& name, int channels);
   void bind(ParameterStore& ps);
-  void forward(Device& dev, float* y, float* mean, float* rstd, const float* x, int N) const {
-    dev.layernorm_forward(y, mean, rstd, x, w, b, N, C);
+  // y16 (optional): y's 16-bit copy, written in the same pass (Device::layernorm_forward)
+  void forward(Device& dev, float* y, float* mean, float* rstd, const float* x, int N,
+               std::uint16_t* y16 = nullptr) const {
+    dev.layernorm_forward(y, mean, rstd, x, w, b, N, C, y16);
   }
   void backward(Device& dev, float* dx, const float* dy, const float* x, const float* mean,
                 const float* rstd, int N) const {

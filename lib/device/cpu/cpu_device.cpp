@@ -148,7 +148,10 @@ void CpuDevice::positional_backward(float* dwpe, const float* dout, int B, int T
   cpu::positional_backward<float>(dwpe, dout, B, T, C);
 }
 void CpuDevice::layernorm_forward(float* out, float* mean, float* rstd, const float* inp,
-                                  const float* weight, const float* bias, int N, int C) {
+                                  const float* weight, const float* bias, int N, int C,
+                                  std::uint16_t* out16) {
+  DTRAIN_CHECK(!out16, Errc::invalid_argument,
+               "layernorm_forward: the CPU has no 16-bit GEMM operands to round copies to");
   cpu::layernorm_forward<float>(out, mean, rstd, inp, weight, bias, N, C);
 }
 void CpuDevice::layernorm_backward(float* dinp, float* dweight, float* dbias, const float* dout,
@@ -168,7 +171,10 @@ void CpuDevice::gelu_backward(float* dinp, const float* inp, const float* dout, 
   cpu::gelu_backward<float>(dinp, inp, dout, n, dinp_write == GradWrite::accumulate);
 }
 void CpuDevice::attention_forward(float* out, float* att, float* workspace, const float* qkv,
-                                  int B, int T, int C, int NH, const std::uint16_t*) {
+                                  int B, int T, int C, int NH, const std::uint16_t*,
+                                  std::uint16_t* out16) {
+  DTRAIN_CHECK(!out16, Errc::invalid_argument,
+               "attention_forward: the CPU has no 16-bit GEMM operands to round copies to");
   cpu::attention_forward<float>(out, att, workspace, qkv, B, T, C, NH, attention_saves_);
 }
 void CpuDevice::attention_backward(float* dqkv, float* workspace, const float* dout,

@@ -30,14 +30,19 @@ int CudaDevice::attention_heads_per_group(int T, int NH) const noexcept {
 }
 
 // The workspace is not used: the scores live in att (or, fused, in registers). The fused
-// kernels read a caller's qkv16 as it is; the GEMMs take qkv.
+// kernels read a caller's qkv16 as it is and write out16 as they write out; the GEMMs take
+// qkv, and out16 is rounded from out after them.
 void CudaDevice::attention_forward(float* out, float* att, float*, const float* qkv, int B, int T,
-                                   int C, int NH, const std::uint16_t* qkv16) {
+                                   int C, int NH, const std::uint16_t* qkv16,
+                                   std::uint16_t* out16) {
+  DTRAIN_CHECK(!out16 || gemm_operands_ != DType::f32, Errc::invalid_argument,
+               "attention_forward: a 16-bit copy needs 16-bit GEMM operands");
   if (B <= 0 || T <= 0 || NH <= 0) return;
   if (fused_attention(C, NH)) {  // its own row in the profile
     const OpProfile::Span span = begin_op(
         "flash_attention_forward", attention_work(false, kFlashAttentionBlockRows, B, T, C, NH));
-    flash_attention_forward(stream_, gemm_operands_, out, att, qkv, readable(qkv16), B, T, C, NH);
+    flash_attention_forward(stream_, gemm_operands_, out, out16, att, qkv, readable(qkv16), B, T,
+                            C, NH);
     return;
   }
   const OpProfile::Span span = begin_op(
@@ -58,6 +63,10 @@ void CudaDevice::attention_forward(float* out, float* att, float*, const float* 
       gemm_strided_batched(false, false, T, hs, T, 1.0f, P, T, TT, base + 2 * C, C3, hs, 0.0f,
                            out + static_cast<std::int64_t>(b) * T * C + h * hs, C, hs, n);
     }
+  }
+  if (out16) {
+    cuda::convert_to_16bit(stream_, out16, out, static_cast<std::int64_t>(B) * T * C,
+                           gemm_operands_ == DType::bf16);
   }
 }
 

@@ -96,7 +96,8 @@ class CudaDevice final : public Device {
   void positional_forward(float* out, const float* wpe, int B, int T, int C) override;
   void positional_backward(float* dwpe, const float* dout, int B, int T, int C) override;
   void layernorm_forward(float* out, float* mean, float* rstd, const float* inp,
-                         const float* weight, const float* bias, int N, int C) override;
+                         const float* weight, const float* bias, int N, int C,
+                         std::uint16_t* out16 = nullptr) override;
   void layernorm_backward(float* dinp, float* dweight, float* dbias, const float* dout,
                           const float* inp, const float* weight, const float* mean,
                           const float* rstd, int N, int C) override;
@@ -105,7 +106,8 @@ class CudaDevice final : public Device {
   void gelu_backward(float* dinp, const float* inp, const float* dout, std::int64_t n,
                      GradWrite dinp_write, const std::uint16_t* inp16) override;
   void attention_forward(float* out, float* att, float* workspace, const float* qkv, int B,
-                         int T, int C, int NH, const std::uint16_t* qkv16 = nullptr) override;
+                         int T, int C, int NH, const std::uint16_t* qkv16 = nullptr,
+                         std::uint16_t* out16 = nullptr) override;
   void attention_backward(float* dqkv, float* workspace, const float* dout, const float* qkv,
                           const float* out, const float* att, int B, int T, int C, int NH,
                           GradWrite dqkv_write, const std::uint16_t* qkv16,

@@ -225,6 +225,24 @@ __device__ void write_rows(float* dst, std::int64_t stride, int row0, int T, con
   }
 }
 
+// The same rows rounded to H, into 16-bit words: a lane's two adjacent columns in one pack.
+template <int HS, class H>
+__device__ void write_rows_16bit(std::uint16_t* dst, std::int64_t stride, int row0, int T,
+                                 const Acc<HS>& acc) {
+  #pragma unroll
+  for (int e = 0; e < 4; e += 2) {
+    const int row = row0 + row_of(e);
+    if (row >= T) continue;
+    std::uint16_t* d = dst + static_cast<std::int64_t>(row) * stride + column_of(e);
+    #pragma unroll
+    for (int n = 0; n < HS / 8; ++n) {
+      const std::uint32_t two = pack<H>(acc[n][e], acc[n][e + 1]);
+      d[8 * n] = static_cast<std::uint16_t>(two & 0xFFFFu);
+      d[8 * n + 1] = static_cast<std::uint16_t>(two >> 16);
+    }
+  }
+}
+
 // The saved log-sum-exp (base 2, of the scaled scores) in two floats: the leading part is
 // rounded to bf16, so 16-bit saved activations (which round every float) keep about 16
 // significant bits of it instead of 8.
@@ -238,8 +256,8 @@ __device__ inline float load_lse(const float* lse) { return lse[0] + lse[1]; }
 // In (qkv's type): float, or 16-bit words of H.
 template <int HS, class H, class In>
 __global__ void __launch_bounds__(kBlockThreads)
-    flash_forward_kernel(float* out, float* lse, const In* qkv, int T, int C, int NH,
-                         float scale) {
+    flash_forward_kernel(float* out, std::uint16_t* out16, float* lse, const In* qkv, int T,
+                         int C, int NH, float scale) {
   __shared__ Shared<HS> s;
   // the last query blocks, which walk the most key blocks, start first (a shorter tail)
   const int qb = gridDim.x - 1 - blockIdx.x, h = blockIdx.y, b = blockIdx.z;
@@ -304,7 +322,9 @@ __global__ void __launch_bounds__(kBlockThreads)
   for (int n = 0; n < HS / 8; ++n)
     #pragma unroll
     for (int e = 0; e < 4; ++e) o[n][e] /= l[e >> 1];
-  write_rows<HS>(out + static_cast<std::int64_t>(b) * T * C + h * HS, C, row0, T, o, false);
+  const std::int64_t head_out = static_cast<std::int64_t>(b) * T * C + h * HS;
+  write_rows<HS>(out + head_out, C, row0, T, o, false);
+  if (out16) write_rows_16bit<HS, H>(out16 + head_out, C, row0, T, o);
   if ((lane_id() & 3) != 0) return;
   #pragma unroll
   for (int r = 0; r < 2; ++r) {
@@ -467,16 +487,16 @@ __global__ void __launch_bounds__(kBlockThreads)
 int blocks_of_rows(int T) { return (T + kRows - 1) / kRows; }
 
 template <int HS, class H> struct Forward {
-  static void run(cudaStream_t stream, float* out, float* lse, const float* qkv,
-                  const std::uint16_t* qkv16, int B, int T, int C, int NH) {
+  static void run(cudaStream_t stream, float* out, std::uint16_t* out16, float* lse,
+                  const float* qkv, const std::uint16_t* qkv16, int B, int T, int C, int NH) {
     const dim3 grid(blocks_of_rows(T), NH, B);
     const float scale = 1.0f / std::sqrt(static_cast<float>(HS));
     if (qkv16) {
       flash_forward_kernel<HS, H, std::uint16_t><<<grid, kBlockThreads, 0, stream>>>(
-          out, lse, qkv16, T, C, NH, scale);
+          out, out16, lse, qkv16, T, C, NH, scale);
     } else {
-      flash_forward_kernel<HS, H, float><<<grid, kBlockThreads, 0, stream>>>(out, lse, qkv, T, C,
-                                                                            NH, scale);
+      flash_forward_kernel<HS, H, float><<<grid, kBlockThreads, 0, stream>>>(
+          out, out16, lse, qkv, T, C, NH, scale);
     }
     DTRAIN_CUDA(cudaGetLastError());
   }
@@ -548,10 +568,10 @@ std::size_t flash_attention_saved_floats(int B, int T, int NH) {
   return 2 * static_cast<std::size_t>(B) * NH * T;
 }
 
-void flash_attention_forward(cudaStream_t stream, DType fmt, float* out, float* lse,
-                             const float* qkv, const std::uint16_t* qkv16, int B, int T, int C,
-                             int NH) {
-  instance<Forward>(fmt, C / NH)(stream, out, lse, qkv, qkv16, B, T, C, NH);
+void flash_attention_forward(cudaStream_t stream, DType fmt, float* out, std::uint16_t* out16,
+                             float* lse, const float* qkv, const std::uint16_t* qkv16, int B,
+                             int T, int C, int NH) {
+  instance<Forward>(fmt, C / NH)(stream, out, out16, lse, qkv, qkv16, B, T, C, NH);
 }
 
 std::size_t flash_attention_backward_scratch_floats(int B, int T, int C, int NH) {

@@ -7,6 +7,8 @@
 #include <cmath>
 #include <cstdint>
 
+#include "device/half_bits.hpp"
+
 namespace dtrain::cuda {
 
 constexpr int kThreads = 256;          // threads per block of element-wise and row kernels
@@ -19,6 +21,12 @@ inline int blocks_for(std::int64_t n, int threads = kThreads) {
 }
 
 inline int column_chunks(int N) { return (N + kColumnChunkRows - 1) / kColumnChunkRows; }
+
+// x rounded to bf16 (or f16) bits, for the kernels that write a 16-bit copy of what they
+// compute in the same pass.
+__device__ inline std::uint16_t round_to(float x, bool bf16) {
+  return bf16 ? halfbits::to_bf16(x) : halfbits::to_f16(x);
+}
 
 template <class T> __device__ inline T warp_sum(T v) {
   for (int offset = 16; offset > 0; offset >>= 1) v += __shfl_xor_sync(0xffffffffu, v, offset);

@@ -60,8 +60,10 @@ void positional_forward(cudaStream_t s, float* out, const float* wpe, int B, int
 void positional_backward(cudaStream_t s, float* dwpe, const float* dout, int B, int T, int C);
 
 // ---- kernels_layernorm.cu --------------------------------------------------------
+// out16 (or null): out rounded to bf16 (or f16) written there too.
 void layernorm_forward(cudaStream_t s, float* out, float* mean, float* rstd, const float* inp,
-                       const float* weight, const float* bias, int N, int C);
+                       const float* weight, const float* bias, int N, int C,
+                       std::uint16_t* out16, bool bf16);
 // scratch holds layernorm_backward_scratch_floats(N, C) floats.
 void layernorm_backward(cudaStream_t s, float* dinp, float* dweight, float* dbias,
                         const float* dout, const float* inp, const float* weight,
@@ -102,10 +104,11 @@ bool flash_attention_supports(DType fmt, int C, int NH);
 // Query and key rows per block: the kernels compute every block on or below the diagonal whole.
 constexpr int kFlashAttentionBlockRows = 64;
 std::size_t flash_attention_saved_floats(int B, int T, int NH);
-// qkv16 (or null): qkv in 16-bit words of fmt, read instead of qkv.
-void flash_attention_forward(cudaStream_t s, DType fmt, float* out, float* lse,
-                             const float* qkv, const std::uint16_t* qkv16, int B, int T, int C,
-                             int NH);
+// qkv16 (or null): qkv in 16-bit words of fmt, read instead of qkv; out16 (or null): out
+// rounded to fmt written there too.
+void flash_attention_forward(cudaStream_t s, DType fmt, float* out, std::uint16_t* out16,
+                             float* lse, const float* qkv, const std::uint16_t* qkv16, int B,
+                             int T, int C, int NH);
 // The forward's input and output as the backward reads them: the 16-bit words of fmt where
 // that pointer is set (a kept copy: exactly what the fp32 values round to), else the fp32.
 struct AttentionInput {

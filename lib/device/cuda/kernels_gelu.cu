@@ -11,10 +11,6 @@ namespace {
 constexpr float kSqrt2OverPi = static_cast<float>(0.79788456080286535588);
 constexpr float kCubic = static_cast<float>(0.044715);
 
-__device__ inline std::uint16_t round_to(float x, bool bf16) {
-  return bf16 ? halfbits::to_bf16(x) : halfbits::to_f16(x);
-}
-
 __global__ void gelu_forward_kernel(float* out, const float* inp, std::int64_t n,
                                     std::uint16_t* inp16, std::uint16_t* out16, bool bf16) {
   for (std::int64_t i = blockIdx.x * static_cast<std::int64_t>(blockDim.x) + threadIdx.x; i < n;

@@ -14,7 +14,8 @@ namespace {
 constexpr float kEps = 1e-5f;  // cpu::kLayerNormEps
 
 __global__ void layernorm_forward_kernel(float* out, float* mean, float* rstd, const float* inp,
-                                         const float* weight, const float* bias, int C) {
+                                         const float* weight, const float* bias, int C,
+                                         std::uint16_t* out16, bool bf16) {
   __shared__ float shared[32];
   const std::int64_t n = blockIdx.x;
   const float* x = inp + n * C;
@@ -29,7 +30,10 @@ __global__ void layernorm_forward_kernel(float* out, float* mean, float* rstd, c
   }
   const float var = block_sum(v, shared) / static_cast<float>(C);
   const float r = 1.0f / sqrtf(var + kEps);
-  for (int c = threadIdx.x; c < C; c += blockDim.x) o[c] = (x[c] - m) * r * weight[c] + bias[c];
+  for (int c = threadIdx.x; c < C; c += blockDim.x) {
+    o[c] = (x[c] - m) * r * weight[c] + bias[c];
+    if (out16) out16[n * C + c] = round_to(o[c], bf16);
+  }
   if (threadIdx.x == 0) {
     mean[n] = m;
     rstd[n] = r;
@@ -77,7 +81,8 @@ __device__ inline float4 load_quad(const float* row, int i, int quads) {
 template <int Q>
 __global__ void layernorm_forward_rows_kernel(float* out, float* mean, float* rstd,
                                               const float* inp, const float* weight,
-                                              const float* bias, int N, int C) {
+                                              const float* bias, int N, int C,
+                                              std::uint16_t* out16, bool bf16) {
   const int lane = threadIdx.x & 31, quads = C / 4;
   const std::int64_t n = static_cast<std::int64_t>(blockIdx.x) * kRowsPerBlock + (threadIdx.x >> 5);
   if (n >= N) return;  // the whole warp: its row
@@ -105,8 +110,14 @@ __global__ void layernorm_forward_rows_kernel(float* out, float* mean, float* rs
     if (i >= quads) continue;
     const float4 w = reinterpret_cast<const float4*>(weight)[i];
     const float4 b = reinterpret_cast<const float4*>(bias)[i];
-    o[i] = float4{(v[q].x - m) * r * w.x + b.x, (v[q].y - m) * r * w.y + b.y,
-                  (v[q].z - m) * r * w.z + b.z, (v[q].w - m) * r * w.w + b.w};
+    const float4 y{(v[q].x - m) * r * w.x + b.x, (v[q].y - m) * r * w.y + b.y,
+                   (v[q].z - m) * r * w.z + b.z, (v[q].w - m) * r * w.w + b.w};
+    o[i] = y;
+    if (out16) {
+      reinterpret_cast<uint2*>(out16 + n * C)[i] =
+          uint2{round_to(y.x, bf16) | std::uint32_t{round_to(y.y, bf16)} << 16,
+                round_to(y.z, bf16) | std::uint32_t{round_to(y.w, bf16)} << 16};
+    }
   }
   if (lane == 0) {
     mean[n] = m;
@@ -202,13 +213,16 @@ struct ParamGradLoad {
 }  // namespace
 
 void layernorm_forward(cudaStream_t s, float* out, float* mean, float* rstd, const float* inp,
-                       const float* weight, const float* bias, int N, int C) {
+                       const float* weight, const float* bias, int N, int C,
+                       std::uint16_t* out16, bool bf16) {
   if (N <= 0 || C <= 0) return;
-  if (const int quads = quads_per_lane(C, {out, inp, weight, bias})) {
+  if (const int quads = quads_per_lane(C, {out, inp, weight, bias, out16})) {
     const auto kernel = rows_kernel<ForwardRows>(quads);
-    kernel<<<row_blocks(N), kThreads, 0, s>>>(out, mean, rstd, inp, weight, bias, N, C);
+    kernel<<<row_blocks(N), kThreads, 0, s>>>(out, mean, rstd, inp, weight, bias, N, C, out16,
+                                              bf16);
   } else {
-    layernorm_forward_kernel<<<N, kThreads, 0, s>>>(out, mean, rstd, inp, weight, bias, C);
+    layernorm_forward_kernel<<<N, kThreads, 0, s>>>(out, mean, rstd, inp, weight, bias, C, out16,
+                                                    bf16);
   }
   check_launch("layernorm_forward");
 }

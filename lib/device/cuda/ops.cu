@@ -32,10 +32,15 @@ void CudaDevice::positional_backward(float* dwpe, const float* dout, int B, int 
 }
 
 void CudaDevice::layernorm_forward(float* out, float* mean, float* rstd, const float* inp,
-                                   const float* weight, const float* bias, int N, int C) {
-  const OpProfile::Span span = begin_op(
-      "layernorm_forward", floats_moved(2.0 * N * C + 2.0 * C + 2.0 * N));
-  cuda::layernorm_forward(stream_, out, mean, rstd, inp, weight, bias, N, C);
+                                   const float* weight, const float* bias, int N, int C,
+                                   std::uint16_t* out16) {
+  DTRAIN_CHECK(!out16 || gemm_operands_ != DType::f32, Errc::invalid_argument,
+               "layernorm_forward: a 16-bit copy needs 16-bit GEMM operands");
+  OpWork work = floats_moved(2.0 * N * C + 2.0 * C + 2.0 * N);
+  if (out16) work.bytes += 2.0 * N * C;
+  const OpProfile::Span span = begin_op("layernorm_forward", work);
+  cuda::layernorm_forward(stream_, out, mean, rstd, inp, weight, bias, N, C, out16,
+                          gemm_operands_ == DType::bf16);
 }
 void CudaDevice::layernorm_backward(float* dinp, float* dweight, float* dbias, const float* dout,
                                     const float* inp, const float* weight, const float* mean,
