@@ -39,6 +39,16 @@ void Device::crossentropy_backward_16bit(std::uint16_t*, const float*, const flo
                                      << " has no 16-bit GEMM operands");
 }
 
+void Device::adamw_ranges(float* param, const float* grad, float* m, float* v,
+                          const AdamWRange* ranges, std::size_t count, float lr, float beta1,
+                          float beta2, float eps, int step, float grad_scale) {
+  for (std::size_t i = 0; i < count; ++i) {
+    const AdamWRange& r = ranges[i];
+    adamw(param + r.param, grad + r.grad, m + r.state, v + r.state, r.n, lr, beta1, beta2, eps,
+          r.weight_decay, step, grad_scale);
+  }
+}
+
 std::size_t Device::attention_saved_floats(int B, int T, int, int NH) const {
   return static_cast<std::size_t>(B) * NH * T * T;
 }

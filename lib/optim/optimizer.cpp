@@ -34,24 +34,28 @@ AdamW::AdamW(Device& dev, std::vector<Segment> segments, std::size_t numel, Adam
 
 void AdamW::step(float* params, const float* grads, float lr, float grad_scale) {
   ++step_;
+  // every segment in one device call (a GPU batches them into few launches)
+  ranges_.clear();
   for (std::size_t i = 0; i < segments_.size(); ++i) {
     const Segment& s = segments_[i];
-    const std::size_t st = state_offsets_[i];
-    const auto n = static_cast<std::int64_t>(s.numel);
-    float* target = has_master_weights() ? master_weights() + st : params + s.offset;
-    dev_.adamw(target, grads + s.offset, exp_avg() + st, exp_avg_sq() + st, n, lr, cfg_.beta1,
-               cfg_.beta2, cfg_.eps, s.decay ? cfg_.weight_decay : 0.0f, static_cast<int>(step_),
-               grad_scale);
-    if (has_master_weights()) write_rounded(params, s, target);
+    const auto st = static_cast<std::int64_t>(state_offsets_[i]);
+    const auto at = static_cast<std::int64_t>(s.offset);
+    ranges_.push_back({has_master_weights() ? st : at, at, st, static_cast<std::int64_t>(s.numel),
+                       s.decay ? cfg_.weight_decay : 0.0f});
   }
+  dev_.adamw_ranges(has_master_weights() ? master_weights() : params, grads, exp_avg(),
+                    exp_avg_sq(), ranges_.data(), ranges_.size(), lr, cfg_.beta1, cfg_.beta2,
+                    cfg_.eps, static_cast<int>(step_), grad_scale);
+  round_params(params);
 }
 
-void AdamW::write_rounded(float* params, const Segment& s, const float* masters) {
-  const auto n = static_cast<std::int64_t>(s.numel);
+void AdamW::write_rounded(float* params, std::size_t offset, const float* masters,
+                          std::size_t n) {
+  const auto count = static_cast<std::int64_t>(n);
   if (words_) {
-    dev_.convert_to_16bit(words_ + s.offset, masters, n, low_);
+    dev_.convert_to_16bit(words_ + offset, masters, count, low_);
   } else {
-    dev_.round_to_16bit(params + s.offset, masters, n, low_);
+    dev_.round_to_16bit(params + offset, masters, count, low_);
   }
 }
 
@@ -96,8 +100,10 @@ void AdamW::load_master_weights(float* params) {
 
 void AdamW::round_params(float* params) {
   if (!has_master_weights()) return;
-  for (std::size_t i = 0; i < segments_.size(); ++i)
-    write_rounded(params, segments_[i], master_weights() + state_offsets_[i]);
+  // segments that follow each other in the arena do in the (compact) masters too
+  for_each_contiguous_run(segments_, [&](std::size_t offset, std::size_t n, std::size_t first) {
+    write_rounded(params, offset, master_weights() + state_offsets_[first], n);
+  });
 }
 
 Sgd::Sgd(Device& dev, std::vector<Segment> segments, std::size_t numel, float momentum,

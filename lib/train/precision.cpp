@@ -25,17 +25,17 @@ optim::LossScaler make_loss_scaler(const TrainConfig& cfg) {
 
 void round_segments(Device& dev, float* buf, const std::vector<optim::Segment>& segments,
                     DType fmt) {
-  for (const optim::Segment& s : segments) {
-    float* p = buf + s.offset;
-    dev.round_to_16bit(p, p, static_cast<std::int64_t>(s.numel), fmt);
-  }
+  optim::for_each_contiguous_run(segments, [&](std::size_t offset, std::size_t n, std::size_t) {
+    dev.round_to_16bit(buf + offset, buf + offset, static_cast<std::int64_t>(n), fmt);
+  });
 }
 
 bool segments_nonfinite(Device& dev, const float* buf, const std::vector<optim::Segment>& segments) {
-  for (const optim::Segment& s : segments) {
-    if (dev.any_nonfinite(buf + s.offset, static_cast<std::int64_t>(s.numel))) return true;
-  }
-  return false;
+  bool found = false;  // each check waits for the device: one a run, none after a find
+  optim::for_each_contiguous_run(segments, [&](std::size_t offset, std::size_t n, std::size_t) {
+    found = found || dev.any_nonfinite(buf + offset, static_cast<std::int64_t>(n));
+  });
+  return found;
 }
 
 bool agree_overflow(Communicator& comm, bool local_overflow) {

@@ -639,6 +639,35 @@ TEST_F(CudaKernels, AdamW) {
   expect_close(d_v.host(), v, kFp32Bound, "adamw v");
 }
 
+// adamw_ranges in batched launches: bit for bit the ranges' own adamw calls, over more ranges
+// than one launch takes (40), empty ones, and one longer than its blocks cover in one sweep.
+TEST_F(CudaKernels, AdamWRangesMatchOneCallARange) {
+  std::vector<dtrain::AdamWRange> ranges;
+  std::int64_t param = 0, state = 0;
+  for (int i = 0; i < 40; ++i) {
+    const std::int64_t n = i == 7 ? 600000 : (i % 5 == 0 ? 0 : 37 * i + 1);
+    ranges.push_back({param, param + 3, state, n, i % 2 ? 0.1f : 0.0f});
+    param += n + 5;
+    state += n;
+  }
+  const auto np = static_cast<std::size_t>(param + 8), ns = static_cast<std::size_t>(state);
+  const auto p = random_floats(np, 1), g = random_floats(np, 2), m = random_floats(ns, 3);
+  const auto v = random_floats(ns, 4, 0.0f, 0.01f);
+  auto d_p = up(p), d_g = up(g), d_m = up(m), d_v = up(v);
+  auto w_p = up(p), w_m = up(m), w_v = up(v);
+  for (int step = 1; step <= 2; ++step) {
+    gpu.adamw_ranges(d_p.get(), d_g.get(), d_m.get(), d_v.get(), ranges.data(), ranges.size(),
+                     1e-2f, 0.9f, 0.95f, 1e-8f, step, 0.5f);
+    for (const dtrain::AdamWRange& r : ranges)
+      gpu.adamw(w_p.get() + r.param, d_g.get() + r.grad, w_m.get() + r.state,
+                w_v.get() + r.state, r.n, 1e-2f, 0.9f, 0.95f, 1e-8f, r.weight_decay, step, 0.5f);
+  }
+  EXPECT_EQ(d_p.host(), w_p.host());
+  EXPECT_EQ(d_m.host(), w_m.host());
+  EXPECT_EQ(d_v.host(), w_v.host());
+  EXPECT_NE(d_p.host(), p);
+}
+
 TEST_F(CudaKernels, Sgd) {
   const std::int64_t n = 10001;
   auto p = random_floats(n, 1), g = random_floats(n, 2), mom = random_floats(n, 3);

@@ -12,6 +12,7 @@
 #include "device/cpu/kernels.hpp"
 #include "device/half_bits.hpp"
 #include "dtrain/device/device.hpp"
+#include "dtrain/optim/optimizer.hpp"
 #include "fd_check.hpp"
 
 using namespace dtrain;
@@ -524,6 +525,47 @@ TEST(Kernels, AdamWMatchesScalarReference) {
   }
   for (int i = 0; i < n; ++i) EXPECT_NEAR(p[i], rp[i], 1e-12);
   // the first step moves every weight by about lr (Adam's sign-like first step)
+}
+
+// adamw_ranges: each range updated as its own adamw() would, at its offsets, with its decay;
+// elements outside every range untouched.
+TEST(Kernels, AdamWRangesAreAdamWCallsARange) {
+  Device& dev = cpu_device();
+  const int n = 64;
+  auto p = random_vec<float>(n, 92), g = random_vec<float>(n, 93), m = random_vec<float>(n, 94);
+  auto v = random_vec<float>(n, 95);
+  for (float& x : v) x = std::fabs(x);
+  auto wp = p, wm = m, wv = v;
+  const std::vector<AdamWRange> ranges{{0, 10, 5, 7, 0.1f}, {20, 30, 40, 9, 0.0f}, {50, 3, 12, 0, 0.1f}};
+  for (int step = 1; step <= 2; ++step) {
+    dev.adamw_ranges(p.data(), g.data(), m.data(), v.data(), ranges.data(), ranges.size(), 1e-2f,
+                     0.9f, 0.95f, 1e-8f, step, 0.5f);
+    for (const AdamWRange& r : ranges)
+      dev.adamw(wp.data() + r.param, g.data() + r.grad, wm.data() + r.state, wv.data() + r.state,
+                r.n, 1e-2f, 0.9f, 0.95f, 1e-8f, r.weight_decay, step, 0.5f);
+  }
+  EXPECT_EQ(p, wp);
+  EXPECT_EQ(m, wm);
+  EXPECT_EQ(v, wv);
+  EXPECT_NE(p, random_vec<float>(n, 92));
+}
+
+// Segments merge into one run where one ends where the next begins, whatever their decay;
+// a gap or a step back starts a new run.
+TEST(Optimizer, ContiguousRunsMergeAdjacentSegments) {
+  using optim::Segment;
+  const std::vector<Segment> segments{{0, 4, true}, {4, 2, false}, {6, 3, true},
+                                      {10, 5, true}, {2, 1, false}, {3, 1, true}};
+  std::vector<std::tuple<std::size_t, std::size_t, std::size_t>> runs;
+  optim::for_each_contiguous_run(segments, [&](std::size_t offset, std::size_t n, std::size_t first) {
+    runs.emplace_back(offset, n, first);
+  });
+  const std::vector<std::tuple<std::size_t, std::size_t, std::size_t>> want{
+      {0, 9, 0}, {10, 5, 3}, {2, 2, 4}};
+  EXPECT_EQ(runs, want);
+  int calls = 0;
+  optim::for_each_contiguous_run({}, [&](std::size_t, std::size_t, std::size_t) { ++calls; });
+  EXPECT_EQ(calls, 0);
 }
 
 TEST(Kernels, SgdMomentum) {

@@ -28,6 +28,13 @@
 
 namespace dtrain {
 
+// One range of Device::adamw_ranges: n elements at these offsets (floats) into its param,
+// grad and moment buffers, with their own weight decay.
+struct AdamWRange {
+  std::int64_t param = 0, grad = 0, state = 0, n = 0;
+  float weight_decay = 0.0f;
+};
+
 enum class CopyKind : int { host_to_device = 0, device_to_host = 1, device_to_device = 2 };
 
 class DTRAIN_API Device {
@@ -271,6 +278,11 @@ class DTRAIN_API Device {
   virtual void adamw(float* param, const float* grad, float* m, float* v, std::int64_t n,
                      float lr, float beta1, float beta2, float eps, float weight_decay, int step,
                      float grad_scale) = 0;
+  // adamw over each of `count` ranges (a model's tensors): the same updates as one adamw()
+  // call a range, which is what the default does; a device may batch them into few launches.
+  virtual void adamw_ranges(float* param, const float* grad, float* m, float* v,
+                            const AdamWRange* ranges, std::size_t count, float lr, float beta1,
+                            float beta2, float eps, int step, float grad_scale);
   // g = grad*grad_scale + weight_decay*param; mom = momentum*mom + g; param -= lr*mom
   // (mom may be null when momentum == 0).
   virtual void sgd(float* param, const float* grad, float* mom, std::int64_t n, float lr,

@@ -18,6 +18,20 @@ struct DTRAIN_API Segment {
   bool decay = true;
 };
 
+// Calls fn(offset, numel, first) for each run of segments that follow each other in the
+// arena (one ends where the next begins), `first` being the index of the run's first segment:
+// a per-element pass that ignores the decay rule (a rounding, a finiteness check) covers a
+// run in one device call instead of one a segment.
+template <class Fn> void for_each_contiguous_run(const std::vector<Segment>& segments, Fn fn) {
+  std::size_t first = 0;
+  for (std::size_t i = 1; i <= segments.size(); ++i) {
+    const Segment& last = segments[i - 1];
+    if (i < segments.size() && segments[i].offset == last.offset + last.numel) continue;
+    fn(segments[first].offset, last.offset + last.numel - segments[first].offset, first);
+    first = i;
+  }
+}
+
 struct DTRAIN_API AdamWConfig {
   float beta1 = 0.9f;
   float beta2 = 0.95f;
@@ -73,8 +87,8 @@ class DTRAIN_API AdamW {
   const AdamWConfig& config() const { return cfg_; }
 
  private:
-  // The segment's rounded masters to the words (when set) or the arena.
-  void write_rounded(float* params, const Segment& s, const float* masters);
+  // n rounded masters to the words (when set) or the arena, from arena element `offset` on.
+  void write_rounded(float* params, std::size_t offset, const float* masters, std::size_t n);
 
   Device& dev_;
   std::vector<Segment> segments_;
@@ -84,6 +98,7 @@ class DTRAIN_API AdamW {
   DeviceBuffer w_;              // fp32 master weights (mixed precision only)
   DType low_ = DType::f32;      // the arena's format when w_ is used
   std::uint16_t* words_ = nullptr;  // where the rounded masters go instead, when set
+  std::vector<AdamWRange> ranges_;  // step()'s, kept so steps allocate nothing
   long step_ = 0;
 };
 

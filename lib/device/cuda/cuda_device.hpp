@@ -149,6 +149,9 @@ class CudaDevice final : public Device {
                                    const float* lse, const std::int32_t* targets,
                                    const float* dlosses, int N, int V, int ld,
                                    int vocab_start) override;
+  void adamw_ranges(float* param, const float* grad, float* m, float* v,
+                    const AdamWRange* ranges, std::size_t count, float lr, float beta1,
+                    float beta2, float eps, int step, float grad_scale) override;
   void adamw(float* param, const float* grad, float* m, float* v, std::int64_t n, float lr,
              float beta1, float beta2, float eps, float weight_decay, int step,
              float grad_scale) override;

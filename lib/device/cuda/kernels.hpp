@@ -9,6 +9,10 @@
 
 #include "dtrain/core/dtype.hpp"
 
+namespace dtrain {
+struct AdamWRange;  // dtrain/device/device.hpp
+}
+
 namespace dtrain::cuda {
 
 // ---- kernels_elementwise.cu ------------------------------------------------------
@@ -151,6 +155,10 @@ void crossentropy_backward_16bit(cudaStream_t s, std::uint16_t* dlogits16, bool 
 void adamw(cudaStream_t s, float* param, const float* grad, float* m, float* v, std::int64_t n,
            float lr, float beta1, float beta2, float eps, float weight_decay, float c1, float c2,
            float grad_scale);
+// adamw over each range (Device::adamw_ranges), up to 32 ranges a launch.
+void adamw_ranges(cudaStream_t s, float* param, const float* grad, float* m, float* v,
+                  const AdamWRange* ranges, std::size_t count, float lr, float beta1, float beta2,
+                  float eps, float c1, float c2, float grad_scale);
 void sgd(cudaStream_t s, float* param, const float* grad, float* mom, std::int64_t n, float lr,
          float momentum, float weight_decay, float grad_scale);
 

@@ -175,15 +175,28 @@ void CudaDevice::crossentropy_backward_16bit(std::uint16_t* dlogits16, const flo
                                     lse, targets, dlosses, N, V, ld, vocab_start);
 }
 
+namespace {
+// AdamW's bias corrections in double on the host, exactly as the CPU kernel computes them.
+float bias_correction(float beta, int step) {
+  return static_cast<float>(1.0 / (1.0 - std::pow(static_cast<double>(beta), step)));
+}
+}  // namespace
+
 void CudaDevice::adamw(float* param, const float* grad, float* m, float* v, std::int64_t n,
                        float lr, float beta1, float beta2, float eps, float weight_decay,
                        int step, float grad_scale) {
   const OpProfile::Span span = begin_op("adamw", floats_moved(7.0 * n));
-  // Bias corrections in double on the host, exactly as the CPU kernel computes them.
-  const float c1 = static_cast<float>(1.0 / (1.0 - std::pow(static_cast<double>(beta1), step)));
-  const float c2 = static_cast<float>(1.0 / (1.0 - std::pow(static_cast<double>(beta2), step)));
-  cuda::adamw(stream_, param, grad, m, v, n, lr, beta1, beta2, eps, weight_decay, c1, c2,
-              grad_scale);
+  cuda::adamw(stream_, param, grad, m, v, n, lr, beta1, beta2, eps, weight_decay,
+              bias_correction(beta1, step), bias_correction(beta2, step), grad_scale);
+}
+void CudaDevice::adamw_ranges(float* param, const float* grad, float* m, float* v,
+                              const AdamWRange* ranges, std::size_t count, float lr, float beta1,
+                              float beta2, float eps, int step, float grad_scale) {
+  double n = 0;
+  for (std::size_t i = 0; i < count; ++i) n += static_cast<double>(ranges[i].n);
+  const OpProfile::Span span = begin_op("adamw", floats_moved(7.0 * n));
+  cuda::adamw_ranges(stream_, param, grad, m, v, ranges, count, lr, beta1, beta2, eps,
+                     bias_correction(beta1, step), bias_correction(beta2, step), grad_scale);
 }
 void CudaDevice::sgd(float* param, const float* grad, float* mom, std::int64_t n, float lr,
                      float momentum, float weight_decay, float grad_scale) {
