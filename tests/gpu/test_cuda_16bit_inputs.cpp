@@ -233,24 +233,29 @@ TEST_F(CudaKernels, GeluBackwardFrom16BitInput) {
       << "fp32 operands";
 }
 
-// The attention's backward from qkv and out as 16-bit words (kept copies) gives exactly what
-// it gives from those words widened: the fused kernels read them as they are (also from rows
-// off 8-byte alignment), the unfused path (head size 128) widens qkv itself.
+// The shapes of the attention tests: the fused kernels at head sizes 16 and 32 (T off the
+// 64-row blocks), the unfused path at 128.
+struct AttentionShape {
+  int B, T, C, NH;
+  std::size_t qkv() const { return static_cast<std::size_t>(B) * T * 3 * C; }
+  std::size_t out() const { return static_cast<std::size_t>(B) * T * C; }
+  std::string tag(DType fmt) const {
+    return std::string(dtrain::dtype_name(fmt)) + " hs=" + std::to_string(C / NH) +
+           " T=" + std::to_string(T);
+  }
+};
+constexpr AttentionShape kAttentionShapes[] = {{2, 67, 64, 4}, {1, 130, 96, 3}, {1, 40, 128, 1}};
+
 // The fused forward reads a 16-bit qkv as it is: the same output and saved rows as from the
 // fp32 qkv, which its tiles round to those words; the unfused path (head size 128) reads qkv.
 // Both write the output's 16-bit copy when asked (never under fp32 operands).
 TEST_F(CudaKernels, AttentionForward16BitQkvAndOutput) {
-  struct Shape {
-    int B, T, C, NH;
-  };
   for (const DType fmt : {DType::bf16, DType::f16}) {
     gputest::OperandFormat scoped(gpu, fmt);
-    for (const Shape s : {Shape{2, 67, 64, 4}, Shape{1, 130, 96, 3}, Shape{1, 40, 128, 1}}) {
-      const std::string tag = std::string(dtrain::dtype_name(fmt)) + " hs=" +
-                              std::to_string(s.C / s.NH) + " T=" + std::to_string(s.T);
+    for (const AttentionShape& s : kAttentionShapes) {
+      const std::string tag = s.tag(fmt);
       const bool fused = s.C / s.NH <= 64;
-      const std::size_t nqkv = static_cast<std::size_t>(s.B) * s.T * 3 * s.C;
-      const std::size_t nout = static_cast<std::size_t>(s.B) * s.T * s.C;
+      const std::size_t nqkv = s.qkv(), nout = s.out();
       const std::size_t nsaved = gpu.attention_saved_floats(s.B, s.T, s.C, s.NH);
       auto d_qkv = up(random_floats(nqkv, 1, -2.0f, 2.0f));
       auto d_other = up(random_floats(nqkv, 5, -2.0f, 2.0f));
@@ -287,17 +292,15 @@ TEST_F(CudaKernels, AttentionForward16BitQkvAndOutput) {
       << "fp32 operands";
 }
 
+// The attention's backward from qkv and out as 16-bit words (kept copies) gives exactly what
+// it gives from those words widened: the fused kernels read them as they are (also from rows
+// off 8-byte alignment), the unfused path (head size 128) widens qkv itself.
 TEST_F(CudaKernels, AttentionBackwardFrom16BitInputs) {
-  struct Shape {
-    int B, T, C, NH;
-  };
   for (const DType fmt : {DType::bf16, DType::f16}) {
     gputest::OperandFormat scoped(gpu, fmt);
-    for (const Shape s : {Shape{2, 67, 64, 4}, Shape{1, 130, 96, 3}, Shape{1, 40, 128, 1}}) {
-      const std::string tag = std::string(dtrain::dtype_name(fmt)) + " hs=" +
-                              std::to_string(s.C / s.NH) + " T=" + std::to_string(s.T);
-      const std::size_t nqkv = static_cast<std::size_t>(s.B) * s.T * 3 * s.C;
-      const std::size_t nout = static_cast<std::size_t>(s.B) * s.T * s.C;
+    for (const AttentionShape& s : kAttentionShapes) {
+      const std::string tag = s.tag(fmt);
+      const std::size_t nqkv = s.qkv(), nout = s.out();
       const std::size_t nsaved = gpu.attention_saved_floats(s.B, s.T, s.C, s.NH);
       auto d_qkv = up(random_floats(nqkv, 1, -2.0f, 2.0f)), d_dout = up(random_floats(nout, 3));
       OnDevice<float> d_out(gpu, nout), d_saved(gpu, nsaved), d_ws(gpu, 1);
