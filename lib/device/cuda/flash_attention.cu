@@ -9,7 +9,8 @@
 // g + 8 at columns 8j + 2t and 8j + 2t + 1 of every 8-column tile j). The row-wise softmax
 // reduces over the 4 lanes of a row; a product's scores, once rounded, are the next product's
 // left operand as they lie. Only the 64-row tiles that every warp reads (K and V, or Q and
-// dout) pass through shared memory.
+// dout) pass through shared memory, in two buffers: the next block's tiles load (by cp.async,
+// where they are 16-bit words on 16-byte aligned rows) while the warps work on the current.
 // Q, K, V and dout are rounded to bf16/fp16 where they enter shared memory, as cuBLAS rounds
 // the operands of the unfused path; products accumulate in fp32, the softmax is fp32.
 //
@@ -24,6 +25,7 @@
 #include <string>
 #include <type_traits>
 
+#include "device/cuda/async_copy.cuh"
 #include "device/cuda/cuda_check.hpp"
 #include "device/cuda/kernel_utils.cuh"
 #include "device/cuda/kernels.hpp"
@@ -42,13 +44,15 @@ constexpr int kBlockThreads = kWarps * 32;
 constexpr int kColumnTiles = kRows / 8;      // 8-column tiles of a warp's 16 x 64 scores
 constexpr float kLog2e = 1.4426950408889634f;
 
-// Shared memory of every kernel here (18.5 KiB at HS = 64): two tiles of 64 rows x HS in 16
-// bits, each row padded by 16 bytes so the 8 rows an ldmatrix reads sit in different banks.
+// Shared memory of every kernel here (37 KiB at HS = 64): two buffers, each of two tiles of
+// 64 rows x HS in 16 bits (K and V, or Q and dout), one being read while the next block's
+// load into the other; rows padded by 16 bytes so the 8 rows an ldmatrix reads sit in
+// different banks.
 template <int HS> struct Shared {
   static constexpr int ld = HS + 8;
-  alignas(16) std::uint16_t a[kRows * ld];
-  alignas(16) std::uint16_t b[kRows * ld];
-  float lse[kRows], dsum[kRows];  // per query column (the dK/dV kernel)
+  alignas(16) std::uint16_t a[2][kRows * ld];
+  alignas(16) std::uint16_t b[2][kRows * ld];
+  float lse[2][kRows], dsum[2][kRows];  // per query column (the dK/dV kernel)
 };
 
 // A warp's registers: Rows<HS> are its 16 rows of a 64 x HS tile as left operands (HS / 16
@@ -114,6 +118,33 @@ __device__ void load_rows(std::uint16_t* dst, const std::uint16_t* src, std::int
     const int i = threadIdx.x + j * kBlockThreads, r = i / kQuads, c = 4 * (i % kQuads);
     *reinterpret_cast<uint2*>(dst + r * ld + c) = v[j];
   }
+}
+
+// load_rows started: from 16-bit words on 16-byte aligned rows, copies that do not wait (the
+// caller commits and waits for them); rows at or past T become zeros. Otherwise load_rows.
+template <int HS, class H>
+__device__ void start_rows(std::uint16_t* dst, const std::uint16_t* src, std::int64_t stride,
+                           int row0, int T) {
+  if (reinterpret_cast<std::uintptr_t>(src) % 16 != 0 || stride % 8 != 0) {
+    load_rows<HS, H>(dst, src, stride, row0, T);
+    return;
+  }
+  constexpr int ld = Shared<HS>::ld;
+  constexpr int kPieces = HS / 8;  // 16-byte pieces in a row
+  constexpr int kPerThread = kRows * kPieces / kBlockThreads;
+  static_assert(kRows * kPieces % kBlockThreads == 0, "whole pieces per thread");
+  #pragma unroll
+  for (int j = 0; j < kPerThread; ++j) {
+    const int i = threadIdx.x + j * kBlockThreads, r = i / kPieces, c = 8 * (i % kPieces);
+    const bool inside = row0 + r < T;  // row0 itself always is
+    const std::uint16_t* p = src + static_cast<std::int64_t>(inside ? row0 + r : row0) * stride + c;
+    copy_16_bytes_async(dst + r * ld + c, p, inside);
+  }
+}
+template <int HS, class H>
+__device__ void start_rows(std::uint16_t* dst, const float* src, std::int64_t stride, int row0,
+                           int T) {
+  load_rows<HS, H>(dst, src, stride, row0, T);  // rounded through registers
 }
 
 // An element of an fp32 buffer, or of 16-bit words of H, as a float (exact).
@@ -267,22 +298,29 @@ __global__ void __launch_bounds__(kBlockThreads)
   const int q0 = qb * kRows, row0 = q0 + warp * kWarpRows;
   const float scale2 = scale * kLog2e;
 
-  load_rows<HS, H>(s.a, q, C3, q0, T);
+  load_rows<HS, H>(s.a[1], q, C3, q0, T);
   __syncthreads();
   Rows<HS> qf;
-  load_rows_as_operands<HS>(qf, s.a, warp);
+  load_rows_as_operands<HS>(qf, s.a[1], warp);
   Acc<HS> o;
   zero<HS>(o);
   float m[2] = {-INFINITY, -INFINITY}, l[2] = {0.0f, 0.0f};  // rows g, g + 8: running max, sum
+  start_rows<HS, H>(s.a[0], q + C, C3, 0, T);
+  start_rows<HS, H>(s.b[0], q + 2 * C, C3, 0, T);
+  commit_async_copies();
 
   for (int kb = 0; kb <= qb; ++kb) {
-    const int k0 = kb * kRows;
-    __syncthreads();  // every warp is done with the previous K, V (and with Q in s.a)
-    load_rows<HS, H>(s.a, q + C, C3, k0, T);
-    load_rows<HS, H>(s.b, q + 2 * C, C3, k0, T);
+    const int k0 = kb * kRows, cur = kb & 1;
+    __syncthreads();  // every warp is done with the other buffer (the last K, V; or Q)
+    if (kb < qb) {
+      start_rows<HS, H>(s.a[cur ^ 1], q + C, C3, k0 + kRows, T);
+      start_rows<HS, H>(s.b[cur ^ 1], q + 2 * C, C3, k0 + kRows, T);
+    }
+    commit_async_copies();  // (empty after the last block: the wait below stays right)
+    wait_async_copies<1>();  // this block's tiles are in; the next block's may be on the way
     __syncthreads();
     Scores x;
-    times_rows_transposed<HS, H>(x, qf, s.a);
+    times_rows_transposed<HS, H>(x, qf, s.a[cur]);
     float mx[2] = {-INFINITY, -INFINITY};
     #pragma unroll
     for (int j = 0; j < kColumnTiles; ++j)
@@ -315,7 +353,7 @@ __global__ void __launch_bounds__(kBlockThreads)
       for (int e = 0; e < 4; ++e) o[n][e] *= alpha[e >> 1];
     Operands p;
     to_operands<H>(p, x);
-    accumulate_times_rows<HS, H>(o, p, s.b);
+    accumulate_times_rows<HS, H>(o, p, s.b[cur]);
   }
 
   #pragma unroll
@@ -377,48 +415,59 @@ __global__ void __launch_bounds__(kBlockThreads)
   const int k0 = kb * kRows, row0 = k0 + warp * kWarpRows;
   const float scale2 = scale * kLog2e;
 
-  load_rows<HS, H>(s.a, q + C, C3, k0, T);
-  load_rows<HS, H>(s.b, q + 2 * C, C3, k0, T);
+  load_rows<HS, H>(s.a[1], q + C, C3, k0, T);
+  load_rows<HS, H>(s.b[1], q + 2 * C, C3, k0, T);
   __syncthreads();
   Rows<HS> kf, vf;
-  load_rows_as_operands<HS>(kf, s.a, warp);
-  load_rows_as_operands<HS>(vf, s.b, warp);
+  load_rows_as_operands<HS>(kf, s.a[1], warp);
+  load_rows_as_operands<HS>(vf, s.b[1], warp);
   Acc<HS> dk, dv;
   zero<HS>(dk);
   zero<HS>(dv);
-
-  for (int qb = kb; qb * kRows < T; ++qb) {
+  // query block qb's Q and dout tiles, log-sum-exps and row sums into buffer `buf`
+  auto start_block = [&](int qb, int buf) {
     const int q0 = qb * kRows;
-    __syncthreads();  // every warp is done with the previous Q and dout
-    load_rows<HS, H>(s.a, q, C3, q0, T);
-    load_rows<HS, H>(s.b, dy, C, q0, T);
+    start_rows<HS, H>(s.a[buf], q, C3, q0, T);
+    start_rows<HS, H>(s.b[buf], dy, C, q0, T);
     if (threadIdx.x < kRows) {
       const int qi = q0 + threadIdx.x;
-      s.lse[threadIdx.x] = qi < T ? load_lse(lse + 2 * (stats + qi)) : 0.0f;
-      s.dsum[threadIdx.x] = qi < T ? dsum[stats + qi] : 0.0f;
+      s.lse[buf][threadIdx.x] = qi < T ? load_lse(lse + 2 * (stats + qi)) : 0.0f;
+      s.dsum[buf][threadIdx.x] = qi < T ? dsum[stats + qi] : 0.0f;
     }
+  };
+  start_block(kb, 0);
+  commit_async_copies();
+
+  for (int qb = kb; qb * kRows < T; ++qb) {
+    const int q0 = qb * kRows, cur = (qb - kb) & 1;
+    __syncthreads();  // every warp is done with the other buffer (the last Q, dout; or K, V)
+    if ((qb + 1) * kRows < T) start_block(qb + 1, cur ^ 1);
+    commit_async_copies();
+    wait_async_copies<1>();
     __syncthreads();
+    const std::uint16_t *sq = s.a[cur], *sdy = s.b[cur];
+    const float *slse = s.lse[cur], *sdsum = s.dsum[cur];
     Scores p, dp;
-    times_rows_transposed<HS, H>(p, kf, s.a);  // S^T = K Q^T
+    times_rows_transposed<HS, H>(p, kf, sq);  // S^T = K Q^T
     #pragma unroll
     for (int j = 0; j < kColumnTiles; ++j)
       #pragma unroll
       for (int e = 0; e < 4; ++e) {
         const int col = 8 * j + column_of(e), qi = q0 + col;
         const bool seen = row0 + row_of(e) <= qi && qi < T;
-        p[j][e] = seen ? exp2f(p[j][e] * scale2 - s.lse[col]) : 0.0f;
+        p[j][e] = seen ? exp2f(p[j][e] * scale2 - slse[col]) : 0.0f;
       }
     Operands a;
     to_operands<H>(a, p);
-    accumulate_times_rows<HS, H>(dv, a, s.b);  // dV += P^T dout
-    times_rows_transposed<HS, H>(dp, vf, s.b);  // dP^T = V dout^T
+    accumulate_times_rows<HS, H>(dv, a, sdy);  // dV += P^T dout
+    times_rows_transposed<HS, H>(dp, vf, sdy);  // dP^T = V dout^T
     #pragma unroll
     for (int j = 0; j < kColumnTiles; ++j)
       #pragma unroll
       for (int e = 0; e < 4; ++e)
-        dp[j][e] = p[j][e] * (dp[j][e] - s.dsum[8 * j + column_of(e)]) * scale;
+        dp[j][e] = p[j][e] * (dp[j][e] - sdsum[8 * j + column_of(e)]) * scale;
     to_operands<H>(a, dp);
-    accumulate_times_rows<HS, H>(dk, a, s.a);  // dK += dS^T Q
+    accumulate_times_rows<HS, H>(dk, a, sq);  // dK += dS^T Q
   }
 
   write_rows<HS>(dqkv + head + C, C3, row0, T, dk, accumulate);
@@ -450,24 +499,31 @@ __global__ void __launch_bounds__(kBlockThreads)
   }
   const float scale2 = scale * kLog2e;
 
-  load_rows<HS, H>(s.a, q, C3, q0, T);
-  load_rows<HS, H>(s.b, dy, C, q0, T);
+  load_rows<HS, H>(s.a[1], q, C3, q0, T);
+  load_rows<HS, H>(s.b[1], dy, C, q0, T);
   __syncthreads();
   Rows<HS> qf, dyf;
-  load_rows_as_operands<HS>(qf, s.a, warp);
-  load_rows_as_operands<HS>(dyf, s.b, warp);
+  load_rows_as_operands<HS>(qf, s.a[1], warp);
+  load_rows_as_operands<HS>(dyf, s.b[1], warp);
   Acc<HS> dq;
   zero<HS>(dq);
+  start_rows<HS, H>(s.a[0], q + C, C3, 0, T);
+  start_rows<HS, H>(s.b[0], q + 2 * C, C3, 0, T);
+  commit_async_copies();
 
   for (int kb = 0; kb <= qb; ++kb) {
-    const int k0 = kb * kRows;
-    __syncthreads();  // every warp is done with the previous K, V (and with Q, dout)
-    load_rows<HS, H>(s.a, q + C, C3, k0, T);
-    load_rows<HS, H>(s.b, q + 2 * C, C3, k0, T);
+    const int k0 = kb * kRows, cur = kb & 1;
+    __syncthreads();  // every warp is done with the other buffer (the last K, V; or Q, dout)
+    if (kb < qb) {
+      start_rows<HS, H>(s.a[cur ^ 1], q + C, C3, k0 + kRows, T);
+      start_rows<HS, H>(s.b[cur ^ 1], q + 2 * C, C3, k0 + kRows, T);
+    }
+    commit_async_copies();
+    wait_async_copies<1>();
     __syncthreads();
     Scores p, dp;
-    times_rows_transposed<HS, H>(p, qf, s.a);   // S = Q K^T
-    times_rows_transposed<HS, H>(dp, dyf, s.b);  // dP = dout V^T
+    times_rows_transposed<HS, H>(p, qf, s.a[cur]);   // S = Q K^T
+    times_rows_transposed<HS, H>(dp, dyf, s.b[cur]);  // dP = dout V^T
     #pragma unroll
     for (int j = 0; j < kColumnTiles; ++j)
       #pragma unroll
@@ -479,7 +535,7 @@ __global__ void __launch_bounds__(kBlockThreads)
       }
     Operands a;
     to_operands<H>(a, dp);
-    accumulate_times_rows<HS, H>(dq, a, s.a);  // dQ += dS K
+    accumulate_times_rows<HS, H>(dq, a, s.a[cur]);  // dQ += dS K
   }
   write_rows<HS>(dqkv + head, C3, row0, T, dq, accumulate);
 }
