@@ -166,11 +166,28 @@ template <int HS> __device__ void load_rows_as_operands(Rows<HS>& f, const std::
   for (int k = 0; k < HS / 16; ++k) load_matrices(f[k], row + 16 * k);
 }
 
-// s (16 x 64) = x (16 x HS) · tile^T, tile being 64 rows x HS: tile's rows are the right
-// operand's columns, so one ldmatrix gives two 8-column tiles' operands (rows 0-7 then 8-15
-// of a 16-row group, each at columns k..k+7 and k+8..k+15).
+// The 16-column groups of a block's 16 x 64 products that a warp needs: [first, last). On
+// the diagonal a warp's causal mask covers whole groups (keys after all its queries), which
+// it skips: their probabilities are exact zeros, so the results are the same.
+struct Groups {
+  int first = 0, last = kRows / 16;
+};
+// Forward and dQ (rows are queries): keys up to the warp's last row.
+__device__ inline Groups keys_seen(bool diagonal, int warp) {
+  return diagonal ? Groups{0, warp + 1} : Groups{};
+}
+// dK/dV (rows are keys): queries from the warp's first row on.
+__device__ inline Groups queries_seeing(bool diagonal, int warp) {
+  return diagonal ? Groups{warp, kRows / 16} : Groups{};
+}
+
+// s (16 x 64) = x (16 x HS) · tile^T, tile being 64 rows x HS, in the column groups `g` (the
+// others zero): tile's rows are the right operand's columns, so one ldmatrix gives two
+// 8-column tiles' operands (rows 0-7 then 8-15 of a 16-row group, each at columns k..k+7 and
+// k+8..k+15).
 template <int HS, class H>
-__device__ void times_rows_transposed(Scores& s, const Rows<HS>& x, const std::uint16_t* tile) {
+__device__ void times_rows_transposed(Scores& s, const Rows<HS>& x, const std::uint16_t* tile,
+                                      Groups g) {
   constexpr int ld = Shared<HS>::ld;
   const int lane = lane_id();
   const std::uint16_t* row = tile + ((lane & 7) + 8 * (lane >> 4)) * ld + 8 * ((lane >> 3) & 1);
@@ -178,6 +195,7 @@ __device__ void times_rows_transposed(Scores& s, const Rows<HS>& x, const std::u
   for (int j = 0; j < kColumnTiles; j += 2) {
     #pragma unroll
     for (int e = 0; e < 4; ++e) s[j][e] = s[j + 1][e] = 0.0f;
+    if (j / 2 < g.first || j / 2 >= g.last) continue;  // the same for the whole warp
     #pragma unroll
     for (int k = 0; k < HS / 16; ++k) {
       std::uint32_t b[4];
@@ -188,16 +206,18 @@ __device__ void times_rows_transposed(Scores& s, const Rows<HS>& x, const std::u
   }
 }
 
-// acc (16 x HS) += p (16 x 64, left operands) · tile (64 rows x HS): the tile's rows are the
-// right operand's rows, so ldmatrix transposes (rows k..k+7 and k+8..k+15 at columns n..n+7,
-// then the same rows at n+8..n+15).
+// acc (16 x HS) += p (16 x 64, left operands) · tile (64 rows x HS), over p's column groups
+// `g`: the tile's rows are the right operand's rows, so ldmatrix transposes (rows k..k+7 and
+// k+8..k+15 at columns n..n+7, then the same rows at n+8..n+15).
 template <int HS, class H>
-__device__ void accumulate_times_rows(Acc<HS>& acc, const Operands& p, const std::uint16_t* tile) {
+__device__ void accumulate_times_rows(Acc<HS>& acc, const Operands& p, const std::uint16_t* tile,
+                                      Groups g) {
   constexpr int ld = Shared<HS>::ld;
   const int lane = lane_id();
   const std::uint16_t* row = tile + ((lane & 7) + 8 * ((lane >> 3) & 1)) * ld + 8 * (lane >> 4);
   #pragma unroll
   for (int k = 0; k < kRows / 16; ++k) {
+    if (k < g.first || k >= g.last) continue;
     #pragma unroll
     for (int n = 0; n < HS / 8; n += 2) {
       std::uint32_t b[4];
@@ -319,8 +339,9 @@ __global__ void __launch_bounds__(kBlockThreads)
     commit_async_copies();  // (empty after the last block: the wait below stays right)
     wait_async_copies<1>();  // this block's tiles are in; the next block's may be on the way
     __syncthreads();
+    const Groups g = keys_seen(kb == qb, warp);
     Scores x;
-    times_rows_transposed<HS, H>(x, qf, s.a[cur]);
+    times_rows_transposed<HS, H>(x, qf, s.a[cur], g);
     float mx[2] = {-INFINITY, -INFINITY};
     #pragma unroll
     for (int j = 0; j < kColumnTiles; ++j)
@@ -353,7 +374,7 @@ __global__ void __launch_bounds__(kBlockThreads)
       for (int e = 0; e < 4; ++e) o[n][e] *= alpha[e >> 1];
     Operands p;
     to_operands<H>(p, x);
-    accumulate_times_rows<HS, H>(o, p, s.b[cur]);
+    accumulate_times_rows<HS, H>(o, p, s.b[cur], g);
   }
 
   #pragma unroll
@@ -447,8 +468,9 @@ __global__ void __launch_bounds__(kBlockThreads)
     __syncthreads();
     const std::uint16_t *sq = s.a[cur], *sdy = s.b[cur];
     const float *slse = s.lse[cur], *sdsum = s.dsum[cur];
+    const Groups g = queries_seeing(qb == kb, warp);
     Scores p, dp;
-    times_rows_transposed<HS, H>(p, kf, sq);  // S^T = K Q^T
+    times_rows_transposed<HS, H>(p, kf, sq, g);  // S^T = K Q^T
     #pragma unroll
     for (int j = 0; j < kColumnTiles; ++j)
       #pragma unroll
@@ -459,15 +481,15 @@ __global__ void __launch_bounds__(kBlockThreads)
       }
     Operands a;
     to_operands<H>(a, p);
-    accumulate_times_rows<HS, H>(dv, a, sdy);  // dV += P^T dout
-    times_rows_transposed<HS, H>(dp, vf, sdy);  // dP^T = V dout^T
+    accumulate_times_rows<HS, H>(dv, a, sdy, g);  // dV += P^T dout
+    times_rows_transposed<HS, H>(dp, vf, sdy, g);  // dP^T = V dout^T
     #pragma unroll
     for (int j = 0; j < kColumnTiles; ++j)
       #pragma unroll
       for (int e = 0; e < 4; ++e)
         dp[j][e] = p[j][e] * (dp[j][e] - sdsum[8 * j + column_of(e)]) * scale;
     to_operands<H>(a, dp);
-    accumulate_times_rows<HS, H>(dk, a, sq);  // dK += dS^T Q
+    accumulate_times_rows<HS, H>(dk, a, sq, g);  // dK += dS^T Q
   }
 
   write_rows<HS>(dqkv + head + C, C3, row0, T, dk, accumulate);
@@ -521,9 +543,10 @@ __global__ void __launch_bounds__(kBlockThreads)
     commit_async_copies();
     wait_async_copies<1>();
     __syncthreads();
+    const Groups g = keys_seen(kb == qb, warp);
     Scores p, dp;
-    times_rows_transposed<HS, H>(p, qf, s.a[cur]);   // S = Q K^T
-    times_rows_transposed<HS, H>(dp, dyf, s.b[cur]);  // dP = dout V^T
+    times_rows_transposed<HS, H>(p, qf, s.a[cur], g);   // S = Q K^T
+    times_rows_transposed<HS, H>(dp, dyf, s.b[cur], g);  // dP = dout V^T
     #pragma unroll
     for (int j = 0; j < kColumnTiles; ++j)
       #pragma unroll
@@ -535,7 +558,7 @@ __global__ void __launch_bounds__(kBlockThreads)
       }
     Operands a;
     to_operands<H>(a, dp);
-    accumulate_times_rows<HS, H>(dq, a, s.a[cur]);  // dQ += dS K
+    accumulate_times_rows<HS, H>(dq, a, s.a[cur], g);  // dQ += dS K
   }
   write_rows<HS>(dqkv + head, C3, row0, T, dq, accumulate);
 }
