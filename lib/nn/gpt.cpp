@@ -420,24 +420,26 @@ void GptModel::block_forward(Block& b, const float* residual, int B, int T, bool
   const std::int64_t NC = static_cast<std::int64_t>(N) * C_local_;
   const std::int64_t NF = static_cast<std::int64_t>(N) * hidden_local_;
   // With kept copies, LayerNorm, the attention and GELU write theirs in the same pass, and
-  // the next op reads them: a block's 16-bit copy as words, or null without.
+  // the ops after them read those, never the fp32 values (not even written, `fp32` null):
+  // a block's 16-bit copy as words, or null without.
   auto words = [kept16](float* copy) {
     return kept16 ? reinterpret_cast<std::uint16_t*>(copy) : nullptr;
   };
+  auto fp32 = [kept16](float* value) { return kept16 ? nullptr : value; };
   // attention: res2 = residual + c_proj(attn(c_attn(ln_1(residual))))
-  b.ln_1.forward(d, b.ln1, b.ln1_mean, b.ln1_rstd, residual, R, words(b.ln1_16));
+  b.ln_1.forward(d, fp32(b.ln1), b.ln1_mean, b.ln1_rstd, residual, R, words(b.ln1_16));
   b.c_attn.forward(d, b.qkv, enter_region_fwd(b.ln1, R), N, words(b.ln1_16));
   progress();
-  d.attention_forward(b.atty, b.att, att_ws_, b.qkv, B, T, C_local_, heads_local_,
+  d.attention_forward(fp32(b.atty), b.att, att_ws_, b.qkv, B, T, C_local_, heads_local_,
                       kept16 ? keep_input(b.qkv, b.qkv16, 3 * NC) : nullptr, words(b.atty16));
   progress();
   b.attn_proj.forward(d, proj_, b.atty, N, words(b.atty16));
   d.residual_forward(b.res2, residual, leave_region_fwd(proj_, b.res2, N, R), RC);
   // MLP: res3 = res2 + c_proj(gelu(c_fc(ln_2(res2))))
-  b.ln_2.forward(d, b.ln2, b.ln2_mean, b.ln2_rstd, b.res2, R, words(b.ln2_16));
+  b.ln_2.forward(d, fp32(b.ln2), b.ln2_mean, b.ln2_rstd, b.res2, R, words(b.ln2_16));
   b.c_fc.forward(d, b.fch, enter_region_fwd(b.ln2, R), N, words(b.ln2_16));
   progress();
-  d.gelu_forward(b.fch_gelu, b.fch, NF, words(b.fch16), words(b.fch_gelu16));
+  d.gelu_forward(fp32(b.fch_gelu), b.fch, NF, words(b.fch16), words(b.fch_gelu16));
   if (!to_output) return;
   b.mlp_proj.forward(d, proj_, b.fch_gelu, N, words(b.fch_gelu16));
   d.residual_forward(b.res3, b.res2, leave_region_fwd(proj_, b.res3, N, R), RC);

@@ -158,6 +158,9 @@ TEST_F(CudaKernels, GeluForwardWrites16BitCopies) {
     EXPECT_EQ(d_got.host(), d_want.host()) << dtrain::dtype_name(fmt);
     EXPECT_EQ(x16.host(), x16_want.host()) << dtrain::dtype_name(fmt);
     EXPECT_EQ(y16.host(), y16_want.host()) << dtrain::dtype_name(fmt);
+    OnDevice<std::uint16_t> alone(gpu, un);  // the copies without the fp32 output
+    gpu.gelu_forward(nullptr, d_x.get(), n, nullptr, alone.get());
+    EXPECT_EQ(alone.host(), y16_want.host()) << dtrain::dtype_name(fmt) << " (copy alone)";
   }
   EXPECT_THROW(gpu.gelu_forward(d_got.get(), d_x.get(), n, x16.get(), nullptr), dtrain::Error)
       << "fp32 operands";
@@ -192,6 +195,13 @@ TEST_F(CudaKernels, LayerNormForwardWrites16BitCopy) {
         auto words = y16.host();
         words.erase(words.begin(), words.begin() + shift);
         EXPECT_EQ(words, y16_want.host()) << tag << " " << dtrain::dtype_name(fmt);
+        // the copy alone (no fp32 output): the same words
+        OnDevice<std::uint16_t> alone(gpu, nc + shift);
+        gpu.layernorm_forward(nullptr, mean.get(), rstd.get(), d_x.get(), d_w.get(), d_b.get(), N,
+                              C, alone.get() + shift);
+        auto alone_words = alone.host();
+        alone_words.erase(alone_words.begin(), alone_words.begin() + shift);
+        EXPECT_EQ(alone_words, words) << tag << " " << dtrain::dtype_name(fmt) << " (copy alone)";
       }
       EXPECT_THROW(gpu.layernorm_forward(got.get(), mean.get(), rstd.get(), d_x.get(), d_w.get(),
                                          d_b.get(), N, C, y16.get()),
@@ -277,6 +287,10 @@ TEST_F(CudaKernels, AttentionForward16BitQkvAndOutput) {
                             s.NH, qkv16.get(), out16.get());
       EXPECT_EQ(got.host(), want.host()) << tag;
       EXPECT_EQ(out16.host(), out16_want.host()) << tag;
+      OnDevice<std::uint16_t> alone(gpu, nout);  // the copy without the fp32 output
+      gpu.attention_forward(nullptr, got_saved.get(), d_ws.get(), d_qkv.get(), s.B, s.T, s.C,
+                            s.NH, qkv16.get(), alone.get());
+      EXPECT_EQ(alone.host(), out16_want.host()) << tag << " (copy alone)";
       // words of another qkv: read by the fused kernels, not by the unfused path
       gpu.attention_forward(got.get(), got_saved.get(), d_ws.get(), d_qkv.get(), s.B, s.T, s.C,
                             s.NH, other16.get());

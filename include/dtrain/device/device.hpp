@@ -140,7 +140,7 @@ class DTRAIN_API Device {
   // ---- layernorm -----------------------------------------------------------
   // out[N,C] = (inp - mean) * rstd * weight[C] + bias[C]; saves mean[N], rstd[N]. out16
   // (optional): out rounded to a 16-bit gemm_operand_format() written there too, in the same
-  // pass, as gelu_forward's copies.
+  // pass, as gelu_forward's copies; with it, out may be null (only the copy is written).
   virtual void layernorm_forward(float* out, float* mean, float* rstd, const float* inp,
                                  const float* weight, const float* bias, int N, int C,
                                  std::uint16_t* out16 = nullptr) = 0;
@@ -153,6 +153,7 @@ class DTRAIN_API Device {
   // out[n] = gelu(inp[n]). inp16, out16 (optional): inp and out rounded to a 16-bit
   // gemm_operand_format() written there too, in the same pass (copies a caller keeps and hands
   // back later as "...16" arguments); Error(Errc::invalid_argument) while that format is f32.
+  // With out16, out may be null: a caller that reads only the copy saves the fp32 write.
   virtual void gelu_forward(float* out, const float* inp, std::int64_t n,
                             std::uint16_t* inp16 = nullptr, std::uint16_t* out16 = nullptr) = 0;
   // dinp[n] += gelu'(inp) * dout (= with overwrite). inp16 (optional): inp as 16-bit words of
@@ -170,7 +171,8 @@ class DTRAIN_API Device {
   // attention_workspace_floats(T) floats. qkv16 (optional): qkv as 16-bit words of a 16-bit
   // gemm_operand_format(), which the device may read instead (the same values once rounded);
   // ignored while that format is f32 (the CPU). out16 (optional): out rounded to that format
-  // written there too, as gelu_forward's copies (an error while it is f32).
+  // written there too, as gelu_forward's copies (an error while it is f32); with it, out may
+  // be null.
   virtual void attention_forward(float* out, float* att, float* workspace, const float* qkv,
                                  int B, int T, int C, int NH,
                                  const std::uint16_t* qkv16 = nullptr,

@@ -31,12 +31,13 @@ int CudaDevice::attention_heads_per_group(int T, int NH) const noexcept {
 
 // The workspace is not used: the scores live in att (or, fused, in registers). The fused
 // kernels read a caller's qkv16 as it is and write out16 as they write out; the GEMMs take
-// qkv, and out16 is rounded from out after them.
+// qkv, and out16 is rounded from out after them (from the scratch where out is null).
 void CudaDevice::attention_forward(float* out, float* att, float*, const float* qkv, int B, int T,
                                    int C, int NH, const std::uint16_t* qkv16,
                                    std::uint16_t* out16) {
   DTRAIN_CHECK(!out16 || gemm_operands_ != DType::f32, Errc::invalid_argument,
                "attention_forward: a 16-bit copy needs 16-bit GEMM operands");
+  DTRAIN_CHECK(out || out16, Errc::invalid_argument, "attention_forward: no output");
   if (B <= 0 || T <= 0 || NH <= 0) return;
   if (fused_attention(C, NH)) {  // its own row in the profile
     const OpProfile::Span span = begin_op(
@@ -47,6 +48,7 @@ void CudaDevice::attention_forward(float* out, float* att, float*, const float* 
   }
   const OpProfile::Span span = begin_op(
       "attention_forward", attention_work(false, 0, B, T, C, NH));
+  if (!out) out = scratch(static_cast<std::size_t>(B) * T * C);  // only out16 is kept
   const int hs = C / NH, C3 = 3 * C, G = attention_heads_per_group(T, NH);
   const float scale = 1.0f / std::sqrt(static_cast<float>(hs));
   const std::int64_t TT = static_cast<std::int64_t>(T) * T;

@@ -382,7 +382,7 @@ __global__ void __launch_bounds__(kBlockThreads)
     #pragma unroll
     for (int e = 0; e < 4; ++e) o[n][e] /= l[e >> 1];
   const std::int64_t head_out = static_cast<std::int64_t>(b) * T * C + h * HS;
-  write_rows<HS>(out + head_out, C, row0, T, o, false);
+  if (out) write_rows<HS>(out + head_out, C, row0, T, o, false);
   if (out16) write_rows_16bit<HS, H>(out16 + head_out, C, row0, T, o);
   if ((lane_id() & 3) != 0) return;
   #pragma unroll

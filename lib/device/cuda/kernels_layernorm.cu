@@ -19,7 +19,7 @@ __global__ void layernorm_forward_kernel(float* out, float* mean, float* rstd, c
   __shared__ float shared[32];
   const std::int64_t n = blockIdx.x;
   const float* x = inp + n * C;
-  float* o = out + n * C;
+  float* o = out ? out + n * C : nullptr;
   float s = 0.0f;
   for (int c = threadIdx.x; c < C; c += blockDim.x) s += x[c];
   const float m = block_sum(s, shared) / static_cast<float>(C);
@@ -31,8 +31,9 @@ __global__ void layernorm_forward_kernel(float* out, float* mean, float* rstd, c
   const float var = block_sum(v, shared) / static_cast<float>(C);
   const float r = 1.0f / sqrtf(var + kEps);
   for (int c = threadIdx.x; c < C; c += blockDim.x) {
-    o[c] = (x[c] - m) * r * weight[c] + bias[c];
-    if (out16) out16[n * C + c] = round_to(o[c], bf16);
+    const float y = (x[c] - m) * r * weight[c] + bias[c];
+    if (o) o[c] = y;
+    if (out16) out16[n * C + c] = round_to(y, bf16);
   }
   if (threadIdx.x == 0) {
     mean[n] = m;
@@ -103,7 +104,7 @@ __global__ void layernorm_forward_rows_kernel(float* out, float* mean, float* rs
     var += (a * a + b * b) + (c * c + d * d);
   }
   const float r = 1.0f / sqrtf(warp_sum(var) / static_cast<float>(C) + kEps);
-  float4* o = reinterpret_cast<float4*>(out + n * C);
+  float4* o = out ? reinterpret_cast<float4*>(out + n * C) : nullptr;
   #pragma unroll
   for (int q = 0; q < Q; ++q) {
     const int i = lane + 32 * q;
@@ -112,7 +113,7 @@ __global__ void layernorm_forward_rows_kernel(float* out, float* mean, float* rs
     const float4 b = reinterpret_cast<const float4*>(bias)[i];
     const float4 y{(v[q].x - m) * r * w.x + b.x, (v[q].y - m) * r * w.y + b.y,
                    (v[q].z - m) * r * w.z + b.z, (v[q].w - m) * r * w.w + b.w};
-    o[i] = y;
+    if (o) o[i] = y;
     if (out16) {
       reinterpret_cast<uint2*>(out16 + n * C)[i] =
           uint2{round_to(y.x, bf16) | std::uint32_t{round_to(y.y, bf16)} << 16,

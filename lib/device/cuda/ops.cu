@@ -36,7 +36,8 @@ void CudaDevice::layernorm_forward(float* out, float* mean, float* rstd, const f
                                    std::uint16_t* out16) {
   DTRAIN_CHECK(!out16 || gemm_operands_ != DType::f32, Errc::invalid_argument,
                "layernorm_forward: a 16-bit copy needs 16-bit GEMM operands");
-  OpWork work = floats_moved(2.0 * N * C + 2.0 * C + 2.0 * N);
+  DTRAIN_CHECK(out || out16, Errc::invalid_argument, "layernorm_forward: no output");
+  OpWork work = floats_moved((out ? 2.0 : 1.0) * N * C + 2.0 * C + 2.0 * N);
   if (out16) work.bytes += 2.0 * N * C;
   const OpProfile::Span span = begin_op("layernorm_forward", work);
   cuda::layernorm_forward(stream_, out, mean, rstd, inp, weight, bias, N, C, out16,
@@ -56,7 +57,8 @@ void CudaDevice::gelu_forward(float* out, const float* inp, std::int64_t n, std:
                               std::uint16_t* out16) {
   DTRAIN_CHECK((!inp16 && !out16) || gemm_operands_ != DType::f32, Errc::invalid_argument,
                "gelu_forward: 16-bit copies need 16-bit GEMM operands");
-  OpWork work = floats_moved(2.0 * n);
+  DTRAIN_CHECK(n <= 0 || out || out16, Errc::invalid_argument, "gelu_forward: no output");
+  OpWork work = floats_moved(out ? 2.0 * n : 1.0 * n);
   work.bytes += 2.0 * n * ((inp16 ? 1 : 0) + (out16 ? 1 : 0));
   const OpProfile::Span span = begin_op("gelu_forward", work);
   cuda::gelu_forward(stream_, out, inp, n, inp16, out16, gemm_operands_ == DType::bf16);
