@@ -43,60 +43,43 @@ using Scores = float[kColumnTiles][4];
 template <int HS> using Acc = float[HS / 8][4];
 using Operands = std::uint32_t[kRows / 16][4];  // 16 x 64 values as left operands
 
-// Rows [row0, row0 + 64) of one head's HS columns, `stride` floats apart, rounded into a
-// 16-bit tile; rows at or past T become zeros (never garbage that 0 x NaN would spread).
-// A thread issues all its loads, four floats each where the rows are 16-byte aligned, before
-// its first store: one load in flight at a time left these kernels bound by the loads'
-// latency (about 35 TFLOP/s on an H200). The rounding is the GPU's conversion instruction,
-// two values at a time (pack), the same bits as device/half_bits.hpp's.
-template <int HS, class H>
-__device__ void load_rows(std::uint16_t* dst, const float* src, std::int64_t stride, int row0,
-                          int T) {
-  constexpr int ld = Shared<HS>::ld;
-  constexpr int kQuads = HS / 4;  // four-float groups in a row
-  constexpr int kPerThread = kRows * kQuads / kBlockThreads;
-  static_assert(kRows * kQuads % kBlockThreads == 0, "whole groups per thread");
-  const bool aligned = reinterpret_cast<std::uintptr_t>(src) % 16 == 0 && stride % 4 == 0;
-  float4 v[kPerThread];
-  #pragma unroll
-  for (int j = 0; j < kPerThread; ++j) {
-    const int i = threadIdx.x + j * kBlockThreads, r = i / kQuads, c = 4 * (i % kQuads);
-    const float* p = src + static_cast<std::int64_t>(row0 + r) * stride + c;
-    if (row0 + r >= T) v[j] = float4{0.0f, 0.0f, 0.0f, 0.0f};
-    else if (aligned) v[j] = *reinterpret_cast<const float4*>(p);
-    else v[j] = float4{p[0], p[1], p[2], p[3]};
-  }
-  #pragma unroll
-  for (int j = 0; j < kPerThread; ++j) {
-    const int i = threadIdx.x + j * kBlockThreads, r = i / kQuads, c = 4 * (i % kQuads);
-    // ld and c: 8-byte steps
-    *reinterpret_cast<uint2*>(dst + r * ld + c) = uint2{pack<H>(v[j].x, v[j].y), pack<H>(v[j].z, v[j].w)};
-  }
+// Four consecutive elements of a row as a tile holds them, four 16-bit words of H: fp32
+// values rounded by the GPU's conversion instruction, two at a time (pack: the same bits as
+// device/half_bits.hpp's), or words already in the tile's format (a kept copy of qkv), which
+// rounding the fp32 values would have given. One 16- or 8-byte load where `aligned`.
+template <class H> __device__ inline uint2 four_words(const float* p, bool aligned) {
+  const float4 v = aligned ? *reinterpret_cast<const float4*>(p) : float4{p[0], p[1], p[2], p[3]};
+  return uint2{pack<H>(v.x, v.y), pack<H>(v.z, v.w)};
+}
+template <class H> __device__ inline uint2 four_words(const std::uint16_t* p, bool aligned) {
+  return aligned ? *reinterpret_cast<const uint2*>(p)
+                 : uint2{p[0] | std::uint32_t{p[1]} << 16, p[2] | std::uint32_t{p[3]} << 16};
 }
 
-// The same rows from 16-bit words already in the tile's format (a kept copy of qkv): copied
-// as they are, four words (8 bytes) at a time where the rows allow. Rounding the fp32 values
-// on load gives these very words, so both loads fill the tile alike.
-template <int HS, class H>
-__device__ void load_rows(std::uint16_t* dst, const std::uint16_t* src, std::int64_t stride,
-                          int row0, int T) {
+// Rows [row0, row0 + 64) of one head's HS columns, `stride` elements apart (fp32, or 16-bit
+// words of H), into a 16-bit tile; rows at or past T become zeros (never garbage that 0 x NaN
+// would spread). A thread issues all its loads before its first store: one load in flight at
+// a time left these kernels bound by the loads' latency (about 35 TFLOP/s on an H200).
+template <int HS, class H, class In>
+__device__ void load_rows(std::uint16_t* dst, const In* src, std::int64_t stride, int row0,
+                          int T) {
   constexpr int ld = Shared<HS>::ld;
-  constexpr int kQuads = HS / 4;
+  constexpr int kQuads = HS / 4;  // four-element groups in a row
   constexpr int kPerThread = kRows * kQuads / kBlockThreads;
-  const bool aligned = reinterpret_cast<std::uintptr_t>(src) % 8 == 0 && stride % 4 == 0;
+  static_assert(kRows * kQuads % kBlockThreads == 0, "whole groups per thread");
+  const bool aligned =
+      reinterpret_cast<std::uintptr_t>(src) % (4 * sizeof(In)) == 0 && stride % 4 == 0;
   uint2 v[kPerThread];
   #pragma unroll
   for (int j = 0; j < kPerThread; ++j) {
     const int i = threadIdx.x + j * kBlockThreads, r = i / kQuads, c = 4 * (i % kQuads);
-    const std::uint16_t* p = src + static_cast<std::int64_t>(row0 + r) * stride + c;
-    if (row0 + r >= T) v[j] = uint2{0u, 0u};  // +0 in both formats
-    else if (aligned) v[j] = *reinterpret_cast<const uint2*>(p);
-    else v[j] = uint2{p[0] | std::uint32_t{p[1]} << 16, p[2] | std::uint32_t{p[3]} << 16};
+    const In* p = src + static_cast<std::int64_t>(row0 + r) * stride + c;
+    v[j] = row0 + r < T ? four_words<H>(p, aligned) : uint2{0u, 0u};  // +0 in both formats
   }
   #pragma unroll
   for (int j = 0; j < kPerThread; ++j) {
     const int i = threadIdx.x + j * kBlockThreads, r = i / kQuads, c = 4 * (i % kQuads);
-    *reinterpret_cast<uint2*>(dst + r * ld + c) = v[j];
+    *reinterpret_cast<uint2*>(dst + r * ld + c) = v[j];  // ld and c: 8-byte steps
   }
 }
 
