@@ -30,11 +30,11 @@ AdamW::AdamW(Device& dev, std::vector<Segment> segments, std::size_t numel, Adam
       state_offsets_(state_layout(segments_, numel)),
       cfg_(cfg),
       m_(dev, state_offsets_.back() * sizeof(float)),
-      v_(dev, state_offsets_.back() * sizeof(float)) {}
+      v_(dev, state_offsets_.back() * sizeof(float)) {
+  plan_ranges();
+}
 
-void AdamW::step(float* params, const float* grads, float lr, float grad_scale) {
-  ++step_;
-  // every segment in one device call (a GPU batches them into few launches)
+void AdamW::plan_ranges() {
   ranges_.clear();
   for (std::size_t i = 0; i < segments_.size(); ++i) {
     const Segment& s = segments_[i];
@@ -43,6 +43,11 @@ void AdamW::step(float* params, const float* grads, float lr, float grad_scale) 
     ranges_.push_back({has_master_weights() ? st : at, at, st, static_cast<std::int64_t>(s.numel),
                        s.decay ? cfg_.weight_decay : 0.0f});
   }
+}
+
+void AdamW::step(float* params, const float* grads, float lr, float grad_scale) {
+  ++step_;
+  // every segment in one device call (a GPU batches them into few launches)
   dev_.adamw_ranges(has_master_weights() ? master_weights() : params, grads, exp_avg(),
                     exp_avg_sq(), ranges_.data(), ranges_.size(), lr, cfg_.beta1, cfg_.beta2,
                     cfg_.eps, static_cast<int>(step_), grad_scale);
@@ -74,6 +79,7 @@ void AdamW::use_master_weights(DType low) {
   check_16bit_format(low, "AdamW::use_master_weights");
   if (!has_master_weights()) w_ = DeviceBuffer(dev_, state_offsets_.back() * sizeof(float));
   low_ = low;
+  plan_ranges();  // the updates now go to the masters
 }
 
 void AdamW::take_master_weights(const float* params, std::size_t first, std::size_t last) {

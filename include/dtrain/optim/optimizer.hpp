@@ -87,6 +87,8 @@ class DTRAIN_API AdamW {
   const AdamWConfig& config() const { return cfg_; }
 
  private:
+  // The segments as step()'s device ranges: into the arena, or into the masters once they exist.
+  void plan_ranges();
   // n rounded masters to the words (when set) or the arena, from arena element `offset` on.
   void write_rounded(float* params, std::size_t offset, const float* masters, std::size_t n);
 
@@ -98,7 +100,7 @@ class DTRAIN_API AdamW {
   DeviceBuffer w_;              // fp32 master weights (mixed precision only)
   DType low_ = DType::f32;      // the arena's format when w_ is used
   std::uint16_t* words_ = nullptr;  // where the rounded masters go instead, when set
-  std::vector<AdamWRange> ranges_;  // step()'s, kept so steps allocate nothing
+  std::vector<AdamWRange> ranges_;  // step()'s device ranges, one a segment (plan_ranges)
   long step_ = 0;
 };
 
