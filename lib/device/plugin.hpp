@@ -5,7 +5,7 @@
 #include "dtrain/device/device.hpp"
 
 namespace dtrain {
-constexpr int kCudaPluginAbi = 14;  // 2: Device::discard; 3: 16-bit casts, any_nonfinite;
+constexpr int kCudaPluginAbi = 15;  // 2: Device::discard; 3: 16-bit casts, any_nonfinite;
                                    // 4: Device::set_gemm_operand_format,
                                    //    discard_releases_memory, sum_squares_runs;
                                    // 5: Device::allocate_arena, restore, trim_memory;
@@ -21,6 +21,7 @@ constexpr int kCudaPluginAbi = 14;  // 2: Device::discard; 3: 16-bit casts, any_
                                    //     attention_forward
                                    // 13: adamw_ranges
                                    // 14: a null fp32 output beside out16
+                                   // 15: linear_forward(out16)
 }  // namespace dtrain
 
 extern "C" {

@@ -417,21 +417,21 @@ void GptModel::block_forward(Block& b, const float* residual, int B, int T, bool
   const int N = B * T, R = sp_ ? N / tp_.size() : N;
   const std::int64_t RC = static_cast<std::int64_t>(R) * cfg_.d_model;
   const bool kept16 = reads_kept16();  // then R == N
-  const std::int64_t NC = static_cast<std::int64_t>(N) * C_local_;
   const std::int64_t NF = static_cast<std::int64_t>(N) * hidden_local_;
-  // With kept copies, LayerNorm, the attention and GELU write theirs in the same pass, and
-  // the ops after them read those, never the fp32 values (not even written, `fp32` null):
-  // a block's 16-bit copy as words, or null without.
+  // With kept copies, LayerNorm, c_attn, the attention and GELU write theirs in the same pass
+  // (c_attn's GEMM rounds its own result), and the ops after them read those, never the fp32
+  // values (not even written, `fp32` null): a block's 16-bit copy as words, or null without.
   auto words = [kept16](float* copy) {
     return kept16 ? reinterpret_cast<std::uint16_t*>(copy) : nullptr;
   };
   auto fp32 = [kept16](float* value) { return kept16 ? nullptr : value; };
   // attention: res2 = residual + c_proj(attn(c_attn(ln_1(residual))))
   b.ln_1.forward(d, fp32(b.ln1), b.ln1_mean, b.ln1_rstd, residual, R, words(b.ln1_16));
-  b.c_attn.forward(d, b.qkv, enter_region_fwd(b.ln1, R), N, words(b.ln1_16));
+  b.c_attn.forward(d, fp32(b.qkv), enter_region_fwd(b.ln1, R), N, words(b.ln1_16),
+                   words(b.qkv16));
   progress();
-  d.attention_forward(fp32(b.atty), b.att, att_ws_, b.qkv, B, T, C_local_, heads_local_,
-                      kept16 ? keep_input(b.qkv, b.qkv16, 3 * NC) : nullptr, words(b.atty16));
+  d.attention_forward(fp32(b.atty), b.att, att_ws_, fp32(b.qkv), B, T, C_local_, heads_local_,
+                      words(b.qkv16), words(b.atty16));
   progress();
   b.attn_proj.forward(d, proj_, b.atty, N, words(b.atty16));
   d.residual_forward(b.res2, residual, leave_region_fwd(proj_, b.res2, N, R), RC);

@@ -35,13 +35,6 @@ bool GptModel::head_reads_dlogits16() const {
   return dlogits16_ != nullptr && dev_->gemm_operand_format() != DType::f32;
 }
 
-const std::uint16_t* GptModel::keep_input(const float* value, float* copy,
-                                               std::int64_t n) const {
-  auto* words = reinterpret_cast<std::uint16_t*>(copy);
-  dev_->convert_to_16bit(words, value, n, cfg_.saved_activations);
-  return words;
-}
-
 void GptModel::keep_16bit(Block& b, int B) const {
   if (!keeps_16bit()) return;
   const auto numel = kept16_numel(B);

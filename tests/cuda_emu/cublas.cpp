@@ -61,12 +61,13 @@ struct Gemm {
   float alpha, beta;
   cublasComputeType_t type;
   cudaDataType ab_type;  // A's and B's: fp32, or bf16/fp16 (computed in fp32)
+  cudaDataType c_type;   // C's: fp32, or ab_type (the fp32 result rounded)
 };
 
-// A and B in fp32 or a 16-bit format; C always fp32 (what the plugin asks for).
+// A and B in fp32 or a 16-bit format; C in fp32 or A's 16-bit format (what the plugin asks for).
 bool supported_types(cudaDataType a, cudaDataType b, cudaDataType c) {
   const bool a_ok = a == CUDA_R_32F || a == CUDA_R_16BF || a == CUDA_R_16F;
-  return a_ok && b == a && c == CUDA_R_32F;
+  return a_ok && b == a && (c == CUDA_R_32F || c == a);
 }
 
 std::size_t element_bytes(cudaDataType t) { return t == CUDA_R_32F ? 4 : 2; }
@@ -77,6 +78,15 @@ float element(const void* p, std::size_t i, cudaDataType type) {
     case CUDA_R_16BF: return dtrain::halfbits::from_bf16(static_cast<const std::uint16_t*>(p)[i]);
     case CUDA_R_16F: return dtrain::halfbits::from_f16(static_cast<const std::uint16_t*>(p)[i]);
     default: return static_cast<const float*>(p)[i];
+  }
+}
+
+// Stores v as element i of a result of `type`, rounded to nearest even.
+void store(void* p, std::size_t i, cudaDataType type, float v) {
+  switch (type) {
+    case CUDA_R_16BF: static_cast<std::uint16_t*>(p)[i] = dtrain::halfbits::to_bf16(v); break;
+    case CUDA_R_16F: static_cast<std::uint16_t*>(p)[i] = dtrain::halfbits::to_f16(v); break;
+    default: static_cast<float*>(p)[i] = v;
   }
 }
 
@@ -99,12 +109,13 @@ cublasStatus_t check_and_size(const Gemm& g, const void* A, const void* B, const
   const bool reads_ab = g.k > 0;
   if ((reads_ab && (!dtrain_emu::device_range_ok(A, extent(span(rows_a, cols_a, g.lda), sa, ab_bytes), "GEMM operand A") ||
                     !dtrain_emu::device_range_ok(B, extent(span(rows_b, cols_b, g.ldb), sb, ab_bytes), "GEMM operand B"))) ||
-      !dtrain_emu::device_range_ok(C, extent(span(g.m, g.n, g.ldc), sc), "GEMM result C"))
+      !dtrain_emu::device_range_ok(C, extent(span(g.m, g.n, g.ldc), sc, element_bytes(g.c_type)), "GEMM result C"))
     return CUBLAS_STATUS_EXECUTION_FAILED;
   return CUBLAS_STATUS_SUCCESS;
 }
 
-void run_gemm(const Gemm& g, const void* A, const void* B, float* C) {
+// C = alpha op(A) op(B) (+ bias[i] on row i) + beta C, summed in fp32 and stored as g.c_type.
+void run_gemm(const Gemm& g, const void* A, const void* B, void* C, const float* bias = nullptr) {
   // Operands after transposition and rounding: a is m x k, b is k x n, both column-major.
   std::vector<float> a(static_cast<std::size_t>(g.m) * g.k), b(static_cast<std::size_t>(g.k) * g.n);
   for (int p = 0; p < g.k; ++p)
@@ -123,9 +134,13 @@ void run_gemm(const Gemm& g, const void* A, const void* B, float* C) {
       const float* ac = &a[static_cast<std::size_t>(p) * g.m];
       for (int i = 0; i < g.m; ++i) acc[i] += ac[i] * bv;
     }
-    float* c = C + static_cast<std::size_t>(j) * g.ldc;
-    for (int i = 0; i < g.m; ++i)  // beta == 0: C is not read (it may hold NaN)
-      c[i] = g.beta == 0.0f ? g.alpha * acc[i] : g.alpha * acc[i] + g.beta * c[i];
+    const std::size_t c0 = static_cast<std::size_t>(j) * g.ldc;
+    for (int i = 0; i < g.m; ++i) {  // beta == 0: C is not read (it may hold NaN)
+      float v = g.beta == 0.0f ? g.alpha * acc[i]
+                               : g.alpha * acc[i] + g.beta * element(C, c0 + i, g.c_type);
+      if (bias) v += bias[i];
+      store(C, c0 + i, g.c_type, v);
+    }
   }
 }
 
@@ -138,16 +153,17 @@ cublasStatus_t gemm_batched(cublasHandle_t handle, cublasOperation_t transa,
   if (!handle) return CUBLAS_STATUS_NOT_INITIALIZED;
   if (!supported_types(Atype, Btype, Ctype)) return CUBLAS_STATUS_NOT_SUPPORTED;
   const Gemm g{transa == CUBLAS_OP_T, transb == CUBLAS_OP_T, m, n, k, lda, ldb, ldc,
-               *static_cast<const float*>(alpha), *static_cast<const float*>(beta), type, Atype};
+               *static_cast<const float*>(alpha), *static_cast<const float*>(beta), type, Atype,
+               Ctype};
   const cublasStatus_t st = check_and_size(g, A, B, C, sa, sb, sc, batch);
   if (st != CUBLAS_STATUS_SUCCESS || m == 0 || n == 0 || batch == 0) return st;
   const auto* a = static_cast<const char*>(A);
   const auto* b = static_cast<const char*>(B);
-  auto* c = static_cast<float*>(C);
-  const std::size_t ab_bytes = element_bytes(Atype);
+  auto* c = static_cast<char*>(C);
+  const std::size_t ab_bytes = element_bytes(Atype), c_bytes = element_bytes(Ctype);
   dtrain_emu::enqueue(handle->stream, [=] {
     for (int i = 0; i < batch; ++i)
-      run_gemm(g, a + i * sa * ab_bytes, b + i * sb * ab_bytes, c + i * sc);
+      run_gemm(g, a + i * sa * ab_bytes, b + i * sb * ab_bytes, c + i * sc * c_bytes);
   });
   return CUBLAS_STATUS_SUCCESS;
 }
@@ -217,6 +233,7 @@ struct cublasLtMatmulDescOpaque {
   bool ta = false, tb = false;
   std::uint32_t epilogue = CUBLASLT_EPILOGUE_DEFAULT;
   const float* bias = nullptr;
+  std::int32_t bias_type = -1;  // -1: D's type
 };
 struct cublasLtMatrixLayoutOpaque {
   std::uint64_t rows, cols;
@@ -293,6 +310,9 @@ cublasStatus_t cublasLtMatmulDescSetAttribute(cublasLtMatmulDesc_t desc,
       break;
     case CUBLASLT_MATMUL_DESC_EPILOGUE: ok = read_attribute(desc->epilogue, buf, bytes); break;
     case CUBLASLT_MATMUL_DESC_BIAS_POINTER: ok = read_attribute(desc->bias, buf, bytes); break;
+    case CUBLASLT_MATMUL_DESC_BIAS_DATA_TYPE:
+      ok = read_attribute(desc->bias_type, buf, bytes);
+      break;
   }
   return ok ? CUBLAS_STATUS_SUCCESS : CUBLAS_STATUS_INVALID_VALUE;
 }
@@ -358,6 +378,10 @@ cublasStatus_t cublasLtMatmulAlgoGetHeuristic(
     return CUBLAS_STATUS_INVALID_VALUE;
   if (!supported_types(a->type, b->type, c->type) || d->type != c->type)
     return CUBLAS_STATUS_NOT_SUPPORTED;
+  // Only an fp32 bias here (a 16-bit one is what real cuBLASLt defaults to for a 16-bit D).
+  const std::int32_t bias_type = desc->bias_type == -1 ? d->type : desc->bias_type;
+  if (desc->epilogue == CUBLASLT_EPILOGUE_BIAS && bias_type != CUDA_R_32F)
+    return CUBLAS_STATUS_NOT_SUPPORTED;
   results[0] = cublasLtMatmulHeuristicResult_t{};
   for (int i = 0; i < 4; ++i) results[0].algo.data[i] = pref->align[i];
   results[0].algo.data[4] = alignment_of(desc->bias);
@@ -390,7 +414,7 @@ cublasStatus_t cublasLtMatmul(cublasLtHandle_t handle, cublasLtMatmulDesc_t desc
                static_cast<int>(desc->ta ? a->rows : a->cols), static_cast<int>(a->ld),
                static_cast<int>(b->ld), static_cast<int>(c->ld),
                *static_cast<const float*>(alpha), *static_cast<const float*>(beta), desc->type,
-               a->type};
+               a->type, c->type};
   if (!supported_types(a->type, b->type, c->type)) return CUBLAS_STATUS_NOT_SUPPORTED;
   cublasStatus_t st = check_and_size(g, A, B, D, 0, 0, 0, 1);
   if (st == CUBLAS_STATUS_SUCCESS && bias &&
@@ -398,13 +422,7 @@ cublasStatus_t cublasLtMatmul(cublasLtHandle_t handle, cublasLtMatmulDesc_t desc
     st = CUBLAS_STATUS_EXECUTION_FAILED;
   if (st != CUBLAS_STATUS_SUCCESS || g.m == 0 || g.n == 0) return st;
   ++g_lt_matmuls;
-  auto* pd = static_cast<float*>(D);
   const float* pbias = bias ? desc->bias : nullptr;  // read when it runs, as set now
-  dtrain_emu::enqueue(stream, [=] {
-    run_gemm(g, A, B, pd);
-    if (pbias)
-      for (int j = 0; j < g.n; ++j)
-        for (int i = 0; i < g.m; ++i) pd[i + static_cast<std::size_t>(j) * g.ldc] += pbias[i];
-  });
+  dtrain_emu::enqueue(stream, [=] { run_gemm(g, A, B, D, pbias); });
   return CUBLAS_STATUS_SUCCESS;
 }

@@ -100,6 +100,54 @@ TEST_F(CudaKernels, LinearLayerReadsTheCallersSixteenBitOperands) {
                dtrain::Error);
 }
 
+// A linear layer's output as 16-bit words (out16) is its fp32 output rounded, bit for bit:
+// alone (the GEMM rounds its own result where cuBLAS(Lt) can, with the bias added before),
+// next to the fp32 output, from a 16-bit input, without inner products (the bias or zeros).
+// Only under 16-bit GEMM operands, never on the CPU. (That the epilogue writes the words:
+// LinearForwardBiasInTheEpilogueOrBeforeTheGemm.)
+TEST_F(CudaKernels, LinearForwardWrites16BitOutput) {
+  const int N = 300, C = 96, OC = 136;
+  const std::size_t NC = static_cast<std::size_t>(N) * C, NO = static_cast<std::size_t>(N) * OC;
+  auto d_inp = up(random_floats(NC, 1)), d_w = up(random_floats(OC * C, 2)),
+       d_bias = up(random_floats(OC, 3));
+  OnDevice<float> d_ref(gpu, NO), d_out(gpu, NO);
+  OnDevice<std::uint16_t> d_inp16(gpu, NC), d_want(gpu, NO), d_got(gpu, NO);
+  for (const DType fmt : {DType::bf16, DType::f16}) {
+    gputest::OperandFormat scoped(gpu, fmt);
+    gpu.convert_to_16bit(d_inp16.get(), d_inp.get(), static_cast<std::int64_t>(NC), fmt);
+    for (float* bias : {d_bias.get(), static_cast<float*>(nullptr)}) {
+      for (const int K : {C, 0}) {
+        const std::string what = std::string(dtrain::dtype_name(fmt)) +
+                                 (bias ? " (bias)" : "") + (K ? "" : " without products");
+        gpu.linear_forward(d_ref.get(), d_inp.get(), d_w.get(), bias, N, K, OC);
+        gpu.convert_to_16bit(d_want.get(), d_ref.get(), static_cast<std::int64_t>(NO), fmt);
+        gpu.linear_forward(nullptr, d_inp.get(), d_w.get(), bias, N, K, OC, nullptr, d_got.get());
+        EXPECT_EQ(d_got.host(), d_want.host()) << what << ": alone";
+        gpu.linear_forward(d_out.get(), d_inp.get(), d_w.get(), bias, N, K, OC, nullptr,
+                           d_got.get());
+        EXPECT_EQ(d_out.host(), d_ref.host()) << what << ": beside the fp32 output";
+        EXPECT_EQ(d_got.host(), d_want.host()) << what << ": beside the fp32 output";
+        gpu.linear_forward(nullptr, nullptr, d_w.get(), bias, N, K, OC, d_inp16.get(),
+                           d_got.get());
+        EXPECT_EQ(d_got.host(), d_want.host()) << what << ": from inp16";
+      }
+    }
+    EXPECT_THROW(gpu.linear_forward(nullptr, d_inp.get(), d_w.get(), nullptr, N, C, OC),
+                 dtrain::Error)
+        << "no output";
+  }
+  EXPECT_THROW(gpu.linear_forward(d_out.get(), d_inp.get(), d_w.get(), nullptr, N, C, OC,
+                                  nullptr, d_got.get()),
+               dtrain::Error)
+      << "fp32 operands";
+  std::vector<float> x(NC), w(static_cast<std::size_t>(OC) * C), y(NO);
+  std::vector<std::uint16_t> y16(NO);
+  EXPECT_THROW(cpu.linear_forward(y.data(), x.data(), w.data(), nullptr, N, C, OC, nullptr,
+                                  y16.data()),
+               dtrain::Error)
+      << "the CPU";
+}
+
 // The backward straight into 16-bit words (for the LM head's GEMMs) is the fp32 gradient
 // rounded, bit for bit, over the whole vocabulary and over a shard (padding columns 0, the
 // target in the shard or not); only under 16-bit GEMM operands, never on the CPU.
@@ -291,6 +339,11 @@ TEST_F(CudaKernels, AttentionForward16BitQkvAndOutput) {
       gpu.attention_forward(nullptr, got_saved.get(), d_ws.get(), d_qkv.get(), s.B, s.T, s.C,
                             s.NH, qkv16.get(), alone.get());
       EXPECT_EQ(alone.host(), out16_want.host()) << tag << " (copy alone)";
+      OnDevice<std::uint16_t> from_words(gpu, nout);  // qkv16 alone: the unfused path widens it
+      gpu.attention_forward(nullptr, got_saved.get(), d_ws.get(), nullptr, s.B, s.T, s.C, s.NH,
+                            qkv16.get(), from_words.get());
+      EXPECT_EQ(from_words.host(), out16_want.host()) << tag << " (from qkv16 alone)";
+      EXPECT_EQ(got_saved.host(), want_saved.host()) << tag << " (from qkv16 alone)";
       // words of another qkv: read by the fused kernels, not by the unfused path
       gpu.attention_forward(got.get(), got_saved.get(), d_ws.get(), d_qkv.get(), s.B, s.T, s.C,
                             s.NH, other16.get());
@@ -304,6 +357,10 @@ TEST_F(CudaKernels, AttentionForward16BitQkvAndOutput) {
                                      nullptr, words.get()),
                dtrain::Error)
       << "fp32 operands";
+  EXPECT_THROW(gpu.attention_forward(out.get(), saved.get(), ws.get(), nullptr, 1, 4, 16, 1,
+                                     words.get()),
+               dtrain::Error)
+      << "qkv16 alone under fp32 operands";
 }
 
 // The attention's backward from qkv and out as 16-bit words (kept copies) gives exactly what

@@ -182,7 +182,9 @@ TEST_F(CudaKernels, GemmsUnder16BitOperandsMultiplyRoundedCopies) {
 // and alignment of the operands and of the bias, reused for the same case, none for misaligned
 // pointers; and under DTRAIN_CUDA_EMU_LT=0 (no algorithm found) or DTRAIN_CUDA_GEMM_EPILOGUE=0
 // (no plans) every call takes the other path. (The emulator refuses a plan used with pointers
-// less aligned than it was made for.)
+// less aligned than it was made for.) Under 16-bit operands, an output wanted only as 16-bit
+// words is a case of its own: one more plan, and the epilogue writes the words.
+// (Before LinearForwardKeepsABoundedNumberOfEpiloguePlans, which fills the device's plans.)
 TEST_F(CudaKernels, LinearForwardBiasInTheEpilogueOrBeforeTheGemm) {
   const int N = 70, C = 48, OC = 36;  // a shape no other test uses: its plans start here
   const int spare = 64;               // floats in front: operands 4, 16 or 256 bytes aligned
@@ -221,6 +223,19 @@ TEST_F(CudaKernels, LinearForwardBiasInTheEpilogueOrBeforeTheGemm) {
       EXPECT_EQ(heuristics() - h0, static_cast<std::size_t>(plans ? c.new_plan : 0));
       EXPECT_EQ(matmuls() - m0, static_cast<std::size_t>(found ? c.aligned : 0));
     }
+  }
+  gputest::OperandFormat scoped(gpu, DType::bf16);
+  OnDevice<float> d_ref(gpu, static_cast<std::size_t>(N) * OC);
+  OnDevice<std::uint16_t> d_want(gpu, d_ref.host().size()), d_words(gpu, d_ref.host().size());
+  gpu.linear_forward(d_ref.get(), d_inp.get(), d_w.get(), d_bias.get(), N, C, OC);
+  gpu.convert_to_16bit(d_want.get(), d_ref.get(), N * OC, DType::bf16);
+  const std::size_t h0 = heuristics ? heuristics() : 0, m0 = matmuls ? matmuls() : 0;
+  gpu.linear_forward(nullptr, d_inp.get(), d_w.get(), d_bias.get(), N, C, OC, nullptr,
+                     d_words.get());
+  EXPECT_EQ(d_words.host(), d_want.host()) << "bf16 words alone";
+  if (heuristics && matmuls) {
+    EXPECT_EQ(heuristics() - h0, plans ? 1u : 0u) << "bf16 words alone";
+    EXPECT_EQ(matmuls() - m0, found ? 1u : 0u) << "bf16 words alone";
   }
 }
 

@@ -110,10 +110,13 @@ class DTRAIN_API Device {
   // inp16, dout16 (optional): inp [N,C], dout [N,OC] already rounded to a 16-bit
   // gemm_operand_format(), which the device then reads instead of rounding the fp32 values
   // itself (the same result bit for bit, one conversion less); ignored while that format is
-  // f32, and so never read by the CPU.
+  // f32, and so never read by the CPU. out16 (optional): out rounded to that format written
+  // there too, as layernorm_forward's copy (an error while it is f32); with it, out may be
+  // null, and a device may then have the GEMM write the rounded words alone.
   virtual void linear_forward(float* out, const float* inp, const float* weight,
                               const float* bias, int N, int C, int OC,
-                              const std::uint16_t* inp16 = nullptr) = 0;
+                              const std::uint16_t* inp16 = nullptr,
+                              std::uint16_t* out16 = nullptr) = 0;
   // dinp[N,C] += dout·W (= with overwrite); dweight[OC,C] += dout^T·inp; dbias[OC] +=
   // sum_n dout. dinp or dbias may be null (not needed / no bias). Under a 16-bit
   // gemm_operand_format, inp may be null where inp16 is given, and dout where dout16 is and

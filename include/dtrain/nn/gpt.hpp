@@ -283,8 +283,6 @@ class DTRAIN_API GptModel {
   // Whether the head's logit gradient goes straight into 16-bit words (dlogits16_) for the LM
   // head's GEMMs, never fp32 in memory (Device::crossentropy_backward_16bit).
   bool head_reads_dlogits16() const;
-  // value[0..n) rounded into its kept copy, returned as the 16-bit words it now holds.
-  const std::uint16_t* keep_input(const float* value, float* copy, std::int64_t n) const;
   // Device::attention_saved_floats changes with the device's GEMM operand format (the CUDA
   // device's fused attention saves far less): refuse to run once it no longer matches the
   // buffers sized at construction, which it would overrun.

@@ -84,9 +84,11 @@ struct DTRAIN_API ColumnParallelLinear {
   void declare(ParameterStore& ps, const std::string& name, int in_features, int out_features,
                const TpGroup& tp, int parts = 1, bool bias = true);
   void bind(ParameterStore& ps);
+  // y16: the output rounded to the GEMM operand format, written there too, or alone where
+  // y_local is null (Device::linear_forward's out16).
   void forward(Device& dev, float* y_local, const float* x, int N,
-               const std::uint16_t* x16 = nullptr) const {
-    dev.linear_forward(y_local, x, w, b, N, in, out_local, x16);
+               const std::uint16_t* x16 = nullptr, std::uint16_t* y16 = nullptr) const {
+    dev.linear_forward(y_local, x, w, b, N, in, out_local, x16, y16);
   }
   // dx[N, in] += (or = with overwrite) this rank's part of the input gradient (dx may be null).
   void backward(Device& dev, float* dx, const float* dy_local, const float* x, int N,

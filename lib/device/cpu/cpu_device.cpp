@@ -121,7 +121,9 @@ void CpuDevice::gemm_strided_batched(bool ta, bool tb, int M, int N, int K, floa
 // inp16 and dout16 are never read: the CPU multiplies fp32 (gemm_operand_format).
 void CpuDevice::linear_forward(float* out, const float* inp, const float* weight,
                                const float* bias, int N, int C, int OC,
-                               const std::uint16_t* /*inp16*/) {
+                               const std::uint16_t* /*inp16*/, std::uint16_t* out16) {
+  DTRAIN_CHECK(!out16, Errc::invalid_argument,
+               "linear_forward: the CPU has no 16-bit GEMM operands to round copies to");
   cpu::linear_forward<float>(out, inp, weight, bias, N, C, OC);
 }
 void CpuDevice::linear_backward(float* dinp, float* dweight, float* dbias, const float* dout,

@@ -39,7 +39,8 @@ class CpuDevice final : public Device {
                             int ldb, std::int64_t stride_b, float beta, float* C, int ldc,
                             std::int64_t stride_c, int batch) override;
   void linear_forward(float* out, const float* inp, const float* weight, const float* bias, int N,
-                      int C, int OC, const std::uint16_t* inp16) override;
+                      int C, int OC, const std::uint16_t* inp16,
+                      std::uint16_t* out16) override;
   void linear_backward(float* dinp, float* dweight, float* dbias, const float* dout,
                        const float* inp, const float* weight, int N, int C, int OC,
                        GradWrite dinp_write, const std::uint16_t* inp16,

@@ -31,13 +31,16 @@ int CudaDevice::attention_heads_per_group(int T, int NH) const noexcept {
 
 // The workspace is not used: the scores live in att (or, fused, in registers). The fused
 // kernels read a caller's qkv16 as it is and write out16 as they write out; the GEMMs take
-// qkv, and out16 is rounded from out after them (from the scratch where out is null).
+// qkv (widened from qkv16 into the scratch where it is null), and out16 is rounded from out
+// after them (from the scratch where out is null).
 void CudaDevice::attention_forward(float* out, float* att, float*, const float* qkv, int B, int T,
                                    int C, int NH, const std::uint16_t* qkv16,
                                    std::uint16_t* out16) {
   DTRAIN_CHECK(!out16 || gemm_operands_ != DType::f32, Errc::invalid_argument,
                "attention_forward: a 16-bit copy needs 16-bit GEMM operands");
   DTRAIN_CHECK(out || out16, Errc::invalid_argument, "attention_forward: no output");
+  DTRAIN_CHECK(qkv || readable(qkv16), Errc::invalid_argument,
+               "attention_forward: no qkv (a 16-bit one serves only under 16-bit GEMM operands)");
   if (B <= 0 || T <= 0 || NH <= 0) return;
   if (fused_attention(C, NH)) {  // its own row in the profile
     const OpProfile::Span span = begin_op(
@@ -48,7 +51,14 @@ void CudaDevice::attention_forward(float* out, float* att, float*, const float* 
   }
   const OpProfile::Span span = begin_op(
       "attention_forward", attention_work(false, 0, B, T, C, NH));
-  if (!out) out = scratch(static_cast<std::size_t>(B) * T * C);  // only out16 is kept
+  const std::int64_t out_floats = static_cast<std::int64_t>(B) * T * C;
+  const std::int64_t qkv_floats = qkv ? 0 : 3 * out_floats;
+  float* work = scratch(static_cast<std::size_t>((out ? 0 : out_floats) + qkv_floats));
+  if (!qkv) {
+    cuda::convert_from_16bit(stream_, work, qkv16, qkv_floats, gemm_operands_ == DType::bf16);
+    qkv = work;
+  }
+  if (!out) out = work + qkv_floats;  // only out16 is kept
   const int hs = C / NH, C3 = 3 * C, G = attention_heads_per_group(T, NH);
   const float scale = 1.0f / std::sqrt(static_cast<float>(hs));
   const std::int64_t TT = static_cast<std::int64_t>(T) * T;
@@ -66,10 +76,7 @@ void CudaDevice::attention_forward(float* out, float* att, float*, const float* 
                            out + static_cast<std::int64_t>(b) * T * C + h * hs, C, hs, n);
     }
   }
-  if (out16) {
-    cuda::convert_to_16bit(stream_, out16, out, static_cast<std::int64_t>(B) * T * C,
-                           gemm_operands_ == DType::bf16);
-  }
+  if (out16) cuda::convert_to_16bit(stream_, out16, out, out_floats, gemm_operands_ == DType::bf16);
 }
 
 // The caller's workspace (T x T) is not used: the GEMMs run over a group of heads at once,

@@ -29,7 +29,8 @@ void set(cublasLtMatmulPreference_t pref, cublasLtMatmulPreferenceAttributes_t a
 bool BiasGemm::Case::operator==(const Case& o) const {
   return trans_a == o.trans_a && trans_b == o.trans_b && m == o.m && n == o.n && k == o.k &&
          lda == o.lda && ldb == o.ldb && ldc == o.ldc && type == o.type && ab_type == o.ab_type &&
-         align_a == o.align_a && align_b == o.align_b && align_c == o.align_c &&
+         d_type == o.d_type && align_a == o.align_a && align_b == o.align_b &&
+         align_d == o.align_d &&
          align_bias == o.align_bias;
 }
 
@@ -46,7 +47,7 @@ BiasGemm::~BiasGemm() {
 void BiasGemm::destroy(Plan& p) noexcept {
   if (p.a) (void)cublasLtMatrixLayoutDestroy(p.a);
   if (p.b) (void)cublasLtMatrixLayoutDestroy(p.b);
-  if (p.c) (void)cublasLtMatrixLayoutDestroy(p.c);
+  if (p.d) (void)cublasLtMatrixLayoutDestroy(p.d);
   if (p.desc) (void)cublasLtMatmulDescDestroy(p.desc);
   p = Plan{};
 }
@@ -68,23 +69,26 @@ BiasGemm::Plan* BiasGemm::plan_for(const Case& key, const float* bias) {
         static_cast<std::uint32_t>(CUBLASLT_EPILOGUE_BIAS));
     // The heuristic takes the bias's alignment from the pointer set here.
     set(p.desc, CUBLASLT_MATMUL_DESC_BIAS_POINTER, static_cast<const void*>(bias));
+    // The bias stays fp32 whatever D is (its default type is D's), so a 16-bit D holds the
+    // fp32 result rounded once, as an fp32 D rounded afterwards would.
+    set(p.desc, CUBLASLT_MATMUL_DESC_BIAS_DATA_TYPE, static_cast<std::int32_t>(CUDA_R_32F));
     // Layouts as stored: op(A) is m x k, so A is k x m when transposed.
     DTRAIN_CUDA(cublasLtMatrixLayoutCreate(&p.a, key.ab_type, key.trans_a ? key.k : key.m,
                                            key.trans_a ? key.m : key.k, key.lda));
     DTRAIN_CUDA(cublasLtMatrixLayoutCreate(&p.b, key.ab_type, key.trans_b ? key.n : key.k,
                                            key.trans_b ? key.k : key.n, key.ldb));
-    DTRAIN_CUDA(cublasLtMatrixLayoutCreate(&p.c, CUDA_R_32F, key.m, key.n, key.ldc));
+    DTRAIN_CUDA(cublasLtMatrixLayoutCreate(&p.d, key.d_type, key.m, key.n, key.ldc));
     DTRAIN_CUDA(cublasLtMatmulPreferenceCreate(&pref));
     set(pref, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES,
         static_cast<std::uint64_t>(workspace_bytes_));
     set(pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_A_BYTES, key.align_a);
     set(pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_B_BYTES, key.align_b);
-    set(pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_C_BYTES, key.align_c);
-    set(pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_D_BYTES, key.align_c);
+    set(pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_C_BYTES, key.align_d);  // C is D (beta 0)
+    set(pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_D_BYTES, key.align_d);
     cublasLtMatmulHeuristicResult_t result{};
     int found = 0;
     const cublasStatus_t status = cublasLtMatmulAlgoGetHeuristic(
-        lt_, p.desc, p.a, p.b, p.c, p.c, pref, 1, &result, &found);
+        lt_, p.desc, p.a, p.b, p.d, p.d, pref, 1, &result, &found);
     // NOT_SUPPORTED or no result: this case takes the caller's other path, every time.
     if (status != CUBLAS_STATUS_SUCCESS && status != CUBLAS_STATUS_NOT_SUPPORTED)
       check(status, "cublasLtMatmulAlgoGetHeuristic");
@@ -102,20 +106,19 @@ BiasGemm::Plan* BiasGemm::plan_for(const Case& key, const float* bias) {
 }
 
 bool BiasGemm::run(const ColumnMajorGemm& g, const void* a, const void* b, cudaDataType ab_type,
-                   const float* bias, cublasComputeType_t type) {
-  const Case key{g.trans_a,    g.trans_b,    g.m,          g.n,
-                 g.k,          g.lda,        g.ldb,        g.ldc,
-                 type,         ab_type,      alignment(a), alignment(b),
-                 alignment(g.c), alignment(bias)};
-  if (key.align_a < 16 || key.align_b < 16 || key.align_c < 16 || key.align_bias < 16)
+                   void* d, cudaDataType d_type, const float* bias, cublasComputeType_t type) {
+  const Case key{g.trans_a,    g.trans_b,    g.m,          g.n,          g.k,
+                 g.lda,        g.ldb,        g.ldc,        type,         ab_type,
+                 d_type,       alignment(a), alignment(b), alignment(d), alignment(bias)};
+  if (key.align_a < 16 || key.align_b < 16 || key.align_d < 16 || key.align_bias < 16)
     return false;
   const Plan* p = plan_for(key, bias);
   if (!p || !p->usable) return false;
   // The bias pointer is the one attribute that changes between calls (a memcpy, no allocation).
   set(p->desc, CUBLASLT_MATMUL_DESC_BIAS_POINTER, static_cast<const void*>(bias));
   const float one = 1.0f, zero = 0.0f;
-  DTRAIN_CUDA(cublasLtMatmul(lt_, p->desc, &one, a, p->a, b, p->b, &zero, g.c, p->c, g.c,
-                             p->c, &p->algo, workspace_, workspace_bytes_, stream_));
+  DTRAIN_CUDA(cublasLtMatmul(lt_, p->desc, &one, a, p->a, b, p->b, &zero, d, p->d, d, p->d,
+                             &p->algo, workspace_, workspace_bytes_, stream_));
   return true;
 }
 

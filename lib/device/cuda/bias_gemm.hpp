@@ -1,8 +1,9 @@
 #pragma once
-// BiasGemm: C = op(A) op(B) + bias in one cuBLASLt call, the bias (one value per row of the
-// column-major C, i.e. per output feature of a linear layer) added in the GEMM's epilogue
-// (CUBLASLT_EPILOGUE_BIAS). linear_forward then writes its output once, instead of laying
-// the bias down first and having the GEMM read it back and add onto it. A plan (the
+// BiasGemm: D = op(A) op(B) + bias in one cuBLASLt call, the bias (fp32, one value per row of
+// the column-major D, i.e. per output feature of a linear layer) added in the GEMM's epilogue
+// (CUBLASLT_EPILOGUE_BIAS), D in fp32 or rounded to a 16-bit format there. linear_forward then
+// writes its output once, instead of laying the bias down first and having the GEMM read it
+// back and add onto it (or rounding an fp32 result in a pass of its own). A plan (the
 // descriptors and the heuristic's algorithm) is made once per case, the shape, compute type
 // and pointer alignments, and kept, so steps after the first make none.
 #include <cublasLt.h>
@@ -23,27 +24,29 @@ class BiasGemm {
   BiasGemm(const BiasGemm&) = delete;
   BiasGemm& operator=(const BiasGemm&) = delete;
 
-  // Queues C = op(A) op(B) + bias with g's shape and C, A and B read from `a` and `b` as
-  // `ab_type` (g's strides unused: one product). Returns false, with nothing queued, where
-  // cuBLASLt has no algorithm for the case, a pointer is not 16-byte aligned, or kMaxPlans
-  // plans exist and the case is new; the caller then takes its other path.
-  bool run(const ColumnMajorGemm& g, const void* a, const void* b, cudaDataType ab_type,
-           const float* bias, cublasComputeType_t type);
+  // Queues D = op(A) op(B) + bias with g's shape and leading dimensions, A and B read from
+  // `a` and `b` as `ab_type`, D written to `d` as `d_type` (g's pointers and strides unused:
+  // one product). Returns false, with nothing queued, where cuBLASLt has no algorithm for the
+  // case (whether it takes an fp32 bias with a 16-bit D is its heuristic's answer), a pointer
+  // is not 16-byte aligned, or kMaxPlans plans exist and the case is new; the caller then
+  // takes its other path.
+  bool run(const ColumnMajorGemm& g, const void* a, const void* b, cudaDataType ab_type, void* d,
+           cudaDataType d_type, const float* bias, cublasComputeType_t type);
 
  private:
   struct Case {
     bool trans_a, trans_b;
     int m, n, k, lda, ldb, ldc;
     cublasComputeType_t type;
-    cudaDataType ab_type;
-    std::uint32_t align_a, align_b, align_c, align_bias;  // bytes, at most 256
+    cudaDataType ab_type, d_type;
+    std::uint32_t align_a, align_b, align_d, align_bias;  // bytes, at most 256
     bool operator==(const Case& o) const;
   };
   struct Plan {
     Case key;
     bool usable = false;  // the heuristic found an algorithm
     cublasLtMatmulDesc_t desc = nullptr;
-    cublasLtMatrixLayout_t a = nullptr, b = nullptr, c = nullptr;
+    cublasLtMatrixLayout_t a = nullptr, b = nullptr, d = nullptr;
     cublasLtMatmulAlgo_t algo{};
   };
   // The plan for `key`, made with `bias` (whose alignment the heuristic reads) if new; null

@@ -78,7 +78,8 @@ class CudaDevice final : public Device {
                             int ldb, std::int64_t stride_b, float beta, float* C, int ldc,
                             std::int64_t stride_c, int batch) override;
   void linear_forward(float* out, const float* inp, const float* weight, const float* bias, int N,
-                      int C, int OC, const std::uint16_t* inp16) override;
+                      int C, int OC, const std::uint16_t* inp16,
+                      std::uint16_t* out16) override;
   void linear_backward(float* dinp, float* dweight, float* dbias, const float* dout,
                        const float* inp, const float* weight, int N, int C, int OC,
                        GradWrite dinp_write, const std::uint16_t* inp16,
@@ -184,6 +185,14 @@ class CudaDevice final : public Device {
   const std::uint16_t* stage(int slot, const float* src, std::int64_t n);
   // Staging buffer `slot`, grown to `n` elements.
   std::uint16_t* staging(int slot, std::int64_t n);
+  // One cuBLAS GEMM with g's shape on operands in the GEMM's format; C at `c` as `c_type`
+  // (fp32, or x's 16-bit format: the fp32 result rounded to nearest even).
+  void run_gemm(const ColumnMajorGemm& g, const GemmOperands& x, float alpha, float beta,
+                void* c, cudaDataType c_type);
+  // linear_forward's result rounded by the GEMM itself into out16 (g, x: its product and
+  // operands); false, with nothing queued, where cuBLASLt has no algorithm for it.
+  bool linear_into_16bit(const ColumnMajorGemm& g, const GemmOperands& x, const float* bias,
+                         std::uint16_t* out16);
   // gemm() without its profile span. A16, B16: 16-bit copies of the row-major A and B the
   // caller already has, or null (gemm_operands).
   void queue_gemm(bool trans_a, bool trans_b, int M, int N, int K, float alpha, const float* A,

@@ -80,8 +80,13 @@ void CudaDevice::queue_gemm(bool trans_a, bool trans_b, int M, int N, int K, flo
   const ColumnMajorGemm g =
       column_major_gemm(trans_a, trans_b, M, N, K, A, lda, 0, B, ldb, 0, C, ldc, 0);
   const GemmOperands x = gemm_operands(g, 1, /*a16=*/B16, /*b16=*/A16);  // swapped, as g's
+  run_gemm(g, x, alpha, beta, C, CUDA_R_32F);
+}
+
+void CudaDevice::run_gemm(const ColumnMajorGemm& g, const GemmOperands& x, float alpha,
+                          float beta, void* c, cudaDataType c_type) {
   DTRAIN_CUDA(cublasGemmEx(blas_, op(g.trans_a), op(g.trans_b), g.m, g.n, g.k, &alpha, x.a,
-                           x.type, g.lda, x.b, x.type, g.ldb, &beta, g.c, CUDA_R_32F, g.ldc,
+                           x.type, g.lda, x.b, x.type, g.ldb, &beta, c, c_type, g.ldc,
                            compute_type(), CUBLAS_GEMM_DEFAULT));
 }
 
@@ -109,22 +114,49 @@ void CudaDevice::gemm_strided_batched(bool trans_a, bool trans_b, int M, int N, 
 // out[N,OC] = inp[N,C] · weight[OC,C]^T + bias. With a bias, one cuBLASLt call adds it in the
 // GEMM's epilogue (bias_gemm.hpp); where cuBLASLt has no algorithm for the case (or under
 // DTRAIN_CUDA_GEMM_EPILOGUE=0), the bias is laid down first and the GEMM adds onto it
-// (beta = 1), in the CPU kernel's order. A caller's inp16 is inp's GEMM operand as is.
+// (beta = 1), in the CPU kernel's order. A caller's inp16 is inp's GEMM operand as is. Where
+// only out16 is wanted, the GEMM writes it, rounding its fp32 result once (the bias added
+// before) as convert_to_16bit would; otherwise (and where cuBLASLt has no such algorithm) the
+// fp32 result is rounded afterwards, from the scratch where out is null.
 void CudaDevice::linear_forward(float* out, const float* inp, const float* weight,
                                 const float* bias, int N, int C, int OC,
-                                const std::uint16_t* inp16) {
+                                const std::uint16_t* inp16, std::uint16_t* out16) {
+  DTRAIN_CHECK(!out16 || gemm_operands_ != DType::f32, Errc::invalid_argument,
+               "linear_forward: a 16-bit copy needs 16-bit GEMM operands");
+  DTRAIN_CHECK(out || out16, Errc::invalid_argument, "linear_forward: no output");
   OpWork work = gemm_work(N, OC, C, false);
   if (bias) work.bytes += 4.0 * OC;
+  if (!out) work.bytes -= 2.0 * N * OC;  // 16-bit words written instead of floats
   const OpProfile::Span span = begin_op("linear_forward", work);
-  const std::uint16_t* x16 = readable(inp16);
-  if (bias && bias_gemm_ && N > 0 && OC > 0 && C > 0) {
-    const ColumnMajorGemm g =
-        column_major_gemm(false, true, N, OC, C, inp, C, 0, weight, C, 0, out, OC, 0);
-    const GemmOperands x = gemm_operands(g, 1, nullptr, x16);  // inp is cuBLAS's B
-    if (bias_gemm_->run(g, x.a, x.b, x.type, bias, compute_type())) return;
+  if (N <= 0 || OC <= 0) return;
+  const std::size_t NO = static_cast<std::size_t>(N) * OC;
+  ColumnMajorGemm g = column_major_gemm(false, true, N, OC, C, inp, C, 0, weight, C, 0, out, OC, 0);
+  // Staged once, for whichever path below runs (inp is cuBLAS's B).
+  const GemmOperands x = C > 0 ? gemm_operands(g, 1, nullptr, readable(inp16)) : GemmOperands{};
+  if (!out) {
+    if (C > 0 && linear_into_16bit(g, x, bias, out16)) return;
+    out = g.c = scratch(NO);
   }
-  if (bias) broadcast_rows(stream_, out, bias, N, OC);
-  queue_gemm(false, true, N, OC, C, 1.0f, inp, C, weight, C, bias ? 1.0f : 0.0f, out, OC, x16);
+  const bool epilogue = bias && bias_gemm_ && C > 0 &&
+                        bias_gemm_->run(g, x.a, x.b, x.type, out, CUDA_R_32F, bias, compute_type());
+  if (!epilogue) {
+    if (bias) broadcast_rows(stream_, out, bias, N, OC);
+    const float beta = bias ? 1.0f : 0.0f;
+    if (C > 0)
+      run_gemm(g, x, 1.0f, beta, out, CUDA_R_32F);
+    else  // as on the CPU: no products, the bias or zeros
+      scale_matrix(stream_, out, N, OC, OC, beta, 1, 0);
+  }
+  if (out16) cuda::convert_to_16bit(stream_, out16, out, static_cast<std::int64_t>(NO),
+                                    gemm_operands_ == DType::bf16);
+}
+
+bool CudaDevice::linear_into_16bit(const ColumnMajorGemm& g, const GemmOperands& x,
+                                   const float* bias, std::uint16_t* out16) {
+  if (bias) return bias_gemm_ && bias_gemm_->run(g, x.a, x.b, x.type, out16, x.type, bias,
+                                                 compute_type());
+  run_gemm(g, x, 1.0f, 0.0f, out16, x.type);  // cuBLAS rounds its fp32 result to a 16-bit C
+  return true;
 }
 
 // dinp += dout · W (beta = 1, or 0 to write it over); dweight += dout^T · inp (beta = 1);

@@ -37,6 +37,7 @@ enum cublasLtMatmulDescAttributes_t {
   CUBLASLT_MATMUL_DESC_TRANSB = 4,        // int32_t
   CUBLASLT_MATMUL_DESC_EPILOGUE = 7,      // uint32_t (cublasLtEpilogue_t)
   CUBLASLT_MATMUL_DESC_BIAS_POINTER = 8,  // void*
+  CUBLASLT_MATMUL_DESC_BIAS_DATA_TYPE = 26,  // int32_t (cudaDataType; default -1: D's type)
 };
 
 enum cublasLtEpilogue_t { CUBLASLT_EPILOGUE_DEFAULT = 1, CUBLASLT_EPILOGUE_BIAS = 4 };
