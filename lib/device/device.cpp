@@ -33,10 +33,21 @@ void Device::set_gemm_operand_format(DType fmt) {
   check_float_format(fmt, "set_gemm_operand_format");
 }
 
+void Device::crossentropy_forward_16bit(float*, float*, const std::uint16_t*, const std::int32_t*,
+                                        int, int, int) {
+  DTRAIN_FAIL(Errc::unavailable, "crossentropy_forward_16bit: " << name()
+                                     << " has no 16-bit GEMM operands");
+}
+
 void Device::crossentropy_backward_16bit(std::uint16_t*, const float*, const float*,
-                                         const std::int32_t*, const float*, int, int, int, int) {
+                                         const std::int32_t*, const float*, int, int, int, int,
+                                         const std::uint16_t*) {
   DTRAIN_FAIL(Errc::unavailable, "crossentropy_backward_16bit: " << name()
                                      << " has no 16-bit GEMM operands");
+}
+
+void Device::gelu_forward_16bit(std::uint16_t*, const std::uint16_t*, std::int64_t) {
+  DTRAIN_FAIL(Errc::unavailable, "gelu_forward_16bit: " << name() << " has no 16-bit GEMM operands");
 }
 
 void Device::adamw_ranges(float* param, const float* grad, float* m, float* v,

@@ -5,7 +5,7 @@
 #include "dtrain/device/device.hpp"
 
 namespace dtrain {
-constexpr int kCudaPluginAbi = 15;  // 2: Device::discard; 3: 16-bit casts, any_nonfinite;
+constexpr int kCudaPluginAbi = 16;  // 2: Device::discard; 3: 16-bit casts, any_nonfinite;
                                    // 4: Device::set_gemm_operand_format,
                                    //    discard_releases_memory, sum_squares_runs;
                                    // 5: Device::allocate_arena, restore, trim_memory;
@@ -22,6 +22,9 @@ constexpr int kCudaPluginAbi = 15;  // 2: Device::discard; 3: 16-bit casts, any_
                                    // 13: adamw_ranges
                                    // 14: a null fp32 output beside out16
                                    // 15: linear_forward(out16)
+                                   // 16: gelu_forward_16bit,
+                                   //     crossentropy_forward_16bit,
+                                   //     crossentropy_backward_16bit(logits16)
 }  // namespace dtrain
 
 extern "C" {

@@ -399,12 +399,21 @@ float GptModel::forward_stage(const std::int32_t* tokens, const std::int32_t* ta
   } else {
     nn::tp::copy_to_region_fwd(tp_);
   }
-  d.gemm(false, true, N, Vl, C, 1.0f, head_in, C, head_w_, C, 0.0f, logits_, Vl);
+  // With targets only the loss reads the logits, and where the device can, the GEMM writes
+  // them as 16-bit words for it (head_writes_logits16); without, they are what logits() shows.
+  logits_are_words_ = targets && head_writes_logits16();
+  if (logits_are_words_)
+    d.linear_forward(nullptr, head_in, head_w_, nullptr, N, C, Vl, nullptr, logit_words());
+  else
+    d.gemm(false, true, N, Vl, C, 1.0f, head_in, C, head_w_, C, 0.0f, logits_, Vl);
   release(tied);
   release(head_unit());
   if (!targets) return 0.0f;
 
-  ce_.forward(d, tp_, losses_, lse_, logits_, targets_, N);
+  if (logits_are_words_)
+    ce_.forward_16bit(d, tp_, losses_, lse_, logit_words(), targets_, N);
+  else
+    ce_.forward(d, tp_, losses_, lse_, logits_, targets_, N);
   d.copy(host_losses_.data(), losses_, sizeof(float) * static_cast<std::size_t>(N),
          CopyKind::device_to_host);
   double sum = 0;  // double: the mean of thousands of losses stays exact to fp32
@@ -437,9 +446,15 @@ void GptModel::block_forward(Block& b, const float* residual, int B, int T, bool
   d.residual_forward(b.res2, residual, leave_region_fwd(proj_, b.res2, N, R), RC);
   // MLP: res3 = res2 + c_proj(gelu(c_fc(ln_2(res2))))
   b.ln_2.forward(d, fp32(b.ln2), b.ln2_mean, b.ln2_rstd, b.res2, R, words(b.ln2_16));
-  b.c_fc.forward(d, b.fch, enter_region_fwd(b.ln2, R), N, words(b.ln2_16));
-  progress();
-  d.gelu_forward(fp32(b.fch_gelu), b.fch, NF, words(b.fch16), words(b.fch_gelu16));
+  if (kept16) {  // c_fc's GEMM rounds its result into the copy that GELU and backward read
+    b.c_fc.forward(d, nullptr, enter_region_fwd(b.ln2, R), N, words(b.ln2_16), words(b.fch16));
+    progress();
+    d.gelu_forward_16bit(words(b.fch_gelu16), words(b.fch16), NF);
+  } else {
+    b.c_fc.forward(d, b.fch, enter_region_fwd(b.ln2, R), N);
+    progress();
+    d.gelu_forward(b.fch_gelu, b.fch, NF);
+  }
   if (!to_output) return;
   b.mlp_proj.forward(d, proj_, b.fch_gelu, N, words(b.fch_gelu16));
   d.residual_forward(b.res3, b.res2, leave_region_fwd(proj_, b.res3, N, R), RC);
@@ -469,11 +484,16 @@ void GptModel::backward_stage(float dloss, const float* doutput, int chunk, int 
     if (tied >= 0) grads_writing(ready_index_.size() - 1);  // head_dw_ is the wte gradient
     // loss = mean over N positions, so each position's loss gets dloss / N
     d.fill(dlosses_, dloss / static_cast<float>(N), N);
-    // dlogits overwrite the logits in place (they are not needed any more), or go straight
-    // into 16-bit words where the GEMMs below read those (head_reads_dlogits16)
+    // dlogits overwrite the logits in place (they are not needed any more): their 16-bit
+    // words with the words' gradient (head_writes_logits16), or fp32 with fp32, or they go
+    // straight into 16-bit words where the GEMMs below read those (head_reads_dlogits16)
     const float* dlogits = nullptr;
     const std::uint16_t* dlogits16 = nullptr;
-    if (head_reads_dlogits16()) {
+    if (head_writes_logits16()) {
+      std::uint16_t* words = logit_words();
+      ce_.backward_16bit(d, tp_, words, nullptr, lse_, targets_, dlosses_, N, words);
+      dlogits16 = words;
+    } else if (head_reads_dlogits16()) {
       auto* words = reinterpret_cast<std::uint16_t*>(dlogits16_);
       ce_.backward_16bit(d, tp_, words, logits_, lse_, targets_, dlosses_, N);
       dlogits16 = words;

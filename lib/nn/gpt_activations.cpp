@@ -31,6 +31,12 @@ bool GptModel::reads_kept16() const {
   return keeps_16bit() && !sp_ && dev_->gemm_operand_format() == cfg_.saved_activations;
 }
 
+bool GptModel::head_writes_logits16() const {
+  return stage_.head && tp_.size() == 1 && dev_->gemm_operand_format() != DType::f32;
+}
+
+std::uint16_t* GptModel::logit_words() const { return reinterpret_cast<std::uint16_t*>(logits_); }
+
 bool GptModel::head_reads_dlogits16() const {
   return dlogits16_ != nullptr && dev_->gemm_operand_format() != DType::f32;
 }
@@ -96,7 +102,8 @@ void GptModel::allocate_activations() {
     for (std::size_t i = 0; i < internal_scratch_.size(); ++i) want(internal_scratch_[i], internal_numel[i]);
   }
   auto halves = [](std::size_t n) { return (n + 1) / 2; };  // 16-bit values, in floats
-  if (stage_.head && dev_->gemm_operand_format() != DType::f32) want(dlogits16_, halves(N * Vl));
+  if (stage_.head && dev_->gemm_operand_format() != DType::f32 && !head_writes_logits16())
+    want(dlogits16_, halves(N * Vl));
   if (sp_) {
     want(gather_, N * C);
     want(dres_full_, N * C);

@@ -89,6 +89,14 @@ void VocabParallelCrossEntropy::forward(Device& dev, TpGroup& tp, float* losses,
   dev.crossentropy_shard_finish(losses, lse, max, sumexp, target, N);
 }
 
+void VocabParallelCrossEntropy::forward_16bit(Device& dev, const TpGroup& tp, float* losses,
+                                              float* lse, const std::uint16_t* logits16,
+                                              const std::int32_t* targets, int N) const {
+  DTRAIN_CHECK(tp.size() == 1, Errc::invalid_argument,
+               "the loss from 16-bit logits needs the whole vocabulary on the rank");
+  dev.crossentropy_forward_16bit(losses, lse, logits16, targets, N, vocab, shard.padded_rows);
+}
+
 void VocabParallelCrossEntropy::backward(Device& dev, const TpGroup& tp, float* dlogits,
                                          const float* logits, const float* lse,
                                          const std::int32_t* targets, const float* dlosses,
@@ -104,11 +112,12 @@ void VocabParallelCrossEntropy::backward(Device& dev, const TpGroup& tp, float* 
 void VocabParallelCrossEntropy::backward_16bit(Device& dev, const TpGroup& tp,
                                                std::uint16_t* dlogits16, const float* logits,
                                                const float* lse, const std::int32_t* targets,
-                                               const float* dlosses, int N) const {
+                                               const float* dlosses, int N,
+                                               const std::uint16_t* logits16) const {
   const bool whole = tp.size() == 1;
   dev.crossentropy_backward_16bit(dlogits16, logits, lse, targets, dlosses, N,
                                   whole ? vocab : shard.rows, shard.padded_rows,
-                                  whole ? 0 : shard.start);
+                                  whole ? 0 : shard.start, logits16);
 }
 
 }  // namespace dtrain::nn

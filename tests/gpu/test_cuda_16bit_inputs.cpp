@@ -1,5 +1,6 @@
 // The CUDA device reading 16-bit copies a caller already has (the "...16" arguments of
 // Device): each gives exactly what the fp32 values it stands for give, and is what is read.
+#include <algorithm>
 #include <cstdint>
 #include <string>
 #include <vector>
@@ -146,6 +147,82 @@ TEST_F(CudaKernels, LinearForwardWrites16BitOutput) {
                                   y16.data()),
                dtrain::Error)
       << "the CPU";
+}
+
+// The loss from logits as 16-bit words (an LM head whose GEMM wrote them) is the loss from
+// those words widened, bit for bit, both ways: rows aligned for four words a load or not (an
+// odd row length), the gradient also written over the logits' own words. Only under 16-bit
+// GEMM operands, never on the CPU.
+TEST_F(CudaKernels, CrossEntropyFrom16BitLogits) {
+  const int N = 30, V = 170;
+  for (const int Vp : {192, 171}) {
+    const std::size_t n = static_cast<std::size_t>(N) * Vp;
+    auto d_logits = up(random_floats(n, 1, -6.0f, 6.0f));
+    auto d_targets = up(random_ints(N, 2, 0, V));
+    auto d_dlosses = up(random_floats(N, 3));
+    OnDevice<float> d_wide(gpu, n), want_losses(gpu, N), want_lse(gpu, N), got_losses(gpu, N),
+        got_lse(gpu, N);
+    OnDevice<std::uint16_t> d_words(gpu, n), d_want(gpu, n), d_got(gpu, n);
+    for (const DType fmt : {DType::bf16, DType::f16}) {
+      gputest::OperandFormat scoped(gpu, fmt);
+      const std::string what = std::string(dtrain::dtype_name(fmt)) + " Vp " + std::to_string(Vp);
+      gpu.convert_to_16bit(d_words.get(), d_logits.get(), static_cast<std::int64_t>(n), fmt);
+      gpu.convert_from_16bit(d_wide.get(), d_words.get(), static_cast<std::int64_t>(n), fmt);
+      gpu.crossentropy_forward(want_losses.get(), want_lse.get(), d_wide.get(), d_targets.get(),
+                               N, V, Vp);
+      gpu.crossentropy_forward_16bit(got_losses.get(), got_lse.get(), d_words.get(),
+                                     d_targets.get(), N, V, Vp);
+      EXPECT_EQ(got_losses.host(), want_losses.host()) << what;
+      EXPECT_EQ(got_lse.host(), want_lse.host()) << what;
+      gpu.crossentropy_backward_16bit(d_want.get(), d_wide.get(), want_lse.get(), d_targets.get(),
+                                      d_dlosses.get(), N, V, Vp, 0);
+      gpu.crossentropy_backward_16bit(d_got.get(), nullptr, want_lse.get(), d_targets.get(),
+                                      d_dlosses.get(), N, V, Vp, 0, d_words.get());
+      EXPECT_EQ(d_got.host(), d_want.host()) << what;
+      gpu.crossentropy_backward_16bit(d_words.get(), nullptr, want_lse.get(), d_targets.get(),
+                                      d_dlosses.get(), N, V, Vp, 0, d_words.get());
+      EXPECT_EQ(d_words.host(), d_want.host()) << what << " in place";
+    }
+    EXPECT_THROW(gpu.crossentropy_forward_16bit(got_losses.get(), got_lse.get(), d_words.get(),
+                                                d_targets.get(), N, V, Vp),
+                 dtrain::Error)
+        << "fp32 operands";
+  }
+  std::vector<float> losses(2), lse(2);
+  std::vector<std::uint16_t> words(8);
+  const std::vector<std::int32_t> targets(2);
+  EXPECT_THROW(cpu.crossentropy_forward_16bit(losses.data(), lse.data(), words.data(),
+                                              targets.data(), 2, 4, 4),
+               dtrain::Error)
+      << "the CPU";
+}
+
+// GELU from 16-bit words into 16-bit words is the fp32 GELU of the widened words, rounded:
+// the same bits, four words a thread or one (offsets off 8-byte alignment, a length not a
+// multiple of four). Only under 16-bit GEMM operands, never on the CPU.
+TEST_F(CudaKernels, GeluForwardFrom16BitWords) {
+  const std::int64_t n = 4099;
+  auto d_x = up(random_floats(static_cast<std::size_t>(n), 1, -6.0f, 6.0f));
+  OnDevice<float> d_wide(gpu, n), d_y(gpu, n);
+  OnDevice<std::uint16_t> d_x16(gpu, n), d_want(gpu, n), d_got(gpu, n);
+  for (const DType fmt : {DType::bf16, DType::f16}) {
+    gputest::OperandFormat scoped(gpu, fmt);
+    gpu.convert_to_16bit(d_x16.get(), d_x.get(), n, fmt);
+    gpu.convert_from_16bit(d_wide.get(), d_x16.get(), n, fmt);
+    gpu.gelu_forward(d_y.get(), d_wide.get(), n);
+    gpu.convert_to_16bit(d_want.get(), d_y.get(), n, fmt);
+    for (const std::int64_t offset : {0, 1, 3}) {
+      gpu.zero(d_got.get(), sizeof(std::uint16_t) * n);
+      gpu.gelu_forward_16bit(d_got.get() + offset, d_x16.get() + offset, n - offset);
+      const auto got = d_got.host(), want = d_want.host();
+      EXPECT_TRUE(std::equal(got.begin() + offset, got.end(), want.begin() + offset))
+          << dtrain::dtype_name(fmt) << ", offset " << offset;
+    }
+  }
+  EXPECT_THROW(gpu.gelu_forward_16bit(d_got.get(), d_x16.get(), n), dtrain::Error)
+      << "fp32 operands";
+  std::vector<std::uint16_t> words(8);
+  EXPECT_THROW(cpu.gelu_forward_16bit(words.data(), words.data(), 8), dtrain::Error) << "the CPU";
 }
 
 // The backward straight into 16-bit words (for the LM head's GEMMs) is the fp32 gradient

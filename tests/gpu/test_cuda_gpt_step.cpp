@@ -127,8 +127,8 @@ TEST(CudaGptStep, DecodeWithTheCacheMatchesTheCpu) {
 
 // Under 16-bit GEMM operands the fused attention saves one log-sum-exp per row (two floats),
 // not the T x T probabilities, and the model sizes its saved activations by what the device
-// says (Device::attention_saved_floats), and refuses to run once that has changed. It also
-// holds the head's logit gradient as 16-bit words then (B x T x Vp, which the GEMMs read).
+// says (Device::attention_saved_floats), and refuses to run once that has changed. The head's
+// logits and their gradient are 16-bit words then, in the logits' own place: no buffer more.
 TEST(CudaGptStep, FusedAttentionSavesALogSumExpPerRowInsteadOfTheProbabilities) {
   Device& gpu = dtrain::select_device("cuda");
   const GptConfig cfg = small_gpt();
@@ -140,8 +140,7 @@ TEST(CudaGptStep, FusedAttentionSavesALogSumExpPerRowInsteadOfTheProbabilities) 
   // both sizes are whole 64-byte blocks, so the difference is exact
   const std::size_t probabilities = static_cast<std::size_t>(B) * cfg.heads * T * T;
   const std::size_t lse = 2u * B * cfg.heads * T;
-  const std::size_t dlogits16 = static_cast<std::size_t>(B) * T * cfg.padded_vocab() * 2;
-  EXPECT_EQ(unfused + dlogits16 - fused, cfg.layers * (probabilities - lse) * sizeof(float));
+  EXPECT_EQ(unfused - fused, cfg.layers * (probabilities - lse) * sizeof(float));
   std::printf("  activations: %zu bytes unfused, %zu fused\n", unfused, fused);
 
   // fp32 operands now would have the unfused attention write B x NH x T x T floats into the
@@ -155,6 +154,44 @@ TEST(CudaGptStep, FusedAttentionSavesALogSumExpPerRowInsteadOfTheProbabilities) 
     EXPECT_NE(std::string(e.what()).find("GEMM operand format changed"), std::string::npos)
         << e.what();
   }
+}
+
+// Under 16-bit GEMM operands a forward with targets has the LM head write its logits as
+// 16-bit words that only the loss reads (logits() is null then); the loss and the step's
+// gradients stay within bf16's precision of the CPU's. A forward without targets (generation,
+// evaluation of logits) still gives fp32 logits.
+TEST(CudaGptStep, HeadLogitsAre16BitWordsForTheLoss) {
+  Device& cpu = dtrain::cpu_device();
+  Device& gpu = dtrain::select_device("cuda");
+  const GptConfig cfg = small_gpt();
+  const int B = 2, T = cfg.seq_len;
+  const auto tokens = random_ints(static_cast<std::size_t>(B) * T, 5, 0, cfg.vocab);
+  const auto targets = random_ints(static_cast<std::size_t>(B) * T, 6, 0, cfg.vocab);
+  GptModel on_cpu(cfg, cpu, 1234, B);
+  const float loss_cpu = on_cpu.forward(tokens.data(), targets.data(), B, T);
+  on_cpu.parameters().zero_grads();
+  on_cpu.backward(1.0f);
+  const std::size_t n = on_cpu.parameters().numel();
+  const auto g_cpu = to_host(cpu, on_cpu.parameters().grads(), n);
+
+  gputest::OperandFormat scoped(gpu, dtrain::DType::bf16);
+  GptModel model(cfg, gpu, 1234, B);
+  const float loss = model.forward(tokens.data(), targets.data(), B, T);
+  EXPECT_EQ(model.logits(), nullptr) << "the logits are words for the loss";
+  model.parameters().zero_grads();
+  model.backward(1.0f);
+  const double grad_err = relative_error(to_host(gpu, model.parameters().grads(), n), g_cpu);
+  std::printf("  bf16: loss cpu %.7f gpu %.7f, gradients relative error %.3g\n", loss_cpu, loss,
+              grad_err);
+  EXPECT_LE(std::fabs(loss - loss_cpu), 1e-3 * std::fabs(loss_cpu));
+  EXPECT_LE(grad_err, 2e-2);
+  model.forward(tokens.data(), nullptr, B, T);
+  ASSERT_NE(model.logits(), nullptr) << "without targets the logits are fp32";
+  const std::size_t row = static_cast<std::size_t>(cfg.padded_vocab());
+  const auto logits = to_host(gpu, model.logits(), static_cast<std::size_t>(B) * T * row);
+  on_cpu.forward(tokens.data(), nullptr, B, T);
+  const auto want = to_host(cpu, on_cpu.logits(), logits.size());
+  EXPECT_LE(relative_error(logits, want), 1e-2);
 }
 
 }  // namespace

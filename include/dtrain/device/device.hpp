@@ -159,6 +159,12 @@ class DTRAIN_API Device {
   // With out16, out may be null: a caller that reads only the copy saves the fp32 write.
   virtual void gelu_forward(float* out, const float* inp, std::int64_t n,
                             std::uint16_t* inp16 = nullptr, std::uint16_t* out16 = nullptr) = 0;
+  // out16[n] = gelu(inp16[n]), both 16-bit words of a 16-bit gemm_operand_format(): for an
+  // input that exists only as words (a linear layer's out16), read as they are, so forward
+  // computes on the values gelu_backward's inp16 differentiates at. Only a device with 16-bit
+  // GEMM operands has it; the default throws Error(Errc::unavailable).
+  virtual void gelu_forward_16bit(std::uint16_t* out16, const std::uint16_t* inp16,
+                                  std::int64_t n);
   // dinp[n] += gelu'(inp) * dout (= with overwrite). inp16 (optional): inp as 16-bit words of
   // a 16-bit gemm_operand_format(), read instead of inp (which may then be null) as linear
   // layers read theirs; exact, so the same result as from the widened values. Ignored while
@@ -240,6 +246,12 @@ class DTRAIN_API Device {
   // saves lse[N] (log-sum-exp) for backward.
   virtual void crossentropy_forward(float* losses, float* lse, const float* logits,
                                     const std::int32_t* targets, int N, int V, int Vp) = 0;
+  // The same from logits16[N,Vp], the logits as 16-bit words of a 16-bit gemm_operand_format()
+  // (an LM head's linear_forward out16), read as they are. Only a device with 16-bit GEMM
+  // operands has it; the default throws Error(Errc::unavailable).
+  virtual void crossentropy_forward_16bit(float* losses, float* lse,
+                                          const std::uint16_t* logits16,
+                                          const std::int32_t* targets, int N, int V, int Vp);
   // dlogits[N,Vp] = (softmax - onehot(target)) * dlosses[n]; padding columns set to 0.
   // WRITES (does not accumulate); dlogits may alias logits.
   virtual void crossentropy_backward(float* dlogits, const float* logits, const float* lse,
@@ -270,12 +282,15 @@ class DTRAIN_API Device {
                                            int N, int V, int ld, int vocab_start) = 0;
   // Either backward (crossentropy_backward: vocab_start 0, V the vocabulary, ld = Vp) with the
   // gradient written rounded to a 16-bit gemm_operand_format(), dlogits16[N,ld], as
-  // linear_backward's dout16: never fp32 in memory. Only a device with 16-bit GEMM operands
-  // has it; the default throws Error(Errc::unavailable).
+  // linear_backward's dout16: never fp32 in memory. logits16 (optional): the logits as words
+  // of that format (crossentropy_forward_16bit's), read instead of logits (which may then be
+  // null); dlogits16 may alias it. Only a device with 16-bit GEMM operands has it; the
+  // default throws Error(Errc::unavailable).
   virtual void crossentropy_backward_16bit(std::uint16_t* dlogits16, const float* logits,
                                            const float* lse, const std::int32_t* targets,
                                            const float* dlosses, int N, int V, int ld,
-                                           int vocab_start);
+                                           int vocab_start,
+                                           const std::uint16_t* logits16 = nullptr);
 
   // ---- optimiser updates over flat buffers (pure: usable on any shard) ------
   // g = grad*grad_scale; m = b1 m + (1-b1) g; v = b2 v + (1-b2) g^2;

@@ -147,7 +147,9 @@ class DTRAIN_API GptModel {
   // Logits of the last forward, device memory of shape [B, T, vocab_shard().padded_rows]:
   // column j is token vocab_shard().start + j for j < vocab_shard().rows, padding after it
   // (without TP: [B, T, padded_vocab()]). Valid until the next backward() (which reuses it).
-  const float* logits() const noexcept { return logits_; }
+  // Null after a forward with targets under 16-bit GEMM operands, whose logits exist only as
+  // 16-bit words for the loss.
+  const float* logits() const noexcept { return logits_are_words_ ? nullptr : logits_; }
 
   // Called during backward() with arena element ranges [first, last) of parameters().grads()
   // whose gradients are final for this backward, in the order they complete (LM head and
@@ -283,6 +285,12 @@ class DTRAIN_API GptModel {
   // Whether the head's logit gradient goes straight into 16-bit words (dlogits16_) for the LM
   // head's GEMMs, never fp32 in memory (Device::crossentropy_backward_16bit).
   bool head_reads_dlogits16() const;
+  // Whether, under 16-bit GEMM operands with the whole vocabulary here, a forward with targets
+  // has the LM head's GEMM write the logits as 16-bit words (logit_words(), in logits_'s
+  // place), which the loss reads and backward overwrites with their gradient's words for the
+  // head's GEMMs: never fp32 in memory, and no dlogits16_.
+  bool head_writes_logits16() const;
+  std::uint16_t* logit_words() const;
   // Device::attention_saved_floats changes with the device's GEMM operand format (the CUDA
   // device's fused attention saves far less): refuse to run once it no longer matches the
   // buffers sized at construction, which it would overrun.
@@ -335,6 +343,7 @@ class DTRAIN_API GptModel {
   // The head's logit gradient as 16-bit words, which the LM head's GEMMs read (held where the
   // device multiplied 16-bit operands when the model was built; null otherwise).
   float* dlogits16_ = nullptr;
+  bool logits_are_words_ = false;  // the last forward's logits: logit_words() (logits())
   // sequence parallelism: gathered LayerNorm output, gathered ln_f output (the LM head input),
   // gathered residual gradient, a gradient shard of the residual rows, and the LayerNorm
   // gradients of one backward (summed over the group before they join the arena)

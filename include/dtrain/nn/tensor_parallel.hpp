@@ -159,15 +159,22 @@ struct DTRAIN_API VocabParallelCrossEntropy {
   // losses[N] and lse[N] (kept for backward).
   void forward(Device& dev, TpGroup& tp, float* losses, float* lse, const float* logits,
                const std::int32_t* targets, int N) const;
+  // The same from the logits as 16-bit words of the device's GEMM operand format
+  // (Device::crossentropy_forward_16bit); a group of one only (a split vocabulary's passes
+  // read fp32 shards).
+  void forward_16bit(Device& dev, const TpGroup& tp, float* losses, float* lse,
+                     const std::uint16_t* logits16, const std::int32_t* targets, int N) const;
   // dlogits[N, padded_rows] = d(sum_n dlosses[n] * losses[n]) / dlogits; may alias logits.
   void backward(Device& dev, const TpGroup& tp, float* dlogits, const float* logits,
                 const float* lse, const std::int32_t* targets, const float* dlosses,
                 int N) const;
   // The same gradient rounded into 16-bit words of the device's GEMM operand format
-  // (Device::crossentropy_backward_16bit), for GEMMs that read it as it is.
+  // (Device::crossentropy_backward_16bit), for GEMMs that read it as it is; from logits16
+  // (forward_16bit's, logits null; dlogits16 may alias it) where given.
   void backward_16bit(Device& dev, const TpGroup& tp, std::uint16_t* dlogits16,
                       const float* logits, const float* lse, const std::int32_t* targets,
-                      const float* dlosses, int N) const;
+                      const float* dlosses, int N,
+                      const std::uint16_t* logits16 = nullptr) const;
 };
 
 // Sum of squares of every gradient, over the whole TP group: tp_sharded parameters are summed

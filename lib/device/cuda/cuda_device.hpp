@@ -104,6 +104,8 @@ class CudaDevice final : public Device {
                           const float* rstd, int N, int C) override;
   void gelu_forward(float* out, const float* inp, std::int64_t n, std::uint16_t* inp16,
                     std::uint16_t* out16) override;
+  void gelu_forward_16bit(std::uint16_t* out16, const std::uint16_t* inp16,
+                          std::int64_t n) override;
   void gelu_backward(float* dinp, const float* inp, const float* dout, std::int64_t n,
                      GradWrite dinp_write, const std::uint16_t* inp16) override;
   void attention_forward(float* out, float* att, float* workspace, const float* qkv, int B,
@@ -146,10 +148,12 @@ class CudaDevice final : public Device {
   void crossentropy_shard_backward(float* dlogits, const float* logits, const float* lse,
                                    const std::int32_t* targets, const float* dlosses, int N,
                                    int V, int ld, int vocab_start) override;
+  void crossentropy_forward_16bit(float* losses, float* lse, const std::uint16_t* logits16,
+                                  const std::int32_t* targets, int N, int V, int Vp) override;
   void crossentropy_backward_16bit(std::uint16_t* dlogits16, const float* logits,
                                    const float* lse, const std::int32_t* targets,
-                                   const float* dlosses, int N, int V, int ld,
-                                   int vocab_start) override;
+                                   const float* dlosses, int N, int V, int ld, int vocab_start,
+                                   const std::uint16_t* logits16) override;
   void adamw_ranges(float* param, const float* grad, float* m, float* v,
                     const AdamWRange* ranges, std::size_t count, float lr, float beta1,
                     float beta2, float eps, int step, float grad_scale) override;

@@ -79,6 +79,9 @@ std::size_t layernorm_backward_scratch_floats(int N, int C);
 void gelu_forward(cudaStream_t s, float* out, const float* inp, std::int64_t n,
                   std::uint16_t* inp16 = nullptr, std::uint16_t* out16 = nullptr,
                   bool bf16 = true);
+// out16 = gelu(inp16), bf16 (or fp16) words both ways.
+void gelu_16bit(cudaStream_t s, std::uint16_t* out16, const std::uint16_t* inp16, std::int64_t n,
+                bool bf16);
 void gelu_backward(cudaStream_t s, float* dinp, const float* inp, const float* dout,
                    std::int64_t n, bool accumulate);
 // The same from the input as bf16 (or fp16) words.
@@ -131,6 +134,10 @@ void flash_attention_backward(cudaStream_t s, DType fmt, float* dqkv, float* scr
 // ---- kernels_crossentropy.cu -----------------------------------------------------
 void crossentropy_forward(cudaStream_t s, float* losses, float* lse, const float* logits,
                           const std::int32_t* targets, int N, int V, int Vp);
+// The same from logits as bf16 (or fp16) words.
+void crossentropy_forward_16bit(cudaStream_t s, float* losses, float* lse,
+                                const std::uint16_t* logits16, bool bf16,
+                                const std::int32_t* targets, int N, int V, int Vp);
 void crossentropy_backward(cudaStream_t s, float* dlogits, const float* logits, const float* lse,
                            const std::int32_t* targets, const float* dlosses, int N, int V,
                            int Vp);
@@ -144,11 +151,12 @@ void crossentropy_shard_finish(cudaStream_t s, float* losses, float* lse, const 
 void crossentropy_shard_backward(cudaStream_t s, float* dlogits, const float* logits,
                                  const float* lse, const std::int32_t* targets,
                                  const float* dlosses, int N, int V, int ld, int vocab_start);
-// The same gradient rounded to bf16 (or fp16) words.
+// The same gradient rounded to bf16 (or fp16) words, from fp32 logits or from logits16, words
+// of the same format (then null logits; dlogits16 may alias logits16).
 void crossentropy_backward_16bit(cudaStream_t s, std::uint16_t* dlogits16, bool bf16,
-                                 const float* logits, const float* lse,
-                                 const std::int32_t* targets, const float* dlosses, int N, int V,
-                                 int ld, int vocab_start);
+                                 const float* logits, const std::uint16_t* logits16,
+                                 const float* lse, const std::int32_t* targets,
+                                 const float* dlosses, int N, int V, int ld, int vocab_start);
 
 // ---- kernels_optimizer.cu --------------------------------------------------------
 // c1 = 1/(1 - beta1^step), c2 = 1/(1 - beta2^step), computed on the host in double as the CPU does.

@@ -1,6 +1,8 @@
 // Softmax cross-entropy over the vocabulary, one block per row of logits, for the whole
 // vocabulary and for one vocabulary-parallel shard. Only the first V columns are read;
-// padding columns get a zero gradient, so whatever they hold cannot change the loss.
+// padding columns get a zero gradient, so whatever they hold cannot change the loss. The
+// whole vocabulary's logits may also be bf16 / fp16 words (an LM head whose GEMM rounds its
+// result): the same kernels, reading words.
 #include <cstdint>
 
 #include "device/cuda/cuda_check.hpp"
@@ -45,21 +47,50 @@ __device__ inline MaxSumExp warp_max_sumexp(MaxSumExp v) {
   return v;
 }
 
-// max and sum of exp(z - max) over z[0..V) in one read, four floats at a time where z is
-// 16-byte aligned; thread 0 gets the result (blockDim.x a multiple of 32).
-__device__ inline MaxSumExp row_max_sumexp(const float* z, int V, float* shared_m,
-                                         float* shared_s) {
+// A row of logits as the kernels read it: fp32 as stored, or bf16 / fp16 words widened
+// (exactly). four(q, f) hands f the elements 4q .. 4q+3 from one load (16 or 8 bytes), where
+// the row is aligned for it (aligned()).
+struct FloatRow {
+  using Word = float;
+  const float* z;
+  __device__ float operator[](std::int64_t j) const { return z[j]; }
+  __device__ bool aligned() const { return reinterpret_cast<std::uintptr_t>(z) % 16 == 0; }
+  template <class F> __device__ void four(int q, F f) const {
+    const float4 x = reinterpret_cast<const float4*>(z)[q];
+    f(x.x);
+    f(x.y);
+    f(x.z);
+    f(x.w);
+  }
+};
+template <bool Bf16> struct HalfRow {
+  using Word = std::uint16_t;
+  const std::uint16_t* z;
+  __device__ static float widen(std::uint32_t w) {
+    const auto h = static_cast<std::uint16_t>(w & 0xffffu);
+    return Bf16 ? halfbits::from_bf16(h) : halfbits::from_f16(h);
+  }
+  __device__ float operator[](std::int64_t j) const { return widen(z[j]); }
+  __device__ bool aligned() const { return reinterpret_cast<std::uintptr_t>(z) % 8 == 0; }
+  template <class F> __device__ void four(int q, F f) const {
+    const uint2 x = reinterpret_cast<const uint2*>(z)[q];
+    f(widen(x.x));
+    f(widen(x.x >> 16));
+    f(widen(x.y));
+    f(widen(x.y >> 16));
+  }
+};
+using Bf16Row = HalfRow<true>;
+using F16Row = HalfRow<false>;
+
+// max and sum of exp(z - max) over z[0..V) in one read, four at a time where the row is
+// aligned for it; thread 0 gets the result (blockDim.x a multiple of 32).
+template <class Row>
+__device__ inline MaxSumExp row_max_sumexp(Row z, int V, float* shared_m, float* shared_s) {
   MaxSumExp v;
   int j0 = 0;
-  if (reinterpret_cast<std::uintptr_t>(z) % 16 == 0) {
-    const float4* z4 = reinterpret_cast<const float4*>(z);
-    for (int q = threadIdx.x; q < V / 4; q += blockDim.x) {
-      const float4 x = z4[q];
-      v.add(x.x);
-      v.add(x.y);
-      v.add(x.z);
-      v.add(x.w);
-    }
+  if (z.aligned()) {
+    for (int q = threadIdx.x; q < V / 4; q += blockDim.x) z.four(q, [&v](float x) { v.add(x); });
     j0 = V / 4 * 4;
   }
   for (int j = j0 + threadIdx.x; j < V; j += blockDim.x) v.add(z[j]);
@@ -81,11 +112,13 @@ __device__ inline MaxSumExp row_max_sumexp(const float* z, int V, float* shared_
   return v;
 }
 
-__global__ void crossentropy_forward_kernel(float* losses, float* lse, const float* logits,
+template <class Row>
+__global__ void crossentropy_forward_kernel(float* losses, float* lse,
+                                            const typename Row::Word* logits,
                                             const std::int32_t* targets, int V, int Vp) {
   __shared__ float shared_m[32], shared_s[32];
   const std::int64_t n = blockIdx.x;
-  const float* z = logits + n * Vp;
+  const Row z{logits + n * Vp};
   const MaxSumExp row = row_max_sumexp(z, V, shared_m, shared_s);
   if (threadIdx.x == 0) {
     const float l = row.m + logf(row.s);
@@ -108,13 +141,15 @@ using StoreBf16 = StoreHalf<true>;
 using StoreF16 = StoreHalf<false>;
 
 // dz[j] = exp(z[j] - lse) * d, minus d at the target (owned by this shard); padding 0.
-// Each element is read and written by the same thread, so a float dlogits may alias logits.
-template <class Out, class Store>
-__global__ void crossentropy_backward_kernel(Out* dlogits, const float* logits, const float* lse,
-                                             const std::int32_t* targets, const float* dlosses,
-                                             int V, int ld, int vocab_start, Store store) {
+// Each element is read and written by the same thread, so dlogits may alias logits where
+// both are of one type.
+template <class Row, class Out, class Store>
+__global__ void crossentropy_backward_kernel(Out* dlogits, const typename Row::Word* logits,
+                                             const float* lse, const std::int32_t* targets,
+                                             const float* dlosses, int V, int ld,
+                                             int vocab_start, Store store) {
   const std::int64_t n = blockIdx.x;
-  const float* z = logits + n * ld;
+  const Row z{logits + n * ld};
   Out* dz = dlogits + n * ld;
   const float l = lse[n], d = dlosses[n];
   const std::int32_t target = targets[n];
@@ -171,15 +206,30 @@ __global__ void shard_finish_kernel(float* losses, float* lse, const float* max,
 void crossentropy_forward(cudaStream_t s, float* losses, float* lse, const float* logits,
                           const std::int32_t* targets, int N, int V, int Vp) {
   if (N <= 0) return;
-  crossentropy_forward_kernel<<<N, kThreads, 0, s>>>(losses, lse, logits, targets, V, Vp);
+  crossentropy_forward_kernel<FloatRow><<<N, kThreads, 0, s>>>(losses, lse, logits, targets, V,
+                                                               Vp);
   check_launch("crossentropy_forward");
+}
+
+void crossentropy_forward_16bit(cudaStream_t s, float* losses, float* lse,
+                                const std::uint16_t* logits16, bool bf16,
+                                const std::int32_t* targets, int N, int V, int Vp) {
+  if (N <= 0) return;
+  if (bf16) {
+    crossentropy_forward_kernel<Bf16Row><<<N, kThreads, 0, s>>>(losses, lse, logits16, targets,
+                                                                V, Vp);
+  } else {
+    crossentropy_forward_kernel<F16Row><<<N, kThreads, 0, s>>>(losses, lse, logits16, targets,
+                                                               V, Vp);
+  }
+  check_launch("crossentropy_forward_16bit");
 }
 
 void crossentropy_backward(cudaStream_t s, float* dlogits, const float* logits, const float* lse,
                            const std::int32_t* targets, const float* dlosses, int N, int V,
                            int Vp) {
   if (N <= 0) return;
-  crossentropy_backward_kernel<float, StoreFloat><<<N, kThreads, 0, s>>>(
+  crossentropy_backward_kernel<FloatRow, float, StoreFloat><<<N, kThreads, 0, s>>>(
       dlogits, logits, lse, targets, dlosses, V, Vp, 0, StoreFloat{});
   check_launch("crossentropy_backward");
 }
@@ -212,21 +262,28 @@ void crossentropy_shard_backward(cudaStream_t s, float* dlogits, const float* lo
                                  const float* lse, const std::int32_t* targets,
                                  const float* dlosses, int N, int V, int ld, int vocab_start) {
   if (N <= 0) return;
-  crossentropy_backward_kernel<float, StoreFloat><<<N, kThreads, 0, s>>>(
+  crossentropy_backward_kernel<FloatRow, float, StoreFloat><<<N, kThreads, 0, s>>>(
       dlogits, logits, lse, targets, dlosses, V, ld, vocab_start, StoreFloat{});
   check_launch("crossentropy_shard_backward");
 }
 
 void crossentropy_backward_16bit(cudaStream_t s, std::uint16_t* dlogits16, bool bf16,
-                                 const float* logits, const float* lse,
-                                 const std::int32_t* targets, const float* dlosses, int N, int V,
-                                 int ld, int vocab_start) {
+                                 const float* logits, const std::uint16_t* logits16,
+                                 const float* lse, const std::int32_t* targets,
+                                 const float* dlosses, int N, int V, int ld, int vocab_start) {
   if (N <= 0) return;
-  if (bf16) {
-    crossentropy_backward_kernel<std::uint16_t, StoreBf16><<<N, kThreads, 0, s>>>(
+  using U = std::uint16_t;
+  if (bf16 && logits16) {
+    crossentropy_backward_kernel<Bf16Row, U, StoreBf16><<<N, kThreads, 0, s>>>(
+        dlogits16, logits16, lse, targets, dlosses, V, ld, vocab_start, StoreBf16{});
+  } else if (logits16) {
+    crossentropy_backward_kernel<F16Row, U, StoreF16><<<N, kThreads, 0, s>>>(
+        dlogits16, logits16, lse, targets, dlosses, V, ld, vocab_start, StoreF16{});
+  } else if (bf16) {
+    crossentropy_backward_kernel<FloatRow, U, StoreBf16><<<N, kThreads, 0, s>>>(
         dlogits16, logits, lse, targets, dlosses, V, ld, vocab_start, StoreBf16{});
   } else {
-    crossentropy_backward_kernel<std::uint16_t, StoreF16><<<N, kThreads, 0, s>>>(
+    crossentropy_backward_kernel<FloatRow, U, StoreF16><<<N, kThreads, 0, s>>>(
         dlogits16, logits, lse, targets, dlosses, V, ld, vocab_start, StoreF16{});
   }
   check_launch("crossentropy_backward_16bit");

@@ -11,16 +11,44 @@ namespace {
 constexpr float kSqrt2OverPi = static_cast<float>(0.79788456080286535588);
 constexpr float kCubic = static_cast<float>(0.044715);
 
+__device__ __forceinline__ float gelu(float x) {
+  return 0.5f * x * (1.0f + tanhf(kSqrt2OverPi * (x + kCubic * x * x * x)));
+}
+
 __global__ void gelu_forward_kernel(float* out, const float* inp, std::int64_t n,
                                     std::uint16_t* inp16, std::uint16_t* out16, bool bf16) {
   for (std::int64_t i = blockIdx.x * static_cast<std::int64_t>(blockDim.x) + threadIdx.x; i < n;
        i += static_cast<std::int64_t>(gridDim.x) * blockDim.x) {
     const float x = inp[i];
-    const float y = 0.5f * x * (1.0f + tanhf(kSqrt2OverPi * (x + kCubic * x * x * x)));
+    const float y = gelu(x);
     if (out) out[i] = y;
     if (inp16) inp16[i] = round_to(x, bf16);
     if (out16) out16[i] = round_to(y, bf16);
   }
+}
+
+__device__ __forceinline__ std::uint16_t gelu_word(std::uint16_t x, bool bf16) {
+  return round_to(gelu(bf16 ? halfbits::from_bf16(x) : halfbits::from_f16(x)), bf16);
+}
+
+// Words to words: four a thread (one 8-byte load and store, element 0 in the low half as in
+// memory) where both pointers allow it, one a thread for the rest.
+__global__ void gelu_16bit_x4_kernel(uint2* out, const uint2* inp, std::int64_t n4, bool bf16) {
+  for (std::int64_t i = blockIdx.x * static_cast<std::int64_t>(blockDim.x) + threadIdx.x; i < n4;
+       i += static_cast<std::int64_t>(gridDim.x) * blockDim.x) {
+    const uint2 v = inp[i];
+    auto pair = [bf16](std::uint32_t w) {
+      return static_cast<std::uint32_t>(gelu_word(static_cast<std::uint16_t>(w & 0xffffu), bf16)) |
+             static_cast<std::uint32_t>(gelu_word(static_cast<std::uint16_t>(w >> 16), bf16)) << 16;
+    };
+    out[i] = uint2{pair(v.x), pair(v.y)};
+  }
+}
+__global__ void gelu_16bit_kernel(std::uint16_t* out, const std::uint16_t* inp, std::int64_t n,
+                                  bool bf16) {
+  for (std::int64_t i = blockIdx.x * static_cast<std::int64_t>(blockDim.x) + threadIdx.x; i < n;
+       i += static_cast<std::int64_t>(gridDim.x) * blockDim.x)
+    out[i] = gelu_word(inp[i], bf16);
 }
 
 // The input as it is, or decoded from bf16 / fp16 words (exact).
@@ -58,6 +86,23 @@ void gelu_forward(cudaStream_t s, float* out, const float* inp, std::int64_t n,
   if (n <= 0) return;
   gelu_forward_kernel<<<blocks_for(n), kThreads, 0, s>>>(out, inp, n, inp16, out16, bf16);
   check_launch("gelu_forward");
+}
+
+void gelu_16bit(cudaStream_t s, std::uint16_t* out16, const std::uint16_t* inp16, std::int64_t n,
+                bool bf16) {
+  if (n <= 0) return;
+  const bool aligned = reinterpret_cast<std::uintptr_t>(out16) % 8 == 0 &&
+                       reinterpret_cast<std::uintptr_t>(inp16) % 8 == 0;
+  const std::int64_t v = aligned ? n / 4 * 4 : 0;
+  if (v > 0) {
+    gelu_16bit_x4_kernel<<<blocks_for(v / 4), kThreads, 0, s>>>(
+        reinterpret_cast<uint2*>(out16), reinterpret_cast<const uint2*>(inp16), v / 4, bf16);
+    check_launch("gelu_16bit");
+  }
+  if (v < n) {
+    gelu_16bit_kernel<<<blocks_for(n - v), kThreads, 0, s>>>(out16 + v, inp16 + v, n - v, bf16);
+    check_launch("gelu_16bit");
+  }
 }
 
 void gelu_backward(cudaStream_t s, float* dinp, const float* inp, const float* dout,

@@ -63,6 +63,13 @@ void CudaDevice::gelu_forward(float* out, const float* inp, std::int64_t n, std:
   const OpProfile::Span span = begin_op("gelu_forward", work);
   cuda::gelu_forward(stream_, out, inp, n, inp16, out16, gemm_operands_ == DType::bf16);
 }
+void CudaDevice::gelu_forward_16bit(std::uint16_t* out16, const std::uint16_t* inp16,
+                                    std::int64_t n) {
+  DTRAIN_CHECK(gemm_operands_ != DType::f32, Errc::unavailable,
+               "gelu_forward_16bit: " << name() << " has fp32 GEMM operands");
+  const OpProfile::Span span = begin_op("gelu_forward", floats_moved(1.0 * n));  // 2 x 2 bytes
+  cuda::gelu_16bit(stream_, out16, inp16, n, gemm_operands_ == DType::bf16);
+}
 void CudaDevice::gelu_backward(float* dinp, const float* inp, const float* dout, std::int64_t n,
                                GradWrite dinp_write, const std::uint16_t* inp16) {
   const bool accumulate = dinp_write == GradWrite::accumulate;
@@ -127,6 +134,17 @@ void CudaDevice::crossentropy_forward(float* losses, float* lse, const float* lo
       "crossentropy_forward", floats_moved(1.0 * N * V + 3.0 * N));
   cuda::crossentropy_forward(stream_, losses, lse, logits, targets, N, V, Vp);
 }
+void CudaDevice::crossentropy_forward_16bit(float* losses, float* lse,
+                                            const std::uint16_t* logits16,
+                                            const std::int32_t* targets, int N, int V, int Vp) {
+  DTRAIN_CHECK(gemm_operands_ != DType::f32, Errc::unavailable,
+               "crossentropy_forward_16bit: " << name() << " has fp32 GEMM operands");
+  OpWork work = floats_moved(3.0 * N);
+  work.bytes += 2.0 * N * V;
+  const OpProfile::Span span = begin_op("crossentropy_forward", work);
+  cuda::crossentropy_forward_16bit(stream_, losses, lse, logits16, gemm_operands_ == DType::bf16,
+                                   targets, N, V, Vp);
+}
 void CudaDevice::crossentropy_backward(float* dlogits, const float* logits, const float* lse,
                                        const std::int32_t* targets, const float* dlosses, int N,
                                        int V, int Vp) {
@@ -167,14 +185,16 @@ void CudaDevice::crossentropy_shard_backward(float* dlogits, const float* logits
 void CudaDevice::crossentropy_backward_16bit(std::uint16_t* dlogits16, const float* logits,
                                              const float* lse, const std::int32_t* targets,
                                              const float* dlosses, int N, int V, int ld,
-                                             int vocab_start) {
+                                             int vocab_start, const std::uint16_t* logits16) {
   DTRAIN_CHECK(gemm_operands_ != DType::f32, Errc::invalid_argument,
                "crossentropy_backward_16bit: the GEMM operands are fp32");
-  OpWork work = floats_moved(1.0 * N * V + 3.0 * N);
-  work.bytes += 2.0 * N * ld;
+  DTRAIN_CHECK(N <= 0 || logits || logits16, Errc::invalid_argument,
+               "crossentropy_backward_16bit: no logits");
+  OpWork work = floats_moved(3.0 * N);
+  work.bytes += (logits16 ? 2.0 : 4.0) * N * V + 2.0 * N * ld;
   const OpProfile::Span span = begin_op("crossentropy_backward_16bit", work);
   cuda::crossentropy_backward_16bit(stream_, dlogits16, gemm_operands_ == DType::bf16, logits,
-                                    lse, targets, dlosses, N, V, ld, vocab_start);
+                                    logits16, lse, targets, dlosses, N, V, ld, vocab_start);
 }
 
 namespace {
