@@ -46,6 +46,19 @@ void Device::crossentropy_backward_16bit(std::uint16_t*, const float*, const flo
                                      << " has no 16-bit GEMM operands");
 }
 
+void Device::linear_forward_residual(float* out, const float* residual, const float* inp,
+                                     const float* weight, const float* bias, int N, int C, int OC,
+                                     const std::uint16_t* inp16) {
+  linear_forward(out, inp, weight, bias, N, C, OC, inp16);
+  residual_forward(out, residual, out, static_cast<std::int64_t>(N) * OC);
+}
+
+void Device::gelu_backward_rounded(std::uint16_t*, float*, const std::uint16_t*, const float*,
+                                   int, int) {
+  DTRAIN_FAIL(Errc::unavailable, "gelu_backward_rounded: " << name()
+                                     << " has no 16-bit GEMM operands");
+}
+
 void Device::gelu_forward_16bit(std::uint16_t*, const std::uint16_t*, std::int64_t) {
   DTRAIN_FAIL(Errc::unavailable, "gelu_forward_16bit: " << name() << " has no 16-bit GEMM operands");
 }

@@ -434,6 +434,17 @@ void GptModel::block_forward(Block& b, const float* residual, int B, int T, bool
     return kept16 ? reinterpret_cast<std::uint16_t*>(copy) : nullptr;
   };
   auto fp32 = [kept16](float* value) { return kept16 ? nullptr : value; };
+  // A projection's output joins the residual stream: in its GEMM where no reduction over the
+  // group comes between (one rank), else after the reduction.
+  auto project = [&](const nn::RowParallelLinear& proj, float* out, const float* res_in,
+                     const float* x, const std::uint16_t* x16) {
+    if (tp_.size() == 1) {
+      proj.forward_residual(d, out, res_in, x, N, x16);
+    } else {
+      proj.forward(d, proj_, x, N, x16);
+      d.residual_forward(out, res_in, leave_region_fwd(proj_, out, N, R), RC);
+    }
+  };
   // attention: res2 = residual + c_proj(attn(c_attn(ln_1(residual))))
   b.ln_1.forward(d, fp32(b.ln1), b.ln1_mean, b.ln1_rstd, residual, R, words(b.ln1_16));
   b.c_attn.forward(d, fp32(b.qkv), enter_region_fwd(b.ln1, R), N, words(b.ln1_16),
@@ -442,8 +453,7 @@ void GptModel::block_forward(Block& b, const float* residual, int B, int T, bool
   d.attention_forward(fp32(b.atty), b.att, att_ws_, fp32(b.qkv), B, T, C_local_, heads_local_,
                       words(b.qkv16), words(b.atty16));
   progress();
-  b.attn_proj.forward(d, proj_, b.atty, N, words(b.atty16));
-  d.residual_forward(b.res2, residual, leave_region_fwd(proj_, b.res2, N, R), RC);
+  project(b.attn_proj, b.res2, residual, b.atty, words(b.atty16));
   // MLP: res3 = res2 + c_proj(gelu(c_fc(ln_2(res2))))
   b.ln_2.forward(d, fp32(b.ln2), b.ln2_mean, b.ln2_rstd, b.res2, R, words(b.ln2_16));
   if (kept16) {  // c_fc's GEMM rounds its result into the copy that GELU and backward read
@@ -456,8 +466,7 @@ void GptModel::block_forward(Block& b, const float* residual, int B, int T, bool
     d.gelu_forward(b.fch_gelu, b.fch, NF);
   }
   if (!to_output) return;
-  b.mlp_proj.forward(d, proj_, b.fch_gelu, N, words(b.fch_gelu16));
-  d.residual_forward(b.res3, b.res2, leave_region_fwd(proj_, b.res3, N, R), RC);
+  project(b.mlp_proj, b.res3, b.res2, b.fch_gelu, words(b.fch_gelu16));
 }
 
 void GptModel::backward_stage(float dloss, const float* doutput, int chunk, int slot) {
@@ -541,9 +550,18 @@ void GptModel::backward_stage(float dloss, const float* doutput, int chunk, int 
     b.mlp_proj.backward(d, dfch_gelu_, leave_region_bwd(dres_, R), fp32_input(b.fch_gelu), N,
                         overwrite, kept_input(b.fch_gelu16));
     progress();
-    d.gelu_backward(dfch_, fp32_input(b.fch), dfch_gelu_, NF, overwrite, kept_input(b.fch16));
-    b.c_fc.backward(d, dln_, dfch_, fp32_input(enter_region_fwd(b.ln2, R)),  // re-gathered with SP
-                    N, overwrite, kept_input(b.ln2_16));
+    if (kept16 && b.c_fc.db) {
+      // GELU's gradient goes straight into the words c_fc's GEMMs read (in dfch_'s place),
+      // c_fc's bias gradient summed on the way
+      auto* dfch16 = reinterpret_cast<std::uint16_t*>(dfch_);
+      d.gelu_backward_rounded(dfch16, b.c_fc.db, kept_input(b.fch16), dfch_gelu_, N,
+                              hidden_local_);
+      b.c_fc.backward_from_words(d, dln_, dfch16, nullptr, N, overwrite, kept_input(b.ln2_16));
+    } else {
+      d.gelu_backward(dfch_, fp32_input(b.fch), dfch_gelu_, NF, overwrite, kept_input(b.fch16));
+      b.c_fc.backward(d, dln_, dfch_, fp32_input(enter_region_fwd(b.ln2, R)),  // re-gathered with SP
+                      N, overwrite, kept_input(b.ln2_16));
+    }
     progress();
     b.ln_2.backward(d, dres_, enter_region_bwd(dln_, N, R), b.res2, b.ln2_mean, b.ln2_rstd,
                     R);  // dres_ is now d(res2)

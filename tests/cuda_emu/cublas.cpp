@@ -114,8 +114,11 @@ cublasStatus_t check_and_size(const Gemm& g, const void* A, const void* B, const
   return CUBLAS_STATUS_SUCCESS;
 }
 
-// C = alpha op(A) op(B) (+ bias[i] on row i) + beta C, summed in fp32 and stored as g.c_type.
-void run_gemm(const Gemm& g, const void* A, const void* B, void* C, const float* bias = nullptr) {
+// D = (alpha op(A) op(B) + beta C) + bias[i] on row i, in fp32, stored as g.c_type (C's type
+// too). C is D unless given.
+void run_gemm(const Gemm& g, const void* A, const void* B, void* D, const float* bias = nullptr,
+              const void* C = nullptr) {
+  if (!C) C = D;
   // Operands after transposition and rounding: a is m x k, b is k x n, both column-major.
   std::vector<float> a(static_cast<std::size_t>(g.m) * g.k), b(static_cast<std::size_t>(g.k) * g.n);
   for (int p = 0; p < g.k; ++p)
@@ -139,7 +142,7 @@ void run_gemm(const Gemm& g, const void* A, const void* B, void* C, const float*
       float v = g.beta == 0.0f ? g.alpha * acc[i]
                                : g.alpha * acc[i] + g.beta * element(C, c0 + i, g.c_type);
       if (bias) v += bias[i];
-      store(C, c0 + i, g.c_type, v);
+      store(D, c0 + i, g.c_type, v);
     }
   }
 }
@@ -398,7 +401,7 @@ cublasStatus_t cublasLtMatmul(cublasLtHandle_t handle, cublasLtMatmulDesc_t desc
                               void* workspace, std::size_t workspace_bytes,
                               cudaStream_t stream) {
   if (!handle) return CUBLAS_STATUS_NOT_INITIALIZED;
-  if (!algo || C != D || c != d) return CUBLAS_STATUS_NOT_SUPPORTED;  // in place only, here
+  if (!algo || c != d) return CUBLAS_STATUS_NOT_SUPPORTED;  // C with D's layout only, here
   const bool bias = desc->epilogue == CUBLASLT_EPILOGUE_BIAS;
   const void* operands[5] = {A, B, C, D, bias ? desc->bias : nullptr};
   for (int i = 0; i < 5; ++i)
@@ -417,12 +420,14 @@ cublasStatus_t cublasLtMatmul(cublasLtHandle_t handle, cublasLtMatmulDesc_t desc
                a->type, c->type};
   if (!supported_types(a->type, b->type, c->type)) return CUBLAS_STATUS_NOT_SUPPORTED;
   cublasStatus_t st = check_and_size(g, A, B, D, 0, 0, 0, 1);
+  if (st == CUBLAS_STATUS_SUCCESS && C != D && g.beta != 0.0f)
+    st = check_and_size(g, A, B, C, 0, 0, 0, 1);
   if (st == CUBLAS_STATUS_SUCCESS && bias &&
       !dtrain_emu::device_range_ok(desc->bias, sizeof(float) * g.m, "cuBLASLt bias"))
     st = CUBLAS_STATUS_EXECUTION_FAILED;
   if (st != CUBLAS_STATUS_SUCCESS || g.m == 0 || g.n == 0) return st;
   ++g_lt_matmuls;
   const float* pbias = bias ? desc->bias : nullptr;  // read when it runs, as set now
-  dtrain_emu::enqueue(stream, [=] { run_gemm(g, A, B, D, pbias); });
+  dtrain_emu::enqueue(stream, [=] { run_gemm(g, A, B, D, pbias, C); });
   return CUBLAS_STATUS_SUCCESS;
 }

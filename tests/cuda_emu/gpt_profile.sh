@@ -49,7 +49,8 @@ work_is linear_backward 6 $(((2 * 2 * N * C * 12 * C + 2 * 2 * N * C * V) / 5))
 work_is gemm 6 $((2 * N * C * V))
 work_is attention_forward 6 $((2 * (C / 2) * T * T * 2 * 2 * 2))
 work_is gelu_forward 8 $((4 * 2 * N * 4 * C))      # read and written once
-work_is residual_forward 8 $((4 * 3 * N * C))      # two read, one written
+# the projections' GEMMs add the residual stream themselves at one rank: no pass of its own
+! grep -Eq "^  residual_forward " <<<"$log" || { echo "FAIL: a residual_forward pass ran"; exit 1; }
 profile_has flash_attention --precision bf16
 # the fused kernels take whole 64 x 64 blocks on and below the diagonal: one here (T = 16);
 # 2 products forward, 7 backward

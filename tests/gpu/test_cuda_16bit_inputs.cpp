@@ -149,6 +149,44 @@ TEST_F(CudaKernels, LinearForwardWrites16BitOutput) {
       << "the CPU";
 }
 
+// GELU's backward straight into the 16-bit operand of the linear layer before it, that layer's
+// bias gradient summed on the way, is gelu_backward (written over) followed by the rounding
+// and column sums linear_backward does, bit for bit: the words and the bias gradient (added
+// into what it held), over more rows than one chunk of the sums. Only under 16-bit GEMM
+// operands, never on the CPU.
+TEST_F(CudaKernels, GeluBackwardRoundedForTheLinearLayerBefore) {
+  const int N = 300, cols = 136;
+  const std::size_t n = static_cast<std::size_t>(N) * cols;
+  auto d_x = up(random_floats(n, 1, -4.0f, 4.0f)), d_dout = up(random_floats(n, 2));
+  const auto db0 = random_floats(static_cast<std::size_t>(cols), 3);
+  OnDevice<std::uint16_t> d_x16(gpu, n), d_want(gpu, n), d_got(gpu, n);
+  for (const DType fmt : {DType::bf16, DType::f16}) {
+    gputest::OperandFormat scoped(gpu, fmt);
+    gpu.convert_to_16bit(d_x16.get(), d_x.get(), static_cast<std::int64_t>(n), fmt);
+    auto d_grad = nans(n);
+    auto want_db = up(db0), got_db = up(db0);
+    gpu.gelu_backward(d_grad.get(), nullptr, d_dout.get(), static_cast<std::int64_t>(n),
+                      kOverwrite, d_x16.get());
+    gpu.convert_to_16bit(d_want.get(), d_grad.get(), static_cast<std::int64_t>(n), fmt);
+    gpu.linear_backward(nullptr, nullptr, want_db.get(), d_grad.get(), nullptr, nullptr, N, 1,
+                        cols);
+    gpu.gelu_backward_rounded(d_got.get(), got_db.get(), d_x16.get(), d_dout.get(), N, cols);
+    EXPECT_EQ(d_got.host(), d_want.host()) << dtrain::dtype_name(fmt);
+    EXPECT_EQ(got_db.host(), want_db.host()) << dtrain::dtype_name(fmt);
+  }
+  auto db = up(db0);
+  EXPECT_THROW(gpu.gelu_backward_rounded(d_got.get(), db.get(), d_x16.get(), d_dout.get(), N,
+                                         cols),
+               dtrain::Error)
+      << "fp32 operands";
+  std::vector<std::uint16_t> words(8);
+  std::vector<float> floats(8);
+  EXPECT_THROW(cpu.gelu_backward_rounded(words.data(), floats.data(), words.data(), floats.data(),
+                                         2, 4),
+               dtrain::Error)
+      << "the CPU";
+}
+
 // The loss from logits as 16-bit words (an LM head whose GEMM wrote them) is the loss from
 // those words widened, bit for bit, both ways: rows aligned for four words a load or not (an
 // odd row length), the gradient also written over the logits' own words. Only under 16-bit

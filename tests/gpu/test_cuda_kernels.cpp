@@ -118,6 +118,24 @@ TEST_F(CudaKernels, LinearForwardAndBackward) {
   cpu.linear_forward(out.data(), inp.data(), w.data(), nullptr, N, C, OC);
   gpu.linear_forward(d_out.get(), d_inp.get(), d_w.get(), nullptr, N, C, OC);
   expect_close(d_out.host(), out, kFp32Bound, "linear_forward (no bias)");
+  // joining a residual stream (written over NaN), with a bias and without (never the epilogue);
+  // the CPU's is its linear layer, then the residual added, bit for bit
+  const auto residual = random_floats(N * OC, 9);
+  auto d_residual = up(residual);
+  for (const bool with_bias : {true, false}) {
+    const std::string what = with_bias ? "linear_forward_residual (bias)" : "linear_forward_residual";
+    std::vector<float> want(out.size()), got(out.size());
+    cpu.linear_forward(want.data(), inp.data(), w.data(), with_bias ? bias.data() : nullptr, N, C,
+                       OC);
+    for (std::size_t i = 0; i < want.size(); ++i) want[i] = residual[i] + want[i];
+    cpu.linear_forward_residual(got.data(), residual.data(), inp.data(), w.data(),
+                                with_bias ? bias.data() : nullptr, N, C, OC);
+    EXPECT_EQ(got, want) << what << " on the CPU";
+    auto d_joined = nans(out.size());
+    gpu.linear_forward_residual(d_joined.get(), d_residual.get(), d_inp.get(), d_w.get(),
+                                with_bias ? d_bias.get() : nullptr, N, C, OC);
+    expect_close(d_joined.host(), want, kFp32Bound, what);
+  }
 
   cpu.linear_backward(dinp.data(), dw.data(), db.data(), dout.data(), inp.data(), w.data(), N, C,
                       OC);
@@ -182,8 +200,9 @@ TEST_F(CudaKernels, GemmsUnder16BitOperandsMultiplyRoundedCopies) {
 // and alignment of the operands and of the bias, reused for the same case, none for misaligned
 // pointers; and under DTRAIN_CUDA_EMU_LT=0 (no algorithm found) or DTRAIN_CUDA_GEMM_EPILOGUE=0
 // (no plans) every call takes the other path. (The emulator refuses a plan used with pointers
-// less aligned than it was made for.) Under 16-bit operands, an output wanted only as 16-bit
-// words is a case of its own: one more plan, and the epilogue writes the words.
+// less aligned than it was made for.) A residual added in the epilogue (C, beta 1) is a case of
+// its own: one more plan, one call, the CPU's linear layer plus the residual. Under 16-bit
+// operands, an output wanted only as 16-bit words is one too: the epilogue writes the words.
 // (Before LinearForwardKeepsABoundedNumberOfEpiloguePlans, which fills the device's plans.)
 TEST_F(CudaKernels, LinearForwardBiasInTheEpilogueOrBeforeTheGemm) {
   const int N = 70, C = 48, OC = 36;  // a shape no other test uses: its plans start here
@@ -222,6 +241,22 @@ TEST_F(CudaKernels, LinearForwardBiasInTheEpilogueOrBeforeTheGemm) {
     if (heuristics && matmuls) {
       EXPECT_EQ(heuristics() - h0, static_cast<std::size_t>(plans ? c.new_plan : 0));
       EXPECT_EQ(matmuls() - m0, static_cast<std::size_t>(found ? c.aligned : 0));
+    }
+  }
+  {
+    auto residual = random_floats(N * OC, 14);
+    auto d_residual = up(residual);
+    cpu.linear_forward(out.data(), inp.data(), w.data(), bias.data(), N, C, OC);
+    for (std::size_t i = 0; i < out.size(); ++i) out[i] += residual[i];
+    const std::size_t h0 = heuristics ? heuristics() : 0, m0 = matmuls ? matmuls() : 0;
+    gpu.linear_forward_residual(d_out.get(), d_residual.get(), d_inp.get(), d_w.get(),
+                                d_bias.get(), N, C, OC);
+    const std::vector<float> all = d_out.host();
+    expect_close(std::vector<float>(all.begin(), all.begin() + N * OC), out, kFp32Bound,
+                 "linear_forward_residual");
+    if (heuristics && matmuls) {
+      EXPECT_EQ(heuristics() - h0, plans ? 1u : 0u) << "residual";
+      EXPECT_EQ(matmuls() - m0, found ? 1u : 0u) << "residual";
     }
   }
   gputest::OperandFormat scoped(gpu, DType::bf16);

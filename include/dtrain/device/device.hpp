@@ -117,6 +117,13 @@ class DTRAIN_API Device {
                               const float* bias, int N, int C, int OC,
                               const std::uint16_t* inp16 = nullptr,
                               std::uint16_t* out16 = nullptr) = 0;
+  // out[N,OC] = residual[N,OC] + (inp · weight^T + bias): a layer whose output joins a
+  // residual stream. The default is linear_forward into out, then residual_forward (the same
+  // values bit for bit); a device may add the residual in the GEMM's epilogue instead. out may
+  // not alias residual.
+  virtual void linear_forward_residual(float* out, const float* residual, const float* inp,
+                                       const float* weight, const float* bias, int N, int C,
+                                       int OC, const std::uint16_t* inp16 = nullptr);
   // dinp[N,C] += dout·W (= with overwrite); dweight[OC,C] += dout^T·inp; dbias[OC] +=
   // sum_n dout. dinp or dbias may be null (not needed / no bias). Under a 16-bit
   // gemm_operand_format, inp may be null where inp16 is given, and dout where dout16 is and
@@ -172,6 +179,15 @@ class DTRAIN_API Device {
   virtual void gelu_backward(float* dinp, const float* inp, const float* dout, std::int64_t n,
                              GradWrite dinp_write = GradWrite::accumulate,
                              const std::uint16_t* inp16 = nullptr) = 0;
+  // For GELU after a linear layer with a bias (rows x cols): the gradient gelu_backward writes
+  // from inp16 and dout, rounded into dinp16, words of a 16-bit gemm_operand_format() (that
+  // layer's linear_backward dout16), and its column sums over the fp32 values added into
+  // dbias[cols] (the layer's bias gradient, as linear_backward sums it). One pass over the
+  // gradient where gelu_backward and linear_backward's rounding made two. Only a device with
+  // 16-bit GEMM operands has it; the default throws Error(Errc::unavailable).
+  virtual void gelu_backward_rounded(std::uint16_t* dinp16, float* dbias,
+                                     const std::uint16_t* inp16, const float* dout, int rows,
+                                     int cols);
 
   // ---- causal multi-head self-attention ------------------------------------
   // qkv[B,T,3C] (q, k, v blocks, each NH heads x C/NH) -> out[B,T,C]; saves in att what

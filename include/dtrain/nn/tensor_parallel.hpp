@@ -96,6 +96,14 @@ struct DTRAIN_API ColumnParallelLinear {
                 const std::uint16_t* x16 = nullptr) const {
     dev.linear_backward(dx, dw, db, dy_local, x, w, N, in, out_local, dx_write, x16);
   }
+  // The same from the output gradient as 16-bit words of the GEMM operand format
+  // (linear_backward's dout16), whose bias gradient the caller has added into db already
+  // (Device::gelu_backward_rounded).
+  void backward_from_words(Device& dev, float* dx, const std::uint16_t* dy16, const float* x,
+                           int N, Device::GradWrite dx_write = Device::GradWrite::accumulate,
+                           const std::uint16_t* x16 = nullptr) const {
+    dev.linear_backward(dx, dw, nullptr, nullptr, x, w, N, in, out_local, dx_write, x16, dy16);
+  }
 };
 
 // y_partial[N, out] = x_local[N, in/p] · W_local^T: logical W [out, in] split by input columns
@@ -116,6 +124,13 @@ struct DTRAIN_API RowParallelLinear {
   void forward(Device& dev, float* y_partial, const float* x_local, int N,
                const std::uint16_t* x16 = nullptr) const {
     dev.linear_forward(y_partial, x_local, w, adds_bias ? b : nullptr, N, in_local, out, x16);
+  }
+  // y = residual + forward's output, for a group of one rank, whose output is already the full
+  // sum (Device::linear_forward_residual: the GEMM may add the residual itself).
+  void forward_residual(Device& dev, float* y, const float* residual, const float* x_local,
+                        int N, const std::uint16_t* x16 = nullptr) const {
+    dev.linear_forward_residual(y, residual, x_local, w, adds_bias ? b : nullptr, N, in_local,
+                                out, x16);
   }
   // dx_local[N, in/p] += (or = with overwrite) dy · W_local (dx_local may be null).
   void backward(Device& dev, float* dx_local, const float* dy, const float* x_local, int N,

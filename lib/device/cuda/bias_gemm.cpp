@@ -30,7 +30,7 @@ bool BiasGemm::Case::operator==(const Case& o) const {
   return trans_a == o.trans_a && trans_b == o.trans_b && m == o.m && n == o.n && k == o.k &&
          lda == o.lda && ldb == o.ldb && ldc == o.ldc && type == o.type && ab_type == o.ab_type &&
          d_type == o.d_type && align_a == o.align_a && align_b == o.align_b &&
-         align_d == o.align_d &&
+         align_d == o.align_d && adds_c == o.adds_c && align_c == o.align_c &&
          align_bias == o.align_bias;
 }
 
@@ -83,7 +83,8 @@ BiasGemm::Plan* BiasGemm::plan_for(const Case& key, const float* bias) {
         static_cast<std::uint64_t>(workspace_bytes_));
     set(pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_A_BYTES, key.align_a);
     set(pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_B_BYTES, key.align_b);
-    set(pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_C_BYTES, key.align_d);  // C is D (beta 0)
+    // C has D's layout: D itself (beta 0) or the residual (beta 1)
+    set(pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_C_BYTES, key.adds_c ? key.align_c : key.align_d);
     set(pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_D_BYTES, key.align_d);
     cublasLtMatmulHeuristicResult_t result{};
     int found = 0;
@@ -106,19 +107,25 @@ BiasGemm::Plan* BiasGemm::plan_for(const Case& key, const float* bias) {
 }
 
 bool BiasGemm::run(const ColumnMajorGemm& g, const void* a, const void* b, cudaDataType ab_type,
-                   void* d, cudaDataType d_type, const float* bias, cublasComputeType_t type) {
-  const Case key{g.trans_a,    g.trans_b,    g.m,          g.n,          g.k,
-                 g.lda,        g.ldb,        g.ldc,        type,         ab_type,
-                 d_type,       alignment(a), alignment(b), alignment(d), alignment(bias)};
-  if (key.align_a < 16 || key.align_b < 16 || key.align_d < 16 || key.align_bias < 16)
+                   void* d, cudaDataType d_type, const float* bias, cublasComputeType_t type,
+                   const float* c) {
+  if (c && d_type != CUDA_R_32F) return false;  // C would have to be D's type
+  const Case key{g.trans_a,      g.trans_b,    g.m,          g.n,
+                 g.k,            g.lda,        g.ldb,        g.ldc,
+                 type,           ab_type,      d_type,       alignment(a),
+                 alignment(b),   alignment(d), alignment(bias), c ? alignment(c) : 256u,
+                 c != nullptr};
+  if (key.align_a < 16 || key.align_b < 16 || key.align_d < 16 || key.align_bias < 16 ||
+      key.align_c < 16)
     return false;
   const Plan* p = plan_for(key, bias);
   if (!p || !p->usable) return false;
   // The bias pointer is the one attribute that changes between calls (a memcpy, no allocation).
   set(p->desc, CUBLASLT_MATMUL_DESC_BIAS_POINTER, static_cast<const void*>(bias));
   const float one = 1.0f, zero = 0.0f;
-  DTRAIN_CUDA(cublasLtMatmul(lt_, p->desc, &one, a, p->a, b, p->b, &zero, d, p->d, d, p->d,
-                             &p->algo, workspace_, workspace_bytes_, stream_));
+  DTRAIN_CUDA(cublasLtMatmul(lt_, p->desc, &one, a, p->a, b, p->b, c ? &one : &zero,
+                             c ? static_cast<const void*>(c) : d, p->d, d, p->d, &p->algo,
+                             workspace_, workspace_bytes_, stream_));
   return true;
 }
 

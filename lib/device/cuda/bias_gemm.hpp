@@ -1,7 +1,8 @@
 #pragma once
-// BiasGemm: D = op(A) op(B) + bias in one cuBLASLt call, the bias (fp32, one value per row of
-// the column-major D, i.e. per output feature of a linear layer) added in the GEMM's epilogue
-// (CUBLASLT_EPILOGUE_BIAS), D in fp32 or rounded to a 16-bit format there. linear_forward then
+// BiasGemm: D = op(A) op(B) [+ C] + bias in one cuBLASLt call, the bias (fp32, one value per
+// row of the column-major D, i.e. per output feature of a linear layer) added in the GEMM's
+// epilogue (CUBLASLT_EPILOGUE_BIAS), D in fp32 or rounded to a 16-bit format there; C (fp32,
+// D's shape, beta 1), where given, is a residual stream the output joins. linear_forward then
 // writes its output once, instead of laying the bias down first and having the GEMM read it
 // back and add onto it (or rounding an fp32 result in a pass of its own). A plan (the
 // descriptors and the heuristic's algorithm) is made once per case, the shape, compute type
@@ -24,14 +25,16 @@ class BiasGemm {
   BiasGemm(const BiasGemm&) = delete;
   BiasGemm& operator=(const BiasGemm&) = delete;
 
-  // Queues D = op(A) op(B) + bias with g's shape and leading dimensions, A and B read from
-  // `a` and `b` as `ab_type`, D written to `d` as `d_type` (g's pointers and strides unused:
-  // one product). Returns false, with nothing queued, where cuBLASLt has no algorithm for the
-  // case (whether it takes an fp32 bias with a 16-bit D is its heuristic's answer), a pointer
-  // is not 16-byte aligned, or kMaxPlans plans exist and the case is new; the caller then
-  // takes its other path.
+  // Queues D = op(A) op(B) + C + bias with g's shape and leading dimensions, A and B read from
+  // `a` and `b` as `ab_type`, D written to `d` as `d_type`, C read from `c` (null: none; else
+  // fp32 like D, with D's leading dimension; g's pointers and strides unused: one product).
+  // Returns false, with nothing queued, where cuBLASLt has no algorithm for the case (whether
+  // it takes an fp32 bias with a 16-bit D is its heuristic's answer), a pointer is not 16-byte
+  // aligned, or kMaxPlans plans exist and the case is new; the caller then takes its other
+  // path.
   bool run(const ColumnMajorGemm& g, const void* a, const void* b, cudaDataType ab_type, void* d,
-           cudaDataType d_type, const float* bias, cublasComputeType_t type);
+           cudaDataType d_type, const float* bias, cublasComputeType_t type,
+           const float* c = nullptr);
 
  private:
   struct Case {
@@ -39,7 +42,8 @@ class BiasGemm {
     int m, n, k, lda, ldb, ldc;
     cublasComputeType_t type;
     cudaDataType ab_type, d_type;
-    std::uint32_t align_a, align_b, align_d, align_bias;  // bytes, at most 256
+    std::uint32_t align_a, align_b, align_d, align_bias, align_c;  // bytes, at most 256
+    bool adds_c;
     bool operator==(const Case& o) const;
   };
   struct Plan {

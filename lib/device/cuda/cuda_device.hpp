@@ -80,6 +80,9 @@ class CudaDevice final : public Device {
   void linear_forward(float* out, const float* inp, const float* weight, const float* bias, int N,
                       int C, int OC, const std::uint16_t* inp16,
                       std::uint16_t* out16) override;
+  void linear_forward_residual(float* out, const float* residual, const float* inp,
+                               const float* weight, const float* bias, int N, int C, int OC,
+                               const std::uint16_t* inp16) override;
   void linear_backward(float* dinp, float* dweight, float* dbias, const float* dout,
                        const float* inp, const float* weight, int N, int C, int OC,
                        GradWrite dinp_write, const std::uint16_t* inp16,
@@ -108,6 +111,8 @@ class CudaDevice final : public Device {
                           std::int64_t n) override;
   void gelu_backward(float* dinp, const float* inp, const float* dout, std::int64_t n,
                      GradWrite dinp_write, const std::uint16_t* inp16) override;
+  void gelu_backward_rounded(std::uint16_t* dinp16, float* dbias, const std::uint16_t* inp16,
+                             const float* dout, int rows, int cols) override;
   void attention_forward(float* out, float* att, float* workspace, const float* qkv, int B,
                          int T, int C, int NH, const std::uint16_t* qkv16 = nullptr,
                          std::uint16_t* out16 = nullptr) override;
@@ -193,6 +198,11 @@ class CudaDevice final : public Device {
   // (fp32, or x's 16-bit format: the fp32 result rounded to nearest even).
   void run_gemm(const ColumnMajorGemm& g, const GemmOperands& x, float alpha, float beta,
                 void* c, cudaDataType c_type);
+  // Both linear forwards without their profile span: out = inp · weight^T + bias (+ residual
+  // where given), and its 16-bit copy where out16 is given (only the copy where out is null).
+  void queue_linear(float* out, const float* residual, const float* inp, const float* weight,
+                    const float* bias, int N, int C, int OC, const std::uint16_t* inp16,
+                    std::uint16_t* out16);
   // linear_forward's result rounded by the GEMM itself into out16 (g, x: its product and
   // operands); false, with nothing queued, where cuBLASLt has no algorithm for it.
   bool linear_into_16bit(const ColumnMajorGemm& g, const GemmOperands& x, const float* bias,

@@ -128,6 +128,22 @@ void CudaDevice::linear_forward(float* out, const float* inp, const float* weigh
   if (bias) work.bytes += 4.0 * OC;
   if (!out) work.bytes -= 2.0 * N * OC;  // 16-bit words written instead of floats
   const OpProfile::Span span = begin_op("linear_forward", work);
+  queue_linear(out, nullptr, inp, weight, bias, N, C, OC, inp16, out16);
+}
+
+// The residual joins in the bias epilogue (cuBLASLt's C, beta 1); without it, a pass after.
+void CudaDevice::linear_forward_residual(float* out, const float* residual, const float* inp,
+                                         const float* weight, const float* bias, int N, int C,
+                                         int OC, const std::uint16_t* inp16) {
+  OpWork work = gemm_work(N, OC, C, true);  // reads the residual
+  if (bias) work.bytes += 4.0 * OC;
+  const OpProfile::Span span = begin_op("linear_forward", work);
+  queue_linear(out, residual, inp, weight, bias, N, C, OC, inp16, nullptr);
+}
+
+void CudaDevice::queue_linear(float* out, const float* residual, const float* inp,
+                              const float* weight, const float* bias, int N, int C, int OC,
+                              const std::uint16_t* inp16, std::uint16_t* out16) {
   if (N <= 0 || OC <= 0) return;
   const std::size_t NO = static_cast<std::size_t>(N) * OC;
   ColumnMajorGemm g = column_major_gemm(false, true, N, OC, C, inp, C, 0, weight, C, 0, out, OC, 0);
@@ -138,7 +154,8 @@ void CudaDevice::linear_forward(float* out, const float* inp, const float* weigh
     out = g.c = scratch(NO);
   }
   const bool epilogue = bias && bias_gemm_ && C > 0 &&
-                        bias_gemm_->run(g, x.a, x.b, x.type, out, CUDA_R_32F, bias, compute_type());
+                        bias_gemm_->run(g, x.a, x.b, x.type, out, CUDA_R_32F, bias,
+                                        compute_type(), residual);
   if (!epilogue) {
     if (bias) broadcast_rows(stream_, out, bias, N, OC);
     const float beta = bias ? 1.0f : 0.0f;
@@ -146,6 +163,7 @@ void CudaDevice::linear_forward(float* out, const float* inp, const float* weigh
       run_gemm(g, x, 1.0f, beta, out, CUDA_R_32F);
     else  // as on the CPU: no products, the bias or zeros
       scale_matrix(stream_, out, N, OC, OC, beta, 1, 0);
+    if (residual) cuda::residual_forward(stream_, out, residual, out, static_cast<std::int64_t>(NO));
   }
   if (out16) cuda::convert_to_16bit(stream_, out16, out, static_cast<std::int64_t>(NO),
                                     gemm_operands_ == DType::bf16);

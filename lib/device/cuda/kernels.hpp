@@ -84,6 +84,12 @@ void gelu_16bit(cudaStream_t s, std::uint16_t* out16, const std::uint16_t* inp16
                 bool bf16);
 void gelu_backward(cudaStream_t s, float* dinp, const float* inp, const float* dout,
                    std::int64_t n, bool accumulate);
+// dinp16[N, C] = the gradient from the input's words (written over), rounded to bf16 (or fp16)
+// words, and dbias[C] += its column sums over the fp32 values, as column_sum_accumulate_and_round
+// sums them; scratch holds column_sum_scratch_floats(N, C) floats.
+void gelu_backward_rounded(cudaStream_t s, std::uint16_t* dinp16, float* dbias,
+                           const std::uint16_t* inp16, const float* dout, int N, int C, bool bf16,
+                           float* scratch);
 // The same from the input as bf16 (or fp16) words.
 void gelu_backward_16bit(cudaStream_t s, float* dinp, const std::uint16_t* inp16, bool bf16,
                          const float* dout, std::int64_t n, bool accumulate);

@@ -65,19 +65,35 @@ template <bool Bf16> struct HalfInput {
 using Bf16Input = HalfInput<true>;
 using F16Input = HalfInput<false>;
 
+__device__ __forceinline__ float gelu_grad(float x) {
+  const float th = tanhf(kSqrt2OverPi * (x + kCubic * x * x * x));
+  const float sech2 = 1.0f - th * th;
+  return 0.5f * (1.0f + th) + 0.5f * x * sech2 * kSqrt2OverPi * (1.0f + 3.0f * kCubic * x * x);
+}
+
 template <class Input>
 __global__ void gelu_backward_kernel(float* dinp, Input inp, const float* dout, std::int64_t n,
                                      bool accumulate) {
   for (std::int64_t i = blockIdx.x * static_cast<std::int64_t>(blockDim.x) + threadIdx.x; i < n;
-       i += static_cast<std::int64_t>(gridDim.x) * blockDim.x) {
-    const float x = inp[i];
-    const float th = tanhf(kSqrt2OverPi * (x + kCubic * x * x * x));
-    const float sech2 = 1.0f - th * th;
-    const float grad =
-        0.5f * (1.0f + th) + 0.5f * x * sech2 * kSqrt2OverPi * (1.0f + 3.0f * kCubic * x * x);
-    dinp[i] = (accumulate ? dinp[i] : 0.0f) + grad * dout[i];
-  }
+       i += static_cast<std::int64_t>(gridDim.x) * blockDim.x)
+    dinp[i] = (accumulate ? dinp[i] : 0.0f) + gelu_grad(inp[i]) * dout[i];
 }
+
+// Element (n, c) of GELU's input gradient from the input's words, written rounded into words
+// as it is handed to the column sums (column_sums_accumulate's Load): the gradient, the 16-bit
+// operand of the GEMMs after it and its column sums in one pass.
+template <class Input> struct GeluGradRoundingLoad {
+  Input inp;
+  const float* dout;
+  std::uint16_t* dinp16;
+  int C;
+  bool bf16;
+  __device__ void operator()(int n, int c, float (&v)[1]) const {
+    const std::int64_t i = static_cast<std::int64_t>(n) * C + c;
+    v[0] = 0.0f + gelu_grad(inp[i]) * dout[i];  // gelu_backward's value, written over
+    dinp16[i] = round_to(v[0], bf16);
+  }
+};
 
 }  // namespace
 
@@ -111,6 +127,21 @@ void gelu_backward(cudaStream_t s, float* dinp, const float* inp, const float* d
   gelu_backward_kernel<FloatInput><<<blocks_for(n), kThreads, 0, s>>>(dinp, FloatInput{inp},
                                                                       dout, n, accumulate);
   check_launch("gelu_backward");
+}
+
+void gelu_backward_rounded(cudaStream_t s, std::uint16_t* dinp16, float* dbias,
+                           const std::uint16_t* inp16, const float* dout, int N, int C, bool bf16,
+                           float* scratch) {
+  if (N <= 0 || C <= 0) return;
+  const ColumnTargets<1> sums{{dbias}};
+  if (bf16) {
+    column_sums_accumulate<1>(s, sums, scratch, N, C,
+                              GeluGradRoundingLoad<Bf16Input>{{inp16}, dout, dinp16, C, true});
+  } else {
+    column_sums_accumulate<1>(s, sums, scratch, N, C,
+                              GeluGradRoundingLoad<F16Input>{{inp16}, dout, dinp16, C, false});
+  }
+  check_launch("gelu_backward_rounded");
 }
 
 void gelu_backward_16bit(cudaStream_t s, float* dinp, const std::uint16_t* inp16, bool bf16,

@@ -70,6 +70,19 @@ void CudaDevice::gelu_forward_16bit(std::uint16_t* out16, const std::uint16_t* i
   const OpProfile::Span span = begin_op("gelu_forward", floats_moved(1.0 * n));  // 2 x 2 bytes
   cuda::gelu_16bit(stream_, out16, inp16, n, gemm_operands_ == DType::bf16);
 }
+void CudaDevice::gelu_backward_rounded(std::uint16_t* dinp16, float* dbias,
+                                       const std::uint16_t* inp16, const float* dout, int rows,
+                                       int cols) {
+  DTRAIN_CHECK(gemm_operands_ != DType::f32, Errc::unavailable,
+               "gelu_backward_rounded: " << name() << " has fp32 GEMM operands");
+  const double n = static_cast<double>(rows) * cols;
+  OpWork work = floats_moved(n);        // dout
+  work.bytes += 4.0 * n + 8.0 * cols;  // the input's and the gradient's words; dbias
+  const OpProfile::Span span = begin_op("gelu_backward", work);
+  cuda::gelu_backward_rounded(stream_, dinp16, dbias, inp16, dout, rows, cols,
+                              gemm_operands_ == DType::bf16,
+                              scratch(column_sum_scratch_floats(rows, cols)));
+}
 void CudaDevice::gelu_backward(float* dinp, const float* inp, const float* dout, std::int64_t n,
                                GradWrite dinp_write, const std::uint16_t* inp16) {
   const bool accumulate = dinp_write == GradWrite::accumulate;
