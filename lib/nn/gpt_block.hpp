@@ -37,9 +37,9 @@ struct GptModel::Block {
   }
   // Which kept16() entries the device reads as their 16-bit copies under
   // GptModel::reads_kept16: all but the attention's saved statistics (att): the linear
-  // layers' inputs (ln1, atty, ln2, fch_gelu) and the attention's (qkv), written by
-  // block_forward as soon as computed and read by both directions, and GELU's (fch, whose
-  // copy GELU's forward writes) for its backward.
+  // layers' inputs (ln1, atty, ln2, fch_gelu) and the attention's (qkv, which c_attn's GEMM
+  // writes), written by block_forward as soon as computed and read by both directions, and
+  // GELU's (fch, which c_fc's GEMM writes), read by GELU both ways.
   static constexpr std::array<bool, kKept16> kReadAsKept{true, true, true, false, true, true, true};
   // Of those, the ones block_forward keeps itself (the others: keep_16bit at the block's end).
   static constexpr std::array<bool, kKept16> kKeptByForward{true, true, true, false, true, true, true};

@@ -402,6 +402,9 @@ cublasStatus_t cublasLtMatmul(cublasLtHandle_t handle, cublasLtMatmulDesc_t desc
                               cudaStream_t stream) {
   if (!handle) return CUBLAS_STATUS_NOT_INITIALIZED;
   if (!algo || c != d) return CUBLAS_STATUS_NOT_SUPPORTED;  // C with D's layout only, here
+  // DTRAIN_CUDA_EMU_LT=refuse: the matmul refuses what the heuristic offered, nothing queued
+  const char* lt = std::getenv("DTRAIN_CUDA_EMU_LT");
+  if (lt && std::strcmp(lt, "refuse") == 0) return CUBLAS_STATUS_NOT_SUPPORTED;
   const bool bias = desc->epilogue == CUBLASLT_EPILOGUE_BIAS;
   const void* operands[5] = {A, B, C, D, bias ? desc->bias : nullptr};
   for (int i = 0; i < 5; ++i)

@@ -198,8 +198,9 @@ TEST_F(CudaKernels, GemmsUnder16BitOperandsMultiplyRoundedCopies) {
 // is 16-byte aligned and otherwise lays the bias down before the GEMM; both agree with the CPU.
 // On the emulator, which counts cuBLASLt's calls, also: a plan (one heuristic query) per shape
 // and alignment of the operands and of the bias, reused for the same case, none for misaligned
-// pointers; and under DTRAIN_CUDA_EMU_LT=0 (no algorithm found) or DTRAIN_CUDA_GEMM_EPILOGUE=0
-// (no plans) every call takes the other path. (The emulator refuses a plan used with pointers
+// pointers; and under DTRAIN_CUDA_EMU_LT=0 (no algorithm found), DTRAIN_CUDA_EMU_LT=refuse (the
+// matmul refuses the algorithm found: the plan is retired) or DTRAIN_CUDA_GEMM_EPILOGUE=0 (no
+// plans) every call takes the other path. (The emulator refuses a plan used with pointers
 // less aligned than it was made for.) A residual added in the epilogue (C, beta 1) is a case of
 // its own: one more plan, one call, the CPU's linear layer plus the residual. Under 16-bit
 // operands, an output wanted only as 16-bit words is one too: the epilogue writes the words.
@@ -217,7 +218,10 @@ TEST_F(CudaKernels, LinearForwardBiasInTheEpilogueOrBeforeTheGemm) {
     const char* v = std::getenv(name);
     return v && std::string(v) == "0";
   };
-  const bool plans = !off("DTRAIN_CUDA_GEMM_EPILOGUE"), found = plans && !off("DTRAIN_CUDA_EMU_LT");
+  const char* lt = std::getenv("DTRAIN_CUDA_EMU_LT");
+  const bool refused = lt && std::string(lt) == "refuse";
+  const bool plans = !off("DTRAIN_CUDA_GEMM_EPILOGUE"),
+             found = plans && !off("DTRAIN_CUDA_EMU_LT") && !refused;
   struct Case {
     int shift;           // floats past each allocation's 256-byte aligned start
     int bias_shift;      // the same for the bias

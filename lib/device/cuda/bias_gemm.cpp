@@ -118,14 +118,21 @@ bool BiasGemm::run(const ColumnMajorGemm& g, const void* a, const void* b, cudaD
   if (key.align_a < 16 || key.align_b < 16 || key.align_d < 16 || key.align_bias < 16 ||
       key.align_c < 16)
     return false;
-  const Plan* p = plan_for(key, bias);
+  Plan* p = plan_for(key, bias);
   if (!p || !p->usable) return false;
   // The bias pointer is the one attribute that changes between calls (a memcpy, no allocation).
   set(p->desc, CUBLASLT_MATMUL_DESC_BIAS_POINTER, static_cast<const void*>(bias));
   const float one = 1.0f, zero = 0.0f;
-  DTRAIN_CUDA(cublasLtMatmul(lt_, p->desc, &one, a, p->a, b, p->b, c ? &one : &zero,
-                             c ? static_cast<const void*>(c) : d, p->d, d, p->d, &p->algo,
-                             workspace_, workspace_bytes_, stream_));
+  const cublasStatus_t status = cublasLtMatmul(
+      lt_, p->desc, &one, a, p->a, b, p->b, c ? &one : &zero, c ? static_cast<const void*>(c) : d,
+      p->d, d, p->d, &p->algo, workspace_, workspace_bytes_, stream_);
+  // A refusal of the case the heuristic offered (nothing queued) retires the plan, and this
+  // call and later ones take the caller's other path; anything else is an error.
+  if (status == CUBLAS_STATUS_NOT_SUPPORTED) {
+    p->usable = false;
+    return false;
+  }
+  check(status, "cublasLtMatmul");
   return true;
 }
 

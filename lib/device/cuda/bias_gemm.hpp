@@ -29,9 +29,10 @@ class BiasGemm {
   // `a` and `b` as `ab_type`, D written to `d` as `d_type`, C read from `c` (null: none; else
   // fp32 like D, with D's leading dimension; g's pointers and strides unused: one product).
   // Returns false, with nothing queued, where cuBLASLt has no algorithm for the case (whether
-  // it takes an fp32 bias with a 16-bit D is its heuristic's answer), a pointer is not 16-byte
-  // aligned, or kMaxPlans plans exist and the case is new; the caller then takes its other
-  // path.
+  // it takes an fp32 bias with a 16-bit D is its heuristic's answer) or refuses the one it
+  // offered (CUBLAS_STATUS_NOT_SUPPORTED from the matmul: the plan is retired), a pointer is
+  // not 16-byte aligned, or kMaxPlans plans exist and the case is new; the caller then takes
+  // its other path.
   bool run(const ColumnMajorGemm& g, const void* a, const void* b, cudaDataType ab_type, void* d,
            cudaDataType d_type, const float* bias, cublasComputeType_t type,
            const float* c = nullptr);
