@@ -126,41 +126,82 @@ __global__ void layernorm_forward_rows_kernel(float* out, float* mean, float* rs
   }
 }
 
+// The parameter gradients' sums of a block of rows: each warp sums its rows, then the warps'
+// sums are added in warp order (fixed, so every run gives the same bits).
+constexpr int kBackwardRowsPerBlock = 64;  // 8 a warp
+
+// Backward of a warp's rows, as the block kernel computes each: dinp += rstd * (dnorm -
+// mean(dnorm) - xhat * mean(dnorm * xhat)). On the way, the block's sums of the parameter
+// gradients (dweight: dout * xhat, dbias: dout) go to partials[k][block][c], which
+// column_finish_kernel adds up over the blocks in order: dout and inp are read once, where a
+// second pass over both summed them again.
+// Two blocks a multiprocessor: at most 128 registers a thread, which GPT-2's rows (C = 768,
+// Q = 6) fit without spilling (ptxas, sm_90); without the bound they took 138, one block.
 template <int Q>
-__global__ void layernorm_backward_input_rows_kernel(float* dinp, const float* dout,
-                                                     const float* inp, const float* weight,
-                                                     const float* mean, const float* rstd,
-                                                     int N, int C) {
-  const int lane = threadIdx.x & 31, quads = C / 4;
-  const std::int64_t n = static_cast<std::int64_t>(blockIdx.x) * kRowsPerBlock + (threadIdx.x >> 5);
-  if (n >= N) return;
-  const float m = mean[n], s = rstd[n];
-  float4 xhat[Q], dn[Q];
-  float sum_dn = 0.0f, sum_dn_xhat = 0.0f;
+__global__ void __launch_bounds__(kThreads, 2)
+    layernorm_backward_rows_kernel(float* dinp, float* partials, const float* dout,
+                                   const float* inp, const float* weight, const float* mean,
+                                   const float* rstd, int N, int C, int blocks) {
+  __shared__ float4 warp_sums[kRowsPerBlock][32 * Q];
+  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, quads = C / 4;
+  float4 sum_w[Q], sum_b[Q];
   #pragma unroll
-  for (int q = 0; q < Q; ++q) {
-    const int i = lane + 32 * q;
-    const float4 x = load_quad(inp + n * C, i, quads), d = load_quad(dout + n * C, i, quads);
-    const float4 w = load_quad(weight, i, quads);
-    xhat[q] = float4{(x.x - m) * s, (x.y - m) * s, (x.z - m) * s, (x.w - m) * s};
-    dn[q] = float4{d.x * w.x, d.y * w.y, d.z * w.z, d.w * w.w};
-    sum_dn += (dn[q].x + dn[q].y) + (dn[q].z + dn[q].w);
-    sum_dn_xhat += (dn[q].x * xhat[q].x + dn[q].y * xhat[q].y) +
-                   (dn[q].z * xhat[q].z + dn[q].w * xhat[q].w);
+  for (int q = 0; q < Q; ++q) sum_w[q] = sum_b[q] = float4{0.0f, 0.0f, 0.0f, 0.0f};
+  const std::int64_t first = static_cast<std::int64_t>(blockIdx.x) * kBackwardRowsPerBlock;
+  for (int r = warp; r < kBackwardRowsPerBlock && first + r < N; r += kRowsPerBlock) {
+    const std::int64_t n = first + r;
+    const float m = mean[n], s = rstd[n];
+    float4 xhat[Q], dn[Q];
+    float sum_dn = 0.0f, sum_dn_xhat = 0.0f;
+    #pragma unroll
+    for (int q = 0; q < Q; ++q) {
+      const int i = lane + 32 * q;
+      const float4 x = load_quad(inp + n * C, i, quads), d = load_quad(dout + n * C, i, quads);
+      const float4 w = load_quad(weight, i, quads);
+      xhat[q] = float4{(x.x - m) * s, (x.y - m) * s, (x.z - m) * s, (x.w - m) * s};
+      dn[q] = float4{d.x * w.x, d.y * w.y, d.z * w.z, d.w * w.w};
+      sum_dn += (dn[q].x + dn[q].y) + (dn[q].z + dn[q].w);
+      sum_dn_xhat += (dn[q].x * xhat[q].x + dn[q].y * xhat[q].y) +
+                     (dn[q].z * xhat[q].z + dn[q].w * xhat[q].w);
+      sum_w[q].x += d.x * xhat[q].x;
+      sum_w[q].y += d.y * xhat[q].y;
+      sum_w[q].z += d.z * xhat[q].z;
+      sum_w[q].w += d.w * xhat[q].w;
+      sum_b[q].x += d.x;
+      sum_b[q].y += d.y;
+      sum_b[q].z += d.z;
+      sum_b[q].w += d.w;
+    }
+    const float a = warp_sum(sum_dn) / static_cast<float>(C);
+    const float b = warp_sum(sum_dn_xhat) / static_cast<float>(C);
+    float4* dx = reinterpret_cast<float4*>(dinp + n * C);
+    #pragma unroll
+    for (int q = 0; q < Q; ++q) {
+      const int i = lane + 32 * q;
+      if (i >= quads) continue;
+      float4 g = dx[i];
+      g.x += s * (dn[q].x - a - xhat[q].x * b);
+      g.y += s * (dn[q].y - a - xhat[q].y * b);
+      g.z += s * (dn[q].z - a - xhat[q].z * b);
+      g.w += s * (dn[q].w - a - xhat[q].w * b);
+      dx[i] = g;
+    }
   }
-  const float a = warp_sum(sum_dn) / static_cast<float>(C);
-  const float b = warp_sum(sum_dn_xhat) / static_cast<float>(C);
-  float4* dx = reinterpret_cast<float4*>(dinp + n * C);
-  #pragma unroll
-  for (int q = 0; q < Q; ++q) {
-    const int i = lane + 32 * q;
-    if (i >= quads) continue;
-    float4 g = dx[i];
-    g.x += s * (dn[q].x - a - xhat[q].x * b);
-    g.y += s * (dn[q].y - a - xhat[q].y * b);
-    g.z += s * (dn[q].z - a - xhat[q].z * b);
-    g.w += s * (dn[q].w - a - xhat[q].w * b);
-    dx[i] = g;
+  for (int k = 0; k < 2; ++k) {
+    #pragma unroll
+    for (int q = 0; q < Q; ++q) warp_sums[warp][lane + 32 * q] = k == 0 ? sum_w[q] : sum_b[q];
+    __syncthreads();
+    float4* out = reinterpret_cast<float4*>(partials + (static_cast<std::int64_t>(k) * blocks +
+                                                        blockIdx.x) * C);
+    for (int i = threadIdx.x; i < quads; i += blockDim.x) {
+      float4 t = warp_sums[0][i];
+      for (int w = 1; w < kRowsPerBlock; ++w) {
+        const float4 u = warp_sums[w][i];
+        t = float4{t.x + u.x, t.y + u.y, t.z + u.z, t.w + u.w};
+      }
+      out[i] = t;
+    }
+    __syncthreads();  // read before the next quantity's sums overwrite them
   }
 }
 
@@ -190,8 +231,8 @@ template <template <int> class Kernel> auto rows_kernel(int quads) {
 template <int Q> struct ForwardRows {
   static auto get() { return &layernorm_forward_rows_kernel<Q>; }
 };
-template <int Q> struct BackwardInputRows {
-  static auto get() { return &layernorm_backward_input_rows_kernel<Q>; }
+template <int Q> struct BackwardRows {
+  static auto get() { return &layernorm_backward_rows_kernel<Q>; }
 };
 
 int row_blocks(int N) { return (N + kRowsPerBlock - 1) / kRowsPerBlock; }
@@ -228,24 +269,33 @@ void layernorm_forward(cudaStream_t s, float* out, float* mean, float* rstd, con
   check_launch("layernorm_forward");
 }
 
+int backward_row_blocks(int N) {
+  return (N + kBackwardRowsPerBlock - 1) / kBackwardRowsPerBlock;
+}
+
 std::size_t layernorm_backward_scratch_floats(int N, int C) {
-  return 2 * column_sum_scratch_floats(N, C);
+  // the row kernel's partial sums, more than the column sums' (chunks of 256 rows) need
+  return N <= 0 || C <= 0 ? 0 : 2 * static_cast<std::size_t>(backward_row_blocks(N)) * C;
 }
 
 void layernorm_backward(cudaStream_t s, float* dinp, float* dweight, float* dbias,
                         const float* dout, const float* inp, const float* weight,
                         const float* mean, const float* rstd, int N, int C, float* scratch) {
   if (N <= 0 || C <= 0) return;
-  if (const int quads = quads_per_lane(C, {dinp, dout, inp, weight})) {
-    const auto kernel = rows_kernel<BackwardInputRows>(quads);
-    kernel<<<row_blocks(N), kThreads, 0, s>>>(dinp, dout, inp, weight, mean, rstd, N, C);
-  } else {
-    layernorm_backward_input_kernel<<<N, kThreads, 0, s>>>(dinp, dout, inp, weight, mean, rstd,
-                                                            C);
+  const ColumnTargets<2> targets{{dweight, dbias}};
+  if (const int quads = quads_per_lane(C, {dinp, dout, inp, weight, scratch})) {
+    const int blocks = backward_row_blocks(N);
+    const auto kernel = rows_kernel<BackwardRows>(quads);
+    kernel<<<blocks, kThreads, 0, s>>>(dinp, scratch, dout, inp, weight, mean, rstd, N, C, blocks);
+    check_launch("layernorm_backward");
+    column_finish_kernel<2><<<(C + kThreads - 1) / kThreads, kThreads, 0, s>>>(targets, scratch,
+                                                                                blocks, C);
+    check_launch("layernorm_backward (parameters)");
+    return;
   }
+  layernorm_backward_input_kernel<<<N, kThreads, 0, s>>>(dinp, dout, inp, weight, mean, rstd, C);
   check_launch("layernorm_backward (input)");
-  ColumnTargets<2> t{{dweight, dbias}};
-  column_sums_accumulate<2>(s, t, scratch, N, C, ParamGradLoad{dout, inp, mean, rstd, C});
+  column_sums_accumulate<2>(s, targets, scratch, N, C, ParamGradLoad{dout, inp, mean, rstd, C});
   check_launch("layernorm_backward (parameters)");
 }
 
