@@ -147,8 +147,8 @@ class DTRAIN_API GptModel {
   // Logits of the last forward, device memory of shape [B, T, vocab_shard().padded_rows]:
   // column j is token vocab_shard().start + j for j < vocab_shard().rows, padding after it
   // (without TP: [B, T, padded_vocab()]). Valid until the next backward() (which reuses it).
-  // Null after a forward with targets under 16-bit GEMM operands, whose logits exist only as
-  // 16-bit words for the loss.
+  // Null after a forward with targets under 16-bit GEMM operands and the whole vocabulary
+  // here (head_writes_logits16), whose logits exist only as 16-bit words for the loss.
   const float* logits() const noexcept { return logits_are_words_ ? nullptr : logits_; }
 
   // Called during backward() with arena element ranges [first, last) of parameters().grads()

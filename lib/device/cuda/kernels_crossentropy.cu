@@ -129,12 +129,29 @@ __global__ void crossentropy_forward_kernel(float* losses, float* lse,
 
 // How the backward kernel stores a gradient: as it is, or rounded to bf16 / fp16 (what
 // staging it as a GEMM operand would give, bit for bit).
+// four(dz, q, g) stores g[0..4) at 4q .. 4q+3 in one store (16 or 8 bytes) where aligned(dz).
 struct StoreFloat {
   __device__ void operator()(float* dz, int j, float g) const { dz[j] = g; }
+  __device__ static bool aligned(const float* dz) {
+    return reinterpret_cast<std::uintptr_t>(dz) % 16 == 0;
+  }
+  __device__ void four(float* dz, int q, const float (&g)[4]) const {
+    reinterpret_cast<float4*>(dz)[q] = float4{g[0], g[1], g[2], g[3]};
+  }
 };
 template <bool Bf16> struct StoreHalf {
+  __device__ static std::uint32_t word(float g) {
+    return Bf16 ? halfbits::to_bf16(g) : halfbits::to_f16(g);
+  }
   __device__ void operator()(std::uint16_t* dz, int j, float g) const {
-    dz[j] = Bf16 ? halfbits::to_bf16(g) : halfbits::to_f16(g);
+    dz[j] = static_cast<std::uint16_t>(word(g));
+  }
+  __device__ static bool aligned(const std::uint16_t* dz) {
+    return reinterpret_cast<std::uintptr_t>(dz) % 8 == 0;
+  }
+  __device__ void four(std::uint16_t* dz, int q, const float (&g)[4]) const {
+    reinterpret_cast<uint2*>(dz)[q] = uint2{word(g[0]) | word(g[1]) << 16,
+                                            word(g[2]) | word(g[3]) << 16};
   }
 };
 using StoreBf16 = StoreHalf<true>;
@@ -142,7 +159,8 @@ using StoreF16 = StoreHalf<false>;
 
 // dz[j] = exp(z[j] - lse) * d, minus d at the target (owned by this shard); padding 0.
 // Each element is read and written by the same thread, so dlogits may alias logits where
-// both are of one type.
+// both are of one type. Four elements a thread (one load, one store) where both rows are
+// aligned for it: a padding column's logit is then loaded but not used.
 template <class Row, class Out, class Store>
 __global__ void crossentropy_backward_kernel(Out* dlogits, const typename Row::Word* logits,
                                              const float* lse, const std::int32_t* targets,
@@ -154,14 +172,28 @@ __global__ void crossentropy_backward_kernel(Out* dlogits, const typename Row::W
   const float l = lse[n], d = dlosses[n];
   const std::int32_t target = targets[n];
   const int own = owns(target, vocab_start, V) ? target - vocab_start : -1;
-  for (int j = threadIdx.x; j < ld; j += blockDim.x) {
+  auto grad = [&](int j, float logit) {
     float g = 0.0f;
     if (j < V) {
-      g = expf(z[j] - l) * d;
+      g = expf(logit - l) * d;
       if (j == own) g -= d;
     }
-    store(dz, j, g);
+    return g;
+  };
+  int j0 = 0;
+  if (z.aligned() && Store::aligned(dz)) {
+    for (int q = threadIdx.x; q < ld / 4; q += blockDim.x) {
+      float g[4];
+      int k = 0;
+      z.four(q, [&](float logit) {
+        g[k] = grad(4 * q + k, logit);
+        ++k;
+      });
+      store.four(dz, q, g);
+    }
+    j0 = ld / 4 * 4;
   }
+  for (int j = j0 + threadIdx.x; j < ld; j += blockDim.x) store(dz, j, grad(j, j < V ? z[j] : 0.0f));
 }
 
 __global__ void shard_stats_kernel(float* max, float* target_logit, const float* logits,
