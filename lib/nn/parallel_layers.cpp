@@ -59,6 +59,16 @@ void RowParallelLinear::bind(ParameterStore& ps) {
   if (has_bias) bind_pair(ps, prefix + ".bias", b, db);
 }
 
+void RowParallelLinear::forward_residual(Device& dev, float* y, const float* residual,
+                                         const float* x_local, int N,
+                                         const std::uint16_t* x16) const {
+  DTRAIN_CHECK(in_local == in, Errc::invalid_argument,
+               prefix << ": a residual joins a row-parallel layer's output only in a group of one "
+                         "rank (each rank holds a partial sum)");
+  dev.linear_forward_residual(y, residual, x_local, w, adds_bias ? b : nullptr, N, in_local, out,
+                              x16);
+}
+
 void VocabParallelEmbedding::declare(ParameterStore& ps, const std::string& param_name,
                                      int vocab_size, int channels, const TpGroup& tp) {
   name = param_name;

@@ -127,3 +127,26 @@ TEST(ParamInfo, LogicalIndexOfBlockedAndColumnSlices) {
     EXPECT_EQ(ps.param(a)[i], ref.param(ref.at("qkv"))[a.logical_index(i)]);
   EXPECT_EQ(w.numel, 24u);
 }
+
+// A residual joins a row-parallel layer's output in the layer's call only where the layer is
+// whole on the rank: split over a group, each rank's output is a partial sum, and adding the
+// residual to each would count it once per rank. Refused before anything is read; whole, it
+// is the layer's output plus the residual.
+TEST(RowParallelLinear, ResidualJoinsOnlyAWholeLayer) {
+  nn::RowParallelLinear split;
+  split.prefix = "h.0.mlp.c_proj";
+  split.in = 8;
+  split.in_local = 4;
+  split.out = 2;
+  vector<float> y(2), residual(2), x(4);
+  EXPECT_THROW(split.forward_residual(cpu_device(), y.data(), residual.data(), x.data(), 1),
+               Error);
+  nn::RowParallelLinear whole = split;
+  whole.in_local = whole.in = 2;
+  vector<float> w = {1.0f, 2.0f, 3.0f, 4.0f}, b = {0.5f, -0.5f}, in = {1.0f, -1.0f};
+  whole.w = w.data();
+  whole.b = b.data();
+  residual = {10.0f, 20.0f};
+  whole.forward_residual(cpu_device(), y.data(), residual.data(), in.data(), 1);
+  EXPECT_EQ(y, (vector<float>{10.0f + (1.0f - 2.0f + 0.5f), 20.0f + (3.0f - 4.0f - 0.5f)}));
+}

@@ -119,8 +119,8 @@ class DTRAIN_API Device {
                               std::uint16_t* out16 = nullptr) = 0;
   // out[N,OC] = residual[N,OC] + (inp · weight^T + bias): a layer whose output joins a
   // residual stream. The default is linear_forward into out, then residual_forward (the same
-  // values bit for bit); a device may add the residual in the GEMM's epilogue instead. out may
-  // not alias residual.
+  // values bit for bit); a device may add the residual in the GEMM's epilogue instead (in that
+  // epilogue's rounding order). out may not alias residual.
   virtual void linear_forward_residual(float* out, const float* residual, const float* inp,
                                        const float* weight, const float* bias, int N, int C,
                                        int OC, const std::uint16_t* inp16 = nullptr);
@@ -184,7 +184,8 @@ class DTRAIN_API Device {
   // layer's linear_backward dout16), and its column sums over the fp32 values added into
   // dbias[cols] (the layer's bias gradient, as linear_backward sums it). One pass over the
   // gradient where gelu_backward and linear_backward's rounding made two. Only a device with
-  // 16-bit GEMM operands has it; the default throws Error(Errc::unavailable).
+  // 16-bit GEMM operands has it; the default throws Error(Errc::unavailable). dbias may not be
+  // null.
   virtual void gelu_backward_rounded(std::uint16_t* dinp16, float* dbias,
                                      const std::uint16_t* inp16, const float* dout, int rows,
                                      int cols);

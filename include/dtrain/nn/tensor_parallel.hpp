@@ -126,12 +126,10 @@ struct DTRAIN_API RowParallelLinear {
     dev.linear_forward(y_partial, x_local, w, adds_bias ? b : nullptr, N, in_local, out, x16);
   }
   // y = residual + forward's output, for a group of one rank, whose output is already the full
-  // sum (Device::linear_forward_residual: the GEMM may add the residual itself).
+  // sum (Device::linear_forward_residual: the GEMM may add the residual itself); a layer split
+  // over several ranks is refused (each would add the residual to its partial sum).
   void forward_residual(Device& dev, float* y, const float* residual, const float* x_local,
-                        int N, const std::uint16_t* x16 = nullptr) const {
-    dev.linear_forward_residual(y, residual, x_local, w, adds_bias ? b : nullptr, N, in_local,
-                                out, x16);
-  }
+                        int N, const std::uint16_t* x16 = nullptr) const;
   // dx_local[N, in/p] += (or = with overwrite) dy · W_local (dx_local may be null).
   void backward(Device& dev, float* dx_local, const float* dy, const float* x_local, int N,
                 Device::GradWrite dx_write = Device::GradWrite::accumulate,

@@ -75,6 +75,8 @@ void CudaDevice::gelu_backward_rounded(std::uint16_t* dinp16, float* dbias,
                                        int cols) {
   DTRAIN_CHECK(gemm_operands_ != DType::f32, Errc::unavailable,
                "gelu_backward_rounded: " << name() << " has fp32 GEMM operands");
+  DTRAIN_CHECK(rows <= 0 || cols <= 0 || dbias, Errc::invalid_argument,
+               "gelu_backward_rounded: no bias gradient to add the sums into");
   const double n = static_cast<double>(rows) * cols;
   OpWork work = floats_moved(n);        // dout
   work.bytes += 4.0 * n + 8.0 * cols;  // the input's and the gradient's words; dbias
