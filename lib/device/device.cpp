@@ -54,9 +54,15 @@ void Device::linear_forward_residual(float* out, const float* residual, const fl
 }
 
 void Device::gelu_backward_rounded(std::uint16_t*, float*, const std::uint16_t*, const float*,
-                                   int, int) {
+                                   int, int, const std::uint16_t*) {
   DTRAIN_FAIL(Errc::unavailable, "gelu_backward_rounded: " << name()
                                      << " has no 16-bit GEMM operands");
+}
+
+bool Device::attention_backward_rounded(std::uint16_t*, float*, float*, const float*,
+                                        const float*, int, int, int, int, const std::uint16_t*,
+                                        const std::uint16_t*, const std::uint16_t*) {
+  return false;
 }
 
 void Device::gelu_forward_16bit(std::uint16_t*, const std::uint16_t*, std::int64_t) {

@@ -5,7 +5,7 @@
 #include "dtrain/device/device.hpp"
 
 namespace dtrain {
-constexpr int kCudaPluginAbi = 17;  // 2: Device::discard; 3: 16-bit casts, any_nonfinite;
+constexpr int kCudaPluginAbi = 18;  // 2: Device::discard; 3: 16-bit casts, any_nonfinite;
                                    // 4: Device::set_gemm_operand_format,
                                    //    discard_releases_memory, sum_squares_runs;
                                    // 5: Device::allocate_arena, restore, trim_memory;
@@ -26,6 +26,7 @@ constexpr int kCudaPluginAbi = 17;  // 2: Device::discard; 3: 16-bit casts, any_
                                    //     crossentropy_forward_16bit,
                                    //     crossentropy_backward_16bit(logits16)
                                    // 17: linear_forward_residual, gelu_backward_rounded
+                                   // 18: attention_backward_rounded
 }  // namespace dtrain
 
 extern "C" {

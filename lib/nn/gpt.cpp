@@ -514,15 +514,16 @@ void GptModel::backward_stage(float dloss, const float* doutput, int chunk, int 
     // part of it); dhead[Vl,C] += dlogits^T · lnf (complete: each row sees only its own
     // logits). One call, so a GPU rounds dlogits to 16 bits once for both GEMMs.
     const float* head_in = sp_ ? lnf_full_ : lnf_;
-    d.linear_backward(dln_, head_dw_, nullptr, dlogits, head_in, head_w_, N, C, Vl,
-                      Device::GradWrite::overwrite, nullptr, dlogits16);
+    std::uint16_t* dlnf16 = ln_grad_words();
+    d.linear_backward(dlnf16 ? nullptr : dln_, head_dw_, nullptr, dlogits, head_in, head_w_, N,
+                      C, Vl, Device::GradWrite::overwrite, nullptr, dlogits16, dlnf16);
     progress();
-    const float* dlnf = enter_region_bwd(dln_, N, R);
+    const float* dlnf = dlnf16 ? nullptr : enter_region_bwd(dln_, N, R);
 
     // dres_ carries d(residual stream) down through the blocks; layernorm backward adds into it
     zero(dres_, static_cast<std::int64_t>(R) * C);
     const float* last = blocks_[l1 - 1].res3;
-    ln_f_.backward(d, dres_, dlnf, last, lnf_mean_, lnf_rstd_, R);
+    ln_f_.backward(d, dres_, dlnf, last, lnf_mean_, lnf_rstd_, R, dlnf16);
     if (sp_) reduce_layernorm_grads(ln_grad_targets_.size() - 2, 2);
     release(tied);
     release(head_unit());
@@ -545,38 +546,61 @@ void GptModel::backward_stage(float dloss, const float* doutput, int chunk, int 
     auto kept_input = [kept16](const float* copy) {
       return kept16 ? reinterpret_cast<const std::uint16_t*>(copy) : nullptr;
     };
+    // the LayerNorms' output gradient: 16-bit words (ln_grad_words), or fp32 in dln_
+    std::uint16_t* dln16 = ln_grad_words();
+    float* dln = dln16 ? nullptr : dln_;
+    auto ln_grad = [&]() { return dln16 ? nullptr : enter_region_bwd(dln_, N, R); };
     // MLP: res3 = res2 + c_proj(gelu(c_fc(ln_2(res2)))). Each gradient inside a block has
     // one producer, which writes it over (no zeroing); only dres_ collects several.
-    b.mlp_proj.backward(d, dfch_gelu_, leave_region_bwd(dres_, R), fp32_input(b.fch_gelu), N,
-                        overwrite, kept_input(b.fch_gelu16));
+    // Under kept16 (and c_fc with a bias), 16-bit words from op to op, as autocast hands bf16
+    // gradients on: c_proj's GEMM writes GELU's output gradient as words (in dfch_gelu_'s
+    // place), GELU's gradient goes into the words c_fc's GEMMs read (in dfch_'s), c_fc's bias
+    // gradient summed on the way.
+    std::uint16_t* dgelu16 =
+        kept16 && b.c_fc.db ? reinterpret_cast<std::uint16_t*>(dfch_gelu_) : nullptr;
+    b.mlp_proj.backward(d, dgelu16 ? nullptr : dfch_gelu_, leave_region_bwd(dres_, R),
+                        fp32_input(b.fch_gelu), N, overwrite, kept_input(b.fch_gelu16), dgelu16);
     progress();
-    if (kept16 && b.c_fc.db) {
-      // GELU's gradient goes straight into the words c_fc's GEMMs read (in dfch_'s place),
-      // c_fc's bias gradient summed on the way
+    if (dgelu16) {
       auto* dfch16 = reinterpret_cast<std::uint16_t*>(dfch_);
-      d.gelu_backward_rounded(dfch16, b.c_fc.db, kept_input(b.fch16), dfch_gelu_, N,
-                              hidden_local_);
-      b.c_fc.backward_from_words(d, dln_, dfch16, nullptr, N, overwrite, kept_input(b.ln2_16));
+      d.gelu_backward_rounded(dfch16, b.c_fc.db, kept_input(b.fch16), nullptr, N,
+                              hidden_local_, dgelu16);
+      b.c_fc.backward_from_words(d, dln, dfch16, nullptr, N, overwrite, kept_input(b.ln2_16),
+                                 dln16);
     } else {
       d.gelu_backward(dfch_, fp32_input(b.fch), dfch_gelu_, NF, overwrite, kept_input(b.fch16));
-      b.c_fc.backward(d, dln_, dfch_, fp32_input(enter_region_fwd(b.ln2, R)),  // re-gathered with SP
-                      N, overwrite, kept_input(b.ln2_16));
+      b.c_fc.backward(d, dln, dfch_, fp32_input(enter_region_fwd(b.ln2, R)),  // re-gathered with SP
+                      N, overwrite, kept_input(b.ln2_16), dln16);
     }
     progress();
-    b.ln_2.backward(d, dres_, enter_region_bwd(dln_, N, R), b.res2, b.ln2_mean, b.ln2_rstd,
-                    R);  // dres_ is now d(res2)
+    b.ln_2.backward(d, dres_, ln_grad(), b.res2, b.ln2_mean, b.ln2_rstd, R,
+                    dln16);  // dres_ is now d(res2)
     // attention: res2 = res_in + c_proj(attn(c_attn(ln_1(res_in))))
-    b.attn_proj.backward(d, datty_, leave_region_bwd(dres_, R), fp32_input(b.atty), N,
-                         overwrite, kept_input(b.atty16));
+    // the attention's output gradient as words (in datty_'s place) under kept16
+    std::uint16_t* datty16 = kept16 ? reinterpret_cast<std::uint16_t*>(datty_) : nullptr;
+    float* datty = datty16 ? nullptr : datty_;
+    b.attn_proj.backward(d, datty, leave_region_bwd(dres_, R), fp32_input(b.atty), N, overwrite,
+                         kept_input(b.atty16), datty16);
     progress();
-    d.attention_backward(dqkv_, att_ws_, datty_, fp32_input(b.qkv), fp32_input(b.atty), b.att,
-                         B, T, C_local_, heads_local_, overwrite, kept_input(b.qkv16),
-                         kept_input(b.atty16));
-    progress();
-    b.c_attn.backward(d, dln_, dqkv_, fp32_input(enter_region_fwd(b.ln1, R)), N, overwrite,
-                      kept_input(b.ln1_16));
-    b.ln_1.backward(d, dres_, enter_region_bwd(dln_, N, R), res_in, b.ln1_mean, b.ln1_rstd,
-                    R);  // d(res_in)
+    // the attention's gradient straight into the words c_attn's GEMMs read (in dqkv_'s
+    // place), c_attn's bias gradient summed on the way, where the device has that path
+    auto* dqkv16 = reinterpret_cast<std::uint16_t*>(dqkv_);
+    if (kept16 && b.c_attn.db &&
+        d.attention_backward_rounded(dqkv16, b.c_attn.db, att_ws_, datty, b.att, B, T,
+                                     C_local_, heads_local_, kept_input(b.qkv16),
+                                     kept_input(b.atty16), datty16)) {
+      progress();
+      b.c_attn.backward_from_words(d, dln, dqkv16, nullptr, N, overwrite, kept_input(b.ln1_16),
+                                   dln16);
+    } else {
+      d.attention_backward(dqkv_, att_ws_, datty, fp32_input(b.qkv), fp32_input(b.atty), b.att,
+                           B, T, C_local_, heads_local_, overwrite, kept_input(b.qkv16),
+                           kept_input(b.atty16), datty16);
+      progress();
+      b.c_attn.backward(d, dln, dqkv_, fp32_input(enter_region_fwd(b.ln1, R)), N, overwrite,
+                        kept_input(b.ln1_16), dln16);
+    }
+    b.ln_1.backward(d, dres_, ln_grad(), res_in, b.ln1_mean, b.ln1_rstd, R, dln16);  // d(res_in)
     if (sp_) reduce_layernorm_grads(4 * static_cast<std::size_t>(l), 4);
     release(block_unit(l));
     grads_ready(static_cast<std::size_t>(stage_.layers - l));

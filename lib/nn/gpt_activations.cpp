@@ -37,6 +37,10 @@ bool GptModel::head_writes_logits16() const {
 
 std::uint16_t* GptModel::logit_words() const { return reinterpret_cast<std::uint16_t*>(logits_); }
 
+std::uint16_t* GptModel::ln_grad_words() const {
+  return reads_kept16() && tp_.size() == 1 ? reinterpret_cast<std::uint16_t*>(dln_) : nullptr;
+}
+
 bool GptModel::head_reads_dlogits16() const {
   return dlogits16_ != nullptr && dev_->gemm_operand_format() != DType::f32;
 }

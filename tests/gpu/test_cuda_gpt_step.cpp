@@ -158,12 +158,14 @@ TEST(CudaGptStep, FusedAttentionSavesALogSumExpPerRowInsteadOfTheProbabilities) 
 
 // Under 16-bit GEMM operands a forward with targets has the LM head write its logits as
 // 16-bit words that only the loss reads (logits() is null then); the loss and the step's
-// gradients stay within bf16's precision of the CPU's. A forward without targets (generation,
-// evaluation of logits) still gives fp32 logits.
+// gradients, each parameter's, stay within bf16's precision of the CPU's, with fp32 saved
+// activations and with bf16 ones (the trainer's under --precision bf16, whose backward hands
+// 16-bit words from op to op). A forward without targets (generation, evaluation of logits)
+// still gives fp32 logits.
 TEST(CudaGptStep, HeadLogitsAre16BitWordsForTheLoss) {
   Device& cpu = dtrain::cpu_device();
   Device& gpu = dtrain::select_device("cuda");
-  const GptConfig cfg = small_gpt();
+  GptConfig cfg = small_gpt();
   const int B = 2, T = cfg.seq_len;
   const auto tokens = random_ints(static_cast<std::size_t>(B) * T, 5, 0, cfg.vocab);
   const auto targets = random_ints(static_cast<std::size_t>(B) * T, 6, 0, cfg.vocab);
@@ -175,16 +177,35 @@ TEST(CudaGptStep, HeadLogitsAre16BitWordsForTheLoss) {
   const auto g_cpu = to_host(cpu, on_cpu.parameters().grads(), n);
 
   gputest::OperandFormat scoped(gpu, dtrain::DType::bf16);
+  for (const dtrain::DType saved : {dtrain::DType::f32, dtrain::DType::bf16}) {
+    cfg.saved_activations = saved;
+    const std::string tag = std::string("saved activations ") + dtrain::dtype_name(saved);
+    GptModel model(cfg, gpu, 1234, B);
+    const float loss = model.forward(tokens.data(), targets.data(), B, T);
+    EXPECT_EQ(model.logits(), nullptr) << "the logits are words for the loss";
+    model.parameters().zero_grads();
+    model.backward(1.0f);
+    const auto g_gpu = to_host(gpu, model.parameters().grads(), n);
+    const double grad_err = relative_error(g_gpu, g_cpu);
+    std::printf("  bf16, %s: loss cpu %.7f gpu %.7f, gradients relative error %.3g\n",
+                tag.c_str(), loss_cpu, loss, grad_err);
+    EXPECT_LE(std::fabs(loss - loss_cpu), 1e-3 * std::fabs(loss_cpu)) << tag;
+    EXPECT_LE(grad_err, 2e-2) << tag;
+    // each parameter's gradient too, against its own largest (a small one, a bias's, would
+    // hide under the largest of all)
+    std::string worst_name;
+    double worst = 0;
+    for (const dtrain::ParamInfo& p : on_cpu.parameters().infos()) {
+      const auto at = static_cast<std::ptrdiff_t>(p.offset);
+      const auto end = at + static_cast<std::ptrdiff_t>(p.local_numel());
+      const double err = relative_error({g_gpu.begin() + at, g_gpu.begin() + end},
+                                        {g_cpu.begin() + at, g_cpu.begin() + end});
+      EXPECT_LE(err, 3e-2) << p.name << ", " << tag;
+      if (err > worst) worst = err, worst_name = p.name;
+    }
+    std::printf("  worst parameter: %s, relative error %.3g\n", worst_name.c_str(), worst);
+  }
   GptModel model(cfg, gpu, 1234, B);
-  const float loss = model.forward(tokens.data(), targets.data(), B, T);
-  EXPECT_EQ(model.logits(), nullptr) << "the logits are words for the loss";
-  model.parameters().zero_grads();
-  model.backward(1.0f);
-  const double grad_err = relative_error(to_host(gpu, model.parameters().grads(), n), g_cpu);
-  std::printf("  bf16: loss cpu %.7f gpu %.7f, gradients relative error %.3g\n", loss_cpu, loss,
-              grad_err);
-  EXPECT_LE(std::fabs(loss - loss_cpu), 1e-3 * std::fabs(loss_cpu));
-  EXPECT_LE(grad_err, 2e-2);
   model.forward(tokens.data(), nullptr, B, T);
   ASSERT_NE(model.logits(), nullptr) << "without targets the logits are fp32";
   const std::size_t row = static_cast<std::size_t>(cfg.padded_vocab());

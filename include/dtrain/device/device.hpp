@@ -127,12 +127,16 @@ class DTRAIN_API Device {
   // dinp[N,C] += dout·W (= with overwrite); dweight[OC,C] += dout^T·inp; dbias[OC] +=
   // sum_n dout. dinp or dbias may be null (not needed / no bias). Under a 16-bit
   // gemm_operand_format, inp may be null where inp16 is given, and dout where dout16 is and
-  // there is no dbias.
+  // there is no dbias; dinp16 (then only; Error(Errc::invalid_argument) otherwise) takes the
+  // input gradient as words of that format instead of dinp (null), written over: the GEMM
+  // rounds its fp32 result once, for a reader of words (the op before, as PyTorch's autocast
+  // hands a bf16 gradient on).
   virtual void linear_backward(float* dinp, float* dweight, float* dbias, const float* dout,
                                const float* inp, const float* weight, int N, int C, int OC,
                                GradWrite dinp_write = GradWrite::accumulate,
                                const std::uint16_t* inp16 = nullptr,
-                               const std::uint16_t* dout16 = nullptr) = 0;
+                               const std::uint16_t* dout16 = nullptr,
+                               std::uint16_t* dinp16 = nullptr) = 0;
 
   // ---- embeddings ----------------------------------------------------------
   // out[N,C] = wte[tokens[n] - vocab_start] for tokens in [vocab_start, vocab_start+vocab_rows),
@@ -154,10 +158,13 @@ class DTRAIN_API Device {
   virtual void layernorm_forward(float* out, float* mean, float* rstd, const float* inp,
                                  const float* weight, const float* bias, int N, int C,
                                  std::uint16_t* out16 = nullptr) = 0;
-  // dinp[N,C] +=, dweight[C] +=, dbias[C] += from dout[N,C].
+  // dinp[N,C] +=, dweight[C] +=, dbias[C] += from dout[N,C]. dout16 (optional): dout as
+  // 16-bit words of a 16-bit gemm_operand_format() (a linear layer's dinp16), read instead of
+  // dout (which may then be null); ignored while that format is f32 (the CPU).
   virtual void layernorm_backward(float* dinp, float* dweight, float* dbias, const float* dout,
                                   const float* inp, const float* weight, const float* mean,
-                                  const float* rstd, int N, int C) = 0;
+                                  const float* rstd, int N, int C,
+                                  const std::uint16_t* dout16 = nullptr) = 0;
 
   // ---- GELU (tanh form) ----------------------------------------------------
   // out[n] = gelu(inp[n]). inp16, out16 (optional): inp and out rounded to a 16-bit
@@ -185,10 +192,11 @@ class DTRAIN_API Device {
   // dbias[cols] (the layer's bias gradient, as linear_backward sums it). One pass over the
   // gradient where gelu_backward and linear_backward's rounding made two. Only a device with
   // 16-bit GEMM operands has it; the default throws Error(Errc::unavailable). dbias may not be
-  // null.
+  // null. dout16 (optional): dout as words of that format (the layer after's dinp16), read
+  // instead of dout (then null).
   virtual void gelu_backward_rounded(std::uint16_t* dinp16, float* dbias,
                                      const std::uint16_t* inp16, const float* dout, int rows,
-                                     int cols);
+                                     int cols, const std::uint16_t* dout16 = nullptr);
 
   // ---- causal multi-head self-attention ------------------------------------
   // qkv[B,T,3C] (q, k, v blocks, each NH heads x C/NH) -> out[B,T,C]; saves in att what
@@ -204,15 +212,31 @@ class DTRAIN_API Device {
                                  const std::uint16_t* qkv16 = nullptr,
                                  std::uint16_t* out16 = nullptr) = 0;
   // dqkv[B,T,3C] += (= with overwrite) from dout[B,T,C], given the forward's out and att.
-  // qkv16, out16 (optional): qkv and out as 16-bit words of a 16-bit gemm_operand_format(),
-  // read instead of them (which may then be null), as gelu_backward's inp16; ignored while
-  // that format is f32 (the CPU).
+  // qkv16, out16, dout16 (optional): qkv, out and dout as 16-bit words of a 16-bit
+  // gemm_operand_format() (dout16: the output projection's dinp16), read instead of them
+  // (which may then be null), as gelu_backward's inp16; ignored while that format is f32 (the
+  // CPU).
   virtual void attention_backward(float* dqkv, float* workspace, const float* dout,
                                   const float* qkv, const float* out, const float* att, int B,
                                   int T, int C, int NH,
                                   GradWrite dqkv_write = GradWrite::accumulate,
                                   const std::uint16_t* qkv16 = nullptr,
-                                  const std::uint16_t* out16 = nullptr) = 0;
+                                  const std::uint16_t* out16 = nullptr,
+                                  const std::uint16_t* dout16 = nullptr) = 0;
+  // For attention after a linear layer with a bias (qkv = x·W^T + b, as GPT's c_attn): the
+  // gradient attention_backward writes over dqkv (GradWrite::overwrite), rounded into dqkv16,
+  // words of a 16-bit gemm_operand_format() (that layer's linear_backward dout16), and its
+  // column sums over the fp32 values added into dbias[3C] (the layer's bias gradient, as
+  // linear_backward sums it, in another order). One pass where attention_backward and
+  // linear_backward's rounding made two, and dqkv is never fp32 in memory. Returns false, doing
+  // nothing, where the device has no such path (the default, so the CPU; on a GPU, the
+  // unfused attention): the caller then runs attention_backward and the layer's own backward.
+  // dout16 (optional): dout as words, read instead of dout (then null), as attention_backward's.
+  virtual bool attention_backward_rounded(std::uint16_t* dqkv16, float* dbias, float* workspace,
+                                          const float* dout, const float* att, int B, int T,
+                                          int C, int NH, const std::uint16_t* qkv16,
+                                          const std::uint16_t* out16,
+                                          const std::uint16_t* dout16 = nullptr);
   virtual std::size_t attention_workspace_floats(int T) const = 0;
   // The size of att. A device may save less than the probabilities (the CPU and the CUDA
   // device's fused attention save one log-sum-exp per row); the answer may depend on the GEMM

@@ -291,6 +291,11 @@ class DTRAIN_API GptModel {
   // head's GEMMs: never fp32 in memory, and no dlogits16_.
   bool head_writes_logits16() const;
   std::uint16_t* logit_words() const;
+  // Where the LayerNorms' output gradient (dln_) is 16-bit words, which the linear layers'
+  // GEMMs write and the LayerNorms' backward reads (as autocast hands a bf16 gradient on):
+  // under reads_kept16() with one rank in the TP group (more would sum fp32 over the group),
+  // else null.
+  std::uint16_t* ln_grad_words() const;
   // Device::attention_saved_floats changes with the device's GEMM operand format (the CUDA
   // device's fused attention saves far less): refuse to run once it no longer matches the
   // buffers sized at construction, which it would overrun.

@@ -46,9 +46,11 @@ struct DTRAIN_API LayerNorm {
                std::uint16_t* y16 = nullptr) const {
     dev.layernorm_forward(y, mean, rstd, x, w, b, N, C, y16);
   }
+  // dy16 (optional): dy as 16-bit words of the GEMM operand format, read instead of dy
+  // (Device::layernorm_backward's dout16)
   void backward(Device& dev, float* dx, const float* dy, const float* x, const float* mean,
-                const float* rstd, int N) const {
-    dev.layernorm_backward(dx, dw, db, dy, x, w, mean, rstd, N, C);
+                const float* rstd, int N, const std::uint16_t* dy16 = nullptr) const {
+    dev.layernorm_backward(dx, dw, db, dy, x, w, mean, rstd, N, C, dy16);
   }
 };
 

@@ -91,18 +91,23 @@ struct DTRAIN_API ColumnParallelLinear {
     dev.linear_forward(y_local, x, w, b, N, in, out_local, x16, y16);
   }
   // dx[N, in] += (or = with overwrite) this rank's part of the input gradient (dx may be null).
+  // dx16: dx as 16-bit words of the GEMM operand format instead, written over
+  // (Device::linear_backward's dinp16).
   void backward(Device& dev, float* dx, const float* dy_local, const float* x, int N,
                 Device::GradWrite dx_write = Device::GradWrite::accumulate,
-                const std::uint16_t* x16 = nullptr) const {
-    dev.linear_backward(dx, dw, db, dy_local, x, w, N, in, out_local, dx_write, x16);
+                const std::uint16_t* x16 = nullptr, std::uint16_t* dx16 = nullptr) const {
+    dev.linear_backward(dx, dw, db, dy_local, x, w, N, in, out_local, dx_write, x16, nullptr,
+                        dx16);
   }
   // The same from the output gradient as 16-bit words of the GEMM operand format
   // (linear_backward's dout16), whose bias gradient the caller has added into db already
-  // (Device::gelu_backward_rounded).
+  // (Device::gelu_backward_rounded, attention_backward_rounded).
   void backward_from_words(Device& dev, float* dx, const std::uint16_t* dy16, const float* x,
                            int N, Device::GradWrite dx_write = Device::GradWrite::accumulate,
-                           const std::uint16_t* x16 = nullptr) const {
-    dev.linear_backward(dx, dw, nullptr, nullptr, x, w, N, in, out_local, dx_write, x16, dy16);
+                           const std::uint16_t* x16 = nullptr,
+                           std::uint16_t* dx16 = nullptr) const {
+    dev.linear_backward(dx, dw, nullptr, nullptr, x, w, N, in, out_local, dx_write, x16, dy16,
+                        dx16);
   }
 };
 
@@ -130,11 +135,14 @@ struct DTRAIN_API RowParallelLinear {
   // over several ranks is refused (each would add the residual to its partial sum).
   void forward_residual(Device& dev, float* y, const float* residual, const float* x_local,
                         int N, const std::uint16_t* x16 = nullptr) const;
-  // dx_local[N, in/p] += (or = with overwrite) dy · W_local (dx_local may be null).
+  // dx_local[N, in/p] += (or = with overwrite) dy · W_local (dx_local may be null). dx16:
+  // dx_local as 16-bit words of the GEMM operand format instead, written over
+  // (Device::linear_backward's dinp16).
   void backward(Device& dev, float* dx_local, const float* dy, const float* x_local, int N,
                 Device::GradWrite dx_write = Device::GradWrite::accumulate,
-                const std::uint16_t* x16 = nullptr) const {
-    dev.linear_backward(dx_local, dw, db, dy, x_local, w, N, in_local, out, dx_write, x16);
+                const std::uint16_t* x16 = nullptr, std::uint16_t* dx16 = nullptr) const {
+    dev.linear_backward(dx_local, dw, db, dy, x_local, w, N, in_local, out, dx_write, x16,
+                        nullptr, dx16);
   }
 };
 

@@ -129,9 +129,11 @@ void CpuDevice::linear_forward(float* out, const float* inp, const float* weight
 void CpuDevice::linear_backward(float* dinp, float* dweight, float* dbias, const float* dout,
                                 const float* inp, const float* weight, int N, int C, int OC,
                                 GradWrite dinp_write, const std::uint16_t* /*inp16*/,
-                                const std::uint16_t* /*dout16*/) {
+                                const std::uint16_t* /*dout16*/, std::uint16_t* dinp16) {
   DTRAIN_CHECK(N == 0 || ((inp || !dweight) && dout), Errc::invalid_argument,
                "linear_backward: the CPU needs the fp32 input and output gradient");
+  DTRAIN_CHECK(!dinp16, Errc::invalid_argument,
+               "linear_backward: the CPU has no 16-bit GEMM operands to write dinp16 in");
   cpu::linear_backward<float>(dinp, dweight, dbias, dout, inp, weight, N, C, OC,
                               dinp_write == GradWrite::accumulate);
 }
@@ -158,7 +160,10 @@ void CpuDevice::layernorm_forward(float* out, float* mean, float* rstd, const fl
 }
 void CpuDevice::layernorm_backward(float* dinp, float* dweight, float* dbias, const float* dout,
                                    const float* inp, const float* weight, const float* mean,
-                                   const float* rstd, int N, int C) {
+                                   const float* rstd, int N, int C,
+                                   const std::uint16_t* /*dout16*/) {
+  DTRAIN_CHECK(N <= 0 || C <= 0 || dout, Errc::invalid_argument,
+               "layernorm_backward: the CPU needs the fp32 output gradient");
   cpu::layernorm_backward<float>(dinp, dweight, dbias, dout, inp, weight, mean, rstd, N, C);
 }
 void CpuDevice::gelu_forward(float* out, const float* inp, std::int64_t n, std::uint16_t* inp16,
@@ -182,8 +187,10 @@ void CpuDevice::attention_forward(float* out, float* att, float* workspace, cons
 void CpuDevice::attention_backward(float* dqkv, float* workspace, const float* dout,
                                    const float* qkv, const float*, const float* att, int B,
                                    int T, int C, int NH, GradWrite dqkv_write,
-                                   const std::uint16_t*, const std::uint16_t*) {
-  DTRAIN_CHECK(qkv, Errc::invalid_argument, "attention_backward: the CPU needs the fp32 qkv");
+                                   const std::uint16_t*, const std::uint16_t*,
+                                   const std::uint16_t*) {
+  DTRAIN_CHECK(qkv && dout, Errc::invalid_argument,
+               "attention_backward: the CPU needs the fp32 qkv and dout");
   cpu::attention_backward<float>(dqkv, workspace, dout, qkv, att, B, T, C, NH, attention_saves_,
                                  0, dqkv_write == GradWrite::accumulate);
 }

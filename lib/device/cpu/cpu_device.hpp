@@ -44,7 +44,7 @@ class CpuDevice final : public Device {
   void linear_backward(float* dinp, float* dweight, float* dbias, const float* dout,
                        const float* inp, const float* weight, int N, int C, int OC,
                        GradWrite dinp_write, const std::uint16_t* inp16,
-                       const std::uint16_t* dout16) override;
+                       const std::uint16_t* dout16, std::uint16_t* dinp16) override;
   void embedding_forward(float* out, const std::int32_t* tokens, const float* wte, int N, int C,
                          int vocab_start, int vocab_rows) override;
   void embedding_backward(float* dwte, const float* dout, const std::int32_t* tokens, int N,
@@ -56,7 +56,8 @@ class CpuDevice final : public Device {
                          std::uint16_t* out16 = nullptr) override;
   void layernorm_backward(float* dinp, float* dweight, float* dbias, const float* dout,
                           const float* inp, const float* weight, const float* mean,
-                          const float* rstd, int N, int C) override;
+                          const float* rstd, int N, int C,
+                          const std::uint16_t* dout16) override;
   void gelu_forward(float* out, const float* inp, std::int64_t n, std::uint16_t* inp16,
                     std::uint16_t* out16) override;
   void gelu_backward(float* dinp, const float* inp, const float* dout, std::int64_t n,
@@ -67,7 +68,7 @@ class CpuDevice final : public Device {
   void attention_backward(float* dqkv, float* workspace, const float* dout, const float* qkv,
                           const float* out, const float* att, int B, int T, int C, int NH,
                           GradWrite dqkv_write, const std::uint16_t* qkv16,
-                          const std::uint16_t* out16) override;
+                          const std::uint16_t* out16, const std::uint16_t* dout16) override;
   std::size_t attention_workspace_floats(int T) const override;
   std::size_t attention_saved_floats(int B, int T, int C, int NH) const override;
   void attention_decode(float* out, float* workspace, const float* q, const float* k,

@@ -91,26 +91,29 @@ void CudaDevice::attention_decode(float* out, float*, const float* q, const floa
                          v, T, C, NH, ld);
 }
 
-// A caller's qkv16 / out16 (16-bit operands only): the fused kernels read them as they are;
-// the GEMMs here take qkv widened into the scratch after the score gradients (out unused).
+// A caller's qkv16 / out16 / dout16 (16-bit operands only): the fused kernels read them as
+// they are; the GEMMs here take qkv and dout widened into the scratch after the score
+// gradients (out unused).
 void CudaDevice::attention_backward(float* dqkv, float*, const float* dout, const float* qkv,
                                     const float* out, const float* att, int B, int T, int C,
                                     int NH, GradWrite dqkv_write, const std::uint16_t* qkv16,
-                                    const std::uint16_t* out16) {
+                                    const std::uint16_t* out16, const std::uint16_t* dout16) {
   if (B <= 0 || T <= 0 || NH <= 0) return;
   const bool accumulate = dqkv_write == GradWrite::accumulate;
   const AttentionInput in{qkv, readable(qkv16), out, readable(out16)};
-  DTRAIN_CHECK((in.qkv || in.qkv16) && (in.out || in.out16 || !fused_attention(C, NH)),
+  dout16 = readable(dout16);
+  DTRAIN_CHECK((in.qkv || in.qkv16) && (in.out || in.out16 || !fused_attention(C, NH)) &&
+                   (dout || dout16),
                Errc::invalid_argument,
-               "attention_backward: no qkv or out (16-bit ones serve only under 16-bit GEMM "
-               "operands)");
+               "attention_backward: no qkv, out or dout (16-bit ones serve only under 16-bit "
+               "GEMM operands)");
   if (fused_attention(C, NH)) {
-    const OpProfile::Span span = begin_op(
-        "flash_attention_backward",
-        attention_work(true, kFlashAttentionBlockRows, B, T, C, NH, accumulate));
-    float* work = scratch(flash_attention_backward_scratch_floats(B, T, C, NH));
-    flash_attention_backward(stream_, gemm_operands_, dqkv, work, dout, in, att, B, T, C, NH,
-                             accumulate);
+    OpWork work = attention_work(true, kFlashAttentionBlockRows, B, T, C, NH, accumulate);
+    if (dout16) work.bytes -= 2.0 * B * T * C;  // dout in words
+    const OpProfile::Span span = begin_op("flash_attention_backward", work);
+    float* floats = scratch(flash_attention_backward_scratch_floats(B, T, C, NH));
+    flash_attention_backward(stream_, gemm_operands_, dqkv, floats, dout16 ? nullptr : dout,
+                             dout16, in, att, B, T, C, NH, accumulate);
     return;
   }
   const OpProfile::Span span = begin_op(
@@ -122,12 +125,20 @@ void CudaDevice::attention_backward(float* dqkv, float*, const float* dout, cons
   const std::int64_t TT = static_cast<std::int64_t>(T) * T;
   const std::size_t dP_floats = static_cast<std::size_t>(G) * static_cast<std::size_t>(TT);
   const std::int64_t qkv_floats = static_cast<std::int64_t>(B) * T * C3;
+  const std::int64_t dout_floats = dout16 ? static_cast<std::int64_t>(B) * T * C : 0;
   const bool widen = qkv == nullptr;  // then qkv16 is there (checked above)
-  float* dP = scratch(dP_floats + (widen ? static_cast<std::size_t>(qkv_floats) : 0));
+  float* dP = scratch(dP_floats + (widen ? static_cast<std::size_t>(qkv_floats) : 0) +
+                      static_cast<std::size_t>(dout_floats));
+  const bool bf16 = gemm_operands_ == DType::bf16;
+  float* widened = dP + dP_floats;
   if (widen) {
-    float* widened = dP + dP_floats;
-    cuda::convert_from_16bit(stream_, widened, in.qkv16, qkv_floats, gemm_operands_ == DType::bf16);
+    cuda::convert_from_16bit(stream_, widened, in.qkv16, qkv_floats, bf16);
     qkv = widened;
+    widened += qkv_floats;
+  }
+  if (dout16) {
+    cuda::convert_from_16bit(stream_, widened, dout16, dout_floats, bf16);
+    dout = widened;
   }
   for (int b = 0; b < B; ++b) {
     for (int h = 0; h < NH; h += G) {
@@ -152,6 +163,26 @@ void CudaDevice::attention_backward(float* dqkv, float*, const float* dout, cons
                            dbase + C, C3, hs, n);
     }
   }
+}
+
+// The fused kernels only: the unfused path's GEMMs write fp32 (the caller then rounds).
+bool CudaDevice::attention_backward_rounded(std::uint16_t* dqkv16, float* dbias, float*,
+                                            const float* dout, const float* att, int B, int T,
+                                            int C, int NH, const std::uint16_t* qkv16,
+                                            const std::uint16_t* out16,
+                                            const std::uint16_t* dout16) {
+  if (!fused_attention(C, NH)) return false;
+  DTRAIN_CHECK(qkv16 && out16 && dbias && (dout || dout16), Errc::invalid_argument,
+               "attention_backward_rounded: needs qkv16, out16, dout or dout16, and dbias");
+  if (B <= 0 || T <= 0 || NH <= 0) return true;
+  OpWork work = attention_work(true, kFlashAttentionBlockRows, B, T, C, NH, false);
+  work.bytes -= 2.0 * B * T * (3 * C + (dout16 ? C : 0));  // dqkv (and dout) in 16-bit words
+  const OpProfile::Span span = begin_op("flash_attention_backward", work);
+  const AttentionInput in{nullptr, qkv16, nullptr, out16};
+  float* floats = scratch(flash_attention_backward_rounded_scratch_floats(B, T, C, NH));
+  flash_attention_backward_rounded(stream_, gemm_operands_, dqkv16, dbias, floats,
+                                   dout16 ? nullptr : dout, dout16, in, att, B, T, C, NH);
+  return true;
 }
 
 std::size_t CudaDevice::attention_workspace_floats(int) const { return 0; }

@@ -86,7 +86,7 @@ class CudaDevice final : public Device {
   void linear_backward(float* dinp, float* dweight, float* dbias, const float* dout,
                        const float* inp, const float* weight, int N, int C, int OC,
                        GradWrite dinp_write, const std::uint16_t* inp16,
-                       const std::uint16_t* dout16) override;
+                       const std::uint16_t* dout16, std::uint16_t* dinp16) override;
   DType gemm_operand_format() const override { return gemm_operands_; }
   // A caller's 16-bit copy ("...16" argument) as the ops read it: under 16-bit GEMM operands,
   // and ignored (null) while they are fp32.
@@ -104,7 +104,8 @@ class CudaDevice final : public Device {
                          std::uint16_t* out16 = nullptr) override;
   void layernorm_backward(float* dinp, float* dweight, float* dbias, const float* dout,
                           const float* inp, const float* weight, const float* mean,
-                          const float* rstd, int N, int C) override;
+                          const float* rstd, int N, int C,
+                          const std::uint16_t* dout16) override;
   void gelu_forward(float* out, const float* inp, std::int64_t n, std::uint16_t* inp16,
                     std::uint16_t* out16) override;
   void gelu_forward_16bit(std::uint16_t* out16, const std::uint16_t* inp16,
@@ -112,14 +113,20 @@ class CudaDevice final : public Device {
   void gelu_backward(float* dinp, const float* inp, const float* dout, std::int64_t n,
                      GradWrite dinp_write, const std::uint16_t* inp16) override;
   void gelu_backward_rounded(std::uint16_t* dinp16, float* dbias, const std::uint16_t* inp16,
-                             const float* dout, int rows, int cols) override;
+                             const float* dout, int rows, int cols,
+                             const std::uint16_t* dout16) override;
   void attention_forward(float* out, float* att, float* workspace, const float* qkv, int B,
                          int T, int C, int NH, const std::uint16_t* qkv16 = nullptr,
                          std::uint16_t* out16 = nullptr) override;
   void attention_backward(float* dqkv, float* workspace, const float* dout, const float* qkv,
                           const float* out, const float* att, int B, int T, int C, int NH,
                           GradWrite dqkv_write, const std::uint16_t* qkv16,
-                          const std::uint16_t* out16) override;
+                          const std::uint16_t* out16, const std::uint16_t* dout16) override;
+  bool attention_backward_rounded(std::uint16_t* dqkv16, float* dbias, float* workspace,
+                                  const float* dout, const float* att, int B, int T, int C,
+                                  int NH, const std::uint16_t* qkv16,
+                                  const std::uint16_t* out16,
+                                  const std::uint16_t* dout16) override;
   std::size_t attention_workspace_floats(int T) const override;
   std::size_t attention_saved_floats(int B, int T, int C, int NH) const override;
   void attention_decode(float* out, float* workspace, const float* q, const float* k,
@@ -208,10 +215,12 @@ class CudaDevice final : public Device {
   bool linear_into_16bit(const ColumnMajorGemm& g, const GemmOperands& x, const float* bias,
                          std::uint16_t* out16);
   // gemm() without its profile span. A16, B16: 16-bit copies of the row-major A and B the
-  // caller already has, or null (gemm_operands).
+  // caller already has, or null (gemm_operands). C16: C as 16-bit words of the operand format
+  // instead (C null, beta 0): the GEMM rounds its fp32 result.
   void queue_gemm(bool trans_a, bool trans_b, int M, int N, int K, float alpha, const float* A,
                   int lda, const float* B, int ldb, float beta, float* C, int ldc,
-                  const std::uint16_t* A16 = nullptr, const std::uint16_t* B16 = nullptr);
+                  const std::uint16_t* A16 = nullptr, const std::uint16_t* B16 = nullptr,
+                  std::uint16_t* C16 = nullptr);
   // Attention's heads per batched GEMM: a group's score matrices (heads x T x T floats) fit
   // in half the L2, so the softmax and the GEMM after it read them from the cache.
   int attention_heads_per_group(int T, int NH) const noexcept;

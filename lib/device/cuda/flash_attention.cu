@@ -15,7 +15,9 @@
 //
 // Backward runs without atomics, so it is deterministic: one kernel accumulates dK and dV
 // per key block over the query blocks at or after it, another dQ per query block over the
-// key blocks up to it (the scores are recomputed in both).
+// key blocks up to it (the scores are recomputed in both). It writes dqkv in fp32, or as
+// 16-bit words for the GEMMs of the linear layer before (qkv's), with each block's column
+// sums of its fp32 rows for that layer's bias gradient, which one pass then adds up.
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
 
@@ -47,6 +49,56 @@ __device__ inline void save_lse(float* lse, float value) {
   lse[1] = value - hi;
 }
 __device__ inline float load_lse(const float* lse) { return lse[0] + lse[1]; }
+
+// Where backward puts dqkv: fp32 (added into where accumulate), or 16-bit words of H written
+// over, with each block's column sums in partials[chunk][3C], chunk = b * (row blocks) + the
+// block's row block.
+struct GradOut {
+  float* dqkv = nullptr;
+  std::uint16_t* dqkv16 = nullptr;
+  float* partials = nullptr;
+  bool accumulate = false;
+};
+
+// The column sums of a block's 64 rows, each warp's 16 in acc, into partial[0, HS): a lane's
+// rows g and g + 8, then the warp's 8 row groups, then the 4 warps in order (deterministic).
+// Rows at or past T hold zeros (their probabilities are zero), so they add nothing.
+template <int HS>
+__device__ void write_column_sums(float* partial, const Acc<HS>& acc, float (&sums)[kWarps][HS]) {
+  const int lane = lane_id(), warp = threadIdx.x >> 5;
+  __syncthreads();  // a previous call's sums have been read
+  #pragma unroll
+  for (int n = 0; n < HS / 8; ++n)
+    #pragma unroll
+    for (int e = 0; e < 2; ++e) {
+      float v = acc[n][e] + acc[n][e + 2];
+      v += __shfl_xor_sync(0xffffffffu, v, 4);
+      v += __shfl_xor_sync(0xffffffffu, v, 8);
+      v += __shfl_xor_sync(0xffffffffu, v, 16);
+      if (lane < 4) sums[warp][8 * n + column_of(e)] = v;
+    }
+  __syncthreads();
+  for (int c = threadIdx.x; c < HS; c += kBlockThreads) {
+    float s = 0.0f;
+    #pragma unroll
+    for (int w = 0; w < kWarps; ++w) s += sums[w][c];
+    partial[c] = s;
+  }
+}
+
+// A block's rows of dQ, dK or dV (column `at` of dqkv's rows, `column` of the 3C) as `grad`
+// wants them. The words are what rounding the fp32 rows gives.
+template <int HS, class H>
+__device__ void store_gradient(const GradOut& grad, std::int64_t at, std::int64_t chunk,
+                               int column, int C3, int row0, int T, const Acc<HS>& acc,
+                               float (&sums)[kWarps][HS]) {
+  if (!grad.dqkv16) {
+    write_rows<HS>(grad.dqkv + at, C3, row0, T, acc, grad.accumulate);
+    return;
+  }
+  write_rows_16bit<HS, H>(grad.dqkv16 + at, C3, row0, T, acc);
+  write_column_sums<HS>(grad.partials + chunk * C3 + column, acc, sums);
+}
 
 // In (qkv's type): float, or 16-bit words of H.
 template <int HS, class H, class In>
@@ -137,11 +189,11 @@ __global__ void __launch_bounds__(kBlockThreads)
 }
 
 // dsum[b, h, t] = dout[b, t, head h] · out[b, t, head h]: the row sums of P * dP that the
-// softmax gradient subtracts. One warp per row. Out: float, or 16-bit words of H. Writes
-// dout rounded to H into dout16 on the way: the other kernels' tiles then copy words
-// instead of rounding dout again for every block that loads it.
-template <class H, class Out>
-__global__ void flash_dsum_kernel(float* dsum, std::uint16_t* dout16, const float* dout,
+// softmax gradient subtracts. One warp per row. Dout, Out: float, or 16-bit words of H.
+// Where dout16 is set, writes dout rounded to H into it on the way: the other kernels' tiles
+// then copy words instead of rounding dout again for every block that loads it.
+template <class H, class Dout, class Out>
+__global__ void flash_dsum_kernel(float* dsum, std::uint16_t* dout16, const Dout* dout,
                                   const Out* out, int B, int T, int C, int NH) {
   const int hs = C / NH, lane = threadIdx.x & 31;
   const std::int64_t rows = static_cast<std::int64_t>(B) * NH * T;
@@ -152,9 +204,9 @@ __global__ void flash_dsum_kernel(float* dsum, std::uint16_t* dout16, const floa
     const std::int64_t at = (b * T + t) * C + h * hs;
     float v = 0.0f;
     for (int c = lane; c < hs; c += 32) {
-      const float dy = dout[at + c];
+      const float dy = value_at<H>(dout, at + c);
       v += dy * value_at<H>(out, at + c);
-      dout16[at + c] = static_cast<std::uint16_t>(pack<H>(dy, 0.0f));
+      if (dout16) dout16[at + c] = static_cast<std::uint16_t>(pack<H>(dy, 0.0f));
     }
     v = warp_sum(v);
     if (lane == 0) dsum[i] = v;
@@ -166,10 +218,11 @@ __global__ void flash_dsum_kernel(float* dsum, std::uint16_t* dout16, const floa
 // of H.
 template <int HS, class H, class In>
 __global__ void __launch_bounds__(kBlockThreads)
-    flash_backward_dkv_kernel(float* dqkv, const std::uint16_t* dout, const In* qkv, const float* lse,
-                              const float* dsum, int T, int C, int NH, float scale,
-                              bool accumulate) {
+    flash_backward_dkv_kernel(GradOut grad, const std::uint16_t* dout, const In* qkv,
+                              const float* lse, const float* dsum, int T, int C, int NH,
+                              float scale) {
   __shared__ Shared<HS> s;
+  __shared__ float sums[kWarps][HS];
   const int kb = blockIdx.x, h = blockIdx.y, b = blockIdx.z;
   const int warp = threadIdx.x >> 5;
   const std::int64_t C3 = 3 * static_cast<std::int64_t>(C);
@@ -236,17 +289,19 @@ __global__ void __launch_bounds__(kBlockThreads)
     accumulate_times_rows<HS, H>(dk, a, sq, g);  // dK += dS^T Q
   }
 
-  write_rows<HS>(dqkv + head + C, C3, row0, T, dk, accumulate);
-  write_rows<HS>(dqkv + head + 2 * C, C3, row0, T, dv, accumulate);
+  const std::int64_t chunk = static_cast<std::int64_t>(b) * gridDim.x + kb;
+  store_gradient<HS, H>(grad, head + C, chunk, C + h * HS, 3 * C, row0, T, dk, sums);
+  store_gradient<HS, H>(grad, head + 2 * C, chunk, 2 * C + h * HS, 3 * C, row0, T, dv, sums);
 }
 
 // dQ of one query block, over the key blocks up to it.
 template <int HS, class H, class In>
 __global__ void __launch_bounds__(kBlockThreads)
-    flash_backward_dq_kernel(float* dqkv, const std::uint16_t* dout, const In* qkv, const float* lse,
-                             const float* dsum, int T, int C, int NH, float scale,
-                             bool accumulate) {
+    flash_backward_dq_kernel(GradOut grad, const std::uint16_t* dout, const In* qkv,
+                             const float* lse, const float* dsum, int T, int C, int NH,
+                             float scale) {
   __shared__ Shared<HS> s;
+  __shared__ float sums[kWarps][HS];
   // the last query blocks, which walk the most key blocks, start first (a shorter tail)
   const int qb = gridDim.x - 1 - blockIdx.x, h = blockIdx.y, b = blockIdx.z;
   const int warp = threadIdx.x >> 5;
@@ -304,7 +359,8 @@ __global__ void __launch_bounds__(kBlockThreads)
     to_operands<H>(a, dp);
     accumulate_times_rows<HS, H>(dq, a, s.a[cur], g);  // dQ += dS K
   }
-  write_rows<HS>(dqkv + head, C3, row0, T, dq, accumulate);
+  const std::int64_t chunk = static_cast<std::int64_t>(b) * gridDim.x + qb;
+  store_gradient<HS, H>(grad, head, chunk, h * HS, 3 * C, row0, T, dq, sums);
 }
 
 int blocks_of_rows(int T) { return (T + kRows - 1) / kRows; }
@@ -325,43 +381,61 @@ template <int HS, class H> struct Forward {
   }
 };
 
-// The backward's scratch: dsum (B x NH x T floats, rounded up to 16 bytes), then dout in
-// 16-bit words (B x T x C).
+// The backward's scratch: dsum (B x NH x T floats, rounded up to 16 bytes), dout in 16-bit
+// words (B x T x C, rounded up to 16 bytes), then, where dqkv goes into words, the blocks'
+// column sums (B x row blocks x 3C).
 std::size_t dsum_floats(int B, int T, int NH) {
   return (static_cast<std::size_t>(B) * NH * T + 3) / 4 * 4;
 }
+std::size_t dout16_floats(int B, int T, int C) {
+  return (static_cast<std::size_t>(B) * T * C + 7) / 8 * 4;
+}
+std::size_t partial_floats(int B, int T, int C) {
+  return static_cast<std::size_t>(B) * blocks_of_rows(T) * 3 * C;
+}
 
 template <int HS, class H> struct Backward {
-  static void run(cudaStream_t stream, float* dqkv, float* scratch, const float* dout,
-                  const AttentionInput& in, const float* lse, int B, int T, int C, int NH,
-                  bool accumulate) {
-    const std::int64_t rows = static_cast<std::int64_t>(B) * NH * T;
+  // dout16 (or null): the caller's dout in words, read as they are (the scratch's words unused)
+  static void run(cudaStream_t stream, GradOut grad, float* scratch, const float* dout,
+                  const std::uint16_t* dout16, const AttentionInput& in, const float* lse, int B,
+                  int T, int C, int NH) {
     float* dsum = scratch;
-    auto* dout16 = reinterpret_cast<std::uint16_t*>(scratch + dsum_floats(B, T, NH));
-    if (in.out16) {
-      flash_dsum_kernel<H, std::uint16_t><<<blocks_for(rows * 32), kThreads, 0, stream>>>(
-          dsum, dout16, dout, in.out16, B, T, C, NH);
+    if (!dout16) {
+      auto* rounded = reinterpret_cast<std::uint16_t*>(scratch + dsum_floats(B, T, NH));
+      row_sums(stream, dsum, rounded, dout, in, B, T, C, NH);
+      dout16 = rounded;
     } else {
-      flash_dsum_kernel<H, float><<<blocks_for(rows * 32), kThreads, 0, stream>>>(
-          dsum, dout16, dout, in.out, B, T, C, NH);
+      row_sums(stream, dsum, nullptr, dout16, in, B, T, C, NH);
     }
     if (in.qkv16) {
-      kernels<std::uint16_t>(stream, dqkv, dsum, dout16, in.qkv16, lse, T, C, NH, B, accumulate);
+      kernels<std::uint16_t>(stream, grad, dsum, dout16, in.qkv16, lse, T, C, NH, B);
     } else {
-      kernels<float>(stream, dqkv, dsum, dout16, in.qkv, lse, T, C, NH, B, accumulate);
+      kernels<float>(stream, grad, dsum, dout16, in.qkv, lse, T, C, NH, B);
     }
     DTRAIN_CUDA(cudaGetLastError());
   }
+  template <class Dout>
+  static void row_sums(cudaStream_t stream, float* dsum, std::uint16_t* rounded,
+                       const Dout* dout, const AttentionInput& in, int B, int T, int C, int NH) {
+    const std::int64_t rows = static_cast<std::int64_t>(B) * NH * T;
+    if (in.out16) {
+      flash_dsum_kernel<H, Dout, std::uint16_t><<<blocks_for(rows * 32), kThreads, 0, stream>>>(
+          dsum, rounded, dout, in.out16, B, T, C, NH);
+    } else {
+      flash_dsum_kernel<H, Dout, float><<<blocks_for(rows * 32), kThreads, 0, stream>>>(
+          dsum, rounded, dout, in.out, B, T, C, NH);
+    }
+  }
   template <class In>
-  static void kernels(cudaStream_t stream, float* dqkv, const float* dsum,
+  static void kernels(cudaStream_t stream, GradOut grad, const float* dsum,
                       const std::uint16_t* dout16, const In* qkv, const float* lse, int T, int C,
-                      int NH, int B, bool accumulate) {
+                      int NH, int B) {
     const dim3 grid(blocks_of_rows(T), NH, B);
     const float scale = 1.0f / std::sqrt(static_cast<float>(HS));
     flash_backward_dkv_kernel<HS, H, In><<<grid, kBlockThreads, 0, stream>>>(
-        dqkv, dout16, qkv, lse, dsum, T, C, NH, scale, accumulate);
+        grad, dout16, qkv, lse, dsum, T, C, NH, scale);
     flash_backward_dq_kernel<HS, H, In><<<grid, kBlockThreads, 0, stream>>>(
-        dqkv, dout16, qkv, lse, dsum, T, C, NH, scale, accumulate);
+        grad, dout16, qkv, lse, dsum, T, C, NH, scale);
   }
 };
 
@@ -398,13 +472,35 @@ void flash_attention_forward(cudaStream_t stream, DType fmt, float* out, std::ui
 }
 
 std::size_t flash_attention_backward_scratch_floats(int B, int T, int C, int NH) {
-  return dsum_floats(B, T, NH) + (static_cast<std::size_t>(B) * T * C + 1) / 2;
+  return dsum_floats(B, T, NH) + dout16_floats(B, T, C);
 }
 
 void flash_attention_backward(cudaStream_t stream, DType fmt, float* dqkv, float* scratch,
-                              const float* dout, const AttentionInput& in, const float* lse,
-                              int B, int T, int C, int NH, bool accumulate) {
-  instance<Backward>(fmt, C / NH)(stream, dqkv, scratch, dout, in, lse, B, T, C, NH, accumulate);
+                              const float* dout, const std::uint16_t* dout16,
+                              const AttentionInput& in, const float* lse, int B, int T, int C,
+                              int NH, bool accumulate) {
+  GradOut grad;
+  grad.dqkv = dqkv;
+  grad.accumulate = accumulate;
+  instance<Backward>(fmt, C / NH)(stream, grad, scratch, dout, dout16, in, lse, B, T, C, NH);
+}
+
+std::size_t flash_attention_backward_rounded_scratch_floats(int B, int T, int C, int NH) {
+  return flash_attention_backward_scratch_floats(B, T, C, NH) + partial_floats(B, T, C);
+}
+
+void flash_attention_backward_rounded(cudaStream_t stream, DType fmt, std::uint16_t* dqkv16,
+                                      float* dbias, float* scratch, const float* dout,
+                                      const std::uint16_t* dout16, const AttentionInput& in,
+                                      const float* lse, int B, int T, int C, int NH) {
+  GradOut grad;
+  grad.dqkv16 = dqkv16;
+  grad.partials = scratch + flash_attention_backward_scratch_floats(B, T, C, NH);
+  instance<Backward>(fmt, C / NH)(stream, grad, scratch, dout, dout16, in, lse, B, T, C, NH);
+  const int C3 = 3 * C;
+  column_finish_kernel<1><<<(C3 + kThreads - 1) / kThreads, kThreads, 0, stream>>>(
+      ColumnTargets<1>{{dbias}}, grad.partials, B * blocks_of_rows(T), C3);
+  DTRAIN_CUDA(cudaGetLastError());
 }
 
 }  // namespace dtrain::cuda

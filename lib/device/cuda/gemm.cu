@@ -71,16 +71,27 @@ void CudaDevice::gemm(bool trans_a, bool trans_b, int M, int N, int K, float alp
 void CudaDevice::queue_gemm(bool trans_a, bool trans_b, int M, int N, int K, float alpha,
                             const float* A, int lda, const float* B, int ldb, float beta,
                             float* C, int ldc, const std::uint16_t* A16,
-                            const std::uint16_t* B16) {
+                            const std::uint16_t* B16, std::uint16_t* C16) {
   if (M <= 0 || N <= 0) return;
-  if (K <= 0) {  // as on the CPU: C is scaled by beta
-    scale_matrix(stream_, C, M, N, ldc, beta, 1, 0);
+  if (K <= 0) {  // as on the CPU: C is scaled by beta (C16: +0 words, beta being 0)
+    if (C16) {
+      const std::size_t row = sizeof(std::uint16_t) * N;
+      const int pieces = ldc == N ? 1 : M;  // rows apart, or all in one
+      for (int i = 0; i < pieces; ++i)
+        DTRAIN_CUDA(cudaMemsetAsync(C16 + static_cast<std::size_t>(i) * ldc, 0,
+                                    row * (ldc == N ? M : 1), stream_));
+    } else {
+      scale_matrix(stream_, C, M, N, ldc, beta, 1, 0);
+    }
     return;
   }
   const ColumnMajorGemm g =
       column_major_gemm(trans_a, trans_b, M, N, K, A, lda, 0, B, ldb, 0, C, ldc, 0);
   const GemmOperands x = gemm_operands(g, 1, /*a16=*/B16, /*b16=*/A16);  // swapped, as g's
-  run_gemm(g, x, alpha, beta, C, CUDA_R_32F);
+  if (C16)
+    run_gemm(g, x, alpha, 0.0f, C16, x.type);
+  else
+    run_gemm(g, x, alpha, beta, C, CUDA_R_32F);
 }
 
 void CudaDevice::run_gemm(const ColumnMajorGemm& g, const GemmOperands& x, float alpha,
@@ -177,14 +188,14 @@ bool CudaDevice::linear_into_16bit(const ColumnMajorGemm& g, const GemmOperands&
   return true;
 }
 
-// dinp += dout · W (beta = 1, or 0 to write it over); dweight += dout^T · inp (beta = 1);
-// dbias += column sums of dout. A caller's inp16 / dout16 is the GEMM operand as is; under
-// 16-bit operands without dout16, the one pass that sums dout's columns also writes the
-// operand both GEMMs read.
+// dinp += dout · W (beta = 1, or 0 to write it over; dinp16: rounded by the GEMM into words);
+// dweight += dout^T · inp (beta = 1); dbias += column sums of dout. A caller's inp16 / dout16
+// is the GEMM operand as is; under 16-bit operands without dout16, the one pass that sums
+// dout's columns also writes the operand both GEMMs read.
 void CudaDevice::linear_backward(float* dinp, float* dweight, float* dbias, const float* dout,
                                  const float* inp, const float* weight, int N, int C, int OC,
                                  GradWrite dinp_write, const std::uint16_t* inp16,
-                                 const std::uint16_t* dout16) {
+                                 const std::uint16_t* dout16, std::uint16_t* dinp16) {
   const bool words = gemm_operands_ != DType::f32;
   const std::uint16_t* x16 = readable(inp16);
   const std::uint16_t* dy16 = readable(dout16);
@@ -192,11 +203,14 @@ void CudaDevice::linear_backward(float* dinp, float* dweight, float* dbias, cons
                Errc::invalid_argument,
                "linear_backward: no input or output gradient (a 16-bit one serves only under "
                "16-bit GEMM operands, and the bias gradient needs the fp32 one)");
+  DTRAIN_CHECK(!dinp16 || (words && !dinp && dinp_write == GradWrite::overwrite),
+               Errc::invalid_argument,
+               "linear_backward: dinp16 needs 16-bit GEMM operands, no dinp and GradWrite::overwrite");
   const bool accumulate = dinp_write == GradWrite::accumulate;
   OpWork work = floats_moved(1.0 * N * OC);  // dout; each gradient added into read and written
-  if (dinp) {  // reads the weight
+  if (dinp || dinp16) {  // reads the weight
     work.flops += 2.0 * N * C * OC;
-    work.bytes += 4.0 * (1.0 * OC * C + (accumulate ? 2.0 : 1.0) * N * C);
+    work.bytes += 4.0 * OC * C + (dinp16 ? 2.0 : accumulate ? 8.0 : 4.0) * N * C;
   }
   if (dweight) {  // reads inp
     work.flops += 2.0 * N * C * OC;
@@ -212,12 +226,12 @@ void CudaDevice::linear_backward(float* dinp, float* dweight, float* dbias, cons
     dy16 = staged;
     dbias = nullptr;  // summed
   }
-  if (dinp)
+  if (dinp || dinp16)
     queue_gemm(false, false, N, C, OC, 1.0f, dout, OC, weight, C, accumulate ? 1.0f : 0.0f,
-               dinp, C, dy16);
+               dinp, C, dy16, nullptr, dinp16);
   // dout is cuBLAS's B in both GEMMs: staged once under mixed precision. (Where this GEMM
   // has work, N, C and OC are positive, so the one above ran and staged it.)
-  if (words && !dy16 && dinp) dy16 = staging_[1];
+  if (words && !dy16 && (dinp || dinp16)) dy16 = staging_[1];
   if (dweight)
     queue_gemm(true, false, OC, C, N, 1.0f, dout, OC, inp, C, 1.0f, dweight, C, dy16, x16);
   if (dbias) {

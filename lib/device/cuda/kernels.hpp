@@ -68,11 +68,13 @@ void positional_backward(cudaStream_t s, float* dwpe, const float* dout, int B, 
 void layernorm_forward(cudaStream_t s, float* out, float* mean, float* rstd, const float* inp,
                        const float* weight, const float* bias, int N, int C,
                        std::uint16_t* out16, bool bf16);
-// scratch holds layernorm_backward_scratch_floats(N, C) floats.
+// dout16 (or null): dout as bf16 (or fp16) words, read instead; scratch holds
+// layernorm_backward_scratch_floats(N, C, dout16 != null) floats.
 void layernorm_backward(cudaStream_t s, float* dinp, float* dweight, float* dbias,
-                        const float* dout, const float* inp, const float* weight,
-                        const float* mean, const float* rstd, int N, int C, float* scratch);
-std::size_t layernorm_backward_scratch_floats(int N, int C);
+                        const float* dout, const std::uint16_t* dout16, bool bf16,
+                        const float* inp, const float* weight, const float* mean,
+                        const float* rstd, int N, int C, float* scratch);
+std::size_t layernorm_backward_scratch_floats(int N, int C, bool dout16);
 
 // ---- kernels_gelu.cu -------------------------------------------------------------
 // inp16 / out16 (may be null): inp and out also rounded to bf16 (or fp16) words.
@@ -86,10 +88,11 @@ void gelu_backward(cudaStream_t s, float* dinp, const float* inp, const float* d
                    std::int64_t n, bool accumulate);
 // dinp16[N, C] = the gradient from the input's words (written over), rounded to bf16 (or fp16)
 // words, and dbias[C] += its column sums over the fp32 values, as column_sum_accumulate_and_round
-// sums them; scratch holds column_sum_scratch_floats(N, C) floats.
+// sums them; scratch holds column_sum_scratch_floats(N, C) floats. dout16 (or null): dout as
+// words of the same format, read instead of dout.
 void gelu_backward_rounded(cudaStream_t s, std::uint16_t* dinp16, float* dbias,
-                           const std::uint16_t* inp16, const float* dout, int N, int C, bool bf16,
-                           float* scratch);
+                           const std::uint16_t* inp16, const float* dout,
+                           const std::uint16_t* dout16, int N, int C, bool bf16, float* scratch);
 // The same from the input as bf16 (or fp16) words.
 void gelu_backward_16bit(cudaStream_t s, float* dinp, const std::uint16_t* inp16, bool bf16,
                          const float* dout, std::int64_t n, bool accumulate);
@@ -130,12 +133,22 @@ struct AttentionInput {
   const float* out = nullptr;
   const std::uint16_t* out16 = nullptr;
 };
-// dqkv += the gradient from dout, given the forward's qkv, out and lse; scratch holds
-// flash_attention_backward_scratch_floats(B, T, C, NH) floats.
+// dqkv += the gradient from dout (or dout16, dout as words of fmt, read instead), given the
+// forward's qkv, out and lse; scratch holds flash_attention_backward_scratch_floats(B, T, C,
+// NH) floats.
 std::size_t flash_attention_backward_scratch_floats(int B, int T, int C, int NH);
 void flash_attention_backward(cudaStream_t s, DType fmt, float* dqkv, float* scratch,
-                              const float* dout, const AttentionInput& in, const float* lse,
-                              int B, int T, int C, int NH, bool accumulate);
+                              const float* dout, const std::uint16_t* dout16,
+                              const AttentionInput& in, const float* lse, int B, int T, int C,
+                              int NH, bool accumulate);
+// The same gradient written over dqkv16, rounded to fmt, with its column sums (the fp32
+// values') added into dbias[3C]; scratch holds
+// flash_attention_backward_rounded_scratch_floats(B, T, C, NH) floats.
+std::size_t flash_attention_backward_rounded_scratch_floats(int B, int T, int C, int NH);
+void flash_attention_backward_rounded(cudaStream_t s, DType fmt, std::uint16_t* dqkv16,
+                                      float* dbias, float* scratch, const float* dout,
+                                      const std::uint16_t* dout16, const AttentionInput& in,
+                                      const float* lse, int B, int T, int C, int NH);
 
 // ---- kernels_crossentropy.cu -----------------------------------------------------
 void crossentropy_forward(cudaStream_t s, float* losses, float* lse, const float* logits,

@@ -79,12 +79,12 @@ __global__ void gelu_backward_kernel(float* dinp, Input inp, const float* dout, 
     dinp[i] = (accumulate ? dinp[i] : 0.0f) + gelu_grad(inp[i]) * dout[i];
 }
 
-// Element (n, c) of GELU's input gradient from the input's words, written rounded into words
-// as it is handed to the column sums (column_sums_accumulate's Load): the gradient, the 16-bit
-// operand of the GEMMs after it and its column sums in one pass.
-template <class Input> struct GeluGradRoundingLoad {
+// Element (n, c) of GELU's input gradient from the input's words (and dout, fp32 or words),
+// written rounded into words as it is handed to the column sums (column_sums_accumulate's
+// Load): the gradient, the 16-bit operand of the GEMMs after it and its column sums in one pass.
+template <class Input, class Dout> struct GeluGradRoundingLoad {
   Input inp;
-  const float* dout;
+  Dout dout;
   std::uint16_t* dinp16;
   int C;
   bool bf16;
@@ -129,18 +129,31 @@ void gelu_backward(cudaStream_t s, float* dinp, const float* inp, const float* d
   check_launch("gelu_backward");
 }
 
-void gelu_backward_rounded(cudaStream_t s, std::uint16_t* dinp16, float* dbias,
-                           const std::uint16_t* inp16, const float* dout, int N, int C, bool bf16,
-                           float* scratch) {
-  if (N <= 0 || C <= 0) return;
+namespace {
+template <class Half>
+void gelu_backward_rounded_as(cudaStream_t s, std::uint16_t* dinp16, float* dbias,
+                              const std::uint16_t* inp16, const float* dout,
+                              const std::uint16_t* dout16, int N, int C, bool bf16,
+                              float* scratch) {
   const ColumnTargets<1> sums{{dbias}};
-  if (bf16) {
-    column_sums_accumulate<1>(s, sums, scratch, N, C,
-                              GeluGradRoundingLoad<Bf16Input>{{inp16}, dout, dinp16, C, true});
+  if (dout16) {
+    column_sums_accumulate<1>(
+        s, sums, scratch, N, C, GeluGradRoundingLoad<Half, Half>{{inp16}, {dout16}, dinp16, C, bf16});
   } else {
     column_sums_accumulate<1>(s, sums, scratch, N, C,
-                              GeluGradRoundingLoad<F16Input>{{inp16}, dout, dinp16, C, false});
+                              GeluGradRoundingLoad<Half, FloatInput>{{inp16}, {dout}, dinp16, C, bf16});
   }
+}
+}  // namespace
+
+void gelu_backward_rounded(cudaStream_t s, std::uint16_t* dinp16, float* dbias,
+                           const std::uint16_t* inp16, const float* dout,
+                           const std::uint16_t* dout16, int N, int C, bool bf16, float* scratch) {
+  if (N <= 0 || C <= 0) return;
+  if (bf16)
+    gelu_backward_rounded_as<Bf16Input>(s, dinp16, dbias, inp16, dout, dout16, N, C, bf16, scratch);
+  else
+    gelu_backward_rounded_as<F16Input>(s, dinp16, dbias, inp16, dout, dout16, N, C, bf16, scratch);
   check_launch("gelu_backward_rounded");
 }
 

@@ -7,6 +7,7 @@
 #include "device/cuda/cuda_check.hpp"
 #include "device/cuda/kernel_utils.cuh"
 #include "device/cuda/kernels.hpp"
+#include "device/half_bits.hpp"
 
 namespace dtrain::cuda {
 namespace {
@@ -78,6 +79,16 @@ constexpr int kRowsPerBlock = kThreads / 32;
 __device__ inline float4 load_quad(const float* row, int i, int quads) {
   return i < quads ? reinterpret_cast<const float4*>(row)[i] : float4{0.0f, 0.0f, 0.0f, 0.0f};
 }
+// The same four values from bf16 (or fp16) words, one 8-byte load (exact).
+__device__ inline float4 load_quad(const std::uint16_t* row, int i, int quads, bool bf16) {
+  if (i >= quads) return float4{0.0f, 0.0f, 0.0f, 0.0f};
+  const uint2 w = reinterpret_cast<const uint2*>(row)[i];
+  auto value = [bf16](std::uint32_t bits) {
+    const auto h = static_cast<std::uint16_t>(bits);
+    return bf16 ? halfbits::from_bf16(h) : halfbits::from_f16(h);
+  };
+  return float4{value(w.x & 0xFFFFu), value(w.x >> 16), value(w.y & 0xFFFFu), value(w.y >> 16)};
+}
 
 template <int Q>
 __global__ void layernorm_forward_rows_kernel(float* out, float* mean, float* rstd,
@@ -137,11 +148,13 @@ constexpr int kBackwardRowsPerBlock = 64;  // 8 a warp
 // second pass over both summed them again.
 // Two blocks a multiprocessor: at most 128 registers a thread, which GPT-2's rows (C = 768,
 // Q = 6) fit without spilling (ptxas, sm_90); without the bound they took 138, one block.
+// dout16 (or null): dout as bf16 (or fp16) words, read instead.
 template <int Q>
 __global__ void __launch_bounds__(kThreads, 2)
     layernorm_backward_rows_kernel(float* dinp, float* partials, const float* dout,
-                                   const float* inp, const float* weight, const float* mean,
-                                   const float* rstd, int N, int C, int blocks) {
+                                   const std::uint16_t* dout16, bool bf16, const float* inp,
+                                   const float* weight, const float* mean, const float* rstd,
+                                   int N, int C, int blocks) {
   __shared__ float4 warp_sums[kRowsPerBlock][32 * Q];
   const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, quads = C / 4;
   float4 sum_w[Q], sum_b[Q];
@@ -156,7 +169,9 @@ __global__ void __launch_bounds__(kThreads, 2)
     #pragma unroll
     for (int q = 0; q < Q; ++q) {
       const int i = lane + 32 * q;
-      const float4 x = load_quad(inp + n * C, i, quads), d = load_quad(dout + n * C, i, quads);
+      const float4 x = load_quad(inp + n * C, i, quads);
+      const float4 d = dout16 ? load_quad(dout16 + n * C, i, quads, bf16)
+                              : load_quad(dout + n * C, i, quads);
       const float4 w = load_quad(weight, i, quads);
       xhat[q] = float4{(x.x - m) * s, (x.y - m) * s, (x.z - m) * s, (x.w - m) * s};
       dn[q] = float4{d.x * w.x, d.y * w.y, d.z * w.z, d.w * w.w};
@@ -273,25 +288,37 @@ int backward_row_blocks(int N) {
   return (N + kBackwardRowsPerBlock - 1) / kBackwardRowsPerBlock;
 }
 
-std::size_t layernorm_backward_scratch_floats(int N, int C) {
+std::size_t backward_partial_floats(int N, int C) {
   // the row kernel's partial sums, more than the column sums' (chunks of 256 rows) need
   return N <= 0 || C <= 0 ? 0 : 2 * static_cast<std::size_t>(backward_row_blocks(N)) * C;
 }
 
+std::size_t layernorm_backward_scratch_floats(int N, int C, bool dout16) {
+  return backward_partial_floats(N, C) + (dout16 ? static_cast<std::size_t>(N) * C : 0);
+}
+
 void layernorm_backward(cudaStream_t s, float* dinp, float* dweight, float* dbias,
-                        const float* dout, const float* inp, const float* weight,
-                        const float* mean, const float* rstd, int N, int C, float* scratch) {
+                        const float* dout, const std::uint16_t* dout16, bool bf16,
+                        const float* inp, const float* weight, const float* mean,
+                        const float* rstd, int N, int C, float* scratch) {
   if (N <= 0 || C <= 0) return;
   const ColumnTargets<2> targets{{dweight, dbias}};
-  if (const int quads = quads_per_lane(C, {dinp, dout, inp, weight, scratch})) {
+  if (const int quads = quads_per_lane(C, {dinp, dout16 ? nullptr : dout, inp, weight, scratch});
+      quads && reinterpret_cast<std::uintptr_t>(dout16) % 8 == 0) {
     const int blocks = backward_row_blocks(N);
     const auto kernel = rows_kernel<BackwardRows>(quads);
-    kernel<<<blocks, kThreads, 0, s>>>(dinp, scratch, dout, inp, weight, mean, rstd, N, C, blocks);
+    kernel<<<blocks, kThreads, 0, s>>>(dinp, scratch, dout, dout16, bf16, inp, weight, mean, rstd,
+                                       N, C, blocks);
     check_launch("layernorm_backward");
     column_finish_kernel<2><<<(C + kThreads - 1) / kThreads, kThreads, 0, s>>>(targets, scratch,
                                                                                 blocks, C);
     check_launch("layernorm_backward (parameters)");
     return;
+  }
+  if (dout16) {  // widened after the partial sums' floats, for the block kernels
+    float* widened = scratch + backward_partial_floats(N, C);
+    convert_from_16bit(s, widened, dout16, static_cast<std::int64_t>(N) * C, bf16);
+    dout = widened;
   }
   layernorm_backward_input_kernel<<<N, kThreads, 0, s>>>(dinp, dout, inp, weight, mean, rstd, C);
   check_launch("layernorm_backward (input)");

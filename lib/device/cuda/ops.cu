@@ -45,11 +45,18 @@ void CudaDevice::layernorm_forward(float* out, float* mean, float* rstd, const f
 }
 void CudaDevice::layernorm_backward(float* dinp, float* dweight, float* dbias, const float* dout,
                                     const float* inp, const float* weight, const float* mean,
-                                    const float* rstd, int N, int C) {
-  const OpProfile::Span span = begin_op(
-      "layernorm_backward", floats_moved(4.0 * N * C + 5.0 * C + 2.0 * N));
-  float* partials = scratch(layernorm_backward_scratch_floats(N, C));
-  cuda::layernorm_backward(stream_, dinp, dweight, dbias, dout, inp, weight, mean, rstd, N, C,
+                                    const float* rstd, int N, int C,
+                                    const std::uint16_t* dout16) {
+  dout16 = readable(dout16);
+  DTRAIN_CHECK(N <= 0 || C <= 0 || dout || dout16, Errc::invalid_argument,
+               "layernorm_backward: no output gradient (a 16-bit one serves only under 16-bit "
+               "GEMM operands)");
+  OpWork work = floats_moved(4.0 * N * C + 5.0 * C + 2.0 * N);
+  if (dout16) work.bytes -= 2.0 * N * C;  // dout in words
+  const OpProfile::Span span = begin_op("layernorm_backward", work);
+  float* partials = scratch(layernorm_backward_scratch_floats(N, C, dout16 != nullptr));
+  cuda::layernorm_backward(stream_, dinp, dweight, dbias, dout16 ? nullptr : dout, dout16,
+                           gemm_operands_ == DType::bf16, inp, weight, mean, rstd, N, C,
                            partials);
 }
 
@@ -72,16 +79,16 @@ void CudaDevice::gelu_forward_16bit(std::uint16_t* out16, const std::uint16_t* i
 }
 void CudaDevice::gelu_backward_rounded(std::uint16_t* dinp16, float* dbias,
                                        const std::uint16_t* inp16, const float* dout, int rows,
-                                       int cols) {
+                                       int cols, const std::uint16_t* dout16) {
   DTRAIN_CHECK(gemm_operands_ != DType::f32, Errc::unavailable,
                "gelu_backward_rounded: " << name() << " has fp32 GEMM operands");
-  DTRAIN_CHECK(rows <= 0 || cols <= 0 || dbias, Errc::invalid_argument,
-               "gelu_backward_rounded: no bias gradient to add the sums into");
+  DTRAIN_CHECK(rows <= 0 || cols <= 0 || (dbias && (dout || dout16)), Errc::invalid_argument,
+               "gelu_backward_rounded: no bias gradient to add the sums into, or no dout");
   const double n = static_cast<double>(rows) * cols;
-  OpWork work = floats_moved(n);        // dout
-  work.bytes += 4.0 * n + 8.0 * cols;  // the input's and the gradient's words; dbias
+  // dout (floats or words), the input's and the gradient's words; dbias read and written
+  const OpWork work{0.0, (dout16 ? 6.0 : 8.0) * n + 8.0 * cols};
   const OpProfile::Span span = begin_op("gelu_backward", work);
-  cuda::gelu_backward_rounded(stream_, dinp16, dbias, inp16, dout, rows, cols,
+  cuda::gelu_backward_rounded(stream_, dinp16, dbias, inp16, dout, dout16, rows, cols,
                               gemm_operands_ == DType::bf16,
                               scratch(column_sum_scratch_floats(rows, cols)));
 }
