@@ -56,4 +56,8 @@ profile_has flash_attention --precision bf16
 # 2 products forward, 7 backward
 work_is flash_attention_forward 6 $((2 * (C / 2) * 64 * 64 * 2 * 2 * 2))
 work_is flash_attention_backward 6 $((2 * (C / 2) * 64 * 64 * 7 * 2 * 2))
+# with 16-bit saved activations the backward reads dout and writes dqkv as 16-bit words for
+# the GEMMs around it (attention_backward_rounded): of its fp32 count (dout, qkv, dqkv, out:
+# 8 C floats a row, and 2 saved floats a row and head), 2 bytes less for each of 4 C a row
+work_is flash_attention_backward 8 $((4 * (N * 8 * C + 2 * 2 * N) - 2 * N * 4 * C))
 echo "profile complete"

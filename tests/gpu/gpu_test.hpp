@@ -6,6 +6,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdint>
+#include <cstdlib>
 #include <cstdio>
 #include <random>
 #include <string>
@@ -90,6 +91,28 @@ inline void expect_close(const std::vector<float>& got, const std::vector<float>
   const double e = relative_error(got, want);
   std::printf("  %-40s relative error %.3g (bound %.1g)\n", what.c_str(), e, bound);
   EXPECT_LE(e, bound) << what;
+}
+
+// 16-bit words a GEMM wrote (bf16 or fp16, rounded by cuBLAS) against its fp32 result rounded
+// by dtrain: cuBLAS may take another algorithm, so another summation order, for a 16-bit
+// output, which can move a word by one unit in the last place, never more. (Bit for bit where
+// both ran the same algorithm, as on the emulator.)
+inline void expect_words_within_one_ulp(const std::vector<std::uint16_t>& got,
+                                        const std::vector<std::uint16_t>& want,
+                                        const std::string& what) {
+  ASSERT_EQ(got.size(), want.size()) << what;
+  auto ordered = [](std::uint16_t w) {  // sign and magnitude to a line: neighbours 1 apart
+    const int magnitude = w & 0x7FFF;
+    return (w & 0x8000) ? -magnitude : magnitude;
+  };
+  std::size_t off = 0, first = got.size();
+  for (std::size_t i = 0; i < got.size(); ++i) {
+    const int d = std::abs(ordered(got[i]) - ordered(want[i]));
+    ASSERT_LE(d, 1) << what << ": word " << i << " is " << got[i] << ", rounding gives " << want[i];
+    if (d == 1 && off++ == 0) first = i;
+  }
+  if (off > 0) std::printf("  %s: %zu of %zu words one unit off (first at %zu)\n", what.c_str(),
+                           off, got.size(), first);
 }
 
 }  // namespace gputest

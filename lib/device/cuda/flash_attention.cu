@@ -86,8 +86,9 @@ __device__ void write_column_sums(float* partial, const Acc<HS>& acc, float (&su
   }
 }
 
-// A block's rows of dQ, dK or dV (column `at` of dqkv's rows, `column` of the 3C) as `grad`
-// wants them. The words are what rounding the fp32 rows gives.
+// A block's rows of dQ, dK or dV as `grad` wants them: `at` is where the head's part starts in
+// dqkv (the sequence's row 0), `column` the same place within a row of 3C. The words are what
+// rounding the fp32 rows gives.
 template <int HS, class H>
 __device__ void store_gradient(const GradOut& grad, std::int64_t at, std::int64_t chunk,
                                int column, int C3, int row0, int T, const Acc<HS>& acc,

@@ -69,12 +69,12 @@ void layernorm_forward(cudaStream_t s, float* out, float* mean, float* rstd, con
                        const float* weight, const float* bias, int N, int C,
                        std::uint16_t* out16, bool bf16);
 // dout16 (or null): dout as bf16 (or fp16) words, read instead; scratch holds
-// layernorm_backward_scratch_floats(N, C, dout16 != null) floats.
+// layernorm_backward_scratch_floats(N, C) floats.
 void layernorm_backward(cudaStream_t s, float* dinp, float* dweight, float* dbias,
                         const float* dout, const std::uint16_t* dout16, bool bf16,
                         const float* inp, const float* weight, const float* mean,
                         const float* rstd, int N, int C, float* scratch);
-std::size_t layernorm_backward_scratch_floats(int N, int C, bool dout16);
+std::size_t layernorm_backward_scratch_floats(int N, int C);
 
 // ---- kernels_gelu.cu -------------------------------------------------------------
 // inp16 / out16 (may be null): inp and out also rounded to bf16 (or fp16) words.

@@ -42,20 +42,31 @@ __global__ void layernorm_forward_kernel(float* out, float* mean, float* rstd, c
   }
 }
 
+// The output gradient as the block kernels read it: fp32, or bf16 / fp16 words (exact).
+struct OutputGradient {
+  const float* dout;
+  const std::uint16_t* dout16;  // read where dout is null
+  bool bf16;
+  __device__ float operator[](std::int64_t i) const {
+    if (dout) return dout[i];
+    return bf16 ? halfbits::from_bf16(dout16[i]) : halfbits::from_f16(dout16[i]);
+  }
+};
+
 // dinp += rstd * (dnorm - mean(dnorm) - xhat * mean(dnorm * xhat)), dnorm = dout * weight.
-__global__ void layernorm_backward_input_kernel(float* dinp, const float* dout, const float* inp,
-                                                const float* weight, const float* mean,
-                                                const float* rstd, int C) {
+__global__ void layernorm_backward_input_kernel(float* dinp, OutputGradient dout,
+                                                const float* inp, const float* weight,
+                                                const float* mean, const float* rstd, int C) {
   __shared__ float shared[32];
   const std::int64_t n = blockIdx.x;
   const float* x = inp + n * C;
-  const float* d = dout + n * C;
+  auto d = [&](int c) { return dout[n * C + c]; };
   float* dx = dinp + n * C;
   const float m = mean[n], s = rstd[n];
   float sum_dn = 0.0f, sum_dn_xhat = 0.0f;
   for (int c = threadIdx.x; c < C; c += blockDim.x) {
     const float xhat = (x[c] - m) * s;
-    const float dn = d[c] * weight[c];
+    const float dn = d(c) * weight[c];
     sum_dn += dn;
     sum_dn_xhat += dn * xhat;
   }
@@ -63,7 +74,7 @@ __global__ void layernorm_backward_input_kernel(float* dinp, const float* dout, 
   const float b = block_sum(sum_dn_xhat, shared) / static_cast<float>(C);
   for (int c = threadIdx.x; c < C; c += blockDim.x) {
     const float xhat = (x[c] - m) * s;
-    dx[c] += s * (d[c] * weight[c] - a - xhat * b);
+    dx[c] += s * (d(c) * weight[c] - a - xhat * b);
   }
 }
 
@@ -254,7 +265,7 @@ int row_blocks(int N) { return (N + kRowsPerBlock - 1) / kRowsPerBlock; }
 
 // Per element (n, c): dweight gets dout * xhat, dbias gets dout.
 struct ParamGradLoad {
-  const float* dout;
+  OutputGradient dout;
   const float* inp;
   const float* mean;
   const float* rstd;
@@ -288,13 +299,9 @@ int backward_row_blocks(int N) {
   return (N + kBackwardRowsPerBlock - 1) / kBackwardRowsPerBlock;
 }
 
-std::size_t backward_partial_floats(int N, int C) {
+std::size_t layernorm_backward_scratch_floats(int N, int C) {
   // the row kernel's partial sums, more than the column sums' (chunks of 256 rows) need
   return N <= 0 || C <= 0 ? 0 : 2 * static_cast<std::size_t>(backward_row_blocks(N)) * C;
-}
-
-std::size_t layernorm_backward_scratch_floats(int N, int C, bool dout16) {
-  return backward_partial_floats(N, C) + (dout16 ? static_cast<std::size_t>(N) * C : 0);
 }
 
 void layernorm_backward(cudaStream_t s, float* dinp, float* dweight, float* dbias,
@@ -315,14 +322,10 @@ void layernorm_backward(cudaStream_t s, float* dinp, float* dweight, float* dbia
     check_launch("layernorm_backward (parameters)");
     return;
   }
-  if (dout16) {  // widened after the partial sums' floats, for the block kernels
-    float* widened = scratch + backward_partial_floats(N, C);
-    convert_from_16bit(s, widened, dout16, static_cast<std::int64_t>(N) * C, bf16);
-    dout = widened;
-  }
-  layernorm_backward_input_kernel<<<N, kThreads, 0, s>>>(dinp, dout, inp, weight, mean, rstd, C);
+  const OutputGradient dy{dout16 ? nullptr : dout, dout16, bf16};
+  layernorm_backward_input_kernel<<<N, kThreads, 0, s>>>(dinp, dy, inp, weight, mean, rstd, C);
   check_launch("layernorm_backward (input)");
-  column_sums_accumulate<2>(s, targets, scratch, N, C, ParamGradLoad{dout, inp, mean, rstd, C});
+  column_sums_accumulate<2>(s, targets, scratch, N, C, ParamGradLoad{dy, inp, mean, rstd, C});
   check_launch("layernorm_backward (parameters)");
 }
 

@@ -54,7 +54,7 @@ void CudaDevice::layernorm_backward(float* dinp, float* dweight, float* dbias, c
   OpWork work = floats_moved(4.0 * N * C + 5.0 * C + 2.0 * N);
   if (dout16) work.bytes -= 2.0 * N * C;  // dout in words
   const OpProfile::Span span = begin_op("layernorm_backward", work);
-  float* partials = scratch(layernorm_backward_scratch_floats(N, C, dout16 != nullptr));
+  float* partials = scratch(layernorm_backward_scratch_floats(N, C));
   cuda::layernorm_backward(stream_, dinp, dweight, dbias, dout16 ? nullptr : dout, dout16,
                            gemm_operands_ == DType::bf16, inp, weight, mean, rstd, N, C,
                            partials);
