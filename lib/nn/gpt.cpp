@@ -334,7 +334,7 @@ float GptModel::forward_stage(const std::int32_t* tokens, const std::int32_t* ta
                "batch " << B << " outside [1, " << max_batch_ << "]");
   DTRAIN_CHECK(T > 0 && T <= cfg_.seq_len, Errc::invalid_argument,
                "sequence length " << T << " outside [1, " << cfg_.seq_len << "]");
-  check_attention_saved_floats();
+  check_operand_format_unchanged();
   const int P = tp_.size();
   const int N = B * T, C = cfg_.d_model, V = cfg_.vocab, Vl = ce_.shard.padded_rows;
   DTRAIN_CHECK(!sp_ || N % P == 0, Errc::invalid_argument,
@@ -476,7 +476,7 @@ void GptModel::backward_stage(float dloss, const float* doutput, int chunk, int 
   DTRAIN_CHECK(head ? use.targets : (use.B > 0 && doutput != nullptr), Errc::invalid_argument,
                "backward needs a forward() " << (head ? "with targets" : "and doutput")
                                              << " first");
-  check_attention_saved_floats();
+  check_operand_format_unchanged();
   const int B = use.B, T = use.T, N = B * T, C = cfg_.d_model, P = tp_.size();
   const int R = sp_ ? N / P : N, Vl = ce_.shard.padded_rows;
   const std::int64_t NF = static_cast<std::int64_t>(N) * hidden_local_;

@@ -18,13 +18,18 @@ std::array<std::int64_t, GptModel::kKept16> GptModel::kept16_numel(int B) const 
   return {R * C, N * 3 * Cl, N * Cl, att, R * C, hidden, hidden};
 }
 
-void GptModel::check_attention_saved_floats() const {
+void GptModel::check_operand_format_unchanged() const {
   const std::size_t now =
       dev_->attention_saved_floats(max_batch_, cfg_.seq_len, C_local_, heads_local_);
   DTRAIN_CHECK(now == att_saved_floats_, Errc::invalid_argument,
                "the device's attention now saves " << now << " floats per block where this model "
                "holds " << att_saved_floats_ << " (its GEMM operand format changed after the "
                "model was built; set it first, and keep it while the model lives)");
+  DTRAIN_CHECK(reads_kept16() == kept16_at_build_, Errc::invalid_argument,
+               "the model's 16-bit saved activations were sized for "
+               << (kept16_at_build_ ? "16-bit" : "fp32") << " GEMM operands (the device's GEMM "
+               "operand format changed after the model was built; set it first, and keep it "
+               "while the model lives)");
 }
 
 bool GptModel::reads_kept16() const {
@@ -97,9 +102,12 @@ void GptModel::allocate_activations() {
   want(att_ws_, dev_->attention_workspace_floats(cfg_.seq_len));
   const bool half = keeps_16bit(), recompute = cfg_.recompute;
   const auto kept_numel = kept16_numel(max_batch_);
-  if (half || recompute) {
-    for (std::size_t i = 0; i < kKept16; ++i)
+  kept16_at_build_ = reads_kept16();
+  if (half || recompute) {  // the blocks' fp32 values, but none of those only ever words
+    for (std::size_t i = 0; i < kKept16; ++i) {
+      if (kept16_at_build_ && Block::kReadAsKept[i]) continue;
       want(kept16_scratch_[i], static_cast<std::size_t>(kept_numel[i]));
+    }
   }
   const std::size_t internal_numel[] = {R, R, R * C, R, R};  // Block::internal()'s order
   if (recompute) {

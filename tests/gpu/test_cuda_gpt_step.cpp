@@ -156,6 +156,38 @@ TEST(CudaGptStep, FusedAttentionSavesALogSumExpPerRowInsteadOfTheProbabilities) 
   }
 }
 
+// Under 16-bit saved activations that the device reads as words (the operand format is the
+// saved one), the kept tensors other than the attention's statistics have no fp32 scratch:
+// 14 B·T·C floats less than where the copies are widened (bf16 copies under fp16 operands;
+// the fused attention saves the same either way). Changing the format under such a model is
+// refused before any op runs.
+TEST(CudaGptStep, SixteenBitSavedActivationsReadAsWordsNeedNoFp32Scratch) {
+  Device& gpu = dtrain::select_device("cuda");
+  GptConfig cfg = small_gpt();
+  cfg.saved_activations = dtrain::DType::bf16;
+  const int B = 4, T = cfg.seq_len;
+  std::size_t widened = 0;
+  {
+    gputest::OperandFormat scoped(gpu, dtrain::DType::f16);
+    widened = GptModel(cfg, gpu, 1, B).activation_bytes();
+  }
+  gputest::OperandFormat scoped(gpu, dtrain::DType::bf16);
+  GptModel model(cfg, gpu, 1, B);
+  const std::size_t words = model.activation_bytes();
+  EXPECT_EQ(widened - words, 14u * B * T * cfg.d_model * sizeof(float));
+  std::printf("  activations: %zu bytes with widened copies, %zu read as words\n", widened, words);
+  const auto tokens = random_ints(static_cast<std::size_t>(B) * T, 5, 0, cfg.vocab);
+  model.forward(tokens.data(), tokens.data(), B, T);
+  gpu.set_gemm_operand_format(dtrain::DType::f16);
+  try {
+    model.forward(tokens.data(), tokens.data(), B, T);
+    ADD_FAILURE() << "forward ran with the operand format changed under the model";
+  } catch (const dtrain::Error& e) {
+    EXPECT_NE(std::string(e.what()).find("GEMM operand format changed"), std::string::npos)
+        << e.what();
+  }
+}
+
 // Under 16-bit GEMM operands a forward with targets has the LM head write its logits as
 // 16-bit words that only the loss reads (logits() is null then); the loss and the step's
 // gradients, each parameter's, stay within bf16's precision of the CPU's, with fp32 saved

@@ -296,11 +296,13 @@ class DTRAIN_API GptModel {
   // under reads_kept16() with one rank in the TP group (more would sum fp32 over the group),
   // else null.
   std::uint16_t* ln_grad_words() const;
-  // Device::attention_saved_floats changes with the device's GEMM operand format (the CUDA
-  // device's fused attention saves far less): refuse to run once it no longer matches the
-  // buffers sized at construction, which it would overrun.
-  void check_attention_saved_floats() const;
+  // The buffers are sized at construction by the device's GEMM operand format: the attention's
+  // saved floats (Device::attention_saved_floats; the CUDA device's fused attention saves far
+  // less) and, under reads_kept16(), no fp32 scratch for the kept tensors read as words.
+  // Refuse to run once the format no longer gives the same, which would overrun them.
+  void check_operand_format_unchanged() const;
   std::size_t att_saved_floats_ = 0;  // per block, for max_batch_ sequences
+  bool kept16_at_build_ = false;      // reads_kept16() when the activations were sized
 
   GptConfig cfg_;
   GptStage stage_;                  // summary of chunks_
@@ -337,7 +339,9 @@ class DTRAIN_API GptModel {
         *lnf_rstd_ = nullptr, *logits_ = nullptr, *lse_ = nullptr, *losses_ = nullptr,
         *dlosses_ = nullptr;
   // 16-bit saved activations (GptConfig::saved_activations): the fp32 values of one block
-  // live here while it computes, each block keeps the rounded copies (Block::kept16())
+  // live here while it computes, each block keeps the rounded copies (Block::kept16()); under
+  // reads_kept16() only the attention's statistics have fp32 values (the others are null:
+  // their ops write and read the copies alone)
   std::array<float*, kKept16> kept16_scratch_{};
   // GptConfig::recompute: every block computes in the shared scratch (kept16_scratch_ and
   // these, Block::internal()); only its output stays per block.
