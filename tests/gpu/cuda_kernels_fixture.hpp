@@ -1,5 +1,6 @@
 #pragma once
-// The fixture of the CUDA kernel tests (test_cuda_kernels.cpp, test_cuda_16bit_inputs.cpp):
+// The fixture of the CUDA kernel tests (test_cuda_kernels.cpp, test_cuda_gemm_linear.cpp,
+// test_cuda_16bit_inputs.cpp, test_cuda_16bit_gradients.cpp):
 // the CPU device as the reference and the CUDA device under test, with fp32 GEMMs exact
 // (DTRAIN_CUDA_TF32=0).
 #include <gtest/gtest.h>
@@ -36,6 +37,17 @@ class CudaKernels : public ::testing::Test {
 
   dtrain::Device& cpu = dtrain::cpu_device();
   dtrain::Device& gpu = dtrain::select_device("cuda");
+};
+
+// An attention test's shape: B sequences of T positions, width C in NH heads.
+struct AttentionShape {
+  int B, T, C, NH;
+  std::size_t qkv() const { return static_cast<std::size_t>(B) * T * 3 * C; }
+  std::size_t out() const { return static_cast<std::size_t>(B) * T * C; }
+  std::string tag(dtrain::DType fmt) const {
+    return std::string(dtrain::dtype_name(fmt)) + " hs=" + std::to_string(C / NH) +
+           " T=" + std::to_string(T);
+  }
 };
 
 }  // namespace gputest

@@ -41,6 +41,19 @@ GptConfig small_gpt() {
   return cfg;
 }
 
+// A forward after the device's GEMM operand format changed under the model: refused before
+// any op runs, with a message that says so.
+void expect_refused_after_format_change(GptModel& model, const std::vector<std::int32_t>& tokens,
+                                        int B, int T) {
+  try {
+    model.forward(tokens.data(), tokens.data(), B, T);
+    ADD_FAILURE() << "forward ran with the operand format changed under the model";
+  } catch (const dtrain::Error& e) {
+    EXPECT_NE(std::string(e.what()).find("GEMM operand format changed"), std::string::npos)
+        << e.what();
+  }
+}
+
 TEST(CudaGptStep, MatchesTheCpuStep) {
   Device& cpu = dtrain::cpu_device();
   Device& gpu = dtrain::select_device("cuda");
@@ -147,13 +160,7 @@ TEST(CudaGptStep, FusedAttentionSavesALogSumExpPerRowInsteadOfTheProbabilities) 
   // room of a log-sum-exp per row: refused before any op runs
   const auto tokens = random_ints(static_cast<std::size_t>(B) * T, 5, 0, cfg.vocab);
   gpu.set_gemm_operand_format(dtrain::DType::f32);
-  try {
-    model.forward(tokens.data(), tokens.data(), B, T);
-    ADD_FAILURE() << "forward ran with the operand format changed under the model";
-  } catch (const dtrain::Error& e) {
-    EXPECT_NE(std::string(e.what()).find("GEMM operand format changed"), std::string::npos)
-        << e.what();
-  }
+  expect_refused_after_format_change(model, tokens, B, T);
 }
 
 // Under 16-bit saved activations that the device reads as words (the operand format is the
@@ -179,13 +186,7 @@ TEST(CudaGptStep, SixteenBitSavedActivationsReadAsWordsNeedNoFp32Scratch) {
   const auto tokens = random_ints(static_cast<std::size_t>(B) * T, 5, 0, cfg.vocab);
   model.forward(tokens.data(), tokens.data(), B, T);
   gpu.set_gemm_operand_format(dtrain::DType::f16);
-  try {
-    model.forward(tokens.data(), tokens.data(), B, T);
-    ADD_FAILURE() << "forward ran with the operand format changed under the model";
-  } catch (const dtrain::Error& e) {
-    EXPECT_NE(std::string(e.what()).find("GEMM operand format changed"), std::string::npos)
-        << e.what();
-  }
+  expect_refused_after_format_change(model, tokens, B, T);
 }
 
 // Under 16-bit GEMM operands a forward with targets has the LM head write its logits as

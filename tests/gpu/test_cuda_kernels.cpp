@@ -2,7 +2,8 @@
 // DTRAIN_CUDA_TF32=0 so GEMMs are exact fp32): |gpu - cpu| <= 1e-5 * max|cpu|. Gradient
 // buffers start with random values, so accumulate-vs-overwrite mistakes show. The GEMMs and
 // the linear layer: test_cuda_gemm_linear.cpp; the 16-bit inputs and outputs:
-// test_cuda_16bit_inputs.cpp (all one binary).
+// test_cuda_16bit_inputs.cpp; backward's gradients as 16-bit words:
+// test_cuda_16bit_gradients.cpp (all one binary).
 #include <limits>
 #include <string>
 
