@@ -95,24 +95,33 @@ inline void expect_close(const std::vector<float>& got, const std::vector<float>
 
 // 16-bit words a GEMM wrote (bf16 or fp16, rounded by cuBLAS) against its fp32 result rounded
 // by dtrain: cuBLAS may take another algorithm, so another summation order, for a 16-bit
-// output, which can move a word by one unit in the last place, never more. (Bit for bit where
-// both ran the same algorithm, as on the emulator.)
-inline void expect_words_within_one_ulp(const std::vector<std::uint16_t>& got,
-                                        const std::vector<std::uint16_t>& want,
-                                        const std::string& what) {
+// output. That moves a word by one unit in the last place where the value lies near a
+// rounding boundary, and by more only where the sum cancels to near zero, within the fp32
+// sums' own error (1e-5 of the largest value here). Bit for bit where both ran the same
+// algorithm, as on the emulator; prints how many words moved.
+inline void expect_gemm_words_match_rounding(const std::vector<std::uint16_t>& got,
+                                             const std::vector<std::uint16_t>& want,
+                                             dtrain::DType fmt, const std::string& what) {
   ASSERT_EQ(got.size(), want.size()) << what;
-  auto ordered = [](std::uint16_t w) {  // sign and magnitude to a line: neighbours 1 apart
-    const int magnitude = w & 0x7FFF;
-    return (w & 0x8000) ? -magnitude : magnitude;
+  std::vector<float> g(got.size()), w(want.size());
+  dtrain::Device& host = dtrain::cpu_device();  // widens host words exactly
+  host.convert_from_16bit(g.data(), got.data(), static_cast<std::int64_t>(g.size()), fmt);
+  host.convert_from_16bit(w.data(), want.data(), static_cast<std::int64_t>(w.size()), fmt);
+  double largest = 0;
+  for (const float v : w) largest = std::max(largest, std::fabs(static_cast<double>(v)));
+  auto ordered = [](std::uint16_t word) {  // sign and magnitude to a line: neighbours 1 apart
+    const int magnitude = word & 0x7FFF;
+    return (word & 0x8000) ? -magnitude : magnitude;
   };
-  std::size_t off = 0, first = got.size();
+  std::size_t moved = 0;
   for (std::size_t i = 0; i < got.size(); ++i) {
-    const int d = std::abs(ordered(got[i]) - ordered(want[i]));
-    ASSERT_LE(d, 1) << what << ": word " << i << " is " << got[i] << ", rounding gives " << want[i];
-    if (d == 1 && off++ == 0) first = i;
+    if (got[i] == want[i]) continue;
+    ++moved;
+    const bool neighbour = std::abs(ordered(got[i]) - ordered(want[i])) == 1;
+    ASSERT_TRUE(neighbour || std::fabs(static_cast<double>(g[i]) - w[i]) <= 1e-5 * largest)
+        << what << ": word " << i << " is " << g[i] << ", rounding gives " << w[i];
   }
-  if (off > 0) std::printf("  %s: %zu of %zu words one unit off (first at %zu)\n", what.c_str(),
-                           off, got.size(), first);
+  if (moved > 0) std::printf("  %s: %zu of %zu words moved\n", what.c_str(), moved, got.size());
 }
 
 }  // namespace gputest

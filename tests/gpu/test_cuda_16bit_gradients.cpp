@@ -20,10 +20,9 @@ using gputest::OnDevice;
 using gputest::random_floats;
 
 // A linear layer's input gradient as 16-bit words (dinp16, written over) is its fp32 input
-// gradient rounded (within one unit in the last place: expect_words_within_one_ulp), from an
-// fp32 or a 16-bit output gradient, with the weight
-// and bias gradients unchanged, and +0 words without products. Only under 16-bit GEMM
-// operands, written over and without dinp; never on the CPU.
+// gradient rounded (expect_gemm_words_match_rounding), from an fp32 or a 16-bit output
+// gradient, with the weight and bias gradients unchanged, and +0 words without products.
+// Only under 16-bit GEMM operands, written over and without dinp; never on the CPU.
 TEST_F(CudaKernels, LinearBackwardWritesTheInputGradientAs16BitWords) {
   const int N = 300, C = 96, OC = 136;
   const std::size_t NC = static_cast<std::size_t>(N) * C, NO = static_cast<std::size_t>(N) * OC;
@@ -47,7 +46,7 @@ TEST_F(CudaKernels, LinearBackwardWritesTheInputGradientAs16BitWords) {
       gpu.linear_backward(nullptr, g_dw.get(), from_words ? nullptr : g_db.get(), dout,
                           d_inp.get(), d_w.get(), N, C, OC, kOverwrite, nullptr, dout16,
                           d_got.get());
-      gputest::expect_words_within_one_ulp(d_got.host(), d_want.host(), what);
+      gputest::expect_gemm_words_match_rounding(d_got.host(), d_want.host(), fmt, what);
       EXPECT_EQ(g_dw.host(), r_dw.host()) << what;
       EXPECT_EQ(g_db.host(), r_db.host()) << what;
     }

@@ -103,10 +103,10 @@ TEST_F(CudaKernels, LinearLayerReadsTheCallersSixteenBitOperands) {
 }
 
 // A linear layer's output as 16-bit words (out16) is its fp32 output rounded: alone (the GEMM
-// rounds its own result where cuBLAS(Lt) can, with the bias added before: within one unit in
-// the last place, expect_words_within_one_ulp), next to the fp32 output (bit for bit), from a
-// 16-bit input, without inner products (the bias or zeros).
-// Only under 16-bit GEMM operands, never on the CPU. (That the epilogue writes the words:
+// rounds its own result where cuBLAS(Lt) can, with the bias added before:
+// expect_gemm_words_match_rounding), next to the fp32 output (bit for bit), from a 16-bit
+// input, without inner products (the bias or zeros). Only under 16-bit GEMM operands, never
+// on the CPU. (That the epilogue writes the words:
 // LinearForwardBiasInTheEpilogueOrBeforeTheGemm.)
 TEST_F(CudaKernels, LinearForwardWrites16BitOutput) {
   const int N = 300, C = 96, OC = 136;
@@ -125,14 +125,16 @@ TEST_F(CudaKernels, LinearForwardWrites16BitOutput) {
         gpu.linear_forward(d_ref.get(), d_inp.get(), d_w.get(), bias, N, K, OC);
         gpu.convert_to_16bit(d_want.get(), d_ref.get(), static_cast<std::int64_t>(NO), fmt);
         gpu.linear_forward(nullptr, d_inp.get(), d_w.get(), bias, N, K, OC, nullptr, d_got.get());
-        gputest::expect_words_within_one_ulp(d_got.host(), d_want.host(), what + ": alone");
+        gputest::expect_gemm_words_match_rounding(d_got.host(), d_want.host(), fmt,
+                                                  what + ": alone");
         gpu.linear_forward(d_out.get(), d_inp.get(), d_w.get(), bias, N, K, OC, nullptr,
                            d_got.get());
         EXPECT_EQ(d_out.host(), d_ref.host()) << what << ": beside the fp32 output";
         EXPECT_EQ(d_got.host(), d_want.host()) << what << ": beside the fp32 output";
         gpu.linear_forward(nullptr, nullptr, d_w.get(), bias, N, K, OC, d_inp16.get(),
                            d_got.get());
-        gputest::expect_words_within_one_ulp(d_got.host(), d_want.host(), what + ": from inp16");
+        gputest::expect_gemm_words_match_rounding(d_got.host(), d_want.host(), fmt,
+                                                  what + ": from inp16");
       }
     }
     EXPECT_THROW(gpu.linear_forward(nullptr, d_inp.get(), d_w.get(), nullptr, N, C, OC),
