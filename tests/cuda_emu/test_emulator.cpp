@@ -10,6 +10,7 @@
 #include "cublas_v2.h"
 #include "cuda_runtime.h"
 #include "device/half_bits.hpp"
+#include "replaced/async_copy.cuh"
 #include "replaced/warp_mma.cuh"
 
 namespace {
@@ -141,6 +142,32 @@ __global__ void half_warp_matrix_call(float* out) {
   const std::uint32_t a[4] = {};
   if (threadIdx.x < 16) dtrain::cuda::mma<__nv_bfloat16>(acc, a, 0u, 0u);
   out[threadIdx.x] = acc[0];
+}
+
+// Each thread copies two groups of four floats into shared memory asynchronously and reads
+// its slots after each step: seen[0..3] before any wait, [4..7] with one group still
+// pending, [8..11] after waiting for all. With `wait` 0 it never waits.
+__global__ void two_copy_groups(float* seen, const float* in, int wait) {
+  struct alignas(16) Tiles {
+    float f[2][4 * 32];
+  };
+  __shared__ Tiles tile;
+  const int t = threadIdx.x;
+  float* first = &tile.f[0][4 * t];
+  float* second = &tile.f[1][4 * t];
+  dtrain::cuda::copy_16_bytes_async(first, in + 4 * t, true);
+  dtrain::cuda::commit_async_copies();
+  dtrain::cuda::copy_16_bytes_async(second, in + 4 * t, false);  // zeros
+  dtrain::cuda::commit_async_copies();
+  seen[12 * t] = first[0];
+  if (!wait) return;
+  dtrain::cuda::wait_async_copies<1>();
+  seen[12 * t + 4] = first[1];
+  seen[12 * t + 5] = second[1];
+  dtrain::cuda::wait_async_copies<0>();
+  seen[12 * t + 8] = first[2];
+  seen[12 * t + 9] = second[2];
+  __syncthreads();
 }
 
 struct DeviceHalves {
@@ -329,6 +356,35 @@ TEST(CudaEmulatorDeathTest, ABarrierNotEveryThreadReachesIsADeadlock) {
         cudaDeviceSynchronize();
       },
       "deadlock");
+}
+
+TEST(CudaEmulator, AsynchronousCopiesLandWhenTheirThreadWaits) {
+  std::vector<float> in(4 * 32);
+  for (std::size_t i = 0; i < in.size(); ++i) in[i] = static_cast<float>(i) + 0.5f;
+  DeviceFloats d_in(in.size()), seen(12 * 32);
+  d_in.set(in);
+  seen.set(std::vector<float>(12 * 32, -1.0f));
+  dtrain_emu::launch(two_copy_groups, dim3(1), dim3(32))(seen.p, d_in.p, 1);
+  const auto got = seen.host();
+  for (int t = 0; t < 32; ++t) {
+    const float* g = &got[12 * t];
+    EXPECT_TRUE(std::isnan(g[0])) << "thread " << t << " read its copy before waiting";
+    EXPECT_EQ(g[4], in[4 * t + 1]) << "thread " << t << ": the older group has landed";
+    EXPECT_TRUE(std::isnan(g[5])) << "thread " << t << ": the newer group is still in flight";
+    EXPECT_EQ(g[8], in[4 * t + 2]) << "thread " << t;
+    EXPECT_EQ(g[9], 0.0f) << "thread " << t << ": a copy of nothing gives zeros";
+  }
+}
+
+TEST(CudaEmulatorDeathTest, AThreadEndingWithCopiesInFlightStops) {
+  DeviceFloats d_in(4 * 32), seen(12 * 32);
+  d_in.set(std::vector<float>(4 * 32, 1.0f));
+  EXPECT_DEATH(
+      {
+        dtrain_emu::launch(two_copy_groups, dim3(1), dim3(32))(seen.p, d_in.p, 0);
+        cudaDeviceSynchronize();
+      },
+      "never waited for");
 }
 
 TEST(CudaEmulator, PinnedResultsAreStaleUntilTheStreamIsSynchronised) {

@@ -3,13 +3,15 @@
 // every live thread of the block and a shuffle for every lane its mask names, as on a GPU.
 // A kernel whose first launch never synchronised later runs its threads as a plain loop
 // (much faster); should such a kernel synchronise after all, the emulator stops with a
-// message rather than compute something a GPU would not.
+// message rather than compute something a GPU would not. A thread's cp.async copies stay in
+// flight until it waits for them (their destinations read as NaN meanwhile).
 #include <sys/mman.h>
 
 #include <algorithm>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <deque>
 #include <unordered_map>
 #include <vector>
 
@@ -56,6 +58,16 @@ constexpr int kMaxThreads = 1024;
 
 enum class State { ready, at_barrier, at_shuffle, done };
 
+// A thread's cp.async copies: issued and not yet committed, then committed groups, oldest first.
+struct AsyncCopy {
+  void* dst;
+  const void* src;  // null: zeros
+};
+struct AsyncCopies {
+  std::vector<AsyncCopy> open;
+  std::deque<std::vector<AsyncCopy>> committed;
+};
+
 struct Fiber {
   FiberContext context;
   char* stack = nullptr;
@@ -64,6 +76,7 @@ struct Fiber {
   int src_lane = 0;          // of the shuffle this lane waits in
   std::uint64_t result = 0;  // what that shuffle gives it, set when the last lane arrives
   void* gathered = nullptr;  // where the gather this lane waits in copies every lane's bytes
+  AsyncCopies copies;
 };
 
 constexpr std::size_t kGatherBytes = 32;  // the most a lane hands to warp_gather
@@ -91,6 +104,7 @@ struct Block {
 };
 
 Block g_block;
+AsyncCopies g_direct_copies;  // of the thread running in direct mode
 bool g_direct = false;       // running a kernel known not to synchronise, as a plain loop
 bool g_synchronised = false;  // this launch called a barrier or a shuffle
 std::unordered_map<const void*, bool> g_kernel_syncs;
@@ -149,10 +163,19 @@ void switch_to_scheduler() {
   switch_fiber(f.context, g_block.scheduler);
 }
 
+// A thread's copies, once it has ended: all waited for (the last group may be empty).
+void check_copies_done(AsyncCopies& c) {
+  bool pending = !c.open.empty();
+  for (const auto& group : c.committed) pending = pending || !group.empty();
+  if (pending) fail("a thread ended with asynchronous copies it never waited for");
+  c.committed.clear();
+}
+
 // Every fiber starts here, with g_block.current naming it, and ends by switching away.
 void fiber_main() {
   (*g_block.body)();
   Fiber& f = g_block.fibers[g_block.current];
+  check_copies_done(f.copies);
   f.state = State::done;
   --g_block.live;
   release_barrier_if_complete();
@@ -229,6 +252,7 @@ void run_block_directly(const Task& body, bool highest_first) {
     const unsigned i = static_cast<unsigned>(highest_first ? n - 1 - j : j);
     threadIdx = uint3{i % blockDim.x, (i / blockDim.x) % blockDim.y, i / (blockDim.x * blockDim.y)};
     body();
+    check_copies_done(g_direct_copies);
   }
 }
 
@@ -254,7 +278,37 @@ int barrier(int predicate) {
   return 0;
 }
 
+AsyncCopies& running_thread_copies() {
+  if (!g_block.body) fail("an asynchronous copy outside a kernel");
+  return g_block.current >= 0 ? g_block.fibers[g_block.current].copies : g_direct_copies;
+}
+
 }  // namespace
+
+void async_copy_16(void* dst, const void* src) {
+  if (reinterpret_cast<std::uintptr_t>(dst) % 16 != 0 ||
+      reinterpret_cast<std::uintptr_t>(src) % 16 != 0)
+    fail("an asynchronous copy between addresses not 16-byte aligned");
+  running_thread_copies().open.push_back(AsyncCopy{dst, src});
+  std::memset(dst, 0xFF, 16);  // NaN in fp32, bf16 and fp16 until the copy lands
+}
+
+void async_copy_commit() {
+  AsyncCopies& c = running_thread_copies();
+  c.committed.push_back(std::move(c.open));
+  c.open.clear();
+}
+
+void async_copy_wait(int pending) {
+  AsyncCopies& c = running_thread_copies();
+  while (static_cast<int>(c.committed.size()) > pending) {
+    for (const AsyncCopy& copy : c.committed.front()) {
+      if (copy.src) std::memcpy(copy.dst, copy.src, 16);
+      else std::memset(copy.dst, 0, 16);
+    }
+    c.committed.pop_front();
+  }
+}
 
 std::uint64_t warp_exchange(unsigned mask, std::uint64_t mine, int src_lane) {
   enter_sync_point();

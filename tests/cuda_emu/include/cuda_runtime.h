@@ -166,6 +166,13 @@ std::uint64_t warp_exchange(unsigned mask, std::uint64_t mine, int src_lane);
 // Every lane of the running (whole) warp hands in `bytes` bytes (32 at most); each gets all
 // 32 lanes' in lane order in `all`. A barrier of the warp, for the warp-wide matrix calls.
 void warp_gather(const void* mine, std::size_t bytes, void* all);
+// cp.async as a GPU may run it (lib/device/cuda/async_copy.cuh): the running thread issues a
+// copy of 16 bytes (zeros where `src` is null) whose destination reads as NaN until the
+// thread's wait_group completes its group; the bytes land then. A thread that ends with
+// copies it never waited for stops the run.
+void async_copy_16(void* dst, const void* src);
+void async_copy_commit();
+void async_copy_wait(int pending);
 }  // namespace dtrain_emu
 
 template <class T> T __shfl_xor_sync(unsigned mask, T v, int lane_mask, int width = 32) {

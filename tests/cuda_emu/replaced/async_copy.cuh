@@ -1,28 +1,18 @@
 #pragma once
-// The CUDA emulator's lib/device/cuda/async_copy.cuh: a copy happens when it is issued, so
-// committing and waiting have nothing left to do. Stricter than a GPU in one way (both
-// addresses must be 16-byte aligned, or the run stops) and more lenient in another: a kernel
-// that reads a tile before waiting for its copies reads the data here, not stale values.
-#include <cstdint>
-#include <cstdio>
-#include <cstdlib>
-#include <cstring>
+// The CUDA emulator's lib/device/cuda/async_copy.cuh: the emulated threads keep their copies
+// in flight until they wait for them (dtrain_emu::async_copy_*), so a kernel that reads a tile
+// before its wait and barrier, or refills a buffer other warps still read, computes with NaNs
+// here as it would with stale or torn data on a GPU. Both addresses must be 16-byte aligned.
+#include "cuda_runtime.h"
 
 namespace dtrain::cuda {
 
 inline void copy_16_bytes_async(void* dst, const void* src, bool whole) {
-  if (reinterpret_cast<std::uintptr_t>(dst) % 16 != 0 ||
-      reinterpret_cast<std::uintptr_t>(src) % 16 != 0) {
-    std::fprintf(stderr, "CUDA emulator: copy_16_bytes_async between addresses not 16-byte "
-                         "aligned (%p <- %p)\n", dst, src);
-    std::abort();
-  }
-  if (whole) std::memcpy(dst, src, 16);
-  else std::memset(dst, 0, 16);
+  dtrain_emu::async_copy_16(dst, whole ? src : nullptr);
 }
 
-inline void commit_async_copies() {}
+inline void commit_async_copies() { dtrain_emu::async_copy_commit(); }
 
-template <int Pending> void wait_async_copies() {}
+template <int Pending> void wait_async_copies() { dtrain_emu::async_copy_wait(Pending); }
 
 }  // namespace dtrain::cuda
