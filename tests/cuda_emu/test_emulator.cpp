@@ -170,6 +170,16 @@ __global__ void two_copy_groups(float* seen, const float* in, int wait) {
   __syncthreads();
 }
 
+// Each thread reads its slot of a shared array before writing it (what a GPU leaves there is
+// undefined), then writes its index.
+__global__ void read_before_write(float* seen) {
+  __shared__ float slots[64];
+  dtrain_emu::fresh_shared(&slots, sizeof slots);  // what the emulator's build adds to lib/
+  const int t = threadIdx.x;
+  seen[blockIdx.x * blockDim.x + t] = slots[t];
+  slots[t] = static_cast<float>(t);
+}
+
 struct DeviceHalves {
   explicit DeviceHalves(const std::vector<std::uint16_t>& v) {
     EXPECT_EQ(cudaMalloc(reinterpret_cast<void**>(&p), v.size() * 2), cudaSuccess);
@@ -374,6 +384,14 @@ TEST(CudaEmulator, AsynchronousCopiesLandWhenTheirThreadWaits) {
     EXPECT_EQ(g[8], in[4 * t + 2]) << "thread " << t;
     EXPECT_EQ(g[9], 0.0f) << "thread " << t << ": a copy of nothing gives zeros";
   }
+}
+
+TEST(CudaEmulator, EveryBlockStartsWithNaNInItsSharedVariables) {
+  DeviceFloats seen(3 * 64);
+  dtrain_emu::launch(read_before_write, dim3(3), dim3(64))(seen.p);
+  const auto got = seen.host();
+  for (std::size_t i = 0; i < got.size(); ++i)
+    EXPECT_TRUE(std::isnan(got[i])) << "block " << i / 64 << " thread " << i % 64;
 }
 
 TEST(CudaEmulatorDeathTest, AThreadEndingWithCopiesInFlightStops) {

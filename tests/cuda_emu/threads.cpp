@@ -4,7 +4,8 @@
 // A kernel whose first launch never synchronised later runs its threads as a plain loop
 // (much faster); should such a kernel synchronise after all, the emulator stops with a
 // message rather than compute something a GPU would not. A thread's cp.async copies stay in
-// flight until it waits for them (their destinations read as NaN meanwhile).
+// flight until it waits for them (their destinations read as NaN meanwhile), and each block's
+// __shared__ variables start as NaN.
 #include <sys/mman.h>
 
 #include <algorithm>
@@ -106,6 +107,8 @@ struct Block {
 Block g_block;
 AsyncCopies g_direct_copies;  // of the thread running in direct mode
 bool g_direct = false;       // running a kernel known not to synchronise, as a plain loop
+std::uint64_t g_block_serial = 0;  // counts the blocks run, to tell a block's first thread
+std::unordered_map<const void*, std::uint64_t> g_shared_filled;  // variable -> block serial
 bool g_synchronised = false;  // this launch called a barrier or a shuffle
 std::unordered_map<const void*, bool> g_kernel_syncs;
 
@@ -285,6 +288,14 @@ AsyncCopies& running_thread_copies() {
 
 }  // namespace
 
+void fresh_shared(void* variable, std::size_t bytes) {
+  if (!g_block.body) fail("a __shared__ variable outside a kernel");
+  std::uint64_t& filled = g_shared_filled[variable];
+  if (filled == g_block_serial) return;
+  filled = g_block_serial;
+  std::memset(variable, 0xFF, bytes);  // NaN in every floating-point format
+}
+
 void async_copy_16(void* dst, const void* src) {
   if (reinterpret_cast<std::uintptr_t>(dst) % 16 != 0 ||
       reinterpret_cast<std::uintptr_t>(src) % 16 != 0)
@@ -401,6 +412,7 @@ void enqueue_grid(cudaStream_t stream, dim3 grid, dim3 block, const void* kernel
       for (unsigned y = 0; y < grid.y; ++y)
         for (unsigned x = 0; x < grid.x; ++x) {
           blockIdx = uint3{x, y, z};
+          ++g_block_serial;
           if (g_direct) run_block_directly(body, next_block_descends());
           else run_block_as_fibers();
         }

@@ -116,7 +116,8 @@ template <class Row>
 __global__ void crossentropy_forward_kernel(float* losses, float* lse,
                                             const typename Row::Word* logits,
                                             const std::int32_t* targets, int V, int Vp) {
-  __shared__ float shared_m[32], shared_s[32];
+  __shared__ float shared_m[32];
+  __shared__ float shared_s[32];
   const std::int64_t n = blockIdx.x;
   const Row z{logits + n * Vp};
   const MaxSumExp row = row_max_sumexp(z, V, shared_m, shared_s);

@@ -173,6 +173,9 @@ void warp_gather(const void* mine, std::size_t bytes, void* all);
 void async_copy_16(void* dst, const void* src);
 void async_copy_commit();
 void async_copy_wait(int pending);
+// A __shared__ variable's declaration, reached by a thread of the running block (the build
+// adds the call after each): the block's first thread to get there fills it with NaN bytes.
+void fresh_shared(void* variable, std::size_t bytes);
 }  // namespace dtrain_emu
 
 template <class T> T __shfl_xor_sync(unsigned mask, T v, int lane_mask, int width = 32) {
