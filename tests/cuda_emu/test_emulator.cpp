@@ -180,6 +180,14 @@ __global__ void read_before_write(float* seen) {
   slots[t] = static_cast<float>(t);
 }
 
+// Block b reads its neighbour's cell, then marks its own: what it sees depends on which block
+// ran first, which nothing on a GPU decides.
+__global__ void read_neighbour_cell(float* seen, float* cells) {
+  const unsigned b = blockIdx.x, n = gridDim.x;
+  seen[b] = cells[(b + 1) % n];
+  cells[b] = 1.0f;
+}
+
 struct DeviceHalves {
   explicit DeviceHalves(const std::vector<std::uint16_t>& v) {
     EXPECT_EQ(cudaMalloc(reinterpret_cast<void**>(&p), v.size() * 2), cudaSuccess);
@@ -392,6 +400,21 @@ TEST(CudaEmulator, EveryBlockStartsWithNaNInItsSharedVariables) {
   const auto got = seen.host();
   for (std::size_t i = 0; i < got.size(); ++i)
     EXPECT_TRUE(std::isnan(got[i])) << "block " << i / 64 << " thread " << i % 64;
+}
+
+TEST(CudaEmulator, BlocksRunInEitherOrder) {
+  const int n = 8;
+  DeviceFloats seen(n), cells(n);
+  int launches_seeing_written = 0, launches_seeing_unwritten = 0;
+  for (int launch = 0; launch < 2; ++launch) {
+    cells.set(std::vector<float>(n, 0.0f));
+    dtrain_emu::launch(read_neighbour_cell, dim3(n), dim3(1))(seen.p, cells.p);
+    const auto got = seen.host();
+    launches_seeing_written += got[0] == 1.0f;
+    launches_seeing_unwritten += got[0] == 0.0f;
+  }
+  EXPECT_EQ(launches_seeing_written, 1);
+  EXPECT_EQ(launches_seeing_unwritten, 1);
 }
 
 TEST(CudaEmulatorDeathTest, AThreadEndingWithCopiesInFlightStops) {

@@ -1,6 +1,7 @@
-// Kernel grids on the CPU: blocks run one after another; the threads of a block are fibers
-// that switch only at __syncthreads, warp shuffles and warp-wide calls, so a barrier waits for
-// every live thread of the block and a shuffle for every lane its mask names, as on a GPU.
+// Kernel grids on the CPU: blocks run one after another (ascending in one launch, descending
+// in the next); the threads of a block are fibers that switch only at __syncthreads, warp
+// shuffles and warp-wide calls, so a barrier waits for every live thread of the block and a
+// shuffle for every lane its mask names, as on a GPU.
 // A kernel whose first launch never synchronised later runs its threads as a plain loop
 // (much faster); should such a kernel synchronise after all, the emulator stops with a
 // message rather than compute something a GPU would not. A thread's cp.async copies stay in
@@ -408,14 +409,21 @@ void enqueue_grid(cudaStream_t stream, dim3 grid, dim3 block, const void* kernel
     g_synchronised = false;
     g_block.threads = static_cast<int>(block.x * block.y * block.z);
     g_block.body = &body;
-    for (unsigned z = 0; z < grid.z; ++z)
-      for (unsigned y = 0; y < grid.y; ++y)
-        for (unsigned x = 0; x < grid.x; ++x) {
-          blockIdx = uint3{x, y, z};
-          ++g_block_serial;
-          if (g_direct) run_block_directly(body, next_block_descends());
-          else run_block_as_fibers();
-        }
+    // Blocks run in ascending order in one launch and descending in the next: a block that
+    // reads what another block of the same launch writes (no order on a GPU) then sees it
+    // unwritten in one of the two.
+    static unsigned launches = 0;
+    const bool backwards = (launches++ & 1u) != 0;
+    const std::uint64_t blocks = 1ull * grid.x * grid.y * grid.z;
+    for (std::uint64_t k = 0; k < blocks; ++k) {
+      const std::uint64_t i = backwards ? blocks - 1 - k : k;
+      blockIdx = uint3{static_cast<unsigned>(i % grid.x),
+                       static_cast<unsigned>(i / grid.x % grid.y),
+                       static_cast<unsigned>(i / (1ull * grid.x * grid.y))};
+      ++g_block_serial;
+      if (g_direct) run_block_directly(body, next_block_descends());
+      else run_block_as_fibers();
+    }
     if (known == g_kernel_syncs.end()) g_kernel_syncs.emplace(kernel, g_synchronised);
     g_direct = false;
     g_block.body = nullptr;
