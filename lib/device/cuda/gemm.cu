@@ -138,6 +138,7 @@ void CudaDevice::linear_forward(float* out, const float* inp, const float* weigh
   OpWork work = gemm_work(N, OC, C, false);
   if (bias) work.bytes += 4.0 * OC;
   if (!out) work.bytes -= 2.0 * N * OC;  // 16-bit words written instead of floats
+  if (readable(inp16)) work.bytes -= 2.0 * N * C;  // and read
   const OpProfile::Span span = begin_op("linear_forward", work);
   queue_linear(out, nullptr, inp, weight, bias, N, C, OC, inp16, out16);
 }
@@ -148,6 +149,7 @@ void CudaDevice::linear_forward_residual(float* out, const float* residual, cons
                                          int OC, const std::uint16_t* inp16) {
   OpWork work = gemm_work(N, OC, C, true);  // reads the residual
   if (bias) work.bytes += 4.0 * OC;
+  if (readable(inp16)) work.bytes -= 2.0 * N * C;  // 16-bit words read instead of floats
   const OpProfile::Span span = begin_op("linear_forward", work);
   queue_linear(out, residual, inp, weight, bias, N, C, OC, inp16, nullptr);
 }
@@ -207,14 +209,16 @@ void CudaDevice::linear_backward(float* dinp, float* dweight, float* dbias, cons
                Errc::invalid_argument,
                "linear_backward: dinp16 needs 16-bit GEMM operands, no dinp and GradWrite::overwrite");
   const bool accumulate = dinp_write == GradWrite::accumulate;
-  OpWork work = floats_moved(1.0 * N * OC);  // dout; each gradient added into read and written
+  // dout (its words where given, and the floats too where the bias sum reads them); each
+  // gradient added into read and written
+  OpWork work{0, (dy16 ? 2.0 + (dbias ? 4.0 : 0.0) : 4.0) * N * OC};
   if (dinp || dinp16) {  // reads the weight
     work.flops += 2.0 * N * C * OC;
     work.bytes += 4.0 * OC * C + (dinp16 ? 2.0 : accumulate ? 8.0 : 4.0) * N * C;
   }
-  if (dweight) {  // reads inp
+  if (dweight) {  // reads inp (its words where given)
     work.flops += 2.0 * N * C * OC;
-    work.bytes += 4.0 * (1.0 * N * C + 2.0 * OC * C);
+    work.bytes += (x16 ? 2.0 : 4.0) * N * C + 8.0 * OC * C;
   }
   if (dbias) work.bytes += 8.0 * OC;
   const OpProfile::Span span = begin_op("linear_backward", work);
