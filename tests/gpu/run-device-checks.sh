@@ -320,9 +320,11 @@ phase "benchmark: GPT-2 124M (12 layers, 12 heads, d 768, seq 1024, vocab 50257)
 status_before=$STATUS
 benchmark default 120 "$BENCH_STEPS"
 if [ "$STATUS" != "$status_before" ]; then
-  # A figure all the same, without the two paths no GPU had run before this script's first
-  # run: the fused attention and the bias in cuBLASLt's epilogue.
-  DTRAIN_CUDA_FUSED_ATTENTION=0 DTRAIN_CUDA_GEMM_EPILOGUE=0 benchmark without-new-paths 60 10
+  # A figure all the same, without the paths a GPU had not run when they landed: the fused
+  # attention, cuBLASLt's epilogues, and the 16-bit saved activations that the GEMMs and
+  # kernels read as words (fp32 activations and parameters, as run 2's fastest setting).
+  DTRAIN_CUDA_FUSED_ATTENTION=0 DTRAIN_CUDA_GEMM_EPILOGUE=0 benchmark without-new-paths 60 10 \
+    --fp32-activations --param-storage fp32
 fi
 if [ "$PRECISION" != fp32 ]; then
   # The unfused attention (cuBLAS GEMMs around a softmax kernel, T x T probabilities saved)
