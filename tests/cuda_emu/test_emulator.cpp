@@ -409,6 +409,7 @@ TEST(CudaEmulator, BlocksRunInEitherOrder) {
   for (int launch = 0; launch < 2; ++launch) {
     cells.set(std::vector<float>(n, 0.0f));
     dtrain_emu::launch(read_neighbour_cell, dim3(n), dim3(1))(seen.p, cells.p);
+    dtrain_emu::launch(fill_index, dim3(1), dim3(n))(cells.p, n);  // another kernel between
     const auto got = seen.host();
     launches_seeing_written += got[0] == 1.0f;
     launches_seeing_unwritten += got[0] == 0.0f;

@@ -1,7 +1,7 @@
-// Kernel grids on the CPU: blocks run one after another (ascending in one launch, descending
-// in the next); the threads of a block are fibers that switch only at __syncthreads, warp
-// shuffles and warp-wide calls, so a barrier waits for every live thread of the block and a
-// shuffle for every lane its mask names, as on a GPU.
+// Kernel grids on the CPU: blocks run one after another (ascending in one launch of a kernel,
+// descending in its next); the threads of a block are fibers that switch only at
+// __syncthreads, warp shuffles and warp-wide calls, so a barrier waits for every live thread
+// of the block and a shuffle for every lane its mask names, as on a GPU.
 // A kernel whose first launch never synchronised later runs its threads as a plain loop
 // (much faster); should such a kernel synchronise after all, the emulator stops with a
 // message rather than compute something a GPU would not. A thread's cp.async copies stay in
@@ -112,6 +112,7 @@ std::uint64_t g_block_serial = 0;  // counts the blocks run, to tell a block's f
 std::unordered_map<const void*, std::uint64_t> g_shared_filled;  // variable -> block serial
 bool g_synchronised = false;  // this launch called a barrier or a shuffle
 std::unordered_map<const void*, bool> g_kernel_syncs;
+std::unordered_map<const void*, unsigned> g_kernel_launches;
 
 [[noreturn]] void fail(const char* what) {
   std::fprintf(stderr,
@@ -409,11 +410,10 @@ void enqueue_grid(cudaStream_t stream, dim3 grid, dim3 block, const void* kernel
     g_synchronised = false;
     g_block.threads = static_cast<int>(block.x * block.y * block.z);
     g_block.body = &body;
-    // Blocks run in ascending order in one launch and descending in the next: a block that
-    // reads what another block of the same launch writes (no order on a GPU) then sees it
-    // unwritten in one of the two.
-    static unsigned launches = 0;
-    const bool backwards = (launches++ & 1u) != 0;
+    // A kernel's blocks run in ascending order in one launch and descending in its next: a
+    // block that reads what another block of the same launch writes (no order on a GPU) then
+    // sees it unwritten in one of the two.
+    const bool backwards = (g_kernel_launches[kernel]++ & 1u) != 0;
     const std::uint64_t blocks = 1ull * grid.x * grid.y * grid.z;
     for (std::uint64_t k = 0; k < blocks; ++k) {
       const std::uint64_t i = backwards ? blocks - 1 - k : k;

@@ -209,9 +209,10 @@ void CudaDevice::linear_backward(float* dinp, float* dweight, float* dbias, cons
                Errc::invalid_argument,
                "linear_backward: dinp16 needs 16-bit GEMM operands, no dinp and GradWrite::overwrite");
   const bool accumulate = dinp_write == GradWrite::accumulate;
-  // dout (its words where given, and the floats too where the bias sum reads them); each
-  // gradient added into read and written
-  OpWork work{0, (dy16 ? 2.0 + (dbias ? 4.0 : 0.0) : 4.0) * N * OC};
+  // dout: its words where given and a GEMM runs, its floats where there are no words or the
+  // bias sum reads them; each gradient added into read and written
+  const bool gemm = dinp || dinp16 || dweight;
+  OpWork work{0, ((dy16 && gemm ? 2.0 : 0.0) + (!dy16 || dbias ? 4.0 : 0.0)) * N * OC};
   if (dinp || dinp16) {  // reads the weight
     work.flops += 2.0 * N * C * OC;
     work.bytes += 4.0 * OC * C + (dinp16 ? 2.0 : accumulate ? 8.0 : 4.0) * N * C;
