@@ -143,16 +143,34 @@ void on_root_for_all(Communicator& world, const std::function<void()>& body) {
   f.agree(world);
 }
 
+// Whether discard hands memory back on every rank (the CPU; a GPU with virtual memory
+// management). Collective over the world.
+bool every_rank_releases_memory(const Device& dev, Communicator& world) {
+  std::int32_t releases = dev.discard_releases_memory() ? 1 : 0;
+  world.all_reduce(&releases, &releases, 1, DType::i32, ReduceOp::min);
+  return releases != 0;
+}
+
 // 16-bit parameter storage (docs/mixed-precision.md): mixed precision at ZeRO 0-2 (ZeRO 3
 // keeps only its pieces already) where the device can hand back part of the arena. It saves 2
 // bytes a parameter and costs the widening and remapping around each pass (15% of a GPT-2
 // 124M step on an H200), so --param-storage auto takes it only where the whole fp32 arena
-// would take more than an eighth of the free memory on some rank. Collective over the world.
+// would take more than an eighth of the free memory on some rank. Collective over the world:
+// every rank must decide alike, even where one's GPU lacks virtual memory management.
 constexpr std::size_t kArenaShareOfFreeMemory = 8;
 
 bool chooses_16bit_storage(const TrainConfig& cfg, const Device& dev, Communicator& world) {
   if (precision_format(cfg.precision) == DType::f32 || cfg.zero == 3 ||
-      cfg.param_storage == "fp32" || !dev.discard_releases_memory()) {
+      cfg.param_storage == "fp32") {
+    return false;
+  }
+  if (!every_rank_releases_memory(dev, world)) {
+    if (cfg.param_storage == "16bit" && world.rank() == 0) {
+      DTRAIN_LOG(warn, "--param-storage 16bit: the parameters stay in the fp32 arena, since "
+                 "some rank's device cannot hand back part of an allocation (a GPU needs "
+                 "virtual memory management; see DTRAIN_CUDA_VMM), so the words would add "
+                 "memory instead of saving it");
+    }
     return false;
   }
   if (cfg.param_storage == "16bit") return true;
@@ -245,11 +263,11 @@ Trainer::State::State(const TrainConfig& c, Communicator& w)
   const std::size_t owned = sync ? sync->owned_numel() : fixed_order->owned_numel();
   memory.params = packed ? packed->bytes()
                          : (gather && released ? gather->owned_numel() : n) * sizeof(float);
-  if (cfg.zero >= 2 && !released && w.rank() == 0) {
-    DTRAIN_LOG(warn, "ZeRO " << cfg.zero << " on " << dev.name() << " shards the optimizer "
-               "state and the communication, but the whole parameter and gradient arenas stay "
-               "resident: this device cannot hand back part of an allocation (a GPU needs "
-               "virtual memory management; see DTRAIN_CUDA_VMM)");
+  if (cfg.zero >= 2 && !every_rank_releases_memory(dev, w) && w.rank() == 0) {
+    DTRAIN_LOG(warn, "ZeRO " << cfg.zero << " shards the optimizer state and the "
+               "communication, but where a rank's device cannot hand back part of an "
+               "allocation (a GPU needs virtual memory management; see DTRAIN_CUDA_VMM), that "
+               "rank keeps the whole parameter and gradient arenas resident");
   }
   memory.grads = (sharded_grads ? owned : n) * sizeof(float) +
                  (fixed_order ? fixed_order->bytes() : 0);

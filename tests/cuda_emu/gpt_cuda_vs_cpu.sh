@@ -7,7 +7,9 @@
 # (emulated) NCCL transport instead of MPI staging; with "reorder", the emulator runs every
 # other stream's queued work before a stream's own (DTRAIN_CUDA_EMU_OTHER_STREAMS_FIRST).
 # With "generate", both runs then sample 48 tokens (the same random numbers; past seq-len 32,
-# so the key/value cache restarts too), and the two texts must be the same.
+# so the key/value cache restarts too), and the two texts must be the same. With
+# "last-rank-without-vmm", the cuda run's last rank has DTRAIN_CUDA_VMM=0 (a GPU without
+# virtual memory management beside ones with it), and rank 0 must warn about it.
 set -u
 mpiexec=$1 np=$2 gpt=$3 tol=$4
 shift 4
@@ -15,7 +17,7 @@ work=$(mktemp -d)
 trap 'rm -rf "$work"' EXIT
 common=(--layers 4 --d-model 64 --heads 4 --seq-len 32 --vocab 256 --micro-batch 2
         --log-every 1 --eval-every 0 --eval-batches 1)
-split=0 transport=mpi_staged generate=0
+split=0 transport=mpi_staged generate=0 last_without_vmm=0
 opts=()
 for o in "$@"; do
   case "$o" in
@@ -23,6 +25,7 @@ for o in "$@"; do
     generate) generate=1; opts+=(--generate 48 --prompt ab) ;;
     nccl) transport=nccl ;;
     reorder) export DTRAIN_CUDA_EMU_OTHER_STREAMS_FIRST=1 ;;
+    last-rank-without-vmm) last_without_vmm=1 ;;
     *) opts+=("$o") ;;
   esac
 done
@@ -31,8 +34,14 @@ export DTRAIN_DEVICE_COMM=$transport
 run() {  # run DEVICE STEPS [EXTRA...]
   local dev=$1 steps=$2 status
   shift 2
-  "$mpiexec" -n "$np" "$gpt" "${common[@]}" "${opts[@]}" --device "$dev" --steps "$steps" \
-    --metrics "$work/$dev.jsonl" "$@" > "$work/$dev.out" 2> "$work/$dev.log"
+  local args=("${common[@]}" "${opts[@]}" --device "$dev" --steps "$steps"
+              --metrics "$work/$dev.jsonl" "$@")
+  if [ "$dev" = cuda ] && [ "$last_without_vmm" = 1 ]; then
+    "$mpiexec" -n $((np - 1)) "$gpt" "${args[@]}" : -n 1 env DTRAIN_CUDA_VMM=0 "$gpt" "${args[@]}" \
+      > "$work/$dev.out" 2> "$work/$dev.log"
+  else
+    "$mpiexec" -n "$np" "$gpt" "${args[@]}" > "$work/$dev.out" 2> "$work/$dev.log"
+  fi
   status=$?
   [ "$status" -eq 0 ] || { cat "$work/$dev.log"; echo "FAIL: --device $dev exited $status"; exit 1; }
 }
@@ -48,6 +57,10 @@ fi
 grep "device cuda" "$work/cuda.log" | head -1
 if [ "$np" -gt 1 ] && ! grep -q "device buffers move over $transport" "$work/cuda.log"; then
   cat "$work/cuda.log"; echo "FAIL: device buffers did not move over $transport"; exit 1
+fi
+
+if [ "$last_without_vmm" = 1 ] && ! grep -q "cannot hand back part of an allocation" "$work/cuda.log"; then
+  cat "$work/cuda.log"; echo "FAIL: no warning about the rank without virtual memory management"; exit 1
 fi
 
 if [ "$generate" = 1 ]; then

@@ -2,8 +2,9 @@
 // zero-filled, whatever part of it is restored, while everything around it keeps its values;
 // work queued before a discard still reads the old values (the chunks are unmapped only once
 // it has run). With virtual memory management (the default) discard hands memory back;
-// DTRAIN_CUDA_VMM=0 runs the fallback, where it only zeroes. A fresh arena holds nothing until
-// a range of it is restored.
+// DTRAIN_CUDA_VMM=0, or a driver without it, runs the fallback, where it only zeroes. A fresh
+// arena holds nothing until a range of it is restored.
+#include <dlfcn.h>
 #include <sys/mman.h>
 #include <unistd.h>
 
@@ -24,10 +25,35 @@ constexpr std::size_t kFloats = std::size_t{3} << 20;  // 12 MiB: several 2 MiB 
 
 Device& gpu() { return select_device("cuda"); }
 
-bool vmm_expected() {
-  const char* v = std::getenv("DTRAIN_CUDA_VMM");
-  return !(v && std::strcmp(v, "0") == 0);
+bool env_is_zero(const char* name) {
+  const char* v = std::getenv(name);
+  return v && std::strcmp(v, "0") == 0;
 }
+
+// Whether the driver offers virtual memory management, asked independently of the plugin:
+// the emulated driver unless DTRAIN_CUDA_EMU_VMM=0; a GPU's driver by the current device's
+// attribute (the plugin has loaded the driver and made its device current).
+bool driver_has_vmm() {
+  gpu();
+  if (test::emulator_probe("dtrain_cuda_emu_chunk_bytes"))
+    return !env_is_zero("DTRAIN_CUDA_EMU_VMM");
+  void* driver = dlopen("libcuda.so.1", RTLD_NOW | RTLD_NOLOAD);
+  if (!driver) return false;
+  using CtxGetDevice = int (*)(int*);
+  using DeviceGetAttribute = int (*)(int*, int, int);
+  constexpr int kVirtualMemoryManagementSupported = 102;  // CUdevice_attribute in cuda.h
+  const auto get_device = reinterpret_cast<CtxGetDevice>(dlsym(driver, "cuCtxGetDevice"));
+  const auto get_attribute =
+      reinterpret_cast<DeviceGetAttribute>(dlsym(driver, "cuDeviceGetAttribute"));
+  int device = 0, supported = 0;
+  const bool asked = get_device && get_attribute && get_device(&device) == 0 &&
+                     get_attribute(&supported, kVirtualMemoryManagementSupported, device) == 0;
+  dlclose(driver);
+  return asked && supported != 0;
+}
+
+// The plugin uses virtual memory management where the driver has it, unless DTRAIN_CUDA_VMM=0.
+bool vmm_expected() { return !env_is_zero("DTRAIN_CUDA_VMM") && driver_has_vmm(); }
 
 // An arena held whole, as ParameterStore holds its arenas outside ZeRO 3.
 class Arena {

@@ -300,7 +300,10 @@ TEST(Trainer, ParamStorageAutoKeepsASmallModelInTheFp32Arena) {
   }
   const std::uint64_t fp32_bytes = runs["bf16 fp32"].memory.params;
   EXPECT_EQ(runs["bf16 auto"].memory.params, fp32_bytes);
-  EXPECT_EQ(runs["bf16 16bit"].memory.params * 2, fp32_bytes) << "not stored in 16 bits";
+  // A GPU without virtual memory management cannot hand the arena back: no 16-bit storage.
+  const bool stores_16bit = select_device(cfg.device).discard_releases_memory();
+  EXPECT_EQ(runs["bf16 16bit"].memory.params * (stores_16bit ? 2 : 1), fp32_bytes)
+      << (stores_16bit ? "not stored in 16 bits" : "stored in 16 bits without gain");
   EXPECT_EQ(losses["bf16 auto"], losses["bf16 16bit"]);
   EXPECT_EQ(losses["bf16 fp32"], losses["bf16 16bit"]);
   for (const char* storage : {"auto", "16bit"}) {
