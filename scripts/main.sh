@@ -5,5 +5,4 @@ source "$(dirname "${BASH_SOURCE[0]}")/common.sh"
 install_packages
 configure_and_build
 mpi_environment
-export OPENBLAS_NUM_THREADS="${OPENBLAS_NUM_THREADS:-1}"
 exec mpiexec -n "${DTRAIN_RANKS:-2}" "$BUILD_DIR/apps/dtrain-gpt/dtrain-gpt" "$@"

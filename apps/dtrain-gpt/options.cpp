@@ -152,8 +152,7 @@ po::options_description describe(Parsed& p, std::string& config_file) {
       ("top-k", po::value(&p.sampling.top_k)->default_value(p.sampling.top_k), "sample among the k most likely tokens only (0: all)")
       ("top-p", po::value(&p.sampling.top_p)->default_value(p.sampling.top_p), "sample among the fewest most likely tokens whose probabilities add up to p (nucleus sampling; 1: all)");
 
-  po::options_description all("dtrain-gpt: train a GPT with dtrain.\n"
-                              "Usage: mpiexec -n N dtrain-gpt [options]\n");
+  po::options_description all;  // untitled: Boost would put a ':' after the usage lines
   all.add(general).add(model).add(parallel).add(optim).add(data).add(run).add(ckpt).add(output).add(generation);
   return all;
 }
@@ -198,7 +197,8 @@ Parsed parse_options(int argc, char** argv) {
     DTRAIN_FAIL(Errc::invalid_config, e.what() << " (see --help)");
   }
   std::ostringstream help;
-  help << all;
+  help << "dtrain-gpt: train a GPT with dtrain.\nUsage: mpiexec -n N dtrain-gpt [options]\n"
+       << all;
   out.help_text = help.str();
   check_generation(out);
   out.prompt_tokens = prompt_tokens(out.prompt, out.config.vocab);

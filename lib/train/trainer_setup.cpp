@@ -2,12 +2,12 @@
 // partition the optimiser is built on, and which gradients count toward the global norm.
 #include <algorithm>
 #include <functional>
-#include <thread>
 
 #include "dtrain/comm/agreed_failure.hpp"
 #include "dtrain/core/env.hpp"
 #include "dtrain/parallel/device_world.hpp"
 #include "dtrain/parallel/pipeline_partition.hpp"
+#include "train/cpu_threads.hpp"
 #include "train/save_dir.hpp"
 #include "train/trainer_state.hpp"
 
@@ -43,20 +43,20 @@ const TrainConfig& validated(const TrainConfig& cfg, int world_size) {
   return cfg;
 }
 
-// The device for cfg, the same kind on every rank. Kernel/BLAS threads per rank:
-// DTRAIN_NUM_THREADS, else this node's cores shared evenly among its ranks (two ranks on two
-// cores must not both spawn two threads). GEMM operands in the precision's format: set for
-// every Trainer, since the device is the process's and outlives it.
+// The device for cfg, the same kind on every rank, with its kernel/BLAS threads per rank
+// (threads_per_rank). GEMM operands in the precision's format: set for every Trainer, since
+// the device is the process's and outlives it.
 Device& configured_device(const TrainConfig& cfg, Communicator& world) {
   Device& dev = parallel::agreed_device(cfg.device, world, "--device");
   dev.set_gemm_operand_format(precision_format(cfg.precision));
-  int threads = env::params().num_threads;
-  if (cfg.deterministic) threads = 1;  // reductions inside kernels must not depend on threads
-  if (threads <= 0) {
-    const int cores = static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
-    threads = std::max(1, cores / std::max(1, world.local_size()));
+  CpuThreads t = threads_per_rank(world);
+  if (cfg.deterministic) {  // reductions inside kernels must not depend on threads
+    t.threads = 1;
+    t.why = "--deterministic";
   }
-  dev.set_num_threads(threads);
+  dev.set_num_threads(t.threads);
+  if (dev.kind() == DeviceKind::cpu && world.rank() == 0)
+    DTRAIN_LOG(info, "threads: " << t.threads << " per rank (" << t.why << ")");
   return dev;
 }
 

@@ -1,0 +1,70 @@
+#include "train/cpu_threads.hpp"
+
+#include <sched.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cstdint>
+#include <sstream>
+#include <thread>
+#include <vector>
+
+#include "dtrain/core/env.hpp"
+#include "dtrain/core/rng.hpp"
+
+namespace dtrain::train {
+
+namespace {
+
+// The CPUs this process may run on, and a key equal on two ranks exactly when they share a
+// node and may run on the same CPUs.
+struct AllowedCpus {
+  int count = 1;
+  std::uint64_t key = 0;
+};
+
+AllowedCpus allowed_cpus() {
+  char host[256] = {};
+  if (gethostname(host, sizeof host - 1) != 0) host[0] = '\0';
+  std::string seat(host);
+  seat.push_back('\0');
+  AllowedCpus a;
+  a.count = static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
+#if defined(__linux__)
+  cpu_set_t set;
+  CPU_ZERO(&set);
+  if (sched_getaffinity(0, sizeof set, &set) == 0) {
+    a.count = std::max(1, CPU_COUNT(&set));
+    seat.append(reinterpret_cast<const char*>(&set), sizeof set);
+  }
+#endif
+  a.key = rng::stream_id(seat);
+  return a;
+}
+
+}  // namespace
+
+CpuThreads threads_per_rank(Communicator& world) {
+  const AllowedCpus mine = allowed_cpus();
+  std::vector<std::uint64_t> keys(static_cast<std::size_t>(world.size()));
+  world.all_gather(&mine.key, keys.data(), 1, DType::i64);
+  const auto sharers = static_cast<int>(std::count(keys.begin(), keys.end(), mine.key));
+  CpuThreads t;
+  const int asked = env::params().num_threads;
+  if (asked > 0) {
+    t.threads = asked;
+    t.why = "DTRAIN_NUM_THREADS";
+    return t;
+  }
+  t.threads = std::max(1, mine.count / sharers);
+  std::ostringstream why;  // e.g. "rank 0 may run on 1 of its node's 2 CPUs"
+  why << "rank " << world.rank() << " may run on " << mine.count;
+  const long online = sysconf(_SC_NPROCESSORS_ONLN);
+  if (online > mine.count) why << " of its node's " << online;
+  why << (mine.count == 1 && online <= 1 ? " CPU" : " CPUs");
+  if (sharers > 1) why << ", shared with " << sharers - 1 << " other rank" << (sharers > 2 ? "s" : "");
+  t.why = why.str();
+  return t;
+}
+
+}  // namespace dtrain::train

@@ -1,0 +1,21 @@
+#pragma once
+// How many threads a rank's CPU kernels and OpenBLAS run when DTRAIN_NUM_THREADS is unset.
+#include <string>
+
+#include "dtrain/comm/communicator.hpp"
+
+namespace dtrain::train {
+
+struct CpuThreads {
+  int threads = 1;
+  std::string why;  // for the start-up log: where the count came from
+};
+
+// DTRAIN_NUM_THREADS where set; else the CPUs this rank may run on (its affinity mask: what
+// mpiexec's binding, srun's --cpus-per-task or a cgroup left it) shared out among the ranks
+// of its node that may run on the same CPUs. Counting the node's cores instead put 32 threads
+// on each core that Open MPI binds `mpiexec -n 2` to on a 64-core node. Collective over the
+// world, whatever the environment says.
+CpuThreads threads_per_rank(Communicator& world);
+
+}  // namespace dtrain::train

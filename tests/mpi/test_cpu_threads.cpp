@@ -1,0 +1,77 @@
+// Threads per rank without DTRAIN_NUM_THREADS (train::threads_per_rank): the CPUs a rank may
+// run on, shared out among the ranks of its node that may run on the same ones. The test
+// sets each rank's affinity itself (every rank of a test job shares one node) and restores it.
+#include <gtest/gtest.h>
+#include <sched.h>
+
+#include <algorithm>
+#include <vector>
+
+#include "dtrain/core/env.hpp"
+#include "test_support.hpp"
+#include "train/cpu_threads.hpp"
+
+using namespace dtrain;
+using dtrain::test::world;
+
+namespace {
+
+// Sets the calling thread's CPUs for the scope; cpus() is what the kernel then allows.
+class PinnedTo {
+ public:
+  explicit PinnedTo(const std::vector<int>& cpus) {
+    EXPECT_EQ(sched_getaffinity(0, sizeof before_, &before_), 0);
+    cpu_set_t set;
+    CPU_ZERO(&set);
+    for (int c : cpus) CPU_SET(c, &set);
+    EXPECT_EQ(sched_setaffinity(0, sizeof set, &set), 0);
+  }
+  ~PinnedTo() { sched_setaffinity(0, sizeof before_, &before_); }
+  PinnedTo(const PinnedTo&) = delete;
+  PinnedTo& operator=(const PinnedTo&) = delete;
+
+  static std::vector<int> cpus() {
+    cpu_set_t set;
+    CPU_ZERO(&set);
+    sched_getaffinity(0, sizeof set, &set);
+    std::vector<int> out;
+    for (int c = 0; c < CPU_SETSIZE; ++c)
+      if (CPU_ISSET(c, &set)) out.push_back(c);
+    return out;
+  }
+
+ private:
+  cpu_set_t before_;
+};
+
+// The CPUs every rank of the job may use: the same on every rank here (one node, one cgroup).
+std::vector<int> job_cpus() {
+  const std::vector<int> mine = PinnedTo::cpus();
+  std::int32_t n = static_cast<std::int32_t>(mine.size()), lo = n, hi = n;
+  world().all_reduce(&lo, &lo, 1, DType::i32, ReduceOp::min);
+  world().all_reduce(&hi, &hi, 1, DType::i32, ReduceOp::max);
+  EXPECT_EQ(lo, hi) << "the ranks were given different numbers of CPUs";
+  return mine;
+}
+
+}  // namespace
+
+TEST(CpuThreads, RanksOnTheSameCpusShareThem) {
+  if (env::params().num_threads > 0) GTEST_SKIP() << "DTRAIN_NUM_THREADS decides";
+  std::vector<int> every_cpu(CPU_SETSIZE);  // the kernel keeps those the job may use
+  for (int c = 0; c < CPU_SETSIZE; ++c) every_cpu[static_cast<std::size_t>(c)] = c;
+  PinnedTo everywhere(every_cpu);
+  const int n = static_cast<int>(job_cpus().size());
+  const train::CpuThreads t = train::threads_per_rank(world());
+  EXPECT_EQ(t.threads, std::max(1, n / world().size())) << t.why;
+}
+
+TEST(CpuThreads, ARankOnOneCpuRunsOneThread) {
+  if (env::params().num_threads > 0) GTEST_SKIP() << "DTRAIN_NUM_THREADS decides";
+  const std::vector<int> all = job_cpus();
+  ASSERT_FALSE(all.empty());
+  PinnedTo one({all[static_cast<std::size_t>(world().rank()) % all.size()]});
+  const train::CpuThreads t = train::threads_per_rank(world());
+  EXPECT_EQ(t.threads, 1) << t.why;  // counting the node's cores gave one rank all of them
+  EXPECT_NE(t.why.find("may run on 1"), std::string::npos) << t.why;
+}
