@@ -4,6 +4,8 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <cctype>
+#include <cstdlib>
 #include <cstdint>
 #include <sstream>
 #include <thread>
@@ -42,6 +44,17 @@ AllowedCpus allowed_cpus() {
   return a;
 }
 
+// OMP_NUM_THREADS as OpenMP reads it for the outermost level (the first of a list such as
+// "8,2"); 0 where unset or not a positive number.
+int omp_num_threads() {
+  const char* v = std::getenv("OMP_NUM_THREADS");
+  if (!v) return 0;
+  char* end = nullptr;
+  const long n = std::strtol(v, &end, 10);
+  const bool whole = end != v && (*end == '\0' || *end == ',' || std::isspace(*end));
+  return whole && n > 0 && n <= 4096 ? static_cast<int>(n) : 0;
+}
+
 }  // namespace
 
 CpuThreads threads_per_rank(Communicator& world) {
@@ -50,10 +63,14 @@ CpuThreads threads_per_rank(Communicator& world) {
   world.all_gather(&mine.key, keys.data(), 1, DType::i64);
   const auto sharers = static_cast<int>(std::count(keys.begin(), keys.end(), mine.key));
   CpuThreads t;
-  const int asked = env::params().num_threads;
-  if (asked > 0) {
-    t.threads = asked;
+  if (env::params().num_threads > 0) {
+    t.threads = env::params().num_threads;
     t.why = "DTRAIN_NUM_THREADS";
+    return t;
+  }
+  if (const int omp = omp_num_threads(); omp > 0) {
+    t.threads = omp;
+    t.why = "OMP_NUM_THREADS";
     return t;
   }
   t.threads = std::max(1, mine.count / sharers);

@@ -1,5 +1,5 @@
 #pragma once
-// How many threads a rank's CPU kernels and OpenBLAS run when DTRAIN_NUM_THREADS is unset.
+// How many threads a rank's CPU kernels and OpenBLAS run.
 #include <string>
 
 #include "dtrain/comm/communicator.hpp"
@@ -11,7 +11,8 @@ struct CpuThreads {
   std::string why;  // for the start-up log: where the count came from
 };
 
-// DTRAIN_NUM_THREADS where set; else the CPUs this rank may run on (its affinity mask: what
+// DTRAIN_NUM_THREADS where set, else OMP_NUM_THREADS (as batch scripts set it from
+// --cpus-per-task); else the CPUs this rank may run on (its affinity mask: what
 // mpiexec's binding, srun's --cpus-per-task or a cgroup left it) shared out among the ranks
 // of its node that may run on the same CPUs. Counting the node's cores instead put 32 threads
 // on each core that Open MPI binds `mpiexec -n 2` to on a 64-core node. Collective over the

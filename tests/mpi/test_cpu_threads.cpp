@@ -5,6 +5,8 @@
 #include <sched.h>
 
 #include <algorithm>
+#include <cstdlib>
+#include <string>
 #include <vector>
 
 #include "dtrain/core/env.hpp"
@@ -44,6 +46,27 @@ class PinnedTo {
   cpu_set_t before_;
 };
 
+// Sets (or, with nullptr, unsets) an environment variable for the scope.
+class EnvVar {
+ public:
+  EnvVar(const char* name, const char* value) : name_(name) {
+    if (const char* old = std::getenv(name)) old_ = old, had_ = true;
+    if (value) setenv(name, value, 1);
+    else unsetenv(name);
+  }
+  ~EnvVar() {
+    if (had_) setenv(name_, old_.c_str(), 1);
+    else unsetenv(name_);
+  }
+  EnvVar(const EnvVar&) = delete;
+  EnvVar& operator=(const EnvVar&) = delete;
+
+ private:
+  const char* name_;
+  std::string old_;
+  bool had_ = false;
+};
+
 // The CPUs every rank of the job may use: the same on every rank here (one node, one cgroup).
 std::vector<int> job_cpus() {
   const std::vector<int> mine = PinnedTo::cpus();
@@ -58,6 +81,7 @@ std::vector<int> job_cpus() {
 
 TEST(CpuThreads, RanksOnTheSameCpusShareThem) {
   if (env::params().num_threads > 0) GTEST_SKIP() << "DTRAIN_NUM_THREADS decides";
+  EnvVar no_omp("OMP_NUM_THREADS", nullptr);
   std::vector<int> every_cpu(CPU_SETSIZE);  // the kernel keeps those the job may use
   for (int c = 0; c < CPU_SETSIZE; ++c) every_cpu[static_cast<std::size_t>(c)] = c;
   PinnedTo everywhere(every_cpu);
@@ -68,10 +92,30 @@ TEST(CpuThreads, RanksOnTheSameCpusShareThem) {
 
 TEST(CpuThreads, ARankOnOneCpuRunsOneThread) {
   if (env::params().num_threads > 0) GTEST_SKIP() << "DTRAIN_NUM_THREADS decides";
+  EnvVar no_omp("OMP_NUM_THREADS", nullptr);
   const std::vector<int> all = job_cpus();
   ASSERT_FALSE(all.empty());
   PinnedTo one({all[static_cast<std::size_t>(world().rank()) % all.size()]});
   const train::CpuThreads t = train::threads_per_rank(world());
   EXPECT_EQ(t.threads, 1) << t.why;  // counting the node's cores gave one rank all of them
   EXPECT_NE(t.why.find("may run on 1"), std::string::npos) << t.why;
+}
+
+TEST(CpuThreads, OmpNumThreadsDecidesWhereSet) {
+  if (env::params().num_threads > 0) GTEST_SKIP() << "DTRAIN_NUM_THREADS decides";
+  PinnedTo one({job_cpus().front()});  // the CPUs no longer count
+  {
+    EnvVar omp("OMP_NUM_THREADS", "3");
+    const train::CpuThreads t = train::threads_per_rank(world());
+    EXPECT_EQ(t.threads, 3);
+    EXPECT_EQ(t.why, "OMP_NUM_THREADS");
+  }
+  {
+    EnvVar omp("OMP_NUM_THREADS", "5,2");  // the outermost level's
+    EXPECT_EQ(train::threads_per_rank(world()).threads, 5);
+  }
+  for (const char* ignored : {"0", "many", "4x"}) {
+    EnvVar omp("OMP_NUM_THREADS", ignored);
+    EXPECT_EQ(train::threads_per_rank(world()).threads, 1) << ignored;
+  }
 }
