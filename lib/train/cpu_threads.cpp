@@ -51,7 +51,7 @@ int omp_num_threads() {
   if (!v) return 0;
   char* end = nullptr;
   const long n = std::strtol(v, &end, 10);
-  const bool whole = end != v && (*end == '\0' || *end == ',' || std::isspace(*end));
+  const bool whole = end != v && (*end == '\0' || *end == ',' || std::isspace(static_cast<unsigned char>(*end)));
   return whole && n > 0 && n <= 4096 ? static_cast<int>(n) : 0;
 }
 

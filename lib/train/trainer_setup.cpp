@@ -159,12 +159,13 @@ bool every_rank_releases_memory(const Device& dev, Communicator& world) {
 // every rank must decide alike, even where one's GPU lacks virtual memory management.
 constexpr std::size_t kArenaShareOfFreeMemory = 8;
 
-bool chooses_16bit_storage(const TrainConfig& cfg, const Device& dev, Communicator& world) {
+bool chooses_16bit_storage(const TrainConfig& cfg, const Device& dev, Communicator& world,
+                           bool memory_released_everywhere) {
   if (precision_format(cfg.precision) == DType::f32 || cfg.zero == 3 ||
       cfg.param_storage == "fp32") {
     return false;
   }
-  if (!every_rank_releases_memory(dev, world)) {
+  if (!memory_released_everywhere) {
     if (cfg.param_storage == "16bit" && world.rank() == 0) {
       DTRAIN_LOG(warn, "--param-storage 16bit: the parameters stay in the fp32 arena, since "
                  "some rank's device cannot hand back part of an allocation (a GPU needs "
@@ -207,7 +208,8 @@ Trainer::State::State(const TrainConfig& c, Communicator& w)
       device_world(parallel::device_world(w, dev, "world.device")),
       grid(device_world.valid() ? device_world : w, grid_shape(cfg)),
       source(open_source_on_every_rank(cfg, w)),
-      stores_16bit(chooses_16bit_storage(cfg, dev, w)),
+      memory_released_everywhere(every_rank_releases_memory(dev, w)),
+      stores_16bit(chooses_16bit_storage(cfg, dev, w, memory_released_everywhere)),
       // ZeRO 2 holds only the gradient pieces this rank owns, ZeRO 3 also writes only its
       // parameter pieces, once they are known (hold_own_pieces); 16-bit storage writes its
       // parameters unit by unit (pack_parameters).
@@ -263,7 +265,7 @@ Trainer::State::State(const TrainConfig& c, Communicator& w)
   const std::size_t owned = sync ? sync->owned_numel() : fixed_order->owned_numel();
   memory.params = packed ? packed->bytes()
                          : (gather && released ? gather->owned_numel() : n) * sizeof(float);
-  if (cfg.zero >= 2 && !every_rank_releases_memory(dev, w) && w.rank() == 0) {
+  if (cfg.zero >= 2 && !memory_released_everywhere && w.rank() == 0) {
     DTRAIN_LOG(warn, "ZeRO " << cfg.zero << " shards the optimizer state and the "
                "communication, but where a rank's device cannot hand back part of an "
                "allocation (a GPU needs virtual memory management; see DTRAIN_CUDA_VMM), that "

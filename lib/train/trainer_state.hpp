@@ -46,6 +46,9 @@ struct Trainer::State {
   Communicator device_world;
   ProcessGrid grid;
   std::unique_ptr<TokenSource> source;
+  // Whether discard hands memory back on every rank (the CPU; GPUs with virtual memory
+  // management): what 16-bit storage and ZeRO 2/3's memory savings need.
+  bool memory_released_everywhere;
   bool stores_16bit;  // 16-bit parameter storage (--param-storage, decided before the model)
   GptModel model;
   // Exactly one of these reduces gradients over the data-parallel group.

@@ -13,6 +13,7 @@
 #include <memory>
 #include <vector>
 
+#include "dtrain/core/env.hpp"
 #include "dtrain/nn/gpt.hpp"
 #include "emulator_probe.hpp"
 #include "gpu_test.hpp"
@@ -25,10 +26,6 @@ constexpr std::size_t kFloats = std::size_t{3} << 20;  // 12 MiB: several 2 MiB 
 
 Device& gpu() { return select_device("cuda"); }
 
-bool env_is_zero(const char* name) {
-  const char* v = std::getenv(name);
-  return v && std::strcmp(v, "0") == 0;
-}
 
 // Whether the driver offers virtual memory management, asked independently of the plugin:
 // the emulated driver unless DTRAIN_CUDA_EMU_VMM=0; a GPU's driver by the current device's
@@ -37,7 +34,7 @@ bool env_is_zero(const char* name) {
 bool driver_has_vmm() {
   gpu();
   if (test::emulator_probe("dtrain_cuda_emu_chunk_bytes"))
-    return !env_is_zero("DTRAIN_CUDA_EMU_VMM");
+    return env::get_bool("DTRAIN_CUDA_EMU_VMM", true);
   void* driver = dlopen("libcuda.so.1", RTLD_NOW | RTLD_NOLOAD);
   if (!driver) return true;
   using CtxGetDevice = int (*)(int*);
@@ -54,7 +51,7 @@ bool driver_has_vmm() {
 }
 
 // The plugin uses virtual memory management where the driver has it, unless DTRAIN_CUDA_VMM=0.
-bool vmm_expected() { return !env_is_zero("DTRAIN_CUDA_VMM") && driver_has_vmm(); }
+bool vmm_expected() { return env::get_bool("DTRAIN_CUDA_VMM", true) && driver_has_vmm(); }
 
 // An arena held whole, as ParameterStore holds its arenas outside ZeRO 3.
 class Arena {

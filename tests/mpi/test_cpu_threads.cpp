@@ -22,13 +22,17 @@ namespace {
 class PinnedTo {
  public:
   explicit PinnedTo(const std::vector<int>& cpus) {
-    EXPECT_EQ(sched_getaffinity(0, sizeof before_, &before_), 0);
+    CPU_ZERO(&before_);
+    saved_ = sched_getaffinity(0, sizeof before_, &before_) == 0;
+    EXPECT_TRUE(saved_);
     cpu_set_t set;
     CPU_ZERO(&set);
     for (int c : cpus) CPU_SET(c, &set);
     EXPECT_EQ(sched_setaffinity(0, sizeof set, &set), 0);
   }
-  ~PinnedTo() { sched_setaffinity(0, sizeof before_, &before_); }
+  ~PinnedTo() {
+    if (saved_) sched_setaffinity(0, sizeof before_, &before_);
+  }
   PinnedTo(const PinnedTo&) = delete;
   PinnedTo& operator=(const PinnedTo&) = delete;
 
@@ -44,6 +48,7 @@ class PinnedTo {
 
  private:
   cpu_set_t before_;
+  bool saved_ = false;
 };
 
 // Sets (or, with nullptr, unsets) an environment variable for the scope.
@@ -67,16 +72,6 @@ class EnvVar {
   bool had_ = false;
 };
 
-// The CPUs every rank of the job may use: the same on every rank here (one node, one cgroup).
-std::vector<int> job_cpus() {
-  const std::vector<int> mine = PinnedTo::cpus();
-  std::int32_t n = static_cast<std::int32_t>(mine.size()), lo = n, hi = n;
-  world().all_reduce(&lo, &lo, 1, DType::i32, ReduceOp::min);
-  world().all_reduce(&hi, &hi, 1, DType::i32, ReduceOp::max);
-  EXPECT_EQ(lo, hi) << "the ranks were given different numbers of CPUs";
-  return mine;
-}
-
 }  // namespace
 
 TEST(CpuThreads, RanksOnTheSameCpusShareThem) {
@@ -85,7 +80,11 @@ TEST(CpuThreads, RanksOnTheSameCpusShareThem) {
   std::vector<int> every_cpu(CPU_SETSIZE);  // the kernel keeps those the job may use
   for (int c = 0; c < CPU_SETSIZE; ++c) every_cpu[static_cast<std::size_t>(c)] = c;
   PinnedTo everywhere(every_cpu);
-  const int n = static_cast<int>(job_cpus().size());
+  // Every rank may now run on all the CPUs of the job (one node, one cpuset in a test job).
+  std::int32_t n = static_cast<std::int32_t>(PinnedTo::cpus().size()), lo = n, hi = n;
+  world().all_reduce(&lo, &lo, 1, DType::i32, ReduceOp::min);
+  world().all_reduce(&hi, &hi, 1, DType::i32, ReduceOp::max);
+  ASSERT_EQ(lo, hi) << "the ranks may run on different numbers of CPUs";
   const train::CpuThreads t = train::threads_per_rank(world());
   EXPECT_EQ(t.threads, std::max(1, n / world().size())) << t.why;
 }
@@ -93,7 +92,7 @@ TEST(CpuThreads, RanksOnTheSameCpusShareThem) {
 TEST(CpuThreads, ARankOnOneCpuRunsOneThread) {
   if (env::params().num_threads > 0) GTEST_SKIP() << "DTRAIN_NUM_THREADS decides";
   EnvVar no_omp("OMP_NUM_THREADS", nullptr);
-  const std::vector<int> all = job_cpus();
+  const std::vector<int> all = PinnedTo::cpus();
   ASSERT_FALSE(all.empty());
   PinnedTo one({all[static_cast<std::size_t>(world().rank()) % all.size()]});
   const train::CpuThreads t = train::threads_per_rank(world());
@@ -103,7 +102,9 @@ TEST(CpuThreads, ARankOnOneCpuRunsOneThread) {
 
 TEST(CpuThreads, OmpNumThreadsDecidesWhereSet) {
   if (env::params().num_threads > 0) GTEST_SKIP() << "DTRAIN_NUM_THREADS decides";
-  PinnedTo one({job_cpus().front()});  // the CPUs no longer count
+  const std::vector<int> all = PinnedTo::cpus();
+  ASSERT_FALSE(all.empty());
+  PinnedTo one({all.front()});  // the CPUs no longer count
   {
     EnvVar omp("OMP_NUM_THREADS", "3");
     const train::CpuThreads t = train::threads_per_rank(world());
