@@ -57,6 +57,13 @@ dt_result_t dt_context_size(dt_context_t ctx, int* size) {
   });
 }
 
+dt_result_t dt_context_cpu_threads(dt_context_t ctx, int* threads) {
+  return call<dt_context_s>(__func__, ctx, Kind::context, "ctx", [&](dt_context_s& c) {
+    need_ptr(threads, "threads");
+    *threads = c.cpu_threads.threads;
+  });
+}
+
 dt_result_t dt_context_world(dt_context_t ctx, dt_comm_t* world) {
   return call<dt_context_s>(__func__, ctx, Kind::context, "ctx", [&](dt_context_s& c) {
     need_ptr(world, "world");

@@ -93,6 +93,7 @@ dt_context_s::dt_context_s(dtrain::Runtime rt)
     : Handle(dtrain::capi::Kind::context, this), runtime(std::move(rt)) {
   world = std::make_unique<dt_comm_s>(this, &runtime.world(), nullptr);
   register_handle(world.get());
+  cpu_threads = dtrain::parallel::threads_per_rank(runtime.world());
 }
 
 dt_context_s::~dt_context_s() {

@@ -12,6 +12,7 @@
 #include "dtrain/comm/process_grid.hpp"
 #include "dtrain/comm/runtime.hpp"
 #include "dtrain/device/device.hpp"
+#include "dtrain/parallel/cpu_threads.hpp"
 
 namespace dtrain::capi {
 
@@ -71,6 +72,10 @@ struct dt_context_s : dtrain::capi::Handle {
   ~dt_context_s() override;
   dtrain::Runtime runtime;
   std::unique_ptr<dt_comm_s> world;
+  // This rank's share of its node's CPUs, counted over the world at dt_init*: the threads a
+  // built-in model on the CPU runs. OpenMP's default, every CPU of the rank's mask, runs
+  // each core's work several times over where ranks share their CPUs (docs/c-api.md).
+  dtrain::parallel::CpuThreads cpu_threads;
   std::mutex error_mutex;
   std::string last_error;
   // Grids, byoms and models in creation order: dt_finalize releases them newest first.

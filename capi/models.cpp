@@ -73,7 +73,8 @@ bool covers(const Config* config, std::size_t offset, std::size_t size) {
 }
 
 // The device config->device names, agreed by every rank of dp (older callers, whose struct
-// ends before the field, keep the CPU they had), and the group its buffers move over.
+// ends before the field, keep the CPU they had), and the group its buffers move over. On
+// the CPU the process's kernels and OpenBLAS then run the rank's share of threads.
 template <class Config>
 dtrain::Device& open_device(const Config* config, dt_model_s& m) {
   std::string which = "cpu";
@@ -81,6 +82,7 @@ dtrain::Device& open_device(const Config* config, dt_model_s& m) {
     which = config->device ? config->device : "auto";
   dtrain::Communicator& dp = m.comm->host_comm();  // a device handle's routing is made anew
   dtrain::Device& dev = dtrain::parallel::agreed_device(which, dp, "config->device");
+  if (dev.kind() == dtrain::DeviceKind::cpu) dev.set_num_threads(m.ctx->cpu_threads.threads);
   m.device_group = dtrain::parallel::device_world(dp, dev, dp.name() + ".device");
   return dev;
 }

@@ -10,7 +10,8 @@ module dtrain_core
   private
 
   public :: dt_get_version, dt_get_error_string, dt_get_last_error
-  public :: dt_init, dt_finalize, dt_context_rank, dt_context_size, dt_context_world
+  public :: dt_init, dt_finalize, dt_context_rank, dt_context_size, dt_context_world, &
+            dt_context_cpu_threads
   public :: dt_comm_rank, dt_comm_size, dt_comm_world_ranks
   public :: dt_all_reduce, dt_all_gather, dt_reduce_scatter, dt_broadcast, dt_barrier, &
             dt_comm_device
@@ -111,6 +112,21 @@ contains
     v = 0
     ierr = ret(c_context_size(ctx, v))
     size = v
+  end subroutine
+
+  !> The threads this rank's share of its node's CPUs allows (dt_context_cpu_threads in
+  !> dtrain.h): what a built-in model on the CPU runs, and what a program's own threads can
+  !> be sized by.
+  !> @param[in] ctx a live context.
+  !> @param[out] threads at least 1.
+  !> @param[out] ierr DT_SUCCESS or DT_ERR_INVALID_HANDLE.
+  subroutine dt_context_cpu_threads(ctx, threads, ierr)
+    type(dt_context), intent(in) :: ctx
+    integer, intent(out) :: threads, ierr
+    integer(c_int) :: v
+    v = 0
+    ierr = ret(c_context_cpu_threads(ctx, v))
+    threads = v
   end subroutine
 
   !> The context's world communicator.

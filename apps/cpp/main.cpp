@@ -20,6 +20,7 @@
 #include "dtrain/device/device.hpp"
 #include "dtrain/nn/mlp.hpp"
 #include "dtrain/optim/optimizer.hpp"
+#include "dtrain/parallel/cpu_threads.hpp"
 #include "dtrain/parallel/gradient_sync.hpp"
 #include "dtrain/parallel/zero.hpp"
 
@@ -67,6 +68,9 @@ int main(int argc, char** argv) {
     const int share = kBatch / grid.dp_size();
 
     dtrain::Device& dev = dtrain::select_device("auto");
+    // On the CPU: the rank's share of its node's CPUs (OpenMP's own default, every CPU a
+    // rank may run on, oversubscribes a node whose ranks share them). Collective.
+    dev.set_num_threads(dtrain::parallel::threads_per_rank(runtime.world()).threads);
     dtrain::MlpConfig cfg;
     cfg.sizes = {kInputs, 32, kClasses};
     dtrain::MlpModel model(cfg, dev, /*seed=*/42, kBatch);

@@ -7,7 +7,7 @@
 #include "dtrain/core/env.hpp"
 #include "dtrain/parallel/device_world.hpp"
 #include "dtrain/parallel/pipeline_partition.hpp"
-#include "train/cpu_threads.hpp"
+#include "dtrain/parallel/cpu_threads.hpp"
 #include "train/save_dir.hpp"
 #include "train/trainer_state.hpp"
 
@@ -49,7 +49,7 @@ const TrainConfig& validated(const TrainConfig& cfg, int world_size) {
 Device& configured_device(const TrainConfig& cfg, Communicator& world) {
   Device& dev = parallel::agreed_device(cfg.device, world, "--device");
   dev.set_gemm_operand_format(precision_format(cfg.precision));
-  CpuThreads t = threads_per_rank(world);
+  parallel::CpuThreads t = parallel::threads_per_rank(world);
   if (cfg.deterministic) {  // reductions inside kernels must not depend on threads
     t.threads = 1;
     t.why = "--deterministic";

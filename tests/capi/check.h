@@ -39,7 +39,7 @@ static int my_rank = 0;
 #define OK(ctx, call) EXPECT(DT_SUCCESS, ctx, call)
 
 /* The last error (of ctx, or of this thread with NULL) mentions `text`. */
-static void expect_message(dt_context_t ctx, const char* text, int line) {
+static inline void expect_message(dt_context_t ctx, const char* text, int line) {
   const char* msg = dt_get_last_error(ctx);
   ++checks;
   if (!msg || !strstr(msg, text)) {

@@ -50,6 +50,7 @@ static void expect_refused(handles_t h, const char* why) {
   REFUSED("dt_context_rank", "ctx", "dt_context_t", dt_context_rank(h.ctx, &i));
   REFUSED("dt_context_size", "ctx", "dt_context_t", dt_context_size(h.ctx, &i));
   REFUSED("dt_context_world", "ctx", "dt_context_t", dt_context_world(h.ctx, &comm));
+  REFUSED("dt_context_cpu_threads", "ctx", "dt_context_t", dt_context_cpu_threads(h.ctx, &i));
   REFUSED("dt_grid_create", "ctx", "dt_context_t", dt_grid_create(h.ctx, &gc, &grid));
   CHECK(grid == NULL);
   REFUSED("dt_finalize", "ctx", "dt_context_t", dt_finalize(h.ctx));
@@ -123,6 +124,8 @@ static void null_pointers(handles_t h) {
   FAILS(DT_ERR_INVALID_ARGUMENT, ctx, "dt_context_rank: rank must not be NULL", dt_context_rank(ctx, NULL));
   FAILS(DT_ERR_INVALID_ARGUMENT, ctx, "dt_context_size: size must not be NULL", dt_context_size(ctx, NULL));
   FAILS(DT_ERR_INVALID_ARGUMENT, ctx, "dt_context_world: world must not be NULL", dt_context_world(ctx, NULL));
+  FAILS(DT_ERR_INVALID_ARGUMENT, ctx, "dt_context_cpu_threads: threads must not be NULL",
+        dt_context_cpu_threads(ctx, NULL));
   FAILS(DT_ERR_INVALID_ARGUMENT, ctx, "dt_grid_create: config must not be NULL", dt_grid_create(ctx, NULL, &grid));
   FAILS(DT_ERR_INVALID_ARGUMENT, ctx, "dt_grid_create: grid must not be NULL", dt_grid_create(ctx, &gc, NULL));
   FAILS(DT_ERR_INVALID_ARGUMENT, ctx, "dt_comm_rank: rank must not be NULL", dt_comm_rank(h.comm, NULL));

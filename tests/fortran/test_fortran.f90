@@ -12,7 +12,7 @@ program test_fortran
   type(dt_context) :: ctx, null_ctx, other
   type(dt_comm) :: world, dp
   type(dt_grid) :: grid
-  integer :: ierr, rank, nranks, tp_rank, pp_rank, dp_rank, version, provided, t, p, d
+  integer :: ierr, rank, nranks, tp_rank, pp_rank, dp_rank, version, provided, t, p, d, threads
   integer, allocatable :: members(:)
 
   call MPI_Init_thread(MPI_THREAD_MULTIPLE, provided, ierr)
@@ -24,6 +24,10 @@ program test_fortran
   call dt_context_size(ctx, nranks, ierr)
   call dt_context_world(ctx, world, ierr)
   call expect(ierr, DT_SUCCESS, 'dt_context_world')
+  threads = 0
+  call dt_context_cpu_threads(ctx, threads, ierr)
+  call expect(ierr, DT_SUCCESS, 'dt_context_cpu_threads')
+  call check(threads >= 1, 'cpu threads')
   call dt_get_version(version)
   call check(version >= 0, 'version')
 

@@ -1,4 +1,4 @@
-// Threads per rank without DTRAIN_NUM_THREADS (train::threads_per_rank): the CPUs a rank may
+// Threads per rank without DTRAIN_NUM_THREADS (parallel::threads_per_rank): the CPUs a rank may
 // run on, shared out among the ranks of its node that may run on the same ones. The test
 // sets each rank's affinity itself (every rank of a test job shares one node) and restores it.
 #include <gtest/gtest.h>
@@ -11,7 +11,7 @@
 
 #include "dtrain/core/env.hpp"
 #include "test_support.hpp"
-#include "train/cpu_threads.hpp"
+#include "dtrain/parallel/cpu_threads.hpp"
 
 using namespace dtrain;
 using dtrain::test::world;
@@ -85,7 +85,7 @@ TEST(CpuThreads, RanksOnTheSameCpusShareThem) {
   world().all_reduce(&lo, &lo, 1, DType::i32, ReduceOp::min);
   world().all_reduce(&hi, &hi, 1, DType::i32, ReduceOp::max);
   ASSERT_EQ(lo, hi) << "the ranks may run on different numbers of CPUs";
-  const train::CpuThreads t = train::threads_per_rank(world());
+  const parallel::CpuThreads t = parallel::threads_per_rank(world());
   EXPECT_EQ(t.threads, std::max(1, n / world().size())) << t.why;
 }
 
@@ -95,7 +95,7 @@ TEST(CpuThreads, ARankOnOneCpuRunsOneThread) {
   const std::vector<int> all = PinnedTo::cpus();
   ASSERT_FALSE(all.empty());
   PinnedTo one({all[static_cast<std::size_t>(world().rank()) % all.size()]});
-  const train::CpuThreads t = train::threads_per_rank(world());
+  const parallel::CpuThreads t = parallel::threads_per_rank(world());
   EXPECT_EQ(t.threads, 1) << t.why;  // counting the node's cores gave one rank all of them
   EXPECT_NE(t.why.find("may run on 1"), std::string::npos) << t.why;
 }
@@ -107,16 +107,16 @@ TEST(CpuThreads, OmpNumThreadsDecidesWhereSet) {
   PinnedTo one({all.front()});  // the CPUs no longer count
   {
     EnvVar omp("OMP_NUM_THREADS", "3");
-    const train::CpuThreads t = train::threads_per_rank(world());
+    const parallel::CpuThreads t = parallel::threads_per_rank(world());
     EXPECT_EQ(t.threads, 3);
     EXPECT_EQ(t.why, "OMP_NUM_THREADS");
   }
   {
     EnvVar omp("OMP_NUM_THREADS", "5,2");  // the outermost level's
-    EXPECT_EQ(train::threads_per_rank(world()).threads, 5);
+    EXPECT_EQ(parallel::threads_per_rank(world()).threads, 5);
   }
   for (const char* ignored : {"0", "many", "4x"}) {
     EnvVar omp("OMP_NUM_THREADS", ignored);
-    EXPECT_EQ(train::threads_per_rank(world()).threads, 1) << ignored;
+    EXPECT_EQ(parallel::threads_per_rank(world()).threads, 1) << ignored;
   }
 }

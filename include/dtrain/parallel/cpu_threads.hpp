@@ -1,10 +1,12 @@
 #pragma once
-// How many threads a rank's CPU kernels and OpenBLAS run.
+// How many threads a rank's CPU kernels and OpenBLAS run: the Trainer and the C ABI's CPU
+// models apply it (Device::set_num_threads), as a C++ program can.
 #include <string>
 
 #include "dtrain/comm/communicator.hpp"
+#include "dtrain/export.hpp"
 
-namespace dtrain::train {
+namespace dtrain::parallel {
 
 struct CpuThreads {
   int threads = 1;
@@ -17,6 +19,6 @@ struct CpuThreads {
 // of its node that may run on the same CPUs. Counting the node's cores instead put 32 threads
 // on each core that Open MPI binds `mpiexec -n 2` to on a 64-core node. Collective over the
 // world, whatever the environment says.
-CpuThreads threads_per_rank(Communicator& world);
+DTRAIN_API CpuThreads threads_per_rank(Communicator& world);
 
-}  // namespace dtrain::train
+}  // namespace dtrain::parallel

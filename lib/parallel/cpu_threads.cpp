@@ -1,4 +1,4 @@
-#include "train/cpu_threads.hpp"
+#include "dtrain/parallel/cpu_threads.hpp"
 
 #include <sched.h>
 #include <unistd.h>
@@ -14,7 +14,7 @@
 #include "dtrain/core/env.hpp"
 #include "dtrain/core/rng.hpp"
 
-namespace dtrain::train {
+namespace dtrain::parallel {
 
 namespace {
 
@@ -84,4 +84,4 @@ CpuThreads threads_per_rank(Communicator& world) {
   return t;
 }
 
-}  // namespace dtrain::train
+}  // namespace dtrain::parallel
