@@ -200,12 +200,10 @@ DT_API dt_result_t dt_context_size(dt_context_t ctx, int* size);
 DT_API dt_result_t dt_context_world(dt_context_t ctx, dt_comm_t* world);
 
 /**
- * @brief The threads this rank's share of its node's CPUs allows, counted at dt_init*():
- *        DTRAIN_NUM_THREADS where set, else OMP_NUM_THREADS (its first number), else the CPUs
- *        this process may run on (its affinity mask) over the ranks of the context's world
- *        on the same node that may run on the same CPUs. A built-in model on the CPU sets
- *        the process's OpenMP and OpenBLAS threads to it; a program that runs its own
- *        threads (a byom's model) can size them by it.
+ * @brief The threads this rank's share of its node's CPUs allows, counted at dt_init*() as
+ *        dtrain-gpt counts them (docs/c-api.md, CPU threads). Creating a built-in model on
+ *        the CPU sets OpenBLAS's threads and the calling thread's OpenMP threads to it; a
+ *        program that runs threads of its own, or a byom's steps, can size them by it.
  * @param ctx a live context.
  * @param[out] threads at least 1.
  * @return ::DT_SUCCESS; ::DT_ERR_INVALID_HANDLE, ::DT_ERR_INVALID_ARGUMENT (threads NULL).

@@ -89,11 +89,14 @@ dt_grid_s::~dt_grid_s() {
     if (comm) unregister_handle(comm.get());
 }
 
+// The thread count (a collective that may throw) comes before the world's handle is
+// registered: a constructor that throws runs no destructor to unregister it.
 dt_context_s::dt_context_s(dtrain::Runtime rt)
-    : Handle(dtrain::capi::Kind::context, this), runtime(std::move(rt)) {
+    : Handle(dtrain::capi::Kind::context, this),
+      runtime(std::move(rt)),
+      cpu_threads(dtrain::parallel::threads_per_rank(runtime.world())) {
   world = std::make_unique<dt_comm_s>(this, &runtime.world(), nullptr);
   register_handle(world.get());
-  cpu_threads = dtrain::parallel::threads_per_rank(runtime.world());
 }
 
 dt_context_s::~dt_context_s() {

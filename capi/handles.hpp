@@ -71,11 +71,11 @@ struct dt_context_s : dtrain::capi::Handle {
   explicit dt_context_s(dtrain::Runtime rt);
   ~dt_context_s() override;
   dtrain::Runtime runtime;
-  std::unique_ptr<dt_comm_s> world;
   // This rank's share of its node's CPUs, counted over the world at dt_init*: the threads a
-  // built-in model on the CPU runs. OpenMP's default, every CPU of the rank's mask, runs
-  // each core's work several times over where ranks share their CPUs (docs/c-api.md).
+  // built-in model on the CPU runs. OpenMP's default, every CPU of the rank's mask, puts
+  // several threads on each core where ranks share their CPUs (docs/c-api.md).
   dtrain::parallel::CpuThreads cpu_threads;
+  std::unique_ptr<dt_comm_s> world;
   std::mutex error_mutex;
   std::string last_error;
   // Grids, byoms and models in creation order: dt_finalize releases them newest first.

@@ -409,7 +409,8 @@ module dtrain_c_binding
 
   public :: c_get_version, c_get_error_string, c_get_last_error, c_init, c_init_fortran_comm, &
             c_finalize, c_context_rank, c_context_size, c_context_world, c_context_cpu_threads, &
-            c_comm_rank, c_comm_size, c_comm_world_ranks, c_all_reduce, c_all_gather, c_reduce_scatter, c_broadcast, c_barrier, &
+            c_comm_rank, c_comm_size, c_comm_world_ranks, c_all_reduce, c_all_gather, &
+            c_reduce_scatter, c_broadcast, c_barrier, &
             c_comm_device, c_grid_create, c_grid_destroy, c_grid_shape, c_grid_coords, c_grid_comm, &
             c_byom_create, c_byom_destroy, c_byom_register, c_byom_step, c_byom_steps, &
             c_model_create_mlp, c_model_create_gpt, c_model_create_gpt_grid, c_model_destroy, &

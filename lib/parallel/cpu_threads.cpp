@@ -13,15 +13,17 @@
 
 #include "dtrain/core/env.hpp"
 #include "dtrain/core/rng.hpp"
+#include "parallel/cpu_quota.hpp"
 
 namespace dtrain::parallel {
 
 namespace {
 
-// The CPUs this process may run on, and a key equal on two ranks exactly when they share a
-// node and may run on the same CPUs.
+// The CPUs this process may run on (its mask, or fewer where a cgroup limits its CPU time),
+// and a key equal on two ranks exactly when they share a node and those CPUs.
 struct AllowedCpus {
   int count = 1;
+  CpuQuota quota;
   std::uint64_t key = 0;
 };
 
@@ -40,6 +42,11 @@ AllowedCpus allowed_cpus() {
     seat.append(reinterpret_cast<const char*>(&set), sizeof set);
   }
 #endif
+  a.quota = cgroup_cpu_quota();
+  if (a.quota.cpus > 0) {  // whole CPUs: a thread more than the limit would be throttled
+    a.count = std::max(1, std::min(a.count, static_cast<int>(a.quota.cpus)));
+    seat.append(a.quota.where).push_back('\0');
+  }
   a.key = rng::stream_id(seat);
   return a;
 }
@@ -79,6 +86,8 @@ CpuThreads threads_per_rank(Communicator& world) {
   const long online = sysconf(_SC_NPROCESSORS_ONLN);
   if (online > mine.count) why << " of its node's " << online;
   why << (mine.count == 1 && online <= 1 ? " CPU" : " CPUs");
+  if (mine.quota.cpus > 0)
+    why << " under a CPU limit of " << mine.quota.cpus << " (" << mine.quota.where << ")";
   if (sharers > 1) why << ", shared with " << sharers - 1 << " other rank" << (sharers > 2 ? "s" : "");
   t.why = why.str();
   return t;

@@ -5,9 +5,9 @@
 
 #include "dtrain/comm/agreed_failure.hpp"
 #include "dtrain/core/env.hpp"
+#include "dtrain/parallel/cpu_threads.hpp"
 #include "dtrain/parallel/device_world.hpp"
 #include "dtrain/parallel/pipeline_partition.hpp"
-#include "dtrain/parallel/cpu_threads.hpp"
 #include "train/save_dir.hpp"
 #include "train/trainer_state.hpp"
 

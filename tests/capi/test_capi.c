@@ -26,11 +26,13 @@ static void test_errors_without_context(void) {
 }
 
 static void test_context(dt_context_t ctx, int size) {
-  int r = -1, s = -1, count = 0;
+  int r = -1, s = -1, count = 0, threads = 0;
   dt_comm_t world = NULL;
   OK(ctx, dt_context_rank(ctx, &r));
   OK(ctx, dt_context_size(ctx, &s));
   CHECK(r == my_rank && s == size);
+  OK(ctx, dt_context_cpu_threads(ctx, &threads));  /* its rule: test_capi_threads.c */
+  CHECK(threads >= 1);
   OK(ctx, dt_context_world(ctx, &world));
   EXPECT(DT_ERR_INVALID_ARGUMENT, ctx, dt_context_rank(ctx, NULL));
   MESSAGE(ctx, "rank must not be NULL");

@@ -11,9 +11,6 @@
 #include "check.h"
 #include "dtrain_mpi.h"
 
-/* Any count the rule cannot give in these cases, to see that creating the model set it. */
-enum { kUnlikely = 61 };
-
 static int allowed_cpus(void) {
   cpu_set_t set;
   CPU_ZERO(&set);
@@ -32,7 +29,8 @@ static int nth_allowed_cpu(int n) {
 }
 
 /* Makes a context and a CPU model over the world, and returns the OpenMP count after, which
- * dt_context_cpu_threads must tell beforehand. */
+ * dt_context_cpu_threads must tell beforehand (a count one off it stands before, so that the
+ * model has to set it). */
 static int threads_of_a_new_model(void) {
   dt_context_t ctx = NULL;
   dt_comm_t world = NULL;
@@ -43,10 +41,10 @@ static int threads_of_a_new_model(void) {
   mc.num_sizes = 3;
   mc.sizes = sizes;
   mc.device = "cpu";
-  omp_set_num_threads(kUnlikely);
   OK(NULL, dt_init_mpi_comm(MPI_COMM_WORLD, &ctx));
   OK(ctx, dt_context_world(ctx, &world));
   OK(ctx, dt_context_cpu_threads(ctx, &told));
+  omp_set_num_threads(told + 1);
   OK(ctx, dt_model_create_mlp(world, &mc, NULL, &model));
   const int threads = omp_get_max_threads();
   CHECK(threads == told);
@@ -61,7 +59,7 @@ int main(int argc, char** argv) {
   MPI_Comm_rank(MPI_COMM_WORLD, &my_rank);
   MPI_Comm_size(MPI_COMM_WORLD, &size);
   const char* fixed = getenv("DTRAIN_NUM_THREADS");
-  if (fixed && *fixed) {
+  if (fixed && atoi(fixed) > 0) {
     if (my_rank == 0) printf("capi_threads: skipped, DTRAIN_NUM_THREADS decides\n");
     MPI_Finalize();
     return 77;
@@ -71,7 +69,8 @@ int main(int argc, char** argv) {
   CPU_ZERO(&before);
   CHECK(sched_getaffinity(0, sizeof before, &before) == 0);
 
-  /* Every rank on every CPU of the job: they share them out. */
+  /* Every rank on every CPU of the job: they share them out (fewer where the job's cgroup
+   * limits its CPU time; test_cpu_threads.cpp checks the count itself). */
   cpu_set_t every;
   CPU_ZERO(&every);
   for (int c = 0; c < CPU_SETSIZE; ++c) CPU_SET(c, &every);  /* the kernel keeps the job's */
@@ -82,8 +81,8 @@ int main(int argc, char** argv) {
   CHECK(lo == hi && n >= 1);
   const int share = n / size > 1 ? n / size : 1;
   int got = threads_of_a_new_model();
-  CHECK(got == share);
-  if (got != share)
+  CHECK(got >= 1 && got <= share);
+  if (got < 1 || got > share)
     fprintf(stderr, "[rank %d] %d threads on %d CPUs of %d ranks\n", my_rank, got, n, size);
 
   /* A rank on one CPU runs one thread. */

@@ -10,8 +10,9 @@
 #include <vector>
 
 #include "dtrain/core/env.hpp"
-#include "test_support.hpp"
 #include "dtrain/parallel/cpu_threads.hpp"
+#include "parallel/cpu_quota.hpp"
+#include "test_support.hpp"
 
 using namespace dtrain;
 using dtrain::test::world;
@@ -85,6 +86,9 @@ TEST(CpuThreads, RanksOnTheSameCpusShareThem) {
   world().all_reduce(&lo, &lo, 1, DType::i32, ReduceOp::min);
   world().all_reduce(&hi, &hi, 1, DType::i32, ReduceOp::max);
   ASSERT_EQ(lo, hi) << "the ranks may run on different numbers of CPUs";
+  // A CPU limit on the test job's cgroup (a container's --cpus) counts as fewer CPUs.
+  const parallel::CpuQuota quota = parallel::cgroup_cpu_quota();
+  if (quota.cpus > 0) n = std::max(1, std::min(n, static_cast<std::int32_t>(quota.cpus)));
   const parallel::CpuThreads t = parallel::threads_per_rank(world());
   EXPECT_EQ(t.threads, std::max(1, n / world().size())) << t.why;
 }
