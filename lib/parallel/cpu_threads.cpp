@@ -19,36 +19,43 @@ namespace dtrain::parallel {
 
 namespace {
 
-// The CPUs this process may run on (its mask, or fewer where a cgroup limits its CPU time),
-// and a key equal on two ranks exactly when they share a node and those CPUs.
-struct AllowedCpus {
-  int count = 1;
-  CpuQuota quota;
-  std::uint64_t key = 0;
+// Where this process runs: the CPUs of its affinity mask and its cgroup's CPU limit, each
+// with a key that is equal on two ranks exactly when they share it (same node and mask; same
+// node and limiting cgroup).
+struct Seat {
+  int mask_cpus = 1;
+  CpuQuota limit;
+  std::uint64_t keys[2] = {0, 0};  // mask, limit
 };
 
-AllowedCpus allowed_cpus() {
+Seat my_seat() {
   char host[256] = {};
   if (gethostname(host, sizeof host - 1) != 0) host[0] = '\0';
-  std::string seat(host);
-  seat.push_back('\0');
-  AllowedCpus a;
-  a.count = static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
+  std::string mask(host);
+  mask.push_back('\0');
+  std::string limit = mask;
+  Seat s;
+  s.mask_cpus = static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
 #if defined(__linux__)
   cpu_set_t set;
   CPU_ZERO(&set);
   if (sched_getaffinity(0, sizeof set, &set) == 0) {
-    a.count = std::max(1, CPU_COUNT(&set));
-    seat.append(reinterpret_cast<const char*>(&set), sizeof set);
+    s.mask_cpus = std::max(1, CPU_COUNT(&set));
+    mask.append(reinterpret_cast<const char*>(&set), sizeof set);
   }
 #endif
-  a.quota = cgroup_cpu_quota();
-  if (a.quota.cpus > 0) {  // whole CPUs: a thread more than the limit would be throttled
-    a.count = std::max(1, std::min(a.count, static_cast<int>(a.quota.cpus)));
-    seat.append(a.quota.where).push_back('\0');
-  }
-  a.key = rng::stream_id(seat);
-  return a;
+  s.limit = cgroup_cpu_quota();
+  limit.append(reinterpret_cast<const char*>(&s.limit.device), sizeof s.limit.device);
+  limit.append(reinterpret_cast<const char*>(&s.limit.inode), sizeof s.limit.inode);
+  s.keys[0] = rng::stream_id(mask);
+  s.keys[1] = rng::stream_id(limit);
+  return s;
+}
+
+// ", shared with 2 other ranks" where more than one rank shares it.
+std::string shared_with(int sharers) {
+  if (sharers <= 1) return "";
+  return ", shared with " + std::to_string(sharers - 1) + " other rank" + (sharers > 2 ? "s" : "");
 }
 
 // OMP_NUM_THREADS as OpenMP reads it for the outermost level (the first of a list such as
@@ -65,10 +72,14 @@ int omp_num_threads() {
 }  // namespace
 
 CpuThreads threads_per_rank(Communicator& world) {
-  const AllowedCpus mine = allowed_cpus();
-  std::vector<std::uint64_t> keys(static_cast<std::size_t>(world.size()));
-  world.all_gather(&mine.key, keys.data(), 1, DType::i64);
-  const auto sharers = static_cast<int>(std::count(keys.begin(), keys.end(), mine.key));
+  const Seat mine = my_seat();
+  std::vector<std::uint64_t> keys(2 * static_cast<std::size_t>(world.size()));
+  world.all_gather(mine.keys, keys.data(), 2, DType::i64);
+  int mask_sharers = 0, limit_sharers = 0;
+  for (std::size_t r = 0; r < keys.size(); r += 2) {
+    mask_sharers += keys[r] == mine.keys[0];
+    limit_sharers += keys[r + 1] == mine.keys[1];
+  }
   CpuThreads t;
   if (env::params().num_threads > 0) {
     t.threads = env::params().num_threads;
@@ -80,15 +91,15 @@ CpuThreads threads_per_rank(Communicator& world) {
     t.why = "OMP_NUM_THREADS";
     return t;
   }
-  t.threads = std::max(1, mine.count / sharers);
+  t.threads = threads_within(mine.mask_cpus, mask_sharers, mine.limit.cpus, limit_sharers);
   std::ostringstream why;  // e.g. "rank 0 may run on 1 of its node's 2 CPUs"
-  why << "rank " << world.rank() << " may run on " << mine.count;
+  why << "rank " << world.rank() << " may run on " << mine.mask_cpus;
   const long online = sysconf(_SC_NPROCESSORS_ONLN);
-  if (online > mine.count) why << " of its node's " << online;
-  why << (mine.count == 1 && online <= 1 ? " CPU" : " CPUs");
-  if (mine.quota.cpus > 0)
-    why << " under a CPU limit of " << mine.quota.cpus << " (" << mine.quota.where << ")";
-  if (sharers > 1) why << ", shared with " << sharers - 1 << " other rank" << (sharers > 2 ? "s" : "");
+  if (online > mine.mask_cpus) why << " of its node's " << online;
+  why << (mine.mask_cpus == 1 && online <= 1 ? " CPU" : " CPUs") << shared_with(mask_sharers);
+  if (mine.limit.cpus > 0)
+    why << "; its cgroup's CPU limit is " << mine.limit.cpus << " (" << mine.limit.where << ")"
+        << shared_with(limit_sharers);
   t.why = why.str();
   return t;
 }

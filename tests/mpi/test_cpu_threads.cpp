@@ -86,11 +86,13 @@ TEST(CpuThreads, RanksOnTheSameCpusShareThem) {
   world().all_reduce(&lo, &lo, 1, DType::i32, ReduceOp::min);
   world().all_reduce(&hi, &hi, 1, DType::i32, ReduceOp::max);
   ASSERT_EQ(lo, hi) << "the ranks may run on different numbers of CPUs";
-  // A CPU limit on the test job's cgroup (a container's --cpus) counts as fewer CPUs.
-  const parallel::CpuQuota quota = parallel::cgroup_cpu_quota();
-  if (quota.cpus > 0) n = std::max(1, std::min(n, static_cast<std::int32_t>(quota.cpus)));
+  // A CPU limit on the test job's cgroup (a container's --cpus), which all its ranks share,
+  // counts as fewer CPUs (threads_within: test_cpu_quota.cpp).
+  const double limit = parallel::cgroup_cpu_quota().cpus;
+  const int size = world().size();
+  const int expected = limit > 0 ? parallel::threads_within(n, size, limit, size) : std::max(1, n / size);
   const parallel::CpuThreads t = parallel::threads_per_rank(world());
-  EXPECT_EQ(t.threads, std::max(1, n / world().size())) << t.why;
+  EXPECT_EQ(t.threads, expected) << t.why;
 }
 
 TEST(CpuThreads, ARankOnOneCpuRunsOneThread) {

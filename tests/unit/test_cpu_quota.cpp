@@ -1,5 +1,5 @@
 // cgroup_cpu_quota on made-up /proc and /sys trees: cgroup v2 and v1, nested limits, a
-// container's mount of its own cgroup, no limit, nothing to read.
+// container's mount of its own cgroup, no limit, nothing to read; threads_within's shares.
 #include <gtest/gtest.h>
 #include <stdlib.h>
 
@@ -11,6 +11,7 @@
 
 namespace fs = std::filesystem;
 using dtrain::parallel::cgroup_cpu_quota;
+using dtrain::parallel::threads_within;
 
 namespace {
 
@@ -69,6 +70,17 @@ TEST_F(FakeRoot, TightestLimitOnTheWayUp) {
   EXPECT_EQ(q.where, "/sys/fs/cgroup/job");
 }
 
+TEST_F(FakeRoot, ALowerLimitIsTighter) {
+  unified("/job/step/task");
+  write("/sys/fs/cgroup/job/cpu.max", "200000 100000\n");
+  // none in job/step (the cpu controller not enabled there)
+  write("/sys/fs/cgroup/job/step/task/cpu.max", "100000 100000\n");
+  const auto q = cgroup_cpu_quota(root_);
+  EXPECT_DOUBLE_EQ(q.cpus, 1);
+  EXPECT_EQ(q.where, "/sys/fs/cgroup/job/step/task");
+  EXPECT_NE(q.inode, 0u);  // the directory's identity, for telling cgroups apart
+}
+
 TEST_F(FakeRoot, CgroupV1CpuControllerTakesPrecedence) {
   // A hybrid system: v1 holds the cpu controller (shared with cpuacct), v2 holds none.
   write("/proc/self/cgroup",
@@ -95,15 +107,42 @@ TEST_F(FakeRoot, CgroupV1UnlimitedQuota) {
 
 TEST_F(FakeRoot, ContainerMountOfItsOwnCgroup) {
   // Without a cgroup namespace a container sees its full path, but the mount's top is its
-  // own cgroup (mountinfo's root field), with a space escaped in the mount point.
-  write("/proc/self/cgroup", "2:cpu,cpuacct:/docker/abc\n");
+  // own cgroup (mountinfo's root field), here with a space escaped in the mount point.
+  write("/proc/self/cgroup", "2:cpu,cpuacct:/docker/abc/sub\n");
   write("/proc/self/mountinfo",
         "40 31 0:28 /docker/abc /sys/fs/cgroup/cpu\\040acct rw - cgroup cgroup rw,cpuacct,cpu\n");
-  write("/sys/fs/cgroup/cpu acct/cpu.cfs_quota_us", "50000\n");
+  write("/sys/fs/cgroup/cpu acct/cpu.cfs_quota_us", "100000\n");
   write("/sys/fs/cgroup/cpu acct/cpu.cfs_period_us", "100000\n");
+  write("/sys/fs/cgroup/cpu acct/sub/cpu.cfs_quota_us", "50000\n");
+  write("/sys/fs/cgroup/cpu acct/sub/cpu.cfs_period_us", "100000\n");
+  // What reading the whole path below the mount point would find instead:
+  write("/sys/fs/cgroup/cpu acct/docker/abc/sub/cpu.cfs_quota_us", "25000\n");
+  write("/sys/fs/cgroup/cpu acct/docker/abc/sub/cpu.cfs_period_us", "100000\n");
   const auto q = cgroup_cpu_quota(root_);
   EXPECT_DOUBLE_EQ(q.cpus, 0.5);
-  EXPECT_EQ(q.where, "/sys/fs/cgroup/cpu acct");
+  EXPECT_EQ(q.where, "/sys/fs/cgroup/cpu acct/sub");
+}
+
+TEST_F(FakeRoot, TheMountThatShowsTheCgroup) {
+  // Two mounts of the hierarchy: the first shows another container's cgroup only.
+  write("/proc/self/cgroup", "0::/pods/b\n");
+  write("/proc/self/mountinfo",
+        "30 22 0:26 /pods/a /mnt/a rw - cgroup2 cgroup2 rw\n"
+        "31 22 0:26 / /sys/fs/cgroup rw - cgroup2 cgroup2 rw\n");
+  write("/mnt/a/cpu.max", "100000 100000\n");
+  write("/sys/fs/cgroup/pods/b/cpu.max", "300000 100000\n");
+  const auto q = cgroup_cpu_quota(root_);
+  EXPECT_DOUBLE_EQ(q.cpus, 3);
+  EXPECT_EQ(q.where, "/sys/fs/cgroup/pods/b");
+}
+
+TEST_F(FakeRoot, ACgroupNoMountShowsHasNoLimit) {
+  write("/proc/self/mountinfo", "31 22 0:26 /pods/a /sys/fs/cgroup rw - cgroup2 cgroup2 rw\n");
+  write("/sys/fs/cgroup/cpu.max", "100000 100000\n");
+  write("/proc/self/cgroup", "0::/pods/b\n");  // outside the mount's root
+  EXPECT_EQ(cgroup_cpu_quota(root_).cpus, 0);
+  write("/proc/self/cgroup", "0::/../b\n");  // above a cgroup namespace's root
+  EXPECT_EQ(cgroup_cpu_quota(root_).cpus, 0);
 }
 
 TEST_F(FakeRoot, ControllerNamesAreWholeWords) {
@@ -113,6 +152,18 @@ TEST_F(FakeRoot, ControllerNamesAreWholeWords) {
   write("/sys/fs/cgroup/cpuset/a/cpu.cfs_quota_us", "100000\n");
   write("/sys/fs/cgroup/cpuset/a/cpu.cfs_period_us", "100000\n");
   EXPECT_EQ(cgroup_cpu_quota(root_).cpus, 0);
+}
+
+TEST(ThreadsWithin, WholeCpusOfTheSmallerShare) {
+  EXPECT_EQ(threads_within(8, 1, 0, 1), 8);      // no limit: the mask
+  EXPECT_EQ(threads_within(8, 2, 0, 1), 4);      // two ranks on the mask
+  EXPECT_EQ(threads_within(2, 4, 0, 1), 1);      // at least one
+  EXPECT_EQ(threads_within(16, 1, 2.4, 1), 2);   // the limit's nearest whole CPUs
+  EXPECT_EQ(threads_within(16, 1, 2.6, 1), 3);
+  EXPECT_EQ(threads_within(16, 1, 0.3, 1), 1);
+  EXPECT_EQ(threads_within(8, 2, 4, 4), 1);      // four ranks under one limit, two per mask
+  EXPECT_EQ(threads_within(8, 1, 16, 1), 8);     // a limit above the mask changes nothing
+  EXPECT_EQ(threads_within(4, 1, 1.8e10, 1), 4); // nor does an enormous one
 }
 
 }  // namespace
