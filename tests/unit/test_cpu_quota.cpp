@@ -30,6 +30,11 @@ class FakeRoot : public ::testing::Test {
     fs::create_directories(p.parent_path());
     std::ofstream(p) << text;
   }
+  // A cgroup v1 directory's limit: `quota` microseconds of CPU time each 100 ms.
+  void v1_limit(const std::string& dir, const std::string& quota) {
+    write(dir + "/cpu.cfs_quota_us", quota + "\n");
+    write(dir + "/cpu.cfs_period_us", "100000\n");
+  }
   // A v2-only system (the unified hierarchy at /sys/fs/cgroup), the process in `cgroup`.
   void unified(const std::string& cgroup) {
     write("/proc/self/cgroup", "0::" + cgroup + "\n");
@@ -89,8 +94,7 @@ TEST_F(FakeRoot, CgroupV1CpuControllerTakesPrecedence) {
         "30 22 0:26 / /sys/fs/cgroup/unified rw - cgroup2 cgroup2 rw\n"
         "31 22 0:27 / /sys/fs/cgroup/cpuset rw - cgroup cgroup rw,cpuset\n"
         "32 22 0:28 / /sys/fs/cgroup/cpu,cpuacct rw shared:9 - cgroup cgroup rw,cpu,cpuacct\n");
-  write("/sys/fs/cgroup/cpu,cpuacct/batch/job7/cpu.cfs_quota_us", "150000\n");
-  write("/sys/fs/cgroup/cpu,cpuacct/batch/job7/cpu.cfs_period_us", "100000\n");
+  v1_limit("/sys/fs/cgroup/cpu,cpuacct/batch/job7", "150000");
   write("/sys/fs/cgroup/unified/batch/job7/cpu.max", "100000 100000\n");  // not the cpu's
   const auto q = cgroup_cpu_quota(root_);
   EXPECT_DOUBLE_EQ(q.cpus, 1.5);
@@ -100,8 +104,7 @@ TEST_F(FakeRoot, CgroupV1CpuControllerTakesPrecedence) {
 TEST_F(FakeRoot, CgroupV1UnlimitedQuota) {
   write("/proc/self/cgroup", "3:cpu:/dtq\n");
   write("/proc/self/mountinfo", "32 22 0:28 / /sys/fs/cgroup/cpu rw - cgroup cgroup rw,cpu\n");
-  write("/sys/fs/cgroup/cpu/dtq/cpu.cfs_quota_us", "-1\n");
-  write("/sys/fs/cgroup/cpu/dtq/cpu.cfs_period_us", "100000\n");
+  v1_limit("/sys/fs/cgroup/cpu/dtq", "-1");
   EXPECT_EQ(cgroup_cpu_quota(root_).cpus, 0);
 }
 
@@ -111,13 +114,10 @@ TEST_F(FakeRoot, ContainerMountOfItsOwnCgroup) {
   write("/proc/self/cgroup", "2:cpu,cpuacct:/docker/abc/sub\n");
   write("/proc/self/mountinfo",
         "40 31 0:28 /docker/abc /sys/fs/cgroup/cpu\\040acct rw - cgroup cgroup rw,cpuacct,cpu\n");
-  write("/sys/fs/cgroup/cpu acct/cpu.cfs_quota_us", "100000\n");
-  write("/sys/fs/cgroup/cpu acct/cpu.cfs_period_us", "100000\n");
-  write("/sys/fs/cgroup/cpu acct/sub/cpu.cfs_quota_us", "50000\n");
-  write("/sys/fs/cgroup/cpu acct/sub/cpu.cfs_period_us", "100000\n");
+  v1_limit("/sys/fs/cgroup/cpu acct", "100000");
+  v1_limit("/sys/fs/cgroup/cpu acct/sub", "50000");
   // What reading the whole path below the mount point would find instead:
-  write("/sys/fs/cgroup/cpu acct/docker/abc/sub/cpu.cfs_quota_us", "25000\n");
-  write("/sys/fs/cgroup/cpu acct/docker/abc/sub/cpu.cfs_period_us", "100000\n");
+  v1_limit("/sys/fs/cgroup/cpu acct/docker/abc/sub", "25000");
   const auto q = cgroup_cpu_quota(root_);
   EXPECT_DOUBLE_EQ(q.cpus, 0.5);
   EXPECT_EQ(q.where, "/sys/fs/cgroup/cpu acct/sub");
@@ -149,8 +149,7 @@ TEST_F(FakeRoot, ControllerNamesAreWholeWords) {
   // cpuset and cpuacct are not the cpu controller.
   write("/proc/self/cgroup", "5:cpuset:/a\n2:cpuacct:/a\n");
   write("/proc/self/mountinfo", "31 22 0:27 / /sys/fs/cgroup/cpuset rw - cgroup cgroup rw,cpuset\n");
-  write("/sys/fs/cgroup/cpuset/a/cpu.cfs_quota_us", "100000\n");
-  write("/sys/fs/cgroup/cpuset/a/cpu.cfs_period_us", "100000\n");
+  v1_limit("/sys/fs/cgroup/cpuset/a", "100000");
   EXPECT_EQ(cgroup_cpu_quota(root_).cpus, 0);
 }
 
