@@ -25,7 +25,8 @@ dtrain::CopyKind dt_byom_s::arena_to_program() {
 void dt_byom_s::close() {
   if (engine) return;
   if (buffers.empty()) fail(DT_ERR_INVALID_STATE, "no tensors registered");
-  store.allocate();
+  // Allocated by an earlier try whose engine could not be made (memory): closed but stepless.
+  if (!store.allocated()) store.allocate();
   // The program holds whole gradients and hands them over at the step: ZeRO 2 can shard
   // only the reduction and the AdamW state there, which is what ZeRO 1 does.
   dt_optimizer_config_t engine_cfg = cfg;
@@ -81,7 +82,7 @@ dt_result_t dt_byom_destroy(dt_byom_t byom) {
 dt_result_t dt_byom_register(dt_byom_t byom, const char* name, int ndim, const int64_t* shape,
                              dt_dtype_t dtype, void* param, const void* grad, unsigned flags) {
   return with_byom(__func__, byom, [&](dt_byom_s& b) {
-    if (b.engine)
+    if (b.engine || b.store.allocated())
       fail(DT_ERR_INVALID_STATE, "tensors can only be registered before the first step or checkpoint");
     need_ptr(name, "name");
     need(ndim >= 1 && ndim <= 8, "ndim must be in [1, 8]");

@@ -424,7 +424,7 @@ typedef struct dt_optimizer_config_t {
   int zero_stage;      /**< 0: all-reduce; 1: ZeRO-1 (optimiser state sharded over dp);
                             2: ZeRO-2 (gradients too; byom: as 1); 3: ZeRO-3 (parameters too;
                             built-in models only). See ::dt_optimizer_config_t. */
-  double bucket_mb;    /**< gradient bucket size for the data-parallel reduction (MiB) */
+  double bucket_mb;    /**< gradient bucket size for the data-parallel reduction (MiB, at most 1048576) */
 } dt_optimizer_config_t;
 /** Defaults of ::dt_optimizer_config_t: 0.9, 0.95, 1e-8, decay 0.1, clip 1, ZeRO 0, 25 MiB. */
 #define DT_OPTIMIZER_CONFIG_INIT {sizeof(dt_optimizer_config_t), 0.9f, 0.95f, 1e-8f, 0.1f, 1.0f, 0, 25.0}
@@ -609,7 +609,8 @@ DT_API dt_result_t dt_model_create_gpt(dt_comm_t dp, const dt_gpt_config_t* conf
  *
  * The ranks of a TP group hold a slice of every split tensor each and compute one model
  * together: every call on the model is collective over the TP group, whose ranks pass the
- * same tokens (checked: different tokens fail every rank). Losses, logits and gradient norms
+ * same tokens (checked: different tokens fail the group, or every rank of the model where
+ * ZeRO makes the call collective over dp). Losses, logits and gradient norms
  * are the whole model's on every rank; the tensor calls and checkpoints move whole tensors,
  * as in a model on one rank (dt_model_get_tensor() and dt_model_get_parameters() gather the
  * slices over the TP group, dt_model_set_tensor() takes the whole tensor on every rank).
@@ -764,7 +765,7 @@ typedef struct dt_sampling_config_t {
  * @param[out] token the chosen id, in [0, vocab).
  * @return ::DT_SUCCESS; ::DT_ERR_INVALID_ARGUMENT (NULL pointer, vocab < 1, uniform outside
  *         [0, 1), struct_size too small, temperature negative or not finite, top_k < 0,
- *         top_p outside (0, 1]).
+ *         top_p outside (0, 1], a NaN logit, the largest logit infinite).
  */
 DT_API dt_result_t dt_sample_token(const float* logits, int vocab,
                                    const dt_sampling_config_t* config, double uniform,

@@ -2,7 +2,9 @@
 // What a dt_model_t points to: a built-in model (MLP or GPT), its layout over the ranks, its
 // optimiser step and, from the first save or load on, its checkpoint I/O.
 #include <memory>
+#include <utility>
 
+#include "agree.hpp"
 #include "checkpoints.hpp"
 #include "dtrain/comm/process_grid.hpp"
 #include "dtrain/nn/gpt.hpp"
@@ -35,8 +37,14 @@ struct dt_model_s : dtrain::capi::CommUser {
   }
   // The tensor-parallel group of a model split over several ranks; null otherwise.
   dtrain::Communicator* tp() { return layout && layout->tp_size() > 1 ? &layout->tp() : nullptr; }
-  // Every rank of the model (TP x DP): where the arguments of a collective call are agreed.
+  // Every rank of the model (TP x DP).
   dtrain::Communicator& group() { return layout ? layout->world() : dp(); }
+  // The ranks that make a call together, where its arguments are agreed: every rank of the
+  // model where ZeRO makes the call collective over dp, else the TP group (null without one:
+  // the call is this rank's alone).
+  dtrain::Communicator* callers(bool collective_over_dp) {
+    return collective_over_dp ? &group() : tp();
+  }
   dtrain::capi::Checkpoints& checkpoint_io();
 };
 
@@ -44,9 +52,19 @@ namespace dtrain::capi {
 
 // Under tensor parallelism the ranks of a TP group compute one model and must be given the
 // same inputs: `hash` (of this rank's `what`) is compared over the group, and every rank of
-// the model fails alike (DT_ERR_INVALID_ARGUMENT) when a group's differ, since under ZeRO 2/3
-// the others would wait for it in the gradient reduction. A no-op without TP.
-void need_same_over_tp(dt_model_s& m, std::uint64_t hash, const char* what);
+// m.callers(collective_over_dp) fails alike (DT_ERR_INVALID_ARGUMENT) when a group's differ:
+// where ZeRO makes the call collective over dp, the other groups would wait for it in the
+// gradient reduction. A no-op without TP.
+void need_same_over_tp(dt_model_s& m, std::uint64_t hash, const char* what, bool collective_over_dp);
+
+// A call's argument checks (agreed_checks), agreed by m.callers(collective_over_dp).
+template <class F>
+void agreed_model_checks(dt_model_s& m, bool collective_over_dp, F&& checks) {
+  if (Communicator* callers = m.callers(collective_over_dp))
+    agreed_checks(*callers, true, std::forward<F>(checks));
+  else
+    checks();
+}
 
 // FNV-1a over `bytes` bytes, continuing from h: the fingerprint need_same_over_tp compares.
 inline std::uint64_t fnv1a(const void* data, std::size_t bytes,

@@ -86,7 +86,7 @@ dt_result_t dt_model_get_parameters(dt_model_t model, float* dst, size_t capacit
   return with_model(__func__, model, [&](dt_model_s& m) {
     dtrain::ParameterStore& ps = m.params();
     // ZeRO 3 and tensor parallelism: collective
-    agreed_checks(m.group(), m.engine->gather() != nullptr || m.tp(), [&] {
+    agreed_model_checks(m, m.engine->gather() != nullptr, [&] {
       need_ptr(dst, "dst");
       need(capacity >= total_numel(ps), "capacity is smaller than dt_model_num_parameters()");
     });
@@ -152,7 +152,7 @@ dt_result_t dt_model_get_tensor(dt_model_t model, const char* name, float* dst, 
   return with_model(__func__, model, [&](dt_model_s& m) {
     const dtrain::ParamInfo* found = nullptr;
     // ZeRO 3 and tensor parallelism: collective
-    agreed_checks(m.group(), m.engine->gather() != nullptr || m.tp(), [&] {
+    agreed_model_checks(m, m.engine->gather() != nullptr, [&] {
       found = &tensor(m, name);
       need_ptr(dst, "dst");
       need(capacity >= found->logical_numel(), "capacity is smaller than the tensor's element count");
@@ -166,7 +166,7 @@ dt_result_t dt_model_get_tensor(dt_model_t model, const char* name, float* dst, 
 dt_result_t dt_model_set_tensor(dt_model_t model, const char* name, const float* src, size_t count) {
   return with_model(__func__, model, [&](dt_model_s& m) {
     const dtrain::ParamInfo* found = nullptr;
-    agreed_checks(m.group(), m.tp() != nullptr, [&] {  // tensor parallelism: collective
+    agreed_model_checks(m, false, [&] {  // tensor parallelism: collective over the TP group
       found = &tensor(m, name);
       need_ptr(src, "src");
       if (count != found->logical_numel())
@@ -175,7 +175,7 @@ dt_result_t dt_model_set_tensor(dt_model_t model, const char* name, const float*
                                           std::to_string(found->logical_numel()) + " elements");
     });
     const dtrain::ParamInfo& p = *found;
-    need_same_over_tp(m, m.tp() ? fnv1a(src, count * sizeof(float)) : 0, "values");
+    need_same_over_tp(m, m.tp() ? fnv1a(src, count * sizeof(float)) : 0, "values", false);
     write_tensor(m, p, src);
     m.engine->parameters_written(p.offset, p.offset + p.local_numel());  // mixed precision
   });

@@ -13,7 +13,8 @@
 
 using namespace dtrain::capi;
 
-void dtrain::capi::need_same_over_tp(dt_model_s& m, std::uint64_t hash, const char* what) {
+void dtrain::capi::need_same_over_tp(dt_model_s& m, std::uint64_t hash, const char* what,
+                                     bool collective_over_dp) {
   dtrain::Communicator* tp = m.tp();
   if (!tp) return;
   std::int64_t lo = static_cast<std::int64_t>(hash), hi = lo;
@@ -21,7 +22,7 @@ void dtrain::capi::need_same_over_tp(dt_model_s& m, std::uint64_t hash, const ch
   tp->all_reduce(&hi, &hi, 1, dtrain::DType::i64, dtrain::ReduceOp::max);
   const int here = lo != hi ? 1 : 0;
   int anywhere = here;
-  m.group().all_reduce(&here, &anywhere, 1, dtrain::DType::i32, dtrain::ReduceOp::max);
+  m.callers(collective_over_dp)->all_reduce(&here, &anywhere, 1, dtrain::DType::i32, dtrain::ReduceOp::max);
   if (anywhere)
     fail(DT_ERR_INVALID_ARGUMENT,
          here ? std::string("the ranks of this rank's TP group were given different ") + what +
@@ -101,14 +102,14 @@ void need_gpt_batch(dtrain::GptModel& g, int batch, int seq) {
   need(seq >= 1 && seq <= g.config().seq_len, "seq must be in [1, seq_len]");
 }
 
-// A GPT pass's arguments, checked by every rank alike when the pass is collective (always
-// under tensor parallelism).
+// A GPT pass's arguments, checked by every rank alike where the pass is collective: over dp
+// (ZeRO), or over the TP group.
 void need_gpt_inputs(dt_model_s& m, const int32_t* tokens, const int32_t* targets, int batch,
-                     int seq, bool collective, const float* out = nullptr,
+                     int seq, bool collective_over_dp, const float* out = nullptr,
                      const char* out_name = nullptr) {
   dtrain::GptModel& g = need_gpt(m);
   const std::size_t n = static_cast<std::size_t>(batch) * static_cast<std::size_t>(seq);
-  agreed_checks(m.group(), collective || m.tp(), [&] {
+  agreed_model_checks(m, collective_over_dp, [&] {
     if (out_name) need_ptr(out, out_name);
     need_gpt_batch(g, batch, seq);
     if (g.sequence_parallel() && (static_cast<long>(batch) * seq) % m.tp()->size() != 0)
@@ -118,7 +119,7 @@ void need_gpt_inputs(dt_model_s& m, const int32_t* tokens, const int32_t* target
     need_tokens(targets, n, g.config().vocab, "targets");
   });
   const std::size_t bytes = n * sizeof(int32_t);
-  need_same_over_tp(m, fnv1a(targets, bytes, fnv1a(tokens, bytes)), "tokens");
+  need_same_over_tp(m, fnv1a(targets, bytes, fnv1a(tokens, bytes)), "tokens", collective_over_dp);
 }
 
 // An MLP pass's arguments (labels may be NULL for predict), as need_gpt_inputs.
@@ -330,7 +331,8 @@ dt_result_t dt_gpt_decode(dt_model_t model, const int32_t* tokens, int count, in
   return with_model(__func__, model, [&](dt_model_s& m) {
     dtrain::GptModel& g = need_gpt(m);
     const int vocab = g.config().vocab, seq_len = g.config().seq_len;
-    agreed_checks(m.group(), m.engine->gather() != nullptr || m.tp(), [&] {
+    const bool collective_over_dp = m.engine->gather() != nullptr;  // ZeRO 3
+    agreed_model_checks(m, collective_over_dp, [&] {
       need_ptr(logits, "logits");
       need(count >= 1, "count must be at least 1");
       const int held = new_text ? 0 : g.decoded_length();
@@ -338,7 +340,8 @@ dt_result_t dt_gpt_decode(dt_model_t model, const int32_t* tokens, int count, in
                                     "(new_text) with its last tokens");
       need_tokens(tokens, static_cast<std::size_t>(count), vocab, "tokens");
     });
-    need_same_over_tp(m, fnv1a(tokens, sizeof(int32_t) * static_cast<std::size_t>(count)), "tokens");
+    need_same_over_tp(m, fnv1a(tokens, sizeof(int32_t) * static_cast<std::size_t>(count)), "tokens",
+                      collective_over_dp);
     if (new_text) g.decode_reset();
     const float* out = g.decode(tokens, count);
     dtrain::Communicator* tp = m.tp();

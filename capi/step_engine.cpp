@@ -27,7 +27,9 @@ dt_optimizer_config_t read_optimizer_config(const dt_optimizer_config_t* cfg) {
     bad("optimizer weight_decay must be finite and >= 0");
   if (!(out.clip_grad >= 0)) bad("optimizer clip_grad must be >= 0 (0 disables clipping)");
   if (out.zero_stage < 0 || out.zero_stage > 3) bad("optimizer zero_stage must be 0, 1, 2 or 3");
-  if (!(out.bucket_mb > 0)) bad("optimizer bucket_mb must be positive");
+  // Bytes fit a size_t far below the cap (a terabyte): no wrap in the bucket size.
+  if (!(out.bucket_mb > 0 && out.bucket_mb <= 1 << 20))
+    bad("optimizer bucket_mb must be positive and at most 1048576 (a terabyte)");
   return out;
 }
 

@@ -44,7 +44,8 @@ module dtrain_c_binding
     real(c_double) :: top_p
   end type
 
-  public :: from_c, c_string, c_chars, optimizer_config, ret, fail_here, fortran_error
+  public :: from_c, c_string, c_chars, optimizer_config, ret, fail_here, fail_in_c_too, &
+            fortran_error
 
   ! Message of the last failure found by this module's own checks (shapes of Fortran arrays
   ! the C library cannot see); cleared by every call into C. Kept per process.
@@ -484,6 +485,14 @@ contains
     fortran_error = ''
     ret = code
   end function
+
+  ! After a failure found here: `code` is the C call's result, made with arguments it refuses
+  ! (no samples, no tokens), so that where the call is collective the other ranks fail with
+  ! this one instead of waiting for it. The message stays the one found here.
+  subroutine fail_in_c_too(code)
+    integer(c_int), intent(in) :: code
+    if (code == 0_c_int) fortran_error = fortran_error//' (the C call did not refuse it)'
+  end subroutine
 
   ! A failure found here, before calling C: code, and "procedure: message" for dt_get_last_error.
   subroutine fail_here(ierr, code, procedure, message)

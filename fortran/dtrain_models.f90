@@ -340,7 +340,10 @@ contains
     real(c_float) :: l
     l = 0
     loss = 0
-    if (.not. mlp_arrays_fit(model, x, size(labels), [-1, -1], 'dt_mlp_forward_backward', ierr)) return
+    if (.not. mlp_arrays_fit(model, x, size(labels), [-1, -1], 'dt_mlp_forward_backward', ierr)) then
+      call fail_in_c_too(c_mlp_forward_backward(model, x, labels, 0_c_int, l))
+      return
+    end if
     ierr = ret(c_mlp_forward_backward(model, x, labels, int(size(x, 2), c_int), l))
     loss = l
   end subroutine
@@ -360,7 +363,10 @@ contains
     real(c_float) :: l
     l = 0
     loss = 0
-    if (.not. mlp_arrays_fit(model, x, size(labels), [-1, -1], 'dt_mlp_evaluate', ierr)) return
+    if (.not. mlp_arrays_fit(model, x, size(labels), [-1, -1], 'dt_mlp_evaluate', ierr)) then
+      call fail_in_c_too(c_mlp_evaluate(model, x, labels, 0_c_int, l))
+      return
+    end if
     ierr = ret(c_mlp_evaluate(model, x, labels, int(size(x, 2), c_int), l))
     loss = l
   end subroutine
@@ -376,7 +382,10 @@ contains
     real(c_float), dimension(:, :), contiguous, intent(in) :: x
     real(c_float), dimension(:, :), contiguous, intent(out) :: logits
     integer, intent(out) :: ierr
-    if (.not. mlp_arrays_fit(model, x, -1, shape(logits), 'dt_mlp_predict', ierr)) return
+    if (.not. mlp_arrays_fit(model, x, -1, shape(logits), 'dt_mlp_predict', ierr)) then
+      call fail_in_c_too(c_mlp_predict(model, x, 0_c_int, logits))
+      return
+    end if
     ierr = ret(c_mlp_predict(model, x, int(size(x, 2), c_int), logits))
   end subroutine
 
@@ -408,7 +417,10 @@ contains
     real(c_float) :: l
     l = 0
     loss = 0
-    if (.not. same_shape(tokens, targets, 'dt_gpt_forward_backward', ierr)) return
+    if (.not. same_shape(tokens, targets, 'dt_gpt_forward_backward', ierr)) then
+      call fail_in_c_too(c_gpt_forward_backward(model, tokens, targets, 0_c_int, 0_c_int, l))
+      return
+    end if
     ierr = ret(c_gpt_forward_backward(model, tokens, targets, int(size(tokens, 2), c_int), &
                                       int(size(tokens, 1), c_int), l))
     loss = l
@@ -428,7 +440,10 @@ contains
     real(c_float) :: l
     l = 0
     loss = 0
-    if (.not. same_shape(tokens, targets, 'dt_gpt_evaluate', ierr)) return
+    if (.not. same_shape(tokens, targets, 'dt_gpt_evaluate', ierr)) then
+      call fail_in_c_too(c_gpt_evaluate(model, tokens, targets, 0_c_int, 0_c_int, l))
+      return
+    end if
     ierr = ret(c_gpt_evaluate(model, tokens, targets, int(size(tokens, 2), c_int), &
                               int(size(tokens, 1), c_int), l))
     loss = l
@@ -458,6 +473,7 @@ contains
       if (size(logits) /= wte(2)) then
         call fail_here(ierr, DT_ERR_INVALID_ARGUMENT, 'dt_gpt_decode', &
                        'logits must have vocab entries')
+        call fail_in_c_too(c_gpt_decode(model, tokens, 0_c_int, 0_c_int, logits))
         return
       end if
     end if

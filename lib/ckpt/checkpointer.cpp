@@ -6,6 +6,7 @@
 #include <cstdio>
 #include <exception>
 #include <filesystem>
+#include <optional>
 #include <sstream>
 
 #include "ckpt/commit.hpp"
@@ -187,6 +188,20 @@ struct Checkpointer::Impl {
     Impl& impl_;
   };
 
+  // Runs `step`, which may fail on some ranks only (a file a node cannot see, memory), and
+  // agrees on the outcome before HDF5's next collective call: a rank that threw alone would
+  // leave the others waiting inside it. Every rank throws the same AgreedError.
+  template <class Step>
+  void agreed(Step&& step) {
+    LocalFailure f;
+    try {
+      step();
+    } catch (const std::exception& e) {
+      f.record(e);
+    }
+    f.agree(grid.world(), "checkpoint");
+  }
+
   h5::Handle file_access() {
     h5::Handle fapl = h5::plist_handle(H5Pcreate(H5P_FILE_ACCESS), "H5Pcreate");
     h5::check_status(H5Pset_fapl_mpio(fapl, to_mpi_comm(grid.world()), MPI_INFO_NULL),
@@ -251,7 +266,11 @@ struct Checkpointer::Impl {
 static_assert(sizeof(hsize_t) == sizeof(std::uint64_t), "hyperslab coordinates are 64-bit");
 
 void Checkpointer::Impl::write_file(const std::string& path, const CheckpointInfo& info) {
-  check_param_source();
+  std::optional<HostStaging> stage;
+  agreed([&] {
+    check_param_source();
+    stage.emplace(*this, stage_saves);
+  });
   h5::Handle fapl = file_access();
   h5::Handle file = h5::file_handle(H5Fcreate(path.c_str(), H5F_ACC_TRUNC, H5P_DEFAULT, fapl),
                                     "cannot create checkpoint '" + path + "'");
@@ -293,7 +312,6 @@ void Checkpointer::Impl::write_file(const std::string& path, const CheckpointInf
 
   std::vector<h5::Handle> dsets;
   std::vector<std::uint64_t> sums;
-  HostStaging staging(*this, stage_saves);
   for (std::size_t t = 0; t < plans.size(); ++t) {
     const TensorPlan& plan = plans[t];
     const TensorEntry& e = *plan.entry;
@@ -361,8 +379,12 @@ void Checkpointer::Impl::check_model(hid_t file, const std::string& path) {
 }
 
 CheckpointInfo Checkpointer::Impl::read_file(const std::string& path) {
-  check_param_source();
-  DTRAIN_CHECK(std::filesystem::is_regular_file(path), Errc::io, "no checkpoint file '" << path << "'");
+  std::optional<HostStaging> stage;  // a corrupt file changes nothing
+  agreed([&] {
+    check_param_source();
+    DTRAIN_CHECK(std::filesystem::is_regular_file(path), Errc::io, "no checkpoint file '" << path << "'");
+    stage.emplace(*this, /*active=*/true);
+  });
   h5::Handle fapl = file_access();
   h5::Handle file = h5::file_handle(H5Fopen(path.c_str(), H5F_ACC_RDONLY, fapl),
                                     "cannot open checkpoint '" + path + "' (not an HDF5 file, or truncated)");
@@ -394,7 +416,6 @@ CheckpointInfo Checkpointer::Impl::read_file(const std::string& path) {
   h5::check_status(H5Pset_dxpl_mpio(dxpl, H5FD_MPIO_COLLECTIVE), "H5Pset_dxpl_mpio");
   std::vector<std::uint64_t> sums, stored;
   std::vector<std::string> names;
-  HostStaging staging(*this, /*active=*/true);  // a corrupt file changes nothing
   for (std::size_t t = 0; t < plans.size(); ++t) {
     const TensorPlan& plan = plans[t];
     const TensorEntry& e = *plan.entry;
@@ -458,6 +479,8 @@ std::string Checkpointer::save(const std::string& dir, const CheckpointInfo& inf
   f.agree(world, "checkpoint");
   try {
     impl_->write_file(tmp, info);
+  } catch (const AgreedError&) {
+    throw;  // every rank's already
   } catch (const std::exception& e) {
     f.record(e);
   }
@@ -482,6 +505,8 @@ CheckpointInfo Checkpointer::load(const std::string& path) {
   LocalFailure f;
   try {
     info = impl_->read_file(path);
+  } catch (const AgreedError&) {
+    throw;  // every rank's already
   } catch (const std::exception& e) {
     f.record(e);
   }

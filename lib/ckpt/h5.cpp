@@ -34,10 +34,25 @@ void write_scalar(hid_t obj, const char* name, hid_t file_type, hid_t mem_type, 
   check_status(H5Awrite(attr, mem_type, &v), std::string("cannot write attribute ") + name);
 }
 
-template <class T>
-T read_scalar(hid_t obj, const char* name, hid_t mem_type, const std::string& where) {
+// The attribute `name`, which must hold one value: H5Aread writes every element of an array
+// into the one value's memory (a file edited by another tool may hold one).
+Handle open_single(hid_t obj, const char* name, const std::string& where) {
   DTRAIN_CHECK(has_attr(obj, name), Errc::corrupt_data, where << " has no attribute '" << name << "'");
   Handle attr = attr_handle(H5Aopen(obj, name, H5P_DEFAULT), std::string("cannot open attribute ") + name);
+  Handle space = space_handle(H5Aget_space(attr), "H5Aget_space");
+  DTRAIN_CHECK(H5Sget_simple_extent_npoints(space) == 1, Errc::corrupt_data,
+               where << ": attribute '" << name << "' holds " << H5Sget_simple_extent_npoints(space)
+                     << " values, not one");
+  return attr;
+}
+
+template <class T>
+T read_scalar(hid_t obj, const char* name, hid_t mem_type, const std::string& where) {
+  Handle attr = open_single(obj, name, where);
+  Handle type = type_handle(H5Aget_type(attr), "H5Aget_type");
+  const H5T_class_t kind = H5Tget_class(type);
+  DTRAIN_CHECK(kind == H5T_INTEGER || kind == H5T_FLOAT, Errc::corrupt_data,
+               where << ": attribute '" << name << "' is not a number");
   T v{};
   check_status(H5Aread(attr, mem_type, &v), where + ": cannot read attribute " + name);
   return v;
@@ -97,8 +112,7 @@ void write_attr(hid_t obj, const char* name, double value) {
 bool has_attr(hid_t obj, const char* name) { return H5Aexists(obj, name) > 0; }
 
 std::string read_attr_string(hid_t obj, const char* name, const std::string& where) {
-  DTRAIN_CHECK(has_attr(obj, name), Errc::corrupt_data, where << " has no attribute '" << name << "'");
-  Handle attr = attr_handle(H5Aopen(obj, name, H5P_DEFAULT), std::string("cannot open attribute ") + name);
+  Handle attr = open_single(obj, name, where);
   Handle type = type_handle(H5Aget_type(attr), "H5Aget_type");
   DTRAIN_CHECK(H5Tget_class(type) == H5T_STRING && !H5Tis_variable_str(type), Errc::corrupt_data,
                where << ": attribute '" << name << "' is not a fixed-length string");

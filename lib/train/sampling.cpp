@@ -19,6 +19,13 @@ int choose_token(const float* logits, int vocab, const SamplingConfig& cfg, doub
   DTRAIN_CHECK(vocab >= 1, Errc::invalid_argument, "choose_token: vocab must be >= 1, got " << vocab);
   DTRAIN_CHECK(cfg.top_p > 0 && cfg.top_p <= 1, Errc::invalid_argument,
                "choose_token: top_p must be in (0, 1], got " << cfg.top_p);
+  // A NaN breaks the ordering the sorts need, and an infinite maximum makes every weight NaN
+  // (a diverged model's logits); -inf alone is a token ruled out.
+  DTRAIN_CHECK(std::none_of(logits, logits + vocab, [](float v) { return std::isnan(v); }),
+               Errc::invalid_argument, "choose_token: the logits hold a NaN");
+  const float top = *std::max_element(logits, logits + vocab);
+  DTRAIN_CHECK(std::isfinite(top), Errc::invalid_argument,
+               "choose_token: the largest logit is " << top << "; it must be finite");
   if (cfg.temperature <= 0) return static_cast<int>(std::max_element(logits, logits + vocab) - logits);
 
   // Token order: decreasing logit, the lower id first among equals.
@@ -27,7 +34,6 @@ int choose_token(const float* logits, int vocab, const SamplingConfig& cfg, doub
   thread_local std::vector<double> weight;  // of the tokens taken so far, in order
   order.resize(static_cast<std::size_t>(vocab));
   std::iota(order.begin(), order.end(), 0);
-  const float top = *std::max_element(logits, logits + vocab);
   auto weight_of = [&](int t) { return std::exp((logits[t] - top) / cfg.temperature); };
 
   // The candidates: the top_k most likely, or all; `total` is their weight.

@@ -324,6 +324,9 @@ static void wrong_sizes_and_names(handles_t h, int size) {
   oc = (dt_optimizer_config_t)DT_OPTIMIZER_CONFIG_INIT;
   oc.weight_decay = INFINITY;
   FAILS(DT_ERR_INVALID_CONFIG, ctx, "weight_decay must be finite", dt_byom_create(h.comm, &oc, &byom));
+  oc = (dt_optimizer_config_t)DT_OPTIMIZER_CONFIG_INIT;
+  oc.bucket_mb = INFINITY;  /* its bytes would not fit a size_t */
+  FAILS(DT_ERR_INVALID_CONFIG, ctx, "bucket_mb must be positive and at most", dt_byom_create(h.comm, &oc, &byom));
 
   /* A new handle's output is NULL after a failure, also when the input handle is what is
    * wrong. */
@@ -370,6 +373,18 @@ static void sampling_errors(void) {
   sc.struct_size = 8;
   FAILS(DT_ERR_INVALID_ARGUMENT, NULL, "initialise it with DT_SAMPLING_CONFIG_INIT",
         dt_sample_token(logits, 3, &sc, 0.5, &t));
+  /* A diverged model's logits: no token is made up from them (a NaN read out of bounds). */
+  {
+    const float nan_logit[3] = {0, NAN, 2}, infinite[3] = {0, INFINITY, 2};
+    const float none[2] = {-INFINITY, -INFINITY}, one[3] = {-INFINITY, 1, -INFINITY};
+    sc = (dt_sampling_config_t)DT_SAMPLING_CONFIG_INIT;
+    sc.top_p = 0.9;
+    FAILS(DT_ERR_INVALID_ARGUMENT, NULL, "the logits hold a NaN", dt_sample_token(nan_logit, 3, &sc, 0.5, &t));
+    FAILS(DT_ERR_INVALID_ARGUMENT, NULL, "the largest logit is inf", dt_sample_token(infinite, 3, &sc, 0.5, &t));
+    FAILS(DT_ERR_INVALID_ARGUMENT, NULL, "the largest logit is -inf", dt_sample_token(none, 2, &sc, 0.5, &t));
+    OK(NULL, dt_sample_token(one, 3, &sc, 0.5, &t));  /* -inf rules a token out */
+    CHECK(t == 1);
+  }
 }
 
 /* config->device: an unknown name is refused; "cuda" without a usable GPU (this test runs

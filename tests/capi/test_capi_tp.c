@@ -224,6 +224,35 @@ static void test_refusals(dt_context_t ctx, int size) {
   OK(ctx, dt_grid_destroy(grid));
 }
 
+/* Without ZeRO 3 a call is collective over the TP group only: one DP replica evaluates and
+ * decodes while the other does not (they used to wait for it), and a bad token fails that
+ * replica's TP group alone. */
+static void test_one_replica_alone(dt_context_t ctx, dt_comm_t world) {
+  dt_grid_t grid = NULL;
+  dt_grid_config_t g = DT_GRID_CONFIG_INIT;
+  dt_gpt_config_t gc = config(B, 1, 0);
+  dt_model_t m = NULL;
+  int t = 0, p = 0, dp_rank = 0;
+  int32_t tokens[B * T], targets[B * T];
+  const int32_t prompt[3] = {3, 14, 15}, bad = VOCAB;
+  float loss = 0, logits[VOCAB];
+  g.tp = 2;
+  OK(ctx, dt_grid_create(ctx, &g, &grid));
+  OK(ctx, dt_grid_coords(grid, &t, &p, &dp_rank));
+  OK(ctx, dt_model_create_gpt_grid(grid, &gc, NULL, &m));
+  if (dp_rank == 0) {
+    for (int s = 0; s < B; ++s) sequence(0, s, tokens + s * T, targets + s * T);
+    OK(ctx, dt_gpt_evaluate(m, tokens, targets, B, T, &loss));
+    CHECK(loss > 0);
+    OK(ctx, dt_gpt_decode(m, prompt, 3, 1, logits));
+    EXPECT(DT_ERR_INVALID_ARGUMENT, ctx, dt_gpt_decode(m, &bad, 1, 0, logits));
+    MESSAGE(ctx, "outside [0, vocab)");
+  }
+  OK(ctx, dt_barrier(world));
+  OK(ctx, dt_model_destroy(m));
+  OK(ctx, dt_grid_destroy(grid));
+}
+
 int main(int argc, char** argv) {
   dt_context_t ctx = NULL;
   dt_comm_t world = NULL;
@@ -237,6 +266,7 @@ int main(int argc, char** argv) {
   if (size == 4) {
     test_layout(ctx, world, 2, 1, 0, 2);
     test_layout(ctx, world, 4, 1, 1, 0);
+    test_one_replica_alone(ctx, world);
   }
   test_refusals(ctx, size);
 

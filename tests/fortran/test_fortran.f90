@@ -222,7 +222,7 @@ contains
   subroutine test_mlp()
     integer, parameter :: nin = 4, batch = 8
     integer(c_int) :: sizes(3) = [nin, 16, 3]
-    type(dt_model) :: model
+    type(dt_model) :: model, zero2
     real(c_float) :: x(nin, batch), logits(3, batch)
     integer(c_int) :: labels(batch)
     real :: loss, first_loss
@@ -263,6 +263,23 @@ contains
     call dt_model_step(model, -1.0, ierr)
     call expect_message(ierr, DT_ERR_INVALID_ARGUMENT, ctx, 'dt_model_step: lr must be', 'negative lr')
     ! left alive on purpose: dt_finalize releases it
+
+    ! Under ZeRO 2 the pass is collective over dp: a shape only rank 0 gets wrong, which the
+    ! module finds before calling C, fails every rank instead of leaving the others waiting.
+    call dt_model_create_mlp(world, sizes, batch, zero2, ierr, zero_stage=2)
+    call expect(ierr, DT_SUCCESS, 'dt_model_create_mlp zero 2')
+    labels(1) = 0
+    if (rank == 0) then
+      call dt_mlp_forward_backward(zero2, x, labels(1:2), loss, ierr)
+      call expect_message(ierr, DT_ERR_INVALID_ARGUMENT, ctx, &
+                          'dt_mlp_forward_backward: labels must have one entry', 'zero 2: labels too short')
+    else
+      call dt_mlp_forward_backward(zero2, x, labels, loss, ierr)
+      call expect(ierr, DT_ERR_INVALID_ARGUMENT, 'zero 2: rank 0 refused')
+    end if
+    call dt_mlp_forward_backward(zero2, x, labels, loss, ierr)
+    call expect(ierr, DT_SUCCESS, 'zero 2: the next pass runs')
+    call dt_model_destroy(zero2, ierr)
   end subroutine
 
   ! Null, destroyed and finalized handles are refused with DT_ERR_INVALID_HANDLE and a message

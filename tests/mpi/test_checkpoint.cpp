@@ -317,3 +317,52 @@ TEST(Checkpoint, DifferentModelShapeIsAClearError) {
   const Error missing = error_of([&] { train::Trainer t(cfg, world()); });
   EXPECT_EQ(missing.code(), Errc::io) << missing.what();
 }
+
+TEST(Checkpoint, AFileSomeRanksCannotSeeFailsEveryRank) {
+  // As a checkpoint on one node's local disk: the other ranks must not wait for it inside
+  // HDF5's collective open (they hung until the communicator's timeout).
+  const std::string dir = test_dir("unseen");
+  train::TrainConfig cfg = tiny_config();
+  cfg.save_dir = dir;
+  train::Trainer t(cfg, world());
+  t.train_step();
+  const std::string saved = t.save_checkpoint();
+  const std::string path = world().rank() == 0 ? saved : dir + "/not_on_this_node.h5";
+  const Error e = error_of([&] { t.load_checkpoint(path); });
+  EXPECT_EQ(e.code(), Errc::io) << e.what();
+  EXPECT_NE(std::string(e.what()).find("no checkpoint file"), std::string::npos) << e.what();
+  t.load_checkpoint(saved);  // nothing was left half-done
+  EXPECT_EQ(t.step(), 1);
+}
+
+TEST(Checkpoint, AnAttributeHoldingSeveralValuesIsRefused) {
+  const std::string dir = test_dir("attribute");
+  train::TrainConfig cfg = tiny_config();
+  cfg.save_dir = dir;
+  std::string path;
+  {
+    train::Trainer t(cfg, world());
+    t.train_step();
+    path = t.save_checkpoint();
+  }
+  if (world().rank() == 0) {
+    // As another tool may write it: /model's "layers" as an array of two.
+    hid_t f = H5Fopen(path.c_str(), H5F_ACC_RDWR, H5P_DEFAULT);
+    hid_t g = H5Gopen2(f, "/model", H5P_DEFAULT);
+    ASSERT_GE(H5Adelete(g, "layers"), 0);
+    const hsize_t two = 2;
+    const std::int64_t layers[2] = {cfg.layers, cfg.layers};
+    hid_t space = H5Screate_simple(1, &two, nullptr);
+    hid_t a = H5Acreate2(g, "layers", H5T_STD_I64LE, space, H5P_DEFAULT, H5P_DEFAULT);
+    ASSERT_GE(H5Awrite(a, H5T_NATIVE_INT64, layers), 0);
+    H5Aclose(a);
+    H5Sclose(space);
+    H5Gclose(g);
+    H5Fclose(f);
+  }
+  world().barrier();
+  cfg.resume = path;
+  const Error e = error_of([&] { train::Trainer t(cfg, world()); });
+  EXPECT_EQ(e.code(), Errc::corrupt_data) << e.what();
+  EXPECT_NE(std::string(e.what()).find("attribute 'layers' holds 2 values"), std::string::npos) << e.what();
+}
