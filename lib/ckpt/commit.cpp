@@ -96,7 +96,14 @@ std::string read_latest(const std::string& dir) {
 }
 
 void prune(const std::string& dir, int keep, const std::string& current) {
-  std::vector<std::string> names = list_checkpoints(dir);
+  std::vector<std::string> names = list_checkpoints(dir);  // by step
+  // Checkpoints after the current one are another run's (this one started over, or resumed
+  // from before them): left alone, and not counted toward `keep`, which would otherwise
+  // delete this run's own previous ones first.
+  const long now = step_of_name(current);
+  names.erase(std::remove_if(names.begin(), names.end(),
+                             [&](const std::string& name) { return step_of_name(name) > now; }),
+              names.end());
   const std::size_t n = names.size();
   // Best effort: the new checkpoint is committed already, so nothing here may fail the save.
   std::error_code ec;

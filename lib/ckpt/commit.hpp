@@ -16,7 +16,8 @@ void publish(const std::string& tmp, const std::string& final_path);
 void write_latest(const std::string& dir, const std::string& name);
 // The name in dir/latest, "" when there is none.
 std::string read_latest(const std::string& dir);
-// Deletes all but the newest `keep` checkpoints, never `current`, and stale temporaries.
+// Deletes all but the newest `keep` checkpoints up to `current`'s step (later ones are
+// another run's and stay), never `current`, and stale temporaries.
 void prune(const std::string& dir, int keep, const std::string& current);
 
 }  // namespace dtrain::ckpt

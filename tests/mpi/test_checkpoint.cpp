@@ -366,3 +366,25 @@ TEST(Checkpoint, AnAttributeHoldingSeveralValuesIsRefused) {
   EXPECT_EQ(e.code(), Errc::corrupt_data) << e.what();
   EXPECT_NE(std::string(e.what()).find("attribute 'layers' holds 2 values"), std::string::npos) << e.what();
 }
+
+TEST(Checkpoint, KeepCountsThisRunsCheckpointsNotAnEarlierRunsLaterOnes) {
+  // An earlier run's step 100 in the directory, and this run starting over beside it: keep 2
+  // keeps this run's last two and leaves the other run's file alone (it used to count as one
+  // of the two newest, so each save deleted this run's previous one).
+  const std::string dir = test_dir("keep");
+  const std::string other = dir + "/" + ckpt::checkpoint_name(100);
+  if (world().rank() == 0) std::ofstream(other) << "an earlier run's";
+  world().barrier();
+  train::TrainConfig cfg = tiny_config();
+  cfg.save_dir = dir;
+  cfg.keep = 2;
+  train::Trainer t(cfg, world());
+  for (int k = 0; k < 3; ++k) {
+    t.train_step();
+    t.save_checkpoint();
+  }
+  EXPECT_FALSE(fs::exists(dir + "/" + ckpt::checkpoint_name(1)));
+  EXPECT_TRUE(fs::exists(dir + "/" + ckpt::checkpoint_name(2)));
+  EXPECT_TRUE(fs::exists(dir + "/" + ckpt::checkpoint_name(3)));
+  EXPECT_TRUE(fs::exists(other));
+}
