@@ -143,13 +143,16 @@ std::vector<float> CheckpointFile::read(const std::string& dataset) const {
   DTRAIN_CHECK(info, Errc::invalid_argument, "'" << impl_->path << "' has no dataset " << dataset);
   DTRAIN_CHECK(info->dtype == "float32", Errc::invalid_argument,
                "dataset " << dataset << " is " << info->dtype << ", not float32");
-  std::size_t n = 1;  // checked: a made-up shape must not wrap to a small buffer H5Dread overruns
-  for (std::uint64_t d : info->shape)
-    DTRAIN_CHECK(!__builtin_mul_overflow(n, d, &n) && n <= std::vector<float>().max_size(),
-                 Errc::corrupt_data, "dataset " << dataset << " has more elements than memory can hold");
-  std::vector<float> out(n);
   h5::Handle d = h5::dataset_handle(H5Dopen2(impl_->file, dataset.c_str(), H5P_DEFAULT),
                                     "cannot open dataset " + dataset);
+  // A made-up shape must neither wrap to a small buffer H5Dread overruns nor ask for more
+  // memory than the file holds data.
+  std::size_t n = 1;
+  bool wraps = false;
+  for (std::uint64_t dim : info->shape) wraps = wraps || __builtin_mul_overflow(n, dim, &n);
+  DTRAIN_CHECK(!wraps && n <= H5Dget_storage_size(d) / sizeof(float), Errc::corrupt_data,
+               "'" << impl_->path << "': dataset " << dataset << " holds fewer values than its shape");
+  std::vector<float> out(n);
   h5::check_status(H5Dread(d, H5T_NATIVE_FLOAT, H5S_ALL, H5S_ALL, H5P_DEFAULT, out.data()),
                    "'" + impl_->path + "': cannot read dataset " + dataset);
   return out;

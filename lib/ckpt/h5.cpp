@@ -46,13 +46,14 @@ Handle open_single(hid_t obj, const char* name, const std::string& where) {
   return attr;
 }
 
+// An attribute of class `kind` (an integer is not read from a float, which HDF5 would
+// truncate).
 template <class T>
-T read_scalar(hid_t obj, const char* name, hid_t mem_type, const std::string& where) {
+T read_scalar(hid_t obj, const char* name, hid_t mem_type, H5T_class_t kind, const std::string& where) {
   Handle attr = open_single(obj, name, where);
   Handle type = type_handle(H5Aget_type(attr), "H5Aget_type");
-  const H5T_class_t kind = H5Tget_class(type);
-  DTRAIN_CHECK(kind == H5T_INTEGER || kind == H5T_FLOAT, Errc::corrupt_data,
-               where << ": attribute '" << name << "' is not a number");
+  DTRAIN_CHECK(H5Tget_class(type) == kind, Errc::corrupt_data,
+               where << ": attribute '" << name << "' is not " << (kind == H5T_INTEGER ? "an integer" : "a number"));
   T v{};
   check_status(H5Aread(attr, mem_type, &v), where + ": cannot read attribute " + name);
   return v;
@@ -121,13 +122,13 @@ std::string read_attr_string(hid_t obj, const char* name, const std::string& whe
   return std::string(buf.data());
 }
 std::int64_t read_attr_i64(hid_t obj, const char* name, const std::string& where) {
-  return read_scalar<std::int64_t>(obj, name, H5T_NATIVE_INT64, where);
+  return read_scalar<std::int64_t>(obj, name, H5T_NATIVE_INT64, H5T_INTEGER, where);
 }
 std::uint64_t read_attr_u64(hid_t obj, const char* name, const std::string& where) {
-  return read_scalar<std::uint64_t>(obj, name, H5T_NATIVE_UINT64, where);
+  return read_scalar<std::uint64_t>(obj, name, H5T_NATIVE_UINT64, H5T_INTEGER, where);
 }
 double read_attr_f64(hid_t obj, const char* name, const std::string& where) {
-  return read_scalar<double>(obj, name, H5T_NATIVE_DOUBLE, where);
+  return read_scalar<double>(obj, name, H5T_NATIVE_DOUBLE, H5T_FLOAT, where);
 }
 
 }  // namespace dtrain::ckpt::h5

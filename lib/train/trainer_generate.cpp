@@ -4,6 +4,7 @@
 #include <algorithm>
 #include <vector>
 
+#include "dtrain/comm/agreed_failure.hpp"
 #include "dtrain/core/error.hpp"
 #include "dtrain/core/rng.hpp"
 #include "dtrain/nn/tensor_parallel.hpp"
@@ -58,6 +59,7 @@ std::vector<std::int32_t> Trainer::generate(std::vector<std::int32_t> context, i
   std::vector<std::int32_t> out;
   for (int i = 0; i < count; ++i) {
     std::int32_t next = 0;
+    LocalFailure refused;
     if (chooses) {
       s.dev.copy(shard.data(), last, shard.size() * sizeof(float), CopyKind::device_to_host);
       if (tp > 1) {
@@ -66,8 +68,14 @@ std::vector<std::int32_t> Trainer::generate(std::vector<std::int32_t> context, i
         logits = shard;
       }
       const double u = rng::uniform(s.cfg.seed, stream, static_cast<std::uint64_t>(i));
-      next = choose_token(logits.data(), vocab, sampling, u);
+      try {
+        next = choose_token(logits.data(), vocab, sampling, u);
+      } catch (const std::exception& e) {
+        refused.record(e);  // a diverged model's logits
+      }
     }
+    // The other stages wait for the token: they fail with the last stage instead.
+    refused.agree(s.grid.pp(), "generate");
     if (s.pipeline) s.grid.pp().broadcast(&next, &next, 1, DType::i32, last_stage);
     context.push_back(next);
     out.push_back(next);

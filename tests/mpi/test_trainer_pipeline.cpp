@@ -10,6 +10,8 @@
 #include <vector>
 
 #include "dtrain/core/error.hpp"
+#include "dtrain/nn/gpt.hpp"
+#include "dtrain/nn/parameters.hpp"
 #include "dtrain/train/trainer.hpp"
 #include "test_support.hpp"
 #include "train_fixtures.hpp"
@@ -123,6 +125,24 @@ TEST(TrainerPipeline, GenerationMatchesSingleRank) {
     train::Trainer single(one, self);
     single.run();
     EXPECT_EQ(got, single.generate({'a', 'b'}, 40, sampling));
+  }
+}
+
+// A diverged model's logits (NaN) are refused by the last stage, which chooses the token:
+// every stage fails with it instead of waiting for the token.
+TEST(TrainerPipeline, GenerationFromNaNLogitsFailsEveryStage) {
+  train::TrainConfig cfg = pipeline_config(2);
+  cfg.global_batch = static_cast<long>(cfg.micro_batch) * (world().size() / 2);
+  train::Trainer t(cfg, world());
+  dtrain::ParameterStore& params = t.model().parameters();
+  for (const dtrain::ParamInfo& p : params)
+    if (p.name == "ln_f.weight")  // on the last stage only
+      for (std::size_t i = 0; i < p.local_numel(); ++i) params.param(p)[i] = std::nanf("");
+  try {
+    t.generate({'a', 'b'}, 3, train::SamplingConfig{1.0, 0});
+    ADD_FAILURE() << "generated from NaN logits";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("NaN"), std::string::npos) << e.what();
   }
 }
 
