@@ -4,6 +4,7 @@
 #include <algorithm>
 #include <string>
 
+#include "agree.hpp"
 #include "dtrain/device/device.hpp"
 #include "guard.hpp"
 
@@ -113,7 +114,8 @@ dt_result_t dt_byom_register(dt_byom_t byom, const char* name, int ndim, const i
 
 dt_result_t dt_byom_step(dt_byom_t byom, float lr, float* grad_norm) {
   return with_byom(__func__, byom, [&](dt_byom_s& b) {
-    need(lr >= 0 && lr < 1e30f, "lr must be a finite value >= 0");
+    // Collective over dp: a bad lr on some ranks fails them all.
+    agreed_checks(b.comm->host_comm(), true, [&] { need(lr >= 0 && lr < 1e30f, "lr must be a finite value >= 0"); });
     b.close();
     b.copy_in(true);
     const double norm = b.engine->step(lr);

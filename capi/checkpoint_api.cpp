@@ -25,10 +25,16 @@ int need_keep(int keep) {
 
 extern "C" {
 
+// Saves and loads are collective (HDF5's collective I/O): their arguments are agreed first,
+// so that a bad one on some ranks fails every rank instead of leaving the others waiting.
+
 dt_result_t dt_byom_save_checkpoint(dt_byom_t byom, const char* dir, int keep) {
   return with_byom(__func__, byom, [&](dt_byom_s& b) {
-    const std::string d = need_path(dir, "dir");
-    need_keep(keep);
+    std::string d;
+    agreed_checks(b.comm->host_comm(), true, [&] {
+      d = need_path(dir, "dir");
+      need_keep(keep);
+    });
     Checkpoints& io = b.checkpoint_io();
     b.copy_in(false);  // the program's buffers are the parameters to save
     io.save(d, keep);
@@ -37,7 +43,8 @@ dt_result_t dt_byom_save_checkpoint(dt_byom_t byom, const char* dir, int keep) {
 
 dt_result_t dt_byom_load_checkpoint(dt_byom_t byom, const char* source) {
   return with_byom(__func__, byom, [&](dt_byom_s& b) {
-    const std::string s = need_path(source, "source");
+    std::string s;
+    agreed_checks(b.comm->host_comm(), true, [&] { s = need_path(source, "source"); });
     b.checkpoint_io().load(s);
     b.copy_out();
   });
@@ -45,15 +52,19 @@ dt_result_t dt_byom_load_checkpoint(dt_byom_t byom, const char* source) {
 
 dt_result_t dt_model_save_checkpoint(dt_model_t model, const char* dir, int keep) {
   return with_model(__func__, model, [&](dt_model_s& m) {
-    const std::string d = need_path(dir, "dir");
-    need_keep(keep);
+    std::string d;
+    agreed_checks(m.group(), true, [&] {
+      d = need_path(dir, "dir");
+      need_keep(keep);
+    });
     m.checkpoint_io().save(d, keep);  // ZeRO 3: each rank writes its own pieces
   });
 }
 
 dt_result_t dt_model_load_checkpoint(dt_model_t model, const char* source) {
   return with_model(__func__, model, [&](dt_model_s& m) {
-    const std::string s = need_path(source, "source");
+    std::string s;
+    agreed_checks(m.group(), true, [&] { s = need_path(source, "source"); });
     // ZeRO 3: each rank reads its own pieces; a unit a failed pass left held would keep
     // stale values, so every unit is dropped first.
     if (dtrain::parallel::ParamGather* g = m.engine->gather()) g->release_all();

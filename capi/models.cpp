@@ -369,7 +369,9 @@ dt_result_t dt_model_loss_scale(dt_model_t model, float* scale, long* skipped) {
 
 dt_result_t dt_model_step(dt_model_t model, float lr, float* grad_norm) {
   return with_model(__func__, model, [&](dt_model_s& m) {
-    need(lr >= 0 && lr < 1e30f, "lr must be a finite value >= 0");
+    // Collective over every rank of the model (the gradient reduction, the whole model's
+    // norm): a bad lr on some ranks fails them all.
+    agreed_checks(m.group(), true, [&] { need(lr >= 0 && lr < 1e30f, "lr must be a finite value >= 0"); });
     const double norm = m.engine->step(lr);
     m.engine->zero_grads();
     if (grad_norm) *grad_norm = static_cast<float>(norm);

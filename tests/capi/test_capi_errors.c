@@ -153,9 +153,9 @@ static void null_pointers(handles_t h) {
   FAILS(DT_ERR_INVALID_ARGUMENT, ctx, "dt_byom_register: grad must not be NULL",
         dt_byom_register(h.byom, "w", 1, shape, DT_F32, f, NULL, 0));
   FAILS(DT_ERR_INVALID_ARGUMENT, ctx, "dt_byom_steps: steps must not be NULL", dt_byom_steps(h.byom, NULL));
-  FAILS(DT_ERR_INVALID_ARGUMENT, ctx, "dt_byom_save_checkpoint: dir must not be NULL",
+  FAILS(DT_ERR_INVALID_ARGUMENT, ctx, "dir must not be NULL",
         dt_byom_save_checkpoint(h.byom, NULL, 0));
-  FAILS(DT_ERR_INVALID_ARGUMENT, ctx, "dt_byom_load_checkpoint: source must not be NULL",
+  FAILS(DT_ERR_INVALID_ARGUMENT, ctx, "source must not be NULL",
         dt_byom_load_checkpoint(h.byom, NULL));
   FAILS(DT_ERR_INVALID_ARGUMENT, ctx, "dt_model_create_mlp: model must not be NULL",
         dt_model_create_mlp(h.comm, NULL, NULL, NULL));
@@ -195,9 +195,9 @@ static void null_pointers(handles_t h) {
         dt_model_get_tensor(h.model, "layers.0.bias", NULL, 4));
   FAILS(DT_ERR_INVALID_ARGUMENT, ctx, "dt_model_set_tensor: src must not be NULL",
         dt_model_set_tensor(h.model, "layers.0.bias", NULL, 4));
-  FAILS(DT_ERR_INVALID_ARGUMENT, ctx, "dt_model_save_checkpoint: dir must not be NULL",
+  FAILS(DT_ERR_INVALID_ARGUMENT, ctx, "dir must not be NULL",
         dt_model_save_checkpoint(h.model, NULL, 0));
-  FAILS(DT_ERR_INVALID_ARGUMENT, ctx, "dt_model_load_checkpoint: source must not be NULL",
+  FAILS(DT_ERR_INVALID_ARGUMENT, ctx, "source must not be NULL",
         dt_model_load_checkpoint(h.model, NULL));
   FAILS(DT_ERR_INVALID_ARGUMENT, ctx, "dt_checkpoint_find: dir must not be NULL",
         dt_checkpoint_find(h.comm, NULL, NULL, 0, &n));
@@ -280,6 +280,16 @@ static void wrong_sizes_and_names(handles_t h, int size) {
   FAILS(DT_ERR_INVALID_ARGUMENT, ctx, "lr must be a finite value >= 0", dt_model_step(h.model, -1.0f, NULL));
   FAILS(DT_ERR_INVALID_ARGUMENT, ctx, "keep must be >= 0", dt_model_save_checkpoint(h.model, "d", -2));
   FAILS(DT_ERR_INVALID_ARGUMENT, ctx, "dir must not be empty", dt_model_save_checkpoint(h.model, "", 0));
+  /* Collective calls: a bad argument on rank 0 only fails every rank (the others used to wait
+   * for it in the step's reduction or the file's collective I/O). */
+  if (size > 1) {
+    FAILS(DT_ERR_INVALID_ARGUMENT, ctx, "rank 0: lr must be a finite value >= 0",
+          dt_model_step(h.model, my_rank == 0 ? -1.0f : 1e-3f, NULL));
+    FAILS(DT_ERR_INVALID_ARGUMENT, ctx, "rank 0: keep must be >= 0",
+          dt_model_save_checkpoint(h.model, "never_written", my_rank == 0 ? -2 : 1));
+    FAILS(DT_ERR_INVALID_ARGUMENT, ctx, "rank 0: source must not be empty",
+          dt_model_load_checkpoint(h.model, my_rank == 0 ? "" : "nowhere"));
+  }
 
   OK(ctx, dt_model_device(h.model, NULL, 0, &n));  /* the length: "cpu (OpenBLAS)" */
   CHECK(n == strlen("cpu (OpenBLAS)"));

@@ -261,7 +261,7 @@ contains
                         'logits of the wrong shape')
     ! The next call into C clears a message found on the Fortran side.
     call dt_model_step(model, -1.0, ierr)
-    call expect_message(ierr, DT_ERR_INVALID_ARGUMENT, ctx, 'dt_model_step: lr must be', 'negative lr')
+    call expect_message(ierr, DT_ERR_INVALID_ARGUMENT, ctx, 'lr must be', 'negative lr')
     ! left alive on purpose: dt_finalize releases it
 
     ! Under ZeRO 2 the pass is collective over dp: a shape only rank 0 gets wrong, which the
