@@ -561,12 +561,23 @@ typedef struct dt_gpt_config_t {
                               fp16 scales the loss dynamically (a step whose gradients overflow
                               is skipped: dt_model_step() gives a NaN norm). Read only when
                               struct_size covers it (older callers get fp32) */
+  const char* schedule;  /**< pipeline parallelism (dt_model_create_gpt_grid() on a grid with
+                              pp > 1): "1f1b" (NULL means it), "gpipe" or "interleaved", as
+                              dtrain-gpt's --schedule (docs/pipeline-parallel.md). The three
+                              fields below are read only when struct_size covers them; they
+                              must keep their defaults without pipeline parallelism */
+  int micro_batches;     /**< pipeline parallelism: micro-batches each
+                              dt_gpt_forward_backward() and dt_gpt_evaluate() cut their batch
+                              into (batch / micro_batches sequences each, at most max_batch);
+                              0 means the grid's pp */
+  int virtual_stages;    /**< pipeline parallelism: model chunks per stage, more than 1 with
+                              "interleaved" only; 0 means 1 */
 } dt_gpt_config_t;
 /** Defaults of ::dt_gpt_config_t: 4 layers, 4 heads, d_model 256, seq_len 256, vocab 256,
  *  tied embeddings, max_batch 8, seed 1337, no recomputation, device "auto", no sequence
- *  parallelism, fp32. */
+ *  parallelism, fp32, and under pipeline parallelism 1F1B over pp micro-batches. */
 #define DT_GPT_CONFIG_INIT \
-  {sizeof(dt_gpt_config_t), 4, 4, 256, 256, 256, 1, 8, 1337u, 0, NULL, 0, NULL}
+  {sizeof(dt_gpt_config_t), 4, 4, 256, 256, 256, 1, 8, 1337u, 0, NULL, 0, NULL, NULL, 0, 0}
 
 /**
  * @brief Creates an MLP classifier: Linear layers with GELU between them, softmax
@@ -604,8 +615,9 @@ DT_API dt_result_t dt_model_create_gpt(dt_comm_t dp, const dt_gpt_config_t* conf
 
 /**
  * @brief Creates a GPT model split over a process grid: tensor parallelism (Megatron's
- * column-, row- and vocabulary-parallel layers) over the grid's TP group, data parallelism
- * over its DP group. Collective over the grid's world.
+ * column-, row- and vocabulary-parallel layers) over the grid's TP group, pipeline
+ * parallelism over its PP group, data parallelism over its DP group. Collective over the
+ * grid's world.
  *
  * The ranks of a TP group hold a slice of every split tensor each and compute one model
  * together: every call on the model is collective over the TP group, whose ranks pass the
@@ -614,16 +626,27 @@ DT_API dt_result_t dt_model_create_gpt(dt_comm_t dp, const dt_gpt_config_t* conf
  * are the whole model's on every rank; the tensor calls and checkpoints move whole tensors,
  * as in a model on one rank (dt_model_get_tensor() and dt_model_get_parameters() gather the
  * slices over the TP group, dt_model_set_tensor() takes the whole tensor on every rank).
- * A grid with tp = 1 gives a data-parallel model over its DP group, as dt_model_create_gpt().
- * @param grid a live grid (pp must be 1).
- * @param config the model shape; heads and d_model must be divisible by the grid's tp.
+ *
+ * With pp > 1 each pipeline stage holds a contiguous share of the blocks (stage 0 also the
+ * embedding, the last stage the final LayerNorm and the head, and with tied embeddings a copy
+ * of wte whose gradient the step sums with stage 0's). dt_gpt_forward_backward(),
+ * dt_gpt_evaluate() and dt_gpt_decode() are collective over the model's replica (its TP
+ * groups on every stage), whose ranks all pass the same tokens and targets (checked):
+ * config->schedule runs config->micro_batches micro-batches through the stages, and the loss
+ * and logits are the last stage's, given to every stage. The tensor calls are the stage's:
+ * they see the tensors this stage holds (the step and checkpoints cover the whole model).
+ * ZeRO 2 and 3 are not available with pp > 1.
+ * A grid with tp = pp = 1 gives a data-parallel model over its DP group, as dt_model_create_gpt().
+ * @param grid a live grid.
+ * @param config the model shape; heads and d_model must be divisible by the grid's tp, layers
+ *        at least pp x virtual_stages.
  * @param optimizer optimiser settings; NULL for the defaults.
  * @param[out] model the new model; NULL on failure.
  * @return ::DT_SUCCESS; ::DT_ERR_INVALID_HANDLE, ::DT_ERR_INVALID_ARGUMENT (NULL pointer,
- *         struct_size too small, max_batch < 1), ::DT_ERR_INVALID_CONFIG (an impossible shape
- *         or split, sequence_parallel without tp > 1, seeds differ, an unknown device),
- *         ::DT_ERR_NOT_IMPLEMENTED (a grid with pp > 1), ::DT_ERR_UNAVAILABLE (as
- *         dt_model_create_mlp()).
+ *         struct_size too small, max_batch < 1), ::DT_ERR_INVALID_CONFIG (an impossible shape,
+ *         split or schedule, sequence_parallel without tp > 1, pipeline settings without
+ *         pp > 1, seeds differ, an unknown device), ::DT_ERR_NOT_IMPLEMENTED (zero_stage 2
+ *         or 3 with pp > 1), ::DT_ERR_UNAVAILABLE (as dt_model_create_mlp()).
  */
 DT_API dt_result_t dt_model_create_gpt_grid(dt_grid_t grid, const dt_gpt_config_t* config,
                                             const dt_optimizer_config_t* optimizer,
@@ -686,11 +709,13 @@ DT_API dt_result_t dt_mlp_predict(dt_model_t model, const float* x, int batch, f
  *
  * Gradients accumulate until dt_model_step(). Not collective, except under zero_stage 2
  * and 3, where each call reduces its gradients into the ranks' shares as backward produces
- * them (collective over dp: every rank makes the same number of calls).
+ * them (collective over dp: every rank makes the same number of calls), and under tensor or
+ * pipeline parallelism (collective over the model's replica: dt_model_create_gpt_grid()).
  * @param model a live GPT.
  * @param tokens [batch][seq] int32 in [0, vocab) (checked).
  * @param targets [batch][seq] int32 in [0, vocab) (checked).
- * @param batch sequences, 1..max_batch.
+ * @param batch sequences, 1..max_batch; under pipeline parallelism micro_batches micro-batches
+ *        of 1..max_batch sequences each.
  * @param seq tokens per sequence, 1..seq_len.
  * @param[out] loss this rank's mean loss; may be NULL.
  * @return ::DT_SUCCESS; ::DT_ERR_INVALID_HANDLE, ::DT_ERR_INVALID_ARGUMENT (not a GPT, NULL
@@ -702,11 +727,13 @@ DT_API dt_result_t dt_gpt_forward_backward(dt_model_t model, const int32_t* toke
 /**
  * @brief Mean GPT loss on a batch, without touching gradients.
  *
- * Collective over dp under zero_stage 3 (the parameters are gathered), else not.
+ * Collective over dp under zero_stage 3 (the parameters are gathered), over the model's
+ * replica under tensor or pipeline parallelism, else not.
  * @param model a live GPT.
  * @param tokens [batch][seq] int32 in [0, vocab).
  * @param targets [batch][seq] int32 in [0, vocab).
- * @param batch sequences, 1..max_batch.
+ * @param batch sequences, 1..max_batch; under pipeline parallelism as for
+ *        dt_gpt_forward_backward().
  * @param seq tokens per sequence, 1..seq_len.
  * @param[out] loss the mean loss.
  * @return ::DT_SUCCESS; ::DT_ERR_INVALID_HANDLE, ::DT_ERR_INVALID_ARGUMENT (not a GPT, NULL
@@ -725,7 +752,8 @@ DT_API dt_result_t dt_gpt_evaluate(dt_model_t model, const int32_t* tokens,
  * over the whole text, up to rounding. A text holds at most seq_len tokens (to go on past
  * that, start a new text with its last tokens). The first call allocates the cache (per
  * block seq_len x 3 d_model floats). Gradients are untouched. Collective over dp under
- * zero_stage 3 (the parameters are gathered), else not.
+ * zero_stage 3 (the parameters are gathered), over the model's replica under tensor or
+ * pipeline parallelism (every stage gets the logits), else not.
  * @param model a live GPT.
  * @param tokens count int32 in [0, vocab).
  * @param count tokens to append, at least 1.
@@ -802,7 +830,8 @@ DT_API dt_result_t dt_model_step(dt_model_t model, float lr, float* grad_norm);
 DT_API dt_result_t dt_model_loss_scale(dt_model_t model, float* scale, long* skipped);
 
 /**
- * @brief Number of parameter values (the sum of all tensors' element counts).
+ * @brief Number of parameter values (the sum of all tensors' element counts; under pipeline
+ * parallelism, of the tensors this stage holds, as for every tensor call).
  * @param model a live model.
  * @param[out] count the number of floats dt_model_get_parameters() writes.
  * @return ::DT_SUCCESS; ::DT_ERR_INVALID_HANDLE, ::DT_ERR_INVALID_ARGUMENT (count NULL).
@@ -814,7 +843,8 @@ DT_API dt_result_t dt_model_num_parameters(dt_model_t model, size_t* count);
  *
  * Whole tensors under every ZeRO stage and under tensor parallelism; under zero_stage 3
  * they are gathered one at a time, so the call is collective over dp, and split tensors are
- * gathered over the TP group (collective over it).
+ * gathered over the TP group (collective over it). Under pipeline parallelism: the tensors
+ * this stage holds.
  * @param model a live model.
  * @param[out] dst capacity floats.
  * @param capacity must be >= dt_model_num_parameters().
@@ -845,7 +875,7 @@ DT_API dt_result_t dt_model_steps(dt_model_t model, long* steps);
 DT_API dt_result_t dt_model_device(dt_model_t model, char* name, size_t capacity, size_t* length);
 
 /**
- * @brief Number of parameter tensors of a model.
+ * @brief Number of parameter tensors of a model (under pipeline parallelism, of this stage).
  * @param model a live model.
  * @param[out] count the number of tensors (names: dt_model_tensor_name()).
  * @return ::DT_SUCCESS; ::DT_ERR_INVALID_HANDLE, ::DT_ERR_INVALID_ARGUMENT (count NULL).

@@ -9,6 +9,7 @@
 #include "dtrain/comm/process_grid.hpp"
 #include "dtrain/nn/gpt.hpp"
 #include "dtrain/nn/mlp.hpp"
+#include "dtrain/parallel/pipeline.hpp"
 #include "guard.hpp"
 #include "handles.hpp"
 #include "step_engine.hpp"
@@ -18,10 +19,18 @@ struct dt_model_s : dtrain::capi::CommUser {
   // On a GPU: the group the model was made over (dp, or a grid's world) over a device
   // transport; empty on the CPU. Declared first so that it outlives what uses it.
   dtrain::Communicator device_group;
-  // A model made on a grid: its TP and DP groups, split from device_group or the grid's world.
+  // A model made on a grid: its TP, PP and DP groups, split from device_group or the grid's
+  // world.
   std::unique_ptr<dtrain::ProcessGrid> layout;
+  // Under pipeline parallelism: the ranks of this rank's replica of the model (its TP groups
+  // on every stage), which pass through the model together.
+  dtrain::Communicator replica;
   std::unique_ptr<dtrain::MlpModel> mlp;
   std::unique_ptr<dtrain::GptModel> gpt;
+  // Under pipeline parallelism: the schedule that runs a pass's micro-batches through the
+  // stages, and how many a batch is cut into.
+  std::unique_ptr<dtrain::parallel::PipelineExecutor> pipeline;
+  int micro_batches = 1;
   std::unique_ptr<dtrain::capi::StepEngine> engine;
   // The GEMM operand format of its passes (config->precision). The device is the process's,
   // so every call sets it (with_model): models of different precisions can live side by side.
@@ -37,13 +46,17 @@ struct dt_model_s : dtrain::capi::CommUser {
   }
   // The tensor-parallel group of a model split over several ranks; null otherwise.
   dtrain::Communicator* tp() { return layout && layout->tp_size() > 1 ? &layout->tp() : nullptr; }
-  // Every rank of the model (TP x DP).
+  // The pipeline group of a model cut into stages; null otherwise.
+  dtrain::Communicator* pp() { return layout && layout->pp_size() > 1 ? &layout->pp() : nullptr; }
+  // Every rank of the model (TP x PP x DP).
   dtrain::Communicator& group() { return layout ? layout->world() : dp(); }
   // The ranks that make a call together, where its arguments are agreed: every rank of the
-  // model where ZeRO makes the call collective over dp, else the TP group (null without one:
-  // the call is this rank's alone).
-  dtrain::Communicator* callers(bool collective_over_dp) {
-    return collective_over_dp ? &group() : tp();
+  // model where ZeRO makes the call collective over dp; else for a pass through the model the
+  // replica's (its TP groups on every pipeline stage), for a tensor call the TP group (null
+  // without one: the call is this rank's alone).
+  dtrain::Communicator* callers(bool collective_over_dp, bool pass = false) {
+    if (collective_over_dp) return &group();
+    return pass && pp() ? &replica : tp();
   }
   dtrain::capi::Checkpoints& checkpoint_io();
 };
@@ -51,16 +64,18 @@ struct dt_model_s : dtrain::capi::CommUser {
 namespace dtrain::capi {
 
 // Under tensor parallelism the ranks of a TP group compute one model and must be given the
-// same inputs: `hash` (of this rank's `what`) is compared over the group, and every rank of
-// m.callers(collective_over_dp) fails alike (DT_ERR_INVALID_ARGUMENT) when a group's differ:
-// where ZeRO makes the call collective over dp, the other groups would wait for it in the
-// gradient reduction. A no-op without TP.
-void need_same_over_tp(dt_model_s& m, std::uint64_t hash, const char* what, bool collective_over_dp);
+// same inputs, and so must a pipeline's stages for a pass (pass: a forward, evaluation or
+// decoding): `hash` (of this rank's `what`) is compared over m.callers(false, pass), and
+// every rank of m.callers(collective_over_dp, pass) fails alike (DT_ERR_INVALID_ARGUMENT)
+// when they differ: where ZeRO makes the call collective over dp, the other groups would
+// wait for it in the gradient reduction. A no-op for a model on one rank.
+void need_same_inputs(dt_model_s& m, std::uint64_t hash, const char* what, bool collective_over_dp,
+                      bool pass);
 
-// A call's argument checks (agreed_checks), agreed by m.callers(collective_over_dp).
+// A call's argument checks (agreed_checks), agreed by m.callers(collective_over_dp, pass).
 template <class F>
-void agreed_model_checks(dt_model_s& m, bool collective_over_dp, F&& checks) {
-  if (Communicator* callers = m.callers(collective_over_dp))
+void agreed_model_checks(dt_model_s& m, bool collective_over_dp, F&& checks, bool pass = false) {
+  if (Communicator* callers = m.callers(collective_over_dp, pass))
     agreed_checks(*callers, true, std::forward<F>(checks));
   else
     checks();

@@ -17,7 +17,9 @@ namespace {
 const dtrain::ParamInfo& tensor(dt_model_s& m, const char* name) {
   need_ptr(name, "name");
   const dtrain::ParamInfo* p = m.params().find(name);
-  if (!p) fail(DT_ERR_INVALID_ARGUMENT, std::string("the model has no parameter named '") + name + "'");
+  if (!p)
+    fail(DT_ERR_INVALID_ARGUMENT, std::string("the model has no parameter named '") + name + "'" +
+                                      (m.pp() ? " on this pipeline stage" : ""));
   return *p;
 }
 
@@ -175,7 +177,7 @@ dt_result_t dt_model_set_tensor(dt_model_t model, const char* name, const float*
                                           std::to_string(found->logical_numel()) + " elements");
     });
     const dtrain::ParamInfo& p = *found;
-    need_same_over_tp(m, m.tp() ? fnv1a(src, count * sizeof(float)) : 0, "values", false);
+    need_same_inputs(m, m.tp() ? fnv1a(src, count * sizeof(float)) : 0, "values", false, false);
     write_tensor(m, p, src);
     m.engine->parameters_written(p.offset, p.offset + p.local_numel());  // mixed precision
   });

@@ -7,27 +7,29 @@
 #include "dtrain/device/device.hpp"
 #include "dtrain/nn/tensor_parallel.hpp"
 #include "dtrain/parallel/device_world.hpp"
+#include "dtrain/parallel/pipeline_partition.hpp"
 #include "agree.hpp"
 #include "guard.hpp"
 #include "model.hpp"
 
 using namespace dtrain::capi;
 
-void dtrain::capi::need_same_over_tp(dt_model_s& m, std::uint64_t hash, const char* what,
-                                     bool collective_over_dp) {
-  dtrain::Communicator* tp = m.tp();
-  if (!tp) return;
+void dtrain::capi::need_same_inputs(dt_model_s& m, std::uint64_t hash, const char* what,
+                                    bool collective_over_dp, bool pass) {
+  dtrain::Communicator* same = m.callers(false, pass);
+  if (!same) return;
   std::int64_t lo = static_cast<std::int64_t>(hash), hi = lo;
-  tp->all_reduce(&lo, &lo, 1, dtrain::DType::i64, dtrain::ReduceOp::min);
-  tp->all_reduce(&hi, &hi, 1, dtrain::DType::i64, dtrain::ReduceOp::max);
+  same->all_reduce(&lo, &lo, 1, dtrain::DType::i64, dtrain::ReduceOp::min);
+  same->all_reduce(&hi, &hi, 1, dtrain::DType::i64, dtrain::ReduceOp::max);
   const int here = lo != hi ? 1 : 0;
   int anywhere = here;
-  m.callers(collective_over_dp)->all_reduce(&here, &anywhere, 1, dtrain::DType::i32, dtrain::ReduceOp::max);
-  if (anywhere)
-    fail(DT_ERR_INVALID_ARGUMENT,
-         here ? std::string("the ranks of this rank's TP group were given different ") + what +
-                    "; they compute one model and need the same ones"
-              : std::string("the ranks of another TP group were given different ") + what);
+  m.callers(collective_over_dp, pass)->all_reduce(&here, &anywhere, 1, dtrain::DType::i32, dtrain::ReduceOp::max);
+  if (!anywhere) return;
+  const std::string ranks = same == m.tp() ? "TP group" : "model replica (its TP groups on every pipeline stage)";
+  fail(DT_ERR_INVALID_ARGUMENT,
+       here ? "the ranks of this rank's " + ranks + " were given different " + what +
+                  "; they compute one model and need the same ones"
+            : "the ranks of another " + ranks + " were given different " + what);
 }
 
 Checkpoints& dt_model_s::checkpoint_io() {
@@ -97,29 +99,71 @@ void need_tokens(const std::int32_t* t, std::size_t n, int vocab, const char* na
                                         std::to_string(t[i]) + " is outside [0, vocab)");
 }
 
-void need_gpt_batch(dtrain::GptModel& g, int batch, int seq) {
-  need(batch >= 1 && batch <= g.max_batch(), "batch must be in [1, max_batch]");
-  need(seq >= 1 && seq <= g.config().seq_len, "seq must be in [1, seq_len]");
+// The sequences of one forward pass through the model: the batch, or under pipeline
+// parallelism one of its micro-batches (checked to be whole and at most max_batch).
+int pass_batch(dt_model_s& m, dtrain::GptModel& g, int batch) {
+  if (!m.pipeline) {
+    need(batch >= 1 && batch <= g.max_batch(), "batch must be in [1, max_batch]");
+    return batch;
+  }
+  const int M = m.micro_batches;
+  if (batch < M || batch % M != 0 || batch / M > g.max_batch())
+    fail(DT_ERR_INVALID_ARGUMENT, "under pipeline parallelism batch must be micro_batches (" +
+                                      std::to_string(M) + ") x 1..max_batch (" +
+                                      std::to_string(g.max_batch()) + ") sequences, got " +
+                                      std::to_string(batch));
+  return batch / M;
 }
 
 // A GPT pass's arguments, checked by every rank alike where the pass is collective: over dp
-// (ZeRO), or over the TP group.
-void need_gpt_inputs(dt_model_s& m, const int32_t* tokens, const int32_t* targets, int batch,
-                     int seq, bool collective_over_dp, const float* out = nullptr,
-                     const char* out_name = nullptr) {
+// (ZeRO), or over the model's replica (TP, PP). Returns the sequences of one forward pass.
+int need_gpt_inputs(dt_model_s& m, const int32_t* tokens, const int32_t* targets, int batch,
+                    int seq, bool collective_over_dp, const float* out = nullptr,
+                    const char* out_name = nullptr) {
   dtrain::GptModel& g = need_gpt(m);
   const std::size_t n = static_cast<std::size_t>(batch) * static_cast<std::size_t>(seq);
+  int per_pass = 0;
   agreed_model_checks(m, collective_over_dp, [&] {
     if (out_name) need_ptr(out, out_name);
-    need_gpt_batch(g, batch, seq);
-    if (g.sequence_parallel() && (static_cast<long>(batch) * seq) % m.tp()->size() != 0)
-      fail(DT_ERR_INVALID_ARGUMENT, "with sequence_parallel, batch * seq must be divisible by the "
-                                    "grid's tp (" + std::to_string(m.tp()->size()) + ")");
+    per_pass = pass_batch(m, g, batch);
+    need(seq >= 1 && seq <= g.config().seq_len, "seq must be in [1, seq_len]");
+    if (g.sequence_parallel() && (static_cast<long>(per_pass) * seq) % m.tp()->size() != 0)
+      fail(DT_ERR_INVALID_ARGUMENT, std::string("with sequence_parallel, ") +
+                                        (m.pipeline ? "a micro-batch's" : "batch *") +
+                                        " seq must be divisible by the grid's tp (" +
+                                        std::to_string(m.tp()->size()) + ")");
     need_tokens(tokens, n, g.config().vocab, "tokens");
     need_tokens(targets, n, g.config().vocab, "targets");
-  });
+  }, true);
   const std::size_t bytes = n * sizeof(int32_t);
-  need_same_over_tp(m, fnv1a(targets, bytes, fnv1a(tokens, bytes)), "tokens", collective_over_dp);
+  need_same_inputs(m, fnv1a(targets, bytes, fnv1a(tokens, bytes)), "tokens", collective_over_dp, true);
+  return per_pass;
+}
+
+// Under pipeline parallelism: the micro-batches of [batch, seq] tokens through the stages,
+// forward and backward (gradients accumulate, seeded with seed / micro_batches), or forward
+// only. Returns the mean loss over the batch, the last stage's, on every stage.
+float pipeline_pass(dt_model_s& m, const int32_t* tokens, const int32_t* targets, int per_pass,
+                    int seq, bool backward, float seed) {
+  dtrain::parallel::PipelineExecutor& pipe = *m.pipeline;
+  pipe.use_shape(per_pass, seq);
+  const std::size_t micro = static_cast<std::size_t>(per_pass) * static_cast<std::size_t>(seq);
+  double sum = 0;
+  if (backward) {
+    sum = pipe.run_step(
+        [&](int mb, std::int32_t* tok, std::int32_t* tgt) {
+          std::memcpy(tok, tokens + mb * micro, micro * sizeof(std::int32_t));
+          std::memcpy(tgt, targets + mb * micro, micro * sizeof(std::int32_t));
+        },
+        seed / static_cast<float>(m.micro_batches));
+  } else {
+    for (int mb = 0; mb < m.micro_batches; ++mb)
+      sum += pipe.forward_only(tokens + mb * micro, targets + mb * micro);
+  }
+  double loss = sum / m.micro_batches;
+  dtrain::Communicator& pp = *m.pp();
+  pp.broadcast(&loss, &loss, 1, dtrain::DType::f64, pp.size() - 1);
+  return static_cast<float>(loss);
 }
 
 // An MLP pass's arguments (labels may be NULL for predict), as need_gpt_inputs.
@@ -158,6 +202,73 @@ dtrain::DType precision_of(const dt_gpt_config_t* config) {
   fail(DT_ERR_INVALID_CONFIG, "config->precision must be fp32, bf16 or fp16, got '" + p + "'");
 }
 
+// Pipeline parallelism's settings in a config (older callers' structs end before them).
+struct PipelineSettings {
+  dtrain::parallel::ScheduleKind schedule = dtrain::parallel::ScheduleKind::one_f_one_b;
+  int micro_batches = 1, virtual_stages = 1;
+};
+
+// config's pipeline settings for a grid with pp stages, checked (by config field name) and
+// with the defaults filled in; without stages they must keep their defaults.
+PipelineSettings pipeline_settings(const dt_gpt_config_t* config, int pp) {
+  const bool has = covers(config, offsetof(dt_gpt_config_t, virtual_stages), sizeof(int));
+  const char* schedule = has ? config->schedule : nullptr;
+  const int micro = has ? config->micro_batches : 0, virt = has ? config->virtual_stages : 0;
+  PipelineSettings p;
+  if (pp == 1) {
+    if (schedule || micro != 0 || virt != 0)
+      fail(DT_ERR_INVALID_CONFIG, "config->schedule, micro_batches and virtual_stages need pipeline "
+                                  "parallelism: dt_model_create_gpt_grid on a grid with pp > 1");
+    return p;
+  }
+  const std::string name = schedule ? schedule : "1f1b";
+  if (name == "gpipe") p.schedule = dtrain::parallel::ScheduleKind::gpipe;
+  else if (name == "interleaved") p.schedule = dtrain::parallel::ScheduleKind::interleaved;
+  else if (name != "1f1b")
+    fail(DT_ERR_INVALID_CONFIG, "config->schedule must be 1f1b, gpipe or interleaved, got '" + name + "'");
+  if (micro < 0) fail(DT_ERR_INVALID_CONFIG, "config->micro_batches must be >= 0 (0: the grid's pp)");
+  if (virt < 0) fail(DT_ERR_INVALID_CONFIG, "config->virtual_stages must be >= 0 (0: 1)");
+  p.micro_batches = micro ? micro : pp;
+  p.virtual_stages = virt ? virt : 1;
+  if (p.virtual_stages > 1 && p.schedule != dtrain::parallel::ScheduleKind::interleaved)
+    fail(DT_ERR_INVALID_CONFIG, "config->virtual_stages > 1 needs config->schedule \"interleaved\"");
+  if (p.schedule == dtrain::parallel::ScheduleKind::interleaved && p.micro_batches % pp != 0)
+    fail(DT_ERR_INVALID_CONFIG, "config->schedule \"interleaved\" needs micro_batches (" +
+                                    std::to_string(p.micro_batches) + ") to be a multiple of the grid's pp (" +
+                                    std::to_string(pp) + ")");
+  if (config->layers < static_cast<long long>(pp) * p.virtual_stages)
+    fail(DT_ERR_INVALID_CONFIG, "config->layers (" + std::to_string(config->layers) +
+                                    ") is fewer than the pipeline's stages x virtual_stages (" +
+                                    std::to_string(pp * p.virtual_stages) + "): every chunk needs a layer");
+  return p;
+}
+
+// This pipeline rank's chunks of the model (chunk c = piece c * pp + stage of the layers cut
+// evenly), each with the activation slots the schedule keeps in flight; the whole model
+// without stages.
+std::vector<dtrain::GptStage> stage_chunks(const dtrain::GptConfig& gc, const dtrain::ProcessGrid* layout,
+                                           const PipelineSettings& p) {
+  if (!layout || layout->pp_size() == 1) return {dtrain::GptStage{}};
+  const int N = layout->pp_size(), s = layout->pp_rank(), V = p.virtual_stages;
+  const auto pieces = dtrain::parallel::partition_layers(gc.layers, N * V, {});
+  const std::vector<int> slots = dtrain::parallel::chunk_slots(p.schedule, N, s, p.micro_batches, V);
+  std::vector<dtrain::GptStage> chunks;
+  for (int c = 0; c < V; ++c) {
+    const dtrain::parallel::LayerRange r = pieces[static_cast<std::size_t>(c * N + s)];
+    chunks.push_back({r.first, r.count, s == 0 && c == 0, s == N - 1 && c == V - 1,
+                      slots[static_cast<std::size_t>(c)]});
+  }
+  return chunks;
+}
+
+// How m is split besides dp, for its step: the TP group, the pipeline, and the first and
+// last stage when both hold the tied embedding.
+ModelSplit split_of(dt_model_s& m, bool tied) {
+  ModelSplit split{m.tp(), m.pp(), nullptr};
+  if (split.pp && tied && m.layout->in_embedding_group()) split.tied = &m.layout->embedding();
+  return split;
+}
+
 // A GPT over `c` (the dp group), or over grid (c: its world): the checks of its settings,
 // every rank agreeing on the device, the layout, the model, its step engine.
 void create_gpt(dt_comm_s& c, dt_grid_s* grid, const dt_gpt_config_t* config,
@@ -178,7 +289,13 @@ void create_gpt(dt_comm_s& c, dt_grid_s* grid, const dt_gpt_config_t* config,
   need(config->max_batch >= 1, "config->max_batch must be positive");
   const bool sp = covers(config, offsetof(dt_gpt_config_t, sequence_parallel), sizeof(int)) &&
                   config->sequence_parallel != 0;
-  const int tp = grid ? grid->grid.tp_size() : 1;
+  const int tp = grid ? grid->grid.tp_size() : 1, pp = grid ? grid->grid.pp_size() : 1;
+  const PipelineSettings stages = pipeline_settings(config, pp);
+  if (pp > 1 && opt.zero_stage >= 2)
+    fail(DT_ERR_NOT_IMPLEMENTED, "optimizer zero_stage " + std::to_string(opt.zero_stage) +
+                                     " with pipeline parallelism (pp > 1) is not available: ZeRO 2 "
+                                     "and 3 reduce every backward, a pipeline's come from several "
+                                     "micro-batches at once; use zero_stage 0 or 1");
   if (sp && tp == 1)
     fail(DT_ERR_INVALID_CONFIG, "config->sequence_parallel needs tensor parallelism: "
                                 "dt_model_create_gpt_grid on a grid with tp > 1");
@@ -193,10 +310,18 @@ void create_gpt(dt_comm_s& c, dt_grid_s* grid, const dt_gpt_config_t* config,
   if (grid) {
     dtrain::Communicator& world = m->device_group.valid() ? m->device_group : grid->grid.world();
     m->layout = std::make_unique<dtrain::ProcessGrid>(world, grid->grid.shape());
+    if (pp > 1) m->replica = world.split(m->layout->dp_rank(), world.rank(), world.name() + ".replica");
   }
-  m->gpt = std::make_unique<dtrain::GptModel>(gc, dev, config->seed, config->max_batch, m->tp(), sp);
+  m->gpt = std::make_unique<dtrain::GptModel>(gc, dev, config->seed, config->max_batch,
+                                              stage_chunks(gc, m->layout.get(), stages), m->tp(), sp);
+  if (pp > 1) {
+    m->micro_batches = stages.micro_batches;
+    m->pipeline = std::make_unique<dtrain::parallel::PipelineExecutor>(
+        *m->gpt, *m->pp(), stages.schedule, stages.micro_batches, config->max_batch, gc.seq_len,
+        stages.virtual_stages);
+  }
   m->engine = std::make_unique<StepEngine>(m->dp(), m->params(), opt, m->gpt->grad_ready_ranges(),
-                                           m->tp(), low);
+                                           split_of(*m, gc.tie_embeddings), low);
   connect_hooks(*m->gpt, *m->engine);
   *model = adopt(std::move(m));
 }
@@ -240,9 +365,6 @@ dt_result_t dt_model_create_gpt_grid(dt_grid_t grid, const dt_gpt_config_t* conf
                                      const dt_optimizer_config_t* optimizer, dt_model_t* model) {
   clear_output(model);
   return call<dt_grid_s>(__func__, grid, Kind::grid, "grid", [&](dt_grid_s& g) {
-    if (g.grid.pp_size() > 1)
-      fail(DT_ERR_NOT_IMPLEMENTED, "the built-in GPT has no pipeline parallelism in the C API: "
-                                   "make the grid with pp = 1 (dtrain-gpt and the C++ Trainer have it)");
     create_gpt(*g.comms[DT_GROUP_WORLD], &g, config, optimizer, model);
   });
 }
@@ -306,14 +428,21 @@ dt_result_t dt_mlp_predict(dt_model_t model, const float* x, int batch, float* l
 dt_result_t dt_gpt_forward_backward(dt_model_t model, const int32_t* tokens, const int32_t* targets,
                                     int batch, int seq, float* loss) {
   return with_model(__func__, model, [&](dt_model_s& m) {
-    need_gpt_inputs(m, tokens, targets, batch, seq, m.engine->shards_gradients());
+    const int per_pass = need_gpt_inputs(m, tokens, targets, batch, seq, m.engine->shards_gradients());
     dtrain::GptModel& g = need_gpt(m);
-    const float l = g.forward(tokens, targets, batch, seq);
-    m.engine->begin_backward();
-    // Seeded with the fp16 loss scale (else 1); under ZeRO 2/3 its hook reduces each range
-    // as backward finishes it.
-    g.backward(m.engine->loss_scale());
-    m.engine->end_backward();
+    float l = 0;
+    if (m.pipeline) {
+      m.engine->begin_backward();
+      l = pipeline_pass(m, tokens, targets, per_pass, seq, true, m.engine->loss_scale());
+      m.engine->end_backward();
+    } else {
+      l = g.forward(tokens, targets, batch, seq);
+      m.engine->begin_backward();
+      // Seeded with the fp16 loss scale (else 1); under ZeRO 2/3 its hook reduces each range
+      // as backward finishes it.
+      g.backward(m.engine->loss_scale());
+      m.engine->end_backward();
+    }
     if (loss) *loss = l;
   });
 }
@@ -321,8 +450,10 @@ dt_result_t dt_gpt_forward_backward(dt_model_t model, const int32_t* tokens, con
 dt_result_t dt_gpt_evaluate(dt_model_t model, const int32_t* tokens, const int32_t* targets,
                             int batch, int seq, float* loss) {
   return with_model(__func__, model, [&](dt_model_s& m) {
-    need_gpt_inputs(m, tokens, targets, batch, seq, m.engine->gather() != nullptr, loss, "loss");
-    *loss = need_gpt(m).forward(tokens, targets, batch, seq);
+    const int per_pass =
+        need_gpt_inputs(m, tokens, targets, batch, seq, m.engine->gather() != nullptr, loss, "loss");
+    *loss = m.pipeline ? pipeline_pass(m, tokens, targets, per_pass, seq, false, 0.0f)
+                       : need_gpt(m).forward(tokens, targets, batch, seq);
   });
 }
 
@@ -339,24 +470,27 @@ dt_result_t dt_gpt_decode(dt_model_t model, const int32_t* tokens, int count, in
       need(count <= seq_len - held, "the text would be longer than seq_len: start a new text "
                                     "(new_text) with its last tokens");
       need_tokens(tokens, static_cast<std::size_t>(count), vocab, "tokens");
-    });
-    need_same_over_tp(m, fnv1a(tokens, sizeof(int32_t) * static_cast<std::size_t>(count)), "tokens",
-                      collective_over_dp);
+    }, true);
+    need_same_inputs(m, fnv1a(tokens, sizeof(int32_t) * static_cast<std::size_t>(count)), "tokens",
+                     collective_over_dp, true);
     if (new_text) g.decode_reset();
-    const float* out = g.decode(tokens, count);
+    const float* out = m.pipeline ? m.pipeline->decode(tokens, count) : g.decode(tokens, count);
     dtrain::Communicator* tp = m.tp();
-    if (!tp) {
+    if (out && !tp) {
       m.device().copy(logits, out, sizeof(float) * static_cast<std::size_t>(vocab),
                       dtrain::CopyKind::device_to_host);
-      return;
+    } else if (out) {
+      // This rank's vocabulary rows; the TP group gathers whole rows, in rank order.
+      std::vector<float> shard(static_cast<std::size_t>(g.vocab_shard().rows));
+      m.device().copy(shard.data(), out, shard.size() * sizeof(float), dtrain::CopyKind::device_to_host);
+      std::vector<std::size_t> rows(static_cast<std::size_t>(tp->size()));
+      for (int r = 0; r < tp->size(); ++r)
+        rows[static_cast<std::size_t>(r)] = static_cast<std::size_t>(dtrain::nn::vocab_shard(vocab, tp->size(), r).rows);
+      tp->all_gather_v(shard.data(), logits, rows.data(), dtrain::DType::f32);
     }
-    // This rank's vocabulary rows; the TP group gathers whole rows, in rank order.
-    std::vector<float> shard(static_cast<std::size_t>(g.vocab_shard().rows));
-    m.device().copy(shard.data(), out, shard.size() * sizeof(float), dtrain::CopyKind::device_to_host);
-    std::vector<std::size_t> rows(static_cast<std::size_t>(tp->size()));
-    for (int r = 0; r < tp->size(); ++r)
-      rows[static_cast<std::size_t>(r)] = static_cast<std::size_t>(dtrain::nn::vocab_shard(vocab, tp->size(), r).rows);
-    tp->all_gather_v(shard.data(), logits, rows.data(), dtrain::DType::f32);
+    // Only the last pipeline stage computed the logits (out is null elsewhere).
+    if (dtrain::Communicator* pp = m.pp())
+      pp->broadcast(logits, logits, static_cast<std::size_t>(vocab), dtrain::DType::f32, pp->size() - 1);
   });
 }
 

@@ -55,9 +55,9 @@ parallel::GradReduction reduction(int zero_stage) {
 }  // namespace
 
 StepEngine::StepEngine(Communicator& dp, ParameterStore& params, const dt_optimizer_config_t& cfg,
-                       std::vector<parallel::Range> ready_ranges, Communicator* tp, DType low)
+                       std::vector<parallel::Range> ready_ranges, ModelSplit split, DType low)
     : dp_(dp),
-      tp_(tp),
+      split_(split),
       params_(params),
       cfg_(cfg),
       low_(check_float_format(low, "StepEngine")),
@@ -87,17 +87,30 @@ StepEngine::StepEngine(Communicator& dp, ParameterStore& params, const dt_optimi
     optimizer_->use_master_weights(params.params(), low_);
     share_parameters();
   }
-  if (!tp_) return;
+  if (!split_.tp && !split_.pp) return;
+  const bool tp_root = !split_.tp || split_.tp->rank() == 0;
+  const bool second_wte = split_.tied && split_.tied->rank() != 0;
   for (const optim::Segment& seg : optimizer_->segments()) {  // each lies inside one tensor
     for (const ParamInfo& p : params_) {
       if (seg.offset < p.offset || seg.offset >= p.offset + p.numel) continue;
-      if (p.tp_sharded || tp_->rank() == 0) {
+      if ((p.tp_sharded || tp_root) && !(second_wte && p.name == "wte")) {
         norm_starts_.push_back(static_cast<std::int64_t>(seg.offset));
         norm_lengths_.push_back(static_cast<std::int64_t>(seg.numel));
       }
     }
   }
   norm_sums_.resize(norm_starts_.size());
+}
+
+void StepEngine::reduce_over_split(void* value, DType type, ReduceOp op) {
+  if (split_.tp) split_.tp->all_reduce(value, value, 1, type, op);
+  if (split_.pp) split_.pp->all_reduce(value, value, 1, type, op);
+}
+
+void StepEngine::sum_tied_copies() {
+  if (!split_.tied) return;
+  const ParamInfo& w = params_.at("wte");
+  split_.tied->all_reduce(params_.grad(w), params_.grad(w), w.local_numel(), DType::f32, ReduceOp::sum);
 }
 
 void StepEngine::begin_backward() {
@@ -117,17 +130,17 @@ std::vector<int> StepEngine::units_overlapping(std::size_t first, std::size_t la
 }
 
 // Over what this rank holds averaged; summed over dp when the state is sharded, and over
-// the TP group's slices of a split model.
+// the TP slices and pipeline stages of a split model.
 double StepEngine::gradient_norm() {
   Device& dev = params_.device();
   const float* g = params_.grads();
-  if (tp_) {
+  if (split_.tp || split_.pp) {
     dev.sum_squares_runs(g, norm_starts_.data(), norm_lengths_.data(), norm_starts_.size(),
                          norm_sums_.data());
     double sq = 0;
     for (double v : norm_sums_) sq += v;
     if (cfg_.zero_stage >= 1) dp_.all_reduce(&sq, &sq, 1, DType::f64, ReduceOp::sum);
-    tp_->all_reduce(&sq, &sq, 1, DType::f64, ReduceOp::sum);
+    reduce_over_split(&sq, DType::f64, ReduceOp::sum);
     return std::sqrt(sq);
   }
   if (cfg_.zero_stage == 0) return std::sqrt(dev.sum_squares(g, static_cast<std::int64_t>(params_.numel())));
@@ -161,11 +174,12 @@ bool StepEngine::overflowed() {
   for (const optim::Segment& s : optimizer_->segments())
     if (!bad && dev.any_nonfinite(params_.grads() + s.offset, static_cast<std::int64_t>(s.numel))) bad = 1;
   dp_.all_reduce(&bad, &bad, 1, DType::i32, ReduceOp::max);
-  if (tp_) tp_->all_reduce(&bad, &bad, 1, DType::i32, ReduceOp::max);
+  reduce_over_split(&bad, DType::i32, ReduceOp::max);  // every stage skips the step alike
   return bad != 0;
 }
 
 double StepEngine::step(float lr) {
+  sum_tied_copies();  // before the reduction over dp, as a single rank sums both uses
   if (shards_gradients()) {
     // Each backward summed its gradients of every rank into the pieces: sum -> average.
     if (dp_.size() > 1) {

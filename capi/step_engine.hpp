@@ -23,16 +23,26 @@ namespace dtrain::capi {
 // Validated copy of a caller's dt_optimizer_config_t (NULL: the defaults).
 dt_optimizer_config_t read_optimizer_config(const dt_optimizer_config_t* cfg);
 
+// How a model is split besides data parallelism (every group borrowed; null: not split so).
+struct ModelSplit {
+  Communicator* tp = nullptr;  // tensor parallelism: slices of the split tensors
+  Communicator* pp = nullptr;  // pipeline stages: each holds some of the tensors
+  // A pipeline's first and last stage when both hold the tied embedding "wte": its two
+  // gradients are summed before the step (first stage: rank 0, which counts it in the norm).
+  Communicator* tied = nullptr;
+};
+
 class StepEngine {
  public:
-  // params must be allocated; it, dp and tp outlive the engine. ready_ranges: arena ranges
-  // in the order backward completes them, tiling the arena (a GPT's grad_ready_ranges(),
-  // which are also its ZeRO-3 units); empty: one range per tensor. tp: the tensor-parallel
-  // group of a split model (the norm sums its slices, counting replicated tensors once).
-  // low: bf16 or f16 for mixed precision (fp32 master weights in the optimiser, the arena's
-  // parameters rounded to low; f16 also scales the loss), f32 otherwise.
+  // params must be allocated; it, dp and the split's groups outlive the engine. ready_ranges:
+  // arena ranges in the order backward completes them, tiling the arena (a GPT's
+  // grad_ready_ranges(), which are also its ZeRO-3 units); empty: one range per tensor.
+  // split: the norm sums the TP slices and the pipeline stages, counting tensors replicated
+  // over the TP group and the tied embedding's copies once. low: bf16 or f16 for mixed
+  // precision (fp32 master weights in the optimiser, the arena's parameters rounded to low;
+  // f16 also scales the loss), f32 otherwise.
   StepEngine(Communicator& dp, ParameterStore& params, const dt_optimizer_config_t& cfg,
-             std::vector<parallel::Range> ready_ranges = {}, Communicator* tp = nullptr,
+             std::vector<parallel::Range> ready_ranges = {}, ModelSplit split = {},
              DType low = DType::f32);
 
   // Around every backward of a built-in model. Under ZeRO 2/3 each backward is reduced into
@@ -53,10 +63,11 @@ class StepEngine {
     if (gather_) gather_->poll();
   }
 
-  // Averages the gradients over dp (ZeRO 0/1: reduces them now; ZeRO 2/3: they are already
-  // summed into the pieces), clips, updates this rank's parameters, and under ZeRO 1/2 gives
-  // every rank the whole update. Returns the global gradient norm before clipping; NaN for
-  // an fp16 step skipped on overflow. Collective over dp (and tp).
+  // Sums the tied embedding's copies, averages the gradients over dp (ZeRO 0/1: reduces them
+  // now; ZeRO 2/3: they are already summed into the pieces), clips, updates this rank's
+  // parameters, and under ZeRO 1/2 gives every rank the whole update. Returns the global
+  // gradient norm before clipping; NaN for an fp16 step skipped on overflow. Collective over
+  // dp and the split's groups.
   double step(float lr);
   // What a backward pass is seeded with: the fp16 loss scale, else 1.
   float loss_scale() const { return scaler_.scale(); }
@@ -91,9 +102,12 @@ class StepEngine {
  private:
   double gradient_norm();
   bool overflowed();  // f16: any gradient this rank updates is inf or NaN, agreed by all
+  void sum_tied_copies();
+  // One value reduced in place over the TP group and the pipeline stages.
+  void reduce_over_split(void* value, DType type, ReduceOp op);
 
   Communicator& dp_;
-  Communicator* tp_;
+  ModelSplit split_;
   ParameterStore& params_;
   dt_optimizer_config_t cfg_;
   DType low_;
@@ -101,8 +115,9 @@ class StepEngine {
   std::unique_ptr<parallel::GradientSync> sync_;
   std::unique_ptr<parallel::ParamGather> gather_;
   std::unique_ptr<optim::AdamW> optimizer_;
-  // With tp: the arena runs this rank counts toward the norm (its owned slices of split
-  // tensors; replicated tensors on TP rank 0 only), and their sums of squares.
+  // A split model: the arena runs this rank counts toward the norm (its owned slices of
+  // split tensors; replicated tensors on TP rank 0 only; not the last stage's tied
+  // embedding), and their sums of squares.
   std::vector<std::int64_t> norm_starts_, norm_lengths_;
   std::vector<double> norm_sums_;
 };

@@ -35,6 +35,8 @@ module dtrain_c_binding
     type(c_ptr) :: device
     integer(c_int) :: sequence_parallel
     type(c_ptr) :: precision
+    type(c_ptr) :: schedule
+    integer(c_int) :: micro_batches, virtual_stages
   end type
 
   type, bind(C), public :: sampling_config_c

@@ -121,14 +121,14 @@ contains
   end subroutine
 
   !> A GPT-2-style model split over a process grid: tensor parallelism over its TP group,
-  !> data parallelism over its DP group (dt_model_create_gpt_grid in docs/c-api.md; the grid's
-  !> pp must be 1). Collective over the grid's world; every call on the model is collective
-  !> over the TP group, whose ranks pass the same tokens. Called as
-  !> dt_model_create_gpt(grid, model, ierr, ...).
+  !> pipeline parallelism over its PP group, data parallelism over its DP group
+  !> (dt_model_create_gpt_grid in docs/c-api.md). Collective over the grid's world; every
+  !> pass through the model is collective over its replica (the TP groups on every stage),
+  !> whose ranks pass the same tokens. Called as dt_model_create_gpt(grid, model, ierr, ...).
   !> @param[in] grid the process grid.
   !> @param[out] model the new model (null on failure).
-  !> @param[out] ierr DT_SUCCESS; DT_ERR_INVALID_CONFIG (an impossible shape or split),
-  !>             DT_ERR_NOT_IMPLEMENTED (pp > 1).
+  !> @param[out] ierr DT_SUCCESS; DT_ERR_INVALID_CONFIG (an impossible shape, split or
+  !>             schedule), DT_ERR_NOT_IMPLEMENTED (zero_stage 2 or 3 with pp > 1).
   !> @param[in] layers optional, as for the data-parallel form above; so are the others.
   !> @param[in] heads optional, divisible by the grid's tp.
   !> @param[in] d_model optional, divisible by the grid's tp.
@@ -149,10 +149,15 @@ contains
   !> @param[in] sequence_parallel optional logical; .true. splits the LayerNorms and the
   !>            residual stream by sequence position over the TP group (needs tp > 1).
   !> @param[in] precision optional 'fp32' (default), 'bf16' or 'fp16'.
+  !> @param[in] schedule optional, pp > 1 only: '1f1b' (default), 'gpipe' or 'interleaved'.
+  !> @param[in] micro_batches optional, pp > 1 only: micro-batches a batch is cut into
+  !>            (default: the grid's pp).
+  !> @param[in] virtual_stages optional, pp > 1 only: model chunks per stage (default 1).
   subroutine create_gpt_grid(grid, model, ierr, layers, heads, d_model, seq_len, vocab, &
                              tie_embeddings, max_batch, seed, weight_decay, clip_grad, &
                              zero_stage, beta1, beta2, eps, bucket_mb, recompute, device, &
-                             sequence_parallel, precision)
+                             sequence_parallel, precision, schedule, micro_batches, &
+                             virtual_stages)
     type(dt_grid), intent(in) :: grid
     type(dt_model), intent(out) :: model
     integer, intent(out) :: ierr
@@ -163,12 +168,19 @@ contains
     integer, intent(in), optional :: zero_stage
     real(c_double), intent(in), optional :: bucket_mb
     logical, intent(in), optional :: recompute, sequence_parallel
-    character(len=*), intent(in), optional :: device, precision
+    character(len=*), intent(in), optional :: device, precision, schedule
+    integer, intent(in), optional :: micro_batches, virtual_stages
     type(gpt_config_c) :: cfg
-    character(kind=c_char), allocatable, target :: device_c(:), precision_c(:)
+    character(kind=c_char), allocatable, target :: device_c(:), precision_c(:), schedule_c(:)
     call gpt_config(cfg, device_c, precision_c, layers, heads, d_model, seq_len, vocab, &
                     tie_embeddings, max_batch, seed, recompute, device, precision)
     if (present(sequence_parallel)) cfg%sequence_parallel = merge(1, 0, sequence_parallel)
+    if (present(schedule)) then
+      call c_chars(schedule, schedule_c)
+      cfg%schedule = c_loc(schedule_c)
+    end if
+    if (present(micro_batches)) cfg%micro_batches = micro_batches
+    if (present(virtual_stages)) cfg%virtual_stages = virtual_stages
     ierr = ret(c_model_create_gpt_grid(grid, cfg, optimizer_config(weight_decay, clip_grad, &
                                        zero_stage, beta1, beta2, eps, bucket_mb), model))
   end subroutine
@@ -184,7 +196,7 @@ contains
     integer(c_int64_t), intent(in), optional :: seed
     character(len=*), intent(in), optional :: device, precision
     cfg = gpt_config_c(0_c_size_t, 4, 4, 256, 256, 256, 1, 8, 1337_c_int64_t, 0, c_null_ptr, 0, &
-                       c_null_ptr)
+                       c_null_ptr, c_null_ptr, 0, 0)
     cfg%struct_size = c_sizeof(cfg)
     if (present(layers)) cfg%layers = layers
     if (present(heads)) cfg%heads = heads

@@ -1,7 +1,8 @@
 # cmake -DAPP=dtrain-c-gpt -DMPIEXEC=mpiexec -DNPFLAG=-n -P check_c_gpt.cmake
-# The C GPT example: on 1 rank and split over 2 (--tp 2, sequence parallelism) it learns (the
-# final loss below 0.7 of the first), both end at the same loss (within 1e-3 relative), both
-# write the text asked for, and an impossible split is refused with exit status 2.
+# The C GPT example: on 1 rank, split over 2 (--tp 2, sequence parallelism) and cut into 2
+# pipeline stages (--pp 2) it learns (the final loss below 0.7 of the first), all end at the
+# same loss (within 1e-3 relative), all write the text asked for, and an impossible split is
+# refused with exit status 2.
 function(run_app np out_var)
   execute_process(COMMAND ${MPIEXEC} ${NPFLAG} ${np} ${APP} ${ARGN}
                   RESULT_VARIABLE rc OUTPUT_VARIABLE out ERROR_VARIABLE err)
@@ -32,11 +33,14 @@ endfunction()
 set(args --steps 60 --generate 40 --device cpu)
 run_app(1 one ${args})
 run_app(2 two --tp 2 ${args})
+run_app(2 staged --pp 2 ${args})
 losses("${one}" one)
 losses("${two}" two)
-message(STATUS "1 rank: loss ${one_first} -> ${one_final}; tp 2: ${two_first} -> ${two_final}")
+losses("${staged}" staged)
+message(STATUS "1 rank: loss ${one_first} -> ${one_final}; tp 2: ${two_first} -> ${two_final}; "
+               "pp 2: ${staged_first} -> ${staged_final}")
 # Floats in CMake: scale to integers of 1e-6.
-foreach(v one_first one_final two_first two_final)
+foreach(v one_first one_final two_first two_final staged_first staged_final)
   string(REGEX REPLACE "^([0-9]+)\\.([0-9]+)$" "\\1;\\2" parts "${${v}}")
   list(GET parts 0 whole)
   list(GET parts 1 frac)
@@ -44,20 +48,22 @@ foreach(v one_first one_final two_first two_final)
   math(EXPR ${v}_u "${whole} * 1000000 + 1${frac} - 1000000")
 endforeach()
 math(EXPR limit "${one_first_u} * 7 / 10")
-if(NOT one_final_u LESS limit OR NOT two_final_u LESS limit)
-  message(FATAL_ERROR "the loss did not fall below 0.7 of the first")
-endif()
-math(EXPR gap "${one_final_u} - ${two_final_u}")
-if(gap LESS 0)
-  math(EXPR gap "-${gap}")
-endif()
 math(EXPR allowed "${one_final_u} / 1000")
-if(gap GREATER allowed)
-  message(FATAL_ERROR "tp 2 ends at ${two_final}, one rank at ${one_final}: more than 1e-3 apart")
-endif()
+foreach(layout two staged)
+  if(NOT ${layout}_final_u LESS limit OR NOT one_final_u LESS limit)
+    message(FATAL_ERROR "the loss did not fall below 0.7 of the first")
+  endif()
+  math(EXPR gap "${one_final_u} - ${${layout}_final_u}")
+  if(gap LESS 0)
+    math(EXPR gap "-${gap}")
+  endif()
+  if(gap GREATER allowed)
+    message(FATAL_ERROR "${layout} ends at ${${layout}_final}, one rank at ${one_final}: more than 1e-3 apart")
+  endif()
+endforeach()
 
 execute_process(COMMAND ${MPIEXEC} ${NPFLAG} 2 ${APP} --tp 3 --steps 1
                 RESULT_VARIABLE rc OUTPUT_VARIABLE out ERROR_VARIABLE err)
-if(NOT rc EQUAL 2 OR NOT err MATCHES "dtrain-c-gpt: --tp")
+if(NOT rc EQUAL 2 OR NOT err MATCHES "dtrain-c-gpt: --tp/--pp")
   message(FATAL_ERROR "--tp 3 on 2 ranks: wanted exit 2 and a message, got ${rc}:\n${out}\n${err}")
 endif()

@@ -5,7 +5,7 @@
  * relative, evaluation within TOL, the whole parameters (gathered by dt_model_get_parameters)
  * and generation logits within PARAM_TOL. A tensor set whole on the split model reads back whole, bit for bit;
  * checkpoints load across the layouts bit for bit; different tokens or tensor values on the
- * ranks of a TP group fail every rank; pp > 1, sequence_parallel without tp and impossible splits are
+ * ranks of a TP group fail every rank; sequence_parallel without tp and impossible splits are
  * refused.
  *   mpiexec -n N test_capi_tp SCRATCH_DIR       (N = 2 or 4) */
 #define _XOPEN_SOURCE 700 /* nftw, mkdir */
@@ -180,9 +180,9 @@ static void test_layout(dt_context_t ctx, dt_comm_t world, int tp, int tied, int
   free_layout(ctx, &l);
 }
 
-static void test_refusals(dt_context_t ctx, int size) {
-  dt_grid_t grid = NULL, pipe = NULL;
-  dt_grid_config_t g = DT_GRID_CONFIG_INIT, p = DT_GRID_CONFIG_INIT;
+static void test_refusals(dt_context_t ctx) {
+  dt_grid_t grid = NULL;
+  dt_grid_config_t g = DT_GRID_CONFIG_INIT;
   dt_gpt_config_t gc = config(B, 1, 0);
   dt_model_t m = NULL;
   dt_comm_t world = NULL;
@@ -190,10 +190,6 @@ static void test_refusals(dt_context_t ctx, int size) {
 
   g.tp = 2;
   OK(ctx, dt_grid_create(ctx, &g, &grid));
-  p.pp = size;
-  OK(ctx, dt_grid_create(ctx, &p, &pipe));
-  FAILS(DT_ERR_NOT_IMPLEMENTED, ctx, "no pipeline parallelism in the C API",
-        dt_model_create_gpt_grid(pipe, &gc, NULL, &m));
   gc.heads = 3;
   gc.d_model = 30;
   FAILS(DT_ERR_INVALID_CONFIG, ctx, "heads (3) must be divisible", dt_model_create_gpt_grid(grid, &gc, NULL, &m));
@@ -220,7 +216,6 @@ static void test_refusals(dt_context_t ctx, int size) {
   FAILS(DT_ERR_INVALID_ARGUMENT, ctx, "batch * seq must be divisible by the grid's tp",
         dt_gpt_forward_backward(m, tokens, targets, 1, 3, NULL));
   OK(ctx, dt_model_destroy(m));
-  OK(ctx, dt_grid_destroy(pipe));
   OK(ctx, dt_grid_destroy(grid));
 }
 
@@ -268,7 +263,7 @@ int main(int argc, char** argv) {
     test_layout(ctx, world, 4, 1, 1, 0);
     test_one_replica_alone(ctx, world);
   }
-  test_refusals(ctx, size);
+  test_refusals(ctx);
 
   status = finish("capi_tp", ctx, world);
   OK(ctx, dt_finalize(ctx));

@@ -1,5 +1,5 @@
 ! module dtrain's built-in GPT, tensor access and checkpoints from Fortran: the data-parallel
-! GPT (ZeRO 3) equals one rank on the whole batch; tensors by index and name in Fortran order;
+! (ZeRO 3), tensor- and pipeline-parallel GPTs equal one rank on the whole batch; tensors by index and name in Fortran order;
 ! registered arrays, the MLP and the GPT saved and loaded, a resumed run ending where the
 ! uninterrupted one does; error codes and messages for shapes, names and files; the device
 ! argument.
@@ -35,6 +35,7 @@ program test_fortran_models
   end if
   call test_device_choice()
   if (mod(nranks, 2) == 0) call test_gpt_tensor_parallel()
+  if (mod(nranks, 2) == 0) call test_gpt_pipeline_parallel()
   if (.not. verdict('fortran_models')) error stop 1
   call dt_finalize(ctx, ierr)
   call MPI_Finalize(ierr)
@@ -116,6 +117,54 @@ contains
                             maxval(abs(a - r))
     call check(maxval(abs(a - r)) < 1e-4, 'tensor-parallel gpt equals one rank')
     call dt_model_destroy(split, ierr)
+    call dt_model_destroy(ref, ierr)
+    call dt_grid_destroy(solo_grid, ierr)
+    call dt_grid_destroy(grid, ierr)
+  end subroutine
+
+  ! A GPT cut into the two stages of a pp = 2 grid (GPipe over two micro-batches) trains as
+  ! one rank does on the whole batch: the losses of every step (the last stage's, on both
+  ! stages) and the evaluation after them.
+  subroutine test_gpt_pipeline_parallel()
+    type(dt_grid) :: grid, solo_grid
+    type(dt_comm) :: solo, dp_comm
+    type(dt_model) :: staged, ref
+    integer(c_int32_t) :: tokens(seq, batch), targets(seq, batch)
+    real :: loss(1), mean(1), ref_loss, worst
+    integer :: t, tp_rank, pp_rank, dp_rank, tp, pp, dp, per, lo
+    call dt_grid_create(ctx, grid, ierr, pp=2)
+    call dt_grid_shape(grid, tp, pp, dp, ierr)
+    call dt_grid_coords(grid, tp_rank, pp_rank, dp_rank, ierr)
+    call dt_grid_comm(grid, DT_GROUP_DP, dp_comm, ierr)
+    call dt_grid_create(ctx, solo_grid, ierr, pp=nranks)
+    call dt_grid_comm(solo_grid, DT_GROUP_DP, solo, ierr)
+    per = batch / dp
+    lo = dp_rank * per + 1
+    call dt_model_create_gpt(grid, staged, ierr, layers=2, heads=2, d_model=d_model, seq_len=seq, &
+                             vocab=vocab, max_batch=per / 2, seed=5_c_int64_t, zero_stage=0, &
+                             schedule='gpipe', micro_batches=2)
+    call expect(ierr, DT_SUCCESS, 'dt_model_create_gpt on a pipeline grid')
+    call dt_model_create_gpt(solo, ref, ierr, layers=2, heads=2, d_model=d_model, seq_len=seq, &
+                             vocab=vocab, max_batch=batch, seed=5_c_int64_t, zero_stage=0)
+    worst = 0
+    do t = 1, 4
+      call make_batch(t, 0, tokens, targets)
+      call dt_gpt_forward_backward(staged, tokens(:, lo:lo + per - 1), targets(:, lo:lo + per - 1), &
+                                   loss(1), ierr)
+      call expect(ierr, DT_SUCCESS, 'dt_gpt_forward_backward, pipeline parallel')
+      call dt_model_step(staged, 1e-2, ierr)
+      call dt_gpt_forward_backward(ref, tokens, targets, ref_loss, ierr)
+      call dt_model_step(ref, 1e-2, ierr)
+      call dt_all_reduce(dp_comm, loss, mean, 1, DT_F32, DT_AVG, ierr)
+      worst = max(worst, abs(mean(1) - ref_loss) / ref_loss)
+    end do
+    call dt_gpt_evaluate(staged, tokens(:, 1:per), targets(:, 1:per), loss(1), ierr)
+    call expect(ierr, DT_SUCCESS, 'dt_gpt_evaluate, pipeline parallel')
+    call dt_gpt_evaluate(ref, tokens(:, 1:per), targets(:, 1:per), ref_loss, ierr)
+    worst = max(worst, abs(loss(1) - ref_loss) / ref_loss)
+    if (my_rank == 0) print '(a,es10.3)', 'fortran gpt pp=2: max relative loss gap to one rank = ', worst
+    call check(worst < 1e-5, 'pipeline-parallel gpt equals one rank')
+    call dt_model_destroy(staged, ierr)
     call dt_model_destroy(ref, ierr)
     call dt_grid_destroy(solo_grid, ierr)
     call dt_grid_destroy(grid, ierr)

@@ -36,6 +36,11 @@ class DTRAIN_API PipelineExecutor {
   PipelineExecutor(const PipelineExecutor&) = delete;
   PipelineExecutor& operator=(const PipelineExecutor&) = delete;
 
+  // The micro-batch shape of the passes from now on: micro_batch sequences of seq_len tokens,
+  // at most the constructor's of each (its buffers are reused). Throws
+  // Error(Errc::invalid_argument) for a larger or empty shape.
+  void use_shape(int micro_batch, int seq_len);
+
   // Fills tokens and targets ([micro_batch, seq_len] int32, host) of micro-batch mb.
   using Loader = std::function<void(int mb, std::int32_t* tokens, std::int32_t* targets)>;
   // Called after micro-batch mb's backward on this rank (one chunk per rank only), e.g. to
@@ -88,6 +93,7 @@ class DTRAIN_API PipelineExecutor {
   std::vector<PipelineAction> actions_;
   std::vector<int> slots_, slot_base_;  // per chunk: slot count, first index of its slots
   int micro_batch_, seq_len_, virtual_stages_;
+  int max_micro_batch_, max_seq_len_;  // the constructor's: what the buffers hold
   std::size_t boundary_;  // floats of one activation (= its gradient)
   bool first_, last_;
   double loss_sum_ = 0, step_seconds_ = 0, idle_seconds_ = 0;

@@ -26,7 +26,7 @@ PipelineExecutor::PipelineExecutor(GptModel& model, Communicator& pp, ScheduleKi
                                    int micro_batches, int micro_batch, int seq_len,
                                    int virtual_stages)
     : model_(model), pp_(pp), micro_batch_(micro_batch), seq_len_(seq_len),
-      virtual_stages_(virtual_stages) {
+      virtual_stages_(virtual_stages), max_micro_batch_(micro_batch), max_seq_len_(seq_len) {
   const int N = pp.size(), stage = pp.rank(), V = virtual_stages;
   actions_ = build_schedule(kind, N, stage, micro_batches, V);
   slots_ = chunk_slots(kind, N, stage, micro_batches, V);
@@ -69,6 +69,18 @@ PipelineExecutor::PipelineExecutor(GptModel& model, Communicator& pp, ScheduleKi
   act_sends_.resize(static_cast<std::size_t>(total_slots));
   grad_sends_.resize(static_cast<std::size_t>(total_slots));
   losses_.assign(static_cast<std::size_t>(micro_batches), 0.0);
+}
+
+void PipelineExecutor::use_shape(int micro_batch, int seq_len) {
+  DTRAIN_CHECK(micro_batch >= 1 && micro_batch <= max_micro_batch_ && seq_len >= 1 &&
+                   seq_len <= max_seq_len_,
+               Errc::invalid_argument,
+               "pipeline micro-batch of " << micro_batch << " x " << seq_len
+                   << " tokens: the executor holds at most " << max_micro_batch_ << " x "
+                   << max_seq_len_);
+  micro_batch_ = micro_batch;
+  seq_len_ = seq_len;
+  boundary_ = model_.boundary_floats(micro_batch, seq_len);
 }
 
 std::size_t PipelineExecutor::slot_index(int chunk, int micro_batch) const {
