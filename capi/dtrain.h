@@ -563,9 +563,9 @@ typedef struct dt_gpt_config_t {
                               struct_size covers it (older callers get fp32) */
   const char* schedule;  /**< pipeline parallelism (dt_model_create_gpt_grid() on a grid with
                               pp > 1): "1f1b" (NULL means it), "gpipe" or "interleaved", as
-                              dtrain-gpt's --schedule (docs/pipeline-parallel.md). The three
-                              fields below are read only when struct_size covers them; they
-                              must keep their defaults without pipeline parallelism */
+                              dtrain-gpt's --schedule (docs/pipeline-parallel.md). This field
+                              and the two below are read only when struct_size covers them;
+                              they must keep their defaults without pipeline parallelism */
   int micro_batches;     /**< pipeline parallelism: micro-batches each
                               dt_gpt_forward_backward() and dt_gpt_evaluate() cut their batch
                               into (batch / micro_batches sequences each, at most max_batch);
@@ -800,7 +800,8 @@ DT_API dt_result_t dt_sample_token(const float* logits, int vocab,
                                    int32_t* token);
 
 /**
- * @brief Optimiser step. Collective over the model's dp group.
+ * @brief Optimiser step. Collective over every rank of the model: its dp group, and on a grid
+ * (dt_model_create_gpt_grid()) the grid's world.
  *
  * Averages the accumulated gradients over dp (under zero_stage 2 and 3 the forward-backward
  * calls have already summed them into the ranks' shares), clips by the whole model's norm,

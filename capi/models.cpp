@@ -60,12 +60,32 @@ void need_struct(const void* cfg, std::size_t struct_size, std::size_t v1_size, 
     fail(DT_ERR_INVALID_ARGUMENT, std::string("config->struct_size is too small: initialise it with ") + init);
 }
 
-void need_seed_agreement(dtrain::Communicator& ranks, std::uint64_t seed) {
-  // Replicas must start identical, or data parallelism silently trains different models.
-  std::uint64_t lo = seed, hi = seed;
+// Fails every rank of `ranks` alike (DT_ERR_INVALID_CONFIG, `message`) unless all pass the
+// same value.
+void need_same_value(dtrain::Communicator& ranks, std::uint64_t value, const char* message) {
+  std::uint64_t lo = value, hi = value;
   ranks.all_reduce(&lo, &lo, 1, dtrain::DType::i64, dtrain::ReduceOp::min);
   ranks.all_reduce(&hi, &hi, 1, dtrain::DType::i64, dtrain::ReduceOp::max);
-  if (lo != hi) fail(DT_ERR_INVALID_CONFIG, "config->seed differs between the ranks of the model");
+  if (lo != hi) fail(DT_ERR_INVALID_CONFIG, message);
+}
+
+// Replicas must start identical, or data parallelism silently trains different models; and
+// ranks made with different shapes, schedules, ZeRO stages or buckets would wait for each
+// other in mismatched collectives. `settings`: a fingerprint of everything but the seed.
+void need_agreement(dtrain::Communicator& ranks, std::uint64_t seed, std::uint64_t settings) {
+  need_same_value(ranks, seed, "config->seed differs between the ranks of the model");
+  need_same_value(ranks, settings, "the model's settings (config or optimizer) differ between its "
+                                   "ranks: every rank must pass the same ones");
+}
+
+template <class T>
+std::uint64_t mix(std::uint64_t h, const T& value) {
+  return fnv1a(&value, sizeof value, h);
+}
+
+std::uint64_t optimizer_fingerprint(const dt_optimizer_config_t& o) {
+  const std::uint64_t h = mix(mix(mix(fnv1a(&o.beta1, sizeof o.beta1), o.beta2), o.eps), o.weight_decay);
+  return mix(mix(mix(h, o.clip_grad), o.zero_stage), o.bucket_mb);
 }
 
 // Whether a caller's config struct reaches the field at `offset` (fields are only ever
@@ -136,7 +156,8 @@ int need_gpt_inputs(dt_model_s& m, const int32_t* tokens, const int32_t* targets
     need_tokens(targets, n, g.config().vocab, "targets");
   }, true);
   const std::size_t bytes = n * sizeof(int32_t);
-  need_same_inputs(m, fnv1a(targets, bytes, fnv1a(tokens, bytes)), "tokens", collective_over_dp, true);
+  const std::uint64_t shape = mix(mix(fnv1a(tokens, bytes), batch), seq);
+  need_same_inputs(m, fnv1a(targets, bytes, shape), "tokens", collective_over_dp, true);
   return per_pass;
 }
 
@@ -273,36 +294,49 @@ ModelSplit split_of(dt_model_s& m, bool tied) {
 // every rank agreeing on the device, the layout, the model, its step engine.
 void create_gpt(dt_comm_s& c, dt_grid_s* grid, const dt_gpt_config_t* config,
                 const dt_optimizer_config_t* optimizer, dt_model_t* model) {
-  need_ptr(model, "model");
-  need_struct(config, config ? config->struct_size : 0,
-              offsetof(dt_gpt_config_t, seed) + sizeof(uint64_t), "DT_GPT_CONFIG_INIT");
-  const dt_optimizer_config_t opt = read_optimizer_config(optimizer);
-  dtrain::GptConfig gc;
-  gc.layers = config->layers;
-  gc.heads = config->heads;
-  gc.d_model = config->d_model;
-  gc.seq_len = config->seq_len;
-  gc.vocab = config->vocab;
-  gc.tie_embeddings = config->tie_embeddings != 0;
-  if (covers(config, offsetof(dt_gpt_config_t, recompute), sizeof(int))) gc.recompute = config->recompute != 0;
-  gc.validate();
-  need(config->max_batch >= 1, "config->max_batch must be positive");
-  const bool sp = covers(config, offsetof(dt_gpt_config_t, sequence_parallel), sizeof(int)) &&
-                  config->sequence_parallel != 0;
   const int tp = grid ? grid->grid.tp_size() : 1, pp = grid ? grid->grid.pp_size() : 1;
-  const PipelineSettings stages = pipeline_settings(config, pp);
-  if (pp > 1 && opt.zero_stage >= 2)
-    fail(DT_ERR_NOT_IMPLEMENTED, "optimizer zero_stage " + std::to_string(opt.zero_stage) +
-                                     " with pipeline parallelism (pp > 1) is not available: ZeRO 2 "
-                                     "and 3 reduce every backward, a pipeline's come from several "
-                                     "micro-batches at once; use zero_stage 0 or 1");
-  if (sp && tp == 1)
-    fail(DT_ERR_INVALID_CONFIG, "config->sequence_parallel needs tensor parallelism: "
-                                "dt_model_create_gpt_grid on a grid with tp > 1");
-  gc.validate_tp(tp, sp);
-  const dtrain::DType low = precision_of(config);
+  dt_optimizer_config_t opt{};
+  dtrain::GptConfig gc;
+  bool sp = false;
+  PipelineSettings stages;
+  dtrain::DType low = dtrain::DType::f32;
+  // Every rank checks its own arguments, and one rank's refusal fails them all (rather than
+  // leaving the others in the agreement below).
+  agreed_checks(*c.comm, true, [&] {
+    need_ptr(model, "model");
+    need_struct(config, config ? config->struct_size : 0,
+                offsetof(dt_gpt_config_t, seed) + sizeof(uint64_t), "DT_GPT_CONFIG_INIT");
+    opt = read_optimizer_config(optimizer);
+    gc.layers = config->layers;
+    gc.heads = config->heads;
+    gc.d_model = config->d_model;
+    gc.seq_len = config->seq_len;
+    gc.vocab = config->vocab;
+    gc.tie_embeddings = config->tie_embeddings != 0;
+    if (covers(config, offsetof(dt_gpt_config_t, recompute), sizeof(int))) gc.recompute = config->recompute != 0;
+    gc.validate();
+    need(config->max_batch >= 1, "config->max_batch must be positive");
+    sp = covers(config, offsetof(dt_gpt_config_t, sequence_parallel), sizeof(int)) &&
+         config->sequence_parallel != 0;
+    stages = pipeline_settings(config, pp);
+    if (pp > 1 && opt.zero_stage >= 2)
+      fail(DT_ERR_NOT_IMPLEMENTED, "optimizer zero_stage " + std::to_string(opt.zero_stage) +
+                                       " with pipeline parallelism (pp > 1) is not available: ZeRO 2 "
+                                       "and 3 reduce every backward, a pipeline's come from several "
+                                       "micro-batches at once; use zero_stage 0 or 1");
+    if (sp && tp == 1)
+      fail(DT_ERR_INVALID_CONFIG, "config->sequence_parallel needs tensor parallelism: "
+                                  "dt_model_create_gpt_grid on a grid with tp > 1");
+    gc.validate_tp(tp, sp);
+    low = precision_of(config);
+  });
   gc.saved_activations = low;  // 16-bit saved activations, as dtrain-gpt keeps them
-  need_seed_agreement(*c.comm, config->seed);
+  std::uint64_t settings = optimizer_fingerprint(opt);
+  for (int v : {gc.layers, gc.heads, gc.d_model, gc.seq_len, gc.vocab, int(gc.tie_embeddings),
+                int(gc.recompute), int(sp), int(low), int(stages.schedule), stages.micro_batches,
+                stages.virtual_stages})
+    settings = mix(settings, v);
+  need_agreement(*c.comm, config->seed, settings);
   auto m = std::make_unique<dt_model_s>(&c);
   dtrain::Device& dev = open_device(config, *m);
   m->precision = low;
@@ -342,7 +376,9 @@ dt_result_t dt_model_create_mlp(dt_comm_t dp, const dt_mlp_config_t* config,
     const dt_optimizer_config_t opt = read_optimizer_config(optimizer);
     dtrain::MlpConfig mc;
     mc.sizes.assign(config->sizes, config->sizes + config->num_sizes);
-    need_seed_agreement(*c.comm, config->seed);
+    std::uint64_t settings = optimizer_fingerprint(opt);
+    for (int size : mc.sizes) settings = mix(settings, size);
+    need_agreement(*c.comm, config->seed, settings);
     auto m = std::make_unique<dt_model_s>(&c);
     dtrain::Device& dev = open_device(config, *m);
     m->mlp = std::make_unique<dtrain::MlpModel>(mc, dev, config->seed, config->max_batch);
@@ -471,8 +507,8 @@ dt_result_t dt_gpt_decode(dt_model_t model, const int32_t* tokens, int count, in
                                     "(new_text) with its last tokens");
       need_tokens(tokens, static_cast<std::size_t>(count), vocab, "tokens");
     }, true);
-    need_same_inputs(m, fnv1a(tokens, sizeof(int32_t) * static_cast<std::size_t>(count)), "tokens",
-                     collective_over_dp, true);
+    const std::uint64_t text = mix(mix(fnv1a(tokens, sizeof(int32_t) * static_cast<std::size_t>(count)), count), new_text != 0);
+    need_same_inputs(m, text, "tokens", collective_over_dp, true);
     if (new_text) g.decode_reset();
     const float* out = m.pipeline ? m.pipeline->decode(tokens, count) : g.decode(tokens, count);
     dtrain::Communicator* tp = m.tp();

@@ -161,7 +161,8 @@ static void null_pointers(handles_t h) {
         dt_model_create_mlp(h.comm, NULL, NULL, NULL));
   FAILS(DT_ERR_INVALID_ARGUMENT, ctx, "dt_model_create_mlp: config must not be NULL",
         dt_model_create_mlp(h.comm, NULL, NULL, &model));
-  FAILS(DT_ERR_INVALID_ARGUMENT, ctx, "dt_model_create_gpt: config must not be NULL",
+  /* (agreed over the ranks: "rank 0: " goes before the message at several ranks) */
+  FAILS(DT_ERR_INVALID_ARGUMENT, ctx, "config must not be NULL",
         dt_model_create_gpt(h.comm, NULL, NULL, &model));
   FAILS(DT_ERR_INVALID_ARGUMENT, ctx, "dt_mlp_forward_backward: x must not be NULL",
         dt_mlp_forward_backward(h.model, NULL, labels, 1, NULL));

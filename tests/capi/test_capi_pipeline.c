@@ -166,7 +166,7 @@ static void test_layout(dt_context_t ctx, dt_comm_t world, const pipeline_t* p) 
   l = make_layout(ctx, p);
   int32_t tokens[MAXSEQS * T], targets[MAXSEQS * T];
   const int32_t prompt[5] = {3, 14, 15, 9, 26}, next = 5;
-  float worst, pd, ld, es = 0, er = 0, ds[2][VOCAB], dr[2][VOCAB];
+  float worst, pd, ld, es = 0, er = 0, ss = 0, sr = 0, ds[2][VOCAB], dr[2][VOCAB];
   int bits = 0;
   char dir[1200], name[128];
 
@@ -182,12 +182,12 @@ static void test_layout(dt_context_t ctx, dt_comm_t world, const pipeline_t* p) 
   {
     const int few = p->micro_batches;
     float ns = 0, nr = 0;
-    OK(ctx, dt_gpt_evaluate(l.staged, tokens, targets, few, 6, &es));
-    OK(ctx, dt_gpt_evaluate(l.ref, tokens, targets, few, 6, &er));
-    CHECK(relative_ok(es, er));
-    OK(ctx, dt_gpt_forward_backward(l.staged, tokens, targets, few, 6, &es));
-    OK(ctx, dt_gpt_forward_backward(l.ref, tokens, targets, few, 6, &er));
-    CHECK(relative_ok(es, er));
+    OK(ctx, dt_gpt_evaluate(l.staged, tokens, targets, few, 6, &ss));
+    OK(ctx, dt_gpt_evaluate(l.ref, tokens, targets, few, 6, &sr));
+    CHECK(relative_ok(ss, sr));
+    OK(ctx, dt_gpt_forward_backward(l.staged, tokens, targets, few, 6, &ss));
+    OK(ctx, dt_gpt_forward_backward(l.ref, tokens, targets, few, 6, &sr));
+    CHECK(relative_ok(ss, sr));
     OK(ctx, dt_model_step(l.staged, 0.0f, &ns));
     OK(ctx, dt_model_step(l.ref, 0.0f, &nr));
     CHECK(relative_ok(ns, nr)); /* every replica had the same batch: its average is it */
@@ -263,6 +263,15 @@ static void test_refusals(dt_context_t ctx, int size) {
         dt_model_create_gpt_grid(grid, &gc, NULL, &m));
   gc.micro_batches = -1;
   FAILS(DT_ERR_INVALID_CONFIG, ctx, "micro_batches must be >= 0", dt_model_create_gpt_grid(grid, &gc, NULL, &m));
+  /* Settings that differ between the ranks (the stages would wait for each other's
+   * messages), or one refused on one rank only: every rank fails. */
+  gc = config(&p, 2, 1);
+  gc.micro_batches = stage == 0 ? 2 : 4;
+  FAILS(DT_ERR_INVALID_CONFIG, ctx, "settings (config or optimizer) differ between its ranks",
+        dt_model_create_gpt_grid(grid, &gc, NULL, &m));
+  gc = config(&p, 2, 1);
+  FAILS(DT_ERR_NOT_IMPLEMENTED, ctx, "rank 0: optimizer zero_stage 2",
+        dt_model_create_gpt_grid(grid, &gc, stage == 0 ? &oc : NULL, &m));
   gc = config(&p, 2, 1);
   OK(ctx, dt_context_world(ctx, &world));
   FAILS(DT_ERR_INVALID_CONFIG, ctx, "need pipeline parallelism", dt_model_create_gpt(world, &gc, NULL, &m));
@@ -280,6 +289,9 @@ static void test_refusals(dt_context_t ctx, int size) {
   FAILS(DT_ERR_INVALID_ARGUMENT, ctx, "tokens[10] = 53 is outside [0, vocab)",
         dt_gpt_forward_backward(m, tokens, targets, 4, T, &loss));
   tokens[T + 2] = 0;
+  /* The same tokens as another shape on one stage: every rank refuses. */
+  FAILS(DT_ERR_INVALID_ARGUMENT, ctx, "were given different tokens",
+        dt_gpt_evaluate(m, tokens, targets, stage == 0 ? 2 : 4, stage == 0 ? T : T / 2, &loss));
   /* Different tokens on the stages: every rank refuses. */
   if (stage == 1) tokens[3] = (tokens[3] + 1) % VOCAB;
   FAILS(DT_ERR_INVALID_ARGUMENT, ctx, "were given different tokens",
@@ -320,7 +332,7 @@ int main(int argc, char** argv) {
   if (size == 4) {
     const pipeline_t with_dp = {1, 2, 2, 2, 1, 1, 0, 1, NULL, NULL};
     const pipeline_t with_tp = {2, 2, 2, 2, 1, 1, 1, 0, NULL, NULL};
-    const pipeline_t four = {1, 4, 4, 1, 1, 0, 0, 0, NULL, NULL};
+    const pipeline_t four = {1, 4, 4, 1, 1, 1, 0, 0, NULL, NULL};
     test_layout(ctx, world, &with_dp);
     test_layout(ctx, world, &with_tp);
     test_layout(ctx, world, &four);
