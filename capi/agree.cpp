@@ -14,4 +14,16 @@ void share_failure(Communicator& comm, const Outcome& mine, int from, const std:
   fail(static_cast<dt_result_t>(code), prefix + message);
 }
 
+void need_same_value(Communicator& ranks, std::uint64_t value, const char* message) {
+  std::uint64_t lo = value, hi = value;
+  ranks.all_reduce(&lo, &lo, 1, DType::i64, ReduceOp::min);
+  ranks.all_reduce(&hi, &hi, 1, DType::i64, ReduceOp::max);
+  if (lo != hi) fail(DT_ERR_INVALID_CONFIG, message);
+}
+
+std::uint64_t optimizer_fingerprint(const dt_optimizer_config_t& o) noexcept {
+  const std::uint64_t h = mix(mix(mix(fnv1a(&o.beta1, sizeof o.beta1), o.beta2), o.eps), o.weight_decay);
+  return mix(mix(mix(h, o.clip_grad), o.zero_stage), o.bucket_mb);
+}
+
 }  // namespace dtrain::capi

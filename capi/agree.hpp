@@ -4,6 +4,7 @@
 // and every rank fails with the same code and message. Templates, so that the checks of a
 // per-step call (dt_gpt_forward_backward) cost no allocation.
 #include <climits>
+#include <cstdint>
 #include <new>
 #include <string>
 
@@ -62,5 +63,26 @@ void agreed_checks(Communicator& comm, bool collective, F&& checks) {
   if (first == INT_MAX) return;
   share_failure(comm, o, first, "rank " + std::to_string(first) + ": ");
 }
+
+// FNV-1a over `bytes` bytes, continuing from h: the fingerprints the ranks compare.
+inline std::uint64_t fnv1a(const void* data, std::size_t bytes,
+                           std::uint64_t h = 1469598103934665603ull) noexcept {
+  const auto* p = static_cast<const unsigned char*>(data);
+  for (std::size_t i = 0; i < bytes; ++i) h = (h ^ p[i]) * 1099511628211ull;
+  return h;
+}
+
+// h continued over one value's bytes (a scalar without padding).
+template <class T>
+std::uint64_t mix(std::uint64_t h, const T& value) noexcept {
+  return fnv1a(&value, sizeof value, h);
+}
+
+// Collective over ranks: fails every rank alike (DT_ERR_INVALID_CONFIG, `message`) unless all
+// pass the same value.
+void need_same_value(Communicator& ranks, std::uint64_t value, const char* message);
+
+// A fingerprint of the settings of an optimizer config that every rank must share.
+std::uint64_t optimizer_fingerprint(const dt_optimizer_config_t& o) noexcept;
 
 }  // namespace dtrain::capi

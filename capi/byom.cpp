@@ -25,6 +25,18 @@ dtrain::CopyKind dt_byom_s::arena_to_program() {
 
 void dt_byom_s::close() {
   if (engine) return;
+  // Ranks that registered different tensors, or made the byom with different optimizer
+  // settings, would reduce mismatched buckets: every rank fails instead (also where only
+  // some registered none).
+  std::uint64_t h = optimizer_fingerprint(cfg);
+  for (const dtrain::ParamInfo& p : store) {
+    h = mix(fnv1a(p.name.data(), p.name.size(), h), p.decay);
+    h = mix(h, p.shape.size());
+    for (std::int64_t d : p.shape) h = mix(h, d);
+  }
+  need_same_value(*comm->comm, h, "the byom's registered tensors (names, shapes, decay) or optimizer "
+                                  "settings differ between the ranks of dp: every rank must register "
+                                  "the same ones");
   if (buffers.empty()) fail(DT_ERR_INVALID_STATE, "no tensors registered");
   // Allocated by an earlier try whose engine could not be made (memory): closed but stepless.
   if (!store.allocated()) store.allocate();

@@ -525,10 +525,15 @@ typedef struct dt_mlp_config_t {
                             means "auto". Inputs and outputs of every call stay host memory.
                             Read only when struct_size covers it: callers built with an
                             older dtrain.h get "cpu" */
+  const char* precision; /**< "fp32" (NULL means it), "bf16" or "fp16": mixed precision as
+                              for dt_gpt_config_t::precision (fp32 master weights, 16-bit
+                              parameters and reduced gradients, 16-bit GEMM operands on a GPU,
+                              fp16's dynamic loss scale). Read only when struct_size covers it
+                              (older callers get fp32) */
 } dt_mlp_config_t;
 /** Defaults of ::dt_mlp_config_t: no sizes (to be set), max_batch 32, seed 1337, device
- *  "auto". */
-#define DT_MLP_CONFIG_INIT {sizeof(dt_mlp_config_t), 0, NULL, 32, 1337u, NULL}
+ *  "auto", fp32. */
+#define DT_MLP_CONFIG_INIT {sizeof(dt_mlp_config_t), 0, NULL, 32, 1337u, NULL, NULL}
 
 /** A GPT-2-style model (docs/model.md); initialise with ::DT_GPT_CONFIG_INIT. */
 typedef struct dt_gpt_config_t {

@@ -81,14 +81,6 @@ void agreed_model_checks(dt_model_s& m, bool collective_over_dp, F&& checks, boo
     checks();
 }
 
-// FNV-1a over `bytes` bytes, continuing from h: the fingerprint need_same_over_tp compares.
-inline std::uint64_t fnv1a(const void* data, std::size_t bytes,
-                           std::uint64_t h = 1469598103934665603ull) noexcept {
-  const auto* p = static_cast<const unsigned char*>(data);
-  for (std::size_t i = 0; i < bytes; ++i) h = (h ^ p[i]) * 1099511628211ull;
-  return h;
-}
-
 // The entry-point shape for a model handle (see call() in guard.hpp).
 template <class F>
 dt_result_t with_model(const char* func, dt_model_t h, F&& body) {

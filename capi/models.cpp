@@ -60,15 +60,6 @@ void need_struct(const void* cfg, std::size_t struct_size, std::size_t v1_size, 
     fail(DT_ERR_INVALID_ARGUMENT, std::string("config->struct_size is too small: initialise it with ") + init);
 }
 
-// Fails every rank of `ranks` alike (DT_ERR_INVALID_CONFIG, `message`) unless all pass the
-// same value.
-void need_same_value(dtrain::Communicator& ranks, std::uint64_t value, const char* message) {
-  std::uint64_t lo = value, hi = value;
-  ranks.all_reduce(&lo, &lo, 1, dtrain::DType::i64, dtrain::ReduceOp::min);
-  ranks.all_reduce(&hi, &hi, 1, dtrain::DType::i64, dtrain::ReduceOp::max);
-  if (lo != hi) fail(DT_ERR_INVALID_CONFIG, message);
-}
-
 // Replicas must start identical, or data parallelism silently trains different models; and
 // ranks made with different shapes, schedules, ZeRO stages or buckets would wait for each
 // other in mismatched collectives. `settings`: a fingerprint of everything but the seed.
@@ -78,15 +69,6 @@ void need_agreement(dtrain::Communicator& ranks, std::uint64_t seed, std::uint64
                                    "ranks: every rank must pass the same ones");
 }
 
-template <class T>
-std::uint64_t mix(std::uint64_t h, const T& value) {
-  return fnv1a(&value, sizeof value, h);
-}
-
-std::uint64_t optimizer_fingerprint(const dt_optimizer_config_t& o) {
-  const std::uint64_t h = mix(mix(mix(fnv1a(&o.beta1, sizeof o.beta1), o.beta2), o.eps), o.weight_decay);
-  return mix(mix(mix(h, o.clip_grad), o.zero_stage), o.bucket_mb);
-}
 
 // Whether a caller's config struct reaches the field at `offset` (fields are only ever
 // appended: an older caller's struct ends before the newer ones).
@@ -214,8 +196,9 @@ void connect_hooks(dtrain::GptModel& g, StepEngine& e) {
 
 // config->precision as the 16-bit format of mixed precision, f32 for none (also for NULL
 // and for older callers, whose struct ends before the field).
-dtrain::DType precision_of(const dt_gpt_config_t* config) {
-  const bool has_field = covers(config, offsetof(dt_gpt_config_t, precision), sizeof(const char*));
+template <class Config>
+dtrain::DType precision_of(const Config* config) {
+  const bool has_field = covers(config, offsetof(Config, precision), sizeof(const char*));
   const std::string p = has_field && config->precision ? config->precision : "fp32";
   if (p == "fp32") return dtrain::DType::f32;
   if (p == "bf16") return dtrain::DType::bf16;
@@ -376,13 +359,16 @@ dt_result_t dt_model_create_mlp(dt_comm_t dp, const dt_mlp_config_t* config,
     const dt_optimizer_config_t opt = read_optimizer_config(optimizer);
     dtrain::MlpConfig mc;
     mc.sizes.assign(config->sizes, config->sizes + config->num_sizes);
-    std::uint64_t settings = optimizer_fingerprint(opt);
+    const dtrain::DType low = precision_of(config);
+    std::uint64_t settings = mix(optimizer_fingerprint(opt), int(low));
     for (int size : mc.sizes) settings = mix(settings, size);
     need_agreement(*c.comm, config->seed, settings);
     auto m = std::make_unique<dt_model_s>(&c);
     dtrain::Device& dev = open_device(config, *m);
+    m->precision = low;
     m->mlp = std::make_unique<dtrain::MlpModel>(mc, dev, config->seed, config->max_batch);
-    m->engine = std::make_unique<StepEngine>(m->dp(), m->params(), opt);
+    m->engine = std::make_unique<StepEngine>(m->dp(), m->params(), opt, std::vector<dtrain::parallel::Range>{},
+                                             ModelSplit{}, low);
     // The MLP has no per-layer parameter hooks: under ZeRO 3 each pass holds it whole
     // (WholeParameters in its entry points), and only the pieces stay between passes.
     *model = adopt(std::move(m));
@@ -432,7 +418,7 @@ dt_result_t dt_mlp_forward_backward(dt_model_t model, const float* x, const int3
       l = mlp.forward(x, labels, batch);
       m.engine->begin_backward();
       m.engine->writing_everything();  // ZeRO 2/3 on a GPU: map the dropped pieces back first
-      mlp.backward(1.0f);
+      mlp.backward(m.engine->loss_scale());  // fp16's loss scale, else 1
     }
     m.engine->end_backward();
     if (loss) *loss = l;

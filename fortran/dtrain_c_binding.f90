@@ -26,6 +26,7 @@ module dtrain_c_binding
     integer(c_int) :: max_batch
     integer(c_int64_t) :: seed
     type(c_ptr) :: device
+    type(c_ptr) :: precision
   end type
   type, bind(C), public :: gpt_config_c
     integer(c_size_t) :: struct_size

@@ -44,8 +44,11 @@ contains
   !> @param[in] device optional 'auto' (default: a GPU where the CUDA plugin finds one, else
   !>            the CPU), 'cpu' or 'cuda'; where the model lives and computes (docs/c-api.md).
   !>            'cuda' where some rank of dp has no usable GPU gives DT_ERR_UNAVAILABLE.
+  !> @param[in] precision optional 'fp32' (default), 'bf16' or 'fp16' (mixed precision, as for
+  !>            the GPT).
   subroutine dt_model_create_mlp(dp, sizes, max_batch, model, ierr, seed, weight_decay, &
-                                 clip_grad, zero_stage, beta1, beta2, eps, bucket_mb, device)
+                                 clip_grad, zero_stage, beta1, beta2, eps, bucket_mb, device, &
+                                 precision)
     type(dt_comm), intent(in) :: dp
     integer(c_int), dimension(:), target, contiguous, intent(in) :: sizes
     integer, intent(in) :: max_batch
@@ -55,16 +58,20 @@ contains
     real, intent(in), optional :: weight_decay, clip_grad, beta1, beta2, eps
     integer, intent(in), optional :: zero_stage
     real(c_double), intent(in), optional :: bucket_mb
-    character(len=*), intent(in), optional :: device
+    character(len=*), intent(in), optional :: device, precision
     type(mlp_config_c) :: cfg
-    character(kind=c_char), allocatable, target :: device_c(:)
+    character(kind=c_char), allocatable, target :: device_c(:), precision_c(:)
     cfg = mlp_config_c(0_c_size_t, size(sizes), c_loc(sizes), max_batch, 1337_c_int64_t, &
-                       c_null_ptr)
+                       c_null_ptr, c_null_ptr)
     cfg%struct_size = c_sizeof(cfg)
     if (present(seed)) cfg%seed = seed
     if (present(device)) then
       call c_chars(device, device_c)
       cfg%device = c_loc(device_c)
+    end if
+    if (present(precision)) then
+      call c_chars(precision, precision_c)
+      cfg%precision = c_loc(precision_c)
     end if
     ierr = ret(c_model_create_mlp(dp, cfg, optimizer_config(weight_decay, clip_grad, zero_stage, &
                                                             beta1, beta2, eps, bucket_mb), model))

@@ -290,6 +290,35 @@ static void wrong_sizes_and_names(handles_t h, int size) {
           dt_model_save_checkpoint(h.model, "never_written", my_rank == 0 ? -2 : 1));
     FAILS(DT_ERR_INVALID_ARGUMENT, ctx, "rank 0: source must not be empty",
           dt_model_load_checkpoint(h.model, my_rank == 0 ? "" : "nowhere"));
+    /* Models and byoms whose settings differ between the ranks: every rank fails (their
+     * reductions would not match, and would wait or mix up buffers). */
+    {
+      dt_optimizer_config_t zero1 = DT_OPTIMIZER_CONFIG_INIT;
+      dt_gpt_config_t gc = DT_GPT_CONFIG_INIT;
+      dt_mlp_config_t mc = DT_MLP_CONFIG_INIT;
+      int sizes[3] = {4, 8, 2};
+      dt_model_t other = NULL;
+      dt_byom_t mismatched = NULL;
+      const int64_t mine[1] = {my_rank == 0 ? 2 : 3};
+      zero1.zero_stage = 1;
+      gc.layers = 1;
+      gc.d_model = 32;
+      gc.seq_len = 8;
+      FAILS(DT_ERR_INVALID_CONFIG, ctx, "settings (config or optimizer) differ between its ranks",
+            dt_model_create_gpt(h.comm, &gc, my_rank == 0 ? &zero1 : NULL, &other));
+      CHECK(other == NULL);
+      sizes[1] = my_rank == 0 ? 8 : 9;
+      mc.sizes = sizes;
+      mc.num_sizes = 3;
+      FAILS(DT_ERR_INVALID_CONFIG, ctx, "settings (config or optimizer) differ between its ranks",
+            dt_model_create_mlp(h.comm, &mc, NULL, &other));
+      CHECK(other == NULL);
+      OK(ctx, dt_byom_create(h.comm, NULL, &mismatched));
+      OK(ctx, dt_byom_register(mismatched, "w", 1, mine, DT_F32, f, f, 0));
+      FAILS(DT_ERR_INVALID_CONFIG, ctx, "registered tensors (names, shapes, decay) or optimizer settings differ",
+            dt_byom_step(mismatched, 1e-3f, NULL));
+      OK(ctx, dt_byom_destroy(mismatched));
+    }
   }
 
   OK(ctx, dt_model_device(h.model, NULL, 0, &n));  /* the length: "cpu (OpenBLAS)" */

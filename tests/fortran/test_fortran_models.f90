@@ -217,6 +217,26 @@ contains
     call dt_model_loss_scale(model, scale, skipped, ierr)
     call check(ierr == DT_SUCCESS .and. scale == 1.0 .and. skipped == 0, 'bf16 has no loss scaling')
     call dt_model_destroy(model, ierr)
+    ! The MLP in bf16 too.
+    block
+      real(c_float) :: x(4, 3)
+      integer(c_int) :: labels(3)
+      real(c_float), allocatable :: w(:)
+      integer :: i
+      x = reshape([(0.1 * mod(i, 7) - 0.3, i = 1, 12)], [4, 3])
+      labels = [0, 1, 1]
+      call dt_model_create_mlp(world, sizes, 4, model, ierr, precision='bf16')
+      call expect(ierr, DT_SUCCESS, 'dt_model_create_mlp in bf16')
+      call dt_mlp_forward_backward(model, x, labels, loss, ierr)
+      call dt_model_step(model, 1e-2, ierr)
+      call expect(ierr, DT_SUCCESS, 'a bf16 mlp step')
+      call dt_model_num_parameters(model, n, ierr)
+      allocate(w(n))
+      call dt_model_get_parameters(model, w, ierr)
+      call check(all(iand(transfer(w, 0_c_int32_t, size(w)), 65535_c_int32_t) == 0), &
+                 'bf16 mlp parameters are bf16 values')
+      call dt_model_destroy(model, ierr)
+    end block
     call dt_model_create_gpt(world, model, ierr, layers=1, heads=2, d_model=d_model, &
                              seq_len=seq, vocab=vocab, precision='fp8')
     call expect_message(ierr, DT_ERR_INVALID_CONFIG, ctx, &
