@@ -38,13 +38,22 @@ void dt_byom_s::close() {
                                   "settings differ between the ranks of dp: every rank must register "
                                   "the same ones");
   if (buffers.empty()) fail(DT_ERR_INVALID_STATE, "no tensors registered");
-  // Allocated by an earlier try whose engine could not be made (memory): closed but stepless.
-  if (!store.allocated()) store.allocate();
-  // The program holds whole gradients and hands them over at the step: ZeRO 2 can shard
-  // only the reduction and the AdamW state there, which is what ZeRO 1 does.
-  dt_optimizer_config_t engine_cfg = cfg;
-  engine_cfg.zero_stage = std::min(cfg.zero_stage, 1);
-  engine = std::make_unique<StepEngine>(*comm->comm, store, engine_cfg);
+  // The ranks agree on the engine: where it could not be made on some (memory), none keeps
+  // one, so that all try again together at the next call instead of some stepping alone.
+  try {
+    agreed_checks(*comm->comm, true, [&] {
+      // Allocated by an earlier try whose engine could not be made: closed but stepless.
+      if (!store.allocated()) store.allocate();
+      // The program holds whole gradients and hands them over at the step: ZeRO 2 can shard
+      // only the reduction and the AdamW state there, which is what ZeRO 1 does.
+      dt_optimizer_config_t engine_cfg = cfg;
+      engine_cfg.zero_stage = std::min(cfg.zero_stage, 1);
+      engine = std::make_unique<StepEngine>(*comm->comm, store, engine_cfg);
+    });
+  } catch (...) {
+    engine.reset();
+    throw;
+  }
 }
 
 void dt_byom_s::copy_in(bool with_grads) {

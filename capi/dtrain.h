@@ -465,8 +465,10 @@ DT_API dt_result_t dt_byom_destroy(dt_byom_t byom);
  * @brief Registers a parameter buffer and its gradient buffer.
  *
  * Both stay owned by the program, which keeps them alive and at the same address until the
- * byom handle is destroyed. Every rank registers the same tensors in the same order. Only
- * before the first dt_byom_step() or checkpoint call (then ::DT_ERR_INVALID_STATE).
+ * byom handle is destroyed. Every rank registers the same tensors in the same order
+ * (checked by the first dt_byom_step() or checkpoint call, with the optimizer settings:
+ * ::DT_ERR_INVALID_CONFIG on every rank where they differ). Only before the first
+ * dt_byom_step() or checkpoint call (then ::DT_ERR_INVALID_STATE).
  * @param byom a live byom.
  * @param name unique global name (the checkpoint dataset is /model/NAME).
  * @param ndim number of dimensions, 1..8.
@@ -498,7 +500,9 @@ DT_API dt_result_t dt_byom_register(dt_byom_t byom, const char* name, int ndim,
  * @param lr learning rate, finite and >= 0.
  * @param[out] grad_norm global norm before clipping; may be NULL.
  * @return ::DT_SUCCESS; ::DT_ERR_INVALID_HANDLE, ::DT_ERR_INVALID_ARGUMENT (lr),
- *         ::DT_ERR_INVALID_STATE (nothing registered), ::DT_ERR_COMM, ::DT_ERR_TIMEOUT.
+ *         ::DT_ERR_INVALID_STATE (nothing registered), ::DT_ERR_INVALID_CONFIG (the ranks
+ *         registered different tensors or made the byom with different optimizer settings),
+ *         ::DT_ERR_COMM, ::DT_ERR_TIMEOUT.
  */
 DT_API dt_result_t dt_byom_step(dt_byom_t byom, float lr, float* grad_norm);
 
@@ -569,7 +573,7 @@ typedef struct dt_gpt_config_t {
   const char* schedule;  /**< pipeline parallelism (dt_model_create_gpt_grid() on a grid with
                               pp > 1): "1f1b" (NULL means it), "gpipe" or "interleaved", as
                               dtrain-gpt's --schedule (docs/pipeline-parallel.md). This field
-                              and the two below are read only when struct_size covers them;
+                              and the three below are read only when struct_size covers them;
                               they must keep their defaults without pipeline parallelism */
   int micro_batches;     /**< pipeline parallelism: micro-batches each
                               dt_gpt_forward_backward() and dt_gpt_evaluate() cut their batch
@@ -577,12 +581,17 @@ typedef struct dt_gpt_config_t {
                               0 means the grid's pp */
   int virtual_stages;    /**< pipeline parallelism: model chunks per stage, more than 1 with
                               "interleaved" only; 0 means 1 */
+  const char* pipeline_layers; /**< pipeline parallelism: the layers of each of the pp x
+                              virtual_stages chunks in pipeline order, comma-separated ("3,2,2,1"),
+                              as dtrain-gpt's --pipeline-layers; NULL: as even as possible. Read
+                              only when struct_size covers it */
 } dt_gpt_config_t;
 /** Defaults of ::dt_gpt_config_t: 4 layers, 4 heads, d_model 256, seq_len 256, vocab 256,
  *  tied embeddings, max_batch 8, seed 1337, no recomputation, device "auto", no sequence
- *  parallelism, fp32, and under pipeline parallelism 1F1B over pp micro-batches. */
+ *  parallelism, fp32, and under pipeline parallelism 1F1B over pp micro-batches with the
+ *  layers split evenly. */
 #define DT_GPT_CONFIG_INIT \
-  {sizeof(dt_gpt_config_t), 4, 4, 256, 256, 256, 1, 8, 1337u, 0, NULL, 0, NULL, NULL, 0, 0}
+  {sizeof(dt_gpt_config_t), 4, 4, 256, 256, 256, 1, 8, 1337u, 0, NULL, 0, NULL, NULL, 0, 0, NULL}
 
 /**
  * @brief Creates an MLP classifier: Linear layers with GELU between them, softmax

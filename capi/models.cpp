@@ -210,7 +210,32 @@ dtrain::DType precision_of(const Config* config) {
 struct PipelineSettings {
   dtrain::parallel::ScheduleKind schedule = dtrain::parallel::ScheduleKind::one_f_one_b;
   int micro_batches = 1, virtual_stages = 1;
+  std::vector<int> layer_counts;  // per chunk in pipeline order; empty: an even split
 };
+
+// config->pipeline_layers ("3,2,2,1") as the layer counts of the pipeline's `chunks` chunks,
+// checked against the model's layers.
+std::vector<int> layer_counts(const std::string& spec, int chunks, int layers) {
+  std::vector<int> counts;
+  try {
+    counts = dtrain::parallel::parse_pipeline_layers(spec);
+  } catch (const dtrain::Error&) {
+    fail(DT_ERR_INVALID_CONFIG, "config->pipeline_layers must be a comma-separated list of layer "
+                                "counts, got '" + spec + "'");
+  }
+  if (static_cast<int>(counts.size()) != chunks)
+    fail(DT_ERR_INVALID_CONFIG, "config->pipeline_layers lists " + std::to_string(counts.size()) +
+                                    " chunks, the pipeline has pp x virtual_stages = " + std::to_string(chunks));
+  long sum = 0;
+  for (int c : counts) {
+    if (c < 1) fail(DT_ERR_INVALID_CONFIG, "config->pipeline_layers: every chunk needs at least one layer");
+    sum += c;
+  }
+  if (sum != layers)
+    fail(DT_ERR_INVALID_CONFIG, "config->pipeline_layers adds up to " + std::to_string(sum) +
+                                    " layers, the model has " + std::to_string(layers));
+  return counts;
+}
 
 // config's pipeline settings for a grid with pp stages, checked (by config field name) and
 // with the defaults filled in; without stages they must keep their defaults.
@@ -218,11 +243,13 @@ PipelineSettings pipeline_settings(const dt_gpt_config_t* config, int pp) {
   const bool has = covers(config, offsetof(dt_gpt_config_t, virtual_stages), sizeof(int));
   const char* schedule = has ? config->schedule : nullptr;
   const int micro = has ? config->micro_batches : 0, virt = has ? config->virtual_stages : 0;
+  const char* layers =
+      covers(config, offsetof(dt_gpt_config_t, pipeline_layers), sizeof(const char*)) ? config->pipeline_layers : nullptr;
   PipelineSettings p;
   if (pp == 1) {
-    if (schedule || micro != 0 || virt != 0)
-      fail(DT_ERR_INVALID_CONFIG, "config->schedule, micro_batches and virtual_stages need pipeline "
-                                  "parallelism: dt_model_create_gpt_grid on a grid with pp > 1");
+    if (schedule || micro != 0 || virt != 0 || layers)
+      fail(DT_ERR_INVALID_CONFIG, "config->schedule, micro_batches, virtual_stages and pipeline_layers "
+                                  "need pipeline parallelism: dt_model_create_gpt_grid on a grid with pp > 1");
     return p;
   }
   const std::string name = schedule ? schedule : "1f1b";
@@ -244,6 +271,7 @@ PipelineSettings pipeline_settings(const dt_gpt_config_t* config, int pp) {
     fail(DT_ERR_INVALID_CONFIG, "config->layers (" + std::to_string(config->layers) +
                                     ") is fewer than the pipeline's stages x virtual_stages (" +
                                     std::to_string(pp * p.virtual_stages) + "): every chunk needs a layer");
+  if (layers) p.layer_counts = layer_counts(layers, pp * p.virtual_stages, config->layers);
   return p;
 }
 
@@ -254,7 +282,7 @@ std::vector<dtrain::GptStage> stage_chunks(const dtrain::GptConfig& gc, const dt
                                            const PipelineSettings& p) {
   if (!layout || layout->pp_size() == 1) return {dtrain::GptStage{}};
   const int N = layout->pp_size(), s = layout->pp_rank(), V = p.virtual_stages;
-  const auto pieces = dtrain::parallel::partition_layers(gc.layers, N * V, {});
+  const auto pieces = dtrain::parallel::partition_layers(gc.layers, N * V, p.layer_counts);
   const std::vector<int> slots = dtrain::parallel::chunk_slots(p.schedule, N, s, p.micro_batches, V);
   std::vector<dtrain::GptStage> chunks;
   for (int c = 0; c < V; ++c) {
@@ -319,6 +347,7 @@ void create_gpt(dt_comm_s& c, dt_grid_s* grid, const dt_gpt_config_t* config,
                 int(gc.recompute), int(sp), int(low), int(stages.schedule), stages.micro_batches,
                 stages.virtual_stages})
     settings = mix(settings, v);
+  for (int count : stages.layer_counts) settings = mix(settings, count);
   need_agreement(*c.comm, config->seed, settings);
   auto m = std::make_unique<dt_model_s>(&c);
   dtrain::Device& dev = open_device(config, *m);
@@ -351,15 +380,22 @@ dt_result_t dt_model_create_mlp(dt_comm_t dp, const dt_mlp_config_t* config,
                                 const dt_optimizer_config_t* optimizer, dt_model_t* model) {
   clear_output(model);
   return call<dt_comm_s>(__func__, dp, Kind::comm, "dp", [&](dt_comm_s& c) {
-    need_ptr(model, "model");
-    need_struct(config, config ? config->struct_size : 0,
-                offsetof(dt_mlp_config_t, seed) + sizeof(uint64_t), "DT_MLP_CONFIG_INIT");
-    need(config->num_sizes >= 2, "config->num_sizes must be at least 2");
-    need_ptr(config->sizes, "config->sizes");
-    const dt_optimizer_config_t opt = read_optimizer_config(optimizer);
+    dt_optimizer_config_t opt{};
     dtrain::MlpConfig mc;
-    mc.sizes.assign(config->sizes, config->sizes + config->num_sizes);
-    const dtrain::DType low = precision_of(config);
+    dtrain::DType low = dtrain::DType::f32;
+    // As for the GPT: one rank's refusal fails every rank.
+    agreed_checks(*c.comm, true, [&] {
+      need_ptr(model, "model");
+      need_struct(config, config ? config->struct_size : 0,
+                  offsetof(dt_mlp_config_t, seed) + sizeof(uint64_t), "DT_MLP_CONFIG_INIT");
+      need(config->num_sizes >= 2, "config->num_sizes must be at least 2");
+      need_ptr(config->sizes, "config->sizes");
+      opt = read_optimizer_config(optimizer);
+      mc.sizes.assign(config->sizes, config->sizes + config->num_sizes);
+      mc.validate();
+      need(config->max_batch >= 1, "config->max_batch must be positive");
+      low = precision_of(config);
+    });
     std::uint64_t settings = mix(optimizer_fingerprint(opt), int(low));
     for (int size : mc.sizes) settings = mix(settings, size);
     need_agreement(*c.comm, config->seed, settings);

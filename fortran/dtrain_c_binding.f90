@@ -38,6 +38,7 @@ module dtrain_c_binding
     type(c_ptr) :: precision
     type(c_ptr) :: schedule
     integer(c_int) :: micro_batches, virtual_stages
+    type(c_ptr) :: pipeline_layers
   end type
 
   type, bind(C), public :: sampling_config_c

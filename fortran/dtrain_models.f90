@@ -160,11 +160,13 @@ contains
   !> @param[in] micro_batches optional, pp > 1 only: micro-batches a batch is cut into
   !>            (default: the grid's pp).
   !> @param[in] virtual_stages optional, pp > 1 only: model chunks per stage (default 1).
+  !> @param[in] pipeline_layers optional, pp > 1 only: the layers of each chunk, e.g. '3,1'
+  !>            (default: as even as possible).
   subroutine create_gpt_grid(grid, model, ierr, layers, heads, d_model, seq_len, vocab, &
                              tie_embeddings, max_batch, seed, weight_decay, clip_grad, &
                              zero_stage, beta1, beta2, eps, bucket_mb, recompute, device, &
                              sequence_parallel, precision, schedule, micro_batches, &
-                             virtual_stages)
+                             virtual_stages, pipeline_layers)
     type(dt_grid), intent(in) :: grid
     type(dt_model), intent(out) :: model
     integer, intent(out) :: ierr
@@ -175,10 +177,11 @@ contains
     integer, intent(in), optional :: zero_stage
     real(c_double), intent(in), optional :: bucket_mb
     logical, intent(in), optional :: recompute, sequence_parallel
-    character(len=*), intent(in), optional :: device, precision, schedule
+    character(len=*), intent(in), optional :: device, precision, schedule, pipeline_layers
     integer, intent(in), optional :: micro_batches, virtual_stages
     type(gpt_config_c) :: cfg
-    character(kind=c_char), allocatable, target :: device_c(:), precision_c(:), schedule_c(:)
+    character(kind=c_char), allocatable, target :: device_c(:), precision_c(:), schedule_c(:), &
+                                                   layers_c(:)
     call gpt_config(cfg, device_c, precision_c, layers, heads, d_model, seq_len, vocab, &
                     tie_embeddings, max_batch, seed, recompute, device, precision)
     if (present(sequence_parallel)) cfg%sequence_parallel = merge(1, 0, sequence_parallel)
@@ -188,6 +191,10 @@ contains
     end if
     if (present(micro_batches)) cfg%micro_batches = micro_batches
     if (present(virtual_stages)) cfg%virtual_stages = virtual_stages
+    if (present(pipeline_layers)) then
+      call c_chars(pipeline_layers, layers_c)
+      cfg%pipeline_layers = c_loc(layers_c)
+    end if
     ierr = ret(c_model_create_gpt_grid(grid, cfg, optimizer_config(weight_decay, clip_grad, &
                                        zero_stage, beta1, beta2, eps, bucket_mb), model))
   end subroutine
@@ -203,7 +210,7 @@ contains
     integer(c_int64_t), intent(in), optional :: seed
     character(len=*), intent(in), optional :: device, precision
     cfg = gpt_config_c(0_c_size_t, 4, 4, 256, 256, 256, 1, 8, 1337_c_int64_t, 0, c_null_ptr, 0, &
-                       c_null_ptr, c_null_ptr, 0, 0)
+                       c_null_ptr, c_null_ptr, 0, 0, c_null_ptr)
     cfg%struct_size = c_sizeof(cfg)
     if (present(layers)) cfg%layers = layers
     if (present(heads)) cfg%heads = heads

@@ -157,11 +157,9 @@ static void null_pointers(handles_t h) {
         dt_byom_save_checkpoint(h.byom, NULL, 0));
   FAILS(DT_ERR_INVALID_ARGUMENT, ctx, "source must not be NULL",
         dt_byom_load_checkpoint(h.byom, NULL));
-  FAILS(DT_ERR_INVALID_ARGUMENT, ctx, "dt_model_create_mlp: model must not be NULL",
-        dt_model_create_mlp(h.comm, NULL, NULL, NULL));
-  FAILS(DT_ERR_INVALID_ARGUMENT, ctx, "dt_model_create_mlp: config must not be NULL",
-        dt_model_create_mlp(h.comm, NULL, NULL, &model));
   /* (agreed over the ranks: "rank 0: " goes before the message at several ranks) */
+  FAILS(DT_ERR_INVALID_ARGUMENT, ctx, "model must not be NULL", dt_model_create_mlp(h.comm, NULL, NULL, NULL));
+  FAILS(DT_ERR_INVALID_ARGUMENT, ctx, "config must not be NULL", dt_model_create_mlp(h.comm, NULL, NULL, &model));
   FAILS(DT_ERR_INVALID_ARGUMENT, ctx, "config must not be NULL",
         dt_model_create_gpt(h.comm, NULL, NULL, &model));
   FAILS(DT_ERR_INVALID_ARGUMENT, ctx, "dt_mlp_forward_backward: x must not be NULL",
@@ -313,10 +311,21 @@ static void wrong_sizes_and_names(handles_t h, int size) {
       FAILS(DT_ERR_INVALID_CONFIG, ctx, "settings (config or optimizer) differ between its ranks",
             dt_model_create_mlp(h.comm, &mc, NULL, &other));
       CHECK(other == NULL);
+      sizes[1] = 8;
+      mc.precision = my_rank == 0 ? "BF16" : "bf16";
+      FAILS(DT_ERR_INVALID_CONFIG, ctx, "rank 0: config->precision must be fp32, bf16 or fp16, got 'BF16'",
+            dt_model_create_mlp(h.comm, &mc, NULL, &other));
+      CHECK(other == NULL);
       OK(ctx, dt_byom_create(h.comm, NULL, &mismatched));
       OK(ctx, dt_byom_register(mismatched, "w", 1, mine, DT_F32, f, f, 0));
       FAILS(DT_ERR_INVALID_CONFIG, ctx, "registered tensors (names, shapes, decay) or optimizer settings differ",
             dt_byom_step(mismatched, 1e-3f, NULL));
+      OK(ctx, dt_byom_destroy(mismatched));
+      /* Only rank 0 registered anything: the others do not stop alone at "no tensors". */
+      OK(ctx, dt_byom_create(h.comm, NULL, &mismatched));
+      if (my_rank == 0) OK(ctx, dt_byom_register(mismatched, "w", 1, mine, DT_F32, f, f, 0));
+      FAILS(DT_ERR_INVALID_CONFIG, ctx, "registered tensors (names, shapes, decay) or optimizer settings differ",
+            dt_byom_save_checkpoint(mismatched, "never_written", 0));
       OK(ctx, dt_byom_destroy(mismatched));
     }
   }

@@ -1,6 +1,6 @@
 /* Pipeline parallelism of the built-in GPT through the C ABI (dt_model_create_gpt_grid on a
  * grid with pp > 1): a GPT cut into stages (1F1B, GPipe and interleaved schedules; tied and
- * untied embeddings; fp16 with its loss scaling; with data parallelism, ZeRO 1 and tensor
+ * untied embeddings; an uneven layer split; fp16 with its loss scaling; with data parallelism, ZeRO 1 and tensor
  * parallelism at 4 ranks) trains as one rank does on the whole batch: every step's loss
  * (averaged over dp) and gradient norm within TOL relative (fp16: TOL16), evaluation within TOL, every tensor a stage holds and the
  * generation logits within PARAM_TOL (PARAM_TOL16). Checkpoints load across the layouts bit for bit;
@@ -35,6 +35,7 @@ typedef struct {
   int tp, pp, micro_batches, micro_batch, virtual_stages, tied, sp, zero;
   const char* schedule;
   const char* precision; /* NULL: fp32 */
+  const char* layers;    /* config->pipeline_layers; NULL: an even split */
 } pipeline_t;
 
 static dt_gpt_config_t config(const pipeline_t* p, int max_batch, int staged) {
@@ -52,6 +53,7 @@ static dt_gpt_config_t config(const pipeline_t* p, int max_batch, int staged) {
     gc.schedule = p->schedule;
     gc.micro_batches = p->micro_batches;
     gc.virtual_stages = p->virtual_stages;
+    gc.pipeline_layers = p->layers;
   }
   return gc;
 }
@@ -74,7 +76,7 @@ static void sequence(int step, int s, int32_t* tokens, int32_t* targets) {
 typedef struct {
   dt_grid_t grid, solo; /* solo: DP groups of one rank, for ref */
   dt_comm_t dp;
-  int dp_size, dp_rank, batch; /* batch: this replica's sequences per step */
+  int dp_size, dp_rank, pp_rank, batch; /* batch: this replica's sequences per step */
   dt_model_t staged, ref;      /* ref: on this rank alone, over the whole batch */
 } layout_t;
 
@@ -84,14 +86,14 @@ static layout_t make_layout(dt_context_t ctx, const pipeline_t* p) {
   dt_gpt_config_t gc;
   dt_optimizer_config_t oc = optimizer(p->zero);
   dt_comm_t one = NULL;
-  int t = 0, q = 0;
+  int t = 0;
   memset(&l, 0, sizeof l);
   g.tp = p->tp;
   g.pp = p->pp;
   OK(ctx, dt_grid_create(ctx, &g, &l.grid));
   OK(ctx, dt_grid_comm(l.grid, DT_GROUP_DP, &l.dp));
   OK(ctx, dt_comm_size(l.dp, &l.dp_size));
-  OK(ctx, dt_grid_coords(l.grid, &t, &q, &l.dp_rank));
+  OK(ctx, dt_grid_coords(l.grid, &t, &l.pp_rank, &l.dp_rank));
   l.batch = p->micro_batches * p->micro_batch;
   gc = config(p, p->micro_batch, 1);
   OK(ctx, dt_model_create_gpt_grid(l.grid, &gc, &oc, &l.staged));
@@ -170,6 +172,11 @@ static void test_layout(dt_context_t ctx, dt_comm_t world, const pipeline_t* p) 
   int bits = 0;
   char dir[1200], name[128];
 
+  if (p->layers) { /* "3,1": layer 2 on the first stage */
+    float w[32];
+    EXPECT(l.pp_rank == 0 ? DT_SUCCESS : DT_ERR_INVALID_ARGUMENT, ctx,
+           dt_model_get_tensor(l.staged, "h.2.ln_1.weight", w, 32));
+  }
   worst = train(ctx, &l, 0, STEPS);
   pd = stage_tensor_gap(ctx, l.staged, l.ref, &bits);
   CHECK(pd < param_tol);
@@ -199,16 +206,17 @@ static void test_layout(dt_context_t ctx, dt_comm_t world, const pipeline_t* p) 
   ld = max_diff(&ds[0][0], &dr[0][0], 2 * VOCAB) / max_abs(&dr[0][0], 2 * VOCAB);
   CHECK(ld <= param_tol);
   if (my_rank == 0)
-    printf("%s pp=%d tp=%d dp=%d %s x%d micro-batches of %d, virtual stages %d, tied=%d sp=%d "
-           "zero=%d: max relative loss/norm gap to one rank over %d steps %.3g, max |param "
+    printf("%s pp=%d tp=%d dp=%d %s x%d micro-batches of %d, virtual stages %d, layers %s, tied=%d "
+           "sp=%d zero=%d: max relative loss/norm gap to one rank over %d steps %.3g, max |param "
            "diff| %.3g, eval %.6f vs %.6f, logits within %.3g of the largest\n",
            p->precision ? p->precision : "fp32", p->pp, p->tp, l.dp_size, p->schedule ? p->schedule : "1f1b", p->micro_batches,
-           p->micro_batch, p->virtual_stages, p->tied, p->sp, p->zero, STEPS, worst, pd, es, er, ld);
+           p->micro_batch, p->virtual_stages, p->layers ? p->layers : "even", p->tied, p->sp, p->zero, STEPS, worst, pd, es, er, ld);
 
   /* The staged model's checkpoint loads into the one-rank model, and one written by a
    * one-rank model into the staged one, bit for bit. */
-  snprintf(name, sizeof name, "pp%d_tp%d_%s_v%d_tied%d_zero%d", p->pp, p->tp,
-           p->schedule ? p->schedule : "1f1b", p->virtual_stages, p->tied, p->zero);
+  snprintf(name, sizeof name, "pp%d_tp%d_%s_v%d_tied%d_zero%d_%s", p->pp, p->tp,
+           p->schedule ? p->schedule : "1f1b", p->virtual_stages, p->tied, p->zero,
+           p->precision ? p->precision : "fp32");
   fresh_dir(ctx, world, name, dir, sizeof dir);
   OK(ctx, dt_model_save_checkpoint(l.staged, dir, 0));
   OK(ctx, dt_model_load_checkpoint(l.ref, dir));
@@ -232,7 +240,7 @@ static void test_layout(dt_context_t ctx, dt_comm_t world, const pipeline_t* p) 
 /* Impossible pipeline settings are refused on every rank; so are passes whose inputs the
  * stages do not agree on, before any stage waits for another. */
 static void test_refusals(dt_context_t ctx, int size) {
-  const pipeline_t p = {1, 2, 2, 2, 1, 1, 0, 0, NULL, NULL};
+  const pipeline_t p = {1, 2, 2, 2, 1, 1, 0, 0, NULL, NULL, NULL};
   dt_grid_t grid = NULL;
   dt_grid_config_t g = DT_GRID_CONFIG_INIT;
   dt_gpt_config_t gc = config(&p, 2, 1);
@@ -263,6 +271,18 @@ static void test_refusals(dt_context_t ctx, int size) {
         dt_model_create_gpt_grid(grid, &gc, NULL, &m));
   gc.micro_batches = -1;
   FAILS(DT_ERR_INVALID_CONFIG, ctx, "micro_batches must be >= 0", dt_model_create_gpt_grid(grid, &gc, NULL, &m));
+  gc = config(&p, 2, 1);
+  gc.pipeline_layers = "3,2";
+  FAILS(DT_ERR_INVALID_CONFIG, ctx, "pipeline_layers adds up to 5 layers, the model has 4",
+        dt_model_create_gpt_grid(grid, &gc, NULL, &m));
+  gc.pipeline_layers = "4";
+  FAILS(DT_ERR_INVALID_CONFIG, ctx, "pipeline_layers lists 1 chunks, the pipeline has pp x virtual_stages = 2",
+        dt_model_create_gpt_grid(grid, &gc, NULL, &m));
+  gc.pipeline_layers = "4,0";
+  FAILS(DT_ERR_INVALID_CONFIG, ctx, "every chunk needs at least one layer", dt_model_create_gpt_grid(grid, &gc, NULL, &m));
+  gc.pipeline_layers = "2;2";
+  FAILS(DT_ERR_INVALID_CONFIG, ctx, "pipeline_layers must be a comma-separated list of layer counts, got '2;2'",
+        dt_model_create_gpt_grid(grid, &gc, NULL, &m));
   /* Settings that differ between the ranks (the stages would wait for each other's
    * messages), or one refused on one rank only: every rank fails. */
   gc = config(&p, 2, 1);
@@ -318,21 +338,24 @@ int main(int argc, char** argv) {
   int size = 0, status;
   status = start_with_scratch("test_capi_pipeline", &argc, &argv, &ctx, &world, &size);
   if (status != 0) return status;
-  /* tp, pp, micro-batches, sequences each, virtual stages, tied, sp, zero, schedule */
+  /* tp, pp, micro-batches, sequences each, virtual stages, tied, sp, zero, schedule, precision,
+   * pipeline_layers */
   {
-    const pipeline_t one_f_one_b = {1, 2, 2, 2, 1, 1, 0, 0, NULL, NULL};
-    const pipeline_t gpipe = {1, 2, 3, 1, 1, 0, 0, 0, "gpipe", NULL};
-    const pipeline_t interleaved = {1, 2, 4, 1, 2, 1, 0, 0, "interleaved", NULL};
-    const pipeline_t fp16 = {1, 2, 2, 2, 1, 1, 0, 0, NULL, "fp16"};
+    const pipeline_t one_f_one_b = {1, 2, 2, 2, 1, 1, 0, 0, NULL, NULL, NULL};
+    const pipeline_t gpipe = {1, 2, 3, 1, 1, 0, 0, 0, "gpipe", NULL, NULL};
+    const pipeline_t interleaved = {1, 2, 4, 1, 2, 1, 0, 0, "interleaved", NULL, NULL};
+    const pipeline_t fp16 = {1, 2, 2, 2, 1, 1, 0, 0, NULL, "fp16", NULL};
+    const pipeline_t uneven = {1, 2, 2, 2, 1, 0, 0, 0, "gpipe", NULL, "3,1"};
     test_layout(ctx, world, &one_f_one_b);
     test_layout(ctx, world, &gpipe);
     test_layout(ctx, world, &interleaved);
     test_layout(ctx, world, &fp16);
+    test_layout(ctx, world, &uneven);
   }
   if (size == 4) {
-    const pipeline_t with_dp = {1, 2, 2, 2, 1, 1, 0, 1, NULL, NULL};
-    const pipeline_t with_tp = {2, 2, 2, 2, 1, 1, 1, 0, NULL, NULL};
-    const pipeline_t four = {1, 4, 4, 1, 1, 1, 0, 0, NULL, NULL};
+    const pipeline_t with_dp = {1, 2, 2, 2, 1, 1, 0, 1, NULL, NULL, NULL};
+    const pipeline_t with_tp = {2, 2, 2, 2, 1, 1, 1, 0, NULL, NULL, NULL};
+    const pipeline_t four = {1, 4, 4, 1, 1, 1, 0, 0, NULL, NULL, NULL};
     test_layout(ctx, world, &with_dp);
     test_layout(ctx, world, &with_tp);
     test_layout(ctx, world, &four);

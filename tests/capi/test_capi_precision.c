@@ -233,7 +233,7 @@ static void test_mlp(dt_context_t ctx, dt_comm_t world, const char* precision, i
   dt_model_t ref = make_mlp(ctx, world, "fp32", zero), low = make_mlp(ctx, world, precision, zero);
   dt_model_t full = make_mlp(ctx, world, "fp32", zero);
   float worst = 0, worst_norm = 0, nr = 0, nl = 0, scale = 0, *p, *pf;
-  size_t n = 0, inexact = 0, differ = 0;
+  size_t n = 0, inexact = 0, differ = 0, not16 = 0;
   char dir[1100], name[64];
   for (int step = 0; step < STEPS; ++step) {
     const float lr = mlp_step(ctx, ref, step, &nr), ll = mlp_step(ctx, low, step, &nl);
@@ -244,6 +244,18 @@ static void test_mlp(dt_context_t ctx, dt_comm_t world, const char* precision, i
   }
   OK(ctx, dt_model_loss_scale(low, &scale, NULL));
   CHECK(scale == (strcmp(precision, "fp16") == 0 ? 65536.0f : 1.0f));
+  {
+    /* Evaluation and prediction compute with the 16-bit parameters too. */
+    float x[8 * 6], el = 0, er = 0, logits[8 * 3];
+    int32_t labels[8];
+    for (int i = 0; i < 8 * 6; ++i) x[i] = 0.05f * (float)(i % 11) - 0.2f;
+    for (int i = 0; i < 8; ++i) labels[i] = i % 3;
+    OK(ctx, dt_mlp_evaluate(low, x, labels, 8, &el));
+    OK(ctx, dt_mlp_evaluate(ref, x, labels, 8, &er));
+    CHECK(fabsf(el - er) <= BOUND * er);
+    OK(ctx, dt_mlp_predict(low, x, 8, logits));
+    CHECK(isfinite(logits[0]) && isfinite(logits[8 * 3 - 1]));
+  }
   p = parameters(ctx, low, &n);
   for (size_t i = 0; i < n; ++i) inexact += p[i] != round_to(precision, p[i]);
   CHECK(inexact == 0);
@@ -252,8 +264,12 @@ static void test_mlp(dt_context_t ctx, dt_comm_t world, const char* precision, i
   OK(ctx, dt_model_save_checkpoint(low, dir, 0));
   OK(ctx, dt_model_load_checkpoint(full, dir));
   pf = parameters(ctx, full, &n);
-  for (size_t i = 0; i < n; ++i) differ += round_to(precision, pf[i]) != p[i];
+  for (size_t i = 0; i < n; ++i) {
+    differ += round_to(precision, pf[i]) != p[i];
+    not16 += pf[i] != round_to(precision, pf[i]);
+  }
   CHECK(differ == 0);
+  CHECK(not16 > 0); /* the masters, not the rounded values */
   if (my_rank == 0)
     printf("mlp %s zero=%d: max relative loss gap to fp32 over %d steps %.3g, norm gap %.3g; every "
            "parameter a %s value, the checkpoint's masters round to them\n", precision, zero, STEPS,

@@ -142,7 +142,7 @@ contains
     lo = dp_rank * per + 1
     call dt_model_create_gpt(grid, staged, ierr, layers=2, heads=2, d_model=d_model, seq_len=seq, &
                              vocab=vocab, max_batch=per / 2, seed=5_c_int64_t, zero_stage=0, &
-                             schedule='gpipe', micro_batches=2)
+                             schedule='gpipe', micro_batches=2, pipeline_layers='1,1')
     call expect(ierr, DT_SUCCESS, 'dt_model_create_gpt on a pipeline grid')
     call dt_model_create_gpt(solo, ref, ierr, layers=2, heads=2, d_model=d_model, seq_len=seq, &
                              vocab=vocab, max_batch=batch, seed=5_c_int64_t, zero_stage=0)
@@ -228,6 +228,8 @@ contains
       call dt_model_create_mlp(world, sizes, 4, model, ierr, precision='bf16')
       call expect(ierr, DT_SUCCESS, 'dt_model_create_mlp in bf16')
       call dt_mlp_forward_backward(model, x, labels, loss, ierr)
+      call expect(ierr, DT_SUCCESS, 'a bf16 mlp forward-backward')
+      call check(loss > 0, 'a bf16 mlp has a loss')
       call dt_model_step(model, 1e-2, ierr)
       call expect(ierr, DT_SUCCESS, 'a bf16 mlp step')
       call dt_model_num_parameters(model, n, ierr)
