@@ -29,12 +29,13 @@ void dt_byom_s::close() {
   // settings, would reduce mismatched buckets: every rank fails instead (also where only
   // some registered none).
   std::uint64_t h = optimizer_fingerprint(cfg);
-  for (const dtrain::ParamInfo& p : store) {
-    h = mix(fnv1a(p.name.data(), p.name.size(), h), p.decay);
+  for (std::size_t i = 0; i < buffers.size(); ++i) {
+    const dtrain::ParamInfo& p = store[i];
+    h = mix(mix(fnv1a(p.name.data(), p.name.size(), h), p.decay), int(buffers[i].dtype));
     h = mix(h, p.shape.size());
     for (std::int64_t d : p.shape) h = mix(h, d);
   }
-  need_same_value(*comm->comm, h, "the byom's registered tensors (names, shapes, decay) or optimizer "
+  need_same_value(*comm->comm, h, "the byom's registered tensors (names, shapes, dtypes, decay) or optimizer "
                                   "settings differ between the ranks of dp: every rank must register "
                                   "the same ones");
   if (buffers.empty()) fail(DT_ERR_INVALID_STATE, "no tensors registered");
@@ -44,6 +45,11 @@ void dt_byom_s::close() {
     agreed_checks(*comm->comm, true, [&] {
       // Allocated by an earlier try whose engine could not be made: closed but stepless.
       if (!store.allocated()) store.allocate();
+      std::size_t largest16 = 0;
+      for (const Buffers& b : buffers)
+        if (b.dtype != dtrain::DType::f32) largest16 = std::max(largest16, b.numel);
+      if (largest16 > 0 && compare16.bytes() == 0)
+        compare16 = dtrain::DeviceBuffer(store.device(), 2 * largest16 * sizeof(float));
       // The program holds whole gradients and hands them over at the step: ZeRO 2 can shard
       // only the reduction and the AdamW state there, which is what ZeRO 1 does.
       dt_optimizer_config_t engine_cfg = cfg;
@@ -56,21 +62,49 @@ void dt_byom_s::close() {
   }
 }
 
+bool dt_byom_s::program_changed(std::size_t i) {
+  dtrain::Device& dev = store.device();
+  const Buffers& b = buffers[i];
+  const auto n = static_cast<std::int64_t>(b.numel);
+  float* given = compare16.as<float>();  // the program's values
+  float* mine = given + b.numel;         // minus what it was last given
+  dev.convert_from_16bit(given, static_cast<const std::uint16_t*>(b.param), n, b.dtype);
+  dev.round_to_16bit(mine, store.param(store[i]), n, b.dtype);
+  dev.scale(mine, -1.0f, n);
+  dev.accumulate(given, mine, n);
+  return !(dev.sum_squares(given, n) == 0.0);  // NaN (inf - inf) counts as changed
+}
+
 void dt_byom_s::copy_in(bool with_grads) {
   dtrain::Device& dev = store.device();
   for (std::size_t i = 0; i < buffers.size(); ++i) {
     const dtrain::ParamInfo& p = store[i];
-    const std::size_t bytes = buffers[i].numel * sizeof(float);
-    dev.copy(store.param(p), buffers[i].param, bytes, program_to_arena());
-    if (with_grads) dev.copy(store.grad(p), buffers[i].grad, bytes, program_to_arena());
+    const Buffers& b = buffers[i];
+    if (b.dtype == dtrain::DType::f32) {
+      const std::size_t bytes = b.numel * sizeof(float);
+      dev.copy(store.param(p), b.param, bytes, program_to_arena());
+      if (with_grads) dev.copy(store.grad(p), b.grad, bytes, program_to_arena());
+      continue;
+    }
+    // Both buffers are the device's memory here (host memory on the CPU).
+    const auto n = static_cast<std::int64_t>(b.numel);
+    if (program_changed(i))
+      dev.convert_from_16bit(store.param(p), static_cast<const std::uint16_t*>(b.param), n, b.dtype);
+    if (with_grads)
+      dev.convert_from_16bit(store.grad(p), static_cast<const std::uint16_t*>(b.grad), n, b.dtype);
   }
 }
 
 void dt_byom_s::copy_out() {
   dtrain::Device& dev = store.device();
-  for (std::size_t i = 0; i < buffers.size(); ++i)
-    dev.copy(buffers[i].param, store.param(store[i]), buffers[i].numel * sizeof(float),
-             arena_to_program());
+  for (std::size_t i = 0; i < buffers.size(); ++i) {
+    const Buffers& b = buffers[i];
+    if (b.dtype == dtrain::DType::f32)
+      dev.copy(b.param, store.param(store[i]), b.numel * sizeof(float), arena_to_program());
+    else
+      dev.convert_to_16bit(static_cast<std::uint16_t*>(b.param), store.param(store[i]),
+                           static_cast<std::int64_t>(b.numel), b.dtype);
+  }
   // Copies within a GPU are queued on dtrain's stream, and the program's kernels run on its
   // own: the parameters must be in its buffers when the call returns.
   if (comm->device) dev.synchronize();
@@ -113,8 +147,9 @@ dt_result_t dt_byom_register(dt_byom_t byom, const char* name, int ndim, const i
     need_ptr(grad, "grad");
     need((flags & ~DT_PARAM_NO_DECAY) == 0u, "unknown flags");
     need(dtype >= DT_F32 && dtype <= DT_U8, "unknown dtype");
-    if (dtype != DT_F32)
-      fail(DT_ERR_NOT_IMPLEMENTED, "only DT_F32 tensors can be registered in this version");
+    if (dtype != DT_F32 && dtype != DT_BF16 && dtype != DT_F16)
+      fail(DT_ERR_NOT_IMPLEMENTED, "only DT_F32, DT_BF16 and DT_F16 tensors can be registered "
+                                   "(parameters and gradients of one format)");
     std::vector<std::int64_t> dims(shape, shape + ndim);
     // Far beyond any memory, and small enough that byte counts and offsets never wrap.
     constexpr std::size_t kMaxNumel = (std::size_t{1} << 60) / sizeof(float);
@@ -129,7 +164,10 @@ dt_result_t dt_byom_register(dt_byom_t byom, const char* name, int ndim, const i
     for (const auto& buf : b.buffers) total += buf.numel;
     need(total <= kMaxNumel, "the registered tensors have too many elements (more than 2^58)");
     b.store.add(name, dims, (flags & DT_PARAM_NO_DECAY) == 0u);
-    b.buffers.push_back({static_cast<float*>(param), static_cast<const float*>(grad), numel});
+    const dtrain::DType format = dtype == DT_BF16 ? dtrain::DType::bf16
+                                 : dtype == DT_F16  ? dtrain::DType::f16
+                                                    : dtrain::DType::f32;
+    b.buffers.push_back({param, grad, numel, format});
   });
 }
 

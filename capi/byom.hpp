@@ -1,7 +1,9 @@
 #pragma once
-// What a dt_byom_t points to: the program's buffers, mirrored in a flat arena (one copy per
-// step) so that the bucketed reduction, ZeRO-sharded AdamW and checkpoints run over offsets.
-// Over a device handle the buffers and the arena are GPU memory.
+// What a dt_byom_t points to: the program's buffers, mirrored in a flat fp32 arena (one copy
+// per step) so that the bucketed reduction, ZeRO-sharded AdamW and checkpoints run over
+// offsets. Over a device handle the buffers and the arena are GPU memory. A tensor the
+// program holds in 16 bits has its fp32 master in the arena: its gradient is widened in,
+// the master rounded out, and the program's values are taken only where they changed.
 #include <memory>
 #include <vector>
 
@@ -14,26 +16,35 @@ struct dt_byom_s : dtrain::capi::CommUser {
   dt_byom_s(dt_comm_s* c, const dt_optimizer_config_t& cfg);
 
   struct Buffers {
-    float* param;
-    const float* grad;
+    void* param;
+    const void* grad;
     std::size_t numel;
+    dtrain::DType dtype;  // f32, or the 16-bit format (bf16, f16) of both buffers
   };
   dtrain::ParameterStore store;
   dt_optimizer_config_t cfg;
   std::vector<Buffers> buffers;  // registration order = store order
   std::unique_ptr<dtrain::capi::StepEngine> engine;  // made by close(); registration ends
   std::unique_ptr<dtrain::capi::Checkpoints> checkpoints;  // made at the first save or load
+  // Two floats per element of the largest 16-bit tensor: where copy_in compares the program's
+  // values with the rounded master (allocated with the arena).
+  dtrain::DeviceBuffer compare16;
 
   // Allocates the arena and the optimiser on first use (the first step or checkpoint call).
   void close();
-  // Program buffers -> arena (parameters, and gradients when with_grads).
+  // Program buffers -> arena (parameters, and gradients when with_grads). A 16-bit
+  // parameter replaces its master only where the program changed it (every value of that
+  // tensor then comes from the program).
   void copy_in(bool with_grads);
-  // Arena parameters -> program buffers.
+  // Arena parameters -> program buffers (16-bit ones rounded).
   void copy_out();
   // How the program's buffers and the arena are copied: device to device over a device handle.
   dtrain::CopyKind program_to_arena();
   dtrain::CopyKind arena_to_program();
   dtrain::capi::Checkpoints& checkpoint_io();
+
+ private:
+  bool program_changed(std::size_t i);  // a 16-bit tensor's values differ from its master's
 };
 
 namespace dtrain::capi {

@@ -474,8 +474,13 @@ DT_API dt_result_t dt_byom_destroy(dt_byom_t byom);
  * @param ndim number of dimensions, 1..8.
  * @param shape ndim extents, row-major (C) logical shape, every extent > 0; at most 2^58
  *        elements, in this tensor and in all registered together.
- * @param dtype ::DT_F32 only (other dtypes: ::DT_ERR_NOT_IMPLEMENTED; a value that is no
- *        ::dt_dtype_t: ::DT_ERR_INVALID_ARGUMENT).
+ * @param dtype of both buffers: ::DT_F32, or ::DT_BF16 / ::DT_F16 (uint16_t words), for which
+ *        dtrain keeps an fp32 master of the parameter: it starts from the program's values
+ *        at the first step or checkpoint call, each step updates it from the widened
+ *        gradient and writes it back rounded, and where the program changes the tensor's
+ *        values between calls the master takes the new values (fp16 gradients are taken as
+ *        given: a program that scales its loss unscales them first). Other dtypes:
+ *        ::DT_ERR_NOT_IMPLEMENTED; a value that is no ::dt_dtype_t: ::DT_ERR_INVALID_ARGUMENT.
  * @param param the parameter values (updated in place by each step); host memory, or GPU
  *        memory of this rank's GPU when the byom was made over a device handle.
  * @param grad the gradients (read by each step, never written); as param.

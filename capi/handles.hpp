@@ -95,8 +95,13 @@ struct CommUser : Handle {
 template <class T>
 T* adopt(std::unique_ptr<T> h) {
   T* raw = h.get();
-  raw->ctx->children.push_back(raw);
-  register_handle(raw);
+  register_handle(raw);  // either may run out of memory: h, still the owner, then frees it
+  try {
+    raw->ctx->children.push_back(raw);
+  } catch (...) {
+    unregister_handle(raw);  // no entry may outlive the object
+    throw;
+  }
   h.release();
   return raw;
 }

@@ -263,7 +263,8 @@ static void wrong_sizes_and_names(handles_t h, int size) {
   FAILS(DT_ERR_INVALID_ARGUMENT, ctx, "every extent of shape must be positive",
         dt_byom_register(h.byom, "w", 2, shape2, DT_F32, f, f, 0));
   FAILS(DT_ERR_INVALID_ARGUMENT, ctx, "unknown flags", dt_byom_register(h.byom, "w", 1, shape2, DT_F32, f, f, 4u));
-  FAILS(DT_ERR_NOT_IMPLEMENTED, ctx, "only DT_F32 tensors", dt_byom_register(h.byom, "w", 1, shape2, DT_BF16, f, f, 0));
+  FAILS(DT_ERR_NOT_IMPLEMENTED, ctx, "only DT_F32, DT_BF16 and DT_F16 tensors",
+        dt_byom_register(h.byom, "w", 1, shape2, DT_F64, f, f, 0));
   OK(ctx, dt_byom_register(h.byom, "w", 1, shape2, DT_F32, f, f + 4, 0));
   FAILS(DT_ERR_INVALID_ARGUMENT, ctx, "parameter 'w' registered twice",
         dt_byom_register(h.byom, "w", 1, shape2, DT_F32, f, f + 4, 0));
@@ -318,13 +319,13 @@ static void wrong_sizes_and_names(handles_t h, int size) {
       CHECK(other == NULL);
       OK(ctx, dt_byom_create(h.comm, NULL, &mismatched));
       OK(ctx, dt_byom_register(mismatched, "w", 1, mine, DT_F32, f, f, 0));
-      FAILS(DT_ERR_INVALID_CONFIG, ctx, "registered tensors (names, shapes, decay) or optimizer settings differ",
+      FAILS(DT_ERR_INVALID_CONFIG, ctx, "registered tensors (names, shapes, dtypes, decay) or optimizer settings differ",
             dt_byom_step(mismatched, 1e-3f, NULL));
       OK(ctx, dt_byom_destroy(mismatched));
       /* Only rank 0 registered anything: the others do not stop alone at "no tensors". */
       OK(ctx, dt_byom_create(h.comm, NULL, &mismatched));
       if (my_rank == 0) OK(ctx, dt_byom_register(mismatched, "w", 1, mine, DT_F32, f, f, 0));
-      FAILS(DT_ERR_INVALID_CONFIG, ctx, "registered tensors (names, shapes, decay) or optimizer settings differ",
+      FAILS(DT_ERR_INVALID_CONFIG, ctx, "registered tensors (names, shapes, dtypes, decay) or optimizer settings differ",
             dt_byom_save_checkpoint(mismatched, "never_written", 0));
       OK(ctx, dt_byom_destroy(mismatched));
     }

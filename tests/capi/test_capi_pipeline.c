@@ -13,11 +13,12 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "against_one_rank.h"
 #include "check.h"
 #include "model_values.h"
 #include "scratch_dir.h"
 
-enum { STEPS = 5, T = 8, VOCAB = 53, LAYERS = 4, MAXSEQS = 16 };
+enum { STEPS = 5, T = 8, VOCAB = 53, LAYERS = 4, MAXSEQS = 16 }; /* MAXSEQS: a replica's batch */
 static const float TOL = 1e-5f;
 /* After several AdamW steps rounding-level gradient differences grow into a part of lr in
  * the update (test_capi_tp.c): the parameters and logits get this bound. */
@@ -29,7 +30,7 @@ static const float PARAM_TOL = 1e-4f;
 static const float TOL16 = 1e-3f, PARAM_TOL16 = 5e-3f;
 static float tol, param_tol; /* the layout's */
 
-static int relative_ok(float got, float want) { return fabsf(got - want) <= tol * fabsf(want); }
+static int relative_ok(float got, float want) { return within(got, want, tol); }
 
 typedef struct {
   int tp, pp, micro_batches, micro_batch, virtual_stages, tied, sp, zero;
@@ -58,78 +59,50 @@ static dt_gpt_config_t config(const pipeline_t* p, int max_batch, int staged) {
   return gc;
 }
 
-static dt_optimizer_config_t optimizer(int zero) {
-  dt_optimizer_config_t oc = DT_OPTIMIZER_CONFIG_INIT;
-  oc.zero_stage = zero;
-  oc.clip_grad = 0.5f; /* clipping active: the norm must be the whole model's */
-  return oc;
-}
-
-/* Sequence s (0-based over the whole batch of a step): a learnable next-token pattern. */
+/* Sequence s of a step's whole batch. */
 static void sequence(int step, int s, int32_t* tokens, int32_t* targets) {
-  for (int i = 0; i < T; ++i) {
-    tokens[i] = (step * 7 + s * 13 + i * 5) % VOCAB;
-    targets[i] = (tokens[i] * 3 + 1) % VOCAB;
-  }
+  learnable_sequence(step, s, T, VOCAB, tokens, targets);
 }
 
 typedef struct {
-  dt_grid_t grid, solo; /* solo: DP groups of one rank, for ref */
-  dt_comm_t dp;
-  int dp_size, dp_rank, pp_rank, batch; /* batch: this replica's sequences per step */
-  dt_model_t staged, ref;      /* ref: on this rank alone, over the whole batch */
+  dt_grid_t grid, solo; /* solo: DP groups of one rank, for the reference */
+  int pp_rank;
+  pair_t pair; /* the staged model (pair.split) and the reference */
 } layout_t;
 
 static layout_t make_layout(dt_context_t ctx, const pipeline_t* p) {
   layout_t l;
   dt_grid_config_t g = DT_GRID_CONFIG_INIT, s = DT_GRID_CONFIG_INIT;
   dt_gpt_config_t gc;
-  dt_optimizer_config_t oc = optimizer(p->zero);
+  dt_optimizer_config_t oc = clipping_optimizer(p->zero);
   dt_comm_t one = NULL;
   int t = 0;
   memset(&l, 0, sizeof l);
   g.tp = p->tp;
   g.pp = p->pp;
   OK(ctx, dt_grid_create(ctx, &g, &l.grid));
-  OK(ctx, dt_grid_comm(l.grid, DT_GROUP_DP, &l.dp));
-  OK(ctx, dt_comm_size(l.dp, &l.dp_size));
-  OK(ctx, dt_grid_coords(l.grid, &t, &l.pp_rank, &l.dp_rank));
-  l.batch = p->micro_batches * p->micro_batch;
+  OK(ctx, dt_grid_comm(l.grid, DT_GROUP_DP, &l.pair.dp));
+  OK(ctx, dt_comm_size(l.pair.dp, &l.pair.dp_size));
+  OK(ctx, dt_grid_coords(l.grid, &t, &l.pp_rank, &l.pair.dp_rank));
+  l.pair.batch = p->micro_batches * p->micro_batch;
+  l.pair.seq = T;
+  l.pair.vocab = VOCAB;
+  l.pair.tol = tol;
   gc = config(p, p->micro_batch, 1);
-  OK(ctx, dt_model_create_gpt_grid(l.grid, &gc, &oc, &l.staged));
+  OK(ctx, dt_model_create_gpt_grid(l.grid, &gc, &oc, &l.pair.split));
   OK(ctx, dt_context_size(ctx, &s.pp));
   OK(ctx, dt_grid_create(ctx, &s, &l.solo));
   OK(ctx, dt_grid_comm(l.solo, DT_GROUP_DP, &one));
-  gc = config(p, l.batch * l.dp_size, 0);
-  OK(ctx, dt_model_create_gpt(one, &gc, &oc, &l.ref));
+  gc = config(p, l.pair.batch * l.pair.dp_size, 0);
+  OK(ctx, dt_model_create_gpt(one, &gc, &oc, &l.pair.ref));
   return l;
 }
 
 static void free_layout(dt_context_t ctx, layout_t* l) {
-  OK(ctx, dt_model_destroy(l->staged));
-  OK(ctx, dt_model_destroy(l->ref));
+  OK(ctx, dt_model_destroy(l->pair.split));
+  OK(ctx, dt_model_destroy(l->pair.ref));
   OK(ctx, dt_grid_destroy(l->solo));
   OK(ctx, dt_grid_destroy(l->grid));
-}
-
-/* Steps [from, to) of both models; the worst relative loss/norm gap. */
-static float train(dt_context_t ctx, layout_t* l, int from, int to) {
-  int32_t tokens[MAXSEQS * T], targets[MAXSEQS * T];
-  const int mine = l->dp_rank * l->batch * T;
-  float worst = 0;
-  for (int step = from; step < to; ++step) {
-    float ls = 0, lr = 0, ns = 0, nr = 0, mean = 0;
-    for (int s = 0; s < l->dp_size * l->batch; ++s) sequence(step, s, tokens + s * T, targets + s * T);
-    OK(ctx, dt_gpt_forward_backward(l->staged, tokens + mine, targets + mine, l->batch, T, &ls));
-    OK(ctx, dt_gpt_forward_backward(l->ref, tokens, targets, l->dp_size * l->batch, T, &lr));
-    OK(ctx, dt_model_step(l->staged, 3e-3f, &ns));
-    OK(ctx, dt_model_step(l->ref, 3e-3f, &nr));
-    OK(ctx, dt_all_reduce(l->dp, &ls, &mean, 1, DT_F32, DT_AVG));
-    CHECK(relative_ok(mean, lr));
-    CHECK(relative_ok(ns, nr));
-    worst = fmaxf(worst, fmaxf(fabsf(mean - lr) / lr, fabsf(ns - nr) / nr));
-  }
-  return worst;
 }
 
 /* Over every tensor this stage holds: the largest |difference| to the same tensor of ref
@@ -175,41 +148,41 @@ static void test_layout(dt_context_t ctx, dt_comm_t world, const pipeline_t* p) 
   if (p->layers) { /* "3,1": layer 2 on the first stage */
     float w[32];
     EXPECT(l.pp_rank == 0 ? DT_SUCCESS : DT_ERR_INVALID_ARGUMENT, ctx,
-           dt_model_get_tensor(l.staged, "h.2.ln_1.weight", w, 32));
+           dt_model_get_tensor(l.pair.split, "h.2.ln_1.weight", w, 32));
   }
-  worst = train(ctx, &l, 0, STEPS);
-  pd = stage_tensor_gap(ctx, l.staged, l.ref, &bits);
+  worst = train_pair(ctx, &l.pair, 0, STEPS);
+  pd = stage_tensor_gap(ctx, l.pair.split, l.pair.ref, &bits);
   CHECK(pd < param_tol);
-  for (int s = 0; s < l.batch; ++s) sequence(STEPS, s, tokens + s * T, targets + s * T);
-  OK(ctx, dt_gpt_evaluate(l.staged, tokens, targets, l.batch, T, &es));
-  OK(ctx, dt_gpt_evaluate(l.ref, tokens, targets, l.batch, T, &er));
+  for (int s = 0; s < l.pair.batch; ++s) sequence(STEPS, s, tokens + s * T, targets + s * T);
+  OK(ctx, dt_gpt_evaluate(l.pair.split, tokens, targets, l.pair.batch, T, &es));
+  OK(ctx, dt_gpt_evaluate(l.pair.ref, tokens, targets, l.pair.batch, T, &er));
   CHECK(relative_ok(es, er));
   /* A smaller shape than the model was made for: one sequence of 6 tokens per micro-batch,
    * through both the evaluation and a training step. */
   {
     const int few = p->micro_batches;
     float ns = 0, nr = 0;
-    OK(ctx, dt_gpt_evaluate(l.staged, tokens, targets, few, 6, &ss));
-    OK(ctx, dt_gpt_evaluate(l.ref, tokens, targets, few, 6, &sr));
+    OK(ctx, dt_gpt_evaluate(l.pair.split, tokens, targets, few, 6, &ss));
+    OK(ctx, dt_gpt_evaluate(l.pair.ref, tokens, targets, few, 6, &sr));
     CHECK(relative_ok(ss, sr));
-    OK(ctx, dt_gpt_forward_backward(l.staged, tokens, targets, few, 6, &ss));
-    OK(ctx, dt_gpt_forward_backward(l.ref, tokens, targets, few, 6, &sr));
+    OK(ctx, dt_gpt_forward_backward(l.pair.split, tokens, targets, few, 6, &ss));
+    OK(ctx, dt_gpt_forward_backward(l.pair.ref, tokens, targets, few, 6, &sr));
     CHECK(relative_ok(ss, sr));
-    OK(ctx, dt_model_step(l.staged, 0.0f, &ns));
-    OK(ctx, dt_model_step(l.ref, 0.0f, &nr));
+    OK(ctx, dt_model_step(l.pair.split, 0.0f, &ns));
+    OK(ctx, dt_model_step(l.pair.ref, 0.0f, &nr));
     CHECK(relative_ok(ns, nr)); /* every replica had the same batch: its average is it */
   }
-  OK(ctx, dt_gpt_decode(l.staged, prompt, 5, 1, ds[0]));
-  OK(ctx, dt_gpt_decode(l.staged, &next, 1, 0, ds[1]));
-  OK(ctx, dt_gpt_decode(l.ref, prompt, 5, 1, dr[0]));
-  OK(ctx, dt_gpt_decode(l.ref, &next, 1, 0, dr[1]));
+  OK(ctx, dt_gpt_decode(l.pair.split, prompt, 5, 1, ds[0]));
+  OK(ctx, dt_gpt_decode(l.pair.split, &next, 1, 0, ds[1]));
+  OK(ctx, dt_gpt_decode(l.pair.ref, prompt, 5, 1, dr[0]));
+  OK(ctx, dt_gpt_decode(l.pair.ref, &next, 1, 0, dr[1]));
   ld = max_diff(&ds[0][0], &dr[0][0], 2 * VOCAB) / max_abs(&dr[0][0], 2 * VOCAB);
   CHECK(ld <= param_tol);
   if (my_rank == 0)
     printf("%s pp=%d tp=%d dp=%d %s x%d micro-batches of %d, virtual stages %d, layers %s, tied=%d "
            "sp=%d zero=%d: max relative loss/norm gap to one rank over %d steps %.3g, max |param "
            "diff| %.3g, eval %.6f vs %.6f, logits within %.3g of the largest\n",
-           p->precision ? p->precision : "fp32", p->pp, p->tp, l.dp_size, p->schedule ? p->schedule : "1f1b", p->micro_batches,
+           p->precision ? p->precision : "fp32", p->pp, p->tp, l.pair.dp_size, p->schedule ? p->schedule : "1f1b", p->micro_batches,
            p->micro_batch, p->virtual_stages, p->layers ? p->layers : "even", p->tied, p->sp, p->zero, STEPS, worst, pd, es, er, ld);
 
   /* The staged model's checkpoint loads into the one-rank model, and one written by a
@@ -218,33 +191,33 @@ static void test_layout(dt_context_t ctx, dt_comm_t world, const pipeline_t* p) 
            p->schedule ? p->schedule : "1f1b", p->virtual_stages, p->tied, p->zero,
            p->precision ? p->precision : "fp32");
   fresh_dir(ctx, world, name, dir, sizeof dir);
-  OK(ctx, dt_model_save_checkpoint(l.staged, dir, 0));
-  OK(ctx, dt_model_load_checkpoint(l.ref, dir));
-  stage_tensor_gap(ctx, l.staged, l.ref, &bits);
+  OK(ctx, dt_model_save_checkpoint(l.pair.split, dir, 0));
+  OK(ctx, dt_model_load_checkpoint(l.pair.ref, dir));
+  stage_tensor_gap(ctx, l.pair.split, l.pair.ref, &bits);
   CHECK(bits);
-  train(ctx, &l, STEPS, STEPS + 1);
+  train_pair(ctx, &l.pair, STEPS, STEPS + 1);
   snprintf(name, sizeof name, "ref_pp%d_tp%d_%s_v%d_tied%d_zero%d_rank%d", p->pp, p->tp,
            p->schedule ? p->schedule : "1f1b", p->virtual_stages, p->tied, p->zero, my_rank);
   fresh_dir(ctx, world, name, dir, sizeof dir);
-  OK(ctx, dt_model_save_checkpoint(l.ref, dir, 0));
+  OK(ctx, dt_model_save_checkpoint(l.pair.ref, dir, 0));
   OK(ctx, dt_barrier(world));
   snprintf(name, sizeof name, "/ref_pp%d_tp%d_%s_v%d_tied%d_zero%d_rank0", p->pp, p->tp,
            p->schedule ? p->schedule : "1f1b", p->virtual_stages, p->tied, p->zero);
   snprintf(dir, sizeof dir, "%s%s", scratch, name);
-  OK(ctx, dt_model_load_checkpoint(l.staged, dir));
-  stage_tensor_gap(ctx, l.staged, l.ref, &bits);
+  OK(ctx, dt_model_load_checkpoint(l.pair.split, dir));
+  stage_tensor_gap(ctx, l.pair.split, l.pair.ref, &bits);
   CHECK(bits);
   free_layout(ctx, &l);
 }
 
 /* Impossible pipeline settings are refused on every rank; so are passes whose inputs the
  * stages do not agree on, before any stage waits for another. */
-static void test_refusals(dt_context_t ctx, int size) {
+static void test_refusals(dt_context_t ctx) {
   const pipeline_t p = {1, 2, 2, 2, 1, 1, 0, 0, NULL, NULL, NULL};
   dt_grid_t grid = NULL;
   dt_grid_config_t g = DT_GRID_CONFIG_INIT;
   dt_gpt_config_t gc = config(&p, 2, 1);
-  dt_optimizer_config_t oc = optimizer(2);
+  dt_optimizer_config_t oc = clipping_optimizer(2);
   dt_model_t m = NULL;
   dt_comm_t world = NULL;
   int t = 0, stage = 0, d = 0;
@@ -329,7 +302,6 @@ static void test_refusals(dt_context_t ctx, int size) {
   }
   OK(ctx, dt_model_destroy(m));
   OK(ctx, dt_grid_destroy(grid));
-  (void)size;
 }
 
 int main(int argc, char** argv) {
@@ -360,7 +332,7 @@ int main(int argc, char** argv) {
     test_layout(ctx, world, &with_tp);
     test_layout(ctx, world, &four);
   }
-  test_refusals(ctx, size);
+  test_refusals(ctx);
 
   status = finish("capi_pipeline", ctx, world);
   OK(ctx, dt_finalize(ctx));

@@ -281,6 +281,118 @@ static void test_mlp(dt_context_t ctx, dt_comm_t world, const char* precision, i
   OK(ctx, dt_model_destroy(ref));
 }
 
+/* ---- a byom holding 16-bit tensors ------------------------------------------------------
+ * The program's parameters and gradients are bf16 or fp16 words; dtrain keeps fp32 masters. */
+
+/* x (a value of fmt, e.g. from round_to) as its 16-bit word, and back. */
+static uint16_t encode16(const char* fmt, float x) {
+  uint32_t u;
+  if (strcmp(fmt, "bf16") == 0) {
+    memcpy(&u, &x, sizeof u);
+    return (uint16_t)(u >> 16);
+  }
+  {
+    const uint16_t sign = x < 0 ? 0x8000u : 0;
+    const float a = fabsf(x);
+    int e = 0;
+    if (a < ldexpf(1.0f, -14)) return (uint16_t)(sign | (uint16_t)ldexpf(a, 24)); /* subnormal */
+    frexpf(a, &e); /* a = f * 2^e, 0.5 <= f < 1: exponent e - 1 */
+    return (uint16_t)(sign | (uint16_t)((e - 1 + 15) << 10) | (uint16_t)(ldexpf(a, 11 - e) - 1024.0f));
+  }
+}
+static float decode16(const char* fmt, uint16_t h) {
+  if (strcmp(fmt, "bf16") == 0) {
+    const uint32_t u = (uint32_t)h << 16;
+    float x;
+    memcpy(&x, &u, sizeof x);
+    return x;
+  }
+  {
+    const int e = (h >> 10) & 31, m = h & 1023;
+    const float a = e == 0 ? ldexpf((float)m, -24) : ldexpf(1024.0f + (float)m, e - 25);
+    return (h & 0x8000u) ? -a : a;
+  }
+}
+
+enum { NW = 24, SAMPLES = 8 };
+
+/* Gradient of 0.5 * mean |w . x_s - y_s|^2 over this rank's samples, at the values w. */
+static void regression_grad(const float* w, float* g) {
+  memset(g, 0, sizeof(float) * NW);
+  for (int s = my_rank * SAMPLES; s < (my_rank + 1) * SAMPLES; ++s) {
+    float e = -cosf(0.3f * (float)s);
+    for (int i = 0; i < NW; ++i) e += w[i] * sinf(0.1f * (float)(s * NW + i));
+    for (int i = 0; i < NW; ++i) g[i] += e * sinf(0.1f * (float)(s * NW + i)) / SAMPLES;
+  }
+}
+
+/* The same model trained by a byom of 16-bit words and by one of fp32 values at a learning
+ * rate whose updates are below half a 16-bit step: the fp32 masters collect them, so the
+ * 16-bit values move (without masters they would stay where they started) and stay the
+ * rounded fp32 run; a value the program writes between steps replaces its master; the
+ * checkpoint holds the masters. */
+static void test_byom16(dt_context_t ctx, dt_comm_t world, const char* fmt) {
+  const dt_dtype_t dtype = strcmp(fmt, "bf16") == 0 ? DT_BF16 : DT_F16;
+  const int64_t shape[1] = {NW};
+  const float lr = strcmp(fmt, "bf16") == 0 ? 2e-4f : 2e-5f; /* under half a step at 0.5 */
+  dt_byom_t low = NULL, full = NULL, loaded = NULL;
+  uint16_t w16[NW], g16[NW], start[NW];
+  float w[NW], g[NW], wf[NW], gf[NW], back[NW], gback[NW] = {0};
+  int moved = 0, off = 0, masters = 0;
+  char dir[1100], name[64];
+  for (int i = 0; i < NW; ++i) {
+    wf[i] = round_to(fmt, 0.5f + 0.01f * (float)i);
+    w16[i] = start[i] = encode16(fmt, wf[i]);
+  }
+  OK(ctx, dt_byom_create(world, NULL, &low));
+  OK(ctx, dt_byom_create(world, NULL, &full));
+  OK(ctx, dt_byom_register(low, "w", 1, shape, dtype, w16, g16, 0));
+  OK(ctx, dt_byom_register(full, "w", 1, shape, DT_F32, wf, gf, 0));
+  for (int step = 0; step < 40; ++step) {
+    for (int i = 0; i < NW; ++i) w[i] = decode16(fmt, w16[i]);
+    regression_grad(w, g);
+    for (int i = 0; i < NW; ++i) g16[i] = encode16(fmt, round_to(fmt, g[i]));
+    regression_grad(wf, gf);
+    OK(ctx, dt_byom_step(low, lr, NULL));
+    OK(ctx, dt_byom_step(full, lr, NULL));
+  }
+  for (int i = 0; i < NW; ++i) {
+    moved += w16[i] != start[i];
+    off += fabsf(decode16(fmt, w16[i]) - wf[i]) > ldexpf(fabsf(wf[i]), strcmp(fmt, "bf16") == 0 ? -6 : -9);
+  }
+  CHECK(moved == NW); /* every master collected updates below half a 16-bit step */
+  CHECK(off == 0);    /* and follows the fp32 run within a few 16-bit steps */
+
+  /* The checkpoint holds the masters: an fp32 byom loading it gets values that round to the
+   * program's words and are not all 16-bit values. */
+  snprintf(name, sizeof name, "byom16_%s", fmt);
+  fresh_dir(ctx, world, name, dir, sizeof dir);
+  OK(ctx, dt_byom_save_checkpoint(low, dir, 0));
+  OK(ctx, dt_byom_create(world, NULL, &loaded));
+  OK(ctx, dt_byom_register(loaded, "w", 1, shape, DT_F32, back, gback, 0));
+  OK(ctx, dt_byom_load_checkpoint(loaded, dir));
+  for (int i = 0; i < NW; ++i) {
+    CHECK(encode16(fmt, round_to(fmt, back[i])) == w16[i]);
+    masters += back[i] != round_to(fmt, back[i]);
+  }
+  CHECK(masters > 0);
+
+  /* A value the program writes is the master from then on (the others keep theirs). */
+  w16[3] = encode16(fmt, -0.25f);
+  for (int i = 0; i < NW; ++i) w[i] = decode16(fmt, w16[i]);
+  regression_grad(w, g);
+  for (int i = 0; i < NW; ++i) g16[i] = encode16(fmt, round_to(fmt, g[i]));
+  OK(ctx, dt_byom_step(low, lr, NULL));
+  CHECK(fabsf(decode16(fmt, w16[3]) + 0.25f) < 0.01f);
+  if (my_rank == 0)
+    printf("byom %s: every value moved by updates below half a step (masters), within a few "
+           "steps of fp32; %d of %d checkpoint values are masters, not %s values\n", fmt, masters,
+           NW, fmt);
+  OK(ctx, dt_byom_destroy(loaded));
+  OK(ctx, dt_byom_destroy(full));
+  OK(ctx, dt_byom_destroy(low));
+}
+
 int main(int argc, char** argv) {
   dt_context_t ctx = NULL;
   dt_comm_t world = NULL;
@@ -299,6 +411,8 @@ int main(int argc, char** argv) {
   test_mlp(ctx, world, "bf16", 0);
   test_mlp(ctx, world, "fp16", 1);
   test_mlp(ctx, world, "bf16", 3);
+  test_byom16(ctx, world, "bf16");
+  test_byom16(ctx, world, "fp16");
   {
     dt_gpt_config_t gc = DT_GPT_CONFIG_INIT;
     gc.precision = "fp8";

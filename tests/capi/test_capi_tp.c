@@ -14,18 +14,19 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "against_one_rank.h"
 #include "check.h"
 #include "model_values.h"
 #include "scratch_dir.h"
 
-enum { STEPS = 6, B = 2, T = 8, VOCAB = 61, MAXDP = 4 };
+enum { STEPS = 6, B = 2, T = 8, VOCAB = 61 };
 static const float TOL = 1e-5f;
 /* Parameters and the logits computed from them, after STEPS AdamW steps: Adam's normalised
  * update turns rounding-level gradient differences of near-zero gradients into differences
  * of a good part of lr (3e-3) in the update, so these get the bound test_capi_zero uses. */
 static const float PARAM_TOL = 1e-4f;
 
-static int relative_ok(float got, float want) { return fabsf(got - want) <= TOL * fabsf(want); }
+static int relative_ok(float got, float want) { return within(got, want, TOL); }
 
 static dt_gpt_config_t config(int max_batch, int tied, int sp) {
   dt_gpt_config_t gc = DT_GPT_CONFIG_INIT;
@@ -40,79 +41,49 @@ static dt_gpt_config_t config(int max_batch, int tied, int sp) {
   return gc;
 }
 
-static dt_optimizer_config_t optimizer(int zero) {
-  dt_optimizer_config_t oc = DT_OPTIMIZER_CONFIG_INIT;
-  oc.zero_stage = zero;
-  oc.clip_grad = 0.5f; /* clipping active: the norm must be the whole model's */
-  return oc;
-}
-
-/* Sequence s (0-based over the whole batch of a step): a learnable next-token pattern. */
+/* Sequence s of a step's whole batch. */
 static void sequence(int step, int s, int32_t* tokens, int32_t* targets) {
-  for (int i = 0; i < T; ++i) {
-    tokens[i] = (step * 7 + s * 13 + i * 5) % VOCAB;
-    targets[i] = (tokens[i] * 3 + 1) % VOCAB;
-  }
+  learnable_sequence(step, s, T, VOCAB, tokens, targets);
 }
 
 typedef struct {
   dt_grid_t grid;
-  dt_comm_t dp;   /* the grid's DP group */
-  int dp_size, dp_rank, tp_size;
-  dt_model_t split; /* over the grid */
-  dt_model_t ref;   /* on this rank alone, over the whole batch */
-  dt_grid_t solo;   /* tp 1, pp = world: DP groups of one rank, for ref */
+  dt_grid_t solo; /* tp 1, pp = world: DP groups of one rank, for the reference */
+  pair_t pair;    /* the split model and the reference */
 } layout_t;
 
 static layout_t make_layout(dt_context_t ctx, int tp, int tied, int sp, int zero) {
   layout_t l;
   dt_grid_config_t g = DT_GRID_CONFIG_INIT, s = DT_GRID_CONFIG_INIT;
   dt_gpt_config_t gc;
-  dt_optimizer_config_t oc = optimizer(zero);
+  dt_optimizer_config_t oc = clipping_optimizer(zero);
   dt_comm_t one = NULL;
   int t = 0, p = 0;
   memset(&l, 0, sizeof l);
-  l.tp_size = tp;
   g.tp = tp;
   OK(ctx, dt_grid_create(ctx, &g, &l.grid));
-  OK(ctx, dt_grid_comm(l.grid, DT_GROUP_DP, &l.dp));
-  OK(ctx, dt_comm_size(l.dp, &l.dp_size));
-  OK(ctx, dt_grid_coords(l.grid, &t, &p, &l.dp_rank));
+  OK(ctx, dt_grid_comm(l.grid, DT_GROUP_DP, &l.pair.dp));
+  OK(ctx, dt_comm_size(l.pair.dp, &l.pair.dp_size));
+  OK(ctx, dt_grid_coords(l.grid, &t, &p, &l.pair.dp_rank));
+  l.pair.batch = B;
+  l.pair.seq = T;
+  l.pair.vocab = VOCAB;
+  l.pair.tol = TOL;
   gc = config(B, tied, sp);
-  OK(ctx, dt_model_create_gpt_grid(l.grid, &gc, &oc, &l.split));
+  OK(ctx, dt_model_create_gpt_grid(l.grid, &gc, &oc, &l.pair.split));
   OK(ctx, dt_context_size(ctx, &s.pp));
   OK(ctx, dt_grid_create(ctx, &s, &l.solo));
   OK(ctx, dt_grid_comm(l.solo, DT_GROUP_DP, &one));
-  gc = config(B * l.dp_size, tied, 0);
-  OK(ctx, dt_model_create_gpt(one, &gc, &oc, &l.ref));
+  gc = config(B * l.pair.dp_size, tied, 0);
+  OK(ctx, dt_model_create_gpt(one, &gc, &oc, &l.pair.ref));
   return l;
 }
 
 static void free_layout(dt_context_t ctx, layout_t* l) {
-  OK(ctx, dt_model_destroy(l->split));
-  OK(ctx, dt_model_destroy(l->ref));
+  OK(ctx, dt_model_destroy(l->pair.split));
+  OK(ctx, dt_model_destroy(l->pair.ref));
   OK(ctx, dt_grid_destroy(l->solo));
   OK(ctx, dt_grid_destroy(l->grid));
-}
-
-/* Steps [from, to) of both models; the worst relative loss/norm gap. */
-static float train(dt_context_t ctx, layout_t* l, int from, int to) {
-  int32_t tokens[MAXDP * B * T], targets[MAXDP * B * T];
-  float worst = 0;
-  for (int step = from; step < to; ++step) {
-    float ls = 0, lr = 0, ns = 0, nr = 0, mean = 0;
-    for (int s = 0; s < l->dp_size * B; ++s) sequence(step, s, tokens + s * T, targets + s * T);
-    OK(ctx, dt_gpt_forward_backward(l->split, tokens + l->dp_rank * B * T, targets + l->dp_rank * B * T,
-                                    B, T, &ls));
-    OK(ctx, dt_gpt_forward_backward(l->ref, tokens, targets, l->dp_size * B, T, &lr));
-    OK(ctx, dt_model_step(l->split, 3e-3f, &ns));
-    OK(ctx, dt_model_step(l->ref, 3e-3f, &nr));
-    OK(ctx, dt_all_reduce(l->dp, &ls, &mean, 1, DT_F32, DT_AVG));
-    CHECK(relative_ok(mean, lr));
-    CHECK(relative_ok(ns, nr));
-    worst = fmaxf(worst, fmaxf(fabsf(mean - lr) / lr, fabsf(ns - nr) / nr));
-  }
-  return worst;
 }
 
 static void test_layout(dt_context_t ctx, dt_comm_t world, int tp, int tied, int sp, int zero) {
@@ -123,27 +94,27 @@ static void test_layout(dt_context_t ctx, dt_comm_t world, int tp, int tied, int
   size_t n = 0, nr = 0;
   char dir[1200], name[96];
 
-  worst = train(ctx, &l, 0, STEPS);
-  ps = parameters(ctx, l.split, &n);
-  pr = parameters(ctx, l.ref, &nr);
+  worst = train_pair(ctx, &l.pair, 0, STEPS);
+  ps = parameters(ctx, l.pair.split, &n);
+  pr = parameters(ctx, l.pair.ref, &nr);
   CHECK(n == nr);
   pd = max_diff(ps, pr, n < nr ? n : nr);
   CHECK(pd < PARAM_TOL);
   sequence(STEPS, 0, tokens, targets);
   sequence(STEPS, 1, tokens + T, targets + T);
-  OK(ctx, dt_gpt_evaluate(l.split, tokens, targets, B, T, &es));
-  OK(ctx, dt_gpt_evaluate(l.ref, tokens, targets, B, T, &er));
+  OK(ctx, dt_gpt_evaluate(l.pair.split, tokens, targets, B, T, &es));
+  OK(ctx, dt_gpt_evaluate(l.pair.ref, tokens, targets, B, T, &er));
   CHECK(relative_ok(es, er));
-  OK(ctx, dt_gpt_decode(l.split, prompt, 5, 1, ds[0]));
-  OK(ctx, dt_gpt_decode(l.split, &next, 1, 0, ds[1]));
-  OK(ctx, dt_gpt_decode(l.ref, prompt, 5, 1, dr[0]));
-  OK(ctx, dt_gpt_decode(l.ref, &next, 1, 0, dr[1]));
+  OK(ctx, dt_gpt_decode(l.pair.split, prompt, 5, 1, ds[0]));
+  OK(ctx, dt_gpt_decode(l.pair.split, &next, 1, 0, ds[1]));
+  OK(ctx, dt_gpt_decode(l.pair.ref, prompt, 5, 1, dr[0]));
+  OK(ctx, dt_gpt_decode(l.pair.ref, &next, 1, 0, dr[1]));
   ld = max_diff(&ds[0][0], &dr[0][0], 2 * VOCAB) / max_abs(&dr[0][0], 2 * VOCAB);
   CHECK(ld <= PARAM_TOL);
   if (my_rank == 0)
     printf("tp=%d dp=%d sp=%d tied=%d zero=%d: max relative loss/norm gap to one rank over %d "
            "steps %.3g, max |param diff| %.3g, eval %.6f vs %.6f, logits within %.3g of the largest\n",
-           tp, l.dp_size, sp, tied, zero, STEPS, worst, pd, es, er, ld);
+           tp, l.pair.dp_size, sp, tied, zero, STEPS, worst, pd, es, er, ld);
   free(ps);
   free(pr);
 
@@ -154,29 +125,29 @@ static void test_layout(dt_context_t ctx, dt_comm_t world, int tp, int tied, int
     static float v[N], back[N];
     for (int i = 0; i < N; ++i) v[i] = 0.001f * (float)(i % 97) - 0.05f;
     v[N - 5] = -0.0f; /* its sign survives the gather */
-    OK(ctx, dt_model_set_tensor(l.split, "h.1.attn.c_attn.weight", v, N));
-    OK(ctx, dt_model_set_tensor(l.ref, "h.1.attn.c_attn.weight", v, N));
-    OK(ctx, dt_model_get_tensor(l.split, "h.1.attn.c_attn.weight", back, N));
+    OK(ctx, dt_model_set_tensor(l.pair.split, "h.1.attn.c_attn.weight", v, N));
+    OK(ctx, dt_model_set_tensor(l.pair.ref, "h.1.attn.c_attn.weight", v, N));
+    OK(ctx, dt_model_get_tensor(l.pair.split, "h.1.attn.c_attn.weight", back, N));
     CHECK(memcmp(v, back, sizeof v) == 0);
-    train(ctx, &l, STEPS, STEPS + 2);
+    train_pair(ctx, &l.pair, STEPS, STEPS + 2);
   }
 
   /* The split model's checkpoint loads into the one-rank model, and one written by a
    * one-rank model into the split one, bit for bit. */
   snprintf(name, sizeof name, "tp%d_sp%d_tied%d_zero%d", tp, sp, tied, zero);
   fresh_dir(ctx, world, name, dir, sizeof dir);
-  OK(ctx, dt_model_save_checkpoint(l.split, dir, 0));
-  OK(ctx, dt_model_load_checkpoint(l.ref, dir));
-  CHECK(same_parameters(ctx, l.split, l.ref));
-  train(ctx, &l, STEPS + 2, STEPS + 3);
+  OK(ctx, dt_model_save_checkpoint(l.pair.split, dir, 0));
+  OK(ctx, dt_model_load_checkpoint(l.pair.ref, dir));
+  CHECK(same_parameters(ctx, l.pair.split, l.pair.ref));
+  train_pair(ctx, &l.pair, STEPS + 2, STEPS + 3);
   snprintf(name, sizeof name, "ref_tp%d_sp%d_tied%d_zero%d_rank%d", tp, sp, tied, zero, my_rank);
   fresh_dir(ctx, world, name, dir, sizeof dir);
-  OK(ctx, dt_model_save_checkpoint(l.ref, dir, 0));
+  OK(ctx, dt_model_save_checkpoint(l.pair.ref, dir, 0));
   OK(ctx, dt_barrier(world));
   snprintf(name, sizeof name, "/ref_tp%d_sp%d_tied%d_zero%d_rank0", tp, sp, tied, zero);
   snprintf(dir, sizeof dir, "%s%s", scratch, name);
-  OK(ctx, dt_model_load_checkpoint(l.split, dir));
-  CHECK(same_parameters(ctx, l.split, l.ref));
+  OK(ctx, dt_model_load_checkpoint(l.pair.split, dir));
+  CHECK(same_parameters(ctx, l.pair.split, l.pair.ref));
   free_layout(ctx, &l);
 }
 
