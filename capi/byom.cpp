@@ -2,7 +2,10 @@
 #include "byom.hpp"
 
 #include <algorithm>
+#include <cmath>
+#include <limits>
 #include <string>
+#include <vector>
 
 #include "agree.hpp"
 #include "dtrain/device/device.hpp"
@@ -72,7 +75,28 @@ bool dt_byom_s::program_changed(std::size_t i) {
   dev.round_to_16bit(mine, store.param(store[i]), n, b.dtype);
   dev.scale(mine, -1.0f, n);
   dev.accumulate(given, mine, n);
-  return !(dev.sum_squares(given, n) == 0.0);  // NaN (inf - inf) counts as changed
+  const double difference = dev.sum_squares(given, n);
+  if (!std::isnan(difference)) return difference != 0.0;
+  // An inf or NaN on either side (inf - inf): compare the words themselves, on the host
+  // (rare: a tensor holding non-finite values).
+  auto* words = compare16.as<std::uint16_t>();
+  dev.convert_to_16bit(words, store.param(store[i]), n, b.dtype);
+  std::vector<std::uint16_t> theirs(b.numel), ours(b.numel);
+  dev.copy(theirs.data(), b.param, b.numel * 2, dtrain::CopyKind::device_to_host);
+  dev.copy(ours.data(), words, b.numel * 2, dtrain::CopyKind::device_to_host);
+  return theirs != ours;
+}
+
+bool dt_byom_s::holds_f16() const {
+  return std::any_of(buffers.begin(), buffers.end(),
+                     [](const Buffers& b) { return b.dtype == dtrain::DType::f16; });
+}
+
+bool dt_byom_s::gradients_overflowed() {
+  dtrain::Device& dev = store.device();
+  int bad = dev.any_nonfinite(store.grads(), static_cast<std::int64_t>(store.numel())) ? 1 : 0;
+  comm->comm->all_reduce(&bad, &bad, 1, dtrain::DType::i32, dtrain::ReduceOp::max);
+  return bad != 0;
 }
 
 void dt_byom_s::copy_in(bool with_grads) {
@@ -177,6 +201,12 @@ dt_result_t dt_byom_step(dt_byom_t byom, float lr, float* grad_norm) {
     agreed_checks(b.comm->host_comm(), true, [&] { need(lr >= 0 && lr < 1e30f, "lr must be a finite value >= 0"); });
     b.close();
     b.copy_in(true);
+    // fp16 gradients overflow: such a step is skipped on every rank (the program's scale
+    // is too large) rather than turning the parameters and AdamW's moments into NaN.
+    if (b.holds_f16() && b.gradients_overflowed()) {
+      if (grad_norm) *grad_norm = std::numeric_limits<float>::quiet_NaN();
+      return;
+    }
     const double norm = b.engine->step(lr);
     b.copy_out();
     if (grad_norm) *grad_norm = static_cast<float>(norm);

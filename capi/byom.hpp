@@ -43,8 +43,13 @@ struct dt_byom_s : dtrain::capi::CommUser {
   dtrain::CopyKind arena_to_program();
   dtrain::capi::Checkpoints& checkpoint_io();
 
+  // Whether some tensor is fp16, whose gradients may overflow; whether any gradient in the
+  // arena is inf or NaN on some rank (collective over dp).
+  bool holds_f16() const;
+  bool gradients_overflowed();
+
  private:
-  bool program_changed(std::size_t i);  // a 16-bit tensor's values differ from its master's
+  bool program_changed(std::size_t i);  // a 16-bit tensor's words differ from its master's
 };
 
 namespace dtrain::capi {

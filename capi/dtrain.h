@@ -477,9 +477,10 @@ DT_API dt_result_t dt_byom_destroy(dt_byom_t byom);
  * @param dtype of both buffers: ::DT_F32, or ::DT_BF16 / ::DT_F16 (uint16_t words), for which
  *        dtrain keeps an fp32 master of the parameter: it starts from the program's values
  *        at the first step or checkpoint call, each step updates it from the widened
- *        gradient and writes it back rounded, and where the program changes the tensor's
- *        values between calls the master takes the new values (fp16 gradients are taken as
- *        given: a program that scales its loss unscales them first). Other dtypes:
+ *        gradient and writes it back rounded, and where the program changes any of the
+ *        tensor's words between calls the tensor's masters become its values (fp16 gradients
+ *        are taken as given: a program that scales its loss unscales them first; a step with
+ *        an inf or NaN gradient is skipped). Other dtypes:
  *        ::DT_ERR_NOT_IMPLEMENTED; a value that is no ::dt_dtype_t: ::DT_ERR_INVALID_ARGUMENT.
  * @param param the parameter values (updated in place by each step); host memory, or GPU
  *        memory of this rank's GPU when the byom was made over a device handle.
@@ -504,6 +505,8 @@ DT_API dt_result_t dt_byom_register(dt_byom_t byom, const char* name, int ndim,
  * @param byom a live byom.
  * @param lr learning rate, finite and >= 0.
  * @param[out] grad_norm global norm before clipping; may be NULL.
+ * A byom holding an fp16 tensor skips a step whose gradients hold an inf or NaN on any rank
+ * (every rank alike): *grad_norm is NaN, and nothing changes.
  * @return ::DT_SUCCESS; ::DT_ERR_INVALID_HANDLE, ::DT_ERR_INVALID_ARGUMENT (lr),
  *         ::DT_ERR_INVALID_STATE (nothing registered), ::DT_ERR_INVALID_CONFIG (the ranks
  *         registered different tensors or made the byom with different optimizer settings),

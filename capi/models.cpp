@@ -275,9 +275,9 @@ PipelineSettings pipeline_settings(const dt_gpt_config_t* config, int pp) {
   return p;
 }
 
-// This pipeline rank's chunks of the model (chunk c = piece c * pp + stage of the layers cut
-// evenly), each with the activation slots the schedule keeps in flight; the whole model
-// without stages.
+// This pipeline rank's chunks of the model (chunk c = piece c * pp + stage of the layers, cut
+// as config->pipeline_layers says or evenly), each with the activation slots the schedule
+// keeps in flight; the whole model without stages.
 std::vector<dtrain::GptStage> stage_chunks(const dtrain::GptConfig& gc, const dtrain::ProcessGrid* layout,
                                            const PipelineSettings& p) {
   if (!layout || layout->pp_size() == 1) return {dtrain::GptStage{}};

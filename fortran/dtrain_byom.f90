@@ -10,6 +10,12 @@ module dtrain_byom
 
   public :: dt_byom_create, dt_byom_destroy, dt_byom_register, dt_byom_step, dt_byom_steps
 
+  !> dt_byom_register(byom, name, param, grad, ierr, ...) for arrays of real(c_float), or of
+  !> integer(c_int16_t) holding 16-bit words (see each form).
+  interface dt_byom_register
+    module procedure register_f32, register_16bit
+  end interface
+
 contains
 
   !> An optimiser for arrays the program owns (AdamW, data parallel over dp). Not collective.
@@ -62,7 +68,7 @@ contains
   !>             section, a name used twice); DT_ERR_INVALID_STATE (after the first step or
   !>             checkpoint).
   !> @param[in] no_decay optional; .true. excludes the array from weight decay (biases).
-  subroutine dt_byom_register(byom, name, param, grad, ierr, no_decay)
+  subroutine register_f32(byom, name, param, grad, ierr, no_decay)
     type(dt_byom), intent(in) :: byom
     character(len=*), intent(in) :: name
     ! Not declared contiguous: that would let the compiler pass a temporary copy whose
@@ -71,38 +77,90 @@ contains
     real(c_float), dimension(..), target, intent(in) :: grad
     integer, intent(out) :: ierr
     logical, intent(in), optional :: no_decay
-    integer(c_int64_t) :: c_shape(max(rank(param), 1))
+    call register_arrays(byom, name, rank(param), shape(param, kind=c_int64_t), &
+                         shape(grad, kind=c_int64_t), rank(grad), &
+                         is_contiguous(param) .and. is_contiguous(grad), DT_F32, c_loc(param), &
+                         c_loc(grad), ierr, no_decay)
+  end subroutine
+
+  !> As the real(c_float) form, for arrays of 16-bit words: bf16 (default) or fp16. dtrain
+  !> keeps an fp32 master of each value, started from the array at the first step or
+  !> checkpoint call, updated from the widened gradients and written back rounded; where the
+  !> program changes any word between steps, the array's masters become its values
+  !> (dt_byom_register, docs/c-api.md).
+  !> @param[in] byom a live byom.
+  !> @param[in] name unique name; the checkpoint dataset is /model/name (fp32 masters).
+  !> @param[inout] param integer(c_int16_t) array of any rank, updated in place by each step.
+  !> @param[in] grad integer(c_int16_t) array of the same shape and format, read by each step.
+  !> @param[out] ierr as the real(c_float) form; DT_ERR_INVALID_ARGUMENT also for a dtype
+  !>             other than DT_BF16 and DT_F16.
+  !> @param[in] no_decay optional; .true. excludes the array from weight decay (biases).
+  !> @param[in] dtype optional DT_BF16 (default) or DT_F16: the words' format.
+  subroutine register_16bit(byom, name, param, grad, ierr, no_decay, dtype)
+    type(dt_byom), intent(in) :: byom
+    character(len=*), intent(in) :: name
+    integer(c_int16_t), dimension(..), target, intent(inout) :: param
+    integer(c_int16_t), dimension(..), target, intent(in) :: grad
+    integer, intent(out) :: ierr
+    logical, intent(in), optional :: no_decay
+    integer, intent(in), optional :: dtype
+    integer :: format
+    format = DT_BF16
+    if (present(dtype)) format = dtype
+    if (format /= DT_BF16 .and. format /= DT_F16) then
+      call fail_here(ierr, DT_ERR_INVALID_ARGUMENT, 'dt_byom_register', &
+                     'dtype must be DT_BF16 or DT_F16 for integer(c_int16_t) arrays')
+      return
+    end if
+    call register_arrays(byom, name, rank(param), shape(param, kind=c_int64_t), &
+                         shape(grad, kind=c_int64_t), rank(grad), &
+                         is_contiguous(param) .and. is_contiguous(grad), format, c_loc(param), &
+                         c_loc(grad), ierr, no_decay)
+  end subroutine
+
+  ! The checks and the C call of both forms: nd, pshape, gshape are the arrays' ranks and
+  ! Fortran shapes.
+  subroutine register_arrays(byom, name, nd, pshape, gshape, gd, contiguous, dtype, param, grad, &
+                             ierr, no_decay)
+    type(dt_byom), intent(in) :: byom
+    character(len=*), intent(in) :: name
+    integer, intent(in) :: nd, gd, dtype
+    integer(c_int64_t), intent(in) :: pshape(:), gshape(:)
+    logical, intent(in) :: contiguous
+    type(c_ptr), intent(in) :: param, grad
+    integer, intent(out) :: ierr
+    logical, intent(in), optional :: no_decay
+    integer(c_int64_t) :: c_shape(max(nd, 1))
     integer(c_int) :: flags
-    integer :: d, nd
-    nd = rank(param)
+    integer :: d
     if (nd == 0) then
       call fail_here(ierr, DT_ERR_INVALID_ARGUMENT, 'dt_byom_register', 'param must be an array')
       return
     end if
-    if (rank(grad) /= nd) then
+    if (gd /= nd) then
       call fail_here(ierr, DT_ERR_INVALID_ARGUMENT, 'dt_byom_register', &
                      'grad must have the shape of param')
       return
     end if
-    if (any(shape(grad) /= shape(param))) then
+    if (any(gshape /= pshape)) then
       call fail_here(ierr, DT_ERR_INVALID_ARGUMENT, 'dt_byom_register', &
                      'grad must have the shape of param')
       return
     end if
-    if (.not. (is_contiguous(param) .and. is_contiguous(grad))) then
+    if (.not. contiguous) then
       call fail_here(ierr, DT_ERR_INVALID_ARGUMENT, 'dt_byom_register', &
                      'param and grad must be contiguous (whole arrays, not strided sections)')
       return
     end if
     do d = 1, nd
-      c_shape(d) = size(param, nd - d + 1, kind=c_int64_t)
+      c_shape(d) = pshape(nd - d + 1)
     end do
     flags = 0
     if (present(no_decay)) then
       if (no_decay) flags = 1
     end if
-    ierr = ret(c_byom_register(byom, c_string(name), int(nd, c_int), c_shape, DT_F32, &
-                               c_loc(param), c_loc(grad), flags))
+    ierr = ret(c_byom_register(byom, c_string(name), int(nd, c_int), c_shape, int(dtype, c_int), &
+                               param, grad, flags))
   end subroutine
 
   !> One optimiser step: gradient average over dp, global-norm clipping, AdamW. Collective

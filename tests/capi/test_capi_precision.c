@@ -326,32 +326,42 @@ static void regression_grad(const float* w, float* g) {
   }
 }
 
-/* The same model trained by a byom of 16-bit words and by one of fp32 values at a learning
- * rate whose updates are below half a 16-bit step: the fp32 masters collect them, so the
- * 16-bit values move (without masters they would stay where they started) and stay the
- * rounded fp32 run; a value the program writes between steps replaces its master; the
- * checkpoint holds the masters. */
-static void test_byom16(dt_context_t ctx, dt_comm_t world, const char* fmt) {
+/* The program's gradient words at its words w16. */
+static void gradient_words(const char* fmt, const uint16_t* w16, uint16_t* g16) {
+  float w[NW], g[NW];
+  for (int i = 0; i < NW; ++i) w[i] = decode16(fmt, w16[i]);
+  regression_grad(w, g);
+  for (int i = 0; i < NW; ++i) g16[i] = encode16(fmt, round_to(fmt, g[i]));
+}
+
+/* The same model trained by a byom of 16-bit words and by one of fp32 values (ZeRO `zero`) at
+ * a learning rate whose updates are below half a 16-bit step: the fp32 masters collect them,
+ * so the 16-bit values move (without masters they would stay where they started) and stay
+ * the rounded fp32 run. The checkpoint holds the masters, and a 16-bit byom resumed from it
+ * goes on bit for bit. A value the program writes replaces the tensor's masters. fp16: a
+ * step whose gradients overflowed is skipped. */
+static void test_byom16(dt_context_t ctx, dt_comm_t world, const char* fmt, int zero) {
   const dt_dtype_t dtype = strcmp(fmt, "bf16") == 0 ? DT_BF16 : DT_F16;
   const int64_t shape[1] = {NW};
   const float lr = strcmp(fmt, "bf16") == 0 ? 2e-4f : 2e-5f; /* under half a step at 0.5 */
-  dt_byom_t low = NULL, full = NULL, loaded = NULL;
-  uint16_t w16[NW], g16[NW], start[NW];
-  float w[NW], g[NW], wf[NW], gf[NW], back[NW], gback[NW] = {0};
+  dt_optimizer_config_t oc = DT_OPTIMIZER_CONFIG_INIT;
+  dt_byom_t low = NULL, full = NULL, loaded = NULL, resumed = NULL;
+  uint16_t w16[NW], g16[NW], start[NW], r16[NW] = {0}, rg16[NW];
+  float wf[NW], gf[NW], back[NW], gback[NW] = {0};
   int moved = 0, off = 0, masters = 0;
+  long steps = 0;
   char dir[1100], name[64];
+  oc.zero_stage = zero;
   for (int i = 0; i < NW; ++i) {
     wf[i] = round_to(fmt, 0.5f + 0.01f * (float)i);
     w16[i] = start[i] = encode16(fmt, wf[i]);
   }
-  OK(ctx, dt_byom_create(world, NULL, &low));
-  OK(ctx, dt_byom_create(world, NULL, &full));
+  OK(ctx, dt_byom_create(world, &oc, &low));
+  OK(ctx, dt_byom_create(world, &oc, &full));
   OK(ctx, dt_byom_register(low, "w", 1, shape, dtype, w16, g16, 0));
   OK(ctx, dt_byom_register(full, "w", 1, shape, DT_F32, wf, gf, 0));
   for (int step = 0; step < 40; ++step) {
-    for (int i = 0; i < NW; ++i) w[i] = decode16(fmt, w16[i]);
-    regression_grad(w, g);
-    for (int i = 0; i < NW; ++i) g16[i] = encode16(fmt, round_to(fmt, g[i]));
+    gradient_words(fmt, w16, g16);
     regression_grad(wf, gf);
     OK(ctx, dt_byom_step(low, lr, NULL));
     OK(ctx, dt_byom_step(full, lr, NULL));
@@ -361,14 +371,15 @@ static void test_byom16(dt_context_t ctx, dt_comm_t world, const char* fmt) {
     off += fabsf(decode16(fmt, w16[i]) - wf[i]) > ldexpf(fabsf(wf[i]), strcmp(fmt, "bf16") == 0 ? -6 : -9);
   }
   CHECK(moved == NW); /* every master collected updates below half a 16-bit step */
-  CHECK(off == 0);    /* and follows the fp32 run within a few 16-bit steps */
+  CHECK(off == 0);    /* and follows the fp32 run within four 16-bit steps */
 
   /* The checkpoint holds the masters: an fp32 byom loading it gets values that round to the
-   * program's words and are not all 16-bit values. */
-  snprintf(name, sizeof name, "byom16_%s", fmt);
+   * program's words and are not all 16-bit values; a 16-bit byom loading it holds the same
+   * words and steps on exactly as the saved one. */
+  snprintf(name, sizeof name, "byom16_%s_zero%d", fmt, zero);
   fresh_dir(ctx, world, name, dir, sizeof dir);
   OK(ctx, dt_byom_save_checkpoint(low, dir, 0));
-  OK(ctx, dt_byom_create(world, NULL, &loaded));
+  OK(ctx, dt_byom_create(world, &oc, &loaded));
   OK(ctx, dt_byom_register(loaded, "w", 1, shape, DT_F32, back, gback, 0));
   OK(ctx, dt_byom_load_checkpoint(loaded, dir));
   for (int i = 0; i < NW; ++i) {
@@ -376,18 +387,47 @@ static void test_byom16(dt_context_t ctx, dt_comm_t world, const char* fmt) {
     masters += back[i] != round_to(fmt, back[i]);
   }
   CHECK(masters > 0);
+  OK(ctx, dt_byom_create(world, &oc, &resumed));
+  OK(ctx, dt_byom_register(resumed, "w", 1, shape, dtype, r16, rg16, 0));
+  OK(ctx, dt_byom_load_checkpoint(resumed, dir));
+  CHECK(memcmp(r16, w16, sizeof r16) == 0);
+  for (int step = 0; step < 10; ++step) {
+    gradient_words(fmt, w16, g16);
+    memcpy(rg16, g16, sizeof g16);
+    OK(ctx, dt_byom_step(low, lr, NULL));
+    OK(ctx, dt_byom_step(resumed, lr, NULL));
+  }
+  CHECK(memcmp(r16, w16, sizeof r16) == 0);
 
-  /* A value the program writes is the master from then on (the others keep theirs). */
+  /* A value the program writes takes effect: the tensor's masters become its words. */
   w16[3] = encode16(fmt, -0.25f);
-  for (int i = 0; i < NW; ++i) w[i] = decode16(fmt, w16[i]);
-  regression_grad(w, g);
-  for (int i = 0; i < NW; ++i) g16[i] = encode16(fmt, round_to(fmt, g[i]));
+  gradient_words(fmt, w16, g16);
   OK(ctx, dt_byom_step(low, lr, NULL));
   CHECK(fabsf(decode16(fmt, w16[3]) + 0.25f) < 0.01f);
+
+  /* fp16: an overflowed gradient (inf) on rank 0 skips the step on every rank. */
+  if (dtype == DT_F16) {
+    float norm = 0;
+    uint16_t before[NW];
+    long after = 0;
+    OK(ctx, dt_byom_steps(low, &steps));
+    memcpy(before, w16, sizeof w16);
+    gradient_words(fmt, w16, g16);
+    if (my_rank == 0) g16[5] = 0x7C00u; /* +inf */
+    OK(ctx, dt_byom_step(low, lr, &norm));
+    CHECK(isnan(norm));
+    CHECK(memcmp(before, w16, sizeof w16) == 0);
+    OK(ctx, dt_byom_steps(low, &after));
+    CHECK(after == steps);
+    gradient_words(fmt, w16, g16);
+    OK(ctx, dt_byom_step(low, lr, &norm));
+    CHECK(isfinite(norm));
+  }
   if (my_rank == 0)
-    printf("byom %s: every value moved by updates below half a step (masters), within a few "
-           "steps of fp32; %d of %d checkpoint values are masters, not %s values\n", fmt, masters,
-           NW, fmt);
+    printf("byom %s zero=%d: every value moved by updates below half a step (masters), within "
+           "four steps of fp32; %d of %d checkpoint values are masters, not %s values; resumed "
+           "bit for bit\n", fmt, zero, masters, NW, fmt);
+  OK(ctx, dt_byom_destroy(resumed));
   OK(ctx, dt_byom_destroy(loaded));
   OK(ctx, dt_byom_destroy(full));
   OK(ctx, dt_byom_destroy(low));
@@ -411,8 +451,8 @@ int main(int argc, char** argv) {
   test_mlp(ctx, world, "bf16", 0);
   test_mlp(ctx, world, "fp16", 1);
   test_mlp(ctx, world, "bf16", 3);
-  test_byom16(ctx, world, "bf16");
-  test_byom16(ctx, world, "fp16");
+  test_byom16(ctx, world, "bf16", 0);
+  test_byom16(ctx, world, "fp16", 1);
   {
     dt_gpt_config_t gc = DT_GPT_CONFIG_INIT;
     gc.precision = "fp8";

@@ -65,6 +65,7 @@ program test_fortran
                       'comm and fcomm')
 
   call test_byom()
+  call test_byom_16bit()
   call test_mlp()
   call test_handles_refused()
 
@@ -217,6 +218,32 @@ contains
     m = 0.9 * m + (1 - 0.9) * g
     v = 0.95 * v + (1 - 0.95) * g * g
     p = p - 0.05 * (m * c1 / (sqrt(v * c2) + 1e-8) + wd * p)
+  end subroutine
+
+  ! Arrays of 16-bit words (bf16 here): dtrain keeps fp32 masters, and the words move with the
+  ! steps; a dtype other than DT_BF16 and DT_F16 is refused.
+  subroutine test_byom_16bit()
+    type(dt_byom) :: b
+    integer(c_int16_t), target :: w(6), g(6)
+    integer(c_int16_t) :: w0(6)
+    integer :: i, ierr
+    do i = 1, 6  ! positive values below 2: their upper 16 bits fit integer(c_int16_t)
+      w(i) = int(ishft(transfer(0.5 + 0.1 * i, 0_c_int32_t), -16), c_int16_t)
+      g(i) = int(ishft(transfer(0.25 * i, 0_c_int32_t), -16), c_int16_t)
+    end do
+    w0 = w
+    call dt_byom_create(world, b, ierr)
+    call dt_byom_register(b, 'w16', w, g, ierr, dtype=DT_I32)
+    call expect(ierr, DT_ERR_INVALID_ARGUMENT, 'dt_byom_register of 16-bit words as DT_I32')
+    call dt_byom_register(b, 'w16', w, g, ierr)
+    call expect(ierr, DT_SUCCESS, 'dt_byom_register of bf16 words')
+    do i = 1, 3
+      call dt_byom_step(b, 0.05, ierr)
+      call expect(ierr, DT_SUCCESS, 'dt_byom_step of bf16 words')
+    end do
+    call check(all(w /= w0), 'every bf16 word moved')
+    call check(all(w > 0 .and. w < w0), 'positive gradients lowered every value')
+    call dt_byom_destroy(b, ierr)
   end subroutine
 
   subroutine test_mlp()
