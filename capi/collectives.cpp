@@ -124,10 +124,11 @@ dt_result_t dt_comm_device(dt_comm_t comm, dt_comm_t* device_comm) {
       dtrain::Device& dev = dtrain::select_device("cuda");
       c.device_comm = std::make_unique<dtrain::Communicator>(
           dtrain::parallel::device_world(host, dev, host.name() + ".device"));
-      c.device_handle = std::make_unique<dt_comm_s>(c.ctx, c.device_comm.get(), c.grid);
-      c.device_handle->host = &c;
-      c.device_handle->device = &dev;
-      register_handle(c.device_handle.get());
+      auto handle = std::make_unique<dt_comm_s>(c.ctx, c.device_comm.get(), c.grid);
+      handle->host = &c;
+      handle->device = &dev;
+      register_handle(handle.get());  // out of memory: no handle kept, none registered
+      c.device_handle = std::move(handle);
     }
     *device_comm = c.device_handle.get();
   });

@@ -78,9 +78,15 @@ dt_comm_s::~dt_comm_s() {
 dt_grid_s::dt_grid_s(dt_context_s* c, const dtrain::GridShape& shape)
     : Handle(dtrain::capi::Kind::grid, c), grid(c->runtime.world(), shape) {
   dtrain::Communicator* groups[4] = {&grid.world(), &grid.tp(), &grid.pp(), &grid.dp()};
-  for (int i = 0; i < 4; ++i) {
-    comms[i] = std::make_unique<dt_comm_s>(c, groups[i], this);
-    register_handle(comms[i].get());
+  try {
+    for (int i = 0; i < 4; ++i) {
+      comms[i] = std::make_unique<dt_comm_s>(c, groups[i], this);
+      register_handle(comms[i].get());
+    }
+  } catch (...) {  // out of memory: a constructor that throws runs no destructor
+    for (auto& comm : comms)
+      if (comm) unregister_handle(comm.get());
+    throw;
   }
 }
 

@@ -63,6 +63,13 @@ struct dt_model_s : dtrain::capi::CommUser {
 
 namespace dtrain::capi {
 
+// Whether a caller's config struct reaches the field at `offset` (fields are only ever
+// appended: an older caller's struct ends before the newer ones).
+template <class Config>
+bool covers(const Config* config, std::size_t offset, std::size_t size) {
+  return config->struct_size >= offset + size;
+}
+
 // Under tensor parallelism the ranks of a TP group compute one model and must be given the
 // same inputs, and so must a pipeline's stages for a pass (pass: a forward, evaluation or
 // decoding): `hash` (of this rank's `what`) is compared over m.callers(false, pass), and
