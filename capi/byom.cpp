@@ -3,6 +3,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstring>
 #include <limits>
 #include <string>
 #include <vector>
@@ -51,7 +52,8 @@ void dt_byom_s::close() {
       std::size_t largest16 = 0;
       for (const Buffers& b : buffers)
         if (b.dtype != dtrain::DType::f32) largest16 = std::max(largest16, b.numel);
-      if (largest16 > 0 && compare16.bytes() == 0)
+      const bool on_cpu = store.device().kind() == dtrain::DeviceKind::cpu;
+      if (largest16 > 0 && !on_cpu && compare16.bytes() == 0)
         compare16 = dtrain::DeviceBuffer(store.device(), 2 * largest16 * sizeof(float));
       // The program holds whole gradients and hands them over at the step: ZeRO 2 can shard
       // only the reduction and the AdamW state there, which is what ZeRO 1 does.
@@ -68,6 +70,10 @@ void dt_byom_s::close() {
 bool dt_byom_s::program_changed(std::size_t i) {
   dtrain::Device& dev = store.device();
   const Buffers& b = buffers[i];
+  if (!b.seeded) return true;
+  if (dev.kind() == dtrain::DeviceKind::cpu)  // host memory: compare the words directly
+    return std::memcmp(b.param, b.written.data(), b.numel * 2) != 0;
+  // On a GPU, with device ops: the program's values minus the rounded masters.
   const auto n = static_cast<std::int64_t>(b.numel);
   float* given = compare16.as<float>();  // the program's values
   float* mine = given + b.numel;         // minus what it was last given
@@ -112,8 +118,10 @@ void dt_byom_s::copy_in(bool with_grads) {
     }
     // Both buffers are the device's memory here (host memory on the CPU).
     const auto n = static_cast<std::int64_t>(b.numel);
-    if (program_changed(i))
+    if (program_changed(i)) {
       dev.convert_from_16bit(store.param(p), static_cast<const std::uint16_t*>(b.param), n, b.dtype);
+      buffers[i].seeded = true;
+    }
     if (with_grads)
       dev.convert_from_16bit(store.grad(p), static_cast<const std::uint16_t*>(b.grad), n, b.dtype);
   }
@@ -122,12 +130,15 @@ void dt_byom_s::copy_in(bool with_grads) {
 void dt_byom_s::copy_out() {
   dtrain::Device& dev = store.device();
   for (std::size_t i = 0; i < buffers.size(); ++i) {
-    const Buffers& b = buffers[i];
-    if (b.dtype == dtrain::DType::f32)
+    Buffers& b = buffers[i];
+    if (b.dtype == dtrain::DType::f32) {
       dev.copy(b.param, store.param(store[i]), b.numel * sizeof(float), arena_to_program());
-    else
-      dev.convert_to_16bit(static_cast<std::uint16_t*>(b.param), store.param(store[i]),
-                           static_cast<std::int64_t>(b.numel), b.dtype);
+      continue;
+    }
+    auto* words = static_cast<std::uint16_t*>(b.param);
+    dev.convert_to_16bit(words, store.param(store[i]), static_cast<std::int64_t>(b.numel), b.dtype);
+    b.seeded = true;  // the program holds the rounded masters now
+    if (dev.kind() == dtrain::DeviceKind::cpu) b.written.assign(words, words + b.numel);
   }
   // Copies within a GPU are queued on dtrain's stream, and the program's kernels run on its
   // own: the parameters must be in its buffers when the call returns.
@@ -191,7 +202,7 @@ dt_result_t dt_byom_register(dt_byom_t byom, const char* name, int ndim, const i
     const dtrain::DType format = dtype == DT_BF16 ? dtrain::DType::bf16
                                  : dtype == DT_F16  ? dtrain::DType::f16
                                                     : dtrain::DType::f32;
-    b.buffers.push_back({param, grad, numel, format});
+    b.buffers.push_back({param, grad, numel, format, false, {}});
   });
 }
 

@@ -4,6 +4,7 @@
 // offsets. Over a device handle the buffers and the arena are GPU memory. A tensor the
 // program holds in 16 bits has its fp32 master in the arena: its gradient is widened in,
 // the master rounded out, and the program's values are taken only where they changed.
+#include <cstdint>
 #include <memory>
 #include <vector>
 
@@ -20,14 +21,18 @@ struct dt_byom_s : dtrain::capi::CommUser {
     const void* grad;
     std::size_t numel;
     dtrain::DType dtype;  // f32, or the 16-bit format (bf16, f16) of both buffers
+    // 16-bit: whether the masters have been taken from the program once; on the CPU the
+    // words last written to the program, to see by comparing whether it changed them.
+    bool seeded = false;
+    std::vector<std::uint16_t> written;
   };
   dtrain::ParameterStore store;
   dt_optimizer_config_t cfg;
   std::vector<Buffers> buffers;  // registration order = store order
   std::unique_ptr<dtrain::capi::StepEngine> engine;  // made by close(); registration ends
   std::unique_ptr<dtrain::capi::Checkpoints> checkpoints;  // made at the first save or load
-  // Two floats per element of the largest 16-bit tensor: where copy_in compares the program's
-  // values with the rounded master (allocated with the arena).
+  // On a GPU, two floats per element of the largest 16-bit tensor: where copy_in compares the
+  // program's values with the rounded master (allocated with the arena).
   dtrain::DeviceBuffer compare16;
 
   // Allocates the arena and the optimiser on first use (the first step or checkpoint call).

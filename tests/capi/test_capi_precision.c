@@ -398,6 +398,20 @@ static void test_byom16(dt_context_t ctx, dt_comm_t world, const char* fmt, int 
     OK(ctx, dt_byom_step(resumed, lr, NULL));
   }
   CHECK(memcmp(r16, w16, sizeof r16) == 0);
+  { /* the masters too, not only their rounded words */
+    float from_low[NW], from_resumed[NW];
+    snprintf(name, sizeof name, "byom16_%s_zero%d_low", fmt, zero);
+    fresh_dir(ctx, world, name, dir, sizeof dir);
+    OK(ctx, dt_byom_save_checkpoint(low, dir, 0));
+    OK(ctx, dt_byom_load_checkpoint(loaded, dir));
+    memcpy(from_low, back, sizeof back);
+    snprintf(name, sizeof name, "byom16_%s_zero%d_resumed", fmt, zero);
+    fresh_dir(ctx, world, name, dir, sizeof dir);
+    OK(ctx, dt_byom_save_checkpoint(resumed, dir, 0));
+    OK(ctx, dt_byom_load_checkpoint(loaded, dir));
+    memcpy(from_resumed, back, sizeof back);
+    CHECK(memcmp(from_low, from_resumed, sizeof from_low) == 0);
+  }
 
   /* A value the program writes takes effect: the tensor's masters become its words. */
   w16[3] = encode16(fmt, -0.25f);
