@@ -55,6 +55,9 @@ void dt_byom_s::close() {
       const bool on_cpu = store.device().kind() == dtrain::DeviceKind::cpu;
       if (largest16 > 0 && !on_cpu && compare16.bytes() == 0)
         compare16 = dtrain::DeviceBuffer(store.device(), 2 * largest16 * sizeof(float));
+      if (on_cpu)  // allocated here, where running out of memory is agreed, not in a step
+        for (Buffers& b : buffers)
+          if (b.dtype != dtrain::DType::f32) b.written.resize(b.numel);
       // The program holds whole gradients and hands them over at the step: ZeRO 2 can shard
       // only the reduction and the AdamW state there, which is what ZeRO 1 does.
       dt_optimizer_config_t engine_cfg = cfg;
@@ -93,6 +96,12 @@ bool dt_byom_s::program_changed(std::size_t i) {
   return theirs != ours;
 }
 
+void dt_byom_s::in_step(Buffers& b) {
+  if (store.device().kind() == dtrain::DeviceKind::cpu)
+    std::memcpy(b.written.data(), b.param, b.numel * 2);  // sized by close()
+  b.seeded = true;
+}
+
 bool dt_byom_s::holds_f16() const {
   return std::any_of(buffers.begin(), buffers.end(),
                      [](const Buffers& b) { return b.dtype == dtrain::DType::f16; });
@@ -120,7 +129,7 @@ void dt_byom_s::copy_in(bool with_grads) {
     const auto n = static_cast<std::int64_t>(b.numel);
     if (program_changed(i)) {
       dev.convert_from_16bit(store.param(p), static_cast<const std::uint16_t*>(b.param), n, b.dtype);
-      buffers[i].seeded = true;
+      in_step(buffers[i]);
     }
     if (with_grads)
       dev.convert_from_16bit(store.grad(p), static_cast<const std::uint16_t*>(b.grad), n, b.dtype);
@@ -135,10 +144,9 @@ void dt_byom_s::copy_out() {
       dev.copy(b.param, store.param(store[i]), b.numel * sizeof(float), arena_to_program());
       continue;
     }
-    auto* words = static_cast<std::uint16_t*>(b.param);
-    dev.convert_to_16bit(words, store.param(store[i]), static_cast<std::int64_t>(b.numel), b.dtype);
-    b.seeded = true;  // the program holds the rounded masters now
-    if (dev.kind() == dtrain::DeviceKind::cpu) b.written.assign(words, words + b.numel);
+    dev.convert_to_16bit(static_cast<std::uint16_t*>(b.param), store.param(store[i]),
+                         static_cast<std::int64_t>(b.numel), b.dtype);
+    in_step(b);
   }
   // Copies within a GPU are queued on dtrain's stream, and the program's kernels run on its
   // own: the parameters must be in its buffers when the call returns.

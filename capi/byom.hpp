@@ -55,6 +55,8 @@ struct dt_byom_s : dtrain::capi::CommUser {
 
  private:
   bool program_changed(std::size_t i);  // a 16-bit tensor's words differ from its master's
+  // A 16-bit tensor's words and masters agree now (taken from the program, or written to it).
+  void in_step(Buffers& b);
 };
 
 namespace dtrain::capi {

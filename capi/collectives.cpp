@@ -3,6 +3,7 @@
 
 #include "dtrain/device/device.hpp"
 #include "dtrain/parallel/device_world.hpp"
+#include "agree.hpp"
 #include "guard.hpp"
 
 using namespace dtrain::capi;
@@ -127,7 +128,15 @@ dt_result_t dt_comm_device(dt_comm_t comm, dt_comm_t* device_comm) {
       auto handle = std::make_unique<dt_comm_s>(c.ctx, c.device_comm.get(), c.grid);
       handle->host = &c;
       handle->device = &dev;
-      register_handle(handle.get());  // out of memory: no handle kept, none registered
+      // Out of memory on some rank: no rank keeps the handle or its group, so that all make
+      // them again together at the next call.
+      try {
+        agreed_checks(host, true, [&] { register_handle(handle.get()); });
+      } catch (...) {
+        unregister_handle(handle.get());
+        c.device_comm.reset();
+        throw;
+      }
       c.device_handle = std::move(handle);
     }
     *device_comm = c.device_handle.get();

@@ -360,6 +360,10 @@ static void test_byom16(dt_context_t ctx, dt_comm_t world, const char* fmt, int 
   OK(ctx, dt_byom_create(world, &oc, &full));
   OK(ctx, dt_byom_register(low, "w", 1, shape, dtype, w16, g16, 0));
   OK(ctx, dt_byom_register(full, "w", 1, shape, DT_F32, wf, gf, 0));
+  /* A checkpoint before the first step (it takes the program's values as the masters). */
+  snprintf(name, sizeof name, "byom16_%s_zero%d_start", fmt, zero);
+  fresh_dir(ctx, world, name, dir, sizeof dir);
+  OK(ctx, dt_byom_save_checkpoint(low, dir, 0));
   for (int step = 0; step < 40; ++step) {
     gradient_words(fmt, w16, g16);
     regression_grad(wf, gf);
@@ -413,13 +417,40 @@ static void test_byom16(dt_context_t ctx, dt_comm_t world, const char* fmt, int 
     CHECK(memcmp(from_low, from_resumed, sizeof from_low) == 0);
   }
 
-  /* A value the program writes takes effect: the tensor's masters become its words. */
+  /* A value the program writes takes effect: the tensor's masters become its words. So does
+   * one it writes back after a checkpoint took the first. */
   w16[3] = encode16(fmt, -0.25f);
   gradient_words(fmt, w16, g16);
   OK(ctx, dt_byom_step(low, lr, NULL));
   CHECK(fabsf(decode16(fmt, w16[3]) + 0.25f) < 0.01f);
+  {
+    const uint16_t kept = w16[3];
+    w16[3] = encode16(fmt, 0.75f);
+    OK(ctx, dt_byom_save_checkpoint(low, dir, 0));
+    w16[3] = kept;
+    gradient_words(fmt, w16, g16);
+    OK(ctx, dt_byom_step(low, lr, NULL));
+    CHECK(fabsf(decode16(fmt, w16[3]) + 0.25f) < 0.01f);
+  }
 
-  /* fp16: an overflowed gradient (inf) on rank 0 skips the step on every rank. */
+  /* fp16: an overflowed gradient (inf) on rank 0 skips the step on every rank, the first
+   * step of a byom too. */
+  if (dtype == DT_F16) {
+    dt_byom_t fresh = NULL;
+    uint16_t f16[NW], fg16[NW];
+    float norm = 0;
+    memcpy(f16, start, sizeof f16);
+    OK(ctx, dt_byom_create(world, &oc, &fresh));
+    OK(ctx, dt_byom_register(fresh, "w", 1, shape, dtype, f16, fg16, 0));
+    gradient_words(fmt, f16, fg16);
+    if (my_rank == 0) fg16[0] = 0xFC00u; /* -inf */
+    OK(ctx, dt_byom_step(fresh, lr, &norm));
+    CHECK(isnan(norm));
+    gradient_words(fmt, f16, fg16);
+    OK(ctx, dt_byom_step(fresh, lr, &norm));
+    CHECK(isfinite(norm));
+    OK(ctx, dt_byom_destroy(fresh));
+  }
   if (dtype == DT_F16) {
     float norm = 0;
     uint16_t before[NW];
