@@ -32,16 +32,16 @@ void dt_byom_s::close() {
   // Ranks that registered different tensors, or made the byom with different optimizer
   // settings, would reduce mismatched buckets: every rank fails instead (also where only
   // some registered none).
-  std::uint64_t h = optimizer_fingerprint(cfg);
+  std::uint64_t h = mix(optimizer_fingerprint(cfg), fnv1a(&initial_loss_scale, sizeof initial_loss_scale));
   for (std::size_t i = 0; i < buffers.size(); ++i) {
     const dtrain::ParamInfo& p = store[i];
     h = mix(mix(fnv1a(p.name.data(), p.name.size(), h), p.decay), int(buffers[i].dtype));
     h = mix(h, p.shape.size());
     for (std::int64_t d : p.shape) h = mix(h, d);
   }
-  need_same_value(*comm->comm, h, "the byom's registered tensors (names, shapes, dtypes, decay) or optimizer "
-                                  "settings differ between the ranks of dp: every rank must register "
-                                  "the same ones");
+  need_same_value(*comm->comm, h, "the byom's registered tensors (names, shapes, dtypes, decay), optimizer "
+                                  "settings or loss scaling differ between the ranks of dp: every rank "
+                                  "must register the same ones");
   if (buffers.empty()) fail(DT_ERR_INVALID_STATE, "no tensors registered");
   // The ranks agree on the engine: where it could not be made on some (memory), none keeps
   // one, so that all try again together at the next call instead of some stepping alone.
@@ -63,6 +63,11 @@ void dt_byom_s::close() {
       dt_optimizer_config_t engine_cfg = cfg;
       engine_cfg.zero_stage = std::min(cfg.zero_stage, 1);
       engine = std::make_unique<StepEngine>(*comm->comm, store, engine_cfg);
+      if (initial_loss_scale > 0) {  // the models' dynamic scaling, from the program's scale
+        dtrain::optim::LossScalerConfig scaling;
+        scaling.initial_scale = initial_loss_scale;
+        engine->scaler() = dtrain::optim::LossScaler(scaling);
+      }
     });
   } catch (...) {
     engine.reset();
@@ -220,15 +225,36 @@ dt_result_t dt_byom_step(dt_byom_t byom, float lr, float* grad_norm) {
     agreed_checks(b.comm->host_comm(), true, [&] { need(lr >= 0 && lr < 1e30f, "lr must be a finite value >= 0"); });
     b.close();
     b.copy_in(true);
-    // fp16 gradients overflow: such a step is skipped on every rank (the program's scale
-    // is too large) rather than turning the parameters and AdamW's moments into NaN.
-    if (b.holds_f16() && b.gradients_overflowed()) {
+    // Overflowed fp16 gradients: the step is skipped on every rank rather than turning the
+    // parameters and AdamW's moments into NaN (a scaling engine checks and backs off itself).
+    if (!b.engine->scaler().enabled() && b.holds_f16() && b.gradients_overflowed()) {
+      ++b.skipped;
       if (grad_norm) *grad_norm = std::numeric_limits<float>::quiet_NaN();
       return;
     }
+    const long taken = b.engine->steps();
     const double norm = b.engine->step(lr);
+    if (b.engine->steps() == taken) ++b.skipped;  // the scaler skipped it
     b.copy_out();
     if (grad_norm) *grad_norm = static_cast<float>(norm);
+  });
+}
+
+dt_result_t dt_byom_scale_loss(dt_byom_t byom, float initial_scale) {
+  return with_byom(__func__, byom, [&](dt_byom_s& b) {
+    if (b.engine || b.store.allocated())
+      fail(DT_ERR_INVALID_STATE, "loss scaling can only be turned on before the first step or checkpoint");
+    const dtrain::optim::LossScalerConfig defaults;
+    need(initial_scale == 0 || (initial_scale >= defaults.min_scale && initial_scale <= defaults.max_scale),
+         "initial_scale must be 0 (65536) or in [1, 16777216]");
+    b.initial_loss_scale = initial_scale == 0 ? static_cast<float>(defaults.initial_scale) : initial_scale;
+  });
+}
+
+dt_result_t dt_byom_loss_scale(dt_byom_t byom, float* scale, long* skipped) {
+  return with_byom(__func__, byom, [&](dt_byom_s& b) {
+    if (scale) *scale = b.engine ? b.engine->loss_scale() : std::max(1.0f, b.initial_loss_scale);
+    if (skipped) *skipped = b.skipped;
   });
 }
 

@@ -28,6 +28,8 @@ struct dt_byom_s : dtrain::capi::CommUser {
   };
   dtrain::ParameterStore store;
   dt_optimizer_config_t cfg;
+  float initial_loss_scale = 0;  // dt_byom_scale_loss(); 0: the loss is not scaled
+  long skipped = 0;              // steps skipped because gradients overflowed
   std::vector<Buffers> buffers;  // registration order = store order
   std::unique_ptr<dtrain::capi::StepEngine> engine;  // made by close(); registration ends
   std::unique_ptr<dtrain::capi::Checkpoints> checkpoints;  // made at the first save or load

@@ -479,8 +479,8 @@ DT_API dt_result_t dt_byom_destroy(dt_byom_t byom);
  *        at the first step or checkpoint call, each step updates it from the widened
  *        gradient and writes it back rounded, and where the program changes any of the
  *        tensor's words between calls the tensor's masters become its values (fp16 gradients
- *        are taken as given: a program that scales its loss unscales them first; a step with
- *        an inf or NaN gradient is skipped). Other dtypes:
+ *        are taken as given, or divided by the loss scale after dt_byom_scale_loss(); a step
+ *        with an inf or NaN gradient is skipped). Other dtypes:
  *        ::DT_ERR_NOT_IMPLEMENTED; a value that is no ::dt_dtype_t: ::DT_ERR_INVALID_ARGUMENT.
  * @param param the parameter values (updated in place by each step); host memory, or GPU
  *        memory of this rank's GPU when the byom was made over a device handle.
@@ -505,12 +505,13 @@ DT_API dt_result_t dt_byom_register(dt_byom_t byom, const char* name, int ndim,
  * @param byom a live byom.
  * @param lr learning rate, finite and >= 0.
  * @param[out] grad_norm global norm before clipping; may be NULL.
- * A byom holding an fp16 tensor skips a step whose gradients hold an inf or NaN on any rank
- * (every rank alike): *grad_norm is NaN, and nothing changes.
+ * A byom holding an fp16 tensor, or scaling its loss (dt_byom_scale_loss()), skips a step
+ * whose gradients hold an inf or NaN on any rank (every rank alike): *grad_norm is NaN, and
+ * nothing changes but the loss scale, which halves.
  * @return ::DT_SUCCESS; ::DT_ERR_INVALID_HANDLE, ::DT_ERR_INVALID_ARGUMENT (lr),
  *         ::DT_ERR_INVALID_STATE (nothing registered), ::DT_ERR_INVALID_CONFIG (the ranks
- *         registered different tensors or made the byom with different optimizer settings),
- *         ::DT_ERR_COMM, ::DT_ERR_TIMEOUT.
+ *         registered different tensors or made the byom with different optimizer settings or
+ *         loss scaling; gradients that overflow at loss scale 1), ::DT_ERR_COMM, ::DT_ERR_TIMEOUT.
  */
 DT_API dt_result_t dt_byom_step(dt_byom_t byom, float lr, float* grad_norm);
 
@@ -521,6 +522,36 @@ DT_API dt_result_t dt_byom_step(dt_byom_t byom, float lr, float* grad_norm);
  * @return ::DT_SUCCESS; ::DT_ERR_INVALID_HANDLE, ::DT_ERR_INVALID_ARGUMENT (steps NULL).
  */
 DT_API dt_result_t dt_byom_steps(dt_byom_t byom, long* steps);
+
+/**
+ * @brief Dynamic loss scaling, for a program that computes its gradients in fp16. Not
+ * collective; every rank of dp makes the same call (checked with the registrations).
+ *
+ * Before each backward the program multiplies its loss by the scale dt_byom_loss_scale()
+ * gives, so that small gradients do not flush to zero in fp16; dt_byom_step() divides the
+ * gradients by that scale before the norm, the clipping and AdamW. A step whose gradients
+ * hold an inf or NaN on any rank is skipped on every rank (*grad_norm NaN, nothing else
+ * changes) and the scale halves; after 2000 clean steps in a row it doubles, up to 2^24. An
+ * overflow at scale 1 fails the step with ::DT_ERR_INVALID_CONFIG (fp16 cannot hold this
+ * training). Checkpoints save the scale, and a load restores it. Any registered format may
+ * be scaled (a program may widen its fp16 gradients to DT_F32 itself).
+ * @param byom a live byom, before its first step or checkpoint call.
+ * @param initial_scale the first scale, in [1, 16777216]; 0 means 65536.
+ * @return ::DT_SUCCESS; ::DT_ERR_INVALID_HANDLE, ::DT_ERR_INVALID_ARGUMENT (initial_scale),
+ *         ::DT_ERR_INVALID_STATE (after the first step or checkpoint call).
+ */
+DT_API dt_result_t dt_byom_scale_loss(dt_byom_t byom, float initial_scale);
+
+/**
+ * @brief A byom's loss scale and the steps it skipped.
+ * @param byom a live byom.
+ * @param[out] scale what the program multiplies its next loss by: 1 without
+ *        dt_byom_scale_loss(); may be NULL.
+ * @param[out] skipped steps skipped since the byom was made because gradients overflowed
+ *        (with or without loss scaling); may be NULL.
+ * @return ::DT_SUCCESS; ::DT_ERR_INVALID_HANDLE.
+ */
+DT_API dt_result_t dt_byom_loss_scale(dt_byom_t byom, float* scale, long* skipped);
 
 /* ---- built-in models ------------------------------------------------------------------- */
 

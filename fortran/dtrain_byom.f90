@@ -8,7 +8,8 @@ module dtrain_byom
   implicit none
   private
 
-  public :: dt_byom_create, dt_byom_destroy, dt_byom_register, dt_byom_step, dt_byom_steps
+  public :: dt_byom_create, dt_byom_destroy, dt_byom_register, dt_byom_step, dt_byom_steps, &
+            dt_byom_scale_loss, dt_byom_loss_scale
 
   !> dt_byom_register(byom, name, param, grad, ierr, ...) for arrays of real(c_float), or of
   !> integer(c_int16_t) holding 16-bit words (see each form).
@@ -192,6 +193,37 @@ contains
     n = 0
     ierr = ret(c_byom_steps(byom, n))
     steps = int(n)
+  end subroutine
+
+  !> Dynamic loss scaling, for gradients computed in fp16 (dt_byom_scale_loss, docs/c-api.md):
+  !> multiply the loss by dt_byom_loss_scale's scale before each backward; each step divides
+  !> the gradients by it, skips a step whose gradients overflowed (the scale halves) and
+  !> doubles the scale after 2000 clean steps. Before the first step or checkpoint call.
+  !> @param[in] byom a live byom.
+  !> @param[out] ierr DT_SUCCESS; DT_ERR_INVALID_ARGUMENT (initial_scale);
+  !>             DT_ERR_INVALID_STATE (after the first step or checkpoint call).
+  !> @param[in] initial_scale optional first scale, in [1, 16777216] (default 65536).
+  subroutine dt_byom_scale_loss(byom, ierr, initial_scale)
+    type(dt_byom), intent(in) :: byom
+    integer, intent(out) :: ierr
+    real, intent(in), optional :: initial_scale
+    real(c_float) :: first
+    first = 0
+    if (present(initial_scale)) first = real(initial_scale, c_float)
+    ierr = ret(c_byom_scale_loss(byom, first))
+  end subroutine
+
+  !> A byom's loss scale (1 without dt_byom_scale_loss) and the steps it skipped on overflow.
+  !> @param[in] byom a live byom.
+  !> @param[out] scale real(c_float): what the next loss is multiplied by.
+  !> @param[out] skipped integer(c_long): steps skipped so far.
+  !> @param[out] ierr DT_SUCCESS or DT_ERR_INVALID_HANDLE.
+  subroutine dt_byom_loss_scale(byom, scale, skipped, ierr)
+    type(dt_byom), intent(in) :: byom
+    real(c_float), intent(out) :: scale
+    integer(c_long), intent(out) :: skipped
+    integer, intent(out) :: ierr
+    ierr = ret(c_byom_loss_scale(byom, scale, skipped))
   end subroutine
 
 end module dtrain_byom

@@ -215,6 +215,17 @@ module dtrain_c_binding
       type(dt_byom), value :: byom
       integer(c_long), intent(out) :: steps
     end function
+    integer(c_int) function c_byom_scale_loss(byom, initial_scale) bind(C, name="dt_byom_scale_loss")
+      import :: c_int, c_float, dt_byom
+      type(dt_byom), value :: byom
+      real(c_float), value :: initial_scale
+    end function
+    integer(c_int) function c_byom_loss_scale(byom, scale, skipped) bind(C, name="dt_byom_loss_scale")
+      import :: c_int, c_float, c_long, dt_byom
+      type(dt_byom), value :: byom
+      real(c_float), intent(out) :: scale
+      integer(c_long), intent(out) :: skipped
+    end function
     integer(c_int) function c_model_create_mlp(dp, cfg, opt, model) bind(C, name="dt_model_create_mlp")
       import :: c_int, dt_comm, mlp_config_c, optimizer_config_c, dt_model
       type(dt_comm), value :: dp
@@ -418,6 +429,7 @@ module dtrain_c_binding
             c_reduce_scatter, c_broadcast, c_barrier, &
             c_comm_device, c_grid_create, c_grid_destroy, c_grid_shape, c_grid_coords, c_grid_comm, &
             c_byom_create, c_byom_destroy, c_byom_register, c_byom_step, c_byom_steps, &
+            c_byom_scale_loss, c_byom_loss_scale, &
             c_model_create_mlp, c_model_create_gpt, c_model_create_gpt_grid, c_model_destroy, &
             c_sample_token, c_model_loss_scale, c_mlp_forward_backward, &
             c_mlp_evaluate, c_mlp_predict, c_gpt_forward_backward, c_gpt_evaluate, c_gpt_decode, &

@@ -35,8 +35,8 @@ bool LossScaler::update(bool overflow) {
     DTRAIN_CHECK(scale_ > cfg_.min_scale, Errc::invalid_config,
                  "fp16 gradients overflow (inf/NaN) even at the minimum loss scale "
                      << cfg_.min_scale << " after " << skipped_
-                     << " skipped steps; training cannot continue in fp16 (use --precision bf16 "
-                        "or fp32, or a lower --lr)");
+                     << " skipped steps; training cannot continue in fp16 (train in bf16 or fp32, "
+                        "dtrain-gpt's --precision, or at a lower learning rate)");
     scale_ = std::max(cfg_.min_scale, scale_ * cfg_.backoff);
     clean_ = 0;
     ++skipped_;

@@ -79,6 +79,8 @@ static void expect_refused(handles_t h, const char* why) {
   REFUSED("dt_byom_register", "byom", "dt_byom_t", dt_byom_register(h.byom, "w", 1, shape, DT_F32, f, f, 0));
   REFUSED("dt_byom_step", "byom", "dt_byom_t", dt_byom_step(h.byom, 0.1f, NULL));
   REFUSED("dt_byom_steps", "byom", "dt_byom_t", dt_byom_steps(h.byom, &l));
+  REFUSED("dt_byom_scale_loss", "byom", "dt_byom_t", dt_byom_scale_loss(h.byom, 0));
+  REFUSED("dt_byom_loss_scale", "byom", "dt_byom_t", dt_byom_loss_scale(h.byom, NULL, &l));
   REFUSED("dt_byom_save_checkpoint", "byom", "dt_byom_t", dt_byom_save_checkpoint(h.byom, "d", 0));
   REFUSED("dt_byom_load_checkpoint", "byom", "dt_byom_t", dt_byom_load_checkpoint(h.byom, "d"));
   REFUSED("dt_byom_destroy", "byom", "dt_byom_t", dt_byom_destroy(h.byom));
@@ -153,6 +155,11 @@ static void null_pointers(handles_t h) {
   FAILS(DT_ERR_INVALID_ARGUMENT, ctx, "dt_byom_register: grad must not be NULL",
         dt_byom_register(h.byom, "w", 1, shape, DT_F32, f, NULL, 0));
   FAILS(DT_ERR_INVALID_ARGUMENT, ctx, "dt_byom_steps: steps must not be NULL", dt_byom_steps(h.byom, NULL));
+  FAILS(DT_ERR_INVALID_ARGUMENT, ctx, "dt_byom_scale_loss: initial_scale must be 0 (65536) or in [1, 16777216]",
+        dt_byom_scale_loss(h.byom, -1.0f));
+  FAILS(DT_ERR_INVALID_ARGUMENT, ctx, "initial_scale must be", dt_byom_scale_loss(h.byom, 0.5f));
+  FAILS(DT_ERR_INVALID_ARGUMENT, ctx, "initial_scale must be", dt_byom_scale_loss(h.byom, 33554432.0f));
+  FAILS(DT_ERR_INVALID_ARGUMENT, ctx, "initial_scale must be", dt_byom_scale_loss(h.byom, NAN));
   FAILS(DT_ERR_INVALID_ARGUMENT, ctx, "dir must not be NULL",
         dt_byom_save_checkpoint(h.byom, NULL, 0));
   FAILS(DT_ERR_INVALID_ARGUMENT, ctx, "source must not be NULL",
@@ -319,13 +326,13 @@ static void wrong_sizes_and_names(handles_t h, int size) {
       CHECK(other == NULL);
       OK(ctx, dt_byom_create(h.comm, NULL, &mismatched));
       OK(ctx, dt_byom_register(mismatched, "w", 1, mine, DT_F32, f, f, 0));
-      FAILS(DT_ERR_INVALID_CONFIG, ctx, "registered tensors (names, shapes, dtypes, decay) or optimizer settings differ",
+      FAILS(DT_ERR_INVALID_CONFIG, ctx, "registered tensors (names, shapes, dtypes, decay), optimizer settings or loss scaling differ",
             dt_byom_step(mismatched, 1e-3f, NULL));
       OK(ctx, dt_byom_destroy(mismatched));
       /* Only rank 0 registered anything: the others do not stop alone at "no tensors". */
       OK(ctx, dt_byom_create(h.comm, NULL, &mismatched));
       if (my_rank == 0) OK(ctx, dt_byom_register(mismatched, "w", 1, mine, DT_F32, f, f, 0));
-      FAILS(DT_ERR_INVALID_CONFIG, ctx, "registered tensors (names, shapes, dtypes, decay) or optimizer settings differ",
+      FAILS(DT_ERR_INVALID_CONFIG, ctx, "registered tensors (names, shapes, dtypes, decay), optimizer settings or loss scaling differ",
             dt_byom_save_checkpoint(mismatched, "never_written", 0));
       OK(ctx, dt_byom_destroy(mismatched));
     }

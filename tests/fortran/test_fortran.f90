@@ -244,6 +244,37 @@ contains
     call check(all(w /= w0), 'every bf16 word moved')
     call check(all(w > 0 .and. w < w0), 'positive gradients lowered every value')
     call dt_byom_destroy(b, ierr)
+    call test_loss_scaling(w, g)
+  end subroutine
+
+  ! Loss scaling: the scale set, one that halves on an overflowed (inf) gradient as the step
+  ! is skipped, and an overflow at scale 1 refused.
+  subroutine test_loss_scaling(w, g)
+    integer(c_int16_t), target, intent(inout) :: w(6), g(6)
+    integer(c_int16_t) :: before(6)
+    type(dt_byom) :: b
+    real(c_float) :: scale
+    integer(c_long) :: skipped
+    integer :: ierr
+    call dt_byom_create(world, b, ierr)
+    call dt_byom_register(b, 'w16', w, g, ierr)
+    call dt_byom_scale_loss(b, ierr, initial_scale=0.5)
+    call expect(ierr, DT_ERR_INVALID_ARGUMENT, 'dt_byom_scale_loss below 1')
+    call dt_byom_scale_loss(b, ierr, initial_scale=2.0)
+    call expect(ierr, DT_SUCCESS, 'dt_byom_scale_loss')
+    call dt_byom_loss_scale(b, scale, skipped, ierr)
+    call check(ierr == DT_SUCCESS .and. scale == 2.0 .and. skipped == 0, 'loss scale 2 set')
+    g(2) = int(z'7F80', c_int16_t)  ! bf16 +inf
+    before = w
+    call dt_byom_step(b, 0.05, ierr)
+    call expect(ierr, DT_SUCCESS, 'dt_byom_step skipped on overflow')
+    call dt_byom_loss_scale(b, scale, skipped, ierr)
+    call check(scale == 1.0 .and. skipped == 1 .and. all(w == before), 'skipped, the scale halved')
+    call dt_byom_step(b, 0.05, ierr)
+    call expect(ierr, DT_ERR_INVALID_CONFIG, 'dt_byom_step overflowing at scale 1')
+    call dt_byom_scale_loss(b, ierr)
+    call expect(ierr, DT_ERR_INVALID_STATE, 'dt_byom_scale_loss after a step')
+    call dt_byom_destroy(b, ierr)
   end subroutine
 
   subroutine test_mlp()
