@@ -57,6 +57,7 @@ dt_result_t dt_model_save_checkpoint(dt_model_t model, const char* dir, int keep
       d = need_path(dir, "dir");
       need_keep(keep);
     });
+    share_tied_embedding(m);          // the file holds one copy of a tied wte
     m.checkpoint_io().save(d, keep);  // ZeRO 3: each rank writes its own pieces
   });
 }
@@ -69,6 +70,7 @@ dt_result_t dt_model_load_checkpoint(dt_model_t model, const char* source) {
     // stale values, so every unit is dropped first.
     if (dtrain::parallel::ParamGather* g = m.engine->gather()) g->release_all();
     m.checkpoint_io().load(s);
+    m.tied_written = {};  // the file's wte replaces values set before
     m.engine->zero_grads();
   });
 }

@@ -687,7 +687,9 @@ DT_API dt_result_t dt_model_create_gpt(dt_comm_t dp, const dt_gpt_config_t* conf
  * groups on every stage), whose ranks all pass the same tokens and targets (checked):
  * config->schedule runs config->micro_batches micro-batches through the stages, and the loss
  * and logits are the last stage's, given to every stage. The tensor calls are the stage's:
- * they see the tensors this stage holds (the step and checkpoints cover the whole model).
+ * they see the tensors this stage holds (the step and checkpoints cover the whole model). A
+ * tied wte set on either end (dt_model_set_tensor()) reaches the other end's copy at the
+ * next pass, step or checkpoint save (the first stage's values where both ends set it).
  * ZeRO 2 and 3 are not available with pp > 1.
  * A grid with tp = pp = 1 gives a data-parallel model over its DP group, as dt_model_create_gpt().
  * @param grid a live grid.

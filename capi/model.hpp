@@ -36,6 +36,12 @@ struct dt_model_s : dtrain::capi::CommUser {
   // so every call sets it (with_model): models of different precisions can live side by side.
   dtrain::DType precision = dtrain::DType::f32;
   std::unique_ptr<dtrain::capi::Checkpoints> checkpoints;  // made at the first save or load
+  // Tied embeddings under pipeline parallelism: the first and the last stage each hold wte,
+  // and this rank is one of them (the pair of its replica; null otherwise). Values
+  // dt_model_set_tensor() gave this rank's wte (its slice, full precision) wait here for the
+  // next pass, step or save, which gives them to the other end (share_tied_embedding()).
+  dtrain::Communicator* tied = nullptr;
+  std::vector<float> tied_written;
 
   dtrain::ParameterStore& params() { return mlp ? mlp->parameters() : gpt->parameters(); }
   dtrain::Device& device() { return params().device(); }
@@ -87,6 +93,11 @@ void agreed_model_checks(dt_model_s& m, bool collective_over_dp, F&& checks, boo
   else
     checks();
 }
+
+// Tied embeddings under pipeline parallelism: where dt_model_set_tensor("wte") ran on one
+// end of the pipeline since the last call, both ends now hold those values (the first
+// stage's where both were given some). Collective over m.tied; a no-op without it.
+void share_tied_embedding(dt_model_s& m);
 
 // The entry-point shape for a model handle (see call() in guard.hpp).
 template <class F>

@@ -48,17 +48,22 @@ void read_tensor(dt_model_s& m, const dtrain::ParamInfo& p, float* dst) {
   tp->all_reduce(dst, dst, p.logical_numel(), dtrain::DType::i32, dtrain::ReduceOp::sum);
 }
 
+// This rank's slice of a whole tensor (p.logical_numel() floats): `whole` itself unless
+// tensor parallelism splits p, else `slice`, filled.
+const float* local_values(dt_model_s& m, const dtrain::ParamInfo& p, const float* whole,
+                          std::vector<float>& slice) {
+  if (!m.tp() || !p.tp_sharded) return whole;
+  slice.resize(p.local_numel());
+  for (std::size_t i = 0; i < slice.size(); ++i) slice[i] = whole[p.logical_index(i)];
+  return slice.data();
+}
+
 // Writes this rank's slice of a whole tensor (p.logical_numel() floats) into the arena;
 // under ZeRO 3 only the parts in this rank's pieces, since every rank is given the same
 // values and the rest would be dropped at the next pass.
 void write_tensor(dt_model_s& m, const dtrain::ParamInfo& p, const float* whole) {
   std::vector<float> slice;
-  const float* src = whole;
-  if (m.tp() && p.tp_sharded) {
-    slice.resize(p.local_numel());
-    for (std::size_t i = 0; i < slice.size(); ++i) slice[i] = whole[p.logical_index(i)];
-    src = slice.data();
-  }
+  const float* src = local_values(m, p, whole, slice);
   float* arena = m.params().params();
   const std::size_t first = p.offset, last = p.offset + p.local_numel();
   if (!m.engine->gather()) {
@@ -74,6 +79,25 @@ void write_tensor(dt_model_s& m, const dtrain::ParamInfo& p, const float* whole)
 }
 
 }  // namespace
+
+void dtrain::capi::share_tied_embedding(dt_model_s& m) {
+  if (!m.tied) return;
+  // Who was given values: the first stage (rank 0 of the pair: 2) wins over the last (1).
+  int given = m.tied_written.empty() ? 0 : m.tied->rank() == 0 ? 2 : 1, from = 0;
+  m.tied->all_reduce(&given, &from, 1, dtrain::DType::i32, dtrain::ReduceOp::max);
+  if (from == 0) return;
+  const dtrain::ParamInfo& p = m.params().at("wte");
+  std::vector<float> values = std::move(m.tied_written);
+  m.tied_written = {};
+  values.resize(p.local_numel());
+  const int root = from == 2 ? 0 : 1;
+  m.tied->broadcast(values.data(), values.data(), values.size(), dtrain::DType::f32, root);
+  if (m.tied->rank() == root) return;
+  // No ZeRO 3 with pipeline stages: the arena holds the whole slice.
+  m.device().copy(m.params().param(p), values.data(), values.size() * sizeof(float),
+                  dtrain::CopyKind::host_to_device);
+  m.engine->parameters_written(p.offset, p.offset + p.local_numel());
+}
 
 extern "C" {
 
@@ -180,6 +204,11 @@ dt_result_t dt_model_set_tensor(dt_model_t model, const char* name, const float*
     need_same_inputs(m, m.tp() ? fnv1a(src, count * sizeof(float)) : 0, "values", false, false);
     write_tensor(m, p, src);
     m.engine->parameters_written(p.offset, p.offset + p.local_numel());  // mixed precision
+    if (m.tied && p.name == "wte") {  // for the other end of the pipeline, at the next call
+      std::vector<float> slice;
+      const float* mine = local_values(m, p, src, slice);
+      m.tied_written.assign(mine, mine + p.local_numel());
+    }
   });
 }
 

@@ -272,8 +272,10 @@ void create_gpt(dt_comm_s& c, dt_grid_s* grid, const dt_gpt_config_t* config,
         *m->gpt, *m->pp(), stages.schedule, stages.micro_batches, config->max_batch, gc.seq_len,
         stages.virtual_stages);
   }
+  const ModelSplit split = split_of(*m, gc.tie_embeddings);
+  m->tied = split.tied;
   m->engine = std::make_unique<StepEngine>(m->dp(), m->params(), opt, m->gpt->grad_ready_ranges(),
-                                           split_of(*m, gc.tie_embeddings), low);
+                                           split, low);
   connect_hooks(*m->gpt, *m->engine);
   *model = adopt(std::move(m));
 }
@@ -394,6 +396,7 @@ dt_result_t dt_gpt_forward_backward(dt_model_t model, const int32_t* tokens, con
   return with_model(__func__, model, [&](dt_model_s& m) {
     const int per_pass = need_gpt_inputs(m, tokens, targets, batch, seq, m.engine->shards_gradients());
     dtrain::GptModel& g = need_gpt(m);
+    share_tied_embedding(m);
     float l = 0;
     if (m.pipeline) {
       m.engine->begin_backward();
@@ -416,6 +419,7 @@ dt_result_t dt_gpt_evaluate(dt_model_t model, const int32_t* tokens, const int32
   return with_model(__func__, model, [&](dt_model_s& m) {
     const int per_pass =
         need_gpt_inputs(m, tokens, targets, batch, seq, m.engine->gather() != nullptr, loss, "loss");
+    share_tied_embedding(m);
     *loss = m.pipeline ? pipeline_pass(m, tokens, targets, per_pass, seq, false, 0.0f)
                        : need_gpt(m).forward(tokens, targets, batch, seq);
   });
@@ -437,6 +441,7 @@ dt_result_t dt_gpt_decode(dt_model_t model, const int32_t* tokens, int count, in
     }, true);
     const std::uint64_t text = mix(mix(fnv1a(tokens, sizeof(int32_t) * static_cast<std::size_t>(count)), count), new_text != 0);
     need_same_inputs(m, text, "tokens", collective_over_dp, true);
+    share_tied_embedding(m);
     if (new_text) g.decode_reset();
     const float* out = m.pipeline ? m.pipeline->decode(tokens, count) : g.decode(tokens, count);
     dtrain::Communicator* tp = m.tp();
@@ -470,6 +475,7 @@ dt_result_t dt_model_step(dt_model_t model, float lr, float* grad_norm) {
     // Collective over every rank of the model (the gradient reduction, the whole model's
     // norm): a bad lr on some ranks fails them all.
     agreed_checks(m.group(), true, [&] { need(lr >= 0 && lr < 1e30f, "lr must be a finite value >= 0"); });
+    share_tied_embedding(m);
     const double norm = m.engine->step(lr);
     m.engine->zero_grads();
     if (grad_norm) *grad_norm = static_cast<float>(norm);

@@ -3,7 +3,8 @@
  * untied embeddings; an uneven layer split; fp16 with its loss scaling; with data parallelism, ZeRO 1 and tensor
  * parallelism at 4 ranks) trains as one rank does on the whole batch: every step's loss
  * (averaged over dp) and gradient norm within TOL relative (fp16: TOL16), evaluation within TOL, every tensor a stage holds and the
- * generation logits within PARAM_TOL (PARAM_TOL16). Checkpoints load across the layouts bit for bit;
+ * generation logits within PARAM_TOL (PARAM_TOL16). A tied wte set on one end of the pipeline
+ * only reaches the other end. Checkpoints load across the layouts bit for bit;
  * different tokens on the stages, a batch that does not cut into the micro-batches, a bad
  * token on one stage and impossible pipeline settings fail every rank.
  *   mpiexec -n N test_capi_pipeline SCRATCH_DIR       (N = 2 or 4) */
@@ -134,6 +135,24 @@ static float stage_tensor_gap(dt_context_t ctx, dt_model_t staged, dt_model_t re
   return worst;
 }
 
+/* Tied embeddings: wte set on one end of the pipeline only (and on the reference) is the
+ * head's too: two steps train as the reference does. */
+static void set_wte_on_one_end(dt_context_t ctx, layout_t* l, int stage) {
+  int64_t shape[2] = {0, 0};
+  int ndim = 0, bits = 0;
+  size_t count;
+  float* w;
+  OK(ctx, dt_model_tensor_shape(l->pair.ref, "wte", shape, 2, &ndim));
+  count = (size_t)(shape[0] * shape[1]);
+  w = malloc(count * sizeof *w);
+  for (size_t i = 0; i < count; ++i) w[i] = 0.05f * sinf(0.37f * (float)i + (float)stage);
+  OK(ctx, dt_model_set_tensor(l->pair.ref, "wte", w, count));
+  if (l->pp_rank == stage) OK(ctx, dt_model_set_tensor(l->pair.split, "wte", w, count));
+  train_pair(ctx, &l->pair, STEPS + 1, STEPS + 3);
+  CHECK(stage_tensor_gap(ctx, l->pair.split, l->pair.ref, &bits) < param_tol);
+  free(w);
+}
+
 static void test_layout(dt_context_t ctx, dt_comm_t world, const pipeline_t* p) {
   layout_t l;
   tol = p->precision ? TOL16 : TOL;
@@ -207,6 +226,10 @@ static void test_layout(dt_context_t ctx, dt_comm_t world, const pipeline_t* p) 
   OK(ctx, dt_model_load_checkpoint(l.pair.split, dir));
   stage_tensor_gap(ctx, l.pair.split, l.pair.ref, &bits);
   CHECK(bits);
+  if (p->tied) {
+    set_wte_on_one_end(ctx, &l, 0);
+    set_wte_on_one_end(ctx, &l, p->pp - 1);
+  }
   free_layout(ctx, &l);
 }
 
