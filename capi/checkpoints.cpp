@@ -85,10 +85,14 @@ void Checkpoints::load(const std::string& source) {
   const ckpt::CheckpointInfo info = checkpointer_.load(path);
   // Mixed precision: the loaded masters, rounded, are this rank's parameter pieces.
   if (engine_.optimizer().has_master_weights()) engine_.share_parameters();
-  // fp16 goes on from the saved loss scale; a file without one (another precision) leaves
-  // the scale as it is.
-  if (engine_.scaler().enabled() && info.loss_scale > 0)
-    engine_.scaler().set_scale(info.loss_scale, info.loss_scale_clean_steps);
+  // A scaling model goes on from the saved loss scale; from a file without one (another
+  // precision, a byom that did not scale) it starts again as a new one would, so that a load
+  // gives the same state whatever came before it.
+  optim::LossScaler& scaler = engine_.scaler();
+  if (scaler.enabled() && info.loss_scale > 0)
+    scaler.set_scale(info.loss_scale, info.loss_scale_clean_steps);
+  else if (scaler.enabled())
+    scaler.set_scale(scaler.config().initial_scale, 0);
 }
 
 std::string find_checkpoint(Communicator& comm, const std::string& dir) {

@@ -507,7 +507,7 @@ DT_API dt_result_t dt_byom_register(dt_byom_t byom, const char* name, int ndim,
  * @param[out] grad_norm global norm before clipping; may be NULL.
  * A byom holding an fp16 tensor, or scaling its loss (dt_byom_scale_loss()), skips a step
  * whose gradients hold an inf or NaN on any rank (every rank alike): *grad_norm is NaN, and
- * nothing changes but the loss scale, which halves.
+ * nothing changes but the loss scale, which halves (when scaling).
  * @return ::DT_SUCCESS; ::DT_ERR_INVALID_HANDLE, ::DT_ERR_INVALID_ARGUMENT (lr),
  *         ::DT_ERR_INVALID_STATE (nothing registered), ::DT_ERR_INVALID_CONFIG (the ranks
  *         registered different tensors or made the byom with different optimizer settings or
@@ -532,8 +532,10 @@ DT_API dt_result_t dt_byom_steps(dt_byom_t byom, long* steps);
  * gradients by that scale before the norm, the clipping and AdamW. A step whose gradients
  * hold an inf or NaN on any rank is skipped on every rank (*grad_norm NaN, nothing else
  * changes) and the scale halves; after 2000 clean steps in a row it doubles, up to 2^24. An
- * overflow at scale 1 fails the step with ::DT_ERR_INVALID_CONFIG (fp16 cannot hold this
- * training). Checkpoints save the scale, and a load restores it. Any registered format may
+ * overflow at scale 1 fails the step with ::DT_ERR_INVALID_CONFIG and changes nothing (the
+ * gradients' format cannot hold this training; an initial scale of 1 leaves no room to back
+ * off). Checkpoints save the scale, and a load restores it (a file saved without one starts
+ * the scale again from initial_scale). Any registered format may
  * be scaled (a program may widen its fp16 gradients to DT_F32 itself).
  * @param byom a live byom, before its first step or checkpoint call.
  * @param initial_scale the first scale, in [1, 16777216]; 0 means 65536.

@@ -223,6 +223,8 @@ contains
     real(c_float), intent(out) :: scale
     integer(c_long), intent(out) :: skipped
     integer, intent(out) :: ierr
+    scale = 1
+    skipped = 0
     ierr = ret(c_byom_loss_scale(byom, scale, skipped))
   end subroutine
 

@@ -33,9 +33,9 @@ bool LossScaler::update(bool overflow) {
     // Halving below the minimum would only skip more steps: the gradients are not finite
     // even at the smallest scale allowed, so fp16 cannot represent this training.
     DTRAIN_CHECK(scale_ > cfg_.min_scale, Errc::invalid_config,
-                 "fp16 gradients overflow (inf/NaN) even at the minimum loss scale "
+                 "gradients overflow (inf/NaN) even at the minimum loss scale "
                      << cfg_.min_scale << " after " << skipped_
-                     << " skipped steps; training cannot continue in fp16 (train in bf16 or fp32, "
+                     << " skipped steps; training cannot continue at this precision (train in bf16 or fp32, "
                         "dtrain-gpt's --precision, or at a lower learning rate)");
     scale_ = std::max(cfg_.min_scale, scale_ * cfg_.backoff);
     clean_ = 0;

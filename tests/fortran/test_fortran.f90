@@ -272,6 +272,8 @@ contains
     call check(scale == 1.0 .and. skipped == 1 .and. all(w == before), 'skipped, the scale halved')
     call dt_byom_step(b, 0.05, ierr)
     call expect(ierr, DT_ERR_INVALID_CONFIG, 'dt_byom_step overflowing at scale 1')
+    call dt_byom_loss_scale(b, scale, skipped, ierr)
+    call check(scale == 1.0 .and. skipped == 1 .and. all(w == before), 'the refused step changed nothing')
     call dt_byom_scale_loss(b, ierr)
     call expect(ierr, DT_ERR_INVALID_STATE, 'dt_byom_scale_loss after a step')
     call dt_byom_destroy(b, ierr)
