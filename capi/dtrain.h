@@ -991,7 +991,8 @@ DT_API dt_result_t dt_model_get_tensor(dt_model_t model, const char* name, float
  * but every rank of the dp group must set the same values, or the replicas diverge. Under
  * tensor parallelism every rank passes the whole tensor and keeps its slice; the call is
  * collective over the TP group, and different values there fail every rank of the model
- * (::DT_ERR_INVALID_ARGUMENT).
+ * (::DT_ERR_INVALID_ARGUMENT). A tied wte set on one end of a pipeline reaches the other
+ * end at the next pass, step or checkpoint save (a checkpoint load before then discards it).
  * @param model a live model.
  * @param name a parameter name; unknown: ::DT_ERR_INVALID_ARGUMENT.
  * @param src count floats, row-major.

@@ -87,16 +87,21 @@ void dtrain::capi::share_tied_embedding(dt_model_s& m) {
   m.tied->all_reduce(&given, &from, 1, dtrain::DType::i32, dtrain::ReduceOp::max);
   if (from == 0) return;
   const dtrain::ParamInfo& p = m.params().at("wte");
-  std::vector<float> values = std::move(m.tied_written);
-  m.tied_written = {};
-  values.resize(p.local_numel());
   const int root = from == 2 ? 0 : 1;
+  const bool receiving = m.tied->rank() != root;
+  std::vector<float> received;
+  // The receiver's buffer, agreed: out of memory, both ends fail and the values stay pending.
+  agreed_checks(*m.tied, true, [&] {
+    if (receiving) received.resize(p.local_numel());
+  });
+  std::vector<float>& values = receiving ? received : m.tied_written;
   m.tied->broadcast(values.data(), values.data(), values.size(), dtrain::DType::f32, root);
-  if (m.tied->rank() == root) return;
-  // No ZeRO 3 with pipeline stages: the arena holds the whole slice.
-  m.device().copy(m.params().param(p), values.data(), values.size() * sizeof(float),
-                  dtrain::CopyKind::host_to_device);
-  m.engine->parameters_written(p.offset, p.offset + p.local_numel());
+  if (receiving) {  // no ZeRO 3 with pipeline stages: the arena holds the whole slice
+    m.device().copy(m.params().param(p), values.data(), values.size() * sizeof(float),
+                    dtrain::CopyKind::host_to_device);
+    m.engine->parameters_written(p.offset, p.offset + p.local_numel());
+  }
+  m.tied_written = {};  // handed over (or, on the last stage, overruled by the first)
 }
 
 extern "C" {
@@ -202,13 +207,15 @@ dt_result_t dt_model_set_tensor(dt_model_t model, const char* name, const float*
     });
     const dtrain::ParamInfo& p = *found;
     need_same_inputs(m, m.tp() ? fnv1a(src, count * sizeof(float)) : 0, "values", false, false);
-    write_tensor(m, p, src);
-    m.engine->parameters_written(p.offset, p.offset + p.local_numel());  // mixed precision
-    if (m.tied && p.name == "wte") {  // for the other end of the pipeline, at the next call
+    std::vector<float> for_other_end;  // a tied wte: kept for the other end of the pipeline
+    if (m.tied && p.name == "wte") {   // (allocated before anything changes)
       std::vector<float> slice;
       const float* mine = local_values(m, p, src, slice);
-      m.tied_written.assign(mine, mine + p.local_numel());
+      for_other_end.assign(mine, mine + p.local_numel());
     }
+    write_tensor(m, p, src);
+    m.engine->parameters_written(p.offset, p.offset + p.local_numel());  // mixed precision
+    if (!for_other_end.empty()) m.tied_written.swap(for_other_end);
   });
 }
 

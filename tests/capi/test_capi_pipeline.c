@@ -4,7 +4,8 @@
  * parallelism at 4 ranks) trains as one rank does on the whole batch: every step's loss
  * (averaged over dp) and gradient norm within TOL relative (fp16: TOL16), evaluation within TOL, every tensor a stage holds and the
  * generation logits within PARAM_TOL (PARAM_TOL16). A tied wte set on one end of the pipeline
- * only reaches the other end. Checkpoints load across the layouts bit for bit;
+ * only reaches the other end (the first stage's values where both ends set it), and a
+ * checkpoint saved next. Checkpoints load across the layouts bit for bit;
  * different tokens on the stages, a batch that does not cut into the micro-batches, a bad
  * token on one stage and impossible pipeline settings fail every rank.
  *   mpiexec -n N test_capi_pipeline SCRATCH_DIR       (N = 2 or 4) */
@@ -135,21 +136,51 @@ static float stage_tensor_gap(dt_context_t ctx, dt_model_t staged, dt_model_t re
   return worst;
 }
 
-/* Tied embeddings: wte set on one end of the pipeline only (and on the reference) is the
- * head's too: two steps train as the reference does. */
-static void set_wte_on_one_end(dt_context_t ctx, layout_t* l, int stage) {
+/* Values for wte (count of them), a pattern of its own for each `which`. */
+static float* wte_values(size_t count, int which) {
+  float* w = malloc(count * sizeof *w);
+  for (size_t i = 0; i < count; ++i) w[i] = 0.05f * sinf(0.37f * (float)i + (float)which);
+  return w;
+}
+
+static size_t wte_count(dt_context_t ctx, dt_model_t m) {
   int64_t shape[2] = {0, 0};
-  int ndim = 0, bits = 0;
-  size_t count;
-  float* w;
-  OK(ctx, dt_model_tensor_shape(l->pair.ref, "wte", shape, 2, &ndim));
-  count = (size_t)(shape[0] * shape[1]);
-  w = malloc(count * sizeof *w);
-  for (size_t i = 0; i < count; ++i) w[i] = 0.05f * sinf(0.37f * (float)i + (float)stage);
+  int ndim = 0;
+  OK(ctx, dt_model_tensor_shape(m, "wte", shape, 2, &ndim));
+  return (size_t)(shape[0] * shape[1]);
+}
+
+/* Tied embeddings: wte set on one end of the pipeline only (stage; -1: on both ends, other
+ * values on the last, where the first stage's win), and on the reference, is the head's
+ * too: two steps train as the reference does. */
+static void set_wte_on_one_end(dt_context_t ctx, layout_t* l, int stage, int last) {
+  const size_t count = wte_count(ctx, l->pair.ref);
+  float* w = wte_values(count, stage);
+  float* other = wte_values(count, 7);
+  int bits = 0;
   OK(ctx, dt_model_set_tensor(l->pair.ref, "wte", w, count));
-  if (l->pp_rank == stage) OK(ctx, dt_model_set_tensor(l->pair.split, "wte", w, count));
+  if (l->pp_rank == stage || (stage < 0 && l->pp_rank == 0))
+    OK(ctx, dt_model_set_tensor(l->pair.split, "wte", w, count));
+  if (stage < 0 && l->pp_rank == last) OK(ctx, dt_model_set_tensor(l->pair.split, "wte", other, count));
   train_pair(ctx, &l->pair, STEPS + 1, STEPS + 3);
   CHECK(stage_tensor_gap(ctx, l->pair.split, l->pair.ref, &bits) < param_tol);
+  free(other);
+  free(w);
+}
+
+/* wte set on the last stage only, then a checkpoint: the file holds the new values. */
+static void set_wte_then_save(dt_context_t ctx, dt_comm_t world, layout_t* l, int last, const char* name) {
+  const size_t count = wte_count(ctx, l->pair.ref);
+  float* w = wte_values(count, 11);
+  float* back = malloc(count * sizeof *back);
+  char dir[1200];
+  if (l->pp_rank == last) OK(ctx, dt_model_set_tensor(l->pair.split, "wte", w, count));
+  fresh_dir(ctx, world, name, dir, sizeof dir);
+  OK(ctx, dt_model_save_checkpoint(l->pair.split, dir, 0));
+  OK(ctx, dt_model_load_checkpoint(l->pair.ref, dir));
+  OK(ctx, dt_model_get_tensor(l->pair.ref, "wte", back, count));
+  CHECK(max_diff(back, w, count) < param_tol);
+  free(back);
   free(w);
 }
 
@@ -227,8 +258,13 @@ static void test_layout(dt_context_t ctx, dt_comm_t world, const pipeline_t* p) 
   stage_tensor_gap(ctx, l.pair.split, l.pair.ref, &bits);
   CHECK(bits);
   if (p->tied) {
-    set_wte_on_one_end(ctx, &l, 0);
-    set_wte_on_one_end(ctx, &l, p->pp - 1);
+    set_wte_on_one_end(ctx, &l, 0, p->pp - 1);
+    set_wte_on_one_end(ctx, &l, p->pp - 1, p->pp - 1);
+    set_wte_on_one_end(ctx, &l, -1, p->pp - 1);
+    snprintf(name, sizeof name, "wte_pp%d_tp%d_%s_v%d_zero%d_%s", p->pp, p->tp,
+             p->schedule ? p->schedule : "1f1b", p->virtual_stages, p->zero,
+             p->precision ? p->precision : "fp32");
+    set_wte_then_save(ctx, world, &l, p->pp - 1, name);
   }
   free_layout(ctx, &l);
 }
