@@ -70,6 +70,14 @@ void need_agreement(dtrain::Communicator& ranks, std::uint64_t seed, std::uint64
 }
 
 
+// Builds a model's parts (allocation only, no communication) on every rank of c: where one
+// rank runs out of memory, every rank fails with its message instead of waiting for it in
+// the model's first collective.
+template <class F>
+void allocate_agreed(dt_comm_s& c, F&& build) {
+  agreed_checks(*c.comm, true, std::forward<F>(build));
+}
+
 // The device config->device names, agreed by every rank of dp (older callers, whose struct
 // ends before the field, keep the CPU they had), and the group its buffers move over. On
 // the CPU the process's kernels and OpenBLAS then run the rank's share of threads.
@@ -264,18 +272,20 @@ void create_gpt(dt_comm_s& c, dt_grid_s* grid, const dt_gpt_config_t* config,
     m->layout = std::make_unique<dtrain::ProcessGrid>(world, grid->grid.shape());
     if (pp > 1) m->replica = world.split(m->layout->dp_rank(), world.rank(), world.name() + ".replica");
   }
-  m->gpt = std::make_unique<dtrain::GptModel>(gc, dev, config->seed, config->max_batch,
-                                              stage_chunks(gc, m->layout.get(), stages), m->tp(), sp);
-  if (pp > 1) {
-    m->micro_batches = stages.micro_batches;
-    m->pipeline = std::make_unique<dtrain::parallel::PipelineExecutor>(
-        *m->gpt, *m->pp(), stages.schedule, stages.micro_batches, config->max_batch, gc.seq_len,
-        stages.virtual_stages);
-  }
-  const ModelSplit split = split_of(*m, gc.tie_embeddings);
-  m->tied = split.tied;
-  m->engine = std::make_unique<StepEngine>(m->dp(), m->params(), opt, m->gpt->grad_ready_ranges(),
-                                           split, low);
+  allocate_agreed(c, [&] {
+    m->gpt = std::make_unique<dtrain::GptModel>(gc, dev, config->seed, config->max_batch,
+                                                stage_chunks(gc, m->layout.get(), stages), m->tp(), sp);
+    if (pp > 1) {
+      m->micro_batches = stages.micro_batches;
+      m->pipeline = std::make_unique<dtrain::parallel::PipelineExecutor>(
+          *m->gpt, *m->pp(), stages.schedule, stages.micro_batches, config->max_batch, gc.seq_len,
+          stages.virtual_stages);
+    }
+    const ModelSplit split = split_of(*m, gc.tie_embeddings);
+    m->tied = split.tied;
+    m->engine = std::make_unique<StepEngine>(m->dp(), m->params(), opt, m->gpt->grad_ready_ranges(),
+                                             split, low);
+  });
   connect_hooks(*m->gpt, *m->engine);
   *model = adopt(std::move(m));
 }
@@ -310,9 +320,11 @@ dt_result_t dt_model_create_mlp(dt_comm_t dp, const dt_mlp_config_t* config,
     auto m = std::make_unique<dt_model_s>(&c);
     dtrain::Device& dev = open_device(config, *m);
     m->precision = low;
-    m->mlp = std::make_unique<dtrain::MlpModel>(mc, dev, config->seed, config->max_batch);
-    m->engine = std::make_unique<StepEngine>(m->dp(), m->params(), opt, std::vector<dtrain::parallel::Range>{},
-                                             ModelSplit{}, low);
+    allocate_agreed(c, [&] {
+      m->mlp = std::make_unique<dtrain::MlpModel>(mc, dev, config->seed, config->max_batch);
+      m->engine = std::make_unique<StepEngine>(m->dp(), m->params(), opt,
+                                               std::vector<dtrain::parallel::Range>{}, ModelSplit{}, low);
+    });
     // The MLP has no per-layer parameter hooks: under ZeRO 3 each pass holds it whole
     // (WholeParameters in its entry points), and only the pieces stay between passes.
     *model = adopt(std::move(m));

@@ -83,9 +83,13 @@ StepEngine::StepEngine(Communicator& dp, ParameterStore& params, const dt_optimi
   optimizer_ = std::make_unique<optim::AdamW>(params.device(), std::move(segments), params.numel(), a);
   if (low_ != DType::f32) {
     // fp32 masters of this rank's segments; the arena (what every pass reads) gets them
-    // rounded, and ZeRO 1/2 share the rounded pieces.
+    // rounded. Every replica starts from the same values, so each rounds the pieces other
+    // ranks own itself (what ZeRO 1/2 would share): construction communicates nothing, and a
+    // rank that runs out of memory here can fail every rank instead of leaving them waiting.
     optimizer_->use_master_weights(params.params(), low_);
-    share_parameters();
+    if (!gather_)
+      params.device().round_to_16bit(params.params(), params.params(),
+                                     static_cast<std::int64_t>(params.numel()), low_);
   }
   if (!split_.tp && !split_.pp) return;
   const bool tp_root = !split_.tp || split_.tp->rank() == 0;
