@@ -285,8 +285,8 @@ void create_gpt(dt_comm_s& c, dt_grid_s* grid, const dt_gpt_config_t* config,
     m->tied = split.tied;
     m->engine = std::make_unique<StepEngine>(m->dp(), m->params(), opt, m->gpt->grad_ready_ranges(),
                                              split, low);
+    connect_hooks(*m->gpt, *m->engine);
   });
-  connect_hooks(*m->gpt, *m->engine);
   *model = adopt(std::move(m));
 }
 

@@ -87,9 +87,11 @@ StepEngine::StepEngine(Communicator& dp, ParameterStore& params, const dt_optimi
     // ranks own itself (what ZeRO 1/2 would share): construction communicates nothing, and a
     // rank that runs out of memory here can fail every rank instead of leaving them waiting.
     optimizer_->use_master_weights(params.params(), low_);
-    if (!gather_)
+    if (!gather_) {
       params.device().round_to_16bit(params.params(), params.params(),
                                      static_cast<std::int64_t>(params.numel()), low_);
+      sync_->reserve_all_gather(low_);  // the steps' sharing allocates nothing
+    }
   }
   if (!split_.tp && !split_.pp) return;
   const bool tp_root = !split_.tp || split_.tp->rank() == 0;

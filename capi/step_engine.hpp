@@ -34,8 +34,9 @@ struct ModelSplit {
 
 class StepEngine {
  public:
-  // Not collective (it only allocates). params must be allocated and hold the same values on
-  // every rank of dp; it, dp and the split's groups outlive the engine. ready_ranges:
+  // Not collective (it only allocates). params must be allocated (under mixed precision and
+  // ZeRO 1/2 holding the same values on every rank of dp, which each rounds itself); it, dp
+  // and the split's groups outlive the engine. ready_ranges:
   // arena ranges in the order backward completes them, tiling the arena (a GPT's
   // grad_ready_ranges(), which are also its ZeRO-3 units); empty: one range per tensor.
   // split: the norm sums the TP slices and the pipeline stages, counting tensors replicated

@@ -1,5 +1,7 @@
 #include "dtrain/parallel/gradient_sync.hpp"
 
+#include <algorithm>
+
 #include "dtrain/core/error.hpp"
 #include "dtrain/core/timer.hpp"
 #include "dtrain/parallel/zero.hpp"
@@ -155,6 +157,16 @@ void GradientSync::all_gather(float* params, DType wire) {
     const Range bucket{buckets_[b].first, buckets_[b].last};
     share_.all_gather_v(dp_, *dev_, params, bucket, owned_[b], piece_counts_[b].data(), wire);
   }
+}
+
+void GradientSync::reserve_all_gather(DType wire) {
+  if (mode_ == GradReduction::all_reduce || wire == DType::f32 || !dev_) return;
+  std::size_t mine = 0, unit = 0;
+  for (std::size_t b = 0; b < buckets_.size(); ++b) {
+    mine = std::max(mine, owned_[b].second - owned_[b].first);
+    unit = std::max(unit, buckets_[b].numel());
+  }
+  share_.reserve(*dev_, mine, unit);
 }
 
 void GradientSync::all_gather_words(std::uint16_t* words, DType fmt) {

@@ -21,6 +21,11 @@ Request WordGather::start(Communicator& dp, Device& dev, const float* arena, con
   return dp.iall_gather_v(send_.data(), recv_.data(), counts, fmt);
 }
 
+void WordGather::reserve(Device& dev, std::size_t mine, std::size_t unit) {
+  grow(send_, dev, sizeof(std::uint16_t) * mine);
+  grow(recv_, dev, sizeof(std::uint16_t) * unit);
+}
+
 void WordGather::widen(Device& dev, float* arena) {
   dev.convert_from_16bit(arena + unit_.first, recv_.as<std::uint16_t>(),
                          static_cast<std::int64_t>(unit_.second - unit_.first), fmt_);

@@ -2,8 +2,8 @@
  * DT_ERR_OUT_OF_MEMORY and its message ("rank r: ..."), instead of leaving the others waiting
  * for it in the model's first collective; with the memory back, the same model is made and
  * trains. The last rank's address space is capped (RLIMIT_AS, a little above what it maps)
- * while a GPT, an MLP in bf16 under ZeRO 1 (whose masters are allocated too) and a byom's first step
- * allocate a few hundred MB.
+ * while a GPT, an MLP in bf16 under ZeRO 1 (whose engine used to share its rounded parameters
+ * while it was made) and a byom's first step allocate a few hundred MB.
  *   mpiexec -n N test_capi_memory */
 #define _XOPEN_SOURCE 700 /* getrlimit, sysconf */
 #include <stdio.h>
@@ -100,6 +100,7 @@ int main(int argc, char** argv) {
     old = cap_memory(limited);
     expect_agreed_failure(ctx, dt_model_create_gpt(world, &gc, NULL, &m), size);
     CHECK(m == NULL);
+    if (m) OK(ctx, dt_model_destroy(m));
     if (limited) setrlimit(RLIMIT_AS, &old);
     OK(ctx, dt_model_create_gpt(world, &gc, NULL, &m));
     gpt_step(ctx, m);
@@ -117,6 +118,7 @@ int main(int argc, char** argv) {
     old = cap_memory(limited);
     expect_agreed_failure(ctx, dt_model_create_mlp(world, &mc, &oc, &m), size);
     CHECK(m == NULL);
+    if (m) OK(ctx, dt_model_destroy(m));
     if (limited) setrlimit(RLIMIT_AS, &old);
     OK(ctx, dt_model_create_mlp(world, &mc, &oc, &m));
     OK(ctx, dt_model_destroy(m));

@@ -68,6 +68,9 @@ class DTRAIN_API GradientSync {
   // Every rank's pieces of params to all ranks, bucket by bucket, in place (reduce_scatter,
   // shard); as 16-bit words when wire is bf16/f16 (PieceGather; needs the device).
   void all_gather(float* params, DType wire = DType::f32);
+  // Allocates now what all_gather(params, wire) would at its first call (16-bit words'
+  // buffers), so that a caller can agree on running out of memory. Not collective.
+  void reserve_all_gather(DType wire);
   // The same for 16-bit parameter storage (PackedParameters): words[i] is arena element i,
   // fmt bf16 or f16.
   void all_gather_words(std::uint16_t* words, DType fmt);

@@ -23,6 +23,9 @@ class DTRAIN_API WordGather {
   Request start(Communicator& dp, Device& dev, const float* arena, const Range& unit,
                 const Range& mine, const std::size_t* counts, DType fmt);
   void widen(Device& dev, float* arena);  // arena[unit] <- the gathered words
+  // Grows the buffers for pieces of up to `mine` and units of up to `unit` elements, so that
+  // a later start() allocates nothing. Not collective.
+  void reserve(Device& dev, std::size_t mine, std::size_t unit);
 
  private:
   DeviceBuffer send_, recv_;
@@ -36,6 +39,8 @@ class DTRAIN_API PieceGather {
   // bf16/f16 when every piece holds exact values of that format. Collective over dp.
   void all_gather_v(Communicator& dp, Device& dev, float* arena, const Range& unit,
                     const Range& mine, const std::size_t* counts, DType wire);
+  // As WordGather::reserve, for 16-bit gathers.
+  void reserve(Device& dev, std::size_t mine, std::size_t unit) { words_.reserve(dev, mine, unit); }
 
  private:
   WordGather words_;
