@@ -16,8 +16,13 @@ using namespace dtrain::capi;
 
 // Over a device handle (dt_comm_device) the program's buffers are GPU memory, and so are the
 // arena and the optimiser state; otherwise all of it is host memory.
-dt_byom_s::dt_byom_s(dt_comm_s* c, const dt_optimizer_config_t& cfg)
-    : CommUser(Kind::byom, c), store(c->device ? *c->device : dtrain::cpu_device()), cfg(cfg) {}
+dt_byom_s::dt_byom_s(dt_comm_s* c, const dt_optimizer_config_t& cfg, dt_grid_s* grid)
+    : CommUser(Kind::byom, c),
+      grid(grid),
+      store(c->device ? *c->device : dtrain::cpu_device()),
+      cfg(cfg) {}
+
+dtrain::Communicator& dt_byom_s::everyone() { return grid ? grid->grid.world() : comm->host_comm(); }
 
 dtrain::CopyKind dt_byom_s::program_to_arena() {
   return comm->device ? dtrain::CopyKind::device_to_device : dtrain::CopyKind::host_to_device;
@@ -38,15 +43,24 @@ void dt_byom_s::close() {
     h = mix(mix(fnv1a(p.name.data(), p.name.size(), h), p.decay), int(buffers[i].dtype));
     h = mix(h, p.shape.size());
     for (std::int64_t d : p.shape) h = mix(h, d);
+    for (std::int64_t d : p.local_shape) h = mix(h, d);
   }
-  need_same_value(*comm->comm, h, "the byom's registered tensors (names, shapes, dtypes, decay), optimizer "
-                                  "settings or loss scaling differ between the ranks of dp: every rank "
-                                  "must register the same ones");
-  if (buffers.empty()) fail(DT_ERR_INVALID_STATE, "no tensors registered");
+  // Compared over dp, which fails alike; on a grid (where each stage registers its own
+  // tensors) agreed over every rank too, which the step's collectives span.
+  auto registrations = [&] {
+    need_same_value(*comm->comm, h, "the byom's registered tensors (names, shapes, dtypes, decay), "
+                                    "optimizer settings or loss scaling differ between the ranks of dp: "
+                                    "every rank must register the same ones");
+    if (buffers.empty()) fail(DT_ERR_INVALID_STATE, "no tensors registered");
+  };
+  if (grid)
+    agreed_checks(everyone(), true, registrations);
+  else
+    registrations();
   // The ranks agree on the engine: where it could not be made on some (memory), none keeps
   // one, so that all try again together at the next call instead of some stepping alone.
   try {
-    agreed_checks(*comm->comm, true, [&] {
+    agreed_checks(everyone(), true, [&] {
       // Allocated by an earlier try whose engine could not be made: closed but stepless.
       if (!store.allocated()) store.allocate();
       std::size_t largest16 = 0;
@@ -62,7 +76,10 @@ void dt_byom_s::close() {
       // only the reduction and the AdamW state there, which is what ZeRO 1 does.
       dt_optimizer_config_t engine_cfg = cfg;
       engine_cfg.zero_stage = std::min(cfg.zero_stage, 1);
-      engine = std::make_unique<StepEngine>(*comm->comm, store, engine_cfg);
+      dtrain::capi::ModelSplit split;  // the program's own tensor and pipeline parallelism
+      if (grid && grid->grid.tp_size() > 1) split.tp = &grid->grid.tp();
+      if (grid && grid->grid.pp_size() > 1) split.pp = &grid->grid.pp();
+      engine = std::make_unique<StepEngine>(*comm->comm, store, engine_cfg, std::vector<dtrain::parallel::Range>{}, split);
       if (initial_loss_scale > 0) {  // the models' dynamic scaling, from the program's scale
         dtrain::optim::LossScalerConfig scaling;
         scaling.initial_scale = initial_loss_scale;
@@ -115,7 +132,7 @@ bool dt_byom_s::holds_f16() const {
 bool dt_byom_s::gradients_overflowed() {
   dtrain::Device& dev = store.device();
   int bad = dev.any_nonfinite(store.grads(), static_cast<std::int64_t>(store.numel())) ? 1 : 0;
-  comm->comm->all_reduce(&bad, &bad, 1, dtrain::DType::i32, dtrain::ReduceOp::max);
+  everyone().all_reduce(&bad, &bad, 1, dtrain::DType::i32, dtrain::ReduceOp::max);
   return bad != 0;
 }
 
@@ -160,7 +177,11 @@ void dt_byom_s::copy_out() {
 
 Checkpoints& dt_byom_s::checkpoint_io() {
   close();
-  if (!checkpoints) checkpoints = std::make_unique<Checkpoints>(*comm->comm, store, *engine, nullptr);
+  if (checkpoints) return *checkpoints;
+  if (grid)  // every stage writes its tensors, the TP slices whole
+    checkpoints = std::make_unique<Checkpoints>(grid->grid, store, *engine, nullptr);
+  else
+    checkpoints = std::make_unique<Checkpoints>(*comm->comm, store, *engine, nullptr);
   return *checkpoints;
 }
 
@@ -179,6 +200,19 @@ dt_result_t dt_byom_create(dt_comm_t dp, const dt_optimizer_config_t* config, dt
   });
 }
 
+dt_result_t dt_byom_create_grid(dt_grid_t grid, const dt_optimizer_config_t* config, dt_byom_t* byom) {
+  clear_output(byom);
+  return call<dt_grid_s>(__func__, grid, Kind::grid, "grid", [&](dt_grid_s& g) {
+    need_ptr(byom, "byom");
+    const dt_optimizer_config_t opt = read_optimizer_config(config);
+    if (opt.zero_stage == 3)
+      fail(DT_ERR_NOT_IMPLEMENTED,
+           "zero_stage 3 shards the parameters, but a byom's parameters live in the program's "
+           "buffers: use zero_stage 0, 1 or 2 (2 shards as much as 1 here)");
+    *byom = adopt(std::make_unique<dt_byom_s>(g.comms[DT_GROUP_DP].get(), opt, &g));
+  });
+}
+
 dt_result_t dt_byom_destroy(dt_byom_t byom) {
   return with_byom(__func__, byom, [](dt_byom_s& b) { release_child(&b); });
 }
@@ -193,7 +227,9 @@ dt_result_t dt_byom_register(dt_byom_t byom, const char* name, int ndim, const i
     need_ptr(shape, "shape");
     need_ptr(param, "param");
     need_ptr(grad, "grad");
-    need((flags & ~DT_PARAM_NO_DECAY) == 0u, "unknown flags");
+    need((flags & ~(DT_PARAM_NO_DECAY | DT_PARAM_TP_ROWS | DT_PARAM_TP_COLS)) == 0u, "unknown flags");
+    need((flags & DT_PARAM_TP_ROWS) == 0u || (flags & DT_PARAM_TP_COLS) == 0u,
+         "flags: DT_PARAM_TP_ROWS and DT_PARAM_TP_COLS exclude each other");
     need(dtype >= DT_F32 && dtype <= DT_U8, "unknown dtype");
     if (dtype != DT_F32 && dtype != DT_BF16 && dtype != DT_F16)
       fail(DT_ERR_NOT_IMPLEMENTED, "only DT_F32, DT_BF16 and DT_F16 tensors can be registered "
@@ -211,7 +247,18 @@ dt_result_t dt_byom_register(dt_byom_t byom, const char* name, int ndim, const i
     std::size_t total = numel;
     for (const auto& buf : b.buffers) total += buf.numel;
     need(total <= kMaxNumel, "the registered tensors have too many elements (more than 2^58)");
-    b.store.add(name, dims, (flags & DT_PARAM_NO_DECAY) == 0u);
+    // This rank's slice of a tensor split over the TP group: the tensor is tp slices long
+    // along the split dimension, this rank's the tp_rank-th.
+    std::vector<std::int64_t> whole = dims, at(dims.size(), 0);
+    const int tp = b.grid ? b.grid->grid.tp_size() : 1;
+    const bool split = (flags & (DT_PARAM_TP_ROWS | DT_PARAM_TP_COLS)) != 0u;
+    if (split) {
+      const std::size_t d = (flags & DT_PARAM_TP_ROWS) ? 0 : dims.size() - 1;
+      need(static_cast<std::size_t>(tp) <= kMaxNumel / total, "the split tensor has too many elements (more than 2^58)");
+      whole[d] *= tp;
+      at[d] = dims[d] * (b.grid ? b.grid->grid.tp_rank() : 0);
+    }
+    b.store.add_slice(name, whole, dims, at, (flags & DT_PARAM_NO_DECAY) == 0u, split && tp > 1);
     const dtrain::DType format = dtype == DT_BF16 ? dtrain::DType::bf16
                                  : dtype == DT_F16  ? dtrain::DType::f16
                                                     : dtrain::DType::f32;
@@ -222,7 +269,7 @@ dt_result_t dt_byom_register(dt_byom_t byom, const char* name, int ndim, const i
 dt_result_t dt_byom_step(dt_byom_t byom, float lr, float* grad_norm) {
   return with_byom(__func__, byom, [&](dt_byom_s& b) {
     // Collective over dp: a bad lr on some ranks fails them all.
-    agreed_checks(b.comm->host_comm(), true, [&] { need(lr >= 0 && lr < 1e30f, "lr must be a finite value >= 0"); });
+    agreed_checks(b.everyone(), true, [&] { need(lr >= 0 && lr < 1e30f, "lr must be a finite value >= 0"); });
     b.close();
     b.copy_in(true);
     // Overflowed fp16 gradients: the step is skipped on every rank rather than turning the

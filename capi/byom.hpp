@@ -14,7 +14,8 @@
 #include "step_engine.hpp"
 
 struct dt_byom_s : dtrain::capi::CommUser {
-  dt_byom_s(dt_comm_s* c, const dt_optimizer_config_t& cfg);
+  // c: the dp group (a grid's, for a byom made on the grid).
+  dt_byom_s(dt_comm_s* c, const dt_optimizer_config_t& cfg, dt_grid_s* grid = nullptr);
 
   struct Buffers {
     void* param;
@@ -26,6 +27,9 @@ struct dt_byom_s : dtrain::capi::CommUser {
     bool seeded = false;
     std::vector<std::uint16_t> written;
   };
+  // Made on a grid (dt_byom_create_grid): the program splits its model over the grid's TP
+  // and PP groups. Null for a byom over a dp group.
+  dt_grid_s* grid;
   dtrain::ParameterStore store;
   dt_optimizer_config_t cfg;
   float initial_loss_scale = 0;  // dt_byom_scale_loss(); 0: the loss is not scaled
@@ -37,6 +41,9 @@ struct dt_byom_s : dtrain::capi::CommUser {
   // program's values with the rounded master (allocated with the arena).
   dtrain::DeviceBuffer compare16;
 
+  // The ranks a step or checkpoint call is collective over: the grid's world, or the dp
+  // group's (host) ranks.
+  dtrain::Communicator& everyone();
   // Allocates the arena and the optimiser on first use (the first step or checkpoint call).
   void close();
   // Program buffers -> arena (parameters, and gradients when with_grads). A 16-bit

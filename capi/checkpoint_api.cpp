@@ -31,7 +31,7 @@ extern "C" {
 dt_result_t dt_byom_save_checkpoint(dt_byom_t byom, const char* dir, int keep) {
   return with_byom(__func__, byom, [&](dt_byom_s& b) {
     std::string d;
-    agreed_checks(b.comm->host_comm(), true, [&] {
+    agreed_checks(b.everyone(), true, [&] {
       d = need_path(dir, "dir");
       need_keep(keep);
     });
@@ -44,7 +44,7 @@ dt_result_t dt_byom_save_checkpoint(dt_byom_t byom, const char* dir, int keep) {
 dt_result_t dt_byom_load_checkpoint(dt_byom_t byom, const char* source) {
   return with_byom(__func__, byom, [&](dt_byom_s& b) {
     std::string s;
-    agreed_checks(b.comm->host_comm(), true, [&] { s = need_path(source, "source"); });
+    agreed_checks(b.everyone(), true, [&] { s = need_path(source, "source"); });
     b.checkpoint_io().load(s);
     b.copy_out();
   });

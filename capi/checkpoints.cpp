@@ -33,12 +33,12 @@ Checkpoints::Checkpoints(Communicator& dp, ParameterStore& params, StepEngine& e
       checkpointer_(grid_, params, engine.optimizer(), engine.zero_stage(), gpt ? *gpt : not_a_gpt()) {}
 
 Checkpoints::Checkpoints(ProcessGrid& layout, ParameterStore& params, StepEngine& engine,
-                         const GptConfig& gpt)
+                         const GptConfig* gpt)
     : grid_(layout),
       params_(params),
       engine_(engine),
-      is_gpt_(true),
-      checkpointer_(grid_, params, engine.optimizer(), engine.zero_stage(), gpt) {}
+      is_gpt_(gpt != nullptr),
+      checkpointer_(grid_, params, engine.optimizer(), engine.zero_stage(), gpt ? *gpt : not_a_gpt()) {}
 
 std::string Checkpoints::save(const std::string& dir, int keep) {
   ckpt::CheckpointInfo info;
@@ -66,7 +66,10 @@ std::string Checkpoints::resolve(const std::string& source) {
 }
 
 void Checkpoints::check_tensors(const std::string& path) {
-  on_root_for_all(grid_.world(), [&] {
+  // One rank of each pipeline stage checks the stage's tensors (their whole shapes).
+  const bool checks = grid_.dp_rank() == 0 && grid_.tp_rank() == 0;
+  agreed_checks(grid_.world(), true, [&] {
+    if (!checks) return;
     const ckpt::CheckpointFile file(path);
     for (const ParamInfo& p : params_) {
       const ckpt::DatasetInfo* d = file.find("/model/" + p.name);

@@ -458,15 +458,45 @@ DT_API dt_result_t dt_byom_create(dt_comm_t dp, const dt_optimizer_config_t* con
  */
 DT_API dt_result_t dt_byom_destroy(dt_byom_t byom);
 
+/**
+ * @brief An optimiser for a model the program splits over a process grid itself (tensor
+ * and pipeline parallelism in its own code). Not collective.
+ *
+ * As dt_byom_create() over the grid's DP group, and the steps know the split: each pipeline
+ * stage registers the tensors it holds (names unique over the stages), each TP rank its
+ * slice of a tensor split over the TP group (::DT_PARAM_TP_ROWS, ::DT_PARAM_TP_COLS) or the
+ * whole of a replicated one. dt_byom_step() averages over dp, takes the whole model's norm
+ * (every slice, every stage, replicated tensors once) for the clipping, and is collective over
+ * the grid's world, as are the checkpoint calls, whose files hold whole tensors (any
+ * layout, a byom on one rank too, loads them). Buffers are host memory.
+ * @param grid a live grid (pinned while the byom lives).
+ * @param config optimiser settings; NULL for the defaults (zero_stage 3 refused as by
+ *        dt_byom_create()).
+ * @param[out] byom the new handle; NULL on failure.
+ * @return ::DT_SUCCESS; ::DT_ERR_INVALID_HANDLE, ::DT_ERR_INVALID_ARGUMENT (byom NULL),
+ *         ::DT_ERR_INVALID_CONFIG (a setting out of range), ::DT_ERR_NOT_IMPLEMENTED (zero_stage 3).
+ */
+DT_API dt_result_t dt_byom_create_grid(dt_grid_t grid, const dt_optimizer_config_t* config,
+                                       dt_byom_t* byom);
+
 /** Flag of dt_byom_register(): exclude the tensor from weight decay (biases, norms). */
 #define DT_PARAM_NO_DECAY 1u
+/** Flag of dt_byom_register() on a grid byom: the buffers hold this TP rank's slice of a
+ *  tensor split evenly over the TP group along its first dimension (rank r holds rows
+ *  [r n, (r + 1) n) of tp x n; a column-parallel layer's weight [out, in] and bias). */
+#define DT_PARAM_TP_ROWS 2u
+/** Flag of dt_byom_register() on a grid byom: as ::DT_PARAM_TP_ROWS along the last
+ *  dimension (a row-parallel layer's weight [out, in]). Without either flag a tensor is
+ *  replicated over the TP group: every TP rank holds and updates the whole of it. */
+#define DT_PARAM_TP_COLS 4u
 
 /**
  * @brief Registers a parameter buffer and its gradient buffer.
  *
  * Both stay owned by the program, which keeps them alive and at the same address until the
- * byom handle is destroyed. Every rank registers the same tensors in the same order
- * (checked by the first dt_byom_step() or checkpoint call, with the optimizer settings:
+ * byom handle is destroyed. Every rank of the dp group registers the same tensors in the
+ * same order (on a grid each stage its own; checked by the first dt_byom_step() or
+ * checkpoint call, with the optimizer settings:
  * ::DT_ERR_INVALID_CONFIG on every rank where they differ). Only before the first
  * dt_byom_step() or checkpoint call (then ::DT_ERR_INVALID_STATE).
  * @param byom a live byom.
@@ -485,7 +515,9 @@ DT_API dt_result_t dt_byom_destroy(dt_byom_t byom);
  * @param param the parameter values (updated in place by each step); host memory, or GPU
  *        memory of this rank's GPU when the byom was made over a device handle.
  * @param grad the gradients (read by each step, never written); as param.
- * @param flags 0 or ::DT_PARAM_NO_DECAY.
+ * @param flags 0 or ::DT_PARAM_NO_DECAY, with at most one of ::DT_PARAM_TP_ROWS and
+ *        ::DT_PARAM_TP_COLS; shape is then the slice's, and the tensor's is tp times it
+ *        along that dimension (without tensor parallelism the slice is the tensor).
  * @return ::DT_SUCCESS; ::DT_ERR_INVALID_HANDLE, ::DT_ERR_INVALID_ARGUMENT (NULL pointer, empty
  *         or duplicate name, ndim, an extent or the element count out of range, unknown
  *         flags or dtype), ::DT_ERR_NOT_IMPLEMENTED (dtype), ::DT_ERR_INVALID_STATE (after the first step or

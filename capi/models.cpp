@@ -34,7 +34,7 @@ void dtrain::capi::need_same_inputs(dt_model_s& m, std::uint64_t hash, const cha
 
 Checkpoints& dt_model_s::checkpoint_io() {
   if (!checkpoints && layout) {
-    checkpoints = std::make_unique<Checkpoints>(*layout, params(), *engine, gpt->config());
+    checkpoints = std::make_unique<Checkpoints>(*layout, params(), *engine, &gpt->config());
   } else if (!checkpoints) {
     const dtrain::GptConfig* g = gpt ? &gpt->config() : nullptr;
     checkpoints = std::make_unique<Checkpoints>(dp(), params(), *engine, g);

@@ -8,8 +8,12 @@ module dtrain_byom
   implicit none
   private
 
-  public :: dt_byom_create, dt_byom_destroy, dt_byom_register, dt_byom_step, dt_byom_steps, &
-            dt_byom_scale_loss, dt_byom_loss_scale
+  public :: dt_byom_create, dt_byom_create_grid, dt_byom_destroy, dt_byom_register, dt_byom_step, &
+            dt_byom_steps, dt_byom_scale_loss, dt_byom_loss_scale
+
+  ! dt_byom_register's flags of a slice split over the TP group (DT_PARAM_TP_ROWS and
+  ! DT_PARAM_TP_COLS of dtrain.h)
+  integer(c_int), parameter :: TP_ROWS = 2, TP_COLS = 4
 
   !> dt_byom_register(byom, name, param, grad, ierr, ...) for arrays of real(c_float), or of
   !> integer(c_int16_t) holding 16-bit words (see each form).
@@ -45,6 +49,33 @@ contains
                                                   beta2, eps, bucket_mb), byom))
   end subroutine
 
+  !> An optimiser for a model the program splits over a grid itself (tensor and pipeline
+  !> parallelism in its own code; dt_byom_create_grid, docs/c-api.md): each stage registers
+  !> its arrays, each TP rank its slice of a split array (dt_byom_register's tp_split). The
+  !> steps average over dp and clip by the whole model's norm; they and the checkpoint calls
+  !> are collective over the grid's world. Not collective.
+  !> @param[in] grid a live grid.
+  !> @param[out] byom the new handle (null on failure).
+  !> @param[out] ierr as dt_byom_create.
+  !> @param[in] weight_decay optional, as dt_byom_create.
+  !> @param[in] clip_grad optional, as dt_byom_create.
+  !> @param[in] zero_stage optional, as dt_byom_create.
+  !> @param[in] beta1 optional, as dt_byom_create.
+  !> @param[in] beta2 optional, as dt_byom_create.
+  !> @param[in] eps optional, as dt_byom_create.
+  !> @param[in] bucket_mb optional, as dt_byom_create.
+  subroutine dt_byom_create_grid(grid, byom, ierr, weight_decay, clip_grad, zero_stage, beta1, &
+                                 beta2, eps, bucket_mb)
+    type(dt_grid), intent(in) :: grid
+    type(dt_byom), intent(out) :: byom
+    integer, intent(out) :: ierr
+    real, intent(in), optional :: weight_decay, clip_grad, beta1, beta2, eps
+    integer, intent(in), optional :: zero_stage
+    real(c_double), intent(in), optional :: bucket_mb
+    ierr = ret(c_byom_create_grid(grid, optimizer_config(weight_decay, clip_grad, zero_stage, &
+                                                         beta1, beta2, eps, bucket_mb), byom))
+  end subroutine
+
   !> Releases a byom handle (never the program's arrays).
   !> @param[inout] byom the handle; null afterwards on success.
   !> @param[out] ierr DT_SUCCESS or DT_ERR_INVALID_HANDLE.
@@ -69,7 +100,10 @@ contains
   !>             section, a name used twice); DT_ERR_INVALID_STATE (after the first step or
   !>             checkpoint).
   !> @param[in] no_decay optional; .true. excludes the array from weight decay (biases).
-  subroutine register_f32(byom, name, param, grad, ierr, no_decay)
+  !> @param[in] tp_split optional, for a byom made on a grid: the array is this TP rank's
+  !>            slice of one split evenly along this dimension, 1 or rank(param) (Fortran's
+  !>            numbering; w(nout/tp, nin) of a column-parallel layer is split along 1).
+  subroutine register_f32(byom, name, param, grad, ierr, no_decay, tp_split)
     type(dt_byom), intent(in) :: byom
     character(len=*), intent(in) :: name
     ! Not declared contiguous: that would let the compiler pass a temporary copy whose
@@ -78,10 +112,11 @@ contains
     real(c_float), dimension(..), target, intent(in) :: grad
     integer, intent(out) :: ierr
     logical, intent(in), optional :: no_decay
+    integer, intent(in), optional :: tp_split
     call register_arrays(byom, name, rank(param), shape(param, kind=c_int64_t), &
                          shape(grad, kind=c_int64_t), rank(grad), &
                          is_contiguous(param) .and. is_contiguous(grad), DT_F32, c_loc(param), &
-                         c_loc(grad), ierr, no_decay)
+                         c_loc(grad), ierr, no_decay, tp_split)
   end subroutine
 
   !> As the real(c_float) form, for arrays of 16-bit words: bf16 (default) or fp16. dtrain
@@ -97,14 +132,15 @@ contains
   !>             other than DT_BF16 and DT_F16.
   !> @param[in] no_decay optional; .true. excludes the array from weight decay (biases).
   !> @param[in] dtype optional DT_BF16 (default) or DT_F16: the words' format.
-  subroutine register_16bit(byom, name, param, grad, ierr, no_decay, dtype)
+  !> @param[in] tp_split optional, as the real(c_float) form.
+  subroutine register_16bit(byom, name, param, grad, ierr, no_decay, dtype, tp_split)
     type(dt_byom), intent(in) :: byom
     character(len=*), intent(in) :: name
     integer(c_int16_t), dimension(..), target, intent(inout) :: param
     integer(c_int16_t), dimension(..), target, intent(in) :: grad
     integer, intent(out) :: ierr
     logical, intent(in), optional :: no_decay
-    integer, intent(in), optional :: dtype
+    integer, intent(in), optional :: dtype, tp_split
     integer :: format
     format = DT_BF16
     if (present(dtype)) format = dtype
@@ -116,13 +152,13 @@ contains
     call register_arrays(byom, name, rank(param), shape(param, kind=c_int64_t), &
                          shape(grad, kind=c_int64_t), rank(grad), &
                          is_contiguous(param) .and. is_contiguous(grad), format, c_loc(param), &
-                         c_loc(grad), ierr, no_decay)
+                         c_loc(grad), ierr, no_decay, tp_split)
   end subroutine
 
   ! The checks and the C call of both forms: nd, pshape, gshape are the arrays' ranks and
   ! Fortran shapes.
   subroutine register_arrays(byom, name, nd, pshape, gshape, gd, contiguous, dtype, param, grad, &
-                             ierr, no_decay)
+                             ierr, no_decay, tp_split)
     type(dt_byom), intent(in) :: byom
     character(len=*), intent(in) :: name
     integer, intent(in) :: nd, gd, dtype
@@ -131,6 +167,7 @@ contains
     type(c_ptr), intent(in) :: param, grad
     integer, intent(out) :: ierr
     logical, intent(in), optional :: no_decay
+    integer, intent(in), optional :: tp_split
     integer(c_int64_t) :: c_shape(max(nd, 1))
     integer(c_int) :: flags
     integer :: d
@@ -159,6 +196,17 @@ contains
     flags = 0
     if (present(no_decay)) then
       if (no_decay) flags = 1
+    end if
+    if (present(tp_split)) then  ! the C shape is reversed: Fortran's first dimension is C's last
+      if (tp_split == 1) then
+        flags = ior(flags, TP_COLS)
+      else if (tp_split == nd) then
+        flags = ior(flags, TP_ROWS)
+      else
+        call fail_here(ierr, DT_ERR_INVALID_ARGUMENT, 'dt_byom_register', &
+                       'tp_split must be 1 or the rank of param')
+        return
+      end if
     end if
     ierr = ret(c_byom_register(byom, c_string(name), int(nd, c_int), c_shape, int(dtype, c_int), &
                                param, grad, flags))

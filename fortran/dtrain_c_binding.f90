@@ -189,6 +189,12 @@ module dtrain_c_binding
       type(optimizer_config_c), intent(in) :: cfg
       type(dt_byom), intent(out) :: byom
     end function
+    integer(c_int) function c_byom_create_grid(grid, cfg, byom) bind(C, name="dt_byom_create_grid")
+      import :: c_int, dt_grid, optimizer_config_c, dt_byom
+      type(dt_grid), value :: grid
+      type(optimizer_config_c), intent(in) :: cfg
+      type(dt_byom), intent(out) :: byom
+    end function
     integer(c_int) function c_byom_destroy(byom) bind(C, name="dt_byom_destroy")
       import :: c_int, dt_byom
       type(dt_byom), value :: byom
@@ -429,7 +435,7 @@ module dtrain_c_binding
             c_reduce_scatter, c_broadcast, c_barrier, &
             c_comm_device, c_grid_create, c_grid_destroy, c_grid_shape, c_grid_coords, c_grid_comm, &
             c_byom_create, c_byom_destroy, c_byom_register, c_byom_step, c_byom_steps, &
-            c_byom_scale_loss, c_byom_loss_scale, &
+            c_byom_scale_loss, c_byom_loss_scale, c_byom_create_grid, &
             c_model_create_mlp, c_model_create_gpt, c_model_create_gpt_grid, c_model_destroy, &
             c_sample_token, c_model_loss_scale, c_mlp_forward_backward, &
             c_mlp_evaluate, c_mlp_predict, c_gpt_forward_backward, c_gpt_evaluate, c_gpt_decode, &

@@ -74,6 +74,8 @@ static void expect_refused(handles_t h, const char* why) {
   REFUSED("dt_grid_shape", "grid", "dt_grid_t", dt_grid_shape(h.grid, &i, &i, &i));
   REFUSED("dt_grid_coords", "grid", "dt_grid_t", dt_grid_coords(h.grid, &i, &i, &i));
   REFUSED("dt_grid_comm", "grid", "dt_grid_t", dt_grid_comm(h.grid, DT_GROUP_DP, &comm));
+  REFUSED("dt_byom_create_grid", "grid", "dt_grid_t", dt_byom_create_grid(h.grid, NULL, &byom));
+  CHECK(byom == NULL);
   REFUSED("dt_grid_destroy", "grid", "dt_grid_t", dt_grid_destroy(h.grid));
 
   REFUSED("dt_byom_register", "byom", "dt_byom_t", dt_byom_register(h.byom, "w", 1, shape, DT_F32, f, f, 0));
@@ -269,7 +271,7 @@ static void wrong_sizes_and_names(handles_t h, int size) {
   FAILS(DT_ERR_INVALID_ARGUMENT, ctx, "ndim must be in [1, 8]", dt_byom_register(h.byom, "w", 9, shape2, DT_F32, f, f, 0));
   FAILS(DT_ERR_INVALID_ARGUMENT, ctx, "every extent of shape must be positive",
         dt_byom_register(h.byom, "w", 2, shape2, DT_F32, f, f, 0));
-  FAILS(DT_ERR_INVALID_ARGUMENT, ctx, "unknown flags", dt_byom_register(h.byom, "w", 1, shape2, DT_F32, f, f, 4u));
+  FAILS(DT_ERR_INVALID_ARGUMENT, ctx, "unknown flags", dt_byom_register(h.byom, "w", 1, shape2, DT_F32, f, f, 8u));
   FAILS(DT_ERR_NOT_IMPLEMENTED, ctx, "only DT_F32, DT_BF16 and DT_F16 tensors",
         dt_byom_register(h.byom, "w", 1, shape2, DT_F64, f, f, 0));
   OK(ctx, dt_byom_register(h.byom, "w", 1, shape2, DT_F32, f, f + 4, 0));

@@ -66,6 +66,7 @@ program test_fortran
 
   call test_byom()
   call test_byom_16bit()
+  call test_byom_grid()
   call test_mlp()
   call test_handles_refused()
 
@@ -245,6 +246,36 @@ contains
     call check(all(w > 0 .and. w < w0), 'positive gradients lowered every value')
     call dt_byom_destroy(b, ierr)
     call test_loss_scaling(w, g)
+  end subroutine
+
+  ! A byom on a grid whose TP group is the world: w is this rank's slice of W(2 tp, 3), split
+  ! along dimension 1, b replicated. With every gradient 1 the norm is the whole model's,
+  ! sqrt(6 tp + 3), on every rank. A split along a middle dimension is refused.
+  subroutine test_byom_grid()
+    type(dt_grid) :: split
+    type(dt_byom) :: b
+    real(c_float), target :: w(2, 3), gw(2, 3), bias(3), gb(3), cube(2, 2, 2), gcube(2, 2, 2)
+    real :: norm
+    integer :: ierr
+    w = 0.5
+    bias = 0.25
+    gw = 1
+    gb = 1
+    call dt_grid_create(ctx, split, ierr, tp=nranks)
+    call expect(ierr, DT_SUCCESS, 'dt_grid_create tp')
+    call dt_byom_create_grid(split, b, ierr)
+    call expect(ierr, DT_SUCCESS, 'dt_byom_create_grid')
+    call dt_byom_register(b, 'w', w, gw, ierr, tp_split=1)
+    call expect(ierr, DT_SUCCESS, 'dt_byom_register tp_split')
+    call dt_byom_register(b, 'cube', cube, gcube, ierr, tp_split=2)
+    call expect(ierr, DT_ERR_INVALID_ARGUMENT, 'dt_byom_register tp_split in the middle')
+    call dt_byom_register(b, 'b', bias, gb, ierr, no_decay=.true.)
+    call dt_byom_step(b, 0.0, ierr, grad_norm=norm)
+    call expect(ierr, DT_SUCCESS, 'dt_byom_step on a grid')
+    call check(abs(norm - sqrt(6.0 * nranks + 3)) < 1e-5, 'the norm of the whole split model')
+    call dt_byom_destroy(b, ierr)
+    call dt_grid_destroy(split, ierr)
+    call expect(ierr, DT_SUCCESS, 'dt_grid_destroy')
   end subroutine
 
   ! Loss scaling: the scale set, one that halves on an overflowed (inf) gradient as the step
