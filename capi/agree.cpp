@@ -14,11 +14,15 @@ void share_failure(Communicator& comm, const Outcome& mine, int from, const std:
   fail(static_cast<dt_result_t>(code), prefix + message);
 }
 
-void need_same_value(Communicator& ranks, std::uint64_t value, const char* message) {
+bool same_value(Communicator& ranks, std::uint64_t value) {
   std::uint64_t lo = value, hi = value;
   ranks.all_reduce(&lo, &lo, 1, DType::i64, ReduceOp::min);
   ranks.all_reduce(&hi, &hi, 1, DType::i64, ReduceOp::max);
-  if (lo != hi) fail(DT_ERR_INVALID_CONFIG, message);
+  return lo == hi;
+}
+
+void need_same_value(Communicator& ranks, std::uint64_t value, const char* message) {
+  if (!same_value(ranks, value)) fail(DT_ERR_INVALID_CONFIG, message);
 }
 
 std::uint64_t optimizer_fingerprint(const dt_optimizer_config_t& o) noexcept {

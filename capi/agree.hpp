@@ -81,6 +81,8 @@ std::uint64_t mix(std::uint64_t h, const T& value) noexcept {
 // Collective over ranks: fails every rank alike (DT_ERR_INVALID_CONFIG, `message`) unless all
 // pass the same value.
 void need_same_value(Communicator& ranks, std::uint64_t value, const char* message);
+// Whether every rank of ranks has the same value (collective over ranks).
+bool same_value(Communicator& ranks, std::uint64_t value);
 
 // A fingerprint of the settings of an optimizer config that every rank must share.
 std::uint64_t optimizer_fingerprint(const dt_optimizer_config_t& o) noexcept;

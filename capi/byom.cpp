@@ -5,6 +5,7 @@
 #include <cmath>
 #include <cstring>
 #include <limits>
+#include <numeric>
 #include <string>
 #include <vector>
 
@@ -48,15 +49,25 @@ void dt_byom_s::close() {
   // Compared over dp, which fails alike; on a grid (where each stage registers its own
   // tensors) agreed over every rank too, which the step's collectives span.
   auto registrations = [&] {
-    need_same_value(*comm->comm, h, "the byom's registered tensors (names, shapes, dtypes, decay), "
-                                    "optimizer settings or loss scaling differ between the ranks of dp: "
-                                    "every rank must register the same ones");
+    // Every rank runs every comparison before any fails, so that none is left in one.
+    const bool same = same_value(*comm->comm, h);
+    const Outcome split = grid ? check_split() : Outcome{};
+    if (!same)
+      fail(DT_ERR_INVALID_CONFIG, "the byom's registered tensors (names, shapes, dtypes, decay), "
+                                  "optimizer settings or loss scaling differ between the ranks of dp: "
+                                  "every rank must register the same ones");
     if (buffers.empty()) fail(DT_ERR_INVALID_STATE, "no tensors registered");
+    if (split.code != DT_SUCCESS) fail(static_cast<dt_result_t>(split.code), split.message);
   };
   if (grid)
     agreed_checks(everyone(), true, registrations);
   else
     registrations();
+  // Whether some rank's step checks fp16 gradients for overflow (a collective over every
+  // rank: on a grid the stages may hold different formats).
+  int f16 = holds_f16() ? 1 : 0;
+  if (grid) everyone().all_reduce(&f16, &f16, 1, dtrain::DType::i32, dtrain::ReduceOp::max);
+  any_f16 = f16 != 0;
   // The ranks agree on the engine: where it could not be made on some (memory), none keeps
   // one, so that all try again together at the next call instead of some stepping alone.
   try {
@@ -124,6 +135,45 @@ void dt_byom_s::in_step(Buffers& b) {
   b.seeded = true;
 }
 
+Outcome dt_byom_s::check_split() {
+  dtrain::ProcessGrid& g = grid->grid;
+  // Every rank steps alike: the same optimizer settings and loss scaling everywhere.
+  const bool settings = same_value(g.world(), mix(optimizer_fingerprint(cfg), fnv1a(&initial_loss_scale, sizeof initial_loss_scale)));
+  // A TP group holds slices of the same tensors: the same names, whole shapes and splits.
+  std::uint64_t tensors = 1469598103934665603ull;
+  for (const dtrain::ParamInfo& p : store) {
+    tensors = mix(mix(fnv1a(p.name.data(), p.name.size(), tensors), p.tp_sharded), p.decay);
+    for (std::int64_t d : p.shape) tensors = mix(tensors, d);
+  }
+  const bool slices = same_value(g.tp(), tensors);
+  // Names are unique over the stages (a checkpoint holds each once).
+  std::vector<std::int64_t> mine;
+  for (const dtrain::ParamInfo& p : store) mine.push_back(static_cast<std::int64_t>(fnv1a(p.name.data(), p.name.size())));
+  const auto stages = static_cast<std::size_t>(g.pp_size());
+  std::vector<std::int64_t> counts(stages);
+  const auto count = static_cast<std::int64_t>(mine.size());
+  g.pp().all_gather(&count, counts.data(), 1, dtrain::DType::i64);
+  std::vector<std::size_t> sizes(counts.begin(), counts.end());
+  std::vector<std::int64_t> names(std::accumulate(sizes.begin(), sizes.end(), std::size_t{0}));
+  g.pp().all_gather_v(mine.data(), names.data(), sizes.data(), dtrain::DType::i64);
+  if (!settings)
+    return {DT_ERR_INVALID_CONFIG, "the byom's optimizer settings or loss scaling differ between the ranks of the grid"};
+  if (!slices)
+    return {DT_ERR_INVALID_CONFIG, "the byom's tensors (names, whole shapes, splits) differ between the ranks "
+                                   "of a TP group: each registers its slice of the same tensors"};
+  std::size_t first = 0;
+  for (std::size_t s = 0; s < stages; first += sizes[s], ++s) {
+    if (static_cast<int>(s) == g.pp_rank()) continue;
+    const auto begin = names.begin() + static_cast<std::ptrdiff_t>(first), end = begin + static_cast<std::ptrdiff_t>(sizes[s]);
+    for (std::size_t i = 0; i < mine.size(); ++i)
+      if (std::find(begin, end, mine[i]) != end)
+        return {DT_ERR_INVALID_ARGUMENT, "tensor '" + store[i].name + "' is registered on pipeline stages " +
+                                             std::to_string(g.pp_rank()) + " and " + std::to_string(s) +
+                                             ": names must be unique over the stages"};
+  }
+  return {};
+}
+
 bool dt_byom_s::holds_f16() const {
   return std::any_of(buffers.begin(), buffers.end(),
                      [](const Buffers& b) { return b.dtype == dtrain::DType::f16; });
@@ -178,38 +228,44 @@ void dt_byom_s::copy_out() {
 Checkpoints& dt_byom_s::checkpoint_io() {
   close();
   if (checkpoints) return *checkpoints;
-  if (grid)  // every stage writes its tensors, the TP slices whole
-    checkpoints = std::make_unique<Checkpoints>(grid->grid, store, *engine, nullptr);
-  else
-    checkpoints = std::make_unique<Checkpoints>(*comm->comm, store, *engine, nullptr);
+  // Made together: its making is collective (one rank failing alone would leave the others).
+  agreed_checks(everyone(), true, [&] {
+    if (grid)  // every stage writes its tensors, the TP slices whole
+      checkpoints = std::make_unique<Checkpoints>(grid->grid, store, *engine, nullptr);
+    else
+      checkpoints = std::make_unique<Checkpoints>(*comm->comm, store, *engine, nullptr);
+  });
   return *checkpoints;
 }
+
+namespace {
+
+// A new byom over dp (of grid, when made on one), after the checks both creations share.
+dt_byom_t new_byom(dt_comm_s& dp, const dt_optimizer_config_t* config, dt_byom_t* byom, dt_grid_s* grid) {
+  need_ptr(byom, "byom");
+  const dt_optimizer_config_t opt = read_optimizer_config(config);
+  if (opt.zero_stage == 3)
+    fail(DT_ERR_NOT_IMPLEMENTED,
+         "zero_stage 3 shards the parameters, but a byom's parameters live in the program's "
+         "buffers: use zero_stage 0, 1 or 2 (2 shards as much as 1 here)");
+  return adopt(std::make_unique<dt_byom_s>(&dp, opt, grid));
+}
+
+}  // namespace
 
 extern "C" {
 
 dt_result_t dt_byom_create(dt_comm_t dp, const dt_optimizer_config_t* config, dt_byom_t* byom) {
   clear_output(byom);
   return call<dt_comm_s>(__func__, dp, Kind::comm, "dp", [&](dt_comm_s& c) {
-    need_ptr(byom, "byom");
-    const dt_optimizer_config_t opt = read_optimizer_config(config);
-    if (opt.zero_stage == 3)
-      fail(DT_ERR_NOT_IMPLEMENTED,
-           "zero_stage 3 shards the parameters, but a byom's parameters live in the program's "
-           "buffers: use zero_stage 0, 1 or 2 (2 shards as much as 1 here)");
-    *byom = adopt(std::make_unique<dt_byom_s>(&c, opt));
+    *byom = new_byom(c, config, byom, nullptr);
   });
 }
 
 dt_result_t dt_byom_create_grid(dt_grid_t grid, const dt_optimizer_config_t* config, dt_byom_t* byom) {
   clear_output(byom);
   return call<dt_grid_s>(__func__, grid, Kind::grid, "grid", [&](dt_grid_s& g) {
-    need_ptr(byom, "byom");
-    const dt_optimizer_config_t opt = read_optimizer_config(config);
-    if (opt.zero_stage == 3)
-      fail(DT_ERR_NOT_IMPLEMENTED,
-           "zero_stage 3 shards the parameters, but a byom's parameters live in the program's "
-           "buffers: use zero_stage 0, 1 or 2 (2 shards as much as 1 here)");
-    *byom = adopt(std::make_unique<dt_byom_s>(g.comms[DT_GROUP_DP].get(), opt, &g));
+    *byom = new_byom(*g.comms[DT_GROUP_DP], config, byom, &g);
   });
 }
 
@@ -254,7 +310,8 @@ dt_result_t dt_byom_register(dt_byom_t byom, const char* name, int ndim, const i
     const bool split = (flags & (DT_PARAM_TP_ROWS | DT_PARAM_TP_COLS)) != 0u;
     if (split) {
       const std::size_t d = (flags & DT_PARAM_TP_ROWS) ? 0 : dims.size() - 1;
-      need(static_cast<std::size_t>(tp) <= kMaxNumel / total, "the split tensor has too many elements (more than 2^58)");
+      need(static_cast<std::size_t>(tp) <= kMaxNumel / total,
+           "the registered tensors, whole, have too many elements (more than 2^58)");
       whole[d] *= tp;
       at[d] = dims[d] * (b.grid ? b.grid->grid.tp_rank() : 0);
     }
@@ -274,7 +331,7 @@ dt_result_t dt_byom_step(dt_byom_t byom, float lr, float* grad_norm) {
     b.copy_in(true);
     // Overflowed fp16 gradients: the step is skipped on every rank rather than turning the
     // parameters and AdamW's moments into NaN (a scaling engine checks and backs off itself).
-    if (!b.engine->scaler().enabled() && b.holds_f16() && b.gradients_overflowed()) {
+    if (!b.engine->scaler().enabled() && b.any_f16 && b.gradients_overflowed()) {
       ++b.skipped;
       if (grad_norm) *grad_norm = std::numeric_limits<float>::quiet_NaN();
       return;

@@ -8,6 +8,7 @@
 #include <memory>
 #include <vector>
 
+#include "agree.hpp"
 #include "checkpoints.hpp"
 #include "guard.hpp"
 #include "handles.hpp"
@@ -57,12 +58,17 @@ struct dt_byom_s : dtrain::capi::CommUser {
   dtrain::CopyKind arena_to_program();
   dtrain::capi::Checkpoints& checkpoint_io();
 
-  // Whether some tensor is fp16, whose gradients may overflow; whether any gradient in the
-  // arena is inf or NaN on some rank (collective over dp).
+  // Whether some tensor of this rank is fp16, whose gradients may overflow; whether some
+  // rank's is (set by close()); whether any gradient in the arena is inf or NaN on some rank
+  // (collective over every rank).
   bool holds_f16() const;
+  bool any_f16 = false;
   bool gradients_overflowed();
 
  private:
+  // On a grid: settings alike everywhere, a TP group's tensors alike, names unique over the
+  // stages. Collective over the grid's world; the first problem found (never throws for one).
+  dtrain::capi::Outcome check_split();
   bool program_changed(std::size_t i);  // a 16-bit tensor's words differ from its master's
   // A 16-bit tensor's words and masters agree now (taken from the program, or written to it).
   void in_step(Buffers& b);

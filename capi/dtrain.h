@@ -468,7 +468,11 @@ DT_API dt_result_t dt_byom_destroy(dt_byom_t byom);
  * whole of a replicated one. dt_byom_step() averages over dp, takes the whole model's norm
  * (every slice, every stage, replicated tensors once) for the clipping, and is collective over
  * the grid's world, as are the checkpoint calls, whose files hold whole tensors (any
- * layout, a byom on one rank too, loads them). Buffers are host memory.
+ * layout, a byom on one rank too, loads them). The first step or checkpoint call also checks
+ * that every rank has the same optimizer settings and loss scaling and that a TP group's
+ * ranks register slices of the same tensors (else ::DT_ERR_INVALID_CONFIG), and that no name
+ * is registered on two stages (::DT_ERR_INVALID_ARGUMENT), on every rank alike. Buffers are
+ * host memory.
  * @param grid a live grid (pinned while the byom lives).
  * @param config optimiser settings; NULL for the defaults (zero_stage 3 refused as by
  *        dt_byom_create()).

@@ -7,10 +7,13 @@
  * trains on the mean over dp. With clipping active every step, the split byom's values and
  * norms must follow that one's (the norm is the whole model's: every slice, every stage, the
  * replicated bias once); checkpoints hold whole tensors, loaded across the two both ways
- * bit for bit. Refusals: both split flags, ZeRO 3.
+ * bit for bit; also with loss scaling. An fp16 tensor on one stage only: its overflow skips
+ * the step on all. Refusals: a TP group's ranks splitting a tensor differently, settings
+ * that differ over the grid, a name on two stages, both split flags, ZeRO 3.
  *   mpiexec -n N test_capi_byom_grid SCRATCH_DIR     (N = 2 or 4) */
 #define _XOPEN_SOURCE 700 /* nftw, mkdir */
 #include <math.h>
+#include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -127,7 +130,8 @@ static float slice_gap(const coords_t* c, const buffers_t* split, const buffers_
   return worst;
 }
 
-static void test_layout(dt_context_t ctx, dt_comm_t world, int tp, int pp, int zero) {
+/* scale > 0: both byoms scale the loss from it (a power of two: the same steps). */
+static void test_layout(dt_context_t ctx, dt_comm_t world, int tp, int pp, int zero, float scale) {
   dt_grid_config_t gc = DT_GRID_CONFIG_INIT, sc = DT_GRID_CONFIG_INIT;
   dt_optimizer_config_t oc = DT_OPTIMIZER_CONFIG_INIT;
   dt_grid_t grid = NULL, solo = NULL;
@@ -150,16 +154,21 @@ static void test_layout(dt_context_t ctx, dt_comm_t world, int tp, int pp, int z
   OK(ctx, dt_grid_comm(solo, DT_GROUP_DP, &one));
   s = make_split(ctx, grid, &c, &oc, &split);
   w = make_whole(ctx, one, &oc, &whole);
+  if (scale > 0) {
+    OK(ctx, dt_byom_scale_loss(s, scale));
+    OK(ctx, dt_byom_scale_loss(w, scale));
+  }
   for (int step = 0; step < STEPS; ++step) {
-    float ns = 0, nw = 0;
+    float ns = 0, nw = 0, by = 1;
+    OK(ctx, dt_byom_loss_scale(s, &by, NULL));
     for (int t = 0; t < NT; ++t) {
       const tensor_t* x = &TENSORS[t];
       for (size_t k = 0; split.w[t] && k < slice_numel(x, &c); ++k)
-        split.g[t][k] = grad_at(t, logical_index(x, &c, k), split.w[t][k], c.dp_rank);
+        split.g[t][k] = by * grad_at(t, logical_index(x, &c, k), split.w[t][k], c.dp_rank);
       for (size_t i = 0; i < whole_numel(x); ++i) {
         float sum = 0;
         for (int r = 0; r < c.dp; ++r) sum += grad_at(t, i, whole.w[t][i], r);
-        whole.g[t][i] = sum / (float)c.dp;
+        whole.g[t][i] = by * (sum / (float)c.dp);
       }
     }
     OK(ctx, dt_byom_step(s, 1e-2f, &ns));
@@ -180,22 +189,89 @@ static void test_layout(dt_context_t ctx, dt_comm_t world, int tp, int pp, int z
   CHECK(bits);
   for (int t = 0; t < NT; ++t) /* then the whole one's changed values into the split one */
     for (size_t i = 0; i < whole_numel(&TENSORS[t]); ++i) whole.w[t][i] += 0.25f;
-  snprintf(name, sizeof name, "byom_whole_tp%d_pp%d_zero%d_rank%d", tp, pp, zero, my_rank);
+  snprintf(name, sizeof name, "byom_whole_tp%d_pp%d_zero%d", tp, pp, zero);
   fresh_dir(ctx, world, name, dir, sizeof dir);
-  OK(ctx, dt_byom_save_checkpoint(w, dir, 0));
+  if (my_rank == 0) OK(ctx, dt_byom_save_checkpoint(w, dir, 0)); /* rank 0's file for all */
+  OK(ctx, dt_barrier(world));
   OK(ctx, dt_byom_load_checkpoint(s, dir));
   slice_gap(&c, &split, &whole, &bits);
   CHECK(bits);
   if (my_rank == 0)
-    printf("byom on a grid tp=%d pp=%d dp=%d zero=%d: %d steps with clipping, norms within %.3g "
-           "and values within %.3g of whole tensors on one rank; checkpoints across bit for bit\n",
-           c.tp, c.pp, c.dp, zero, STEPS, (double)worst, (double)gap);
+    printf("byom on a grid tp=%d pp=%d dp=%d zero=%d loss scale %g: %d steps with clipping, norms "
+           "within %.3g and values within %.3g of whole tensors on one rank; checkpoints across bit "
+           "for bit\n", c.tp, c.pp, c.dp, zero, (double)scale, STEPS, (double)worst, (double)gap);
   OK(ctx, dt_byom_destroy(w));
   OK(ctx, dt_byom_destroy(s));
   free_buffers(&whole);
   free_buffers(&split);
   OK(ctx, dt_grid_destroy(solo));
   OK(ctx, dt_grid_destroy(grid));
+}
+
+/* Stages of different formats: an fp16 tensor on the last stage only, an fp32 one on the
+ * first; an overflow there skips the step on every stage (NaN norm, nothing moves). */
+static void test_mixed_formats(dt_context_t ctx) {
+  dt_grid_config_t gc = DT_GRID_CONFIG_INIT;
+  dt_grid_t grid = NULL;
+  dt_byom_t b = NULL;
+  float x[4] = {0.5f, 0.5f, 0.5f, 0.5f}, gx[4] = {0.1f, 0.1f, 0.1f, 0.1f}, norm = 0;
+  uint16_t y[4] = {0x3800u, 0x3800u, 0x3800u, 0x3800u}, gy[4] = {0x2E66u, 0x2E66u, 0x2E66u, 0x2E66u};
+  const int64_t shape[1] = {4};
+  int tp = 0, pp = 0, dp = 0, stage = 0;
+  gc.pp = 2;
+  OK(ctx, dt_grid_create(ctx, &gc, &grid));
+  OK(ctx, dt_grid_coords(grid, &tp, &stage, &dp));
+  OK(ctx, dt_byom_create_grid(grid, NULL, &b));
+  if (stage == 0) OK(ctx, dt_byom_register(b, "x", 1, shape, DT_F32, x, gx, 0));
+  if (stage == 1) OK(ctx, dt_byom_register(b, "y", 1, shape, DT_F16, y, gy, 0));
+  OK(ctx, dt_byom_step(b, 1e-2f, &norm));
+  CHECK(isfinite(norm));
+  if (stage == 1) gy[2] = 0x7C00u; /* +inf */
+  {
+    const float x_before = x[0];
+    const uint16_t y_before = y[0];
+    OK(ctx, dt_byom_step(b, 1e-2f, &norm));
+    CHECK(isnan(norm) && x[0] == x_before && y[0] == y_before);
+  }
+  (void)tp;
+  (void)pp;
+  OK(ctx, dt_byom_destroy(b));
+  OK(ctx, dt_grid_destroy(grid));
+}
+
+/* On a grid every rank fails alike where the registrations cannot make one model. */
+static void test_grid_refusals(dt_context_t ctx) {
+  dt_grid_config_t tc = DT_GRID_CONFIG_INIT, pc = DT_GRID_CONFIG_INIT;
+  dt_optimizer_config_t oc = DT_OPTIMIZER_CONFIG_INIT;
+  dt_grid_t tp_grid = NULL, pp_grid = NULL;
+  dt_byom_t b = NULL;
+  float w[4] = {0}, g[4] = {0};
+  const int64_t shape[2] = {2, 2};
+  int tp_rank = 0, pp_rank = 0, dp_rank = 0;
+  tc.tp = 2;
+  pc.pp = 2;
+  OK(ctx, dt_grid_create(ctx, &tc, &tp_grid));
+  OK(ctx, dt_grid_coords(tp_grid, &tp_rank, &pp_rank, &dp_rank));
+  /* A TP group's ranks splitting the same tensor differently. */
+  OK(ctx, dt_byom_create_grid(tp_grid, NULL, &b));
+  OK(ctx, dt_byom_register(b, "w", 2, shape, DT_F32, w, g, tp_rank == 0 ? DT_PARAM_TP_ROWS : DT_PARAM_TP_COLS));
+  FAILS(DT_ERR_INVALID_CONFIG, ctx, "differ between the ranks of a TP group", dt_byom_step(b, 1e-2f, NULL));
+  OK(ctx, dt_byom_destroy(b));
+  /* Different clipping on the TP ranks (a replicated tensor would drift apart). */
+  oc.clip_grad = tp_rank == 0 ? 1.0f : 0.5f;
+  OK(ctx, dt_byom_create_grid(tp_grid, &oc, &b));
+  OK(ctx, dt_byom_register(b, "w", 2, shape, DT_F32, w, g, 0));
+  FAILS(DT_ERR_INVALID_CONFIG, ctx, "optimizer settings or loss scaling differ between the ranks of the grid",
+        dt_byom_save_checkpoint(b, "unused", 0));
+  OK(ctx, dt_byom_destroy(b));
+  OK(ctx, dt_grid_destroy(tp_grid));
+  /* One name on both stages. */
+  OK(ctx, dt_grid_create(ctx, &pc, &pp_grid));
+  OK(ctx, dt_byom_create_grid(pp_grid, NULL, &b));
+  OK(ctx, dt_byom_register(b, "same", 2, shape, DT_F32, w, g, 0));
+  FAILS(DT_ERR_INVALID_ARGUMENT, ctx, "names must be unique over the stages", dt_byom_step(b, 1e-2f, NULL));
+  OK(ctx, dt_byom_destroy(b));
+  OK(ctx, dt_grid_destroy(pp_grid));
 }
 
 static void test_refusals(dt_context_t ctx) {
@@ -224,13 +300,16 @@ int main(int argc, char** argv) {
   int size = 0, status;
   status = start_with_scratch("test_capi_byom_grid", &argc, &argv, &ctx, &world, &size);
   if (status != 0) return status;
-  test_layout(ctx, world, 2, 1, 0);
-  test_layout(ctx, world, 1, 2, 0);
+  test_layout(ctx, world, 2, 1, 0, 0);
+  test_layout(ctx, world, 1, 2, 0, 0);
+  test_layout(ctx, world, 2, 1, 0, 1024.0f);
   if (size == 4) {
-    test_layout(ctx, world, 2, 2, 0);
-    test_layout(ctx, world, 2, 1, 1);
-    test_layout(ctx, world, 1, 2, 1);
+    test_layout(ctx, world, 2, 2, 0, 0);
+    test_layout(ctx, world, 2, 1, 1, 0);
+    test_layout(ctx, world, 1, 2, 1, 1024.0f);
   }
+  test_mixed_formats(ctx);
+  test_grid_refusals(ctx);
   test_refusals(ctx);
   status = finish("capi_byom_grid", ctx, world);
   OK(ctx, dt_finalize(ctx));

@@ -31,6 +31,7 @@ program test_fortran_models
     call test_gpt_data_parallel()
     call test_tensors()
     call test_byom_checkpoint()
+    call test_byom_grid_checkpoint()
     call test_model_checkpoints()
   end if
   call test_device_choice()
@@ -464,6 +465,49 @@ contains
     call dt_byom_destroy(bad, ierr)
     call dt_byom_destroy(a, ierr)
     call dt_byom_destroy(r, ierr)
+  end subroutine
+
+  ! A byom on a grid whose TP group is the world, holding this rank's slice w(2, 3) of
+  ! W(2 tp, 3) (tp_split=1), writes W whole: a byom of W on each rank alone loads it with
+  ! rank r's slice in rows 2r+1 and 2r+2.
+  subroutine test_byom_grid_checkpoint()
+    type(dt_grid) :: split, solo
+    type(dt_comm) :: one
+    type(dt_byom) :: s, whole
+    real(c_float), target :: w(2, 3), gw(2, 3), full(2 * nranks, 3), gfull(2 * nranks, 3)
+    character(len=:), allocatable :: dir
+    integer :: i, j, r
+    dir = scratch//'/fortran_byom_grid'
+    do j = 1, 3
+      do i = 1, 2
+        w(i, j) = real(10 * my_rank + i) + 0.1 * j
+      end do
+    end do
+    call dt_grid_create(ctx, split, ierr, tp=nranks)
+    call dt_byom_create_grid(split, s, ierr)
+    call expect(ierr, DT_SUCCESS, 'dt_byom_create_grid')
+    call dt_byom_register(s, 'w', w, gw, ierr, tp_split=1)
+    call dt_byom_save_checkpoint(s, dir, ierr)
+    call expect(ierr, DT_SUCCESS, 'dt_byom_save_checkpoint on a grid')
+    call dt_grid_create(ctx, solo, ierr, pp=nranks)
+    call dt_grid_comm(solo, DT_GROUP_DP, one, ierr)
+    call dt_byom_create(one, whole, ierr)
+    full = -1
+    call dt_byom_register(whole, 'w', full, gfull, ierr)
+    call dt_byom_load_checkpoint(whole, dir, ierr)
+    call expect(ierr, DT_SUCCESS, 'dt_byom_load_checkpoint of the whole array')
+    do r = 0, nranks - 1
+      do j = 1, 3
+        do i = 1, 2
+          call check(full(2 * r + i, j) == real(10 * r + i) + 0.1 * j, 'a slice in its place')
+        end do
+      end do
+    end do
+    call dt_byom_destroy(whole, ierr)
+    call dt_byom_destroy(s, ierr)
+    call dt_grid_destroy(solo, ierr)
+    call dt_grid_destroy(split, ierr)
+    call expect(ierr, DT_SUCCESS, 'dt_grid_destroy')
   end subroutine
 
   subroutine test_model_checkpoints()
