@@ -137,30 +137,39 @@ void dt_byom_s::in_step(Buffers& b) {
 
 Outcome dt_byom_s::check_split() {
   dtrain::ProcessGrid& g = grid->grid;
+  // What is compared, computed (and allocated) before the first collective.
   // Every rank steps alike: the same optimizer settings and loss scaling everywhere.
-  const bool settings = same_value(g.world(), mix(optimizer_fingerprint(cfg), fnv1a(&initial_loss_scale, sizeof initial_loss_scale)));
-  // A TP group holds slices of the same tensors: the same names, whole shapes and splits.
+  const std::uint64_t settings = mix(optimizer_fingerprint(cfg), fnv1a(&initial_loss_scale, sizeof initial_loss_scale));
+  // A TP group holds slices of the same tensors: the same names, formats, whole shapes and
+  // slice shapes (so the same split), decay.
   std::uint64_t tensors = 1469598103934665603ull;
-  for (const dtrain::ParamInfo& p : store) {
+  for (std::size_t i = 0; i < store.size(); ++i) {
+    const dtrain::ParamInfo& p = store[i];
     tensors = mix(mix(fnv1a(p.name.data(), p.name.size(), tensors), p.tp_sharded), p.decay);
+    tensors = mix(tensors, int(buffers[i].dtype));
     for (std::int64_t d : p.shape) tensors = mix(tensors, d);
+    for (std::int64_t d : p.local_shape) tensors = mix(tensors, d);
   }
-  const bool slices = same_value(g.tp(), tensors);
-  // Names are unique over the stages (a checkpoint holds each once).
+  // Names are unique over the stages (a checkpoint holds each once): their hashes.
   std::vector<std::int64_t> mine;
   for (const dtrain::ParamInfo& p : store) mine.push_back(static_cast<std::int64_t>(fnv1a(p.name.data(), p.name.size())));
   const auto stages = static_cast<std::size_t>(g.pp_size());
   std::vector<std::int64_t> counts(stages);
+  std::vector<std::size_t> sizes(stages);
+
+  const bool same_settings = same_value(g.world(), settings);
+  const bool same_slices = same_value(g.tp(), tensors);
   const auto count = static_cast<std::int64_t>(mine.size());
   g.pp().all_gather(&count, counts.data(), 1, dtrain::DType::i64);
-  std::vector<std::size_t> sizes(counts.begin(), counts.end());
+  std::copy(counts.begin(), counts.end(), sizes.begin());
   std::vector<std::int64_t> names(std::accumulate(sizes.begin(), sizes.end(), std::size_t{0}));
   g.pp().all_gather_v(mine.data(), names.data(), sizes.data(), dtrain::DType::i64);
-  if (!settings)
+
+  if (!same_settings)
     return {DT_ERR_INVALID_CONFIG, "the byom's optimizer settings or loss scaling differ between the ranks of the grid"};
-  if (!slices)
-    return {DT_ERR_INVALID_CONFIG, "the byom's tensors (names, whole shapes, splits) differ between the ranks "
-                                   "of a TP group: each registers its slice of the same tensors"};
+  if (!same_slices)
+    return {DT_ERR_INVALID_CONFIG, "the byom's tensors (names, dtypes, whole and slice shapes) differ between "
+                                   "the ranks of a TP group: each registers its slice of the same tensors"};
   std::size_t first = 0;
   for (std::size_t s = 0; s < stages; first += sizes[s], ++s) {
     if (static_cast<int>(s) == g.pp_rank()) continue;
@@ -228,7 +237,8 @@ void dt_byom_s::copy_out() {
 Checkpoints& dt_byom_s::checkpoint_io() {
   close();
   if (checkpoints) return *checkpoints;
-  // Made together: its making is collective (one rank failing alone would leave the others).
+  // Made together: a rank that fails after the making's collectives (allocating its plans)
+  // fails every rank instead of leaving them in the first save or load.
   agreed_checks(everyone(), true, [&] {
     if (grid)  // every stage writes its tensors, the TP slices whole
       checkpoints = std::make_unique<Checkpoints>(grid->grid, store, *engine, nullptr);

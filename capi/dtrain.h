@@ -470,8 +470,9 @@ DT_API dt_result_t dt_byom_destroy(dt_byom_t byom);
  * the grid's world, as are the checkpoint calls, whose files hold whole tensors (any
  * layout, a byom on one rank too, loads them). The first step or checkpoint call also checks
  * that every rank has the same optimizer settings and loss scaling and that a TP group's
- * ranks register slices of the same tensors (else ::DT_ERR_INVALID_CONFIG), and that no name
- * is registered on two stages (::DT_ERR_INVALID_ARGUMENT), on every rank alike. Buffers are
+ * ranks register slices of the same tensors (names, dtypes, whole and slice shapes; else
+ * ::DT_ERR_INVALID_CONFIG), and that no name is registered on two stages
+ * (::DT_ERR_INVALID_ARGUMENT), on every rank alike. Buffers are
  * host memory.
  * @param grid a live grid (pinned while the byom lives).
  * @param config optimiser settings; NULL for the defaults (zero_stage 3 refused as by

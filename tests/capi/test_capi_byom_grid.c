@@ -257,6 +257,16 @@ static void test_grid_refusals(dt_context_t ctx) {
   OK(ctx, dt_byom_register(b, "w", 2, shape, DT_F32, w, g, tp_rank == 0 ? DT_PARAM_TP_ROWS : DT_PARAM_TP_COLS));
   FAILS(DT_ERR_INVALID_CONFIG, ctx, "differ between the ranks of a TP group", dt_byom_step(b, 1e-2f, NULL));
   OK(ctx, dt_byom_destroy(b));
+  /* The same whole tensor split along different dimensions ([2, 2] by rows, [4, 1] by
+   * columns: both [4, 2]). */
+  {
+    const int64_t column[2] = {4, 1};
+    OK(ctx, dt_byom_create_grid(tp_grid, NULL, &b));
+    OK(ctx, dt_byom_register(b, "w", 2, tp_rank == 0 ? shape : column, DT_F32, w, g,
+                             tp_rank == 0 ? DT_PARAM_TP_ROWS : DT_PARAM_TP_COLS));
+    FAILS(DT_ERR_INVALID_CONFIG, ctx, "differ between the ranks of a TP group", dt_byom_step(b, 1e-2f, NULL));
+  }
+  OK(ctx, dt_byom_destroy(b));
   /* Different clipping on the TP ranks (a replicated tensor would drift apart). */
   oc.clip_grad = tp_rank == 0 ? 1.0f : 0.5f;
   OK(ctx, dt_byom_create_grid(tp_grid, &oc, &b));
@@ -264,6 +274,19 @@ static void test_grid_refusals(dt_context_t ctx) {
   FAILS(DT_ERR_INVALID_CONFIG, ctx, "optimizer settings or loss scaling differ between the ranks of the grid",
         dt_byom_save_checkpoint(b, "unused", 0));
   OK(ctx, dt_byom_destroy(b));
+  {
+    /* At tp 2 x dp 2, one rank splitting otherwise: its DP group fails one comparison and its
+     * TP group another, the other ranks none; every rank still fails alike. */
+    int tp = 0, pp = 0, dp = 0;
+    OK(ctx, dt_grid_shape(tp_grid, &tp, &pp, &dp));
+    if (dp == 2) {
+      const int odd = tp_rank == 1 && dp_rank == 1;
+      OK(ctx, dt_byom_create_grid(tp_grid, NULL, &b));
+      OK(ctx, dt_byom_register(b, "w", 2, shape, DT_F32, w, g, odd ? DT_PARAM_TP_COLS : DT_PARAM_TP_ROWS));
+      FAILS(DT_ERR_INVALID_CONFIG, ctx, "differ between the ranks", dt_byom_step(b, 1e-2f, NULL));
+      OK(ctx, dt_byom_destroy(b));
+    }
+  }
   OK(ctx, dt_grid_destroy(tp_grid));
   /* One name on both stages. */
   OK(ctx, dt_grid_create(ctx, &pc, &pp_grid));

@@ -480,13 +480,15 @@ contains
     dir = scratch//'/fortran_byom_grid'
     do j = 1, 3
       do i = 1, 2
-        w(i, j) = real(10 * my_rank + i) + 0.1 * j
+        w(i, j) = real(10 * my_rank + i) + 0.25 * j
       end do
     end do
     call dt_grid_create(ctx, split, ierr, tp=nranks)
+    call expect(ierr, DT_SUCCESS, 'dt_grid_create tp')
     call dt_byom_create_grid(split, s, ierr)
     call expect(ierr, DT_SUCCESS, 'dt_byom_create_grid')
     call dt_byom_register(s, 'w', w, gw, ierr, tp_split=1)
+    call expect(ierr, DT_SUCCESS, 'dt_byom_register tp_split')
     call dt_byom_save_checkpoint(s, dir, ierr)
     call expect(ierr, DT_SUCCESS, 'dt_byom_save_checkpoint on a grid')
     call dt_grid_create(ctx, solo, ierr, pp=nranks)
@@ -499,7 +501,7 @@ contains
     do r = 0, nranks - 1
       do j = 1, 3
         do i = 1, 2
-          call check(full(2 * r + i, j) == real(10 * r + i) + 0.1 * j, 'a slice in its place')
+          call check(full(2 * r + i, j) == real(10 * r + i) + 0.25 * j, 'a slice in its place')
         end do
       end do
     end do
