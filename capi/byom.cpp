@@ -38,7 +38,7 @@ void dt_byom_s::close() {
   // Ranks that registered different tensors, or made the byom with different optimizer
   // settings, would reduce mismatched buckets: every rank fails instead (also where only
   // some registered none).
-  std::uint64_t h = mix(optimizer_fingerprint(cfg), fnv1a(&initial_loss_scale, sizeof initial_loss_scale));
+  std::uint64_t h = settings_fingerprint();
   for (std::size_t i = 0; i < buffers.size(); ++i) {
     const dtrain::ParamInfo& p = store[i];
     h = mix(mix(fnv1a(p.name.data(), p.name.size(), h), p.decay), int(buffers[i].dtype));
@@ -135,11 +135,15 @@ void dt_byom_s::in_step(Buffers& b) {
   b.seeded = true;
 }
 
+std::uint64_t dt_byom_s::settings_fingerprint() const {
+  return mix(optimizer_fingerprint(cfg), fnv1a(&initial_loss_scale, sizeof initial_loss_scale));
+}
+
 Outcome dt_byom_s::check_split() {
   dtrain::ProcessGrid& g = grid->grid;
   // What is compared, computed (and allocated) before the first collective.
   // Every rank steps alike: the same optimizer settings and loss scaling everywhere.
-  const std::uint64_t settings = mix(optimizer_fingerprint(cfg), fnv1a(&initial_loss_scale, sizeof initial_loss_scale));
+  const std::uint64_t settings = settings_fingerprint();
   // A TP group holds slices of the same tensors: the same names, formats, whole shapes and
   // slice shapes (so the same split), decay.
   std::uint64_t tensors = 1469598103934665603ull;
@@ -335,7 +339,7 @@ dt_result_t dt_byom_register(dt_byom_t byom, const char* name, int ndim, const i
 
 dt_result_t dt_byom_step(dt_byom_t byom, float lr, float* grad_norm) {
   return with_byom(__func__, byom, [&](dt_byom_s& b) {
-    // Collective over dp: a bad lr on some ranks fails them all.
+    // Collective over dp (on a grid its world): a bad lr on some ranks fails them all.
     agreed_checks(b.everyone(), true, [&] { need(lr >= 0 && lr < 1e30f, "lr must be a finite value >= 0"); });
     b.close();
     b.copy_in(true);

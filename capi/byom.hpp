@@ -66,6 +66,8 @@ struct dt_byom_s : dtrain::capi::CommUser {
   bool gradients_overflowed();
 
  private:
+  // The optimizer settings and the loss scaling, which every rank must share.
+  std::uint64_t settings_fingerprint() const;
   // On a grid: settings alike everywhere, a TP group's tensors alike, names unique over the
   // stages. Collective over the grid's world; the first problem found (never throws for one).
   dtrain::capi::Outcome check_split();
