@@ -5,9 +5,15 @@
  *   mpiexec -n 2 dtrain-c-example --steps 300 --save-dir ckpt --save-every 100
  *   mpiexec -n 2 dtrain-c-example --steps 400 --save-dir ckpt --resume auto
  *
- * Every step trains on a global batch of 32 samples split evenly over the ranks, so any
- * rank count trains the same model (to rounding). A fresh run exits non-zero unless the
- * evaluation loss at least halves. */
+ * Every step trains on a global batch of 32 samples split evenly over the data-parallel
+ * ranks, so any rank count trains the same model (to rounding). With --tp N the hidden layer
+ * is split over N ranks as Megatron splits an MLP (mlp.h): the program does its own
+ * all-reduce, and dtrain's byom on a grid clips by the whole model's norm and writes whole
+ * tensors, so checkpoints move between --tp 1 and --tp N:
+ *
+ *   mpiexec -n 4 dtrain-c-example --tp 2 --steps 300
+ *
+ * A fresh run exits non-zero unless the evaluation loss at least halves. */
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -30,13 +36,35 @@ static void check(dt_result_t rc, const char* what) {
   exit(1);
 }
 
-/* Mean loss over samples [first, first + n), averaged over the ranks' equal shares. */
-static float mean_loss(dt_comm_t world, mlp_tensors_t p, long first, int n, const mlp_tensors_t* g) {
+/* Mean loss over samples [first, first + n), averaged over the data-parallel ranks' equal
+ * shares (every rank of a TP group has the same loss). */
+static float mean_loss(dt_comm_t world, dt_comm_t tp, mlp_tensors_t p, long first, int n,
+                       const mlp_tensors_t* g) {
   float x[EVAL_SAMPLES * DATA_INPUTS], y[EVAL_SAMPLES * DATA_OUTPUTS], loss, mean = 0;
   for (int s = 0; s < n; ++s) data_sample(first + s, x + s * DATA_INPUTS, y + s * DATA_OUTPUTS);
-  loss = mlp_loss(p, x, y, n, g);
+  loss = mlp_loss(p, x, y, n, g, tp);
   check(dt_all_reduce(world, &loss, &mean, 1, DT_F32, DT_AVG), "dt_all_reduce");
   return mean;
+}
+
+/* The whole model's parameters in the order of a model on one rank, from every TP rank's part
+ * (collective over tp; whole: mlp_numel(MLP_HIDDEN) floats). */
+static void gather_whole(dt_comm_t tp, int ranks, mlp_tensors_t mine, const float* flat, float* whole) {
+  const size_t part = mlp_numel(mine.hidden);
+  float* parts = malloc(part * (size_t)ranks * sizeof(float));
+  mlp_tensors_t all = mlp_view(whole, MLP_HIDDEN, 0);
+  if (!parts) exit(1);
+  if (tp) check(dt_all_gather(tp, flat, parts, part, DT_F32), "dt_all_gather");
+  else memcpy(parts, flat, part * sizeof(float));
+  for (int r = 0; r < ranks; ++r) {
+    const mlp_tensors_t p = mlp_view(parts + (size_t)r * part, mine.hidden, r * mine.hidden);
+    memcpy(all.w1 + p.first * MLP_IN, p.w1, sizeof(float) * (size_t)(p.hidden * MLP_IN));
+    memcpy(all.b1 + p.first, p.b1, sizeof(float) * (size_t)p.hidden);
+    for (int o = 0; o < MLP_OUT; ++o)
+      memcpy(all.w2 + o * MLP_HIDDEN + p.first, p.w2 + o * p.hidden, sizeof(float) * (size_t)p.hidden);
+    memcpy(all.b2, p.b2, sizeof(float) * MLP_OUT);
+  }
+  free(parts);
 }
 
 /* rank 0 writes the final evaluation loss and every parameter, one per line. */
@@ -53,12 +81,13 @@ static void write_results(const char* path, float eval, const float* params, siz
 
 int main(int argc, char** argv) {
   options_t opt;
-  dt_comm_t world = NULL;
+  dt_comm_t world = NULL, tp = NULL;
+  dt_grid_t grid = NULL;
   dt_byom_t byom = NULL;
   dt_optimizer_config_t oc = DT_OPTIMIZER_CONFIG_INIT;
-  int rank = 0, size = 1, per, eval_share;
+  int rank = 0, size = 1, dp = 1, tp_rank = 0, pp_rank = 0, dp_rank = 0, per, eval_share, hidden;
   long start = 0, eval_first;
-  float *params, *grads, eval_before, eval_after;
+  float *params, *grads, *whole, eval_before, eval_after;
   mlp_tensors_t p, g;
 
   check(dt_init(&argc, &argv, &ctx), "dt_init");
@@ -66,31 +95,51 @@ int main(int argc, char** argv) {
   check(dt_context_rank(ctx, &rank), "dt_context_rank");
   check(dt_context_size(ctx, &size), "dt_context_size");
   check(dt_context_world(ctx, &world), "dt_context_world");
-  if (GLOBAL_BATCH % size || EVAL_SAMPLES % size) {
+  if (size % opt.tp || MLP_HIDDEN % opt.tp || GLOBAL_BATCH % (size / opt.tp) ||
+      EVAL_SAMPLES % (size / opt.tp)) {
     if (rank == 0)
-      fprintf(stderr, "dtrain-c-example: %d ranks do not divide the batch of %d\n", size, GLOBAL_BATCH);
+      fprintf(stderr, "dtrain-c-example: --tp %d must divide the %d ranks and the %d hidden units, "
+                      "and the data-parallel ranks the batch of %d\n", opt.tp, size, MLP_HIDDEN, GLOBAL_BATCH);
     exit(2);
   }
-  per = GLOBAL_BATCH / size;
-  eval_share = EVAL_SAMPLES / size;
+  if (opt.tp > 1) { /* the grid's TP groups split the hidden layer; its DP groups the data */
+    dt_grid_config_t gc = DT_GRID_CONFIG_INIT;
+    gc.tp = opt.tp;
+    check(dt_grid_create(ctx, &gc, &grid), "dt_grid_create");
+    check(dt_grid_comm(grid, DT_GROUP_TP, &tp), "dt_grid_comm");
+    check(dt_grid_coords(grid, &tp_rank, &pp_rank, &dp_rank), "dt_grid_coords");
+  } else {
+    dp_rank = rank;
+  }
+  dp = size / opt.tp;
+  per = GLOBAL_BATCH / dp;
+  eval_share = EVAL_SAMPLES / dp;
+  hidden = MLP_HIDDEN / opt.tp;
 
   /* One flat allocation each for parameters and gradients; the tensors are views into it. */
-  params = calloc(mlp_numel(), sizeof(float));
-  grads = calloc(mlp_numel(), sizeof(float));
-  p = mlp_view(params);
-  g = mlp_view(grads);
+  params = calloc(mlp_numel(hidden), sizeof(float));
+  grads = calloc(mlp_numel(hidden), sizeof(float));
+  whole = calloc(mlp_numel(MLP_HIDDEN), sizeof(float));
+  if (!params || !grads || !whole) exit(1);
+  p = mlp_view(params, hidden, tp_rank * hidden);
+  g = mlp_view(grads, hidden, tp_rank * hidden);
   mlp_init(p);
 
   oc.zero_stage = 1; /* each rank keeps the AdamW moments of its half */
   oc.weight_decay = 0.01f;
   oc.clip_grad = 1.0f;
-  check(dt_byom_create(world, &oc, &byom), "dt_byom_create");
+  if (grid)
+    check(dt_byom_create_grid(grid, &oc, &byom), "dt_byom_create_grid");
+  else
+    check(dt_byom_create(world, &oc, &byom), "dt_byom_create");
   {
     float* pt[4] = {p.w1, p.b1, p.w2, p.b2};
     const float* gt[4] = {g.w1, g.b1, g.w2, g.b2};
+    int64_t shapes[4][2];
+    mlp_shapes(p, shapes);
     for (int t = 0; t < 4; ++t)
-      check(dt_byom_register(byom, mlp_names[t], mlp_ndims[t], mlp_shapes[t], DT_F32, pt[t], gt[t],
-                             mlp_ndims[t] == 1 ? DT_PARAM_NO_DECAY : 0u),
+      check(dt_byom_register(byom, mlp_names[t], mlp_ndims[t], shapes[t], DT_F32, pt[t], gt[t],
+                             (mlp_ndims[t] == 1 ? DT_PARAM_NO_DECAY : 0u) | mlp_split[t]),
             "dt_byom_register");
   }
 
@@ -109,12 +158,12 @@ int main(int argc, char** argv) {
     }
   }
 
-  eval_first = DATA_EVAL_FIRST + (long)rank * eval_share; /* this rank's share of the eval set */
-  eval_before = mean_loss(world, p, eval_first, eval_share, NULL);
+  eval_first = DATA_EVAL_FIRST + (long)dp_rank * eval_share; /* this rank's share of the eval set */
+  eval_before = mean_loss(world, tp, p, eval_first, eval_share, NULL);
   for (long step = start; step < opt.steps; ++step) {
     float loss, norm = 0;
-    memset(grads, 0, mlp_numel() * sizeof(float));
-    loss = mean_loss(world, p, step * GLOBAL_BATCH + (long)rank * per, per, &g);
+    memset(grads, 0, mlp_numel(hidden) * sizeof(float));
+    loss = mean_loss(world, tp, p, step * GLOBAL_BATCH + (long)dp_rank * per, per, &g);
     check(dt_byom_step(byom, opt.lr, &norm), "dt_byom_step");
     if (opt.save_dir && opt.save_every > 0 && (step + 1) % opt.save_every == 0)
       check(dt_byom_save_checkpoint(byom, opt.save_dir, opt.keep), "dt_byom_save_checkpoint");
@@ -123,14 +172,16 @@ int main(int argc, char** argv) {
   }
   if (opt.save_dir && opt.save_every == 0)
     check(dt_byom_save_checkpoint(byom, opt.save_dir, opt.keep), "dt_byom_save_checkpoint");
-  eval_after = mean_loss(world, p, eval_first, eval_share, NULL);
+  eval_after = mean_loss(world, tp, p, eval_first, eval_share, NULL);
+  gather_whole(tp, opt.tp, p, params, whole);
 
   if (rank == 0) {
-    printf("c-example: eval loss %.5f -> %.5f, steps %ld..%d on %d ranks\n", eval_before, eval_after,
-           start, opt.steps, size);
-    if (opt.out) write_results(opt.out, eval_after, params, mlp_numel());
+    printf("c-example: eval loss %.5f -> %.5f, steps %ld..%d on %d ranks (tp %d)\n", eval_before,
+           eval_after, start, opt.steps, size, opt.tp);
+    if (opt.out) write_results(opt.out, eval_after, whole, mlp_numel(MLP_HIDDEN));
   }
   check(dt_finalize(ctx), "dt_finalize");
+  free(whole);
   free(params);
   free(grads);
   if (!isfinite(eval_after)) return 1;

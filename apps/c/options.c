@@ -8,7 +8,7 @@ static int usage(const char* why) {
   fprintf(stderr,
           "dtrain-c-example: %s\n"
           "usage: mpiexec -n N dtrain-c-example [--steps N] [--lr X] [--save-dir DIR]\n"
-          "       [--save-every K] [--keep K] [--resume PATH|DIR|auto] [--out FILE]\n",
+          "       [--save-every K] [--keep K] [--resume PATH|DIR|auto] [--out FILE] [--tp N]\n",
           why);
   return 1;
 }
@@ -30,6 +30,7 @@ int parse_options(int argc, char** argv, options_t* o) {
   o->keep = 0;
   o->resume = NULL;
   o->out = NULL;
+  o->tp = 1;
   for (int i = 1; i < argc; ++i) {
     const char* name = argv[i];
     const char* value = i + 1 < argc ? argv[i + 1] : NULL;
@@ -50,6 +51,8 @@ int parse_options(int argc, char** argv, options_t* o) {
       o->resume = value;
     } else if (strcmp(name, "--out") == 0) {
       o->out = value;
+    } else if (strcmp(name, "--tp") == 0) {
+      if (parse_count(value, &o->tp) || o->tp < 1) return usage("--tp needs a positive whole number");
     } else {
       return usage("unknown option");
     }

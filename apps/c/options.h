@@ -10,6 +10,7 @@ typedef struct {
   int keep;             /* --keep K: newest checkpoints kept (0: all) */
   const char* resume;   /* --resume PATH|DIR|auto: continue from a checkpoint */
   const char* out;      /* --out FILE: final evaluation loss and parameters, one per line */
+  int tp;               /* --tp N: the hidden layer split over N ranks (1) */
 } options_t;
 
 /* 0 when argv holds valid options; otherwise prints why and the usage to stderr. */

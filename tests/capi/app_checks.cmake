@@ -9,9 +9,12 @@
 #  * resumed at 2 ranks from the first checkpoint, it ends exactly where it ended uninterrupted;
 #  * resumed at 1 rank from that 2-rank (ZeRO-1 sharded) checkpoint, it ends where the 1-rank
 #    run ended, within TOLERANCE;
-#  * `--resume auto` finds the newest checkpoint (the last step: nothing left to train).
+#  * `--resume auto` finds the newest checkpoint (the last step: nothing left to train);
+# and with TP (an app whose model splits over a tensor-parallel group, `--tp N`):
+#  * at 2 ranks with `--tp 2` it ends where the 1-rank run did, within TOLERANCE;
+#  * resumed with `--tp 2` from the first (data-parallel) checkpoint, where the 2-rank run did.
 function(dtrain_check_app)
-  cmake_parse_arguments(A "" "WORK;MPIEXEC;NPFLAG;COMPARE;STEPS;TOLERANCE;SAVE_EVERY;H5LS;H5LS_REGEX"
+  cmake_parse_arguments(A "" "WORK;MPIEXEC;NPFLAG;COMPARE;STEPS;TOLERANCE;SAVE_EVERY;H5LS;H5LS_REGEX;TP"
                         "COMMAND" ${ARGN})
   file(REMOVE_RECURSE ${A_WORK})
   file(MAKE_DIRECTORY ${A_WORK})
@@ -65,4 +68,10 @@ function(dtrain_check_app)
   compare(np1.txt resumed1.txt ${A_TOLERANCE})
   run_app(2 --out ${A_WORK}/auto.txt --save-dir ${ckpt} --resume auto)
   compare(np2.txt auto.txt 0)
+  if(A_TP)
+    run_app(2 --tp 2 --out ${A_WORK}/tp2.txt)
+    compare(np1.txt tp2.txt ${A_TOLERANCE})
+    run_app(2 --tp 2 --out ${A_WORK}/tp2_resumed.txt --resume ${first})
+    compare(np2.txt tp2_resumed.txt ${A_TOLERANCE})
+  endif()
 endfunction()

@@ -4,4 +4,4 @@
 include(${CMAKE_CURRENT_LIST_DIR}/app_checks.cmake)
 dtrain_check_app(COMMAND ${APP} WORK ${WORK} MPIEXEC ${MPIEXEC} NPFLAG ${NPFLAG} COMPARE ${COMPARE}
                  STEPS ${STEPS} TOLERANCE ${TOLERANCE} SAVE_EVERY "${SAVE_EVERY}" H5LS "${H5LS}"
-                 H5LS_REGEX "${H5LS_REGEX}")
+                 H5LS_REGEX "${H5LS_REGEX}" TP "${TP}")
