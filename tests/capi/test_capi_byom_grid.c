@@ -217,10 +217,10 @@ static void test_mixed_formats(dt_context_t ctx) {
   float x[4] = {0.5f, 0.5f, 0.5f, 0.5f}, gx[4] = {0.1f, 0.1f, 0.1f, 0.1f}, norm = 0;
   uint16_t y[4] = {0x3800u, 0x3800u, 0x3800u, 0x3800u}, gy[4] = {0x2E66u, 0x2E66u, 0x2E66u, 0x2E66u};
   const int64_t shape[1] = {4};
-  int tp = 0, pp = 0, dp = 0, stage = 0;
+  int tp_rank = 0, dp_rank = 0, stage = 0;
   gc.pp = 2;
   OK(ctx, dt_grid_create(ctx, &gc, &grid));
-  OK(ctx, dt_grid_coords(grid, &tp, &stage, &dp));
+  OK(ctx, dt_grid_coords(grid, &tp_rank, &stage, &dp_rank));
   OK(ctx, dt_byom_create_grid(grid, NULL, &b));
   if (stage == 0) OK(ctx, dt_byom_register(b, "x", 1, shape, DT_F32, x, gx, 0));
   if (stage == 1) OK(ctx, dt_byom_register(b, "y", 1, shape, DT_F16, y, gy, 0));
@@ -233,8 +233,6 @@ static void test_mixed_formats(dt_context_t ctx) {
     OK(ctx, dt_byom_step(b, 1e-2f, &norm));
     CHECK(isnan(norm) && x[0] == x_before && y[0] == y_before);
   }
-  (void)tp;
-  (void)pp;
   OK(ctx, dt_byom_destroy(b));
   OK(ctx, dt_grid_destroy(grid));
 }
