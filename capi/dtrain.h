@@ -747,6 +747,35 @@ DT_API dt_result_t dt_model_create_gpt_grid(dt_grid_t grid, const dt_gpt_config_
                                             dt_model_t* model);
 
 /**
+ * @brief Creates an MLP classifier split over a grid's TP group (Megatron's pairs),
+ * data-parallel over its DP group: as dt_model_create_mlp() otherwise.
+ *
+ * Collective over the grid's world. With tp > 1, layer 0, 2, 4, ... before the last is
+ * column-parallel (each rank holds a slice of its outputs, and GELU runs on the slice),
+ * layer 1, 3, 5, ... row-parallel (each rank holds the matching slice of its inputs; the
+ * outputs are summed over the TP group), and a last layer of even index, whose input is
+ * whole, is replicated: a one-layer MLP is computed alike on every rank. The ranks of a TP
+ * group compute one model together: every call on the model is collective over the TP group,
+ * whose ranks pass the same x and labels (checked, as for dt_model_create_gpt_grid()). Losses,
+ * logits and gradient norms are the whole model's on every rank; the tensor calls and
+ * checkpoints move whole tensors, as for a model on one rank, so checkpoints load across
+ * tp and dp. ZeRO 0 to 3 over the DP group. A grid with tp = 1 gives a data-parallel model
+ * over its DP group, as dt_model_create_mlp().
+ * @param grid a live grid with pp = 1.
+ * @param config the layer sizes; the output size of each column-parallel layer must be
+ *        divisible by the grid's tp.
+ * @param optimizer optimiser settings; NULL for the defaults.
+ * @param[out] model the new model; NULL on failure.
+ * @return ::DT_SUCCESS; ::DT_ERR_INVALID_HANDLE, ::DT_ERR_INVALID_ARGUMENT (as
+ *         dt_model_create_mlp()), ::DT_ERR_INVALID_CONFIG (as dt_model_create_mlp(), and a
+ *         size that does not split over tp), ::DT_ERR_NOT_IMPLEMENTED (pp > 1),
+ *         ::DT_ERR_UNAVAILABLE (as dt_model_create_mlp()).
+ */
+DT_API dt_result_t dt_model_create_mlp_grid(dt_grid_t grid, const dt_mlp_config_t* config,
+                                            const dt_optimizer_config_t* optimizer,
+                                            dt_model_t* model);
+
+/**
  * @brief Releases a model and its optimiser state.
  * @param model a live model.
  * @return ::DT_SUCCESS; ::DT_ERR_INVALID_HANDLE.

@@ -34,7 +34,7 @@ void dtrain::capi::need_same_inputs(dt_model_s& m, std::uint64_t hash, const cha
 
 Checkpoints& dt_model_s::checkpoint_io() {
   if (!checkpoints && layout) {
-    checkpoints = std::make_unique<Checkpoints>(*layout, params(), *engine, &gpt->config());
+    checkpoints = std::make_unique<Checkpoints>(*layout, params(), *engine, gpt ? &gpt->config() : nullptr);
   } else if (!checkpoints) {
     const dtrain::GptConfig* g = gpt ? &gpt->config() : nullptr;
     checkpoints = std::make_unique<Checkpoints>(dp(), params(), *engine, g);
@@ -170,18 +170,25 @@ float pipeline_pass(dt_model_s& m, const int32_t* tokens, const int32_t* targets
   return static_cast<float>(loss);
 }
 
-// An MLP pass's arguments (labels may be NULL for predict), as need_gpt_inputs.
+// An MLP pass's arguments (labels may be NULL for predict), as need_gpt_inputs: agreed by
+// every rank of the model where the call is collective over dp, else by the TP group, whose
+// ranks must pass the same inputs.
 void need_mlp_inputs(dt_model_s& m, const float* x, const int32_t* labels, bool with_labels,
-                     int batch, bool collective, const float* out = nullptr,
+                     int batch, bool collective_over_dp, const float* out = nullptr,
                      const char* out_name = nullptr) {
   dtrain::MlpModel& mlp = need_mlp(m);
-  agreed_checks(m.engine->dp(), collective, [&] {
+  agreed_model_checks(m, collective_over_dp, [&] {
     if (out_name) need_ptr(out, out_name);
     need_ptr(x, "x");
     need(batch >= 1 && batch <= mlp.max_batch(), "batch must be in [1, max_batch]");
     if (with_labels) need_ptr(labels, "labels");
     mlp.check_inputs(with_labels ? labels : nullptr, batch);
   });
+  if (!m.tp()) return;
+  const std::size_t n = static_cast<std::size_t>(batch);
+  std::uint64_t inputs = mix(fnv1a(x, n * static_cast<std::size_t>(mlp.config().sizes[0]) * sizeof(float)), batch);
+  if (with_labels) inputs = fnv1a(labels, n * sizeof(int32_t), inputs);
+  need_same_inputs(m, inputs, "inputs", collective_over_dp, true);
 }
 
 // The engine reduces gradient ranges as backward finishes them (ZeRO 2/3) and, under
@@ -213,6 +220,15 @@ ModelSplit split_of(dt_model_s& m, bool tied) {
   ModelSplit split{m.tp(), m.pp(), nullptr};
   if (split.pp && tied && m.layout->in_embedding_group()) split.tied = &m.layout->embedding();
   return split;
+}
+
+// A model made on a grid: its own TP, PP and DP groups (over the device transport where the
+// model lives on a GPU) and, under pipeline parallelism, its replica.
+void lay_out(dt_model_s& m, dt_grid_s& grid) {
+  dtrain::Communicator& world = m.device_group.valid() ? m.device_group : grid.grid.world();
+  m.layout = std::make_unique<dtrain::ProcessGrid>(world, grid.grid.shape());
+  if (grid.grid.pp_size() > 1)
+    m.replica = world.split(m.layout->dp_rank(), world.rank(), world.name() + ".replica");
 }
 
 // A GPT over `c` (the dp group), or over grid (c: its world): the checks of its settings,
@@ -267,11 +283,7 @@ void create_gpt(dt_comm_s& c, dt_grid_s* grid, const dt_gpt_config_t* config,
   dtrain::Device& dev = open_device(config, *m);
   m->precision = low;
   dev.set_gemm_operand_format(low);  // the model sizes its saved activations by it
-  if (grid) {
-    dtrain::Communicator& world = m->device_group.valid() ? m->device_group : grid->grid.world();
-    m->layout = std::make_unique<dtrain::ProcessGrid>(world, grid->grid.shape());
-    if (pp > 1) m->replica = world.split(m->layout->dp_rank(), world.rank(), world.name() + ".replica");
-  }
+  if (grid) lay_out(*m, *grid);
   allocate_agreed(c, [&] {
     m->gpt = std::make_unique<dtrain::GptModel>(gc, dev, config->seed, config->max_batch,
                                                 stage_chunks(gc, m->layout.get(), stages), m->tp(), sp);
@@ -290,6 +302,48 @@ void create_gpt(dt_comm_s& c, dt_grid_s* grid, const dt_gpt_config_t* config,
   *model = adopt(std::move(m));
 }
 
+// An MLP over `c` (the dp group), or split over grid's TP group (c: its world), as create_gpt.
+void create_mlp(dt_comm_s& c, dt_grid_s* grid, const dt_mlp_config_t* config,
+                const dt_optimizer_config_t* optimizer, dt_model_t* model) {
+  const int tp = grid ? grid->grid.tp_size() : 1, pp = grid ? grid->grid.pp_size() : 1;
+  dt_optimizer_config_t opt{};
+  dtrain::MlpConfig mc;
+  dtrain::DType low = dtrain::DType::f32;
+  // As for the GPT: one rank's refusal fails every rank.
+  agreed_checks(*c.comm, true, [&] {
+    need_ptr(model, "model");
+    need_struct(config, config ? config->struct_size : 0,
+                offsetof(dt_mlp_config_t, seed) + sizeof(uint64_t), "DT_MLP_CONFIG_INIT");
+    need(config->num_sizes >= 2, "config->num_sizes must be at least 2");
+    need_ptr(config->sizes, "config->sizes");
+    opt = read_optimizer_config(optimizer);
+    mc.sizes.assign(config->sizes, config->sizes + config->num_sizes);
+    mc.validate();
+    mc.validate_tp(tp);
+    need(config->max_batch >= 1, "config->max_batch must be positive");
+    low = precision_of(config);
+    if (pp > 1)
+      fail(DT_ERR_NOT_IMPLEMENTED, "an MLP is not cut into pipeline stages: make it on a grid "
+                                   "with pp 1 (tensor and data parallelism)");
+  });
+  std::uint64_t settings = mix(optimizer_fingerprint(opt), int(low));
+  for (int size : mc.sizes) settings = mix(settings, size);
+  need_agreement(*c.comm, config->seed, settings);
+  auto m = std::make_unique<dt_model_s>(&c);
+  dtrain::Device& dev = open_device(config, *m);
+  m->precision = low;
+  if (grid) lay_out(*m, *grid);
+  allocate_agreed(c, [&] {
+    m->mlp = std::make_unique<dtrain::MlpModel>(mc, dev, config->seed, config->max_batch, m->tp());
+    m->engine = std::make_unique<StepEngine>(m->dp(), m->params(), opt,
+                                             std::vector<dtrain::parallel::Range>{},
+                                             ModelSplit{m->tp(), nullptr, nullptr}, low);
+  });
+  // The MLP has no per-layer parameter hooks: under ZeRO 3 each pass holds it whole
+  // (WholeParameters in its entry points), and only the pieces stay between passes.
+  *model = adopt(std::move(m));
+}
+
 }  // namespace
 
 extern "C" {
@@ -298,36 +352,15 @@ dt_result_t dt_model_create_mlp(dt_comm_t dp, const dt_mlp_config_t* config,
                                 const dt_optimizer_config_t* optimizer, dt_model_t* model) {
   clear_output(model);
   return call<dt_comm_s>(__func__, dp, Kind::comm, "dp", [&](dt_comm_s& c) {
-    dt_optimizer_config_t opt{};
-    dtrain::MlpConfig mc;
-    dtrain::DType low = dtrain::DType::f32;
-    // As for the GPT: one rank's refusal fails every rank.
-    agreed_checks(*c.comm, true, [&] {
-      need_ptr(model, "model");
-      need_struct(config, config ? config->struct_size : 0,
-                  offsetof(dt_mlp_config_t, seed) + sizeof(uint64_t), "DT_MLP_CONFIG_INIT");
-      need(config->num_sizes >= 2, "config->num_sizes must be at least 2");
-      need_ptr(config->sizes, "config->sizes");
-      opt = read_optimizer_config(optimizer);
-      mc.sizes.assign(config->sizes, config->sizes + config->num_sizes);
-      mc.validate();
-      need(config->max_batch >= 1, "config->max_batch must be positive");
-      low = precision_of(config);
-    });
-    std::uint64_t settings = mix(optimizer_fingerprint(opt), int(low));
-    for (int size : mc.sizes) settings = mix(settings, size);
-    need_agreement(*c.comm, config->seed, settings);
-    auto m = std::make_unique<dt_model_s>(&c);
-    dtrain::Device& dev = open_device(config, *m);
-    m->precision = low;
-    allocate_agreed(c, [&] {
-      m->mlp = std::make_unique<dtrain::MlpModel>(mc, dev, config->seed, config->max_batch);
-      m->engine = std::make_unique<StepEngine>(m->dp(), m->params(), opt,
-                                               std::vector<dtrain::parallel::Range>{}, ModelSplit{}, low);
-    });
-    // The MLP has no per-layer parameter hooks: under ZeRO 3 each pass holds it whole
-    // (WholeParameters in its entry points), and only the pieces stay between passes.
-    *model = adopt(std::move(m));
+    create_mlp(c, nullptr, config, optimizer, model);
+  });
+}
+
+dt_result_t dt_model_create_mlp_grid(dt_grid_t grid, const dt_mlp_config_t* config,
+                                     const dt_optimizer_config_t* optimizer, dt_model_t* model) {
+  clear_output(model);
+  return call<dt_grid_s>(__func__, grid, Kind::grid, "grid", [&](dt_grid_s& g) {
+    create_mlp(*g.comms[DT_GROUP_WORLD], &g, config, optimizer, model);
   });
 }
 

@@ -239,6 +239,14 @@ module dtrain_c_binding
       type(optimizer_config_c), intent(in) :: opt
       type(dt_model), intent(out) :: model
     end function
+    integer(c_int) function c_model_create_mlp_grid(grid, cfg, opt, model) &
+        bind(C, name="dt_model_create_mlp_grid")
+      import :: c_int, dt_grid, mlp_config_c, optimizer_config_c, dt_model
+      type(dt_grid), value :: grid
+      type(mlp_config_c), intent(in) :: cfg
+      type(optimizer_config_c), intent(in) :: opt
+      type(dt_model), intent(out) :: model
+    end function
     integer(c_int) function c_model_create_gpt(dp, cfg, opt, model) bind(C, name="dt_model_create_gpt")
       import :: c_int, dt_comm, gpt_config_c, optimizer_config_c, dt_model
       type(dt_comm), value :: dp
@@ -436,7 +444,7 @@ module dtrain_c_binding
             c_comm_device, c_grid_create, c_grid_destroy, c_grid_shape, c_grid_coords, c_grid_comm, &
             c_byom_create, c_byom_destroy, c_byom_register, c_byom_step, c_byom_steps, &
             c_byom_scale_loss, c_byom_loss_scale, c_byom_create_grid, &
-            c_model_create_mlp, c_model_create_gpt, c_model_create_gpt_grid, c_model_destroy, &
+            c_model_create_mlp, c_model_create_mlp_grid, c_model_create_gpt, c_model_create_gpt_grid, c_model_destroy, &
             c_sample_token, c_model_loss_scale, c_mlp_forward_backward, &
             c_mlp_evaluate, c_mlp_predict, c_gpt_forward_backward, c_gpt_evaluate, c_gpt_decode, &
             c_model_step, &

@@ -16,6 +16,12 @@ module dtrain_models
             dt_model_steps, dt_mlp_forward_backward, dt_mlp_evaluate, dt_mlp_predict, &
             dt_gpt_forward_backward, dt_gpt_evaluate, dt_gpt_decode
 
+  !> dt_model_create_mlp(dp, ...) for a data-parallel MLP over a group, and
+  !> dt_model_create_mlp(grid, ...) for one split over a grid's TP group (see each form).
+  interface dt_model_create_mlp
+    module procedure create_mlp_dp, create_mlp_grid
+  end interface
+
   !> dt_model_create_gpt(dp, ...) for a data-parallel GPT over a group, and
   !> dt_model_create_gpt(grid, ...) for one split over a grid's TP group (see each form).
   interface dt_model_create_gpt
@@ -26,6 +32,7 @@ contains
 
   !> The built-in MLP classifier: Linear layers with GELU between them, softmax
   !> cross-entropy; parameters 'layers.I.weight' and 'layers.I.bias'. Collective over dp.
+  !> Called as dt_model_create_mlp(dp, sizes, max_batch, model, ierr, ...).
   !> @param[in] dp the data-parallel group its steps average over.
   !> @param[in] sizes integer(c_int) (inputs, hidden..., classes), at least 2 entries.
   !> @param[in] max_batch largest batch passed to forward.
@@ -46,9 +53,9 @@ contains
   !>            'cuda' where some rank of dp has no usable GPU gives DT_ERR_UNAVAILABLE.
   !> @param[in] precision optional 'fp32' (default), 'bf16' or 'fp16' (mixed precision, as for
   !>            the GPT).
-  subroutine dt_model_create_mlp(dp, sizes, max_batch, model, ierr, seed, weight_decay, &
-                                 clip_grad, zero_stage, beta1, beta2, eps, bucket_mb, device, &
-                                 precision)
+  subroutine create_mlp_dp(dp, sizes, max_batch, model, ierr, seed, weight_decay, &
+                           clip_grad, zero_stage, beta1, beta2, eps, bucket_mb, device, &
+                           precision)
     type(dt_comm), intent(in) :: dp
     integer(c_int), dimension(:), target, contiguous, intent(in) :: sizes
     integer, intent(in) :: max_batch
@@ -61,6 +68,63 @@ contains
     character(len=*), intent(in), optional :: device, precision
     type(mlp_config_c) :: cfg
     character(kind=c_char), allocatable, target :: device_c(:), precision_c(:)
+    call mlp_config(cfg, device_c, precision_c, sizes, max_batch, seed, device, precision)
+    ierr = ret(c_model_create_mlp(dp, cfg, optimizer_config(weight_decay, clip_grad, zero_stage, &
+                                                            beta1, beta2, eps, bucket_mb), model))
+  end subroutine
+
+  !> The MLP split over a grid's TP group (Megatron's column- and row-parallel pairs),
+  !> data-parallel over its DP group (dt_model_create_mlp_grid in docs/c-api.md); the grid's
+  !> pp must be 1. Collective over the grid's world; every call on the model is collective
+  !> over its TP group, whose ranks pass the same x and labels. Called as
+  !> dt_model_create_mlp(grid, sizes, max_batch, model, ierr, ...).
+  !> @param[in] grid the process grid.
+  !> @param[in] sizes integer(c_int), as for the data-parallel form; the output size of each
+  !>            column-parallel layer (layers 1, 3, ... in Fortran's counting, before the last)
+  !>            divisible by the grid's tp.
+  !> @param[in] max_batch largest batch passed to forward.
+  !> @param[out] model the new model (null on failure).
+  !> @param[out] ierr DT_SUCCESS; DT_ERR_INVALID_CONFIG (as the data-parallel form, or a size
+  !>             that does not split over tp); DT_ERR_NOT_IMPLEMENTED (pp > 1).
+  !> @param[in] seed optional integer(c_int64_t), as for the data-parallel form; so are the others.
+  !> @param[in] weight_decay optional.
+  !> @param[in] clip_grad optional.
+  !> @param[in] zero_stage optional 0 to 3, over the DP group.
+  !> @param[in] beta1 optional.
+  !> @param[in] beta2 optional.
+  !> @param[in] eps optional.
+  !> @param[in] bucket_mb optional real(c_double).
+  !> @param[in] device optional 'auto' (default), 'cpu' or 'cuda'.
+  !> @param[in] precision optional 'fp32' (default), 'bf16' or 'fp16'.
+  subroutine create_mlp_grid(grid, sizes, max_batch, model, ierr, seed, weight_decay, &
+                             clip_grad, zero_stage, beta1, beta2, eps, bucket_mb, device, &
+                             precision)
+    type(dt_grid), intent(in) :: grid
+    integer(c_int), dimension(:), target, contiguous, intent(in) :: sizes
+    integer, intent(in) :: max_batch
+    type(dt_model), intent(out) :: model
+    integer, intent(out) :: ierr
+    integer(c_int64_t), intent(in), optional :: seed
+    real, intent(in), optional :: weight_decay, clip_grad, beta1, beta2, eps
+    integer, intent(in), optional :: zero_stage
+    real(c_double), intent(in), optional :: bucket_mb
+    character(len=*), intent(in), optional :: device, precision
+    type(mlp_config_c) :: cfg
+    character(kind=c_char), allocatable, target :: device_c(:), precision_c(:)
+    call mlp_config(cfg, device_c, precision_c, sizes, max_batch, seed, device, precision)
+    ierr = ret(c_model_create_mlp_grid(grid, cfg, optimizer_config(weight_decay, clip_grad, &
+                                       zero_stage, beta1, beta2, eps, bucket_mb), model))
+  end subroutine
+
+  ! DT_MLP_CONFIG_INIT with the sizes and the arguments present; device_c and precision_c
+  ! hold the names for the call (cfg%device and cfg%precision point into them).
+  subroutine mlp_config(cfg, device_c, precision_c, sizes, max_batch, seed, device, precision)
+    type(mlp_config_c), intent(out) :: cfg
+    character(kind=c_char), allocatable, target, intent(inout) :: device_c(:), precision_c(:)
+    integer(c_int), dimension(:), target, contiguous, intent(in) :: sizes
+    integer, intent(in) :: max_batch
+    integer(c_int64_t), intent(in), optional :: seed
+    character(len=*), intent(in), optional :: device, precision
     cfg = mlp_config_c(0_c_size_t, size(sizes), c_loc(sizes), max_batch, 1337_c_int64_t, &
                        c_null_ptr, c_null_ptr)
     cfg%struct_size = c_sizeof(cfg)
@@ -73,8 +137,6 @@ contains
       call c_chars(precision, precision_c)
       cfg%precision = c_loc(precision_c)
     end if
-    ierr = ret(c_model_create_mlp(dp, cfg, optimizer_config(weight_decay, clip_grad, zero_stage, &
-                                                            beta1, beta2, eps, bucket_mb), model))
   end subroutine
 
   !> A GPT-2-style model (names and shapes in docs/model.md), data-parallel over dp.

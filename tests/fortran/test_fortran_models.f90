@@ -1,5 +1,6 @@
 ! module dtrain's built-in GPT, tensor access and checkpoints from Fortran: the data-parallel
-! (ZeRO 3), tensor- and pipeline-parallel GPTs equal one rank on the whole batch; tensors by index and name in Fortran order;
+! (ZeRO 3), tensor- and pipeline-parallel GPTs and the tensor-parallel MLP equal one rank on
+! the whole batch; tensors by index and name in Fortran order;
 ! registered arrays, the MLP and the GPT saved and loaded, a resumed run ending where the
 ! uninterrupted one does; error codes and messages for shapes, names and files; the device
 ! argument.
@@ -36,6 +37,7 @@ program test_fortran_models
   end if
   call test_device_choice()
   if (mod(nranks, 2) == 0) call test_gpt_tensor_parallel()
+  if (mod(nranks, 2) == 0) call test_mlp_tensor_parallel()
   if (mod(nranks, 2) == 0) call test_gpt_pipeline_parallel()
   if (.not. verdict('fortran_models')) error stop 1
   call dt_finalize(ctx, ierr)
@@ -73,6 +75,54 @@ contains
                              vocab=vocab, max_batch=batch, seed=seed, zero_stage=stage, &
                              recompute=again)
     call expect(ierr, DT_SUCCESS, 'dt_model_create_gpt')
+  end subroutine
+
+  ! The MLP split over tp 2 (ZeRO 1 over the rest) trains as one rank on the whole batch.
+  subroutine test_mlp_tensor_parallel()
+    type(dt_grid) :: grid, solo_grid
+    type(dt_comm) :: solo
+    type(dt_model) :: split, ref
+    integer(c_int) :: sizes(4) = [4, 8, 6, 3]
+    real(c_float) :: x(4, batch)
+    integer(c_int) :: labels(batch)
+    real(c_float), allocatable :: a(:), r(:)
+    integer(c_size_t) :: n, nr
+    real :: loss, ref_loss
+    integer :: t, s, i, tp_rank, pp_rank, dp_rank, tp, pp, dp, per, lo
+    call dt_grid_create(ctx, grid, ierr, tp=2)
+    call dt_grid_shape(grid, tp, pp, dp, ierr)
+    call dt_grid_coords(grid, tp_rank, pp_rank, dp_rank, ierr)
+    call dt_grid_create(ctx, solo_grid, ierr, pp=nranks)
+    call dt_grid_comm(solo_grid, DT_GROUP_DP, solo, ierr)
+    per = batch / dp
+    lo = dp_rank * per + 1
+    call dt_model_create_mlp(grid, sizes, per, split, ierr, seed=9_c_int64_t, zero_stage=1)
+    call expect(ierr, DT_SUCCESS, 'dt_model_create_mlp on a grid')
+    call dt_model_create_mlp(solo, sizes, batch, ref, ierr, seed=9_c_int64_t, zero_stage=1)
+    do t = 1, 4
+      do s = 1, batch
+        x(:, s) = [(sin(0.3 * (t * 7 + s * 4 + i)), i = 1, 4)]
+        labels(s) = mod(s + t, 3)
+      end do
+      call dt_mlp_forward_backward(split, x(:, lo:lo + per - 1), labels(lo:lo + per - 1), loss, ierr)
+      call expect(ierr, DT_SUCCESS, 'dt_mlp_forward_backward, tensor parallel')
+      call dt_model_step(split, 1e-2, ierr)
+      call dt_mlp_forward_backward(ref, x, labels, ref_loss, ierr)
+      call dt_model_step(ref, 1e-2, ierr)
+    end do
+    call dt_model_num_parameters(split, n, ierr)
+    call dt_model_num_parameters(ref, nr, ierr)
+    call check(n == nr, 'a split MLP has the whole model''s parameter count')
+    allocate(a(n), r(nr))
+    call dt_model_get_parameters(split, a, ierr)
+    call dt_model_get_parameters(ref, r, ierr)
+    if (my_rank == 0) print '(a,es10.3)', 'fortran mlp tp=2: max |split - single rank| = ', &
+                            maxval(abs(a - r))
+    call check(maxval(abs(a - r)) < 1e-4, 'tensor-parallel mlp equals one rank')
+    call dt_model_destroy(split, ierr)
+    call dt_model_destroy(ref, ierr)
+    call dt_grid_destroy(solo_grid, ierr)
+    call dt_grid_destroy(grid, ierr)
   end subroutine
 
   ! A GPT split over the TP groups of a tp = 2 grid (sequence parallelism on, the generic

@@ -1,6 +1,7 @@
 #pragma once
 // A multi-layer perceptron classifier (for the C and Fortran apps): Linear layers with GELU
-// between them, softmax cross-entropy on the last layer's outputs.
+// between them, softmax cross-entropy on the last layer's outputs; optionally split over a
+// tensor-parallel group in Megatron's pairs (docs/c-api.md, dt_model_create_mlp_grid).
 #include <cstddef>
 #include <cstdint>
 #include <vector>
@@ -9,6 +10,7 @@
 #include "dtrain/export.hpp"
 #include "dtrain/nn/layers.hpp"
 #include "dtrain/nn/parameters.hpp"
+#include "dtrain/nn/tensor_parallel.hpp"
 
 namespace dtrain {
 
@@ -16,13 +18,27 @@ struct DTRAIN_API MlpConfig {
   std::vector<int> sizes;  // in, hidden..., out (number of classes); at least two entries
   // Throws Error(Errc::invalid_config).
   void validate() const;
+  // That the layers MlpModel splits over a TP group of tp ranks split evenly: the output
+  // size of each column-parallel layer (mlp_layer_split) is a multiple of tp.
+  void validate_tp(int tp) const;
 };
+
+// How layer i of an MLP with `layers` layers is split over a TP group of more than one rank:
+// even layers before the last are column-parallel (outputs split; GELU runs on the slice),
+// odd layers row-parallel (inputs split; the outputs summed over the group), and a last layer
+// that gets the whole input is replicated (computed alike on every rank).
+enum class MlpSplit { replicated, column, row };
+DTRAIN_API MlpSplit mlp_layer_split(int i, int layers);
 
 class DTRAIN_API MlpModel {
  public:
   // Allocates parameters ("layers.<i>.weight" [sizes[i+1], sizes[i]], "layers.<i>.bias"),
-  // gradients and activations for up to max_batch samples; initialises from seed.
-  MlpModel(const MlpConfig& cfg, Device& dev, std::uint64_t seed, int max_batch);
+  // gradients and activations for up to max_batch samples; initialises from seed (each
+  // tensor's values by logical index, so a split model starts as the whole one). tp: the
+  // tensor-parallel group (null: a group of one, every layer whole); it outlives the model,
+  // and every rank of it passes the same inputs.
+  MlpModel(const MlpConfig& cfg, Device& dev, std::uint64_t seed, int max_batch,
+           Communicator* tp = nullptr);
   ~MlpModel();
   MlpModel(const MlpModel&) = delete;
   MlpModel& operator=(const MlpModel&) = delete;
@@ -38,7 +54,8 @@ class DTRAIN_API MlpModel {
   void check_inputs(const std::int32_t* labels, int B) const;
   // Accumulates (+=) d(objective)/d(params) given dloss = d(objective)/d(mean loss).
   void backward(float dloss);
-  // Logits of the last forward, device memory [B, classes]; valid until backward().
+  // Logits of the last forward, device memory [B, classes] (whole on every rank of the TP
+  // group); valid until backward().
   const float* logits() const noexcept { return acts_.back(); }
 
   std::size_t activation_bytes() const noexcept { return act_bytes_; }
@@ -51,7 +68,19 @@ class DTRAIN_API MlpModel {
   Device* dev_;
   int max_batch_;
   ParameterStore params_;
-  std::vector<nn::Linear> layers_;
+  nn::TpGroup tp_;
+  // A layer: the one of the three its split names (a TP group of one: every layer whole).
+  struct Layer {
+    MlpSplit split = MlpSplit::replicated;
+    nn::Linear whole;
+    nn::ColumnParallelLinear column;
+    nn::RowParallelLinear row;
+    int out_local = 0;  // columns of this rank's output (its slice of a column layer's)
+  };
+  std::vector<Layer> layers_;
+  void layer_forward(const Layer& l, float* y, const float* x, int B);
+  void layer_backward(const Layer& l, float* dx, const float* dy, const float* x, int B,
+                      int in_width);
   DeviceBuffer act_buf_;
   std::size_t act_bytes_ = 0;
   // acts_[0] = input; for layer i: pre_[i] = linear output; acts_[i+1] = gelu(pre_[i]) except
