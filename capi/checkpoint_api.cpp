@@ -16,6 +16,15 @@ std::string need_path(const char* p, const char* name) {
   return p;
 }
 
+// HDF5 opens one file collectively: ranks given different paths would each wait in the other
+// file's open forever, so every rank of the call's group must pass the same text (checked
+// after the agreed argument checks, so the path exists on every rank).
+void need_same_path(dtrain::Communicator& ranks, const std::string& p, const char* name) {
+  if (!same_value(ranks, fnv1a(p.data(), p.size())))
+    fail(DT_ERR_INVALID_ARGUMENT, std::string("the ranks were given different ") + name +
+                                      " paths: every rank of the call must pass the same one");
+}
+
 int need_keep(int keep) {
   need(keep >= 0, "keep must be >= 0 (0 keeps every checkpoint)");
   return keep;
@@ -35,6 +44,7 @@ dt_result_t dt_byom_save_checkpoint(dt_byom_t byom, const char* dir, int keep) {
       d = need_path(dir, "dir");
       need_keep(keep);
     });
+    need_same_path(b.everyone(), d, "dir");
     Checkpoints& io = b.checkpoint_io();
     b.copy_in(false);  // the program's buffers are the parameters to save
     io.save(d, keep);
@@ -45,6 +55,7 @@ dt_result_t dt_byom_load_checkpoint(dt_byom_t byom, const char* source) {
   return with_byom(__func__, byom, [&](dt_byom_s& b) {
     std::string s;
     agreed_checks(b.everyone(), true, [&] { s = need_path(source, "source"); });
+    need_same_path(b.everyone(), s, "source");
     b.checkpoint_io().load(s);
     b.copy_out();
   });
@@ -57,6 +68,7 @@ dt_result_t dt_model_save_checkpoint(dt_model_t model, const char* dir, int keep
       d = need_path(dir, "dir");
       need_keep(keep);
     });
+    need_same_path(m.group(), d, "dir");
     share_tied_embedding(m);          // the file holds one copy of a tied wte
     m.checkpoint_io().save(d, keep);  // ZeRO 3: each rank writes its own pieces
   });
@@ -66,6 +78,7 @@ dt_result_t dt_model_load_checkpoint(dt_model_t model, const char* source) {
   return with_model(__func__, model, [&](dt_model_s& m) {
     std::string s;
     agreed_checks(m.group(), true, [&] { s = need_path(source, "source"); });
+    need_same_path(m.group(), s, "source");
     // ZeRO 3: each rank reads its own pieces; a unit a failed pass left held would keep
     // stale values, so every unit is dropped first.
     if (dtrain::parallel::ParamGather* g = m.engine->gather()) g->release_all();
@@ -78,8 +91,12 @@ dt_result_t dt_model_load_checkpoint(dt_model_t model, const char* source) {
 dt_result_t dt_checkpoint_find(dt_comm_t comm, const char* dir, char* path, size_t capacity,
                                size_t* length) {
   return call<dt_comm_s>(__func__, comm, Kind::comm, "comm", [&](dt_comm_s& c) {
-    const std::string d = need_path(dir, "dir");
-    need_ptr(length, "length");
+    std::string d;
+    agreed_checks(*c.comm, true, [&] {
+      d = need_path(dir, "dir");
+      need_ptr(length, "length");
+    });
+    need_same_path(*c.comm, d, "dir");
     const std::string found = find_checkpoint(*c.comm, d);
     *length = found.size();
     if (capacity == 0 && !path) return;  // length query

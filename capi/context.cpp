@@ -65,6 +65,7 @@ dt_result_t dt_context_cpu_threads(dt_context_t ctx, int* threads) {
 }
 
 dt_result_t dt_context_world(dt_context_t ctx, dt_comm_t* world) {
+  clear_output(world);
   return call<dt_context_s>(__func__, ctx, Kind::context, "ctx", [&](dt_context_s& c) {
     need_ptr(world, "world");
     *world = c.world.get();

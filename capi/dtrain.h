@@ -1056,7 +1056,7 @@ DT_API dt_result_t dt_model_get_tensor(dt_model_t model, const char* name, float
  * Not collective (also under zero_stage 3, where each rank keeps its share of the values),
  * but every rank of the dp group must set the same values, or the replicas diverge. Under
  * tensor parallelism every rank passes the whole tensor and keeps its slice; the call is
- * collective over the TP group, and different values there fail every rank of the model
+ * collective over the TP group, and different values there fail every rank of that TP group
  * (::DT_ERR_INVALID_ARGUMENT). A tied wte set on one end of a pipeline reaches the other
  * end at the next pass, step or checkpoint save (a checkpoint load before then discards it).
  * @param model a live model.
@@ -1084,14 +1084,16 @@ DT_API dt_result_t dt_model_set_tensor(dt_model_t model, const char* name, const
  * The file is dir/step_NNNNNNNN.h5, NNNNNNNN being dt_byom_steps() (dir is created when
  * missing). The program's parameter buffers are what is saved. Closes registration, as the
  * first step does.
- * Collective over the byom's dp group; when a grid has several dp groups (tp or pp > 1),
- * each group must save to its own dir.
+ * Collective over every rank of the byom (its dp group; made by dt_byom_create_grid(), the
+ * grid's world, which writes one file of whole tensors), and every one of them must pass the
+ * same dir (else ::DT_ERR_INVALID_ARGUMENT on every rank). Separate byoms, such as one made
+ * with dt_byom_create() over each DP group of a grid, each need a dir of their own.
  * @param byom a live byom with at least one tensor registered.
  * @param dir the checkpoint directory.
  * @param keep > 0: keep only the newest keep checkpoints in dir; 0: keep all.
  * @return ::DT_SUCCESS; ::DT_ERR_INVALID_HANDLE, ::DT_ERR_INVALID_ARGUMENT (dir NULL or empty,
- *         keep < 0), ::DT_ERR_INVALID_STATE (nothing registered), ::DT_ERR_IO (dir cannot be
- *         created or written).
+ *         keep < 0, dirs that differ between the ranks), ::DT_ERR_INVALID_STATE (nothing
+ *         registered), ::DT_ERR_IO (dir cannot be created or written).
  */
 DT_API dt_result_t dt_byom_save_checkpoint(dt_byom_t byom, const char* dir, int keep);
 
@@ -1100,13 +1102,15 @@ DT_API dt_result_t dt_byom_save_checkpoint(dt_byom_t byom, const char* dir, int 
  *
  * The program's parameter buffers receive the values; dt_byom_steps() the step. Every
  * registered tensor must be in the file with the same shape (else ::DT_ERR_INVALID_CONFIG
- * naming it). Closes registration. Collective over the byom's dp group. On any failure the
+ * naming it). Closes registration. Collective over every rank of the byom, as
+ * dt_byom_save_checkpoint(), which all pass the same source. On any failure the
  * program's buffers, the optimiser state and the step count are left as they were.
  * @param byom a live byom with at least one tensor registered.
  * @param source a checkpoint file, or a directory (its latest complete checkpoint; none:
  *               ::DT_ERR_IO).
  * @return ::DT_SUCCESS; ::DT_ERR_INVALID_HANDLE, ::DT_ERR_INVALID_ARGUMENT (source NULL or
- *         empty), ::DT_ERR_INVALID_STATE (nothing registered), ::DT_ERR_IO (no such file, no
+ *         empty, or not the same on every rank), ::DT_ERR_INVALID_STATE (nothing registered),
+ *         ::DT_ERR_IO (no such file, no
  *         checkpoint in the directory, not HDF5), ::DT_ERR_INVALID_CONFIG (a registered tensor
  *         missing or of another shape), ::DT_ERR_CORRUPT_DATA (format or checksum).
  */
@@ -1117,12 +1121,14 @@ DT_API dt_result_t dt_byom_load_checkpoint(dt_byom_t byom, const char* source);
  *
  * The file is dir/step_NNNNNNNN.h5, NNNNNNNN being dt_model_steps(). Every tensor is
  * written whole; under zero_stage 3 each rank writes its own share, and nothing is
- * gathered. Collective over the model's dp group.
+ * gathered. Collective over every rank of the model (its dp group; on a grid, the grid's
+ * world, which writes one file), which all pass the same dir. Separate models, such as one
+ * made with dt_model_create_gpt() over each DP group of a grid, each need a dir of their own.
  * @param model a live model.
  * @param dir the checkpoint directory (created when missing).
  * @param keep > 0: keep only the newest keep checkpoints in dir; 0: keep all.
  * @return ::DT_SUCCESS; ::DT_ERR_INVALID_HANDLE, ::DT_ERR_INVALID_ARGUMENT (dir NULL or empty,
- *         keep < 0), ::DT_ERR_IO.
+ *         keep < 0, dirs that differ between the ranks), ::DT_ERR_IO.
  */
 DT_API dt_result_t dt_model_save_checkpoint(dt_model_t model, const char* dir, int keep);
 
@@ -1130,14 +1136,15 @@ DT_API dt_result_t dt_model_save_checkpoint(dt_model_t model, const char* dir, i
  * @brief Loads a built-in model's parameters, optimiser state and step count.
  *
  * The checkpoint must have been written for the same model configuration (else
- * ::DT_ERR_INVALID_CONFIG); accumulated gradients are zeroed. Collective over the model's
- * dp group. On any failure (a corrupt file included) parameters, optimiser state, step count
+ * ::DT_ERR_INVALID_CONFIG); accumulated gradients are zeroed. Collective over every rank of
+ * the model, as dt_model_save_checkpoint(), which all pass the same source. On any failure (a corrupt file included) parameters, optimiser state, step count
  * and gradients are left as they were.
  * @param model a live model.
  * @param source a checkpoint file, or a directory (its latest complete checkpoint; none:
  *               ::DT_ERR_IO).
  * @return ::DT_SUCCESS; ::DT_ERR_INVALID_HANDLE, ::DT_ERR_INVALID_ARGUMENT (source NULL or
- *         empty), ::DT_ERR_IO, ::DT_ERR_INVALID_CONFIG (written for another model),
+ *         empty, or not the same on every rank), ::DT_ERR_IO, ::DT_ERR_INVALID_CONFIG
+ *         (written for another model),
  *         ::DT_ERR_CORRUPT_DATA.
  */
 DT_API dt_result_t dt_model_load_checkpoint(dt_model_t model, const char* source);
@@ -1146,7 +1153,8 @@ DT_API dt_result_t dt_model_load_checkpoint(dt_model_t model, const char* source
  * @brief The checkpoint a run would resume from: dir/latest, else the newest complete
  * step_*.h5 in dir.
  *
- * Rank 0 of comm decides, so every rank gets the same answer. Collective over comm.
+ * Rank 0 of comm decides, so every rank gets the same answer. Collective over comm, whose
+ * ranks all pass the same dir; a bad argument on one rank fails every rank.
  * @param comm a live group.
  * @param dir the checkpoint directory; a missing directory has no checkpoint.
  * @param[out] path capacity chars for the NUL-terminated path, "" when there is none; may be
@@ -1154,7 +1162,8 @@ DT_API dt_result_t dt_model_load_checkpoint(dt_model_t model, const char* source
  * @param capacity length of path; not more than *length: ::DT_ERR_INVALID_ARGUMENT.
  * @param[out] length strlen of the path (0: none); set even when capacity is too small.
  * @return ::DT_SUCCESS (also when there is none); ::DT_ERR_INVALID_HANDLE,
- *         ::DT_ERR_INVALID_ARGUMENT (NULL pointer, empty dir, capacity too small), ::DT_ERR_IO
+ *         ::DT_ERR_INVALID_ARGUMENT (NULL pointer, empty dir, dirs that differ between the
+ *         ranks, capacity too small), ::DT_ERR_IO
  *         (dir/latest names a missing file).
  */
 DT_API dt_result_t dt_checkpoint_find(dt_comm_t comm, const char* dir, char* path,

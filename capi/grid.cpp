@@ -56,6 +56,7 @@ dt_result_t dt_grid_coords(dt_grid_t grid, int* tp_rank, int* pp_rank, int* dp_r
 }
 
 dt_result_t dt_grid_comm(dt_grid_t grid, dt_group_t group, dt_comm_t* comm) {
+  clear_output(comm);
   return call<dt_grid_s>(__func__, grid, Kind::grid, "grid", [&](dt_grid_s& g) {
     need_ptr(comm, "comm");
     const int i = static_cast<int>(group);

@@ -201,6 +201,23 @@ static void test_byom_errors(dt_context_t ctx, dt_comm_t world) {
   MESSAGE(ctx, "not_hdf5.h5/sub");
   if (my_rank != 0) MESSAGE(ctx, "checkpoint failed on world rank 0: ");
 
+  /* Paths that differ between the ranks fail every rank (a collective open of two files
+   * would wait forever); so does an empty dir on one rank of dt_checkpoint_find. */
+  {
+    int size = 1;
+    size_t len = 0;
+    OK(ctx, dt_comm_size(world, &size));
+    if (size > 1) {
+      snprintf(path, sizeof path, "%s/rank%d", dir, my_rank);
+      FAILS(DT_ERR_INVALID_ARGUMENT, ctx, "different dir paths", dt_byom_save_checkpoint(m.h, path, 0));
+      FAILS(DT_ERR_INVALID_ARGUMENT, ctx, "different source paths", dt_byom_load_checkpoint(m.h, path));
+      FAILS(DT_ERR_INVALID_ARGUMENT, ctx, "different dir paths",
+            dt_checkpoint_find(world, path, NULL, 0, &len));
+      EXPECT(DT_ERR_INVALID_ARGUMENT, ctx, dt_checkpoint_find(world, my_rank == 1 ? "" : dir, NULL, 0, &len));
+      if (my_rank == 1) MESSAGE(ctx, "dir must not be empty");
+    }
+  }
+
   /* A tensor registered here but absent from the file, and one of another shape. */
   OK(ctx, dt_byom_create(world, NULL, &other));
   OK(ctx, dt_byom_register(other, "linear.weight", 2, (const int64_t[]){OUT, IN}, DT_F32, W, gW, 0));
@@ -366,6 +383,14 @@ static void test_gpt_checkpoint(dt_context_t ctx, dt_comm_t world, const char* m
     OK(ctx, dt_model_step(a, 1e-2f, NULL));
   }
   OK(ctx, dt_model_save_checkpoint(a, dir, 1));
+  {
+    char mine[1200];
+    int size = 1;
+    OK(ctx, dt_comm_size(world, &size));
+    snprintf(mine, sizeof mine, "%s/rank%d", dir, size > 1 ? my_rank : 0);
+    if (size > 1)
+      FAILS(DT_ERR_INVALID_ARGUMENT, ctx, "different dir paths", dt_model_save_checkpoint(a, mine, 0));
+  }
   OK(ctx, dt_model_load_checkpoint(b, dir));
   OK(ctx, dt_model_steps(b, &steps));
   CHECK(steps == 2);

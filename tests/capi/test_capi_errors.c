@@ -49,7 +49,9 @@ static void expect_refused(handles_t h, const char* why) {
 
   REFUSED("dt_context_rank", "ctx", "dt_context_t", dt_context_rank(h.ctx, &i));
   REFUSED("dt_context_size", "ctx", "dt_context_t", dt_context_size(h.ctx, &i));
+  comm = (dt_comm_t)&i; /* a failed call sets a handle output to NULL */
   REFUSED("dt_context_world", "ctx", "dt_context_t", dt_context_world(h.ctx, &comm));
+  CHECK(comm == NULL);
   REFUSED("dt_context_cpu_threads", "ctx", "dt_context_t", dt_context_cpu_threads(h.ctx, &i));
   REFUSED("dt_grid_create", "ctx", "dt_context_t", dt_grid_create(h.ctx, &gc, &grid));
   CHECK(grid == NULL);
@@ -73,7 +75,11 @@ static void expect_refused(handles_t h, const char* why) {
 
   REFUSED("dt_grid_shape", "grid", "dt_grid_t", dt_grid_shape(h.grid, &i, &i, &i));
   REFUSED("dt_grid_coords", "grid", "dt_grid_t", dt_grid_coords(h.grid, &i, &i, &i));
+  comm = (dt_comm_t)&i;
   REFUSED("dt_grid_comm", "grid", "dt_grid_t", dt_grid_comm(h.grid, DT_GROUP_DP, &comm));
+  CHECK(comm == NULL);
+  REFUSED("dt_model_create_mlp_grid", "grid", "dt_grid_t", dt_model_create_mlp_grid(h.grid, &mc, NULL, &model));
+  CHECK(model == NULL);
   REFUSED("dt_byom_create_grid", "grid", "dt_grid_t", dt_byom_create_grid(h.grid, NULL, &byom));
   CHECK(byom == NULL);
   REFUSED("dt_grid_destroy", "grid", "dt_grid_t", dt_grid_destroy(h.grid));
@@ -207,9 +213,9 @@ static void null_pointers(handles_t h) {
         dt_model_save_checkpoint(h.model, NULL, 0));
   FAILS(DT_ERR_INVALID_ARGUMENT, ctx, "source must not be NULL",
         dt_model_load_checkpoint(h.model, NULL));
-  FAILS(DT_ERR_INVALID_ARGUMENT, ctx, "dt_checkpoint_find: dir must not be NULL",
+  FAILS(DT_ERR_INVALID_ARGUMENT, ctx, "dir must not be NULL",
         dt_checkpoint_find(h.comm, NULL, NULL, 0, &n));
-  FAILS(DT_ERR_INVALID_ARGUMENT, ctx, "dt_checkpoint_find: length must not be NULL",
+  FAILS(DT_ERR_INVALID_ARGUMENT, ctx, "length must not be NULL",
         dt_checkpoint_find(h.comm, ".", NULL, 0, NULL));
   FAILS(DT_ERR_INVALID_ARGUMENT, ctx, "dt_gpt_forward_backward: model is not a GPT",
         dt_gpt_forward_backward(h.model, labels, labels, 1, 1, NULL));
@@ -284,7 +290,11 @@ static void wrong_sizes_and_names(handles_t h, int size) {
   FAILS(DT_ERR_INVALID_ARGUMENT, ctx, "unknown dtype 42", dt_all_gather(h.comm, f, f, 1, (dt_dtype_t)42));
   FAILS(DT_ERR_INVALID_ARGUMENT, ctx, "unknown reduce op 9",
         dt_reduce_scatter(h.comm, f, f, 1, DT_F32, (dt_reduce_op_t)9));
-  FAILS(DT_ERR_INVALID_ARGUMENT, ctx, "unknown group", dt_grid_comm(h.grid, (dt_group_t)4, &h.comm));
+  {
+    dt_comm_t group = h.comm;
+    FAILS(DT_ERR_INVALID_ARGUMENT, ctx, "unknown group", dt_grid_comm(h.grid, (dt_group_t)4, &group));
+    CHECK(group == NULL);
+  }
   FAILS(DT_ERR_INVALID_ARGUMENT, ctx, "root is not a rank", dt_broadcast(h.comm, f, f, 1, DT_F32, -1));
   FAILS(DT_ERR_INVALID_ARGUMENT, ctx, "lr must be a finite value >= 0", dt_model_step(h.model, -1.0f, NULL));
   FAILS(DT_ERR_INVALID_ARGUMENT, ctx, "keep must be >= 0", dt_model_save_checkpoint(h.model, "d", -2));
