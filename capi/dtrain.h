@@ -95,7 +95,9 @@ typedef enum dt_dtype_t {
 /** Reduction of a collective. */
 typedef enum dt_reduce_op_t {
   DT_SUM = 0, /**< sum over the group */
-  DT_AVG = 1, /**< sum divided by the group size (integer types truncate toward zero) */
+  DT_AVG = 1, /**< sum divided by the group size (integer types: the sum is taken in the type,
+                  so it must fit it, e.g. at most 255 for DT_U8; the quotient truncates toward
+                  zero) */
   DT_MAX = 2, /**< maximum */
   DT_MIN = 3, /**< minimum */
   /** Not an operation: as ::DT_DTYPE_ENUM_MAX_. */
@@ -683,7 +685,7 @@ typedef struct dt_gpt_config_t {
  * On a GPU (config->device) the dp group's collectives on the model's buffers go over NCCL
  * where every rank has a GPU of its own, else over MPI staged through host memory (docs/cuda.md).
  * @return ::DT_SUCCESS; ::DT_ERR_INVALID_HANDLE, ::DT_ERR_INVALID_ARGUMENT (NULL pointer,
- *         struct_size too small, fewer than 2 sizes), ::DT_ERR_INVALID_CONFIG (a size or setting
+ *         struct_size too small, fewer than 2 sizes, max_batch < 1), ::DT_ERR_INVALID_CONFIG (a size or setting
  *         out of range, seeds differ between ranks, an unknown device), ::DT_ERR_UNAVAILABLE
  *         ("cuda" where some rank has no usable GPU, or a GPU on some ranks of dp only: every
  *         rank returns it).

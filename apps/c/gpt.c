@@ -46,6 +46,7 @@ static int parse(int argc, char** argv, options_t* o) {
     const char* a = argv[i];
     const char* v = i + 1 < argc ? argv[i + 1] : NULL;
     char* end = NULL;
+    if (strcmp(a, "--help") == 0 || strcmp(a, "-h") == 0) return -1;
     if (!v) return 2;
     if (strcmp(a, "--precision") == 0) {
       o->precision = v;
@@ -117,12 +118,13 @@ int main(int argc, char** argv) {
   }
   dt_context_rank(ctx, &rank);
   status = parse(argc, argv, &o);
-  if (status != 0) {
+  if (status != 0) {  /* -1: --help, on stdout; else the usage on stderr, status 2 */
     if (rank == 0)
-      fprintf(stderr, "usage: dtrain-c-gpt [--tp N] [--pp N] [--steps N] [--generate N] [--lr F] [--seed N] "
-                      "[--precision fp32|bf16|fp16] [--device auto|cpu|cuda]\n");
+      fprintf(status < 0 ? stdout : stderr,
+              "usage: dtrain-c-gpt [--tp N] [--pp N] [--steps N] [--generate N] [--lr F] [--seed N] "
+              "[--precision fp32|bf16|fp16] [--device auto|cpu|cuda]\n");
     dt_finalize(ctx);
-    return status;
+    return status < 0 ? 0 : status;
   }
   gcfg.tp = o.tp;
   gcfg.pp = o.pp;

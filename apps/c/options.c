@@ -4,12 +4,12 @@
 #include <stdlib.h>
 #include <string.h>
 
+static const char* const kUsage =
+    "usage: mpiexec -n N dtrain-c-example [--steps N] [--lr X] [--save-dir DIR]\n"
+    "       [--save-every K] [--keep K] [--resume PATH|DIR|auto] [--out FILE] [--tp N]\n";
+
 static int usage(const char* why) {
-  fprintf(stderr,
-          "dtrain-c-example: %s\n"
-          "usage: mpiexec -n N dtrain-c-example [--steps N] [--lr X] [--save-dir DIR]\n"
-          "       [--save-every K] [--keep K] [--resume PATH|DIR|auto] [--out FILE] [--tp N]\n",
-          why);
+  fprintf(stderr, "dtrain-c-example: %s\n%s", why, kUsage);
   return 1;
 }
 
@@ -34,6 +34,10 @@ int parse_options(int argc, char** argv, options_t* o) {
   for (int i = 1; i < argc; ++i) {
     const char* name = argv[i];
     const char* value = i + 1 < argc ? argv[i + 1] : NULL;
+    if (strcmp(name, "--help") == 0 || strcmp(name, "-h") == 0) {
+      fputs(kUsage, stdout);
+      return -1;
+    }
     if (!value) return usage("every option takes a value");
     ++i;
     if (strcmp(name, "--steps") == 0) {

@@ -13,7 +13,8 @@ typedef struct {
   int tp;               /* --tp N: the hidden layer split over N ranks (1) */
 } options_t;
 
-/* 0 when argv holds valid options; otherwise prints why and the usage to stderr. */
+/* 0 when argv holds valid options; -1 for --help (the usage printed to stdout); otherwise
+ * prints why and the usage to stderr and returns 1. */
 int parse_options(int argc, char** argv, options_t* o);
 
 #endif

@@ -58,7 +58,13 @@ int main(int argc, char** argv) {
     dtrain::ProcessGrid grid(runtime.world(), dtrain::GridShape{});  // all ranks data parallel
     int steps = 200;
     std::string out;
-    for (int i = 1; i + 1 < argc; i += 2) {
+    for (int i = 1; i < argc; i += 2) {
+      if (std::strcmp(argv[i], "--help") == 0 || std::strcmp(argv[i], "-h") == 0) {
+        if (runtime.world().rank() == 0) std::printf("usage: dtrain-cpp-example [--steps N] [--out FILE]\n");
+        return 0;
+      }
+      DTRAIN_CHECK(i + 1 < argc, Errc::invalid_argument,
+                   "option " << argv[i] << " needs a value (--steps N, --out FILE)");
       if (std::strcmp(argv[i], "--steps") == 0) steps = std::atoi(argv[i + 1]);
       else if (std::strcmp(argv[i], "--out") == 0) out = argv[i + 1];
       else DTRAIN_FAIL(Errc::invalid_argument, "unknown option " << argv[i] << " (--steps N, --out FILE)");

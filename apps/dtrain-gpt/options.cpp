@@ -141,7 +141,7 @@ po::options_description describe(Parsed& p, std::string& config_file) {
       ("log-every", po::value(&c.log_every)->default_value(c.log_every), "steps between progress lines")
       ("metrics", po::value(&c.metrics), "append one JSON line per logged step to this file")
       ("eval-every", po::value(&c.eval_every)->default_value(c.eval_every), "steps between validation passes (0: only at the end)")
-      ("eval-batches", po::value(&c.eval_batches)->default_value(c.eval_batches), "micro-batches per validation pass")
+      ("eval-batches", po::value(&c.eval_batches)->default_value(c.eval_batches), "global batches per validation pass")
       ("eval-only", po::bool_switch(&c.eval_only), "evaluate the model and exit");
 
   po::options_description generation("Generation");

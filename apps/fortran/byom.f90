@@ -35,6 +35,11 @@ program fortran_byom
   call check('dt_init')
   call parse_options('dtrain-fortran-byom', opt, ok)
   if (.not. ok) error stop 2
+  if (opt%help) then
+    call dt_finalize(ctx, ierr)
+    call MPI_Finalize(ierr)
+    stop
+  end if
   call dt_context_rank(ctx, rank, ierr)
   call dt_context_size(ctx, nranks, ierr)
   call dt_context_world(ctx, world, ierr)

@@ -13,11 +13,13 @@ module app_options
     integer :: keep = 0                       ! newest checkpoints kept (0: all)
     character(len=:), allocatable :: resume   ! '' : start fresh
     character(len=:), allocatable :: out      ! '' : no results file
+    logical :: help = .false.                 ! --help: the usage was printed; nothing to run
   end type
 
 contains
 
-  ! ok is .false. (with the reason printed) when the arguments are not valid options.
+  ! ok is .false. (with the reason printed) when the arguments are not valid options;
+  ! --help prints the usage and sets o%help (ok .true.).
   subroutine parse_options(program, o, ok)
     character(len=*), intent(in) :: program
     type(options), intent(out) :: o
@@ -29,6 +31,15 @@ contains
     o%out = ''
     ok = .false.
     n = command_argument_count()
+    do i = 1, n
+      call get_command_argument(i, name)
+      if (trim(name) == '--help' .or. trim(name) == '-h') then
+        write (*, '(a)') usage_line()
+        o%help = .true.
+        ok = .true.
+        return
+      end if
+    end do
     if (mod(n, 2) /= 0) then
       call usage('every option takes a value')
       return
@@ -71,10 +82,15 @@ contains
 
     subroutine usage(why)
       character(len=*), intent(in) :: why
-      write (*, '(4a)') program, ': ', why, new_line('a')//'usage: mpiexec -n N '//program// &
+      write (*, '(4a)') program, ': ', why, new_line('a')//usage_line()
+    end subroutine
+
+    function usage_line() result(line)
+      character(len=:), allocatable :: line
+      line = 'usage: mpiexec -n N '//program// &
         ' [--steps N] [--lr X] [--save-dir DIR] [--save-every K] [--keep K]'// &
         ' [--resume PATH|DIR|auto] [--out FILE]'
-    end subroutine
+    end function
 
   end subroutine
 

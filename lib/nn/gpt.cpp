@@ -12,11 +12,18 @@
 
 namespace dtrain {
 
-std::size_t GptConfig::parameter_count() const {
-  const std::size_t C = d_model, T = seq_len, Vp = padded_vocab();
+namespace {
+// Parameters of a GPT with V vocabulary rows.
+std::size_t count_parameters(const GptConfig& g, std::size_t V) {
+  const std::size_t C = g.d_model, T = g.seq_len;
   const std::size_t block = 12 * C * C + 13 * C;  // ln_1, c_attn, c_proj, ln_2, c_fc, c_proj
-  return Vp * C + T * C + layers * block + 2 * C + (tie_embeddings ? 0 : Vp * C);
+  return V * C + T * C + g.layers * block + 2 * C + (g.tie_embeddings ? 0 : V * C);
 }
+}  // namespace
+
+std::size_t GptConfig::parameter_count() const { return count_parameters(*this, padded_vocab()); }
+
+std::size_t GptConfig::logical_parameter_count() const { return count_parameters(*this, vocab); }
 
 void GptConfig::validate() const {
   DTRAIN_CHECK(layers > 0, Errc::invalid_config, "layers must be positive, got " << layers);

@@ -54,7 +54,8 @@ void TrainConfig::validate(int world_size) const {
   DTRAIN_CHECK(zero <= 1 || pp == 1, Errc::not_implemented,
                "--zero " << zero << " with --pp " << pp
                          << " is not supported (ZeRO 2/3 reduce every micro-step; use --zero 0 or 1 with pipelines)");
-  DTRAIN_CHECK(bucket_mb > 0, Errc::invalid_config, "--bucket-mb must be positive, got " << bucket_mb);
+  DTRAIN_CHECK(bucket_mb > 0 && bucket_mb <= 1 << 20, Errc::invalid_config,
+               "--bucket-mb must be positive and at most 1048576 (a terabyte), got " << bucket_mb);
   DTRAIN_CHECK(!sequence_parallel || tp > 1, Errc::invalid_config,
                "--sequence-parallel needs --tp > 1");
   DTRAIN_CHECK(virtual_stages == 1 || pp > 1, Errc::invalid_config,

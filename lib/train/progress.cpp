@@ -21,9 +21,10 @@ std::string human_seconds(double s) {
 }
 }  // namespace
 
-Progress::Progress(long total_steps, long tokens_per_step, double flops_per_token,
-                   double peak_flops, double entropy_rate)
-    : total_steps_(total_steps),
+Progress::Progress(long start_step, long total_steps, long tokens_per_step,
+                   double flops_per_token, double peak_flops, double entropy_rate)
+    : start_step_(start_step),
+      total_steps_(total_steps),
       tokens_per_step_(tokens_per_step),
       flops_per_token_(flops_per_token),
       peak_flops_(peak_flops),
@@ -56,19 +57,24 @@ std::string Progress::line(const StepMetrics& m, std::uint64_t rank_bytes,
   s += " | lr " + format("%.2e", m.lr) + " | gnorm " + format("%.3f", m.grad_norm) + " | " +
        format("%.0f tok/s", m.tokens_per_s) + " | mfu " + format("%.1f%%", 100 * m.mfu) +
        " | mem/rank " + human_bytes(rank_bytes);
-  const double per_step = m.step > 0 ? elapsed_seconds / m.step : 0;
+  const long taken = m.step - start_step_;  // elapsed_seconds is this run's
+  const double per_step = taken > 0 ? elapsed_seconds / static_cast<double>(taken) : 0;
   s += " | eta " + human_seconds(per_step * static_cast<double>(total_steps_ - m.step));
   return s;
 }
 
 std::string Progress::summary(long steps, double loss, double val_loss, double seconds,
                               double tokens_per_s, double mfu, std::uint64_t rank_bytes) const {
-  std::string s = "done: " + std::to_string(steps) + " steps in " + format("%.1fs", seconds) +
-                  " | final loss " + format("%.4f", loss);
+  std::string s = "done: " + std::to_string(steps) + " steps";
+  if (start_step_ > 0) s += " (" + std::to_string(steps - start_step_) + " in this run)";
+  s += " in " + format("%.1fs", seconds) + " | final loss " + format("%.4f", loss);
   if (val_loss >= 0) s += " | val " + format("%.4f", val_loss);
   if (entropy_rate_ > 0) s += " | corpus entropy " + format("%.4f", entropy_rate_);
-  s += " | " + format("%.0f tok/s", tokens_per_s) + " | mfu " + format("%.1f%%", 100 * mfu) +
-       " | mem/rank " + human_bytes(rank_bytes);
+  if (tokens_per_s > 0)
+    s += " | " + format("%.0f tok/s", tokens_per_s) + " | mfu " + format("%.1f%%", 100 * mfu);
+  else
+    s += " | tok/s not timed (the first step of a run pays one-time costs)";
+  s += " | mem/rank " + human_bytes(rank_bytes);
   return s;
 }
 

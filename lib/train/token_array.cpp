@@ -80,6 +80,12 @@ void TokenArray::open_shard() {
   DTRAIN_CHECK(map_bytes_ >= kShardHeaderBytes + count_ * 2, Errc::corrupt_data,
                "token shard '" << path_ << "' is truncated: header says " << count_
                                << " tokens, file holds " << (map_bytes_ - kShardHeaderBytes) / 2);
+  // As llm.c's loader: bytes beyond the counted tokens mean a damaged header or a file
+  // written by something else, whose tokens would silently go unused.
+  DTRAIN_CHECK(map_bytes_ == kShardHeaderBytes + count_ * 2, Errc::corrupt_data,
+               "token shard '" << path_ << "' has " << map_bytes_ - kShardHeaderBytes - count_ * 2
+                               << " bytes after the " << count_
+                               << " tokens its header counts: a damaged header or not a token shard");
   tokens16_ = reinterpret_cast<const std::uint16_t*>(static_cast<const char*>(map_) + kShardHeaderBytes);
 }
 

@@ -10,10 +10,9 @@ namespace dtrain::train {
 
 Trainer::Trainer(const TrainConfig& cfg, Communicator& world)
     : s_(std::make_unique<State>(cfg, world)) {
-  const auto& m = s_->model.parameters();
   DTRAIN_LOG(info, "model: GPT layers=" << cfg.layers << " heads=" << cfg.heads << " d-model="
                    << cfg.d_model << " seq-len=" << cfg.seq_len << " vocab=" << cfg.vocab << " ("
-                   << m.numel() << " parameters)");
+                   << s_->model.config().logical_parameter_count() << " parameters)");
   DTRAIN_LOG(info, "data: " << s_->source->describe());
   DTRAIN_LOG(info, "layout: " << world.size() << " ranks = dp " << s_->grid.dp_size() << " x tp "
                    << s_->grid.tp_size() << " x pp " << s_->grid.pp_size() << "; micro-batch "
@@ -142,19 +141,25 @@ double Trainer::train_step() {
   return loss;
 }
 
+// The validation set is --eval-batches global batches of the val split, each split over the
+// DP ranks and micro-batches as a step's samples are: the same sequences, so the same loss
+// (to rounding), whatever the layout.
 double Trainer::evaluate() {
   State& s = *s_;
   const auto held = s.hold_parameters_if_they_fit();  // one widening for all the batches
+  const BatchPlan& plan = s.loader.plan();
   double total = 0;
   int done = 0;
-  for (int b = 0; b < s.cfg.eval_batches; ++b, ++done) {
+  for (int b = 0; b < s.cfg.eval_batches; ++b) {
     if (s.watch_stop && s.agree_stop()) break;  // preemption is checked between batches too
-    const std::uint64_t first = s.loader.plan().first_sample(b, 0);
-    if (s.pipeline) {
-      s.loader.load(Split::val, first, s.tokens.as<std::int32_t>(), s.targets.as<std::int32_t>());
-      total += s.pipeline->forward_only(s.tokens.as<std::int32_t>(), s.targets.as<std::int32_t>());
-    } else {
-      total += s.forward_micro(Split::val, first);
+    for (int micro = 0; micro < plan.accum_steps; ++micro, ++done) {
+      const std::uint64_t first = plan.first_sample(static_cast<std::uint64_t>(b), micro);
+      if (s.pipeline) {
+        s.loader.load(Split::val, first, s.tokens.as<std::int32_t>(), s.targets.as<std::int32_t>());
+        total += s.pipeline->forward_only(s.tokens.as<std::int32_t>(), s.targets.as<std::int32_t>());
+      } else {
+        total += s.forward_micro(Split::val, first);
+      }
     }
   }
   if (s.pipeline) s.grid.pp().broadcast(&total, &total, 1, DType::f64, s.grid.pp_size() - 1);
@@ -181,7 +186,11 @@ TrainSummary Trainer::run() {
   if (s.cfg.eval_only) {
     sum.final_val_loss = evaluate();
     sum.stopped_by_signal = s.stopped;
-    DTRAIN_LOG(info, "eval: val loss " << sum.final_val_loss);
+    if (s.stopped)
+      DTRAIN_LOG(warn, "eval: stopped by a signal before the validation pass finished (its "
+                       "batches so far: val loss " << sum.final_val_loss << ")");
+    else
+      DTRAIN_LOG(info, "eval: val loss " << sum.final_val_loss);
     return sum;
   }
   if (s.start_step > 0 && s.step >= s.cfg.steps) {
@@ -191,7 +200,7 @@ TrainSummary Trainer::run() {
     sum.final_loss = std::numeric_limits<double>::quiet_NaN();
     return sum;
   }
-  Progress progress(s.cfg.steps, s.tokens_per_step(), s.model.flops_per_token(),
+  Progress progress(s.start_step, s.cfg.steps, s.tokens_per_step(), s.model.flops_per_token(),
                     s.peak_flops_per_rank * s.world.size(), sum.entropy_rate);
   Stopwatch loop;
   double timed_seconds = 0;  // steps after the first (which pays one-time costs)
@@ -210,7 +219,11 @@ TrainSummary Trainer::run() {
       exposed += s.comm_wait_seconds() - waited_before;
     }
     if (s.agree_stop()) {
-      DTRAIN_LOG(info, "signal " << stop_requested() << " received: stopping after step " << s.step);
+      // agreed over the ranks: this one may not have received the signal itself
+      const int sig = stop_requested();
+      DTRAIN_LOG(info, (sig ? "signal " + std::to_string(sig) + " received"
+                            : std::string("a stop signal reached another rank"))
+                           << ": stopping after step " << s.step);
       sum.final_loss = loss;
       break;
     }
@@ -221,7 +234,7 @@ TrainSummary Trainer::run() {
     if (eval_now) val = evaluate();
     if (s.stopped) break;
     if (eval_now) sum.final_val_loss = val;
-    if (last || s.step % s.cfg.log_every == 0) {
+    if (last || eval_now || s.step % s.cfg.log_every == 0) {  // a validation loss is always shown
       StepMetrics m = progress.metrics(s.step, loss, val, s.last_lr, s.last_grad_norm, step_s,
                                        loop.seconds());
       m.memory_per_rank = s.memory_per_rank;

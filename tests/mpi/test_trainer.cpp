@@ -55,6 +55,31 @@ TEST(Trainer, DataParallelMatchesSingleRankOnTheSameGlobalBatch) {
   EXPECT_LT(single.back(), single.front());  // it learns
 }
 
+// The validation set is --eval-batches global batches, whatever the layout: a DP run and one
+// rank alone evaluate the same sequences (it used to be eval_batches micro-batches per DP
+// rank, so the set grew with dp).
+TEST(Trainer, ValidationLossIsTheSameAtEveryDataParallelSize) {
+  const int dp = world().size();
+  train::TrainConfig cfg = tiny_config();
+  cfg.global_batch = static_cast<long>(cfg.micro_batch) * dp * 2;
+  cfg.eval_batches = 3;
+  cfg.steps = 4;
+  train::Trainer parallel(cfg, world());
+  Communicator self = world().split(world().rank(), 0, "self");
+  train::Trainer single(cfg, self);
+  EXPECT_NEAR(parallel.evaluate(), single.evaluate(), 1e-6 * single.evaluate());
+  for (long s = 0; s < cfg.steps; ++s) {
+    parallel.train_step();
+    single.train_step();
+  }
+  const double a = parallel.evaluate(), b = single.evaluate();
+  EXPECT_NEAR(a, b, 1e-5 * b);
+  cfg.eval_batches = 1;  // another set: another loss (the test sees the sets)
+  train::Trainer other(cfg, self);
+  for (long s = 0; s < cfg.steps; ++s) other.train_step();
+  EXPECT_GT(std::fabs(other.evaluate() - b), 1e-4 * b);
+}
+
 // The same run on one rank alone (gradient accumulation over the whole global batch).
 std::vector<double> single_rank_losses(const train::TrainConfig& cfg) {
   Communicator self = world().split(world().rank(), 0, "self");

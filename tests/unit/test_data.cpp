@@ -156,6 +156,15 @@ TEST(TokenFile, BadInputIsAClearError) {
   expect_error(temp_path("empty.txt"), "is empty");
   write_file(temp_path("bad.bin"), shard_bytes(12345, 1, std::vector<std::uint16_t>(100, 1)));
   expect_error(temp_path("bad.bin"), "wrong magic 12345");
+  {
+    std::string truncated = shard_bytes(20240520, 1, std::vector<std::uint16_t>(100, 1));
+    std::string longer = truncated + "xyz";  // 3 bytes the header does not count
+    truncated.resize(truncated.size() - 2);
+    write_file(temp_path("truncated.bin"), truncated);
+    expect_error(temp_path("truncated.bin"), "is truncated: header says 100 tokens, file holds 99");
+    write_file(temp_path("longer.bin"), longer);
+    expect_error(temp_path("longer.bin"), "has 3 bytes after the 100 tokens its header counts");
+  }
   write_file(temp_path("short.txt"), "abc");
   expect_error(temp_path("short.txt"), "fewer than seq-len + 1");
   expect_error(testing::TempDir(), "not a readable regular file");

@@ -53,6 +53,9 @@ struct DTRAIN_API GptConfig {
   // Parameters of the whole model on one rank (no tensor or pipeline split): an upper bound
   // of what a rank's arena holds, known before any model is built.
   std::size_t parameter_count() const;
+  // The model's parameters as docs/model.md counts them (the vocabulary unpadded): 124 439 808
+  // for GPT-2 124M.
+  std::size_t logical_parameter_count() const;
 };
 
 // The part of the model a pipeline stage holds; the default is the whole model. Layers keep
