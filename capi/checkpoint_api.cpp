@@ -1,7 +1,9 @@
 // Checkpoint entry points: save and load of byom tensors and built-in models, and finding
 // the checkpoint to resume from.
 #include <cstring>
+#include <filesystem>
 #include <string>
+#include <system_error>
 
 #include "byom.hpp"
 #include "model.hpp"
@@ -17,12 +19,20 @@ std::string need_path(const char* p, const char* name) {
 }
 
 // HDF5 opens one file collectively: ranks given different paths would each wait in the other
-// file's open forever, so every rank of the call's group must pass the same text (checked
-// after the agreed argument checks, so the path exists on every rank).
-void need_same_path(dtrain::Communicator& ranks, const std::string& p, const char* name) {
-  if (!same_value(ranks, fnv1a(p.data(), p.size())))
-    fail(DT_ERR_INVALID_ARGUMENT, std::string("the ranks were given different ") + name +
-                                      " paths: every rank of the call must pass the same one");
+// file's open forever, so every rank of the call's group must name the same place: the
+// absolute path with symbolic links resolved ("ckpt" and "./ckpt" agree; "ckpt" from two
+// working directories does not). `extra`: further arguments that must agree (keep); `what`
+// names them all for the message.
+// Collective; after the agreed argument checks, so every rank has a path.
+void need_same_path(dtrain::Communicator& ranks, const std::string& p, const char* what,
+                    std::uint64_t extra = 0) {
+  std::error_code ec;
+  const std::filesystem::path where = std::filesystem::weakly_canonical(std::filesystem::absolute(p, ec), ec);
+  const std::string text = ec ? p : where.string();
+  if (!same_value(ranks, mix(fnv1a(text.data(), text.size()), extra)))
+    fail(DT_ERR_INVALID_ARGUMENT,
+         std::string("the ranks were given different ") + what +
+             ": every rank of the call must name the same place (here: '" + text + "')");
 }
 
 int need_keep(int keep) {
@@ -44,7 +54,7 @@ dt_result_t dt_byom_save_checkpoint(dt_byom_t byom, const char* dir, int keep) {
       d = need_path(dir, "dir");
       need_keep(keep);
     });
-    need_same_path(b.everyone(), d, "dir");
+    need_same_path(b.everyone(), d, "dir paths or keep values", static_cast<std::uint64_t>(keep));
     Checkpoints& io = b.checkpoint_io();
     b.copy_in(false);  // the program's buffers are the parameters to save
     io.save(d, keep);
@@ -55,7 +65,7 @@ dt_result_t dt_byom_load_checkpoint(dt_byom_t byom, const char* source) {
   return with_byom(__func__, byom, [&](dt_byom_s& b) {
     std::string s;
     agreed_checks(b.everyone(), true, [&] { s = need_path(source, "source"); });
-    need_same_path(b.everyone(), s, "source");
+    need_same_path(b.everyone(), s, "source paths");
     b.checkpoint_io().load(s);
     b.copy_out();
   });
@@ -68,7 +78,7 @@ dt_result_t dt_model_save_checkpoint(dt_model_t model, const char* dir, int keep
       d = need_path(dir, "dir");
       need_keep(keep);
     });
-    need_same_path(m.group(), d, "dir");
+    need_same_path(m.group(), d, "dir paths or keep values", static_cast<std::uint64_t>(keep));
     share_tied_embedding(m);          // the file holds one copy of a tied wte
     m.checkpoint_io().save(d, keep);  // ZeRO 3: each rank writes its own pieces
   });
@@ -78,7 +88,7 @@ dt_result_t dt_model_load_checkpoint(dt_model_t model, const char* source) {
   return with_model(__func__, model, [&](dt_model_s& m) {
     std::string s;
     agreed_checks(m.group(), true, [&] { s = need_path(source, "source"); });
-    need_same_path(m.group(), s, "source");
+    need_same_path(m.group(), s, "source paths");
     // ZeRO 3: each rank reads its own pieces; a unit a failed pass left held would keep
     // stale values, so every unit is dropped first.
     if (dtrain::parallel::ParamGather* g = m.engine->gather()) g->release_all();
@@ -96,7 +106,7 @@ dt_result_t dt_checkpoint_find(dt_comm_t comm, const char* dir, char* path, size
       d = need_path(dir, "dir");
       need_ptr(length, "length");
     });
-    need_same_path(*c.comm, d, "dir");
+    need_same_path(*c.comm, d, "dir paths");
     const std::string found = find_checkpoint(*c.comm, d);
     *length = found.size();
     if (capacity == 0 && !path) return;  // length query

@@ -1,7 +1,7 @@
 #pragma once
 // HDF5 checkpoints of a byom or built-in model through the public lib/ckpt API: the dp group
 // of the handle becomes the world of a tp = pp = 1 process grid for the Checkpointer, or the
-// grid of a split GPT or byom is used.
+// grid of a split model or byom is used.
 #include <memory>
 #include <optional>
 #include <string>
@@ -18,7 +18,8 @@ class Checkpoints {
   // layer); null for byom and MLP, whose tensors are checked by name and shape instead.
   // Every argument is borrowed for the object's lifetime.
   Checkpoints(Communicator& dp, ParameterStore& params, StepEngine& engine, const GptConfig* gpt);
-  // A GPT, or a byom (gpt null), laid out over `layout` (its TP, PP and DP groups; borrowed).
+  // A GPT, or an MLP or byom (gpt null), laid out over `layout` (its TP, PP and DP groups;
+  // borrowed).
   // Collective over its world.
   Checkpoints(ProcessGrid& layout, ParameterStore& params, StepEngine& engine, const GptConfig* gpt);
   Checkpoints(const Checkpoints&) = delete;

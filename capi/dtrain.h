@@ -789,14 +789,17 @@ DT_API dt_result_t dt_model_destroy(dt_model_t model);
  *
  * Gradients of the mean cross-entropy ACCUMULATE until the next dt_model_step(). Not
  * collective, except under zero_stage 2 and 3, where each call reduces its gradients into
- * the ranks' shares (collective over dp: every rank makes the same number of calls).
+ * the ranks' shares (collective over every rank of the model: every rank makes the same
+ * number of calls), and under tensor parallelism (dt_model_create_mlp_grid(): collective
+ * over the TP group, whose ranks pass the same x and labels).
  * @param model a live MLP.
  * @param x batch * inputs floats, row-major [batch][inputs].
  * @param labels batch class indices in [0, classes).
  * @param batch samples, 1..max_batch.
  * @param[out] loss this rank's mean loss; may be NULL.
  * @return ::DT_SUCCESS; ::DT_ERR_INVALID_HANDLE, ::DT_ERR_INVALID_ARGUMENT (not an MLP, NULL
- *         pointer, batch out of range, a label out of range).
+ *         pointer, batch out of range, a label out of range; under tensor parallelism
+ *         inputs that differ within the TP group, on every rank of the call).
  */
 DT_API dt_result_t dt_mlp_forward_backward(dt_model_t model, const float* x,
                                            const int32_t* labels, int batch, float* loss);
@@ -804,14 +807,15 @@ DT_API dt_result_t dt_mlp_forward_backward(dt_model_t model, const float* x,
 /**
  * @brief Mean MLP loss on a batch, without touching gradients.
  *
- * Collective over dp under zero_stage 3 (the parameters are gathered), else not.
+ * Collective over every rank of the model under zero_stage 3 (the parameters are gathered),
+ * over the TP group under tensor parallelism (the same inputs on its ranks), else not.
  * @param model a live MLP.
  * @param x [batch][inputs] floats.
  * @param labels batch class indices in [0, classes).
  * @param batch samples, 1..max_batch.
  * @param[out] loss the mean loss.
  * @return ::DT_SUCCESS; ::DT_ERR_INVALID_HANDLE, ::DT_ERR_INVALID_ARGUMENT (not an MLP, NULL
- *         pointer, batch or a label out of range).
+ *         pointer, batch or a label out of range, inputs that differ within the TP group).
  */
 DT_API dt_result_t dt_mlp_evaluate(dt_model_t model, const float* x, const int32_t* labels,
                                    int batch, float* loss);
@@ -819,13 +823,13 @@ DT_API dt_result_t dt_mlp_evaluate(dt_model_t model, const float* x, const int32
 /**
  * @brief MLP logits of a batch.
  *
- * Collective over dp under zero_stage 3 (the parameters are gathered), else not.
+ * Collective as dt_mlp_evaluate(); under tensor parallelism every rank gets all the logits.
  * @param model a live MLP.
  * @param x [batch][inputs] floats.
  * @param batch samples, 1..max_batch.
  * @param[out] logits [batch][classes] floats.
  * @return ::DT_SUCCESS; ::DT_ERR_INVALID_HANDLE, ::DT_ERR_INVALID_ARGUMENT (not an MLP, NULL
- *         pointer, batch out of range).
+ *         pointer, batch out of range, inputs that differ within the TP group).
  */
 DT_API dt_result_t dt_mlp_predict(dt_model_t model, const float* x, int batch, float* logits);
 
@@ -1087,14 +1091,16 @@ DT_API dt_result_t dt_model_set_tensor(dt_model_t model, const char* name, const
  * missing). The program's parameter buffers are what is saved. Closes registration, as the
  * first step does.
  * Collective over every rank of the byom (its dp group; made by dt_byom_create_grid(), the
- * grid's world, which writes one file of whole tensors), and every one of them must pass the
- * same dir (else ::DT_ERR_INVALID_ARGUMENT on every rank). Separate byoms, such as one made
+ * grid's world, which writes one file of whole tensors), and every one of them must name the
+ * same dir (compared as absolute paths with links resolved) and pass the same keep (else
+ * ::DT_ERR_INVALID_ARGUMENT on every rank). Separate byoms, such as one made
  * with dt_byom_create() over each DP group of a grid, each need a dir of their own.
  * @param byom a live byom with at least one tensor registered.
  * @param dir the checkpoint directory.
  * @param keep > 0: keep only the newest keep checkpoints in dir; 0: keep all.
  * @return ::DT_SUCCESS; ::DT_ERR_INVALID_HANDLE, ::DT_ERR_INVALID_ARGUMENT (dir NULL or empty,
- *         keep < 0, dirs that differ between the ranks), ::DT_ERR_INVALID_STATE (nothing
+ *         keep < 0, dirs or keep values that differ between the ranks),
+ *         ::DT_ERR_INVALID_STATE (nothing
  *         registered), ::DT_ERR_IO (dir cannot be created or written).
  */
 DT_API dt_result_t dt_byom_save_checkpoint(dt_byom_t byom, const char* dir, int keep);
@@ -1124,13 +1130,13 @@ DT_API dt_result_t dt_byom_load_checkpoint(dt_byom_t byom, const char* source);
  * The file is dir/step_NNNNNNNN.h5, NNNNNNNN being dt_model_steps(). Every tensor is
  * written whole; under zero_stage 3 each rank writes its own share, and nothing is
  * gathered. Collective over every rank of the model (its dp group; on a grid, the grid's
- * world, which writes one file), which all pass the same dir. Separate models, such as one
+ * world, which writes one file), which all name the same dir and pass the same keep. Separate models, such as one
  * made with dt_model_create_gpt() over each DP group of a grid, each need a dir of their own.
  * @param model a live model.
  * @param dir the checkpoint directory (created when missing).
  * @param keep > 0: keep only the newest keep checkpoints in dir; 0: keep all.
  * @return ::DT_SUCCESS; ::DT_ERR_INVALID_HANDLE, ::DT_ERR_INVALID_ARGUMENT (dir NULL or empty,
- *         keep < 0, dirs that differ between the ranks), ::DT_ERR_IO.
+ *         keep < 0, dirs or keep values that differ between the ranks), ::DT_ERR_IO.
  */
 DT_API dt_result_t dt_model_save_checkpoint(dt_model_t model, const char* dir, int keep);
 

@@ -33,12 +33,11 @@ void dtrain::capi::need_same_inputs(dt_model_s& m, std::uint64_t hash, const cha
 }
 
 Checkpoints& dt_model_s::checkpoint_io() {
-  if (!checkpoints && layout) {
-    checkpoints = std::make_unique<Checkpoints>(*layout, params(), *engine, gpt ? &gpt->config() : nullptr);
-  } else if (!checkpoints) {
-    const dtrain::GptConfig* g = gpt ? &gpt->config() : nullptr;
+  const dtrain::GptConfig* g = gpt ? &gpt->config() : nullptr;  // MLP: checked by names
+  if (!checkpoints && layout)
+    checkpoints = std::make_unique<Checkpoints>(*layout, params(), *engine, g);
+  else if (!checkpoints)
     checkpoints = std::make_unique<Checkpoints>(dp(), params(), *engine, g);
-  }
   return *checkpoints;
 }
 
@@ -183,7 +182,7 @@ void need_mlp_inputs(dt_model_s& m, const float* x, const int32_t* labels, bool 
     need(batch >= 1 && batch <= mlp.max_batch(), "batch must be in [1, max_batch]");
     if (with_labels) need_ptr(labels, "labels");
     mlp.check_inputs(with_labels ? labels : nullptr, batch);
-  });
+  }, true);
   if (!m.tp()) return;
   const std::size_t n = static_cast<std::size_t>(batch);
   std::uint64_t inputs = mix(fnv1a(x, n * static_cast<std::size_t>(mlp.config().sizes[0]) * sizeof(float)), batch);

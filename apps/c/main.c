@@ -91,15 +91,16 @@ int main(int argc, char** argv) {
   mlp_tensors_t p, g;
 
   check(dt_init(&argc, &argv, &ctx), "dt_init");
+  check(dt_context_rank(ctx, &rank), "dt_context_rank");
   {
     const int parsed = parse_options(argc, argv, &opt);
-    if (parsed < 0) {
+    if (parsed < 0) { /* --help */
+      if (rank == 0) print_usage(stdout);
       dt_finalize(ctx);
       return 0;
     }
     if (parsed) exit(2);
   }
-  check(dt_context_rank(ctx, &rank), "dt_context_rank");
   check(dt_context_size(ctx, &size), "dt_context_size");
   check(dt_context_world(ctx, &world), "dt_context_world");
   if (size % opt.tp || MLP_HIDDEN % opt.tp || GLOBAL_BATCH % (size / opt.tp) ||

@@ -13,6 +13,8 @@ static int usage(const char* why) {
   return 1;
 }
 
+void print_usage(FILE* to) { fputs(kUsage, to); }
+
 /* A whole, non-negative number. */
 static int parse_count(const char* s, int* v) {
   char* end = NULL;
@@ -34,10 +36,7 @@ int parse_options(int argc, char** argv, options_t* o) {
   for (int i = 1; i < argc; ++i) {
     const char* name = argv[i];
     const char* value = i + 1 < argc ? argv[i + 1] : NULL;
-    if (strcmp(name, "--help") == 0 || strcmp(name, "-h") == 0) {
-      fputs(kUsage, stdout);
-      return -1;
-    }
+    if (strcmp(name, "--help") == 0 || strcmp(name, "-h") == 0) return -1;
     if (!value) return usage("every option takes a value");
     ++i;
     if (strcmp(name, "--steps") == 0) {

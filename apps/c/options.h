@@ -2,6 +2,8 @@
 #ifndef DTRAIN_C_EXAMPLE_OPTIONS_H
 #define DTRAIN_C_EXAMPLE_OPTIONS_H
 
+#include <stdio.h>
+
 typedef struct {
   int steps;            /* --steps N: train until N optimiser steps are done (300) */
   float lr;             /* --lr X: AdamW learning rate (0.01) */
@@ -13,8 +15,10 @@ typedef struct {
   int tp;               /* --tp N: the hidden layer split over N ranks (1) */
 } options_t;
 
-/* 0 when argv holds valid options; -1 for --help (the usage printed to stdout); otherwise
- * prints why and the usage to stderr and returns 1. */
+/* 0 when argv holds valid options; -1 for --help; otherwise prints why and the usage to
+ * stderr and returns 1. */
 int parse_options(int argc, char** argv, options_t* o);
+/* The usage lines. */
+void print_usage(FILE* to);
 
 #endif

@@ -183,8 +183,13 @@ Parsed parse_options(int argc, char** argv) {
                    "--config '" << path << "' is a directory, not a file");
       std::ifstream in(path);
       DTRAIN_CHECK(in.good(), Errc::invalid_config, "cannot read --config file '" << path << "'");
+      const po::parsed_options from_file = po::parse_config_file(in, all);
+      for (const po::option& o : from_file.options)
+        DTRAIN_CHECK(o.string_key != "config", Errc::invalid_config,
+                     "--config file '" << path << "' names another (config = ...): files do not "
+                     "nest; give the options of both in one file");
       // Command-line values were stored first and take precedence over the file.
-      po::store(po::parse_config_file(in, all), vm);
+      po::store(from_file, vm);
     }
     po::notify(vm);
     if (vm["fp32-param-arena"].as<bool>()) {

@@ -33,14 +33,15 @@ program fortran_mlp
   call MPI_Init_thread(MPI_THREAD_MULTIPLE, provided, ierr)
   call dt_init(ctx, ierr, comm=MPI_COMM_WORLD)
   call check('dt_init')
+  call dt_context_rank(ctx, rank, ierr)
   call parse_options('dtrain-fortran-mlp', opt, ok)
   if (.not. ok) error stop 2
   if (opt%help) then
+    if (rank == 0) call print_usage('dtrain-fortran-mlp')
     call dt_finalize(ctx, ierr)
     call MPI_Finalize(ierr)
     stop
   end if
-  call dt_context_rank(ctx, rank, ierr)
   call dt_context_size(ctx, nranks, ierr)
   call dt_context_world(ctx, world, ierr)
   if (mod(global_batch, nranks) /= 0) error stop 'the number of ranks must divide 32'

@@ -3,7 +3,7 @@
 module app_options
   implicit none
   private
-  public :: options, parse_options
+  public :: options, parse_options, print_usage
 
   type :: options
     integer :: steps = 300                    ! train until this many optimiser steps are done
@@ -19,7 +19,7 @@ module app_options
 contains
 
   ! ok is .false. (with the reason printed) when the arguments are not valid options;
-  ! --help prints the usage and sets o%help (ok .true.).
+  ! --help sets o%help (ok .true.): print_usage then says what the options are.
   subroutine parse_options(program, o, ok)
     character(len=*), intent(in) :: program
     type(options), intent(out) :: o
@@ -31,10 +31,9 @@ contains
     o%out = ''
     ok = .false.
     n = command_argument_count()
-    do i = 1, n
+    do i = 1, n, 2  ! option names only: a value may be '-h'
       call get_command_argument(i, name)
       if (trim(name) == '--help' .or. trim(name) == '-h') then
-        write (*, '(a)') usage_line()
         o%help = .true.
         ok = .true.
         return
@@ -82,16 +81,17 @@ contains
 
     subroutine usage(why)
       character(len=*), intent(in) :: why
-      write (*, '(4a)') program, ': ', why, new_line('a')//usage_line()
+      write (*, '(3a)') program, ': ', why
+      call print_usage(program)
     end subroutine
 
-    function usage_line() result(line)
-      character(len=:), allocatable :: line
-      line = 'usage: mpiexec -n N '//program// &
-        ' [--steps N] [--lr X] [--save-dir DIR] [--save-every K] [--keep K]'// &
-        ' [--resume PATH|DIR|auto] [--out FILE]'
-    end function
+  end subroutine
 
+  subroutine print_usage(program)
+    character(len=*), intent(in) :: program
+    write (*, '(a)') 'usage: mpiexec -n N '//program// &
+      ' [--steps N] [--lr X] [--save-dir DIR] [--save-every K] [--keep K]'// &
+      ' [--resume PATH|DIR|auto] [--out FILE]'
   end subroutine
 
 end module app_options

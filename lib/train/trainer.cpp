@@ -24,6 +24,8 @@ Trainer::Trainer(const TrainConfig& cfg, Communicator& world)
     DTRAIN_LOG(info, "precision: " << cfg.precision << ", parameters between their uses in "
                      << (s_->packed ? "16-bit words" : "the fp32 arena") << " (--param-storage "
                      << cfg.param_storage << ")");
+  } else if (cfg.fp32_activations) {
+    DTRAIN_LOG(warn, "--fp32-activations has no effect with --precision fp32");
   }
   const char* peak_from = s_->peak_flops_given                   ? "DTRAIN_PEAK_FLOPS "
                           : s_->dev.kind() == DeviceKind::cpu ? "measured SGEMM "
@@ -234,7 +236,7 @@ TrainSummary Trainer::run() {
     if (eval_now) val = evaluate();
     if (s.stopped) break;
     if (eval_now) sum.final_val_loss = val;
-    if (last || eval_now || s.step % s.cfg.log_every == 0) {  // a validation loss is always shown
+    if (eval_now || s.step % s.cfg.log_every == 0) {  // eval_now: also the last step
       StepMetrics m = progress.metrics(s.step, loss, val, s.last_lr, s.last_grad_norm, step_s,
                                        loop.seconds());
       m.memory_per_rank = s.memory_per_rank;

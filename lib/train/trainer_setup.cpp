@@ -161,8 +161,13 @@ constexpr std::size_t kArenaShareOfFreeMemory = 8;
 
 bool chooses_16bit_storage(const TrainConfig& cfg, const Device& dev, Communicator& world,
                            bool memory_released_everywhere) {
-  if (precision_format(cfg.precision) == DType::f32 || cfg.zero == 3 ||
-      cfg.param_storage == "fp32") {
+  const bool f32 = precision_format(cfg.precision) == DType::f32;
+  if (f32 || cfg.zero == 3 || cfg.param_storage == "fp32") {
+    if (cfg.param_storage == "16bit" && world.rank() == 0) {
+      DTRAIN_LOG(warn, "--param-storage 16bit has no effect "
+                           << (f32 ? "with --precision fp32 (no 16-bit parameters)"
+                                   : "with --zero 3 (each rank keeps only its fp32 pieces)"));
+    }
     return false;
   }
   if (!memory_released_everywhere) {

@@ -215,6 +215,11 @@ static void test_byom_errors(dt_context_t ctx, dt_comm_t world) {
             dt_checkpoint_find(world, path, NULL, 0, &len));
       EXPECT(DT_ERR_INVALID_ARGUMENT, ctx, dt_checkpoint_find(world, my_rank == 1 ? "" : dir, NULL, 0, &len));
       if (my_rank == 1) MESSAGE(ctx, "dir must not be empty");
+      /* The same place spelt two ways agrees; keep values that differ do not. */
+      snprintf(path, sizeof path, my_rank == 1 ? "%s/." : "%s", dir);
+      OK(ctx, dt_byom_save_checkpoint(m.h, path, 0));
+      FAILS(DT_ERR_INVALID_ARGUMENT, ctx, "different dir paths or keep values",
+            dt_byom_save_checkpoint(m.h, dir, my_rank));
     }
   }
 
