@@ -65,6 +65,12 @@ std::vector<std::int32_t> prompt_tokens(const std::string& prompt, int vocab) {
   return tokens;
 }
 
+// A switch: `--name` sets it; `--name false` (`0`, `no`, `off`; also `=false`, and `name =
+// false` in a --config file) clears it, so the command line can undo a file's `name = true`.
+po::typed_value<bool>* switch_value(bool* target) {
+  return po::value<bool>(target)->default_value(false)->implicit_value(true);
+}
+
 po::options_description describe(Parsed& p, std::string& config_file) {
   dtrain::train::TrainConfig& c = p.config;
   po::options_description general("General");
@@ -92,7 +98,7 @@ po::options_description describe(Parsed& p, std::string& config_file) {
       ("schedule", po::value(&c.schedule)->default_value(c.schedule), "pipeline schedule: gpipe, 1f1b, interleaved")
       ("virtual-stages", po::value(&c.virtual_stages)->default_value(c.virtual_stages), "model chunks per rank (interleaved)")
       ("pipeline-layers", po::value(&c.pipeline_layers)->default_value(c.pipeline_layers), "layers per pipeline stage, e.g. 3,2,2,1 (default: balanced)")
-      ("sequence-parallel", po::bool_switch(&c.sequence_parallel), "shard LayerNorm/residual regions over the sequence")
+      ("sequence-parallel", switch_value(&c.sequence_parallel), "shard LayerNorm/residual regions over the sequence")
       ("micro-batch", po::value(&c.micro_batch)->default_value(c.micro_batch), "sequences per rank per micro-step")
       ("bucket-mb", po::value(&c.bucket_mb)->default_value(c.bucket_mb), "data-parallel gradient bucket size in MiB")
       ("global-batch", po::value(&c.global_batch)->default_value(c.global_batch),
@@ -124,10 +130,10 @@ po::options_description describe(Parsed& p, std::string& config_file) {
       ("loss-scale-window", po::value(&c.loss_scale_window)->default_value(c.loss_scale_window), "fp16: clean steps before the loss scale doubles")
       ("min-loss-scale", po::value(&c.min_loss_scale)->default_value(c.min_loss_scale), "fp16: an overflow at this loss scale is an error")
       ("param-storage", po::value(&c.param_storage)->default_value(c.param_storage), "bf16/fp16: where the parameters live between their uses: 16bit (words, widened around each pass: less memory), fp32 (the whole fp32 arena: faster) or auto (fp32 where it takes at most 1/8 of the free memory)")
-      ("fp32-param-arena", po::bool_switch(), "the same as --param-storage fp32")
-      ("fp32-activations", po::bool_switch(&c.fp32_activations), "bf16/fp16: keep saved activations in fp32 instead of 16 bits (more memory, no conversion passes)")
-      ("recompute", po::bool_switch(&c.recompute), "keep only each block's output for backward and recompute the rest (less activation memory, about a fifth more compute)")
-      ("deterministic", po::bool_switch(&c.deterministic), "bitwise-reproducible runs");
+      ("fp32-param-arena", po::value<bool>()->default_value(false)->implicit_value(true), "the same as --param-storage fp32")
+      ("fp32-activations", switch_value(&c.fp32_activations), "bf16/fp16: keep saved activations in fp32 instead of 16 bits (more memory, no conversion passes)")
+      ("recompute", switch_value(&c.recompute), "keep only each block's output for backward and recompute the rest (less activation memory, about a fifth more compute)")
+      ("deterministic", switch_value(&c.deterministic), "bitwise-reproducible runs");
 
   po::options_description ckpt("Checkpoints");
   ckpt.add_options()
@@ -142,7 +148,7 @@ po::options_description describe(Parsed& p, std::string& config_file) {
       ("metrics", po::value(&c.metrics), "append one JSON line per logged step to this file")
       ("eval-every", po::value(&c.eval_every)->default_value(c.eval_every), "steps between validation passes (0: only at the end)")
       ("eval-batches", po::value(&c.eval_batches)->default_value(c.eval_batches), "global batches per validation pass")
-      ("eval-only", po::bool_switch(&c.eval_only), "evaluate the model and exit");
+      ("eval-only", switch_value(&c.eval_only), "evaluate the model and exit");
 
   po::options_description generation("Generation");
   generation.add_options()
@@ -165,7 +171,7 @@ Parsed parse_options(int argc, char** argv) {
   po::options_description all = describe(out, config_file);
   po::variables_map vm;
   try {
-    // No positional arguments: a stray word (`--deterministic 0`, `lr=0.5`) is an error,
+    // No positional arguments: a stray word (`--steps 3 4`, `lr=0.5`) is an error,
     // not silently dropped. They are collected under a hidden name to be named in it.
     po::options_description with_stray;
     with_stray.add(all).add_options()("stray", po::value<std::vector<std::string>>());
@@ -174,8 +180,7 @@ Parsed parse_options(int argc, char** argv) {
     po::store(po::command_line_parser(argc, argv).options(with_stray).positional(stray).run(), vm);
     DTRAIN_CHECK(!vm.count("stray"), Errc::invalid_config,
                  "unexpected argument '" << vm["stray"].as<std::vector<std::string>>().front()
-                     << "': options are --name value, and switches such as --deterministic "
-                        "take no value (see --help)");
+                     << "': options are --name value (see --help)");
     if (vm.count("config")) {
       const std::string path = vm["config"].as<std::string>();
       std::error_code ec;
