@@ -25,6 +25,12 @@ void need_same_value(Communicator& ranks, std::uint64_t value, const char* messa
   if (!same_value(ranks, value)) fail(DT_ERR_INVALID_CONFIG, message);
 }
 
+void need_same_lr(Communicator& ranks, float lr) {
+  if (!same_value(ranks, fnv1a(&lr, sizeof lr)))
+    fail(DT_ERR_INVALID_ARGUMENT, "the ranks were given different lr: every rank of the step "
+                                  "must pass the same one");
+}
+
 std::uint64_t optimizer_fingerprint(const dt_optimizer_config_t& o) noexcept {
   const std::uint64_t h = mix(mix(mix(fnv1a(&o.beta1, sizeof o.beta1), o.beta2), o.eps), o.weight_decay);
   return mix(mix(mix(h, o.clip_grad), o.zero_stage), o.bucket_mb);

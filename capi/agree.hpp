@@ -81,6 +81,10 @@ std::uint64_t mix(std::uint64_t h, const T& value) noexcept {
 // Collective over ranks: fails every rank alike (DT_ERR_INVALID_CONFIG, `message`) unless all
 // pass the same value.
 void need_same_value(Communicator& ranks, std::uint64_t value, const char* message);
+// A step's learning rate, the same on every rank of `ranks` (replicas given different ones
+// drift apart, each updating with its own): else DT_ERR_INVALID_ARGUMENT on every rank.
+// Collective.
+void need_same_lr(Communicator& ranks, float lr);
 // Whether every rank of ranks has the same value (collective over ranks).
 bool same_value(Communicator& ranks, std::uint64_t value);
 

@@ -341,6 +341,7 @@ dt_result_t dt_byom_step(dt_byom_t byom, float lr, float* grad_norm) {
   return with_byom(__func__, byom, [&](dt_byom_s& b) {
     // Collective over dp (on a grid its world): a bad lr on some ranks fails them all.
     agreed_checks(b.everyone(), true, [&] { need(lr >= 0 && lr < 1e30f, "lr must be a finite value >= 0"); });
+    need_same_lr(b.everyone(), lr);
     b.close();
     b.copy_in(true);
     // Overflowed fp16 gradients: the step is skipped on every rank rather than turning the

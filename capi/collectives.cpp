@@ -1,4 +1,5 @@
 // Communicator queries, the blocking collectives, and communicators for device buffers.
+#include <cstdint>
 #include <string>
 
 #include "dtrain/device/device.hpp"
@@ -23,7 +24,21 @@ dtrain::ReduceOp op_of(dt_reduce_op_t op) {
 }
 
 // Buffers may be NULL only when there is nothing to move.
-void need_buffers(const void* send, const void* recv, std::size_t count) {
+// count elements of dtype, `blocks` times over in the larger buffer (one block per rank).
+// No object holds more than PTRDIFF_MAX bytes, so a larger count (a negative one cast to
+// size_t, say) is refused before MPI reads past a buffer.
+void need_count(std::size_t count, dt_dtype_t dtype, std::size_t blocks = 1) {
+  const std::size_t limit =
+      static_cast<std::size_t>(PTRDIFF_MAX) / dtrain::dtype_size(dtype_of(dtype)) / blocks;
+  if (count > limit)
+    fail(DT_ERR_INVALID_ARGUMENT, "count " + std::to_string(count) +
+                                      " is larger than any buffer can hold (at most " +
+                                      std::to_string(limit) + " here)");
+}
+
+void need_buffers(const void* send, const void* recv, std::size_t count, dt_dtype_t dtype,
+                  std::size_t blocks = 1) {
+  need_count(count, dtype, blocks);
   if (count > 0) {
     need_ptr(send, "send");
     need_ptr(recv, "recv");
@@ -68,7 +83,7 @@ dt_result_t dt_comm_world_ranks(dt_comm_t comm, int* ranks, int capacity, int* c
 dt_result_t dt_all_reduce(dt_comm_t comm, const void* send, void* recv, size_t count,
                           dt_dtype_t dtype, dt_reduce_op_t op) {
   return with_comm(__func__, comm, [&](dtrain::Communicator& c) {
-    need_buffers(send, recv, count);
+    need_buffers(send, recv, count, dtype);
     c.all_reduce(send, recv, count, dtype_of(dtype), op_of(op));
   });
 }
@@ -76,7 +91,7 @@ dt_result_t dt_all_reduce(dt_comm_t comm, const void* send, void* recv, size_t c
 dt_result_t dt_all_gather(dt_comm_t comm, const void* send, void* recv, size_t send_count,
                           dt_dtype_t dtype) {
   return with_comm(__func__, comm, [&](dtrain::Communicator& c) {
-    need_buffers(send, recv, send_count);
+    need_buffers(send, recv, send_count, dtype, static_cast<std::size_t>(c.size()));
     c.all_gather(send, recv, send_count, dtype_of(dtype));
   });
 }
@@ -84,7 +99,7 @@ dt_result_t dt_all_gather(dt_comm_t comm, const void* send, void* recv, size_t s
 dt_result_t dt_reduce_scatter(dt_comm_t comm, const void* send, void* recv, size_t recv_count,
                               dt_dtype_t dtype, dt_reduce_op_t op) {
   return with_comm(__func__, comm, [&](dtrain::Communicator& c) {
-    need_buffers(send, recv, recv_count);
+    need_buffers(send, recv, recv_count, dtype, static_cast<std::size_t>(c.size()));
     c.reduce_scatter(send, recv, recv_count, dtype_of(dtype), op_of(op));
   });
 }
@@ -93,6 +108,7 @@ dt_result_t dt_broadcast(dt_comm_t comm, const void* send, void* recv, size_t co
                          dt_dtype_t dtype, int root) {
   return with_comm(__func__, comm, [&](dtrain::Communicator& c) {
     need(root >= 0 && root < c.size(), "root is not a rank of the communicator");
+    need_count(count, dtype);
     if (count > 0) {
       need_ptr(recv, "recv");
       if (c.rank() == root) need_ptr(send, "send");

@@ -347,13 +347,15 @@ typedef struct dt_grid_config_t {
 /**
  * @brief Splits the context's world into tensor-, pipeline- and data-parallel groups.
  *
- * Collective over the context's world. An invalid shape gives ::DT_ERR_INVALID_CONFIG on
- * every rank alike, before any communication.
+ * Collective over the context's world, whose ranks pass the same shape (compared first:
+ * ranks split two ways would build groups that never match). An invalid or differing shape
+ * gives ::DT_ERR_INVALID_CONFIG on every rank alike.
  * @param ctx a live context.
  * @param config the shape (struct_size from DT_GRID_CONFIG_INIT).
  * @param[out] grid the new grid; NULL on failure.
  * @return ::DT_SUCCESS; ::DT_ERR_INVALID_HANDLE, ::DT_ERR_INVALID_ARGUMENT (NULL pointer,
- *         struct_size too small), ::DT_ERR_INVALID_CONFIG (the shape does not fit the world).
+ *         struct_size too small), ::DT_ERR_INVALID_CONFIG (the shape does not fit the world,
+ *         or differs between the ranks).
  */
 DT_API dt_result_t dt_grid_create(dt_context_t ctx, const dt_grid_config_t* config,
                                   dt_grid_t* grid);
@@ -542,13 +544,13 @@ DT_API dt_result_t dt_byom_register(dt_byom_t byom, const char* name, int ndim,
  * never written: the program zeroes them for its next backward. With no tensors registered:
  * ::DT_ERR_INVALID_STATE.
  * @param byom a live byom.
- * @param lr learning rate, finite and >= 0.
+ * @param lr learning rate, finite and >= 0, the same on every rank (checked).
  * @param[out] grad_norm global norm before clipping; may be NULL.
  * A byom holding an fp16 tensor, or scaling its loss (dt_byom_scale_loss()), skips a step
  * whose gradients hold an inf or NaN on any rank (every rank alike): *grad_norm is NaN, and
  * nothing changes but the loss scale, which halves (when scaling).
- * @return ::DT_SUCCESS; ::DT_ERR_INVALID_HANDLE, ::DT_ERR_INVALID_ARGUMENT (lr),
- *         ::DT_ERR_INVALID_STATE (nothing registered), ::DT_ERR_INVALID_CONFIG (the ranks
+ * @return ::DT_SUCCESS; ::DT_ERR_INVALID_HANDLE, ::DT_ERR_INVALID_ARGUMENT (lr out of range or
+ *         not the same on every rank), ::DT_ERR_INVALID_STATE (nothing registered), ::DT_ERR_INVALID_CONFIG (the ranks
  *         registered different tensors or made the byom with different optimizer settings or
  *         loss scaling; gradients that overflow at loss scale 1), ::DT_ERR_COMM, ::DT_ERR_TIMEOUT.
  */
@@ -938,9 +940,10 @@ DT_API dt_result_t dt_sample_token(const float* logits, int vocab,
  * (agreed by every rank) skips the update instead: the parameters, the optimiser state and
  * dt_model_steps() stay as they were, the loss scale halves, and *grad_norm is NaN.
  * @param model a live model.
- * @param lr learning rate, finite and >= 0.
+ * @param lr learning rate, finite and >= 0, the same on every rank (checked).
  * @param[out] grad_norm global norm before clipping; may be NULL.
- * @return ::DT_SUCCESS; ::DT_ERR_INVALID_HANDLE, ::DT_ERR_INVALID_ARGUMENT (lr), ::DT_ERR_COMM,
+ * @return ::DT_SUCCESS; ::DT_ERR_INVALID_HANDLE, ::DT_ERR_INVALID_ARGUMENT (lr out of range or
+ *         not the same on every rank), ::DT_ERR_COMM,
  *         ::DT_ERR_TIMEOUT, ::DT_ERR_INVALID_CONFIG (fp16: the gradients overflow at the
  *         smallest loss scale, 1; training cannot go on in fp16).
  */
@@ -1045,13 +1048,14 @@ DT_API dt_result_t dt_model_tensor_shape(dt_model_t model, const char* name, int
  *
  * The whole tensor under every ZeRO stage and under tensor parallelism; under zero_stage 3
  * it is gathered, so the call is collective over dp, and a tensor split over a TP group is
- * gathered over that group (collective over it).
+ * gathered over that group (collective over it); the ranks of a collective call name the
+ * same tensor (checked).
  * @param model a live model.
  * @param name a parameter name; unknown: ::DT_ERR_INVALID_ARGUMENT.
  * @param[out] dst capacity floats.
  * @param capacity must be >= the tensor's element count.
  * @return ::DT_SUCCESS; ::DT_ERR_INVALID_HANDLE, ::DT_ERR_INVALID_ARGUMENT (NULL pointer, unknown
- *         name, capacity too small).
+ *         name, capacity too small, names that differ between the ranks of a collective call).
  */
 DT_API dt_result_t dt_model_get_tensor(dt_model_t model, const char* name, float* dst,
                                        size_t capacity);

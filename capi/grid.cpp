@@ -1,4 +1,5 @@
 // The process grid and its groups.
+#include "agree.hpp"
 #include "guard.hpp"
 
 using namespace dtrain::capi;
@@ -25,8 +26,18 @@ extern "C" {
 dt_result_t dt_grid_create(dt_context_t ctx, const dt_grid_config_t* config, dt_grid_t* grid) {
   clear_output(grid);
   return call<dt_context_s>(__func__, ctx, Kind::context, "ctx", [&](dt_context_s& c) {
-    need_ptr(grid, "grid");
-    *grid = adopt(std::make_unique<dt_grid_s>(&c, grid_shape(config)));
+    dtrain::GridShape shape;
+    dtrain::Communicator& world = c.runtime.world();
+    agreed_checks(world, true, [&] {
+      need_ptr(grid, "grid");
+      shape = grid_shape(config);
+    });
+    // Ranks splitting by different shapes would build groups that do not match, and the
+    // first collective over them would wait forever.
+    std::uint64_t h = mix(mix(mix(fnv1a(shape.order.data(), shape.order.size()), shape.tp), shape.pp), shape.dp);
+    need_same_value(world, h, "the ranks were given different grid shapes (tp, pp, dp or order): "
+                              "every rank must pass the same config");
+    *grid = adopt(std::make_unique<dt_grid_s>(&c, shape));  // alike on every rank now
   });
 }
 

@@ -189,6 +189,11 @@ dt_result_t dt_model_get_tensor(dt_model_t model, const char* name, float* dst, 
       need(capacity >= found->logical_numel(), "capacity is smaller than the tensor's element count");
     });
     const dtrain::ParamInfo& p = *found;
+    // Ranks naming different tensors would gather (or sum over TP) different sizes.
+    if (dtrain::Communicator* callers = m.callers(m.engine->gather() != nullptr))
+      if (!same_value(*callers, fnv1a(p.name.data(), p.name.size())))
+        fail(DT_ERR_INVALID_ARGUMENT, "the ranks of this collective call named different "
+                                      "tensors: they must ask for the same one");
     HeldUnits whole(*m.engine, p.offset, p.offset + p.numel);  // ZeRO 3
     read_tensor(m, p, dst);
   });
@@ -206,7 +211,9 @@ dt_result_t dt_model_set_tensor(dt_model_t model, const char* name, const float*
                                           std::to_string(found->logical_numel()) + " elements");
     });
     const dtrain::ParamInfo& p = *found;
-    need_same_inputs(m, m.tp() ? fnv1a(src, count * sizeof(float)) : 0, "values", false, false);
+    const std::uint64_t named = fnv1a(p.name.data(), p.name.size());
+    need_same_inputs(m, m.tp() ? fnv1a(src, count * sizeof(float), named) : 0, "tensor names or values",
+                     false, false);
     std::vector<float> for_other_end;  // a tied wte: kept for the other end of the pipeline
     if (m.tied && p.name == "wte") {   // (allocated before anything changes)
       std::vector<float> slice;

@@ -519,6 +519,7 @@ dt_result_t dt_model_step(dt_model_t model, float lr, float* grad_norm) {
     // Collective over every rank of the model (the gradient reduction, the whole model's
     // norm): a bad lr on some ranks fails them all.
     agreed_checks(m.group(), true, [&] { need(lr >= 0 && lr < 1e30f, "lr must be a finite value >= 0"); });
+    need_same_lr(m.group(), lr);
     share_tied_embedding(m);
     const double norm = m.engine->step(lr);
     m.engine->zero_grads();

@@ -136,8 +136,9 @@ static void null_pointers(handles_t h) {
   FAILS(DT_ERR_INVALID_ARGUMENT, ctx, "dt_context_world: world must not be NULL", dt_context_world(ctx, NULL));
   FAILS(DT_ERR_INVALID_ARGUMENT, ctx, "dt_context_cpu_threads: threads must not be NULL",
         dt_context_cpu_threads(ctx, NULL));
-  FAILS(DT_ERR_INVALID_ARGUMENT, ctx, "dt_grid_create: config must not be NULL", dt_grid_create(ctx, NULL, &grid));
-  FAILS(DT_ERR_INVALID_ARGUMENT, ctx, "dt_grid_create: grid must not be NULL", dt_grid_create(ctx, &gc, NULL));
+  /* (agreed over the ranks: the message names the rank where there are several) */
+  FAILS(DT_ERR_INVALID_ARGUMENT, ctx, "config must not be NULL", dt_grid_create(ctx, NULL, &grid));
+  FAILS(DT_ERR_INVALID_ARGUMENT, ctx, "grid must not be NULL", dt_grid_create(ctx, &gc, NULL));
   FAILS(DT_ERR_INVALID_ARGUMENT, ctx, "dt_comm_rank: rank must not be NULL", dt_comm_rank(h.comm, NULL));
   FAILS(DT_ERR_INVALID_ARGUMENT, ctx, "dt_comm_size: size must not be NULL", dt_comm_size(h.comm, NULL));
   FAILS(DT_ERR_INVALID_ARGUMENT, ctx, "dt_comm_world_ranks: count must not be NULL",
@@ -348,7 +349,46 @@ static void wrong_sizes_and_names(handles_t h, int size) {
             dt_byom_save_checkpoint(mismatched, "never_written", 0));
       OK(ctx, dt_byom_destroy(mismatched));
     }
+    /* Arguments that are each valid but differ between the ranks of a collective call: every
+     * rank fails (replicas stepped with different lr drift apart; a grid split two ways, or
+     * tensors gathered under different names, used to hang or abort in MPI). */
+    {
+      dt_byom_t two = NULL;
+      dt_model_t zero3 = NULL;
+      dt_grid_t grid = NULL;
+      dt_grid_config_t g = DT_GRID_CONFIG_INIT;
+      dt_optimizer_config_t oc = DT_OPTIMIZER_CONFIG_INIT;
+      dt_mlp_config_t mc = DT_MLP_CONFIG_INIT;
+      const int sizes[3] = {4, 8, 2};
+      const int64_t shape1[1] = {2};
+      float w[2] = {1, 2}, gw[2] = {0, 0};
+      FAILS(DT_ERR_INVALID_ARGUMENT, ctx, "the ranks were given different lr",
+            dt_model_step(h.model, my_rank == 0 ? 1e-3f : 2e-3f, NULL));
+      OK(ctx, dt_byom_create(h.comm, NULL, &two));
+      OK(ctx, dt_byom_register(two, "w", 1, shape1, DT_F32, w, gw, 0));
+      FAILS(DT_ERR_INVALID_ARGUMENT, ctx, "the ranks were given different lr",
+            dt_byom_step(two, my_rank == 0 ? 1e-3f : 2e-3f, NULL));
+      OK(ctx, dt_byom_destroy(two));
+      g.tp = my_rank == 0 ? 2 : 1;
+      FAILS(DT_ERR_INVALID_CONFIG, ctx, "the ranks were given different grid shapes",
+            dt_grid_create(ctx, &g, &grid));
+      CHECK(grid == NULL);
+      oc.zero_stage = 3;
+      mc.sizes = sizes;
+      mc.num_sizes = 3;
+      OK(ctx, dt_model_create_mlp(h.comm, &mc, &oc, &zero3));
+      FAILS(DT_ERR_INVALID_ARGUMENT, ctx, "named different tensors",
+            dt_model_get_tensor(zero3, my_rank == 0 ? "layers.0.weight" : "layers.1.bias", f, 64));
+      OK(ctx, dt_model_get_tensor(zero3, "layers.0.weight", f, 64));
+      OK(ctx, dt_model_destroy(zero3));
+    }
   }
+  FAILS(DT_ERR_INVALID_ARGUMENT, ctx, "is larger than any buffer can hold",
+        dt_all_reduce(h.comm, f, f, (size_t)-1, DT_F32, DT_SUM));
+  FAILS(DT_ERR_INVALID_ARGUMENT, ctx, "is larger than any buffer can hold",
+        dt_reduce_scatter(h.comm, f, f, (size_t)1 << 62, DT_F32, DT_SUM));
+  FAILS(DT_ERR_INVALID_ARGUMENT, ctx, "is larger than any buffer can hold",
+        dt_broadcast(h.comm, f, f, (size_t)1 << 62, DT_F64, 0));
 
   OK(ctx, dt_model_device(h.model, NULL, 0, &n));  /* the length: "cpu (OpenBLAS)" */
   CHECK(n == strlen("cpu (OpenBLAS)"));

@@ -181,7 +181,7 @@ static void test_refusals(dt_context_t ctx) {
     float bias[32];
     for (int i = 0; i < 32; ++i) bias[i] = (float)(i + my_rank);
     EXPECT(DT_ERR_INVALID_ARGUMENT, ctx, dt_model_set_tensor(m, "h.0.ln_1.bias", bias, 32));
-    MESSAGE(ctx, "different values");
+    MESSAGE(ctx, "different tensor names or values");
   }
   /* Sequence parallelism splits batch * seq rows over tp. */
   FAILS(DT_ERR_INVALID_ARGUMENT, ctx, "batch * seq must be divisible by the grid's tp",
