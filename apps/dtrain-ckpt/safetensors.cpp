@@ -7,6 +7,7 @@
 #include <cstdint>
 #include <cstdio>
 #include <cstring>
+#include <filesystem>
 #include <fstream>
 #include <sstream>
 #include <string>
@@ -99,8 +100,14 @@ int export_safetensors(const std::string& file, const std::string& out) {
   std::string header = json.str();
   header.append((8 - header.size() % 8) % 8, ' ');
 
-  std::ofstream os(out, std::ios::binary | std::ios::trunc);
-  DTRAIN_CHECK(os, Errc::io, "cannot create '" << out << "'");
+  // Written under a temporary name and renamed when complete, so OUT naming the checkpoint
+  // itself (or a link to it) is refused, and a failed export leaves no half-written file.
+  std::error_code same_ec;
+  DTRAIN_CHECK(!std::filesystem::equivalent(file, out, same_ec), Errc::invalid_argument,
+               "'" << out << "' is the checkpoint itself: export to another file");
+  const std::string tmp = out + ".tmp";
+  std::ofstream os(tmp, std::ios::binary | std::ios::trunc);
+  DTRAIN_CHECK(os, Errc::io, "cannot create '" << tmp << "'");
   unsigned char len[8];
   for (int i = 0; i < 8; ++i) len[i] = static_cast<unsigned char>(static_cast<std::uint64_t>(header.size()) >> (8 * i));
   os.write(reinterpret_cast<const char*>(len), 8);
@@ -111,7 +118,11 @@ int export_safetensors(const std::string& file, const std::string& out) {
     os.write(reinterpret_cast<const char*>(data.data()), static_cast<std::streamsize>(data.size() * 4));
   }
   os.close();
-  DTRAIN_CHECK(os.good(), Errc::io, "cannot write '" << out << "'");
+  std::error_code ec;
+  if (!os.good()) std::filesystem::remove(tmp, ec);
+  DTRAIN_CHECK(os.good(), Errc::io, "cannot write '" << tmp << "'");
+  std::filesystem::rename(tmp, out, ec);
+  DTRAIN_CHECK(!ec, Errc::io, "cannot rename '" << tmp << "' to '" << out << "': " << ec.message());
   std::printf("exported %zu tensors (%llu bytes of data) to %s\n", tensors.size(),
               static_cast<unsigned long long>(offset), out.c_str());
   return 0;

@@ -259,6 +259,7 @@ struct Checkpointer::Impl {
   }
 
   void write_file(const std::string& path, const CheckpointInfo& info);
+  void check_free_space(const std::string& dir, LocalFailure& f) const;
   CheckpointInfo read_file(const std::string& path);
   void check_model(hid_t file, const std::string& path);
 };
@@ -320,12 +321,20 @@ void Checkpointer::Impl::write_file(const std::string& path, const CheckpointInf
         H5Screate_simple(static_cast<int>(dims.size()), dims.data(), nullptr), "H5Screate_simple");
     for (int kind : {kParam, kExpAvg, kExpAvgSq}) {
       const std::string name = dataset_path(e, kind);
-      h5::Handle d = h5::dataset_handle(
-          H5Dcreate2(file, name.c_str(), H5T_IEEE_F32LE, space, lcpl, dcpl, H5P_DEFAULT),
-          "cannot create dataset " + name);
-      const auto& pieces = kind == kParam ? plan.param_write : plan.state_write;
-      const int n_calls = calls[4 * t + (kind == kParam ? 1 : 3)];
-      sums.push_back(transfer(true, d, dxpl, plan.param, memory(kind), pieces, n_calls, pieces, name));
+      // A full disk or a quota fails the write on some ranks only (those that hold the data
+      // MPI-IO writes): agreed per dataset, so every rank stops here and closes the datasets
+      // and the file in the same order, instead of one entering the next collective write
+      // while another closes the file.
+      // (d outlives the agreement, so every rank still holds it when the unwinding closes it.)
+      h5::Handle d;
+      agreed([&] {
+        d = h5::dataset_handle(
+            H5Dcreate2(file, name.c_str(), H5T_IEEE_F32LE, space, lcpl, dcpl, H5P_DEFAULT),
+            "cannot create dataset " + name);
+        const auto& pieces = kind == kParam ? plan.param_write : plan.state_write;
+        const int n_calls = calls[4 * t + (kind == kParam ? 1 : 3)];
+        sums.push_back(transfer(true, d, dxpl, plan.param, memory(kind), pieces, n_calls, pieces, name));
+      });
       dsets.push_back(std::move(d));
       if (static_cast<long>(dsets.size()) == kill_after_datasets &&
           grid.world().rank() == grid.world().size() - 1) {
@@ -338,8 +347,8 @@ void Checkpointer::Impl::write_file(const std::string& path, const CheckpointInf
   dsets.clear();
   mg.reset();
   og.reset();
-  h5::check_status(H5Fflush(file, H5F_SCOPE_GLOBAL), "cannot flush '" + path + "'");
-  h5::check_status(file.close(), "cannot close '" + path + "'");
+  agreed([&] { h5::check_status(H5Fflush(file, H5F_SCOPE_GLOBAL), "cannot flush '" + path + "'"); });
+  agreed([&] { h5::check_status(file.close(), "cannot close '" + path + "'"); });
 }
 
 void Checkpointer::Impl::check_model(hid_t file, const std::string& path) {
@@ -464,6 +473,31 @@ std::string checkpoint_name(long step) {
   return buf;
 }
 
+// A file system that fills up in the middle of a collective HDF5 write fails it on some ranks
+// only, and HDF5's own close then waits in mismatched collectives (a hang no timeout ends):
+// so the space the file needs is asked for first. Its size: three fp32 datasets (parameter
+// and both moments) per tensor, plus room for the metadata. (Another writer can still take
+// the space between the check and the write.)
+void Checkpointer::Impl::check_free_space(const std::string& dir, LocalFailure& f) const {
+  std::uint64_t values = 0;
+  for (const TensorEntry& e : directory) {
+    std::uint64_t n = 1;
+    for (std::int64_t d : e.shape) n *= static_cast<std::uint64_t>(d);
+    values += n;
+  }
+  const std::uint64_t needed = values * 3 * sizeof(float) * 21 / 20 + (1u << 20);
+  std::error_code ec;
+  const std::filesystem::space_info space = std::filesystem::space(dir, ec);
+  if (ec || space.available >= needed) return;  // a file system that cannot tell: try
+  const auto mib = [](std::uint64_t b) {
+    char text[32];
+    std::snprintf(text, sizeof text, "%.1f MiB", static_cast<double>(b) / (1u << 20));
+    return std::string(text);
+  };
+  f.record(Errc::io, "not enough space for a checkpoint in '" + dir + "': it needs about " +
+                         mib(needed) + ", " + mib(space.available) + " are free");
+}
+
 std::string Checkpointer::save(const std::string& dir, const CheckpointInfo& info, int keep) {
   h5::QuietErrors quiet;
   Communicator& world = impl_->grid.world();
@@ -475,6 +509,7 @@ std::string Checkpointer::save(const std::string& dir, const CheckpointInfo& inf
     std::error_code ec;
     std::filesystem::create_directories(dir, ec);
     if (ec) f.record(Errc::io, "cannot create checkpoint directory '" + dir + "': " + ec.message());
+    if (!ec) impl_->check_free_space(dir, f);
   }
   f.agree(world, "checkpoint");
   try {
