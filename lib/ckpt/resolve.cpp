@@ -17,10 +17,18 @@ namespace {
 // The newest complete checkpoint of dir: `latest`, else the highest step_*.h5 (a file gets
 // that name only once complete, so a crash between the rename and `latest` loses nothing).
 std::string newest_in(const std::string& dir) {
+  const fs::path latest = fs::path(dir) / "latest";
+  std::error_code ec;
+  // A `latest` that is there but cannot be read as a file (a dangling link, a link loop, a
+  // directory) is damage, not absence: falling back would resume from an older step.
+  DTRAIN_CHECK(!fs::exists(fs::symlink_status(latest, ec)) || fs::is_regular_file(latest, ec),
+               Errc::io, "'" << latest.string() << "' is not a readable file (a dangling link "
+                             "or a directory?): remove it to resume from the newest step_*.h5 there");
   const std::string name = read_latest(dir);
   if (!name.empty()) {
-    // We write a bare file name there; anything else (a path, binary junk) is damage.
-    const bool plain = std::all_of(name.begin(), name.end(), [](char c) {
+    // We write a bare name of a complete checkpoint there (never a *.tmp); anything else (a
+    // path, binary junk, a temporary file) is damage.
+    const bool plain = step_of_name(name) >= 0 && std::all_of(name.begin(), name.end(), [](char c) {
       return std::isprint(static_cast<unsigned char>(c)) && c != '/';
     });
     DTRAIN_CHECK(plain, Errc::corrupt_data,
