@@ -1098,14 +1098,18 @@ DT_API dt_result_t dt_model_set_tensor(dt_model_t model, const char* name, const
  * grid's world, which writes one file of whole tensors), and every one of them must name the
  * same dir (compared as absolute paths with links resolved) and pass the same keep (else
  * ::DT_ERR_INVALID_ARGUMENT on every rank). Separate byoms, such as one made
- * with dt_byom_create() over each DP group of a grid, each need a dir of their own.
+ * with dt_byom_create() over each DP group of a grid, each need a dir of their own: the
+ * first save claims dir for the byom's process until the byom is destroyed or saves
+ * elsewhere (a lock on dir/.dtrain-lock held by its rank 0; docs/checkpoint-format.md), and
+ * a dir another process holds gives ::DT_ERR_IO naming that process.
  * @param byom a live byom with at least one tensor registered.
  * @param dir the checkpoint directory.
  * @param keep > 0: keep only the newest keep checkpoints in dir; 0: keep all.
  * @return ::DT_SUCCESS; ::DT_ERR_INVALID_HANDLE, ::DT_ERR_INVALID_ARGUMENT (dir NULL or empty,
  *         keep < 0, dirs or keep values that differ between the ranks),
  *         ::DT_ERR_INVALID_STATE (nothing
- *         registered), ::DT_ERR_IO (dir cannot be created or written).
+ *         registered), ::DT_ERR_IO (dir cannot be created or written, or another process
+ *         holds it).
  */
 DT_API dt_result_t dt_byom_save_checkpoint(dt_byom_t byom, const char* dir, int keep);
 
@@ -1134,8 +1138,10 @@ DT_API dt_result_t dt_byom_load_checkpoint(dt_byom_t byom, const char* source);
  * The file is dir/step_NNNNNNNN.h5, NNNNNNNN being dt_model_steps(). Every tensor is
  * written whole; under zero_stage 3 each rank writes its own share, and nothing is
  * gathered. Collective over every rank of the model (its dp group; on a grid, the grid's
- * world, which writes one file), which all name the same dir and pass the same keep. Separate models, such as one
- * made with dt_model_create_gpt() over each DP group of a grid, each need a dir of their own.
+ * world, which writes one file), which all name the same dir and pass the same keep. Separate
+ * models, such as one made with dt_model_create_gpt() over each DP group of a grid, each need
+ * a dir of their own: as dt_byom_save_checkpoint(), the first save claims dir until the model
+ * is destroyed or saves elsewhere, and a dir another process holds gives ::DT_ERR_IO.
  * @param model a live model.
  * @param dir the checkpoint directory (created when missing).
  * @param keep > 0: keep only the newest keep checkpoints in dir; 0: keep all.

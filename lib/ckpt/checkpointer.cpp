@@ -10,6 +10,7 @@
 #include <sstream>
 
 #include "ckpt/commit.hpp"
+#include "ckpt/dir_lock.hpp"
 #include "ckpt/h5.hpp"
 #include "ckpt/io_plan.hpp"
 #include "ckpt/slice_boxes.hpp"
@@ -86,6 +87,10 @@ struct Checkpointer::Impl {
   // rank's ranges are (held_ranges): a ZeRO-3 rank stages its own pieces of the arena.
   bool stage_saves = false;
   bool staging = false;  // inside a HostStaging
+  // World rank 0's claim on the directory it saves into (dir_lock.hpp), kept until the
+  // Checkpointer goes or saves elsewhere.
+  std::shared_ptr<DirectoryLock> dir_lock;
+  std::string locked_dir;
   std::array<AlignedBuffer, 3> host_copies;
 
   Impl(ProcessGrid& g, ParameterStore& p, optim::AdamW& o, int zero_stage, const GptConfig& m)
@@ -260,6 +265,8 @@ struct Checkpointer::Impl {
 
   void write_file(const std::string& path, const CheckpointInfo& info);
   void check_free_space(const std::string& dir, LocalFailure& f) const;
+  // World rank 0: creates dir and claims it (dir_lock.hpp); failures go to f.
+  void make_and_lock(const std::string& dir, LocalFailure& f);
   CheckpointInfo read_file(const std::string& path);
   void check_model(hid_t file, const std::string& path);
 };
@@ -498,6 +505,29 @@ void Checkpointer::Impl::check_free_space(const std::string& dir, LocalFailure& 
                          mib(needed) + ", " + mib(space.available) + " are free");
 }
 
+void Checkpointer::Impl::make_and_lock(const std::string& dir, LocalFailure& f) {
+  std::error_code ec;
+  std::filesystem::create_directories(dir, ec);
+  if (ec) {
+    f.record(Errc::io, "cannot create checkpoint directory '" + dir + "': " + ec.message());
+    return;
+  }
+  if (dir_lock && dir == locked_dir) return;
+  try {
+    dir_lock.reset();  // a directory saved into before is free for others again
+    dir_lock = lock_directory(dir);
+    locked_dir = dir;
+  } catch (const std::exception& e) {
+    f.record(e);
+  }
+}
+
+void Checkpointer::claim(const std::string& dir) {
+  LocalFailure f;
+  if (impl_->grid.world().rank() == 0) impl_->make_and_lock(dir, f);
+  f.agree(impl_->grid.world(), "checkpoint");
+}
+
 std::string Checkpointer::save(const std::string& dir, const CheckpointInfo& info, int keep) {
   h5::QuietErrors quiet;
   Communicator& world = impl_->grid.world();
@@ -506,10 +536,8 @@ std::string Checkpointer::save(const std::string& dir, const CheckpointInfo& inf
   const std::string tmp = final_path + ".tmp";
   LocalFailure f;
   if (world.rank() == 0) {
-    std::error_code ec;
-    std::filesystem::create_directories(dir, ec);
-    if (ec) f.record(Errc::io, "cannot create checkpoint directory '" + dir + "': " + ec.message());
-    if (!ec) impl_->check_free_space(dir, f);
+    impl_->make_and_lock(dir, f);
+    if (!f.failed()) impl_->check_free_space(dir, f);
   }
   f.agree(world, "checkpoint");
   try {

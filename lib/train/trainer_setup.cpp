@@ -251,7 +251,10 @@ Trainer::State::State(const TrainConfig& c, Communicator& w)
     if (!cfg.metrics.empty()) metrics.open(cfg.metrics);
     if (!cfg.save_dir.empty() && !cfg.eval_only) check_save_dir(cfg.save_dir);
   });
-  if (!cfg.save_dir.empty() && !cfg.eval_only) check_save_dir_shared(w, cfg.save_dir);
+  if (!cfg.save_dir.empty() && !cfg.eval_only) {
+    check_save_dir_shared(w, cfg.save_dir);
+    checkpoints().claim(cfg.save_dir);  // a second run into it fails now, not at a save
+  }
   micro_losses.resize(static_cast<std::size_t>(accum()));
   if (grid.pp_size() > 1) {
     pipeline = std::make_unique<parallel::PipelineExecutor>(

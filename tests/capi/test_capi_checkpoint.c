@@ -425,6 +425,38 @@ static void test_gpt_checkpoint(dt_context_t ctx, dt_comm_t world, const char* m
   OK(ctx, dt_model_destroy(wider));
 }
 
+/* Separate models (one per DP group of a tp 2 grid, each a rank of its own) saving into one
+ * dir: the first save claims it, so exactly one succeeds and the other gets DT_ERR_IO naming
+ * the holder; once the holder is destroyed the dir is free. */
+static void test_one_process_per_dir(dt_context_t ctx, dt_comm_t world) {
+  dt_grid_config_t gc = DT_GRID_CONFIG_INIT;
+  dt_grid_t grid = NULL;
+  dt_comm_t mine = NULL;
+  dt_model_t m;
+  dt_result_t rc;
+  char dir[1100];
+  int32_t saved = 0, total = 0;
+  if (world_size != 2) return;
+  gc.tp = 2;
+  OK(ctx, dt_grid_create(ctx, &gc, &grid));
+  OK(ctx, dt_grid_comm(grid, DT_GROUP_DP, &mine));
+  m = make_mlp(ctx, mine, 1, MHID);
+  fresh_dir(ctx, world, "claimed", dir, sizeof dir);
+  rc = dt_model_save_checkpoint(m, dir, 0);
+  CHECK(rc == DT_SUCCESS || rc == DT_ERR_IO);
+  if (rc == DT_ERR_IO) MESSAGE(ctx, "is in use by another run (process ");
+  saved = rc == DT_SUCCESS;
+  OK(ctx, dt_all_reduce(world, &saved, &total, 1, DT_I32, DT_SUM));
+  CHECK(total == 1);
+  if (saved) OK(ctx, dt_model_destroy(m));
+  OK(ctx, dt_barrier(world));
+  if (!saved) {
+    OK(ctx, dt_model_save_checkpoint(m, dir, 0));
+    OK(ctx, dt_model_destroy(m));
+  }
+  OK(ctx, dt_grid_destroy(grid));
+}
+
 /* Tensors by index and by name: names, shape, values, and overwriting them. */
 static void test_tensor_access(dt_context_t ctx, dt_comm_t world) {
   dt_model_t m = make_mlp(ctx, world, 5, MHID);
@@ -484,6 +516,7 @@ int main(int argc, char** argv) {
   test_mlp_resume(ctx, world, mlp_dir, sizeof mlp_dir);
   test_gpt_checkpoint(ctx, world, mlp_dir);
   test_tensor_access(ctx, world);
+  test_one_process_per_dir(ctx, world);
   status = finish("capi_checkpoint", ctx, world);
   OK(ctx, dt_finalize(ctx));
   return status != 0 || failures != 0;

@@ -55,9 +55,17 @@ class DTRAIN_API Checkpointer {
   Checkpointer(const Checkpointer&) = delete;
   Checkpointer& operator=(const Checkpointer&) = delete;
 
-  // Collective. Writes dir/step_<info.step>.h5 atomically (temporary name, flush, close,
-  // rename), points dir/latest at it and deletes all but the newest `keep` checkpoints.
-  // Returns the path written. Errors throw Error(Errc::io) on every rank.
+  // Collective. Creates dir and claims it for this process (world rank 0 holds an
+  // exclusive lock on dir/.dtrain-lock until the Checkpointer is destroyed or saves into
+  // another directory): a directory another process has claimed throws Error(Errc::io) on
+  // every rank, naming the holder. save() claims its directory itself; a run calls this at
+  // start-up to fail before training rather than at its first save.
+  void claim(const std::string& dir);
+
+  // Collective. Claims dir (as claim()), writes dir/step_<info.step>.h5 atomically
+  // (temporary name, flush, close, rename), points dir/latest at it and deletes all but the
+  // newest `keep` checkpoints. Returns the path written. Errors throw Error(Errc::io) on
+  // every rank.
   std::string save(const std::string& dir, const CheckpointInfo& info, int keep);
 
   // Collective. Loads path into the parameters and optimiser (moments and step count)

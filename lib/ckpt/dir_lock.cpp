@@ -1,0 +1,116 @@
+#include "ckpt/dir_lock.hpp"
+
+#include <fcntl.h>
+#include <sys/file.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <chrono>
+#include <cstring>
+#include <ctime>
+#include <filesystem>
+#include <map>
+#include <mutex>
+#include <thread>
+
+#include "dtrain/core/error.hpp"
+#include "dtrain/core/log.hpp"
+
+namespace fs = std::filesystem;
+
+namespace dtrain::ckpt {
+
+class DirectoryLock {
+ public:
+  explicit DirectoryLock(int fd) : fd_(fd) {}
+  ~DirectoryLock() {
+    if (fd_ >= 0) ::close(fd_);  // releases the flock
+  }
+  DirectoryLock(const DirectoryLock&) = delete;
+  DirectoryLock& operator=(const DirectoryLock&) = delete;
+
+ private:
+  int fd_;  // -1: the file system has no locks
+};
+
+namespace {
+
+std::string holder_text() {
+  char host[256] = {};
+  if (::gethostname(host, sizeof host - 1) != 0) std::strcpy(host, "?");
+  char since[32] = {};
+  const std::time_t now = std::time(nullptr);
+  std::tm utc{};
+  ::gmtime_r(&now, &utc);
+  std::strftime(since, sizeof since, "%Y-%m-%d %H:%M:%S UTC", &utc);
+  return "process " + std::to_string(::getpid()) + " on host " + host + ", since " + since;
+}
+
+// The holder writes its name just after it locks: a claim that lost the race by a moment
+// waits up to a second for it.
+std::string read_holder(int fd) {
+  for (int attempt = 0; attempt < 50; ++attempt) {
+    char text[512] = {};
+    const ssize_t n = ::pread(fd, text, sizeof text - 1, 0);
+    std::string s(text, n > 0 ? static_cast<std::size_t>(n) : 0);
+    if (!s.empty() && s.back() == '\n') {
+      s.pop_back();
+      return s;
+    }
+    std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  }
+  return "a process that has not written its name";
+}
+
+bool no_locks_here(int err) { return err == ENOLCK || err == EOPNOTSUPP || err == ENOSYS || err == EINVAL; }
+
+}  // namespace
+
+std::shared_ptr<DirectoryLock> lock_directory(const std::string& dir) {
+  std::error_code ec;
+  std::string key = fs::weakly_canonical(fs::absolute(dir), ec).string();
+  if (ec) key = dir;
+  // This process's claims. A child made by fork() inherits the map but is another
+  // process: it claims anew (and is refused while its parent holds the lock).
+  struct Held {
+    pid_t pid = 0;
+    std::weak_ptr<DirectoryLock> lock;
+  };
+  static std::mutex mutex;
+  static std::map<std::string, Held> held;
+  std::lock_guard<std::mutex> guard(mutex);
+  if (held[key].pid == ::getpid()) {
+    if (std::shared_ptr<DirectoryLock> lock = held[key].lock.lock()) return lock;
+  }
+
+  const std::string path = (fs::path(dir) / kLockFileName).string();
+  const int fd = ::open(path.c_str(), O_RDWR | O_CREAT | O_CLOEXEC, 0644);
+  DTRAIN_CHECK(fd >= 0, Errc::io, "cannot open the lock file '" << path << "': " << std::strerror(errno));
+  int rc;
+  do rc = ::flock(fd, LOCK_EX | LOCK_NB);
+  while (rc != 0 && errno == EINTR);
+  auto lock = std::make_shared<DirectoryLock>(fd);  // closes fd on every path below
+  if (rc != 0) {
+    const int err = errno;
+    if (err == EWOULDBLOCK) {
+      throw Error(Errc::io, "checkpoint directory '" + dir + "' is in use by another run (" +
+                                read_holder(fd) + "; lock file '" + path +
+                                "'): give each run its own directory");
+    }
+    DTRAIN_CHECK(no_locks_here(err), Errc::io, "cannot lock '" << path << "': " << std::strerror(err));
+    DTRAIN_LOG(warn, "checkpoint directory '" << dir << "' cannot be locked (" << std::strerror(err)
+                     << "): a second run saving there at the same time would not be detected");
+    lock = std::make_shared<DirectoryLock>(-1);
+  } else {
+    const std::string text = holder_text() + "\n";
+    // Informative only (what another run's error names): a failure here changes nothing.
+    if (::ftruncate(fd, 0) == 0) {
+      const ssize_t written = ::pwrite(fd, text.data(), text.size(), 0);
+      (void)written;
+    }
+  }
+  held[key] = Held{::getpid(), lock};
+  return lock;
+}
+
+}  // namespace dtrain::ckpt

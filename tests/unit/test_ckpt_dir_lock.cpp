@@ -1,0 +1,93 @@
+// One process per checkpoint directory (ckpt/dir_lock.hpp): claims within a process share
+// one lock, another process is refused with the holder named, and a released or dead
+// holder leaves the directory free.
+#include <gtest/gtest.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <filesystem>
+#include <fstream>
+#include <string>
+
+#include "ckpt/dir_lock.hpp"
+#include "dtrain/core/error.hpp"
+
+using namespace dtrain;
+namespace fs = std::filesystem;
+
+namespace {
+
+fs::path fresh_dir(const std::string& name) {
+  const fs::path dir = fs::temp_directory_path() / ("dtrain_lock_" + name + "_" + std::to_string(::getpid()));
+  fs::remove_all(dir);
+  fs::create_directories(dir);
+  return dir;
+}
+
+// Claims dir in a child process: 0 when it got the lock, 1 when refused with a message
+// naming `holder_pid`, 2 on anything else.
+int claim_in_child(const fs::path& dir, pid_t holder_pid) {
+  const pid_t child = ::fork();
+  if (child == 0) {
+    int code = 2;
+    try {
+      auto lock = ckpt::lock_directory(dir.string());
+      code = 0;
+    } catch (const Error& e) {
+      const std::string what = e.what();
+      const bool named = what.find("is in use by another run (process " +
+                                   std::to_string(holder_pid) + " on host ") != std::string::npos;
+      code = e.code() == Errc::io && named ? 1 : 2;
+    } catch (...) {
+    }
+    ::_exit(code);
+  }
+  int status = 0;
+  ::waitpid(child, &status, 0);
+  return WIFEXITED(status) ? WEXITSTATUS(status) : 3;
+}
+
+}  // namespace
+
+TEST(DirectoryLock, ClaimsInOneProcessShareTheLock) {
+  const fs::path dir = fresh_dir("shared");
+  fs::create_directory_symlink(dir, dir.string() + "_link");
+  auto a = ckpt::lock_directory(dir.string());
+  auto b = ckpt::lock_directory((dir / ".").string());
+  auto c = ckpt::lock_directory(dir.string() + "_link");
+  EXPECT_EQ(a.get(), b.get());
+  EXPECT_EQ(a.get(), c.get());
+  std::ifstream in(dir / ckpt::kLockFileName);
+  std::string line;
+  std::getline(in, line);
+  EXPECT_EQ(line.rfind("process " + std::to_string(::getpid()) + " on host ", 0), 0u) << line;
+  fs::remove(dir.string() + "_link");
+  fs::remove_all(dir);
+}
+
+TEST(DirectoryLock, AnotherProcessIsRefusedUntilTheLockIsReleased) {
+  const fs::path dir = fresh_dir("other");
+  {
+    auto held = ckpt::lock_directory(dir.string());
+    EXPECT_EQ(claim_in_child(dir, ::getpid()), 1);
+    auto again = ckpt::lock_directory(dir.string());  // still this process's
+    EXPECT_EQ(again.get(), held.get());
+  }
+  EXPECT_EQ(claim_in_child(dir, ::getpid()), 0);  // released with the last claim
+  fs::remove_all(dir);
+}
+
+TEST(DirectoryLock, ADeadHolderLeavesTheDirectoryFree) {
+  const fs::path dir = fresh_dir("dead");
+  const pid_t holder = ::fork();
+  if (holder == 0) {
+    auto lock = ckpt::lock_directory(dir.string());
+    ::_exit(0);  // dies holding it: the kernel drops the lock
+  }
+  int status = 0;
+  ::waitpid(holder, &status, 0);
+  ASSERT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 0);
+  auto lock = ckpt::lock_directory(dir.string());
+  EXPECT_NE(lock, nullptr);
+  fs::remove_all(dir);
+}
