@@ -13,6 +13,7 @@
 #include "ckpt/dir_lock.hpp"
 #include "ckpt/h5.hpp"
 #include "ckpt/io_plan.hpp"
+#include "ckpt/mpi_io_path.hpp"
 #include "ckpt/slice_boxes.hpp"
 #include "ckpt/tensor_directory.hpp"
 #include "dtrain/ckpt/checkpoint.hpp"
@@ -276,6 +277,7 @@ static_assert(sizeof(hsize_t) == sizeof(std::uint64_t), "hyperslab coordinates a
 void Checkpointer::Impl::write_file(const std::string& path, const CheckpointInfo& info) {
   std::optional<HostStaging> stage;
   agreed([&] {
+    check_mpi_io_path(path, grid.world().size());
     check_param_source();
     stage.emplace(*this, stage_saves);
   });
@@ -399,6 +401,7 @@ CheckpointInfo Checkpointer::Impl::read_file(const std::string& path) {
   agreed([&] {
     check_param_source();
     DTRAIN_CHECK(std::filesystem::is_regular_file(path), Errc::io, "no checkpoint file '" << path << "'");
+    check_mpi_io_path(path, grid.world().size());
     stage.emplace(*this, /*active=*/true);
   });
   h5::Handle fapl = file_access();
@@ -514,6 +517,10 @@ void Checkpointer::Impl::make_and_lock(const std::string& dir, LocalFailure& f) 
   }
   if (dir_lock && dir == locked_dir) return;
   try {
+    // The longest a save's temporary file will be (steps of up to 8 digits): refused now,
+    // not at a save hours later.
+    check_mpi_io_path((std::filesystem::path(dir) / (checkpoint_name(0) + ".tmp")).string(),
+                      grid.world().size());
     dir_lock.reset();  // a directory saved into before is free for others again
     dir_lock = lock_directory(dir);
     locked_dir = dir;
