@@ -1071,10 +1071,11 @@ DT_API dt_result_t dt_model_get_tensor(dt_model_t model, const char* name, float
  * end at the next pass, step or checkpoint save (a checkpoint load before then discards it).
  * @param model a live model.
  * @param name a parameter name; unknown: ::DT_ERR_INVALID_ARGUMENT.
- * @param src count floats, row-major.
+ * @param src count floats, row-major, all finite.
  * @param count must equal the tensor's element count.
  * @return ::DT_SUCCESS; ::DT_ERR_INVALID_HANDLE, ::DT_ERR_INVALID_ARGUMENT (NULL pointer, unknown
- *         name, count not the element count).
+ *         name, count not the element count, a NaN or infinity in src: the model is left
+ *         as it was).
  */
 DT_API dt_result_t dt_model_set_tensor(dt_model_t model, const char* name, const float* src,
                                        size_t count);

@@ -1,6 +1,7 @@
 // A built-in model's parameters: all of them at once, or one tensor by name or index; its
 // step count.
 #include <algorithm>
+#include <cmath>
 #include <cstring>
 #include <memory>
 #include <string>
@@ -209,6 +210,11 @@ dt_result_t dt_model_set_tensor(dt_model_t model, const char* name, const float*
         fail(DT_ERR_INVALID_ARGUMENT, "count is " + std::to_string(count) + " but tensor '" +
                                           found->name + "' has " +
                                           std::to_string(found->logical_numel()) + " elements");
+      // One NaN or inf would spread through every later step (only fp16 skips such steps).
+      const float* bad = std::find_if(src, src + count, [](float v) { return !std::isfinite(v); });
+      if (bad != src + count)
+        fail(DT_ERR_INVALID_ARGUMENT, "src[" + std::to_string(bad - src) + "] of tensor '" + found->name +
+                                          "' is not finite (" + std::to_string(*bad) + ")");
     });
     const dtrain::ParamInfo& p = *found;
     const std::uint64_t named = fnv1a(p.name.data(), p.name.size());

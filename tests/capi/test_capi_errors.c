@@ -266,6 +266,19 @@ static void wrong_sizes_and_names(handles_t h, int size) {
         dt_model_get_tensor(h.model, "layers.0.weight", f, 3));
   FAILS(DT_ERR_INVALID_ARGUMENT, ctx, "count is 3 but tensor 'layers.0.bias' has 4 elements",
         dt_model_set_tensor(h.model, "layers.0.bias", f, 3));
+  { /* A NaN or infinity is refused and changes nothing. */
+    float before[4], bad[4] = {0.5f, -1.0f, 0.0f, 2.0f}, after[4];
+    OK(ctx, dt_model_get_tensor(h.model, "layers.0.bias", before, 4));
+    bad[2] = NAN;
+    FAILS(DT_ERR_INVALID_ARGUMENT, ctx, "src[2] of tensor 'layers.0.bias' is not finite (nan)",
+          dt_model_set_tensor(h.model, "layers.0.bias", bad, 4));
+    bad[2] = 0.0f;
+    bad[0] = -INFINITY;
+    FAILS(DT_ERR_INVALID_ARGUMENT, ctx, "src[0] of tensor 'layers.0.bias' is not finite (-inf)",
+          dt_model_set_tensor(h.model, "layers.0.bias", bad, 4));
+    OK(ctx, dt_model_get_tensor(h.model, "layers.0.bias", after, 4));
+    CHECK(memcmp(before, after, sizeof before) == 0);
+  }
 
   /* Batches and sequences outside [1, max]. */
   FAILS(DT_ERR_INVALID_ARGUMENT, ctx, "batch must be in [1, max_batch]",
