@@ -89,9 +89,9 @@ std::shared_ptr<DirectoryLock> lock_directory(const std::string& dir) {
   int rc;
   do rc = ::flock(fd, LOCK_EX | LOCK_NB);
   while (rc != 0 && errno == EINTR);
+  const int err = rc != 0 ? errno : 0;
   auto lock = std::make_shared<DirectoryLock>(fd);  // closes fd on every path below
   if (rc != 0) {
-    const int err = errno;
     if (err == EWOULDBLOCK) {
       throw Error(Errc::io, "checkpoint directory '" + dir + "' is in use by another run (" +
                                 read_holder(fd) + "; lock file '" + path +
