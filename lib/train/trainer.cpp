@@ -27,6 +27,16 @@ Trainer::Trainer(const TrainConfig& cfg, Communicator& world)
   } else if (cfg.fp32_activations) {
     DTRAIN_LOG(warn, "--fp32-activations has no effect with --precision fp32");
   }
+  const TrainConfig defaults;
+  if (cfg.precision != "fp16" && (cfg.loss_scale != defaults.loss_scale ||
+                                  cfg.loss_scale_window != defaults.loss_scale_window ||
+                                  cfg.min_loss_scale != defaults.min_loss_scale)) {
+    DTRAIN_LOG(warn, "--loss-scale, --loss-scale-window and --min-loss-scale have no effect with --precision "
+                     << cfg.precision << " (loss scaling is for fp16)");
+  }
+  if (s_->grid.pp_size() == 1 && cfg.schedule != defaults.schedule) {
+    DTRAIN_LOG(warn, "--schedule " << cfg.schedule << " has no effect without a pipeline (--pp 1)");
+  }
   const char* peak_from = s_->peak_flops_given                   ? "DTRAIN_PEAK_FLOPS "
                           : s_->dev.kind() == DeviceKind::cpu ? "measured SGEMM "
                                                               : "measured GEMM ";
