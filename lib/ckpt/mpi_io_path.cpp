@@ -1,6 +1,6 @@
 #include "ckpt/mpi_io_path.hpp"
 
-#include <mpi.h>
+#include "dtrain/comm/mpi_interop.hpp"
 
 #include <cstring>
 
