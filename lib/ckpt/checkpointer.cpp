@@ -521,8 +521,10 @@ void Checkpointer::Impl::make_and_lock(const std::string& dir, LocalFailure& f) 
     // not at a save hours later.
     check_mpi_io_path((std::filesystem::path(dir) / (checkpoint_name(0) + ".tmp")).string(),
                       grid.world().size());
-    dir_lock.reset();  // a directory saved into before is free for others again
-    dir_lock = lock_directory(dir);
+    // The new claim first: a refused one keeps the old, and the same directory spelt
+    // differently is the same lock (never released in between).
+    std::shared_ptr<DirectoryLock> next = lock_directory(dir);
+    dir_lock = std::move(next);  // a directory saved into before is free for others again
     locked_dir = dir;
   } catch (const std::exception& e) {
     f.record(e);

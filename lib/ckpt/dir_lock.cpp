@@ -1,9 +1,11 @@
 #include "ckpt/dir_lock.hpp"
 
 #include <fcntl.h>
+#include <pthread.h>
 #include <sys/file.h>
 #include <unistd.h>
 
+#include <atomic>
 #include <cerrno>
 #include <chrono>
 #include <cstring>
@@ -19,18 +21,62 @@
 namespace fs = std::filesystem;
 
 namespace dtrain::ckpt {
+namespace {
+
+// The descriptors of this process's locks (stored as fd + 1; 0 = free). A child made by
+// fork() shares their open files, and with them the locks: it closes its copies at once
+// (pthread_atfork), so a long-lived child never keeps its parent's directories claimed.
+// Lock-free, as a child of a threaded parent may only make async-signal-safe calls.
+constexpr int kSlots = 64;
+std::atomic<int> g_lock_fds[kSlots];
+
+void close_inherited_locks() {
+  for (std::atomic<int>& slot : g_lock_fds) {
+    const int v = slot.exchange(0);
+    if (v != 0) ::close(v - 1);
+  }
+}
+
+void remember_fd(int fd) {
+  static std::once_flag registered;
+  std::call_once(registered, [] { ::pthread_atfork(nullptr, nullptr, close_inherited_locks); });
+  for (std::atomic<int>& slot : g_lock_fds) {
+    int empty = 0;
+    if (slot.compare_exchange_strong(empty, fd + 1)) return;
+  }
+  // More than kSlots directories held at once: a child would keep this one claimed.
+}
+
+void forget_fd(int fd) {
+  for (std::atomic<int>& slot : g_lock_fds) {
+    int held = fd + 1;
+    if (slot.compare_exchange_strong(held, 0)) return;
+  }
+}
+
+}  // namespace
 
 class DirectoryLock {
  public:
-  explicit DirectoryLock(int fd) : fd_(fd) {}
+  explicit DirectoryLock(int fd) : fd_(fd), owner_(::getpid()) {
+    if (fd_ >= 0) remember_fd(fd_);
+  }
   ~DirectoryLock() {
-    if (fd_ >= 0) ::close(fd_);  // releases the flock
+    // A forked child's copy was closed at the fork (its descriptor may be reused since).
+    if (fd_ < 0 || ::getpid() != owner_) return;
+    forget_fd(fd_);
+    // Released cleanly: the holder's line goes, so the next refused run cannot quote it.
+    if (held_) (void)::ftruncate(fd_, 0);
+    ::close(fd_);  // releases the flock
   }
   DirectoryLock(const DirectoryLock&) = delete;
   DirectoryLock& operator=(const DirectoryLock&) = delete;
+  void set_held() { held_ = true; }
 
  private:
   int fd_;  // -1: the file system has no locks
+  pid_t owner_;
+  bool held_ = false;
 };
 
 namespace {
@@ -85,7 +131,8 @@ std::shared_ptr<DirectoryLock> lock_directory(const std::string& dir) {
 
   const std::string path = (fs::path(dir) / kLockFileName).string();
   const int fd = ::open(path.c_str(), O_RDWR | O_CREAT | O_CLOEXEC, 0644);
-  DTRAIN_CHECK(fd >= 0, Errc::io, "cannot open the lock file '" << path << "': " << std::strerror(errno));
+  const int open_error = errno;
+  DTRAIN_CHECK(fd >= 0, Errc::io, "cannot open the lock file '" << path << "': " << std::strerror(open_error));
   int rc;
   do rc = ::flock(fd, LOCK_EX | LOCK_NB);
   while (rc != 0 && errno == EINTR);
@@ -102,6 +149,7 @@ std::shared_ptr<DirectoryLock> lock_directory(const std::string& dir) {
                      << "): a second run saving there at the same time would not be detected");
     lock = std::make_shared<DirectoryLock>(-1);
   } else {
+    lock->set_held();
     const std::string text = holder_text() + "\n";
     // Informative only (what another run's error names): a failure here changes nothing.
     if (::ftruncate(fd, 0) == 0) {

@@ -16,8 +16,10 @@ class DirectoryLock;
 // Claims dir for this process (one rank's call): every claim of one directory within a
 // process shares one lock (paths compared after resolving links), released when the last
 // is dropped. The lock file records the holder's host, process and start time, which the
-// error names when another process holds it: Error(Errc::io). On a file system without
-// flock support (ENOLCK, EOPNOTSUPP) the claim holds nothing and a warning says so once.
+// error names when another process holds it: Error(Errc::io). A child made by fork()
+// closes its copies of the locks (they would otherwise stay held while it lives). On a file
+// system without flock support (ENOLCK, EOPNOTSUPP, ENOSYS, EINVAL) the claim holds
+// nothing, and each such claim logs a warning.
 std::shared_ptr<DirectoryLock> lock_directory(const std::string& dir);
 
 }  // namespace dtrain::ckpt

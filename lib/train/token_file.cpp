@@ -127,7 +127,7 @@ class TokenFiles final : public TokenSource {
   std::string describe() const override {
     std::string s = describe(train_files_);
     if (!val_files_.empty()) s += "; validation: " + describe(val_files_);
-    if (val_.empty()) s += "; validation: samples of the training tokens (--val-fraction 0 holds nothing out)";
+    if (val_.empty()) s += "; validation: samples of the training tokens (--val-fraction holds no tokens out)";
     return s;
   }
 

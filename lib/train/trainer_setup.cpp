@@ -252,8 +252,8 @@ Trainer::State::State(const TrainConfig& c, Communicator& w)
     if (!cfg.save_dir.empty() && !cfg.eval_only) check_save_dir(cfg.save_dir);
   });
   if (!cfg.save_dir.empty() && !cfg.eval_only) {
-    check_save_dir_shared(w, cfg.save_dir);
     checkpoints().claim(cfg.save_dir);  // a second run into it fails now, not at a save
+    check_save_dir_shared(w, cfg.save_dir);
   }
   micro_losses.resize(static_cast<std::size_t>(accum()));
   if (grid.pp_size() > 1) {

@@ -81,13 +81,40 @@ TEST(DirectoryLock, ADeadHolderLeavesTheDirectoryFree) {
   const fs::path dir = fresh_dir("dead");
   const pid_t holder = ::fork();
   if (holder == 0) {
-    auto lock = ckpt::lock_directory(dir.string());
-    ::_exit(0);  // dies holding it: the kernel drops the lock
+    try {
+      auto lock = ckpt::lock_directory(dir.string());
+      ::_exit(0);  // dies holding it: the kernel drops the lock
+    } catch (...) {
+      ::_exit(1);
+    }
   }
   int status = 0;
   ::waitpid(holder, &status, 0);
   ASSERT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 0);
   auto lock = ckpt::lock_directory(dir.string());
   EXPECT_NE(lock, nullptr);
+  fs::remove_all(dir);
+}
+
+TEST(DirectoryLock, AForkedChildDoesNotKeepItsParentsLock) {
+  const fs::path dir = fresh_dir("fork");
+  int go[2];
+  ASSERT_EQ(::pipe(go), 0);
+  pid_t sleeper = -1;
+  {
+    auto held = ckpt::lock_directory(dir.string());
+    sleeper = ::fork();
+    if (sleeper == 0) {  // lives on after the parent's release, until told to go
+      char c;
+      const ssize_t got = ::read(go[0], &c, 1);
+      ::_exit(got == 1 ? 0 : 1);
+    }
+  }
+  EXPECT_EQ(claim_in_child(dir, ::getpid()), 0);  // free while the sleeper still runs
+  ASSERT_EQ(::write(go[1], "x", 1), 1);
+  int status = 0;
+  ::waitpid(sleeper, &status, 0);
+  ::close(go[0]);
+  ::close(go[1]);
   fs::remove_all(dir);
 }
