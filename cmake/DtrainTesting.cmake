@@ -7,6 +7,14 @@ set(DTRAIN_TEST_ENV
   OMPI_MCA_btl_vader_single_copy_mechanism=none
   OPENBLAS_NUM_THREADS=1)
 
+# Whether the tests' mpiexec is Open MPI's: some checks concern Open MPI alone.
+execute_process(COMMAND ${MPIEXEC_EXECUTABLE} --version OUTPUT_VARIABLE dtrain_mpiexec_version ERROR_QUIET)
+if(dtrain_mpiexec_version MATCHES "Open MPI|OpenRTE")
+  set(DTRAIN_TEST_OPEN_MPI TRUE)
+else()
+  set(DTRAIN_TEST_OPEN_MPI FALSE)
+endif()
+
 # dtrain_add_unit_test(NAME SOURCES ...): a GoogleTest binary run without MPI.
 function(dtrain_add_unit_test name)
   cmake_parse_arguments(T "" "TIMEOUT" "SOURCES;LABELS" ${ARGN})

@@ -79,12 +79,20 @@ void MpiBackend::reduce(const void* send, void* recv, std::size_t count, DType t
   if (count == 0) return;
   const MPI_Datatype dt = mpi_datatype(type);
   const MPI_Op mop = mpi_op(op, type);
-  const std::size_t es = dtype_size(type), step = max_elements_per_call();
+  const std::size_t es = dtype_size(type);
   const bool is_root = rank_ == root;
   const bool in_place = is_root && send == recv;
+  // MPICH 4.0-4.1.1 crash in MPI_Reduce with MPI_IN_PLACE at a root other than 0 past 2 KiB
+  // (its issue 6540; Debian 12 ships 4.0.2): there the root reduces a copy of its input
+  // instead, piece by piece, so the copy stays small. Every rank splits the same way.
+  const bool copy_input = in_place && root != 0;
+  const std::size_t step = root != 0 ? std::min(max_elements_per_call(), kReduceCopyBytes / es)
+                                     : max_elements_per_call();
+  if (copy_input) reduce_copy_.resize(std::min(count, step) * es);
   for (std::size_t off = 0; off < count; off += step) {
     const int n = static_cast<int>(std::min(step, count - off));
-    const void* src = in_place ? MPI_IN_PLACE : byte_at(send, off * es);
+    if (copy_input) std::memcpy(reduce_copy_.data(), byte_at(recv, off * es), n * es);
+    const void* src = copy_input ? reduce_copy_.data() : in_place ? MPI_IN_PLACE : byte_at(send, off * es);
     void* dst = is_root ? byte_at(recv, off * es) : nullptr;
     mpi_check(MPI_Reduce(src, dst, n, dt, mop, root, comm_), "MPI_Reduce");
   }

@@ -99,6 +99,9 @@ class MpiBackend final : public Backend {
   int rank_ = 0, size_ = 0, local_rank_ = 0, local_size_ = 1;
   std::vector<int> world_ranks_;
   std::vector<int> counts_scratch_, displs_scratch_;  // for blocking v-collectives
+  // reduce(): the in-place root's input, copied piece by piece (see there).
+  static constexpr std::size_t kReduceCopyBytes = std::size_t{4} << 20;
+  std::vector<char> reduce_copy_;
   std::vector<std::size_t> equal_counts_;             // size_ copies of one count
 };
 
