@@ -28,7 +28,8 @@ echo "$out" | grep -Fq "checkpoint directory '$dir' is in use by another run ($h
 [ "$(echo "$out" | grep -c "is in use by another run")" -eq 1 ] || fail "the error is not printed once"
 ls "$dir"/step_*.h5 2>/dev/null && fail "the refused run wrote a checkpoint"
 
-kill -USR1 "$first"  # mpiexec forwards it; the run saves and exits with status 3
+source "$(dirname "$0")/ranks_of.sh"
+kill -USR1 $(ranks_of "$first" "$(basename "$gpt")")  # the run saves and exits with status 3
 wait "$first"
 status=$?
 [ "$status" -eq 3 ] || fail "the first run exited with $status when stopped, expected 3"

@@ -17,7 +17,8 @@ for _ in $(seq 300); do
 done
 sleep 1
 if [ "$target" = ranks ]; then
-  kill -s "$sig" $(ps -o pid= --ppid "$pid") 2>/dev/null
+  source "$(dirname "$0")/ranks_of.sh"
+  kill -s "$sig" $(ranks_of "$pid" "$(basename "$program")") 2>/dev/null
 else
   kill -s "$sig" "$pid"
 fi

@@ -1,5 +1,6 @@
 # cmake -DBUILD_DIR=... -DWORK=... -DSOURCE=... -DAPPS=... -DMPIEXEC=... -DNPFLAG=...
-#       -DMPICC=... -DC_COMPILER=... -DCXX_COMPILER=... -DFortran_COMPILER=... -DCOMPARE=...
+#       -DMPICC=... -DC_COMPILER=... -DCXX_COMPILER=... -DFortran_COMPILER=...
+#       -DMPI_C=... -DMPI_CXX=... -DMPI_FORTRAN=... -DCOMPARE=...
 #       -DH5LS=... -DAPP_CHECKS=.../app_checks.cmake [-DSANITIZE=address,...] -P check_install.cmake
 # Installs the build into WORK/prefix, then, against that prefix only: builds
 # tests/install/consumer, apps/cpp, apps/c and apps/fortran with find_package(dtrain CONFIG),
@@ -21,13 +22,21 @@ function(run)
   endif()
   set(last_output "${out}" PARENT_SCOPE)
 endfunction()
-# A separate CMake project against the install tree, with the compilers dtrain was built by
-# (Fortran module files are specific to their compiler).
+# A separate CMake project against the install tree, with the compilers and the MPI dtrain
+# was built with (Fortran module files are specific to both; MPI_C, MPI_CXX, MPI_FORTRAN:
+# its MPI wrappers, where several MPI libraries are installed side by side).
+set(mpi_args "")
+foreach(lang C CXX Fortran)
+  string(TOUPPER ${lang} var)
+  if(MPI_${var})
+    list(APPEND mpi_args -DMPI_${lang}_COMPILER=${MPI_${var}})
+  endif()
+endforeach()
 function(build_project name source)
   run(${CMAKE_COMMAND} -S ${source} -B ${WORK}/${name} -DCMAKE_PREFIX_PATH=${prefix}
       -DCMAKE_BUILD_TYPE=Release -DCMAKE_C_COMPILER=${C_COMPILER}
       -DCMAKE_CXX_COMPILER=${CXX_COMPILER} -DCMAKE_Fortran_COMPILER=${Fortran_COMPILER}
-      "-DCMAKE_EXE_LINKER_FLAGS=${sanitize_link}")
+      ${mpi_args} "-DCMAKE_EXE_LINKER_FLAGS=${sanitize_link}")
   run(${CMAKE_COMMAND} --build ${WORK}/${name})
 endfunction()
 
