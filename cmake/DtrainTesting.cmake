@@ -8,7 +8,8 @@ set(DTRAIN_TEST_ENV
   OPENBLAS_NUM_THREADS=1)
 
 # Whether the tests' mpiexec is Open MPI's: some checks concern Open MPI alone.
-execute_process(COMMAND ${MPIEXEC_EXECUTABLE} --version OUTPUT_VARIABLE dtrain_mpiexec_version ERROR_QUIET)
+execute_process(COMMAND ${MPIEXEC_EXECUTABLE} --version OUTPUT_VARIABLE dtrain_mpiexec_version
+                ERROR_QUIET TIMEOUT 20)
 if(dtrain_mpiexec_version MATCHES "Open MPI|OpenRTE")
   set(DTRAIN_TEST_OPEN_MPI TRUE)
 else()

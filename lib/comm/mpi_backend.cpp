@@ -82,8 +82,8 @@ void MpiBackend::reduce(const void* send, void* recv, std::size_t count, DType t
   const std::size_t es = dtype_size(type);
   const bool is_root = rank_ == root;
   const bool in_place = is_root && send == recv;
-  // MPICH 4.0-4.1.1 crash in MPI_Reduce with MPI_IN_PLACE at a root other than 0 past 2 KiB
-  // (its issue 6540; Debian 12 ships 4.0.2): there the root reduces a copy of its input
+  // MPICH 4.0-4.1.1 (and perhaps later) crash in MPI_Reduce with MPI_IN_PLACE at a root
+  // other than 0 past 2 KiB (its issue 6540; Debian 12 ships 4.0.2): there the root reduces a copy of its input
   // instead, piece by piece, so the copy stays small. Every rank splits the same way.
   const bool copy_input = in_place && root != 0;
   const std::size_t step = root != 0 ? std::min(max_elements_per_call(), kReduceCopyBytes / es)
@@ -178,14 +178,22 @@ void MpiBackend::reduce_blocks_to_roots(const void* send, void* result, const st
                                         std::vector<MPI_Request>* pending) {
   const MPI_Datatype dt = mpi_datatype(type);
   const MPI_Op mop = mpi_op(op, type);
-  const std::size_t es = dtype_size(type), step = max_elements_per_call();
+  const std::size_t es = dtype_size(type);
   std::size_t displ = 0;
   for (int r = 0; r < size_; ++r) {
+    // As reduce(): blocking, an in-place root other than 0 reduces a copy of its input (the
+    // non-blocking calls cannot share one copy; they keep MPI_IN_PLACE).
+    const bool copy_input = !pending && in_place && r == rank_ && r != 0;
+    const std::size_t step = !pending && r != 0
+                                 ? std::min(max_elements_per_call(), kReduceCopyBytes / es)
+                                 : max_elements_per_call();
+    if (copy_input) reduce_copy_.resize(std::min(counts[r], step) * es);
     for (std::size_t off = 0; off < counts[r]; off += step) {
       const int n = static_cast<int>(std::min(step, counts[r] - off));
       const char* block = byte_at(send, (displ + off) * es);
       const bool me = r == rank_;
-      const void* src = me && in_place ? MPI_IN_PLACE : block;
+      if (copy_input) std::memcpy(reduce_copy_.data(), block, n * es);
+      const void* src = copy_input ? reduce_copy_.data() : me && in_place ? MPI_IN_PLACE : block;
       void* dst = !me ? nullptr : in_place ? const_cast<char*>(block) : byte_at(result, off * es);
       if (pending) {
         pending->emplace_back();

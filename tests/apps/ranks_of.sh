@@ -3,7 +3,7 @@
 ranks_of() {
   local child
   for child in $(ps -o pid= --ppid "$1"); do
-    if [ "$(ps -o comm= -p "$child")" = "$2" ]; then
+    if [ "$(ps -o comm= -p "$child")" = "${2:0:15}" ]; then  # comm: the first 15 characters
       echo "$child"
     else
       ranks_of "$child" "$2"

@@ -11,11 +11,15 @@ fail() { echo "FAIL: $*"; exit 1; }
 "$mpiexec" "$npflag" 1 "$gpt" --config "$config" --steps 1000000 --log-every 100000 --eval-every 0 \
   --save-dir "$dir" --save-every 1000000 > "$dir.first.log" 2>&1 &
 first=$!
-trap 'kill -KILL "$first" 2>/dev/null' EXIT
+source "$(dirname "$0")/ranks_of.sh"
+name=$(basename "$gpt")
+trap 'kill -KILL $(ranks_of "$first" "$name") "$first" 2>/dev/null' EXIT
+# Training runs (its signal handlers in place) a moment after the set-up logs the peak.
 for _ in $(seq 300); do
-  grep -q "^process [0-9]* on host" "$dir/.dtrain-lock" 2>/dev/null && break
+  grep -q "peak:" "$dir.first.log" 2>/dev/null && break
   sleep 0.1
 done
+sleep 1
 grep -q "^process" "$dir/.dtrain-lock" 2>/dev/null || fail "the first run did not claim $dir"
 holder=$(head -n 1 "$dir/.dtrain-lock")
 
@@ -28,8 +32,9 @@ echo "$out" | grep -Fq "checkpoint directory '$dir' is in use by another run ($h
 [ "$(echo "$out" | grep -c "is in use by another run")" -eq 1 ] || fail "the error is not printed once"
 ls "$dir"/step_*.h5 2>/dev/null && fail "the refused run wrote a checkpoint"
 
-source "$(dirname "$0")/ranks_of.sh"
-kill -USR1 $(ranks_of "$first" "$(basename "$gpt")")  # the run saves and exits with status 3
+ranks=$(ranks_of "$first" "$name")
+[ -n "$ranks" ] || fail "no rank of the first run found under process $first"
+kill -USR1 $ranks  # the run saves and exits with status 3
 wait "$first"
 status=$?
 [ "$status" -eq 3 ] || fail "the first run exited with $status when stopped, expected 3"

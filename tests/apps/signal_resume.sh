@@ -18,7 +18,9 @@ done
 sleep 1
 if [ "$target" = ranks ]; then
   source "$(dirname "$0")/ranks_of.sh"
-  kill -s "$sig" $(ranks_of "$pid" "$(basename "$program")") 2>/dev/null
+  ranks=$(ranks_of "$pid" "$(basename "$program")")
+  [ -n "$ranks" ] || { kill -KILL "$pid"; echo "FAIL: no rank found under process $pid"; exit 1; }
+  kill -s "$sig" $ranks 2>/dev/null
 else
   kill -s "$sig" "$pid"
 fi
