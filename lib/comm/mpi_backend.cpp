@@ -83,8 +83,9 @@ void MpiBackend::reduce(const void* send, void* recv, std::size_t count, DType t
   const bool is_root = rank_ == root;
   const bool in_place = is_root && send == recv;
   // MPICH 4.0-4.1.1 (and perhaps later) crash in MPI_Reduce with MPI_IN_PLACE at a root
-  // other than 0 past 2 KiB (its issue 6540; Debian 12 ships 4.0.2): there the root reduces a copy of its input
-  // instead, piece by piece, so the copy stays small. Every rank splits the same way.
+  // other than 0 past 2 KiB (its issue 6540; Debian 12 ships 4.0.2): there the root reduces
+  // a copy of its input instead, piece by piece, so the copy stays small. Every rank splits
+  // the same way.
   const bool copy_input = in_place && root != 0;
   const std::size_t step = root != 0 ? std::min(max_elements_per_call(), kReduceCopyBytes / es)
                                      : max_elements_per_call();
