@@ -222,7 +222,9 @@ TEST(CheckpointPipeline, ReloadedAndSavedAgainIsTheSameFile) {
     bool tied;
     const char* precision;
   };
-  for (const auto& [tied, precision] : {Variant{true, "fp32"}, Variant{false, "fp32"}, Variant{true, "bf16"}}) {
+  for (const Variant& v : {Variant{true, "fp32"}, Variant{false, "fp32"}, Variant{true, "bf16"}}) {
+    const bool tied = v.tied;  // not a structured binding: lambdas capture those from C++20
+    const auto& precision = v.precision;
     int case_no = 0;
     for (const auto& [writer, reader] : pairs) {
       const std::string variant = std::string(tied ? "tied" : "untied") + " " + precision;

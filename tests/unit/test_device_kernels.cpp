@@ -240,7 +240,9 @@ class AttentionBlocks : public ::testing::TestWithParam<std::tuple<int, Attentio
 // Block sizes 1..T and the default, saving probabilities or log-sum-exps: the row-blocked
 // GEMMs must give the same gradients.
 TEST_P(AttentionBlocks, FiniteDifferences) {
-  const auto [block, saves] = GetParam();
+  // Not a structured binding: lambdas capture those only from C++20.
+  const int block = std::get<0>(GetParam());
+  const AttentionSaved saves = std::get<1>(GetParam());
   const int B = 2, T = 5, C = 8, NH = 2;
   auto qkv = random_vec<double>(B * T * 3 * C, 60), w = random_vec<double>(B * T * C, 61);
   vector<double> out(B * T * C), saved(cpu::attention_saved_elems(saves, B, T, NH)),
