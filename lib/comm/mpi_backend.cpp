@@ -73,6 +73,21 @@ void MpiBackend::all_reduce(const void* send, void* recv, std::size_t count, DTy
   if (op == ReduceOp::avg) divide_in_place(recv, count, type, size_);
 }
 
+// MPICH 4.0-4.1.1 (and perhaps later) crash in MPI_Reduce with MPI_IN_PLACE at a root other
+// than 0 past 2 KiB (its issue 6540; Debian 12 ships 4.0.2): there the root reduces a copy
+// of its input instead, piece by piece, so the copy stays small. Every rank of a reduce to
+// `root` splits it into pieces of this many elements.
+std::size_t MpiBackend::reduce_step(int root, std::size_t element_size) const {
+  return root != 0 ? std::min(max_elements_per_call(), kReduceCopyBytes / element_size)
+                   : max_elements_per_call();
+}
+
+const void* MpiBackend::copy_of(const void* piece, std::size_t bytes) {
+  if (reduce_copy_.size() < bytes) reduce_copy_.resize(bytes);  // at most kReduceCopyBytes
+  std::memcpy(reduce_copy_.data(), piece, bytes);
+  return reduce_copy_.data();
+}
+
 void MpiBackend::reduce(const void* send, void* recv, std::size_t count, DType type, ReduceOp op,
                         int root, void*) {
   check_rank(root, "reduce root");
@@ -82,18 +97,13 @@ void MpiBackend::reduce(const void* send, void* recv, std::size_t count, DType t
   const std::size_t es = dtype_size(type);
   const bool is_root = rank_ == root;
   const bool in_place = is_root && send == recv;
-  // MPICH 4.0-4.1.1 (and perhaps later) crash in MPI_Reduce with MPI_IN_PLACE at a root
-  // other than 0 past 2 KiB (its issue 6540; Debian 12 ships 4.0.2): there the root reduces
-  // a copy of its input instead, piece by piece, so the copy stays small. Every rank splits
-  // the same way.
   const bool copy_input = in_place && root != 0;
-  const std::size_t step = root != 0 ? std::min(max_elements_per_call(), kReduceCopyBytes / es)
-                                     : max_elements_per_call();
-  if (copy_input) reduce_copy_.resize(std::min(count, step) * es);
+  const std::size_t step = reduce_step(root, es);
   for (std::size_t off = 0; off < count; off += step) {
     const int n = static_cast<int>(std::min(step, count - off));
-    if (copy_input) std::memcpy(reduce_copy_.data(), byte_at(recv, off * es), n * es);
-    const void* src = copy_input ? reduce_copy_.data() : in_place ? MPI_IN_PLACE : byte_at(send, off * es);
+    const void* src = copy_input ? copy_of(byte_at(recv, off * es), n * es)
+                      : in_place ? MPI_IN_PLACE
+                                 : byte_at(send, off * es);
     void* dst = is_root ? byte_at(recv, off * es) : nullptr;
     mpi_check(MPI_Reduce(src, dst, n, dt, mop, root, comm_), "MPI_Reduce");
   }
@@ -185,16 +195,12 @@ void MpiBackend::reduce_blocks_to_roots(const void* send, void* result, const st
     // As reduce(): blocking, an in-place root other than 0 reduces a copy of its input (the
     // non-blocking calls cannot share one copy; they keep MPI_IN_PLACE).
     const bool copy_input = !pending && in_place && r == rank_ && r != 0;
-    const std::size_t step = !pending && r != 0
-                                 ? std::min(max_elements_per_call(), kReduceCopyBytes / es)
-                                 : max_elements_per_call();
-    if (copy_input) reduce_copy_.resize(std::min(counts[r], step) * es);
+    const std::size_t step = pending ? max_elements_per_call() : reduce_step(r, es);
     for (std::size_t off = 0; off < counts[r]; off += step) {
       const int n = static_cast<int>(std::min(step, counts[r] - off));
       const char* block = byte_at(send, (displ + off) * es);
       const bool me = r == rank_;
-      if (copy_input) std::memcpy(reduce_copy_.data(), block, n * es);
-      const void* src = copy_input ? reduce_copy_.data() : me && in_place ? MPI_IN_PLACE : block;
+      const void* src = copy_input ? copy_of(block, n * es) : me && in_place ? MPI_IN_PLACE : block;
       void* dst = !me ? nullptr : in_place ? const_cast<char*>(block) : byte_at(result, off * es);
       if (pending) {
         pending->emplace_back();

@@ -99,9 +99,11 @@ class MpiBackend final : public Backend {
   int rank_ = 0, size_ = 0, local_rank_ = 0, local_size_ = 1;
   std::vector<int> world_ranks_;
   std::vector<int> counts_scratch_, displs_scratch_;  // for blocking v-collectives
-  // reduce(): the in-place root's input, copied piece by piece (see there).
+  // An in-place root other than 0 reduces a copy of its input (MPICH's bug, reduce_step()).
   static constexpr std::size_t kReduceCopyBytes = std::size_t{4} << 20;
   std::vector<char> reduce_copy_;
+  std::size_t reduce_step(int root, std::size_t element_size) const;
+  const void* copy_of(const void* piece, std::size_t bytes);  // into reduce_copy_
   std::vector<std::size_t> equal_counts_;             // size_ copies of one count
 };
 
