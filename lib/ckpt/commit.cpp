@@ -37,6 +37,16 @@ void rename_over(const std::string& from, const std::string& to) {
                "cannot rename '" << from << "' to '" << to << "': " << std::strerror(errno));
 }
 
+// tmp holding exactly text (the file is fsynced by publish).
+void write_small_file(const std::string& tmp, const std::string& text) {
+  const int fd = ::open(tmp.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+  DTRAIN_CHECK(fd >= 0, Errc::io, "cannot write '" << tmp << "': " << std::strerror(errno));
+  const bool written = ::write(fd, text.data(), text.size()) == static_cast<ssize_t>(text.size());
+  const int err = errno;
+  ::close(fd);
+  DTRAIN_CHECK(written, Errc::io, "cannot write '" << tmp << "': " << std::strerror(err));
+}
+
 }  // namespace
 
 long step_of_name(const std::string& name) {
@@ -77,14 +87,18 @@ void publish(const std::string& tmp, const std::string& final_path) {
 
 void write_latest(const std::string& dir, const std::string& name) {
   const std::string latest = (fs::path(dir) / "latest").string();
-  const std::string tmp = latest + ".tmp";
-  {
-    std::ofstream out(tmp, std::ios::trunc);
-    out << name << "\n";
-    out.close();
-    DTRAIN_CHECK(out.good(), Errc::io, "cannot write '" << tmp << "'");
+  try {
+    write_small_file(latest + ".tmp", name + "\n");
+    publish(latest + ".tmp", latest);
+  } catch (const Error& e) {
+    // The checkpoint itself is complete: say so, and what a resume from dir would pick now.
+    const std::string before = read_latest(dir);
+    DTRAIN_FAIL(Errc::io, (fs::path(dir) / name).string()
+                              << " is complete, but '" << latest << "' could not be pointed at it ("
+                              << e.what() << "), so a resume from '" << dir << "' takes "
+                              << (before.empty() ? "its newest step_*.h5" : "'" + before + "'")
+                              << ": load the new file by its name to continue from it");
   }
-  publish(tmp, latest);
 }
 
 std::string read_latest(const std::string& dir) {

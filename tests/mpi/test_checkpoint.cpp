@@ -294,6 +294,29 @@ TEST(Checkpoint, AutoResumeIgnoresTemporaryFiles) {
   EXPECT_EQ(t.step(), 2);
 }
 
+TEST(Checkpoint, ALatestThatCannotMoveFailsTheSaveNamingTheCompleteFile) {
+  const std::string dir = test_dir("latest");
+  train::TrainConfig cfg = tiny_config();
+  cfg.save_dir = dir;
+  train::Trainer t(cfg, world());
+  t.train_step();
+  t.save_checkpoint();
+  // latest.tmp cannot be written when a directory has its name.
+  if (world().rank() == 0) fs::create_directory(dir + "/latest.tmp");
+  world().barrier();
+  t.train_step();
+  const Error e = error_of([&] { t.save_checkpoint(); });
+  EXPECT_EQ(e.code(), Errc::io) << e.what();
+  const std::string msg = e.what();
+  EXPECT_NE(msg.find(ckpt::checkpoint_name(2) + " is complete"), std::string::npos) << msg;
+  EXPECT_NE(msg.find("Is a directory"), std::string::npos) << msg;
+  EXPECT_NE(msg.find("takes '" + ckpt::checkpoint_name(1) + "'"), std::string::npos) << msg;
+  world().barrier();
+  cfg.resume = dir + "/" + ckpt::checkpoint_name(2);
+  train::Trainer resumed(cfg, world());
+  EXPECT_EQ(resumed.step(), 2);
+}
+
 TEST(Checkpoint, DifferentModelShapeIsAClearError) {
   const std::string dir = test_dir("shape");
   train::TrainConfig cfg = tiny_config();
