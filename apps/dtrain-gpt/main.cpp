@@ -103,6 +103,10 @@ int launcher_size() { return from_launcher({"OMPI_COMM_WORLD_SIZE", "PMI_SIZE", 
 }  // namespace
 
 int main(int argc, char** argv) {
+  // From the start, SIGTERM and SIGUSR1 only set the flag Trainer::run() acts on: a
+  // scheduler's warning during the set-up (a checkpoint load, the data scan) must not kill
+  // the rank with no checkpoint and no status 3.
+  const dtrain::train::StopSignalScope signals;
   std::optional<dtrain::Runtime> started;
   try {
     started.emplace(&argc, &argv);

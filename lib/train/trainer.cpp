@@ -188,12 +188,16 @@ TrainSummary Trainer::run() {
   sum.memory = s.memory;
   sum.start_step = s.start_step;
   StopSignalScope signals;  // SIGTERM/SIGUSR1 only set a flag until run() returns
-  clear_stop_request();
+  // A stop requested before run() (a signal during the program's set-up, under its own
+  // StopSignalScope) is acted on; run() consumes it, so a later run() starts clean.
   s.stopped = false;
   s.watch_stop = true;
   struct Unwatch {
     bool& flag;
-    ~Unwatch() { flag = false; }
+    ~Unwatch() {
+      flag = false;
+      clear_stop_request();
+    }
   } unwatch{s.watch_stop};
   if (s.cfg.eval_only) {
     sum.final_val_loss = evaluate();
@@ -218,7 +222,11 @@ TrainSummary Trainer::run() {
   double timed_seconds = 0;  // steps after the first (which pays one-time costs)
   std::uint64_t allocations_before = 0;
   double exposed = 0;
-  while (s.step < s.cfg.steps) {
+  if (s.agree_stop()) {
+    DTRAIN_LOG(info, "a stop signal arrived before the first step: stopping at step " << s.step);
+    sum.final_loss = std::numeric_limits<double>::quiet_NaN();
+  }
+  while (!s.stopped && s.step < s.cfg.steps) {
     Stopwatch watch;
     const double waited_before = s.comm_wait_seconds();
     const double loss = train_step();

@@ -5,6 +5,7 @@
 #include <hdf5.h>
 
 #include <cmath>
+#include <csignal>
 #include <cstring>
 #include <filesystem>
 #include <fstream>
@@ -15,6 +16,7 @@
 #include "dtrain/core/error.hpp"
 #include "dtrain/nn/gpt.hpp"
 #include "dtrain/optim/optimizer.hpp"
+#include "dtrain/train/signals.hpp"
 #include "dtrain/train/trainer.hpp"
 #include "test_support.hpp"
 #include "train_fixtures.hpp"
@@ -315,6 +317,31 @@ TEST(Checkpoint, ALatestThatCannotMoveFailsTheSaveNamingTheCompleteFile) {
   cfg.resume = dir + "/" + ckpt::checkpoint_name(2);
   train::Trainer resumed(cfg, world());
   EXPECT_EQ(resumed.step(), 2);
+}
+
+TEST(Checkpoint, AStopRequestedBeforeRunStopsBeforeTheFirstStepAndIsConsumed) {
+  const std::string dir = test_dir("early_stop");
+  train::TrainConfig cfg = tiny_config();
+  cfg.save_dir = dir;
+  {
+    train::Trainer t(cfg, world());
+    t.train_step();
+    t.train_step();
+    t.save_checkpoint();
+  }
+  cfg.resume = "auto";
+  train::Trainer t(cfg, world());
+  // A signal during the set-up, seen by one rank: every rank stops before training.
+  if (world().rank() == world().size() - 1) train::request_stop(SIGUSR1);
+  const train::TrainSummary stopped = t.run();
+  EXPECT_TRUE(stopped.stopped_by_signal);
+  EXPECT_EQ(stopped.steps, 2);
+  EXPECT_EQ(t.step(), 2);
+  EXPECT_EQ(train::stop_requested(), 0);
+  // Consumed: the next run trains to the end.
+  const train::TrainSummary done = t.run();
+  EXPECT_FALSE(done.stopped_by_signal);
+  EXPECT_EQ(done.steps, cfg.steps);
 }
 
 TEST(Checkpoint, DifferentModelShapeIsAClearError) {

@@ -3,7 +3,9 @@
 // some time before they kill a job. While Trainer::run() runs, those two signals only set a
 // flag; at the next step boundary (or evaluation batch) all ranks agree on it with one
 // all-reduce, write a checkpoint and return with TrainSummary::stopped_by_signal set.
-// dtrain-gpt then exits with kExitPreempted.
+// dtrain-gpt then exits with kExitPreempted. A stop requested before run() (a signal during
+// the program's set-up under its own StopSignalScope) stops it before the first step; run()
+// clears the request when it returns.
 #include "dtrain/export.hpp"
 
 namespace dtrain::train {
