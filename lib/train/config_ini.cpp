@@ -48,4 +48,24 @@ std::string TrainConfig::to_ini() const {
   return os.str();
 }
 
+std::string TrainConfig::all_settings_ini() const {
+  std::ostringstream os;
+  os.precision(17);
+  auto kv = [&os](const char* key, const auto& value) { os << key << " = " << value << "\n"; };
+  kv("beta1", beta1);
+  kv("beta2", beta2);
+  kv("eps", eps);
+  kv("device", device);
+  kv("save-dir", save_dir);
+  kv("save-every", save_every);
+  kv("resume", resume);
+  kv("keep", keep);
+  kv("log-every", log_every);
+  kv("metrics", metrics);
+  kv("eval-only", eval_only ? "true" : "false");
+  kv("eval-every", eval_every);
+  kv("eval-batches", eval_batches);
+  return to_ini() + os.str();
+}
+
 }  // namespace dtrain::train

@@ -8,6 +8,7 @@
 #include "dtrain/parallel/cpu_threads.hpp"
 #include "dtrain/parallel/device_world.hpp"
 #include "dtrain/parallel/pipeline_partition.hpp"
+#include "train/same_settings.hpp"
 #include "train/save_dir.hpp"
 #include "train/trainer_state.hpp"
 
@@ -38,8 +39,9 @@ GptConfig model_config(const TrainConfig& cfg) {
   return m;
 }
 
-const TrainConfig& validated(const TrainConfig& cfg, int world_size) {
-  cfg.validate(world_size);
+const TrainConfig& validated(const TrainConfig& cfg, Communicator& world) {
+  agree_same_settings(cfg, world);  // first: the checks below assume one config for all
+  cfg.validate(world.size());
   return cfg;
 }
 
@@ -205,7 +207,7 @@ BatchPlan batch_plan(const TrainConfig& cfg, const ProcessGrid& grid, int world_
 }  // namespace
 
 Trainer::State::State(const TrainConfig& c, Communicator& w)
-    : cfg(validated(c, w.size())),
+    : cfg(validated(c, w)),
       world(w),
       dev(configured_device(cfg, w)),
       // On a GPU, gradients, parameters and activations are device buffers: the grid's

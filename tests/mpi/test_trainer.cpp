@@ -402,22 +402,25 @@ TEST(Trainer, DataThatRanksSeeDifferentlyFailsEveryRank) {
   const std::string good = text_file("good", 4000);
   train::TrainConfig cfg = tiny_config();
   cfg.vocab = 256;  // text: a token per byte
-  cfg.data = world().rank() == 0 ? good + ".missing" : good;
-  expect_every_rank_fails(cfg, "cannot open data file");
-
+  // Different names are different settings, refused before any file is opened.
   const std::string other = text_file("other", 3000);
   cfg.data = world().rank() == 0 ? other : good;
-  expect_every_rank_fails(cfg, "the ranks see different data");
+  expect_every_rank_fails(cfg, "the ranks were given different settings: --data is '" + good + "' on rank 1, '" +
+                                   other + "' on rank 0");
 
-  // The same name and size, another content (one node's copy is stale or damaged): each rank
-  // reads "corpus.txt" in a directory of its own, rank 0's with other bytes.
+  // One name that each node resolves to its own file: each rank reads "corpus.txt" in a
+  // directory of its own.
   const std::string dir = test::fresh_dir(world(), "trainer_data", "content", world().size());
   const std::filesystem::path mine = std::filesystem::absolute(dir + "/rank" + std::to_string(world().rank()));
   std::filesystem::create_directories(mine);
-  std::ofstream(mine / "corpus.txt") << std::string(4000, world().rank() == 0 ? 'b' : 'a');
   const std::filesystem::path cwd = std::filesystem::current_path();
   std::filesystem::current_path(mine);
   cfg.data = "corpus.txt";
+  // Missing on rank 0's node.
+  if (world().rank() != 0) std::ofstream("corpus.txt") << std::string(4000, 'a');
+  expect_every_rank_fails(cfg, "cannot open data file");
+  // The same name and size, another content (one node's copy is stale or damaged).
+  std::ofstream("corpus.txt") << std::string(4000, world().rank() == 0 ? 'b' : 'a');
   expect_every_rank_fails(cfg, "the ranks see different data");
   std::filesystem::current_path(cwd);
 
@@ -432,8 +435,14 @@ TEST(Trainer, SaveDirThatRanksSeeDifferentlyFailsEveryRank) {
   if (world().size() == 1) GTEST_SKIP() << "needs several ranks";
   train::TrainConfig cfg = tiny_config();
   const std::string dir = test::fresh_dir(world(), "trainer_save", "local", world().size());
-  cfg.save_dir = dir + "/rank" + std::to_string(world().rank() == 0 ? 0 : 1);
+  // One --save-dir that each rank resolves in a directory of its own.
+  const std::filesystem::path mine = std::filesystem::absolute(dir + "/rank" + std::to_string(world().rank()));
+  std::filesystem::create_directories(mine);
+  const std::filesystem::path cwd = std::filesystem::current_path();
+  std::filesystem::current_path(mine);
+  cfg.save_dir = "ckpt";
   expect_every_rank_fails(cfg, "is not on a file system that every rank sees: rank 1 on host ");
+  std::filesystem::current_path(cwd);
   cfg.save_dir = dir + "/shared";
   train::Trainer t(cfg, world());
   EXPECT_FALSE(std::filesystem::exists(cfg.save_dir + "/.dtrain-shared-test"));  // the probe is gone

@@ -83,6 +83,9 @@ struct DTRAIN_API TrainConfig {
   int resolved_dp(int world_size) const;
   // The options as "key = value" lines (stored in checkpoints).
   std::string to_ini() const;
+  // to_ini() and the settings that steer the run around the training itself (device,
+  // checkpoints, evaluation, output, the optimiser's constants): every setting there is.
+  std::string all_settings_ini() const;
   int accum_steps(int world_size) const;
 };
 
