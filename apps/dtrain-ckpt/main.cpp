@@ -5,6 +5,7 @@
 #include <string>
 
 #include "commands.hpp"
+#include "dtrain/ckpt/file.hpp"
 #include "dtrain/core/error.hpp"
 #include "dtrain/version.hpp"
 
@@ -39,6 +40,7 @@ int main(int argc, char** argv) {
     std::printf("dtrain-ckpt %s\n", DTRAIN_VERSION_STRING);
     return 0;
   }
+  dtrain::ckpt::stop_hdf5_error_printing();  // each failure is reported once, below
   try {
     if (cmd == "inspect" && nargs == 1) return dtrain_ckpt::inspect(argv[2]);
     if (cmd == "verify" && nargs == 1) return dtrain_ckpt::verify(argv[2]);

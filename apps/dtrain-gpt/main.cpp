@@ -12,6 +12,7 @@
 #include <thread>
 #include <vector>
 
+#include "dtrain/ckpt/file.hpp"
 #include "dtrain/comm/runtime.hpp"
 #include "dtrain/core/error.hpp"
 #include "dtrain/core/log.hpp"
@@ -107,6 +108,7 @@ int main(int argc, char** argv) {
   // scheduler's warning during the set-up (a checkpoint load, the data scan) must not kill
   // the rank with no checkpoint and no status 3.
   const dtrain::train::StopSignalScope signals;
+  dtrain::ckpt::stop_hdf5_error_printing();  // dtrain's errors carry HDF5's
   std::optional<dtrain::Runtime> started;
   try {
     started.emplace(&argc, &argv);

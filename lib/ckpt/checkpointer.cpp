@@ -424,7 +424,7 @@ CheckpointInfo Checkpointer::Impl::read_file(const std::string& path) {
   info.consumed_samples = h5::read_attr_u64(file, "consumed_samples", where);
   info.data_position = h5::read_attr_u64(file, "data_position", where);
   info.run_config = h5::read_attr_string(file, "run_config", where);
-  if (h5::has_attr(file, "loss_scale")) {  // written by fp16 runs only
+  if (h5::has_attr(file, "loss_scale", where)) {  // written by fp16 runs only
     info.loss_scale = h5::read_attr_f64(file, "loss_scale", where);
     info.loss_scale_clean_steps = h5::read_attr_i64(file, "loss_scale_clean_steps", where);
   }

@@ -41,7 +41,7 @@ DatasetInfo describe(hid_t file, const std::string& path) {
   H5Sget_simple_extent_dims(space, reinterpret_cast<hsize_t*>(info.shape.data()), nullptr);
   h5::Handle type = h5::type_handle(H5Dget_type(d), path);
   info.dtype = dtype_name(type);
-  info.has_checksum = h5::has_attr(d, "checksum");
+  info.has_checksum = h5::has_attr(d, "checksum", path);
   if (info.has_checksum) info.checksum = h5::read_attr_u64(d, "checksum", path);
   const haddr_t offset = H5Dget_offset(d);
   if (offset != HADDR_UNDEF) info.file_offset = offset;
@@ -157,5 +157,7 @@ std::vector<float> CheckpointFile::read(const std::string& dataset) const {
                    "'" + impl_->path + "': cannot read dataset " + dataset);
   return out;
 }
+
+void stop_hdf5_error_printing() noexcept { H5Eset_auto2(H5E_DEFAULT, nullptr, nullptr); }
 
 }  // namespace dtrain::ckpt

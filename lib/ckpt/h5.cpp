@@ -37,7 +37,7 @@ void write_scalar(hid_t obj, const char* name, hid_t file_type, hid_t mem_type, 
 // The attribute `name`, which must hold one value: H5Aread writes every element of an array
 // into the one value's memory (a file edited by another tool may hold one).
 Handle open_single(hid_t obj, const char* name, const std::string& where) {
-  DTRAIN_CHECK(has_attr(obj, name), Errc::corrupt_data, where << " has no attribute '" << name << "'");
+  DTRAIN_CHECK(has_attr(obj, name, where), Errc::corrupt_data, where << " has no attribute '" << name << "'");
   Handle attr = attr_handle(H5Aopen(obj, name, H5P_DEFAULT), std::string("cannot open attribute ") + name);
   Handle space = space_handle(H5Aget_space(attr), "H5Aget_space");
   DTRAIN_CHECK(H5Sget_simple_extent_npoints(space) == 1, Errc::corrupt_data,
@@ -110,7 +110,14 @@ void write_attr(hid_t obj, const char* name, double value) {
   write_scalar(obj, name, H5T_IEEE_F64LE, H5T_NATIVE_DOUBLE, value);
 }
 
-bool has_attr(hid_t obj, const char* name) { return H5Aexists(obj, name) > 0; }
+bool has_attr(hid_t obj, const char* name, const std::string& where) {
+  const htri_t found = H5Aexists(obj, name);
+  // Not "absent": the object's header could not be read (a damaged file).
+  if (found < 0)
+    DTRAIN_FAIL(Errc::corrupt_data, where << ": cannot look for attribute '" << name
+                                          << "' (a damaged file?): " << hdf5_message());
+  return found > 0;
+}
 
 std::string read_attr_string(hid_t obj, const char* name, const std::string& where) {
   Handle attr = open_single(obj, name, where);

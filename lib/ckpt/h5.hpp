@@ -65,7 +65,8 @@ void write_attr(hid_t obj, const char* name, const std::string& value);
 void write_attr(hid_t obj, const char* name, std::int64_t value);
 void write_attr(hid_t obj, const char* name, std::uint64_t value);
 void write_attr(hid_t obj, const char* name, double value);
-bool has_attr(hid_t obj, const char* name);
+// Whether obj has the attribute; Errc::corrupt_data (after `where`) when HDF5 cannot tell.
+bool has_attr(hid_t obj, const char* name, const std::string& where);
 // Read with conversion to the requested type; a missing attribute throws Errc::corrupt_data.
 std::string read_attr_string(hid_t obj, const char* name, const std::string& where);
 std::int64_t read_attr_i64(hid_t obj, const char* name, const std::string& where);

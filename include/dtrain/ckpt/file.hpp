@@ -49,4 +49,11 @@ class DTRAIN_API CheckpointFile {
   std::unique_ptr<Impl> impl_;
 };
 
+// For programs that use HDF5 only through dtrain, whose calls report every HDF5 failure in
+// their errors: turns HDF5's own printing of its error stack off for the process. That also
+// silences the "HDF5: infinite loop closing library" report at exit that HDF5 1.10 prints
+// after a failed read of a damaged file's metadata (state it does not free). Programs that
+// call HDF5 themselves keep its default.
+DTRAIN_API void stop_hdf5_error_printing() noexcept;
+
 }  // namespace dtrain::ckpt
