@@ -4,11 +4,15 @@
 //   N bytes  JSON {"__metadata__": {str: str}, name: {"dtype": "F32", "shape": [...],
 //            "data_offsets": [begin, end]}, ...}, padded with spaces to a multiple of 8
 //   then     the tensors' bytes, little-endian, row-major, back to back in header order
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <cerrno>
 #include <cstdint>
+#include <cstdlib>
 #include <cstdio>
 #include <cstring>
 #include <filesystem>
-#include <fstream>
 #include <sstream>
 #include <string>
 #include <utility>
@@ -100,28 +104,43 @@ int export_safetensors(const std::string& file, const std::string& out) {
   std::string header = json.str();
   header.append((8 - header.size() % 8) % 8, ' ');
 
-  // Written under a temporary name and renamed when complete, so OUT naming the checkpoint
-  // itself (or a link to it) is refused, and a failed export leaves no half-written file.
-  std::error_code same_ec;
-  DTRAIN_CHECK(!std::filesystem::equivalent(file, out, same_ec), Errc::invalid_argument,
+  // Written under a new temporary name next to OUT and renamed when complete, so OUT naming
+  // the checkpoint itself (or a link to it) is refused, no existing file is written into,
+  // and a failed export leaves no half-written file.
+  namespace fs = std::filesystem;
+  std::error_code same_ec, type_ec;
+  DTRAIN_CHECK(!fs::equivalent(file, out, same_ec), Errc::invalid_argument,
                "'" << out << "' is the checkpoint itself: export to another file");
-  const std::string tmp = out + ".tmp";
-  std::ofstream os(tmp, std::ios::binary | std::ios::trunc);
-  DTRAIN_CHECK(os, Errc::io, "cannot create '" << tmp << "'");
+  const fs::file_status existing = fs::status(out, type_ec);
+  DTRAIN_CHECK(!fs::exists(existing) || fs::is_regular_file(existing), Errc::invalid_argument,
+               "'" << out << "' exists and is not a regular file: export to a file");
+  std::string tmp = out + ".XXXXXX";
+  const int fd = ::mkstemp(tmp.data());
+  DTRAIN_CHECK(fd >= 0, Errc::io, "cannot create a file next to '" << out << "': " << std::strerror(errno));
+  ::fchmod(fd, 0644);  // mkstemp's 0600 would keep the export from other users
+  std::FILE* os = ::fdopen(fd, "wb");
   unsigned char len[8];
   for (int i = 0; i < 8; ++i) len[i] = static_cast<unsigned char>(static_cast<std::uint64_t>(header.size()) >> (8 * i));
-  os.write(reinterpret_cast<const char*>(len), 8);
-  os.write(header.data(), static_cast<std::streamsize>(header.size()));
-  for (const ck::DatasetInfo* d : tensors) {
-    std::vector<float> data = f.read(d->path);
-    to_little_endian(data);
-    os.write(reinterpret_cast<const char*>(data.data()), static_cast<std::streamsize>(data.size() * 4));
+  bool good = os != nullptr && std::fwrite(len, 1, 8, os) == 8 &&
+              std::fwrite(header.data(), 1, header.size(), os) == header.size();
+  try {
+    for (std::size_t i = 0; good && i < tensors.size(); ++i) {
+      std::vector<float> data = f.read(tensors[i]->path);
+      to_little_endian(data);
+      good = std::fwrite(data.data(), 4, data.size(), os) == data.size();
+    }
+  } catch (...) {
+    os ? std::fclose(os) : ::close(fd);
+    fs::remove(tmp, type_ec);
+    throw;
   }
-  os.close();
+  const int err = errno;
+  good = (os ? std::fclose(os) == 0 : ::close(fd) == 0) && good;
+  if (!good) fs::remove(tmp, type_ec);
+  DTRAIN_CHECK(good, Errc::io, "cannot write '" << tmp << "': " << std::strerror(err));
   std::error_code ec;
-  if (!os.good()) std::filesystem::remove(tmp, ec);
-  DTRAIN_CHECK(os.good(), Errc::io, "cannot write '" << tmp << "'");
-  std::filesystem::rename(tmp, out, ec);
+  fs::rename(tmp, out, ec);
+  if (ec) fs::remove(tmp, type_ec);
   DTRAIN_CHECK(!ec, Errc::io, "cannot rename '" << tmp << "' to '" << out << "': " << ec.message());
   std::printf("exported %zu tensors (%llu bytes of data) to %s\n", tensors.size(),
               static_cast<unsigned long long>(offset), out.c_str());

@@ -1,0 +1,25 @@
+#!/usr/bin/env bash
+# ckpt_export_safety.sh TOOL FILE DIR: `TOOL export` never writes into an existing file:
+# not an input named like its temporary, nor one a link there points to, nor a FIFO or a
+# directory given as OUT (refused, status 2, nothing left behind).
+set -u
+tool=$1 file=$2 dir=$3
+fail() { echo "FAIL: $*"; exit 1; }
+rm -rf "$dir" && mkdir -p "$dir" || fail "cannot make $dir"
+cp "$file" "$dir/in.st.tmp"
+"$tool" export "$dir/in.st.tmp" "$dir/in.st" >/dev/null || fail "export of in.st.tmp failed"
+"$tool" verify "$dir/in.st.tmp" >/dev/null || fail "the input named like the temporary was damaged"
+cp "$file" "$dir/linked.h5"
+ln -s linked.h5 "$dir/out.st.tmp"
+"$tool" export "$dir/linked.h5" "$dir/out.st" >/dev/null || fail "export next to a link failed"
+"$tool" verify "$dir/linked.h5" >/dev/null || fail "the file a link named out.st.tmp points to was damaged"
+mkfifo "$dir/fifo"
+"$tool" export "$file" "$dir/fifo" >/dev/null 2>&1
+[ $? -eq 2 ] || fail "export onto a FIFO: expected status 2"
+[ -p "$dir/fifo" ] || fail "the FIFO was replaced"
+mkdir "$dir/sub"
+out=$("$tool" export "$file" "$dir/sub" 2>&1)
+[ $? -eq 2 ] || fail "export onto a directory: expected status 2: $out"
+left=$(ls "$dir" | grep -c '^sub\.\|^fifo\.')
+[ "$left" -eq 0 ] || fail "temporary files left behind: $(ls "$dir")"
+echo "ok: export wrote only its own new files"
