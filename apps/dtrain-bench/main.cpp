@@ -11,7 +11,7 @@ int main(int argc, char** argv) {
   try {
     dtrain::Runtime runtime(&argc, &argv);
     bench::Options options;
-    switch (bench::parse_options(argc, argv, options, runtime.rank() == 0)) {
+    switch (bench::parse_options(argc, argv, options, runtime.size(), runtime.rank() == 0)) {
       case bench::ParseResult::help: return 0;
       case bench::ParseResult::error: return 2;
       case bench::ParseResult::run: break;

@@ -4,13 +4,19 @@
 
 #include <cctype>
 #include <iostream>
+#include <limits>
 #include <stdexcept>
+#include <string>
+#include <vector>
 
 namespace po = boost::program_options;
 
 namespace bench {
 
 std::size_t parse_bytes(const std::string& text) {
+  // stoull would take "-1" as 2^64 - 1
+  if (text.empty() || !std::isdigit(static_cast<unsigned char>(text[0])))
+    throw std::invalid_argument("bad size '" + text + "'");
   std::size_t pos = 0;
   const unsigned long long value = std::stoull(text, &pos);
   std::string suffix = text.substr(pos);
@@ -19,6 +25,8 @@ std::size_t parse_bytes(const std::string& text) {
   else if (suffix == "M" || suffix == "m" || suffix == "MiB") shift = 20;
   else if (suffix == "G" || suffix == "g" || suffix == "GiB") shift = 30;
   else if (!suffix.empty() && suffix != "B") throw std::invalid_argument("bad size '" + text + "'");
+  if (value > (std::numeric_limits<std::size_t>::max() >> shift))
+    throw std::invalid_argument("size '" + text + "' is too large");
   return static_cast<std::size_t>(value) << shift;
 }
 
@@ -31,7 +39,7 @@ dtrain::ReduceOp parse_redop(const std::string& s) {
 }
 }  // namespace
 
-ParseResult parse_options(int argc, char** argv, Options& out, bool print) {
+ParseResult parse_options(int argc, char** argv, Options& out, int ranks, bool print) {
   std::string op = "all_reduce", min_bytes = "4", max_bytes = "256M", dtype = "f32",
               redop = "sum";
   po::options_description desc(
@@ -59,12 +67,19 @@ ParseResult parse_options(int argc, char** argv, Options& out, bool print) {
        "only measure one core's memcpy bandwidth over the size range (the physical ceiling)");
   try {
     po::variables_map vm;
-    po::store(po::parse_command_line(argc, argv, desc), vm);
+    // Words that are not options are collected, to be refused by name (not ignored).
+    std::vector<std::string> stray;
+    po::options_description all;
+    all.add(desc).add_options()("stray", po::value(&stray));
+    po::positional_options_description words;
+    words.add("stray", -1);
+    po::store(po::command_line_parser(argc, argv).options(all).positional(words).run(), vm);
     if (vm.count("help")) {
       if (print) std::cout << desc << "\n";
       return ParseResult::help;
     }
     po::notify(vm);
+    if (!stray.empty()) throw std::invalid_argument("unexpected argument '" + stray.front() + "'");
     out.ops = op == "all" ? std::vector<std::string>{"all_reduce", "all_gather", "reduce_scatter",
                                                       "broadcast"}
                           : std::vector<std::string>{op};
@@ -79,6 +94,16 @@ ParseResult parse_options(int argc, char** argv, Options& out, bool print) {
       throw std::invalid_argument("need 0 < --min-bytes <= --max-bytes");
     if (out.step_factor <= 1.0) throw std::invalid_argument("--step-factor must exceed 1");
     if (out.iters < 1 || out.warmup < 0) throw std::invalid_argument("need --iters >= 1, --warmup >= 0");
+    if (out.root < 0 || out.root >= ranks)
+      throw std::invalid_argument("--root " + std::to_string(out.root) + " is not a rank (0.." +
+                                  std::to_string(ranks - 1) + ")");
+    if (out.baseline) {  // raw MPI_Allreduce on the same buffers
+      if (out.ops != std::vector<std::string>{"all_reduce"})
+        throw std::invalid_argument("--baseline compares all_reduce only");
+      if (out.dtype == dtrain::DType::bf16 || out.dtype == dtrain::DType::f16)
+        throw std::invalid_argument("--baseline: MPI has no 16-bit float type");
+      if (out.redop == dtrain::ReduceOp::avg) throw std::invalid_argument("--baseline: MPI has no avg reduction");
+    }
   } catch (const std::exception& e) {
     if (print) std::cerr << "dtrain-bench: " << e.what() << "\n(--help lists the options)\n";
     return ParseResult::error;

@@ -28,7 +28,8 @@ struct Options {
 std::size_t parse_bytes(const std::string& text);
 
 enum class ParseResult { run, help, error };
-// print: whether this rank writes help and errors (rank 0 only, to avoid N copies).
-ParseResult parse_options(int argc, char** argv, Options& out, bool print);
+// ranks: the world's size (for --root). print: whether this rank writes help and errors
+// (rank 0 only, to avoid N copies).
+ParseResult parse_options(int argc, char** argv, Options& out, int ranks, bool print);
 
 }  // namespace bench
