@@ -43,13 +43,32 @@ std::string model_text(long layers, long heads, long d_model, long seq_len, long
   return os.str();
 }
 
-// H5Lexists fails on a missing intermediate group, so test each level of the path.
-bool link_exists(hid_t file, const std::string& path) {
+// H5Lexists fails on a missing intermediate group, so test each level of the path. A level
+// HDF5 cannot read (its metadata fails its checksum) is damage, not absence: Errc::corrupt_data
+// after `where`.
+bool link_exists(hid_t file, const std::string& path, const std::string& where) {
   for (std::size_t pos = path.find('/', 1);; pos = path.find('/', pos + 1)) {
     const std::string prefix = path.substr(0, pos);
-    if (H5Lexists(file, prefix.c_str(), H5P_DEFAULT) <= 0) return false;
+    const htri_t found = H5Lexists(file, prefix.c_str(), H5P_DEFAULT);
+    if (found < 0) h5::fail_damaged(where + ": cannot look up " + prefix);
+    if (found == 0) return false;
     if (pos == std::string::npos) return true;
   }
+}
+
+// The group at `path`: Errc::corrupt_data when the file has none, or HDF5 cannot open it.
+h5::Handle open_group(hid_t file, const std::string& path, const std::string& where) {
+  DTRAIN_CHECK(link_exists(file, path, where), Errc::corrupt_data, where << " has no " << path << " group");
+  const hid_t id = H5Gopen2(file, path.c_str(), H5P_DEFAULT);
+  if (id < 0) h5::fail_damaged(where + ": cannot open " + path);
+  return h5::Handle(id, H5Gclose);
+}
+
+// The dataset at `path`, which the caller found: Errc::corrupt_data when HDF5 cannot open it.
+h5::Handle open_dataset(hid_t file, const std::string& path, const std::string& where) {
+  const hid_t id = H5Dopen2(file, path.c_str(), H5P_DEFAULT);
+  if (id < 0) h5::fail_damaged(where + ": cannot open dataset " + path);
+  return h5::Handle(id, H5Dclose);
 }
 
 }  // namespace
@@ -361,8 +380,7 @@ void Checkpointer::Impl::write_file(const std::string& path, const CheckpointInf
 }
 
 void Checkpointer::Impl::check_model(hid_t file, const std::string& path) {
-  h5::Handle mg = h5::group_handle(H5Gopen2(file, "/model", H5P_DEFAULT),
-                                   "checkpoint '" + path + "' has no /model group");
+  h5::Handle mg = open_group(file, "/model", "checkpoint '" + path + "'");
   const std::string where = "checkpoint '" + path + "' /model";
   const long layers = h5::read_attr_i64(mg, "layers", where);
   const long heads = h5::read_attr_i64(mg, "heads", where);
@@ -378,11 +396,11 @@ void Checkpointer::Impl::check_model(hid_t file, const std::string& path) {
   for (const TensorEntry& e : directory) {
     const std::string name = dataset_path(e, kParam);
     std::vector<std::uint64_t> want(e.shape.begin(), e.shape.end());
-    if (!link_exists(file, name)) {
+    if (!link_exists(file, name, "checkpoint '" + path + "'")) {
       DTRAIN_FAIL(Errc::invalid_config, "checkpoint '" << path << "' has no dataset " << name
                   << ": it was written for " << theirs << ", this run has " << ours);
     }
-    h5::Handle d = h5::dataset_handle(H5Dopen2(file, name.c_str(), H5P_DEFAULT), name);
+    h5::Handle d = open_dataset(file, name, "checkpoint '" + path + "'");
     h5::Handle s = h5::space_handle(H5Dget_space(d), name);
     std::vector<std::uint64_t> dims(static_cast<std::size_t>(std::max(0, H5Sget_simple_extent_ndims(s))));
     H5Sget_simple_extent_dims(s, reinterpret_cast<hsize_t*>(dims.data()), nullptr);
@@ -428,7 +446,7 @@ CheckpointInfo Checkpointer::Impl::read_file(const std::string& path) {
     info.loss_scale = h5::read_attr_f64(file, "loss_scale", where);
     info.loss_scale_clean_steps = h5::read_attr_i64(file, "loss_scale_clean_steps", where);
   }
-  h5::Handle og = h5::group_handle(H5Gopen2(file, "/optimizer", H5P_DEFAULT), where + ": no /optimizer group");
+  h5::Handle og = open_group(file, "/optimizer", where);
   const long opt_step = h5::read_attr_i64(og, "step", where + " /optimizer");
 
   h5::Handle dxpl = h5::plist_handle(H5Pcreate(H5P_DATASET_XFER), "H5Pcreate");
@@ -441,9 +459,8 @@ CheckpointInfo Checkpointer::Impl::read_file(const std::string& path) {
     const std::vector<std::uint64_t> want(e.shape.begin(), e.shape.end());
     for (int kind : {kParam, kExpAvg, kExpAvgSq}) {
       const std::string name = dataset_path(e, kind);
-      DTRAIN_CHECK(link_exists(file, name), Errc::corrupt_data, where << " has no dataset " << name);
-      h5::Handle d = h5::dataset_handle(H5Dopen2(file, name.c_str(), H5P_DEFAULT),
-                                        where + ": cannot open dataset " + name);
+      DTRAIN_CHECK(link_exists(file, name, where), Errc::corrupt_data, where << " has no dataset " << name);
+      h5::Handle d = open_dataset(file, name, where);
       h5::Handle s = h5::space_handle(H5Dget_space(d), name);
       std::vector<std::uint64_t> dims(static_cast<std::size_t>(std::max(0, H5Sget_simple_extent_ndims(s))));
       H5Sget_simple_extent_dims(s, reinterpret_cast<hsize_t*>(dims.data()), nullptr);

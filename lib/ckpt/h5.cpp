@@ -113,10 +113,12 @@ void write_attr(hid_t obj, const char* name, double value) {
 bool has_attr(hid_t obj, const char* name, const std::string& where) {
   const htri_t found = H5Aexists(obj, name);
   // Not "absent": the object's header could not be read (a damaged file).
-  if (found < 0)
-    DTRAIN_FAIL(Errc::corrupt_data, where << ": cannot look for attribute '" << name
-                                          << "' (a damaged file?): " << hdf5_message());
+  if (found < 0) fail_damaged(where + ": cannot look for attribute '" + name + "'");
   return found > 0;
+}
+
+void fail_damaged(const std::string& what) {
+  DTRAIN_FAIL(Errc::corrupt_data, what << " (a damaged file?): " << hdf5_message());
 }
 
 std::string read_attr_string(hid_t obj, const char* name, const std::string& where) {

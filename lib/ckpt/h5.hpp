@@ -65,6 +65,9 @@ void write_attr(hid_t obj, const char* name, const std::string& value);
 void write_attr(hid_t obj, const char* name, std::int64_t value);
 void write_attr(hid_t obj, const char* name, std::uint64_t value);
 void write_attr(hid_t obj, const char* name, double value);
+// Errc::corrupt_data: `what` (a damaged file?) and HDF5's innermost message, for a call that
+// failed on metadata HDF5 could not read.
+[[noreturn]] void fail_damaged(const std::string& what);
 // Whether obj has the attribute; Errc::corrupt_data (after `where`) when HDF5 cannot tell.
 bool has_attr(hid_t obj, const char* name, const std::string& where);
 // Read with conversion to the requested type; a missing attribute throws Errc::corrupt_data.
