@@ -146,11 +146,14 @@ std::vector<float> CheckpointFile::read(const std::string& dataset) const {
   h5::Handle d = h5::dataset_handle(H5Dopen2(impl_->file, dataset.c_str(), H5P_DEFAULT),
                                     "cannot open dataset " + dataset);
   // A made-up shape must neither wrap to a small buffer H5Dread overruns nor ask for more
-  // memory than the file holds data.
+  // memory than the file holds data. Only contiguous data (what dtrain writes) has a known
+  // size: a file repacked with compression (h5repack) stores chunks of any size.
   std::size_t n = 1;
   bool wraps = false;
   for (std::uint64_t dim : info->shape) wraps = wraps || __builtin_mul_overflow(n, dim, &n);
-  DTRAIN_CHECK(!wraps && n <= H5Dget_storage_size(d) / sizeof(float), Errc::corrupt_data,
+  h5::Handle dcpl = h5::plist_handle(H5Dget_create_plist(d), "H5Dget_create_plist");
+  const bool contiguous = H5Pget_layout(dcpl) == H5D_CONTIGUOUS;
+  DTRAIN_CHECK(!wraps && (!contiguous || n <= H5Dget_storage_size(d) / sizeof(float)), Errc::corrupt_data,
                "'" << impl_->path << "': dataset " << dataset << " holds fewer values than its shape");
   std::vector<float> out(n);
   h5::check_status(H5Dread(d, H5T_NATIVE_FLOAT, H5S_ALL, H5S_ALL, H5P_DEFAULT, out.data()),
