@@ -1,4 +1,5 @@
 // verify: the format attributes, then every dataset's checksum recomputed from its data.
+#include <algorithm>
 #include <cstdio>
 #include <string>
 
@@ -29,7 +30,9 @@ int verify(const std::string& file) {
   const ck::AttributeList root = f.attributes("/");
   if (attribute(root, "format") != ck::kFormatName) return bad(file, "not a dtrain checkpoint");
   const std::string version = attribute(root, "format_version");
-  if (version.empty() || std::stol(version) < 1 || std::stol(version) > ck::kFormatVersion)
+  const bool integer = !version.empty() && version.size() <= 9 &&
+                       std::all_of(version.begin(), version.end(), [](char c) { return c >= '0' && c <= '9'; });
+  if (!integer || std::stol(version) < 1 || std::stol(version) > ck::kFormatVersion)
     return bad(file, "format version '" + version + "' is not one this tool reads");
   if (attribute(root, "checksum_algorithm") != ck::kChecksumAlgorithm)
     return bad(file, "unknown checksum algorithm '" + attribute(root, "checksum_algorithm") + "'");
