@@ -163,6 +163,21 @@ po::options_description describe(Parsed& p, std::string& config_file) {
   return all;
 }
 
+// `--data ''` or `save-dir =` would quietly mean the default (the built-in corpus, no
+// checkpoints): an option given with an empty value is refused, naming it. `file`: the
+// --config file the options came from, empty for the command line.
+void refuse_empty_values(const po::parsed_options& parsed, const std::string& file) {
+  for (const po::option& o : parsed.options) {
+    if (o.string_key == "stray" || o.value.empty() || !o.value.front().empty()) continue;
+    if (file.empty())
+      DTRAIN_FAIL(Errc::invalid_config, "--" << o.string_key << " was given an empty value: give "
+                                        "one, or leave the option out for its default");
+    DTRAIN_FAIL(Errc::invalid_config, "--config file '" << file << "': '" << o.string_key
+                                      << " =' has no value: give one, or leave the line out "
+                                         "for its default");
+  }
+}
+
 }  // namespace
 
 Parsed parse_options(int argc, char** argv) {
@@ -177,7 +192,10 @@ Parsed parse_options(int argc, char** argv) {
     with_stray.add(all).add_options()("stray", po::value<std::vector<std::string>>());
     po::positional_options_description stray;
     stray.add("stray", -1);
-    po::store(po::command_line_parser(argc, argv).options(with_stray).positional(stray).run(), vm);
+    const po::parsed_options from_command_line =
+        po::command_line_parser(argc, argv).options(with_stray).positional(stray).run();
+    refuse_empty_values(from_command_line, "");
+    po::store(from_command_line, vm);
     DTRAIN_CHECK(!vm.count("stray"), Errc::invalid_config,
                  "unexpected argument '" << vm["stray"].as<std::vector<std::string>>().front()
                      << "': options are --name value (see --help)");
@@ -188,13 +206,19 @@ Parsed parse_options(int argc, char** argv) {
                    "--config '" << path << "' is a directory, not a file");
       std::ifstream in(path);
       DTRAIN_CHECK(in.good(), Errc::invalid_config, "cannot read --config file '" << path << "'");
-      const po::parsed_options from_file = po::parse_config_file(in, all);
-      for (const po::option& o : from_file.options)
-        DTRAIN_CHECK(o.string_key != "config", Errc::invalid_config,
-                     "--config file '" << path << "' names another (config = ...): files do not "
-                     "nest; give the options of both in one file");
-      // Command-line values were stored first and take precedence over the file.
-      po::store(from_file, vm);
+      const std::string in_file = "--config file '" + path + "': ";
+      try {
+        const po::parsed_options from_file = po::parse_config_file(in, all);
+        for (const po::option& o : from_file.options)
+          DTRAIN_CHECK(o.string_key != "config", Errc::invalid_config,
+                       in_file << "it names another (config = ...): files do not nest; give the "
+                                  "options of both in one file");
+        refuse_empty_values(from_file, path);
+        // Command-line values were stored first and take precedence over the file.
+        po::store(from_file, vm);
+      } catch (const po::error& e) {
+        DTRAIN_FAIL(Errc::invalid_config, in_file << e.what() << " (see --help)");
+      }
     }
     po::notify(vm);
     if (vm["fp32-param-arena"].as<bool>()) {
