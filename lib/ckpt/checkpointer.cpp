@@ -525,7 +525,19 @@ void Checkpointer::Impl::check_free_space(const std::string& dir, LocalFailure& 
                          mib(needed) + ", " + mib(space.available) + " are free");
 }
 
+void Checkpointer::check_directory_path(const std::string& dir, int ranks) {
+  // The longest a save's temporary file will be (steps of up to 8 digits): refused now, not
+  // at a save hours later.
+  check_mpi_io_path((std::filesystem::path(dir) / (checkpoint_name(0) + ".tmp")).string(), ranks);
+}
+
 void Checkpointer::Impl::make_and_lock(const std::string& dir, LocalFailure& f) {
+  try {
+    check_directory_path(dir, grid.world().size());
+  } catch (const std::exception& e) {
+    f.record(e);
+    return;
+  }
   std::error_code ec;
   std::filesystem::create_directories(dir, ec);
   if (ec) {
@@ -534,10 +546,6 @@ void Checkpointer::Impl::make_and_lock(const std::string& dir, LocalFailure& f) 
   }
   if (dir_lock && dir == locked_dir) return;
   try {
-    // The longest a save's temporary file will be (steps of up to 8 digits): refused now,
-    // not at a save hours later.
-    check_mpi_io_path((std::filesystem::path(dir) / (checkpoint_name(0) + ".tmp")).string(),
-                      grid.world().size());
     // The new claim first: a refused one keeps the old, and the same directory spelt
     // differently is the same lock (never released in between).
     std::shared_ptr<DirectoryLock> next = lock_directory(dir);

@@ -251,7 +251,10 @@ Trainer::State::State(const TrainConfig& c, Communicator& w)
   }
   on_root_for_all(w, [this] {  // rank 0 writes both
     if (!cfg.metrics.empty()) metrics.open(cfg.metrics);
-    if (!cfg.save_dir.empty() && !cfg.eval_only) check_save_dir(cfg.save_dir);
+    if (!cfg.save_dir.empty() && !cfg.eval_only) {
+      ckpt::Checkpointer::check_directory_path(cfg.save_dir, world.size());  // before making it
+      check_save_dir(cfg.save_dir);
+    }
   });
   if (!cfg.save_dir.empty() && !cfg.eval_only) {
     checkpoints().claim(cfg.save_dir);  // a second run into it fails now, not at a save

@@ -62,6 +62,11 @@ class DTRAIN_API Checkpointer {
   // start-up to fail before training rather than at its first save.
   void claim(const std::string& dir);
 
+  // Local: throws Error(Errc::io) when the MPI library could not open the
+  // checkpoint files of dir from `ranks` ranks (Open MPI's path limit, mpi_io_path.hpp);
+  // claim() and save() check it before making the directory.
+  static void check_directory_path(const std::string& dir, int ranks);
+
   // Collective. Claims dir (as claim()), writes dir/step_<info.step>.h5 atomically
   // (temporary name, flush, close, rename), points dir/latest at it and deletes all but the
   // newest `keep` checkpoints. Returns the path written. Errors throw Error(Errc::io) on
