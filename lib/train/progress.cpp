@@ -1,5 +1,6 @@
 #include "train/progress.hpp"
 
+#include <cmath>
 #include <cstdio>
 
 namespace dtrain::train {
@@ -67,7 +68,8 @@ std::string Progress::summary(long steps, double loss, double val_loss, double s
                               double tokens_per_s, double mfu, std::uint64_t rank_bytes) const {
   std::string s = "done: " + std::to_string(steps) + " steps";
   if (start_step_ > 0) s += " (" + std::to_string(steps - start_step_) + " in this run)";
-  s += " in " + format("%.1fs", seconds) + " | final loss " + format("%.4f", loss);
+  s += " in " + format("%.1fs", seconds);
+  s += std::isnan(loss) ? " | no step trained" : " | final loss " + format("%.4f", loss);
   if (val_loss >= 0) s += " | val " + format("%.4f", val_loss);
   if (entropy_rate_ > 0) s += " | corpus entropy " + format("%.4f", entropy_rate_);
   if (tokens_per_s > 0)

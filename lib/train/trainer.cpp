@@ -187,6 +187,7 @@ TrainSummary Trainer::run() {
   sum.entropy_rate = s.source->entropy_rate();
   sum.memory = s.memory;
   sum.start_step = s.start_step;
+  sum.final_loss = std::numeric_limits<double>::quiet_NaN();  // until a step is trained
   StopSignalScope signals;  // SIGTERM/SIGUSR1 only set a flag until run() returns
   // A stop requested before run() (a signal during the program's set-up, under its own
   // StopSignalScope) is acted on; run() consumes it, so a later run() starts clean.
@@ -213,7 +214,6 @@ TrainSummary Trainer::run() {
     DTRAIN_LOG(info, "nothing to train: the run resumed at step " << s.step << " and --steps is "
                      << s.cfg.steps);
     sum.steps = s.step;
-    sum.final_loss = std::numeric_limits<double>::quiet_NaN();
     return sum;
   }
   Progress progress(s.start_step, s.cfg.steps, s.tokens_per_step(), s.model.flops_per_token(),
@@ -224,7 +224,6 @@ TrainSummary Trainer::run() {
   double exposed = 0;
   if (s.agree_stop()) {
     DTRAIN_LOG(info, "a stop signal arrived before the first step: stopping at step " << s.step);
-    sum.final_loss = std::numeric_limits<double>::quiet_NaN();
   }
   while (!s.stopped && s.step < s.cfg.steps) {
     Stopwatch watch;
