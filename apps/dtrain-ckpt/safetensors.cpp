@@ -19,6 +19,7 @@
 #include <vector>
 
 #include "commands.hpp"
+#include "dtrain/ckpt/checksum.hpp"
 #include "dtrain/ckpt/file.hpp"
 #include "dtrain/core/error.hpp"
 
@@ -126,6 +127,11 @@ int export_safetensors(const std::string& file, const std::string& out) {
   try {
     for (std::size_t i = 0; good && i < tensors.size(); ++i) {
       std::vector<float> data = f.read(tensors[i]->path);
+      // A damaged tensor is not exported as if it were the model's.
+      DTRAIN_CHECK(!tensors[i]->has_checksum ||
+                       ck::checksum_run(data.data(), data.size(), 0) == tensors[i]->checksum,
+                   Errc::corrupt_data, "dataset " << tensors[i]->path << " fails its checksum: '" << file
+                                                  << "' is damaged, nothing exported");
       to_little_endian(data);
       good = std::fwrite(data.data(), 4, data.size(), os) == data.size();
     }
