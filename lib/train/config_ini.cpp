@@ -5,11 +5,26 @@
 #include "dtrain/train/config.hpp"
 
 namespace dtrain::train {
+namespace {
+
+// "key = value" lines; numbers with every digit they need to read back the same.
+class IniLines {
+ public:
+  IniLines() { os_.precision(17); }
+  template <class T>
+  void operator()(const char* key, const T& value) {
+    os_ << key << " = " << value << "\n";
+  }
+  std::string str() const { return os_.str(); }
+
+ private:
+  std::ostringstream os_;
+};
+
+}  // namespace
 
 std::string TrainConfig::to_ini() const {
-  std::ostringstream os;
-  os.precision(17);
-  auto kv = [&os](const char* key, const auto& value) { os << key << " = " << value << "\n"; };
+  IniLines kv;
   kv("layers", layers);
   kv("heads", heads);
   kv("d-model", d_model);
@@ -45,13 +60,11 @@ std::string TrainConfig::to_ini() const {
   kv("param-storage", param_storage);
   kv("fp32-activations", fp32_activations ? "true" : "false");
   kv("recompute", recompute ? "true" : "false");
-  return os.str();
+  return kv.str();
 }
 
 std::string TrainConfig::all_settings_ini() const {
-  std::ostringstream os;
-  os.precision(17);
-  auto kv = [&os](const char* key, const auto& value) { os << key << " = " << value << "\n"; };
+  IniLines kv;
   kv("beta1", beta1);
   kv("beta2", beta2);
   kv("eps", eps);
@@ -65,7 +78,7 @@ std::string TrainConfig::all_settings_ini() const {
   kv("eval-only", eval_only ? "true" : "false");
   kv("eval-every", eval_every);
   kv("eval-batches", eval_batches);
-  return to_ini() + os.str();
+  return to_ini() + kv.str();
 }
 
 }  // namespace dtrain::train

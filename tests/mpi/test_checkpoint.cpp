@@ -79,6 +79,18 @@ std::vector<std::int32_t> logical_state(train::Trainer& t) {
   return out;
 }
 
+// Flips the bits of `mask` in the byte at offset `at` of the file, as bit rot would.
+void flip_bits(const std::string& path, std::uint64_t at, char mask) {
+  std::fstream io(path, std::ios::in | std::ios::out | std::ios::binary);
+  io.seekg(static_cast<std::streamoff>(at));
+  char c = 0;
+  io.read(&c, 1);
+  c ^= mask;
+  io.seekp(static_cast<std::streamoff>(at));
+  io.write(&c, 1);
+  ASSERT_TRUE(io.good()) << "cannot flip byte " << at << " of " << path;
+}
+
 // Runs fn and returns the Error it throws (a default Error(ok) when it throws none).
 template <class F>
 Error error_of(F&& fn) {
@@ -248,13 +260,7 @@ TEST(Checkpoint, CorruptDatasetIsRefusedByNameAndThePreviousOneStillLoads) {
     H5Dclose(d);
     H5Fclose(f);
     ASSERT_NE(at, HADDR_UNDEF);
-    std::fstream io(bad, std::ios::in | std::ios::out | std::ios::binary);
-    io.seekg(static_cast<std::streamoff>(at + 100));
-    char c = 0;
-    io.read(&c, 1);
-    c ^= 0x10;
-    io.seekp(static_cast<std::streamoff>(at + 100));
-    io.write(&c, 1);
+    flip_bits(bad, at + 100, 0x10);
   }
   world().barrier();
   cfg.resume = "auto";  // latest names the corrupt file
@@ -285,13 +291,7 @@ TEST(Checkpoint, DamagedMetadataIsReportedAsDamageNotAsAbsence) {
   for (int at = 48; at <= 140; at += 4) {
     if (world().rank() == 0) {
       fs::copy_file(good, copy, fs::copy_options::overwrite_existing);
-      std::fstream io(copy, std::ios::in | std::ios::out | std::ios::binary);
-      io.seekg(at);
-      char c = 0;
-      io.read(&c, 1);
-      c ^= 0x01;
-      io.seekp(at);
-      io.write(&c, 1);
+      flip_bits(copy, static_cast<std::uint64_t>(at), 0x01);
     }
     world().barrier();
     cfg.resume = copy;
