@@ -1,9 +1,10 @@
 #!/usr/bin/env bash
 # jobscript_requeue.sh SCRIPT: runs a SLURM job script with stand-ins for srun (one "rank"
 # that, on SIGUSR1, moves `latest` or not and exits with a given status) and scontrol (which
-# records its arguments), sends the script SLURM's warning signal, and checks when it
-# requeues: on status 3; on another status only when `latest` moved after the signal (a site
-# that kills the other ranks when the first exits); never after a plain failure or success.
+# records its arguments), and checks when it requeues: after SLURM's warning signal reached
+# the script, on status 3, or on a signal status (> 128: a site that kills the other ranks
+# when the first exits) when `latest` moved; never after an error or success, nor when the
+# signal reached the ranks but not the script (scancel --signal to the steps).
 set -u
 script=$1
 fail() { echo "FAIL: $*"; exit 1; }
@@ -18,24 +19,24 @@ on_usr1() {
   exit "$FAKE_STATUS"
 }
 trap on_usr1 USR1
-echo ready > "$READY"
+echo $$ > "$READY"
 for _ in $(seq 1 300); do sleep 0.1; done
 exit 0
 STUB
 printf '#!/bin/sh\necho "$@" >> "%s/requeued"\n' "$work" > "$work/bin/scontrol"
 chmod +x "$work/bin/srun" "$work/bin/scontrol"
 
-# run STATUS SAVES: runs the script; its status must be srun's; $work/result says whether it
-# requeued (y/n).
+# run STATUS SAVES [direct]: runs the script and signals it (with "direct": the stand-in
+# rank instead); its status must be srun's; $work/result says whether it requeued (y/n).
 run() {
   rm -f "$work/requeued" "$work/ready"
   echo step_00000001.h5 > "$work/ckpt/latest"
   PATH="$work/bin:$PATH" CKPT_DIR="$work/ckpt" READY="$work/ready" FAKE_STATUS=$1 FAKE_SAVES=$2 \
     SLURM_CPUS_PER_TASK=2 SLURM_JOB_NAME=test SLURM_JOB_ID=42 bash "$script" > "$work/log" 2>&1 &
   local pid=$!
-  for _ in $(seq 1 100); do [ -e "$work/ready" ] && break; sleep 0.1; done
-  [ -e "$work/ready" ] || fail "the stand-in srun did not start: $(cat "$work/log")"
-  kill -USR1 "$pid"
+  for _ in $(seq 1 100); do [ -s "$work/ready" ] && break; sleep 0.1; done
+  [ -s "$work/ready" ] || fail "the stand-in srun did not start: $(cat "$work/log")"
+  if [ "${3:-}" = direct ]; then kill -USR1 "$(cat "$work/ready")"; else kill -USR1 "$pid"; fi
   wait "$pid"
   local status=$?
   [ "$status" -eq "$1" ] || fail "the script exited $status, srun $1"
@@ -46,5 +47,7 @@ run 3 1; requeued || fail "status 3 after a save did not requeue"
 run 143 1; requeued || fail "status 143 after a save the script asked for did not requeue"
 run 143 0; requeued && fail "status 143 without a save requeued"
 run 1 0; requeued && fail "an error requeued"
-run 0 0; requeued && fail "a finished run requeued"
-echo "ok: requeued on 3 and on a stop that saved, not otherwise"
+run 1 1; requeued && fail "an error after a regular save requeued"
+run 0 1; requeued && fail "a finished run requeued"
+run 3 1 direct; requeued && fail "a stop the script did not ask for requeued"
+echo "ok: requeued after the warning signal on 3 and on a signal status with a save, not otherwise"
