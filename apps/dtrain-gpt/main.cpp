@@ -7,6 +7,7 @@
 #include <cstdlib>
 #include <initializer_list>
 #include <optional>
+#include <sstream>
 #include <iostream>
 #include <string>
 #include <thread>
@@ -16,6 +17,7 @@
 #include "dtrain/comm/runtime.hpp"
 #include "dtrain/core/error.hpp"
 #include "dtrain/core/log.hpp"
+#include "dtrain/train/same_settings.hpp"
 #include "dtrain/train/signals.hpp"
 #include "dtrain/train/trainer.hpp"
 #include "dtrain/version.hpp"
@@ -98,6 +100,19 @@ void generate(dtrain::train::Trainer& trainer, const dtrain_gpt::Parsed& parsed,
                                 << 1e3 * seconds / parsed.generate << " ms a token, the prompt included)");
 }
 
+// What --generate does after training, as "key = value" lines: every rank must be given the
+// same (generation under tensor or pipeline parallelism is collective, and replicas would
+// sample differently).
+std::string generation_settings(const dtrain_gpt::Parsed& p) {
+  std::ostringstream os;
+  os.precision(17);
+  os << "generate = " << p.generate << "\nprompt = ";
+  for (std::size_t i = 0; i < p.prompt_tokens.size(); ++i) os << (i ? "," : "") << p.prompt_tokens[i];
+  os << "\ntemperature = " << p.sampling.temperature << "\ntop-k = " << p.sampling.top_k
+     << "\ntop-p = " << p.sampling.top_p << "\n";
+  return os.str();
+}
+
 int launcher_rank() { return from_launcher({"OMPI_COMM_WORLD_RANK", "PMI_RANK", "PMIX_RANK", "SLURM_PROCID"}); }
 int launcher_size() { return from_launcher({"OMPI_COMM_WORLD_SIZE", "PMI_SIZE", "PMIX_SIZE", "SLURM_NTASKS"}); }
 
@@ -162,6 +177,7 @@ int main(int argc, char** argv) {
       return 0;
     }
     try {
+      dtrain::train::agree_same_settings(generation_settings(parsed), world);
       const dtrain::train::TrainSummary summary = trainer->run();
       if (summary.stopped_by_signal) return dtrain::train::kExitPreempted;
       if (parsed.generate > 0) generate(*trainer, parsed, world.rank());

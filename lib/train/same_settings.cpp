@@ -1,4 +1,4 @@
-#include "same_settings.hpp"
+#include "dtrain/train/same_settings.hpp"
 
 #include <cstdint>
 #include <sstream>
@@ -35,9 +35,8 @@ std::string first_difference(const std::string& root, const std::string& mine, i
 
 }  // namespace
 
-void agree_same_settings(const TrainConfig& cfg, Communicator& world) {
+void agree_same_settings(const std::string& mine, Communicator& world) {
   if (world.size() == 1) return;
-  const std::string mine = cfg.all_settings_ini();
   std::int64_t n = static_cast<std::int64_t>(mine.size());
   world.broadcast(&n, &n, 1, DType::i64, 0);
   std::string root = world.rank() == 0 ? mine : std::string(static_cast<std::size_t>(n), '\0');

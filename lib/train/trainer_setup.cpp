@@ -8,7 +8,7 @@
 #include "dtrain/parallel/cpu_threads.hpp"
 #include "dtrain/parallel/device_world.hpp"
 #include "dtrain/parallel/pipeline_partition.hpp"
-#include "train/same_settings.hpp"
+#include "dtrain/train/same_settings.hpp"
 #include "train/save_dir.hpp"
 #include "train/trainer_state.hpp"
 
@@ -40,7 +40,7 @@ GptConfig model_config(const TrainConfig& cfg) {
 }
 
 const TrainConfig& validated(const TrainConfig& cfg, Communicator& world) {
-  agree_same_settings(cfg, world);  // first: the checks below assume one config for all
+  agree_same_settings(cfg.all_settings_ini(), world);  // first: the checks below assume one config for all
   cfg.validate(world.size());
   return cfg;
 }
