@@ -64,6 +64,52 @@ void to_little_endian(std::vector<float>& data) {
   }
 }
 
+// A new file next to `out` (mkstemp: never an existing file, never through a link, so OUT.tmp
+// or a link there is not written into), renamed over `out` by commit() and removed unless
+// committed: a failed export leaves no half-written file.
+class NewFileNextTo {
+ public:
+  explicit NewFileNextTo(const std::string& out) : out_(out), tmp_(out + ".XXXXXX") {
+    const int fd = ::mkstemp(tmp_.data());
+    DTRAIN_CHECK(fd >= 0, Errc::io, "cannot create a file next to '" << out_ << "': " << std::strerror(errno));
+    const mode_t mask = ::umask(0);  // mkstemp makes 0600: the permissions a new file gets
+    ::umask(mask);
+    ::fchmod(fd, 0666 & ~mask);
+    file_ = ::fdopen(fd, "wb");
+    if (!file_) {
+      const int err = errno;
+      ::close(fd);
+      ::unlink(tmp_.c_str());
+      DTRAIN_FAIL(Errc::io, "cannot write '" << out_ << "': " << std::strerror(err));
+    }
+  }
+  ~NewFileNextTo() {
+    if (file_) std::fclose(file_);
+    if (!committed_) ::unlink(tmp_.c_str());
+  }
+  NewFileNextTo(const NewFileNextTo&) = delete;
+  NewFileNextTo& operator=(const NewFileNextTo&) = delete;
+
+  void write(const void* data, std::size_t bytes) {
+    DTRAIN_CHECK(std::fwrite(data, 1, bytes, file_) == bytes, Errc::io,
+                 "cannot write '" << out_ << "': " << std::strerror(errno));
+  }
+  void commit() {
+    std::FILE* f = file_;
+    file_ = nullptr;
+    // Buffered data reaches the file only here: a full disk shows up now.
+    DTRAIN_CHECK(std::fclose(f) == 0, Errc::io, "cannot write '" << out_ << "': " << std::strerror(errno));
+    DTRAIN_CHECK(std::rename(tmp_.c_str(), out_.c_str()) == 0, Errc::io,
+                 "cannot rename '" << tmp_ << "' to '" << out_ << "': " << std::strerror(errno));
+    committed_ = true;
+  }
+
+ private:
+  std::string out_, tmp_;
+  std::FILE* file_ = nullptr;
+  bool committed_ = false;
+};
+
 }  // namespace
 
 int export_safetensors(const std::string& file, const std::string& out) {
@@ -105,9 +151,6 @@ int export_safetensors(const std::string& file, const std::string& out) {
   std::string header = json.str();
   header.append((8 - header.size() % 8) % 8, ' ');
 
-  // Written under a new temporary name next to OUT and renamed when complete, so OUT naming
-  // the checkpoint itself (or a link to it) is refused, no existing file is written into,
-  // and a failed export leaves no half-written file.
   namespace fs = std::filesystem;
   std::error_code same_ec, type_ec;
   DTRAIN_CHECK(!fs::equivalent(file, out, same_ec), Errc::invalid_argument,
@@ -115,39 +158,29 @@ int export_safetensors(const std::string& file, const std::string& out) {
   const fs::file_status existing = fs::status(out, type_ec);
   DTRAIN_CHECK(!fs::exists(existing) || fs::is_regular_file(existing), Errc::invalid_argument,
                "'" << out << "' exists and is not a regular file: export to a file");
-  std::string tmp = out + ".XXXXXX";
-  const int fd = ::mkstemp(tmp.data());
-  DTRAIN_CHECK(fd >= 0, Errc::io, "cannot create a file next to '" << out << "': " << std::strerror(errno));
-  ::fchmod(fd, 0644);  // mkstemp's 0600 would keep the export from other users
-  std::FILE* os = ::fdopen(fd, "wb");
+  // A damaged tensor is not exported as if it were the model's: each is checked against its
+  // checksum, with the algorithm the file names.
+  std::string algorithm;
+  for (const auto& [name, value] : f.attributes("/"))
+    if (name == "checksum_algorithm") algorithm = value;
+  DTRAIN_CHECK(algorithm.empty() || algorithm == ck::kChecksumAlgorithm, Errc::invalid_argument,
+               "'" << file << "' uses checksum algorithm '" << algorithm
+                   << "', which this tool does not know: nothing exported");
+  NewFileNextTo os(out);
   unsigned char len[8];
   for (int i = 0; i < 8; ++i) len[i] = static_cast<unsigned char>(static_cast<std::uint64_t>(header.size()) >> (8 * i));
-  bool good = os != nullptr && std::fwrite(len, 1, 8, os) == 8 &&
-              std::fwrite(header.data(), 1, header.size(), os) == header.size();
-  try {
-    for (std::size_t i = 0; good && i < tensors.size(); ++i) {
-      std::vector<float> data = f.read(tensors[i]->path);
-      // A damaged tensor is not exported as if it were the model's.
-      DTRAIN_CHECK(!tensors[i]->has_checksum ||
-                       ck::checksum_run(data.data(), data.size(), 0) == tensors[i]->checksum,
-                   Errc::corrupt_data, "dataset " << tensors[i]->path << " fails its checksum: '" << file
-                                                  << "' is damaged, nothing exported");
-      to_little_endian(data);
-      good = std::fwrite(data.data(), 4, data.size(), os) == data.size();
-    }
-  } catch (...) {
-    os ? std::fclose(os) : ::close(fd);
-    fs::remove(tmp, type_ec);
-    throw;
+  os.write(len, 8);
+  os.write(header.data(), header.size());
+  for (const ck::DatasetInfo* d : tensors) {
+    std::vector<float> data = f.read(d->path);
+    DTRAIN_CHECK(algorithm.empty() || !d->has_checksum ||
+                     ck::checksum_run(data.data(), data.size(), 0) == d->checksum,
+                 Errc::corrupt_data, "dataset " << d->path << " fails its checksum: '" << file
+                                                << "' is damaged, nothing exported");
+    to_little_endian(data);
+    os.write(data.data(), data.size() * sizeof(float));
   }
-  const int err = errno;
-  good = (os ? std::fclose(os) == 0 : ::close(fd) == 0) && good;
-  if (!good) fs::remove(tmp, type_ec);
-  DTRAIN_CHECK(good, Errc::io, "cannot write '" << tmp << "': " << std::strerror(err));
-  std::error_code ec;
-  fs::rename(tmp, out, ec);
-  if (ec) fs::remove(tmp, type_ec);
-  DTRAIN_CHECK(!ec, Errc::io, "cannot rename '" << tmp << "' to '" << out << "': " << ec.message());
+  os.commit();
   std::printf("exported %zu tensors (%llu bytes of data) to %s\n", tensors.size(),
               static_cast<unsigned long long>(offset), out.c_str());
   return 0;
