@@ -163,12 +163,18 @@ po::options_description describe(Parsed& p, std::string& config_file) {
   return all;
 }
 
-// `--data ''` or `save-dir =` would quietly mean the default (the built-in corpus, no
-// checkpoints): an option given with an empty value is refused, naming it. `file`: the
-// --config file the options came from, empty for the command line.
-void refuse_empty_values(const po::parsed_options& parsed, const std::string& file) {
+// `--data ''` or `save-dir =` (an unset variable in a job script) would quietly mean the
+// default, training on the built-in corpus or saving nothing, and `deterministic =` in a
+// file would turn the switch on: those empty values are refused, naming the option. `file`:
+// the --config file the options came from, empty for the command line. (Other options take
+// '' as their default, as before.)
+void refuse_empty_values(const po::parsed_options& parsed, const po::options_description& all,
+                         const std::string& file) {
   for (const po::option& o : parsed.options) {
-    if (o.string_key == "stray" || o.value.empty() || !o.value.front().empty()) continue;
+    if (o.value.empty() || !o.value.front().empty()) continue;
+    const po::option_description* d = all.find_nothrow(o.string_key, false);
+    const bool is_switch = d && dynamic_cast<const po::typed_value<bool>*>(d->semantic().get());
+    if (o.string_key != "data" && o.string_key != "save-dir" && !(is_switch && !file.empty())) continue;
     if (file.empty())
       DTRAIN_FAIL(Errc::invalid_config, "--" << o.string_key << " was given an empty value: give "
                                         "one, or leave the option out for its default");
@@ -194,7 +200,7 @@ Parsed parse_options(int argc, char** argv) {
     stray.add("stray", -1);
     const po::parsed_options from_command_line =
         po::command_line_parser(argc, argv).options(with_stray).positional(stray).run();
-    refuse_empty_values(from_command_line, "");
+    refuse_empty_values(from_command_line, all, "");
     po::store(from_command_line, vm);
     DTRAIN_CHECK(!vm.count("stray"), Errc::invalid_config,
                  "unexpected argument '" << vm["stray"].as<std::vector<std::string>>().front()
@@ -213,7 +219,7 @@ Parsed parse_options(int argc, char** argv) {
           DTRAIN_CHECK(o.string_key != "config", Errc::invalid_config,
                        in_file << "it names another (config = ...): files do not nest; give the "
                                   "options of both in one file");
-        refuse_empty_values(from_file, path);
+        refuse_empty_values(from_file, all, path);
         // Command-line values were stored first and take precedence over the file.
         po::store(from_file, vm);
       } catch (const po::error& e) {

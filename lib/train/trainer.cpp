@@ -229,6 +229,7 @@ TrainSummary Trainer::run() {
     Stopwatch watch;
     const double waited_before = s.comm_wait_seconds();
     const double loss = train_step();
+    sum.final_loss = loss;
     s.dev.synchronize();  // a GPU may still be running the step's last kernels
     const double step_s = watch.seconds();
     if (s.step == s.start_step + 1) {
@@ -243,7 +244,6 @@ TrainSummary Trainer::run() {
       DTRAIN_LOG(info, (sig ? "signal " + std::to_string(sig) + " received"
                             : std::string("a stop signal reached another rank"))
                            << ": stopping after step " << s.step);
-      sum.final_loss = loss;
       break;
     }
 
@@ -265,7 +265,6 @@ TrainSummary Trainer::run() {
       if (s.world.rank() == 0) DTRAIN_LOG(info, progress.line(m, s.memory.total(), loop.seconds()));
       if (s.pipeline) s.log_pipeline_bubble(false);
     }
-    sum.final_loss = loss;
     if (s.cfg.save_every > 0 && s.step % s.cfg.save_every == 0) sum.last_checkpoint = save_checkpoint();
   }
   sum.stopped_by_signal = s.stopped;
