@@ -119,11 +119,11 @@ int launcher_size() { return from_launcher({"OMPI_COMM_WORLD_SIZE", "PMI_SIZE", 
 }  // namespace
 
 int main(int argc, char** argv) {
-  // From the start, SIGTERM and SIGUSR1 only set the flag Trainer::run() acts on: a
-  // scheduler's warning during the set-up (a checkpoint load, the data scan) must not kill
-  // the rank with no checkpoint and no status 3.
-  const dtrain::train::StopSignalScope signals;
-  dtrain::ckpt::stop_hdf5_error_printing();  // dtrain's errors carry HDF5's
+  // From the start until training ends, SIGTERM and SIGUSR1 only set the flag
+  // Trainer::run() acts on: a scheduler's warning during the set-up (a checkpoint load, the
+  // data scan) must not kill the rank with no checkpoint and no status 3.
+  std::optional<dtrain::train::StopSignalScope> signals;
+  signals.emplace();
   std::optional<dtrain::Runtime> started;
   try {
     started.emplace(&argc, &argv);
@@ -144,6 +144,7 @@ int main(int argc, char** argv) {
     dtrain::log::write(dtrain::log::Level::error, e.what());
     return 1;
   }
+  dtrain::ckpt::stop_hdf5_error_printing();  // dtrain's errors carry HDF5's (after MPI_Init)
   try {
     dtrain::Runtime& runtime = *started;
     dtrain::Communicator& world = runtime.world();
@@ -179,6 +180,7 @@ int main(int argc, char** argv) {
     try {
       dtrain::train::agree_same_settings(generation_settings(parsed), world);
       const dtrain::train::TrainSummary summary = trainer->run();
+      signals.reset();  // generation, and the end, take signals as usual
       if (summary.stopped_by_signal) return dtrain::train::kExitPreempted;
       if (parsed.generate > 0) generate(*trainer, parsed, world.rank());
       return 0;

@@ -91,13 +91,16 @@ void write_latest(const std::string& dir, const std::string& name) {
     write_small_file(latest + ".tmp", name + "\n");
     publish(latest + ".tmp", latest);
   } catch (const Error& e) {
-    // The checkpoint itself is complete: say so, and what a resume from dir would pick now.
-    const std::string before = read_latest(dir);
-    DTRAIN_FAIL(Errc::io, (fs::path(dir) / name).string()
-                              << " is complete, but '" << latest << "' could not be pointed at it ("
-                              << e.what() << "), so a resume from '" << dir << "' takes "
-                              << (before.empty() ? "its newest step_*.h5" : "'" + before + "'")
-                              << ": load the new file by its name to continue from it");
+    // The checkpoint itself is complete: say so, and what a resume from dir takes now.
+    const std::string now = read_latest(dir);
+    const std::string file = (fs::path(dir) / name).string();
+    if (now == name)  // renamed; the directory's sync failed
+      DTRAIN_FAIL(Errc::io, file << " is complete and '" << latest << "' names it, but " << e.what()
+                                 << " (after a crash the directory may show the previous state)");
+    const std::string takes = now.empty() ? "the newest step_*.h5 there, this one" : "'" + now + "'";
+    DTRAIN_FAIL(Errc::io, file << " is complete, but '" << latest << "' could not be pointed at it ("
+                               << e.what() << "), so a resume from '" << dir << "' takes " << takes
+                               << (now.empty() ? "" : ": load the new file by its name to continue from it"));
   }
 }
 
