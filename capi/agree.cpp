@@ -26,7 +26,8 @@ void need_same_value(Communicator& ranks, std::uint64_t value, const char* messa
 }
 
 void need_same_lr(Communicator& ranks, float lr) {
-  if (!same_value(ranks, fnv1a(&lr, sizeof lr)))
+  const float value = lr == 0.0f ? 0.0f : lr;  // -0 is 0
+  if (!same_value(ranks, fnv1a(&value, sizeof value)))
     fail(DT_ERR_INVALID_ARGUMENT, "the ranks were given different lr: every rank of the step "
                                   "must pass the same one");
 }

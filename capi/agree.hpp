@@ -33,6 +33,8 @@ Outcome capture(F&& body) {
     return {DT_ERR_OUT_OF_MEMORY, "out of memory"};
   } catch (const std::exception& e) {  // never leave the other ranks waiting
     return {DT_ERR_INTERNAL, std::string("internal error: ") + e.what()};
+  } catch (...) {
+    return {DT_ERR_INTERNAL, "internal error: an exception of unknown type"};
   }
 }
 

@@ -5,8 +5,9 @@
  *
  * Rules every function follows:
  *  - It returns a ::dt_result_t; ::DT_SUCCESS is 0. Nothing throws, aborts or exits across
- *    this interface (a collective that never completes is still ended by the watchdog, see
- *    DTRAIN_COMM_TIMEOUT).
+ *    this interface, with one exception: a collective that makes no progress for
+ *    DTRAIN_COMM_TIMEOUT seconds (a rank that never joins) makes the watchdog abort the job
+ *    (MPI_Abort, exit status 124), as in C++.
  *  - Handles are opaque and checked on every call: NULL, destroyed, finalized or wrong-kind
  *    handles give ::DT_ERR_INVALID_HANDLE. Output pointers must not be NULL unless a function
  *    says so (::DT_ERR_INVALID_ARGUMENT).
@@ -54,7 +55,8 @@ typedef enum dt_result_t {
   DT_ERR_OUT_OF_MEMORY = 3,     /**< an allocation failed */
   DT_ERR_IO = 4,                /**< a file could not be created, read or written */
   DT_ERR_COMM = 5,              /**< MPI reported an error */
-  DT_ERR_TIMEOUT = 6,           /**< a collective made no progress for DTRAIN_COMM_TIMEOUT s */
+  DT_ERR_TIMEOUT = 6,           /**< reserved: a collective that makes no progress for
+                                     DTRAIN_COMM_TIMEOUT s aborts the job (exit status 124) */
   DT_ERR_NOT_IMPLEMENTED = 7,   /**< a valid request this version cannot do yet */
   DT_ERR_UNAVAILABLE = 8,       /**< e.g. a CUDA device was asked for but none is present */
   DT_ERR_CORRUPT_DATA = 9,      /**< a checkpoint fails its format or checksum checks */
@@ -149,7 +151,8 @@ DT_API const char* dt_get_last_error(dt_context_t ctx);
  * dt_finalize() finalises it. Collective over MPI_COMM_WORLD.
  * @param argc, argv the program's arguments for MPI_Init_thread; both may be NULL.
  * @param[out] ctx the new context; NULL on failure.
- * @return ::DT_SUCCESS; ::DT_ERR_INVALID_ARGUMENT (ctx NULL), ::DT_ERR_COMM (MPI failed).
+ * @return ::DT_SUCCESS; ::DT_ERR_INVALID_ARGUMENT (ctx NULL), ::DT_ERR_INVALID_CONFIG (MPI
+ *         was finalized already), ::DT_ERR_COMM (MPI failed).
  */
 DT_API dt_result_t dt_init(int* argc, char*** argv, dt_context_t* ctx);
 
@@ -257,7 +260,7 @@ DT_API dt_result_t dt_comm_world_ranks(dt_comm_t comm, int* ranks, int capacity,
  * @param dtype element type.
  * @param op reduction.
  * @return ::DT_SUCCESS; ::DT_ERR_INVALID_HANDLE, ::DT_ERR_INVALID_ARGUMENT (NULL buffer with
- *         count > 0, unknown dtype or op), ::DT_ERR_COMM, ::DT_ERR_TIMEOUT.
+ *         count > 0, unknown dtype or op), ::DT_ERR_COMM.
  */
 DT_API dt_result_t dt_all_reduce(dt_comm_t comm, const void* send, void* recv, size_t count,
                                  dt_dtype_t dtype, dt_reduce_op_t op);
@@ -271,7 +274,7 @@ DT_API dt_result_t dt_all_reduce(dt_comm_t comm, const void* send, void* recv, s
  * @param send_count elements each rank contributes.
  * @param dtype element type.
  * @return ::DT_SUCCESS; ::DT_ERR_INVALID_HANDLE, ::DT_ERR_INVALID_ARGUMENT (NULL buffer with
- *         send_count > 0, unknown dtype), ::DT_ERR_COMM, ::DT_ERR_TIMEOUT.
+ *         send_count > 0, unknown dtype), ::DT_ERR_COMM.
  */
 DT_API dt_result_t dt_all_gather(dt_comm_t comm, const void* send, void* recv, size_t send_count,
                                  dt_dtype_t dtype);
@@ -286,7 +289,7 @@ DT_API dt_result_t dt_all_gather(dt_comm_t comm, const void* send, void* recv, s
  * @param dtype element type.
  * @param op reduction.
  * @return ::DT_SUCCESS; ::DT_ERR_INVALID_HANDLE, ::DT_ERR_INVALID_ARGUMENT (NULL buffer with
- *         recv_count > 0, unknown dtype or op), ::DT_ERR_COMM, ::DT_ERR_TIMEOUT.
+ *         recv_count > 0, unknown dtype or op), ::DT_ERR_COMM.
  */
 DT_API dt_result_t dt_reduce_scatter(dt_comm_t comm, const void* send, void* recv,
                                      size_t recv_count, dt_dtype_t dtype, dt_reduce_op_t op);
@@ -300,7 +303,7 @@ DT_API dt_result_t dt_reduce_scatter(dt_comm_t comm, const void* send, void* rec
  * @param dtype element type.
  * @param root 0-based rank in comm.
  * @return ::DT_SUCCESS; ::DT_ERR_INVALID_HANDLE, ::DT_ERR_INVALID_ARGUMENT (root out of range,
- *         NULL buffer, unknown dtype), ::DT_ERR_COMM, ::DT_ERR_TIMEOUT.
+ *         NULL buffer, unknown dtype), ::DT_ERR_COMM.
  */
 DT_API dt_result_t dt_broadcast(dt_comm_t comm, const void* send, void* recv, size_t count,
                                 dt_dtype_t dtype, int root);
@@ -308,7 +311,7 @@ DT_API dt_result_t dt_broadcast(dt_comm_t comm, const void* send, void* recv, si
 /**
  * @brief Returns when every rank of comm has called it. Collective.
  * @param comm a live group.
- * @return ::DT_SUCCESS; ::DT_ERR_INVALID_HANDLE, ::DT_ERR_COMM, ::DT_ERR_TIMEOUT.
+ * @return ::DT_SUCCESS; ::DT_ERR_INVALID_HANDLE, ::DT_ERR_COMM.
  */
 DT_API dt_result_t dt_barrier(dt_comm_t comm);
 
@@ -482,8 +485,9 @@ DT_API dt_result_t dt_byom_destroy(dt_byom_t byom);
  * @param config optimiser settings; NULL for the defaults (zero_stage 3 refused as by
  *        dt_byom_create()).
  * @param[out] byom the new handle; NULL on failure.
- * @return ::DT_SUCCESS; ::DT_ERR_INVALID_HANDLE, ::DT_ERR_INVALID_ARGUMENT (byom NULL),
- *         ::DT_ERR_INVALID_CONFIG (a setting out of range), ::DT_ERR_NOT_IMPLEMENTED (zero_stage 3).
+ * @return ::DT_SUCCESS; ::DT_ERR_INVALID_HANDLE, ::DT_ERR_INVALID_ARGUMENT (byom NULL,
+ *         struct_size too small), ::DT_ERR_INVALID_CONFIG (a setting out of range),
+ *         ::DT_ERR_NOT_IMPLEMENTED (zero_stage 3).
  */
 DT_API dt_result_t dt_byom_create_grid(dt_grid_t grid, const dt_optimizer_config_t* config,
                                        dt_byom_t* byom);
@@ -544,7 +548,8 @@ DT_API dt_result_t dt_byom_register(dt_byom_t byom, const char* name, int ndim,
  * never written: the program zeroes them for its next backward. With no tensors registered:
  * ::DT_ERR_INVALID_STATE.
  * @param byom a live byom.
- * @param lr learning rate, finite and >= 0, the same on every rank (checked).
+ * @param lr learning rate, >= 0 and below 1e30 (so finite), the same on every rank (checked;
+ *        -0 counts as 0).
  * @param[out] grad_norm global norm before clipping; may be NULL.
  * A byom holding an fp16 tensor, or scaling its loss (dt_byom_scale_loss()), skips a step
  * whose gradients hold an inf or NaN on any rank (every rank alike): *grad_norm is NaN, and
@@ -552,7 +557,7 @@ DT_API dt_result_t dt_byom_register(dt_byom_t byom, const char* name, int ndim,
  * @return ::DT_SUCCESS; ::DT_ERR_INVALID_HANDLE, ::DT_ERR_INVALID_ARGUMENT (lr out of range or
  *         not the same on every rank), ::DT_ERR_INVALID_STATE (nothing registered), ::DT_ERR_INVALID_CONFIG (the ranks
  *         registered different tensors or made the byom with different optimizer settings or
- *         loss scaling; gradients that overflow at loss scale 1), ::DT_ERR_COMM, ::DT_ERR_TIMEOUT.
+ *         loss scaling; gradients that overflow at loss scale 1), ::DT_ERR_COMM.
  */
 DT_API dt_result_t dt_byom_step(dt_byom_t byom, float lr, float* grad_norm);
 
@@ -936,15 +941,16 @@ DT_API dt_result_t dt_sample_token(const float* logits, int vocab,
  *
  * Averages the accumulated gradients over dp (under zero_stage 2 and 3 the forward-backward
  * calls have already summed them into the ranks' shares), clips by the whole model's norm,
- * applies AdamW at lr, then zeroes the gradients. A GPT in fp16 whose gradients overflowed
+ * applies AdamW at lr, then zeroes the gradients. A model in fp16 whose gradients overflowed
  * (agreed by every rank) skips the update instead: the parameters, the optimiser state and
  * dt_model_steps() stay as they were, the loss scale halves, and *grad_norm is NaN.
  * @param model a live model.
- * @param lr learning rate, finite and >= 0, the same on every rank (checked).
+ * @param lr learning rate, >= 0 and below 1e30 (so finite), the same on every rank (checked;
+ *        -0 counts as 0).
  * @param[out] grad_norm global norm before clipping; may be NULL.
  * @return ::DT_SUCCESS; ::DT_ERR_INVALID_HANDLE, ::DT_ERR_INVALID_ARGUMENT (lr out of range or
  *         not the same on every rank), ::DT_ERR_COMM,
- *         ::DT_ERR_TIMEOUT, ::DT_ERR_INVALID_CONFIG (fp16: the gradients overflow at the
+ *         ::DT_ERR_INVALID_CONFIG (fp16: the gradients overflow at the
  *         smallest loss scale, 1; training cannot go on in fp16).
  */
 DT_API dt_result_t dt_model_step(dt_model_t model, float lr, float* grad_norm);
@@ -953,8 +959,8 @@ DT_API dt_result_t dt_model_step(dt_model_t model, float lr, float* grad_norm);
  * @brief A model's fp16 loss scale and the steps it skipped (mixed precision, fp16).
  *
  * The scale seeds the next backward pass; it halves after a skipped step and doubles after
- * 2000 clean steps in a row. Checkpoints save it, and a load restores it. Other precisions
- * and models: scale 1, nothing skipped.
+ * 2000 clean steps in a row (MLP and GPT alike). Checkpoints save it, and a load restores
+ * it. Other precisions: scale 1, nothing skipped.
  * @param model a live model.
  * @param[out] scale the current loss scale; may be NULL.
  * @param[out] skipped steps skipped on overflow since the model was made; may be NULL.
@@ -970,6 +976,15 @@ DT_API dt_result_t dt_model_loss_scale(dt_model_t model, float* scale, long* ski
  * @return ::DT_SUCCESS; ::DT_ERR_INVALID_HANDLE, ::DT_ERR_INVALID_ARGUMENT (count NULL).
  */
 DT_API dt_result_t dt_model_num_parameters(dt_model_t model, size_t* count);
+
+/**
+ * @brief Number of logits a prediction writes per row: an MLP's classes (dt_mlp_predict()),
+ * a GPT's vocabulary (dt_gpt_decode()), on every rank and pipeline stage alike. Local.
+ * @param model a live model.
+ * @param[out] count the number of logits.
+ * @return ::DT_SUCCESS; ::DT_ERR_INVALID_HANDLE, ::DT_ERR_INVALID_ARGUMENT (count NULL).
+ */
+DT_API dt_result_t dt_model_num_logits(dt_model_t model, int* count);
 
 /**
  * @brief Copies every parameter, tensor after tensor in creation order (each row-major).
@@ -1182,8 +1197,9 @@ DT_API dt_result_t dt_model_load_checkpoint(dt_model_t model, const char* source
  * @param[out] length strlen of the path (0: none); set even when capacity is too small.
  * @return ::DT_SUCCESS (also when there is none); ::DT_ERR_INVALID_HANDLE,
  *         ::DT_ERR_INVALID_ARGUMENT (NULL pointer, empty dir, dirs that differ between the
- *         ranks, capacity too small), ::DT_ERR_IO
- *         (dir/latest names a missing file).
+ *         ranks, capacity too small), ::DT_ERR_IO (dir/latest names a missing file, or is
+ *         a dangling link or a directory), ::DT_ERR_CORRUPT_DATA (dir/latest holds something
+ *         other than the name of a checkpoint file there).
  */
 DT_API dt_result_t dt_checkpoint_find(dt_comm_t comm, const char* dir, char* path,
                                       size_t capacity, size_t* length);

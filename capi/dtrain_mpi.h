@@ -19,7 +19,7 @@
  * @param comm the program's communicator, e.g. MPI_COMM_WORLD or a split of it.
  * @param[out] ctx the new context; NULL on failure.
  * @return ::DT_SUCCESS; ::DT_ERR_INVALID_ARGUMENT (ctx NULL, comm is MPI_COMM_NULL),
- *         ::DT_ERR_COMM.
+ *         ::DT_ERR_INVALID_CONFIG (MPI not initialised, or finalized), ::DT_ERR_COMM.
  */
 static inline dt_result_t dt_init_mpi_comm(MPI_Comm comm, dt_context_t* ctx) {
   return dt_init_fortran_comm((int)MPI_Comm_c2f(comm), ctx);

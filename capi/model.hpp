@@ -45,6 +45,8 @@ struct dt_model_s : dtrain::capi::CommUser {
 
   dtrain::ParameterStore& params() { return mlp ? mlp->parameters() : gpt->parameters(); }
   dtrain::Device& device() { return params().device(); }
+  // Logits per row: the MLP's classes, the GPT's vocabulary (every stage knows it).
+  int num_logits() const { return mlp ? mlp->config().sizes.back() : gpt->config().vocab; }
   // The data-parallel group the steps average over.
   dtrain::Communicator& dp() {
     if (layout) return layout->dp();

@@ -114,6 +114,13 @@ dt_result_t dt_model_num_parameters(dt_model_t model, size_t* count) {
   });
 }
 
+dt_result_t dt_model_num_logits(dt_model_t model, int* count) {
+  return with_model(__func__, model, [&](dt_model_s& m) {
+    need_ptr(count, "count");
+    *count = m.num_logits();
+  });
+}
+
 dt_result_t dt_model_get_parameters(dt_model_t model, float* dst, size_t capacity) {
   return with_model(__func__, model, [&](dt_model_s& m) {
     dtrain::ParameterStore& ps = m.params();

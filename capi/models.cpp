@@ -33,11 +33,16 @@ void dtrain::capi::need_same_inputs(dt_model_s& m, std::uint64_t hash, const cha
 }
 
 Checkpoints& dt_model_s::checkpoint_io() {
+  if (checkpoints) return *checkpoints;
   const dtrain::GptConfig* g = gpt ? &gpt->config() : nullptr;  // MLP: checked by names
-  if (!checkpoints && layout)
-    checkpoints = std::make_unique<Checkpoints>(*layout, params(), *engine, g);
-  else if (!checkpoints)
-    checkpoints = std::make_unique<Checkpoints>(dp(), params(), *engine, g);
+  // Made together: a rank that fails after the making's collectives (allocating its plans)
+  // fails every rank instead of leaving them in the first save or load.
+  agreed_checks(group(), true, [&] {
+    if (layout)
+      checkpoints = std::make_unique<Checkpoints>(*layout, params(), *engine, g);
+    else
+      checkpoints = std::make_unique<Checkpoints>(dp(), params(), *engine, g);
+  });
   return *checkpoints;
 }
 

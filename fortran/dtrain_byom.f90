@@ -213,7 +213,7 @@ contains
   end subroutine
 
   !> One optimiser step: gradient average over dp, global-norm clipping, AdamW. Collective
-  !> over the dp group. The gradient arrays are read, never written: zero them yourself.
+  !> over every rank of the byom (on a grid, its world). The gradient arrays are read, never written: zero them yourself.
   !> @param[in] byom a live byom.
   !> @param[in] lr learning rate, >= 0.
   !> @param[out] ierr DT_SUCCESS; DT_ERR_INVALID_STATE (nothing registered);

@@ -341,6 +341,11 @@ module dtrain_c_binding
       type(dt_model), value :: model
       integer(c_long), intent(out) :: steps
     end function
+    integer(c_int) function c_model_num_logits(model, n) bind(C, name="dt_model_num_logits")
+      import :: c_int, dt_model
+      type(dt_model), value :: model
+      integer(c_int), intent(out) :: n
+    end function
     integer(c_int) function c_model_num_parameters(model, n) bind(C, name="dt_model_num_parameters")
       import :: c_int, c_size_t, dt_model
       type(dt_model), value :: model
@@ -448,7 +453,7 @@ module dtrain_c_binding
             c_sample_token, c_model_loss_scale, c_mlp_forward_backward, &
             c_mlp_evaluate, c_mlp_predict, c_gpt_forward_backward, c_gpt_evaluate, c_gpt_decode, &
             c_model_step, &
-            c_model_steps, c_model_num_parameters, c_model_get_parameters, c_model_num_tensors, &
+            c_model_steps, c_model_num_parameters, c_model_num_logits, c_model_get_parameters, c_model_num_tensors, &
             c_model_device, c_model_tensor_name, c_model_tensor_shape, c_model_get_tensor, c_model_set_tensor, &
             c_byom_save_checkpoint, c_byom_load_checkpoint, c_model_save_checkpoint, &
             c_model_load_checkpoint, c_checkpoint_find

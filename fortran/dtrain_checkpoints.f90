@@ -15,7 +15,7 @@ contains
 
   !> Writes the registered arrays and their optimiser state to dir/step_NNNNNNNN.h5
   !> (NNNNNNNN = dt_byom_steps); each array is stored under /model/name with its C shape,
-  !> the Fortran shape reversed. Ends registration. Collective over the byom's dp group.
+  !> the Fortran shape reversed. Ends registration. Collective over every rank of the byom (on a grid, its world).
   !> @param[in] byom a live byom with arrays registered.
   !> @param[in] dir the checkpoint directory (created when missing).
   !> @param[out] ierr DT_SUCCESS; DT_ERR_INVALID_STATE (nothing registered); DT_ERR_IO.
@@ -34,7 +34,7 @@ contains
 
   !> Loads values, optimiser state and step count into the registered arrays. Every
   !> registered array must be in the checkpoint with its shape. Ends registration.
-  !> Collective over the byom's dp group.
+  !> Collective over every rank of the byom (on a grid, its world).
   !> @param[in] byom a live byom with arrays registered.
   !> @param[in] source a checkpoint file, or a directory (its newest checkpoint).
   !> @param[out] ierr DT_SUCCESS; DT_ERR_IO (nothing to load); DT_ERR_INVALID_CONFIG (an array
@@ -47,7 +47,7 @@ contains
   end subroutine
 
   !> Writes a built-in model and its optimiser state to dir/step_NNNNNNNN.h5
-  !> (NNNNNNNN = dt_model_steps). Collective over the model's dp group.
+  !> (NNNNNNNN = dt_model_steps). Collective over every rank of the model (on a grid, its world).
   !> @param[in] model a live model.
   !> @param[in] dir the checkpoint directory (created when missing).
   !> @param[out] ierr DT_SUCCESS; DT_ERR_IO.
@@ -64,7 +64,7 @@ contains
   end subroutine
 
   !> Loads a built-in model's parameters, optimiser state and step count; accumulated
-  !> gradients are zeroed. Collective over the model's dp group.
+  !> gradients are zeroed. Collective over every rank of the model (on a grid, its world).
   !> @param[in] model a live model.
   !> @param[in] source a checkpoint file, or a directory (its newest checkpoint).
   !> @param[out] ierr DT_SUCCESS; DT_ERR_IO; DT_ERR_INVALID_CONFIG (written for another

@@ -554,23 +554,21 @@ contains
     logical, intent(in) :: new_text
     real(c_float), dimension(:), contiguous, intent(out) :: logits
     integer, intent(out) :: ierr
-    integer(c_int64_t), allocatable :: wte(:)
-    integer :: shape_ierr
-    call dt_model_tensor_shape(model, 'wte', wte, shape_ierr)  ! (d_model, vocab) of a GPT
-    if (shape_ierr == DT_SUCCESS) then
-      if (size(logits) /= wte(2)) then
-        call fail_here(ierr, DT_ERR_INVALID_ARGUMENT, 'dt_gpt_decode', &
-                       'logits must have vocab entries')
-        call fail_in_c_too(c_gpt_decode(model, tokens, 0_c_int, 0_c_int, logits))
-        return
-      end if
+    integer(c_int) :: vocab
+    ! Every rank checks (a pipeline's middle stages hold no vocabulary-sized tensor), and C
+    ! fails the collective call alike on the others.
+    vocab = 0
+    if (c_model_num_logits(model, vocab) == DT_SUCCESS .and. size(logits) /= vocab) then
+      call fail_here(ierr, DT_ERR_INVALID_ARGUMENT, 'dt_gpt_decode', 'logits must have vocab entries')
+      call fail_in_c_too(c_gpt_decode(model, tokens, 0_c_int, 0_c_int, logits))
+      return
     end if
     ierr = ret(c_gpt_decode(model, tokens, int(size(tokens), c_int), &
                             merge(1_c_int, 0_c_int, new_text), logits))
   end subroutine
 
   !> Optimiser step: average the accumulated gradients over dp, clip, AdamW, zero the
-  !> gradients. Collective over the model's dp group.
+  !> gradients. Collective over every rank of the model (on a grid, its world).
   !> @param[in] model a live model.
   !> @param[in] lr learning rate, >= 0.
   !> @param[out] ierr DT_SUCCESS; DT_ERR_INVALID_ARGUMENT (lr).

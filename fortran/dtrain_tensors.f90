@@ -8,7 +8,7 @@ module dtrain_tensors
   implicit none
   private
 
-  public :: dt_model_num_parameters, dt_model_get_parameters, dt_model_num_tensors, &
+  public :: dt_model_num_parameters, dt_model_num_logits, dt_model_get_parameters, dt_model_num_tensors, &
             dt_model_tensor_name, dt_model_tensor_shape, dt_model_get_tensor, dt_model_set_tensor
 
 contains
@@ -23,6 +23,21 @@ contains
     integer, intent(out) :: ierr
     n = 0
     ierr = ret(c_model_num_parameters(model, n))
+  end subroutine
+
+  !> Number of logits a prediction writes per sample: an MLP's classes (dt_mlp_predict), a
+  !> GPT's vocabulary (dt_gpt_decode), on every rank and pipeline stage alike.
+  !> @param[in] model a live model.
+  !> @param[out] n the count.
+  !> @param[out] ierr DT_SUCCESS or DT_ERR_INVALID_HANDLE.
+  subroutine dt_model_num_logits(model, n, ierr)
+    type(dt_model), intent(in) :: model
+    integer, intent(out) :: n
+    integer, intent(out) :: ierr
+    integer(c_int) :: count
+    count = 0
+    ierr = ret(c_model_num_logits(model, count))
+    n = int(count)
   end subroutine
 
   !> Every parameter value, tensor after tensor in creation order, each in C (row-major)

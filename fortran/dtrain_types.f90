@@ -37,7 +37,7 @@ module dtrain_types
   integer(c_int), parameter, public :: DT_ERR_OUT_OF_MEMORY = 3 !< an allocation failed
   integer(c_int), parameter, public :: DT_ERR_IO = 4 !< a file could not be read or written
   integer(c_int), parameter, public :: DT_ERR_COMM = 5 !< MPI reported an error
-  integer(c_int), parameter, public :: DT_ERR_TIMEOUT = 6 !< a collective made no progress
+  integer(c_int), parameter, public :: DT_ERR_TIMEOUT = 6 !< reserved (a stuck collective aborts the job)
   integer(c_int), parameter, public :: DT_ERR_NOT_IMPLEMENTED = 7 !< not possible in this version
   integer(c_int), parameter, public :: DT_ERR_UNAVAILABLE = 8 !< e.g. no CUDA device
   integer(c_int), parameter, public :: DT_ERR_CORRUPT_DATA = 9 !< a checkpoint fails its checks

@@ -381,6 +381,7 @@ static void wrong_sizes_and_names(handles_t h, int size) {
       OK(ctx, dt_byom_register(two, "w", 1, shape1, DT_F32, w, gw, 0));
       FAILS(DT_ERR_INVALID_ARGUMENT, ctx, "the ranks were given different lr",
             dt_byom_step(two, my_rank == 0 ? 1e-3f : 2e-3f, NULL));
+      OK(ctx, dt_byom_step(two, my_rank == 0 ? -0.0f : 0.0f, NULL)); /* -0 is 0 */
       OK(ctx, dt_byom_destroy(two));
       g.tp = my_rank == 0 ? 2 : 1;
       FAILS(DT_ERR_INVALID_CONFIG, ctx, "the ranks were given different grid shapes",

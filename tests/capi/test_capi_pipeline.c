@@ -222,6 +222,11 @@ static void test_layout(dt_context_t ctx, dt_comm_t world, const pipeline_t* p) 
     OK(ctx, dt_model_step(l.pair.ref, 0.0f, &nr));
     CHECK(relative_ok(ns, nr)); /* every replica had the same batch: its average is it */
   }
+  {
+    int n_logits = 0; /* every stage knows the vocabulary, to size its buffer */
+    OK(ctx, dt_model_num_logits(l.pair.split, &n_logits));
+    CHECK(n_logits == VOCAB);
+  }
   OK(ctx, dt_gpt_decode(l.pair.split, prompt, 5, 1, ds[0]));
   OK(ctx, dt_gpt_decode(l.pair.split, &next, 1, 0, ds[1]));
   OK(ctx, dt_gpt_decode(l.pair.ref, prompt, 5, 1, dr[0]));

@@ -182,7 +182,8 @@ contains
     type(dt_model) :: staged, ref
     integer(c_int32_t) :: tokens(seq, batch), targets(seq, batch)
     real :: loss(1), mean(1), ref_loss, worst
-    integer :: t, tp_rank, pp_rank, dp_rank, tp, pp, dp, per, lo
+    real(c_float) :: short(vocab - 1)
+    integer :: t, tp_rank, pp_rank, dp_rank, tp, pp, dp, per, lo, n_logits
     call dt_grid_create(ctx, grid, ierr, pp=2)
     call dt_grid_shape(grid, tp, pp, dp, ierr)
     call dt_grid_coords(grid, tp_rank, pp_rank, dp_rank, ierr)
@@ -217,6 +218,19 @@ contains
     call check(abs(loss(1) - ref_loss) <= 1e-5 * ref_loss, 'pipeline-parallel gpt evaluates as one rank')
     worst = max(worst, abs(loss(1) - ref_loss) / ref_loss)
     if (my_rank == 0) print '(a,es10.3)', 'fortran gpt pp=2: max relative loss gap to one rank = ', worst
+    call dt_model_destroy(staged, ierr)
+    ! Untied, the last stage holds no wte: every stage still knows the vocabulary, and a
+    ! logits array of another length is refused on every rank (it was written past there).
+    call dt_model_create_gpt(grid, staged, ierr, layers=2, heads=2, d_model=d_model, seq_len=seq, &
+                             vocab=vocab, max_batch=per / 2, tie_embeddings=.false., &
+                             micro_batches=2, pipeline_layers='1,1')
+    call expect(ierr, DT_SUCCESS, 'dt_model_create_gpt untied on a pipeline grid')
+    call dt_model_num_logits(staged, n_logits, ierr)
+    call expect(ierr, DT_SUCCESS, 'dt_model_num_logits')
+    call check(n_logits == vocab, 'dt_model_num_logits gives the vocabulary on every stage')
+    call dt_gpt_decode(staged, tokens(1:2, 1), .true., short, ierr)
+    call expect_message(ierr, DT_ERR_INVALID_ARGUMENT, ctx, 'logits must have vocab entries', &
+                        'logits too short on every stage')
     call dt_model_destroy(staged, ierr)
     call dt_model_destroy(ref, ierr)
     call dt_grid_destroy(solo_grid, ierr)
