@@ -243,12 +243,15 @@ Checkpoints& dt_byom_s::checkpoint_io() {
   if (checkpoints) return *checkpoints;
   // Made together: a rank that fails after the making's collectives (allocating its plans)
   // fails every rank instead of leaving them in the first save or load.
+  // Kept only once every rank has made it (as the model's, models.cpp).
+  std::unique_ptr<Checkpoints> made;
   agreed_checks(everyone(), true, [&] {
     if (grid)  // every stage writes its tensors, the TP slices whole
-      checkpoints = std::make_unique<Checkpoints>(grid->grid, store, *engine, nullptr);
+      made = std::make_unique<Checkpoints>(grid->grid, store, *engine, nullptr);
     else
-      checkpoints = std::make_unique<Checkpoints>(*comm->comm, store, *engine, nullptr);
+      made = std::make_unique<Checkpoints>(*comm->comm, store, *engine, nullptr);
   });
+  checkpoints = std::move(made);
   return *checkpoints;
 }
 

@@ -37,12 +37,16 @@ Checkpoints& dt_model_s::checkpoint_io() {
   const dtrain::GptConfig* g = gpt ? &gpt->config() : nullptr;  // MLP: checked by names
   // Made together: a rank that fails after the making's collectives (allocating its plans)
   // fails every rank instead of leaving them in the first save or load.
+  // Kept only once every rank has made it: a rank that kept its own would skip the making's
+  // collectives at the next call, where the others run them again.
+  std::unique_ptr<Checkpoints> made;
   agreed_checks(group(), true, [&] {
     if (layout)
-      checkpoints = std::make_unique<Checkpoints>(*layout, params(), *engine, g);
+      made = std::make_unique<Checkpoints>(*layout, params(), *engine, g);
     else
-      checkpoints = std::make_unique<Checkpoints>(dp(), params(), *engine, g);
+      made = std::make_unique<Checkpoints>(dp(), params(), *engine, g);
   });
+  checkpoints = std::move(made);
   return *checkpoints;
 }
 

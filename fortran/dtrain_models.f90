@@ -540,7 +540,8 @@ contains
   !> GPT next-token logits for generation, with a key/value cache: appends tokens to the
   !> text the model holds and returns the logits of the last of them, those of a forward
   !> pass over the whole text up to rounding, for the cost of one over the new tokens. A text
-  !> holds at most seq_len tokens. Collective over dp under zero_stage 3.
+  !> holds at most seq_len tokens. Collective over dp under zero_stage 3; on a grid, also
+  !> over the TP group and the pipeline's stages (every stage gets the logits).
   !> @param[in] model a live GPT.
   !> @param[in] tokens integer(c_int32_t) tokens(count), ids in [0, vocab), count >= 1.
   !> @param[in] new_text .true.: forget the text held and start a new one with tokens.
@@ -554,14 +555,17 @@ contains
     logical, intent(in) :: new_text
     real(c_float), dimension(:), contiguous, intent(out) :: logits
     integer, intent(out) :: ierr
-    integer(c_int) :: vocab
+    integer(c_int) :: vocab, rc
     ! Every rank checks (a pipeline's middle stages hold no vocabulary-sized tensor), and C
     ! fails the collective call alike on the others.
     vocab = 0
-    if (c_model_num_logits(model, vocab) == DT_SUCCESS .and. size(logits) /= vocab) then
-      call fail_here(ierr, DT_ERR_INVALID_ARGUMENT, 'dt_gpt_decode', 'logits must have vocab entries')
-      call fail_in_c_too(c_gpt_decode(model, tokens, 0_c_int, 0_c_int, logits))
-      return
+    rc = c_model_num_logits(model, vocab)
+    if (rc == DT_SUCCESS) then
+      if (size(logits) /= vocab) then
+        call fail_here(ierr, DT_ERR_INVALID_ARGUMENT, 'dt_gpt_decode', 'logits must have vocab entries')
+        call fail_in_c_too(c_gpt_decode(model, tokens, 0_c_int, 0_c_int, logits))
+        return
+      end if
     end if
     ierr = ret(c_gpt_decode(model, tokens, int(size(tokens), c_int), &
                             merge(1_c_int, 0_c_int, new_text), logits))

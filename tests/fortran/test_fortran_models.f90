@@ -182,7 +182,7 @@ contains
     type(dt_model) :: staged, ref
     integer(c_int32_t) :: tokens(seq, batch), targets(seq, batch)
     real :: loss(1), mean(1), ref_loss, worst
-    real(c_float) :: short(vocab - 1)
+    real(c_float) :: short(vocab - 1), full(vocab)
     integer :: t, tp_rank, pp_rank, dp_rank, tp, pp, dp, per, lo, n_logits
     call dt_grid_create(ctx, grid, ierr, pp=2)
     call dt_grid_shape(grid, tp, pp, dp, ierr)
@@ -231,6 +231,14 @@ contains
     call dt_gpt_decode(staged, tokens(1:2, 1), .true., short, ierr)
     call expect_message(ierr, DT_ERR_INVALID_ARGUMENT, ctx, 'logits must have vocab entries', &
                         'logits too short on every stage')
+    ! Too short on the last stage only, where the logits are broadcast to: refused there,
+    ! and the first stage fails with it.
+    if (pp_rank == 1) then
+      call dt_gpt_decode(staged, tokens(1:2, 1), .true., short, ierr)
+    else
+      call dt_gpt_decode(staged, tokens(1:2, 1), .true., full, ierr)
+    end if
+    call check(ierr == DT_ERR_INVALID_ARGUMENT, 'logits too short on the last stage fail every stage')
     call dt_model_destroy(staged, ierr)
     call dt_model_destroy(ref, ierr)
     call dt_grid_destroy(solo_grid, ierr)
