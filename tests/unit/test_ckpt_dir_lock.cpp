@@ -20,6 +20,7 @@ namespace {
 fs::path fresh_dir(const std::string& name) {
   const fs::path dir = fs::temp_directory_path() / ("dtrain_lock_" + name + "_" + std::to_string(::getpid()));
   fs::remove_all(dir);
+  fs::remove(dir.string() + "_link");  // left by an earlier run of the same pid that died
   fs::create_directories(dir);
   return dir;
 }
