@@ -74,6 +74,12 @@ bool Trainer::State::agree_stop() {
   return stopped;
 }
 
+// Agreed over the ranks: this one may not have received the signal itself.
+std::string Trainer::State::stop_cause() {
+  const int sig = stop_requested();
+  return sig ? "signal " + std::to_string(sig) + " received" : "a stop signal reached another rank";
+}
+
 std::string Trainer::save_checkpoint() {
   State& s = *s_;
   DTRAIN_CHECK(!s.cfg.save_dir.empty(), Errc::invalid_config, "saving a checkpoint needs --save-dir");
@@ -129,6 +135,7 @@ double Trainer::train_step() {
   ParameterStore& params = s.model.parameters();
   // Gradients averaged over the global batch: identical to one rank training on all of it.
   const double loss = s.fixed_order ? s.sync_gradients_fixed_order() : s.sync_gradients_bucketed();
+  if (s.stopped) return loss;  // part-way, inside run(): nothing is updated
   s.dev.trim_memory(Device::Trim::unused);  // spare memory this step did not take goes back
   s.check_finite_loss(loss);
   s.last_lr = s.schedule.at(s.step);
@@ -162,9 +169,13 @@ double Trainer::evaluate() {
   const BatchPlan& plan = s.loader.plan();
   double total = 0;
   int done = 0;
-  for (int b = 0; b < s.cfg.eval_batches; ++b) {
-    if (s.watch_stop && s.agree_stop()) break;  // preemption is checked between batches too
+  bool stop = false;
+  for (int b = 0; b < s.cfg.eval_batches && !stop; ++b) {
     for (int micro = 0; micro < plan.accum_steps; ++micro, ++done) {
+      // Preemption inside run(): checked between batches, and between micro-batches where no
+      // pipeline schedule interleaves them.
+      stop = s.watch_stop && (micro == 0 || !s.pipeline) && s.agree_stop();
+      if (stop) break;
       const std::uint64_t first = plan.first_sample(static_cast<std::uint64_t>(b), micro);
       if (s.pipeline) {
         s.loader.load(Split::val, first, s.tokens.as<std::int32_t>(), s.targets.as<std::int32_t>());
@@ -186,6 +197,10 @@ TrainSummary Trainer::run() {
   TrainSummary sum;
   sum.entropy_rate = s.source->entropy_rate();
   sum.memory = s.memory;
+  // This run's first step: where a resume, train_step() calls or an earlier run() left off
+  // (its timings, bubbles and summary count from here).
+  s.start_step = s.step;
+  s.busy_sum = s.span_sum = 0;
   sum.start_step = s.start_step;
   sum.final_loss = std::numeric_limits<double>::quiet_NaN();  // until a step is trained
   StopSignalScope signals;  // SIGTERM/SIGUSR1 only set a flag until run() returns
@@ -193,25 +208,26 @@ TrainSummary Trainer::run() {
   // StopSignalScope) is acted on; run() consumes it, so a later run() starts clean.
   s.stopped = false;
   s.watch_stop = true;
-  struct Unwatch {
-    bool& flag;
+  struct Unwatch {  // train_step() and evaluate() outside run() neither poll nor stop
+    State& s;
     ~Unwatch() {
-      flag = false;
+      s.watch_stop = false;
+      s.stopped = false;
       clear_stop_request();
     }
-  } unwatch{s.watch_stop};
+  } unwatch{s};
   if (s.cfg.eval_only) {
     sum.final_val_loss = evaluate();
     sum.stopped_by_signal = s.stopped;
     if (s.stopped)
       DTRAIN_LOG(warn, "eval: stopped by a signal before the validation pass finished (its "
-                       "batches so far: val loss " << sum.final_val_loss << ")");
+                       "micro-batches so far: val loss " << sum.final_val_loss << ")");
     else
       DTRAIN_LOG(info, "eval: val loss " << sum.final_val_loss);
     return sum;
   }
-  if (s.start_step > 0 && s.step >= s.cfg.steps) {
-    DTRAIN_LOG(info, "nothing to train: the run resumed at step " << s.step << " and --steps is "
+  if (s.step > 0 && s.step >= s.cfg.steps) {
+    DTRAIN_LOG(info, "nothing to train: the run is at step " << s.step << " and --steps is "
                      << s.cfg.steps);
     sum.steps = s.step;
     return sum;
@@ -229,8 +245,13 @@ TrainSummary Trainer::run() {
     Stopwatch watch;
     const double waited_before = s.comm_wait_seconds();
     const double loss = train_step();
-    sum.final_loss = loss;
     s.dev.synchronize();  // a GPU may still be running the step's last kernels
+    if (s.stopped) {
+      DTRAIN_LOG(info, s.stop_cause() << ": stopping during step " << s.step + 1
+                       << " (its micro-batches so far are dropped; the run is at step " << s.step << ")");
+      break;
+    }
+    sum.final_loss = loss;
     const double step_s = watch.seconds();
     if (s.step == s.start_step + 1) {
       allocations_before = AlignedBuffer::allocation_count();
@@ -239,11 +260,7 @@ TrainSummary Trainer::run() {
       exposed += s.comm_wait_seconds() - waited_before;
     }
     if (s.agree_stop()) {
-      // agreed over the ranks: this one may not have received the signal itself
-      const int sig = stop_requested();
-      DTRAIN_LOG(info, (sig ? "signal " + std::to_string(sig) + " received"
-                            : std::string("a stop signal reached another rank"))
-                           << ": stopping after step " << s.step);
+      DTRAIN_LOG(info, s.stop_cause() << ": stopping after step " << s.step);
       break;
     }
 

@@ -145,6 +145,7 @@ double Trainer::State::sync_gradients_bucketed() {
   sync->zero_grads();
   double loss = 0;
   for (int micro = 0; micro < n_micro; ++micro) {
+    if (stop_before_micro_batch(micro)) return kStoppedPartWay;
     const bool last = micro == n_micro - 1;
     loss += forward_micro(Split::train, loader.plan().first_sample(step, micro));
     sync->begin(grid.dp_size() > 1 && (last || every_micro), last);
@@ -161,6 +162,7 @@ double Trainer::State::sync_gradients_fixed_order() {
   const int n_micro = accum();
   const float dloss = seed(1.0f / static_cast<float>(n_micro * grid.dp_size()));
   for (int micro = 0; micro < n_micro; ++micro) {
+    if (stop_before_micro_batch(micro)) return kStoppedPartWay;
     clear_gradients(micro == 0);
     micro_losses[micro] = forward_micro(Split::train, loader.plan().first_sample(step, micro));
     model.backward(dloss);

@@ -4,6 +4,7 @@
 // trainer_setup.cpp; the per-step gradient paths live in trainer_gradients.cpp, the public
 // Trainer methods in trainer.cpp.
 #include <cstdint>
+#include <limits>
 #include <memory>
 #include <optional>
 #include <string>
@@ -145,6 +146,13 @@ struct Trainer::State {
   double average_over_dp(double loss_sum, int n_micro);
   ckpt::Checkpointer& checkpoints();
   bool agree_stop();
+  std::string stop_cause();  // for the log, once agree_stop() said yes
+  // Inside run(), before each micro-batch of a step but its first (the step boundaries are
+  // checked by run()): a step of many micro-batches stops part-way, dropping its gradients.
+  // Not with pipeline stages, whose schedule interleaves the micro-batches.
+  bool stop_before_micro_batch(int micro) { return watch_stop && micro > 0 && agree_stop(); }
+  // What the gradient passes return when they stopped part-way (stopped is set).
+  static constexpr double kStoppedPartWay = std::numeric_limits<double>::quiet_NaN();
   int accum() const { return loader.plan().accum_steps; }
   double comm_wait_seconds() const {
     return (sync ? sync->wait_seconds() : 0) + (gather ? gather->wait_seconds() : 0) +

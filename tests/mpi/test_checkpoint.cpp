@@ -4,12 +4,14 @@
 #include <gtest/gtest.h>
 #include <hdf5.h>
 
+#include <atomic>
 #include <cmath>
 #include <csignal>
 #include <cstring>
 #include <filesystem>
 #include <fstream>
 #include <string>
+#include <thread>
 
 #include "dtrain/ckpt/checkpoint.hpp"
 #include "dtrain/comm/process_grid.hpp"
@@ -381,6 +383,87 @@ TEST(Checkpoint, AStopRequestedBeforeRunStopsBeforeTheFirstStepAndIsConsumed) {
   const train::TrainSummary done = t.run();
   EXPECT_FALSE(done.stopped_by_signal);
   EXPECT_EQ(done.steps, cfg.steps);
+}
+
+// Asks for a stop on the last rank, as a signal would, once this rank's traffic on the world
+// communicator has grown by `more` bytes: run()'s stop checks are 4-byte all-reduces there, so
+// the request comes after the first checks of the pass it runs, whatever the machine's speed.
+class StopAfterWorldTraffic {
+ public:
+  explicit StopAfterWorldTraffic(std::uint64_t more)
+      : thread_([this, until = world().bytes_sent() + more] {
+          if (world().rank() != world().size() - 1) return;
+          while (!done_ && world().bytes_sent() < until) std::this_thread::yield();
+          if (!done_) train::request_stop(SIGUSR1);
+        }) {}
+  ~StopAfterWorldTraffic() {
+    done_ = true;
+    thread_.join();
+  }
+
+ private:
+  std::atomic<bool> done_{false};
+  std::thread thread_;
+};
+
+// A step of many micro-batches stops part-way: nothing of it is applied, the checkpoint is
+// the step before, and the next step trains as if the stop never happened.
+TEST(Checkpoint, AStopDuringALongStepStopsBetweenItsMicroBatchesAndDropsThem) {
+  struct Layout {
+    int zero;
+    bool deterministic;
+  };
+  for (const Layout layout : {Layout{0, false}, Layout{2, true}, Layout{3, false}}) {
+    SCOPED_TRACE("zero " + std::to_string(layout.zero) +
+                 (layout.deterministic ? " deterministic" : ""));
+    train::TrainConfig cfg = tiny_config();
+    cfg.save_dir = test_dir("mid_step_z" + std::to_string(layout.zero));
+    cfg.zero = layout.zero;
+    cfg.deterministic = layout.deterministic;
+    cfg.global_batch = cfg.micro_batch * 32 * world().size();  // 32 micro-batches a rank
+    train::Trainer straight(cfg, world());
+    train::Trainer t(cfg, world());
+    for (int i = 0; i < 2; ++i) {
+      straight.train_step();
+      t.train_step();
+    }
+    const std::vector<std::int32_t> before = logical_state(t);
+    ASSERT_TRUE(before == logical_state(straight));
+    train::TrainSummary sum;
+    {
+      StopAfterWorldTraffic stop(8);  // run()'s check before step 3, then one inside it
+      sum = t.run();
+    }
+    EXPECT_TRUE(sum.stopped_by_signal);
+    EXPECT_EQ(sum.steps, 2);
+    EXPECT_EQ(t.step(), 2);
+    EXPECT_EQ(t.loss_history().size(), 2u);
+    EXPECT_TRUE(std::isnan(sum.final_loss)) << sum.final_loss;
+    EXPECT_NE(sum.last_checkpoint.find("step_00000002.h5"), std::string::npos) << sum.last_checkpoint;
+    EXPECT_EQ(train::stop_requested(), 0);
+    EXPECT_TRUE(logical_state(t) == before) << "a stopped step changed the parameters or moments";
+    // The dropped micro-batches leave nothing behind: step 3 equals an uninterrupted one.
+    const double loss = t.train_step();
+    EXPECT_EQ(loss, straight.train_step());
+    EXPECT_TRUE(logical_state(t) == logical_state(straight));
+  }
+}
+
+// --eval-only over one batch of many micro-batches stops part-way with the loss of those done.
+TEST(Checkpoint, AStopDuringAnEvaluationBatchStopsBetweenItsMicroBatches) {
+  train::TrainConfig cfg = tiny_config();
+  cfg.eval_only = true;
+  cfg.eval_batches = 1;
+  cfg.global_batch = cfg.micro_batch * 32 * world().size();
+  train::Trainer t(cfg, world());
+  train::TrainSummary sum;
+  {
+    StopAfterWorldTraffic stop(8);
+    sum = t.run();
+  }
+  EXPECT_TRUE(sum.stopped_by_signal);
+  EXPECT_TRUE(std::isfinite(sum.final_val_loss)) << sum.final_val_loss;
+  EXPECT_EQ(train::stop_requested(), 0);
 }
 
 TEST(Checkpoint, DifferentModelShapeIsAClearError) {

@@ -1,8 +1,9 @@
 #pragma once
 // Preemption: SLURM (and most schedulers) send SIGTERM, or a chosen signal such as SIGUSR1,
 // some time before they kill a job. While Trainer::run() runs, those two signals only set a
-// flag; at the next step boundary (or evaluation batch) all ranks agree on it with one
-// all-reduce, write a checkpoint and return with TrainSummary::stopped_by_signal set.
+// flag; at the next step boundary or micro-batch (not inside a pipeline's schedule) all ranks
+// agree on it with one all-reduce, write a checkpoint and return with
+// TrainSummary::stopped_by_signal set. A step stopped part-way is dropped, not applied.
 // dtrain-gpt then exits with kExitPreempted. A stop requested before run() (a signal during
 // the program's set-up under its own StopSignalScope) stops it before the first step; run()
 // clears the request when it returns.

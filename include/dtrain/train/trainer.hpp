@@ -41,7 +41,7 @@ struct DTRAIN_API TrainSummary {
   // ZeRO-3 parameter gathers) that did not overlap compute, and the steps' total time.
   double exposed_comm_seconds = 0;
   double timed_step_seconds = 0;
-  long start_step = 0;          // step the run resumed from (0: a fresh start)
+  long start_step = 0;          // step this run started from (a resume, or where training had got to)
   bool stopped_by_signal = false;  // SIGTERM/SIGUSR1 ended the loop early (see signals.hpp)
   std::string last_checkpoint;  // path of the last checkpoint written by run(), if any
 };
