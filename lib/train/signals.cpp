@@ -1,11 +1,14 @@
 #include "dtrain/train/signals.hpp"
 
+#include <atomic>
 #include <csignal>
 
 namespace dtrain::train {
 namespace {
 
-volatile std::sig_atomic_t g_stop_signal = 0;
+// Lock-free, so the handler may store to it, and threads (a watchdog, a test) may too.
+std::atomic<int> g_stop_signal{0};
+static_assert(std::atomic<int>::is_always_lock_free, "the signal handler needs a lock-free flag");
 
 extern "C" void on_stop_signal(int sig) { g_stop_signal = sig; }
 

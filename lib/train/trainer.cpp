@@ -74,6 +74,22 @@ bool Trainer::State::agree_stop() {
   return stopped;
 }
 
+bool Trainer::State::stop_before_micro_batch(int micro, int n) {
+  if (!watch_stop) return false;
+  if (stop_vote.valid()) {  // started before the micro-batch just done
+    stop_vote.wait();
+    if (stop_vote_flag != 0) {
+      stopped = true;
+      return true;
+    }
+  }
+  if (micro + 1 < n) {  // read before the next one; the step's last starts none
+    stop_vote_flag = stop_requested() != 0 ? 1 : 0;
+    stop_vote = world.iall_reduce(&stop_vote_flag, &stop_vote_flag, 1, DType::i32, ReduceOp::max);
+  }
+  return false;
+}
+
 // Agreed over the ranks: this one may not have received the signal itself.
 std::string Trainer::State::stop_cause() {
   const int sig = stop_requested();
@@ -174,7 +190,10 @@ double Trainer::evaluate() {
     for (int micro = 0; micro < plan.accum_steps; ++micro, ++done) {
       // Preemption inside run(): checked between batches, and between micro-batches where no
       // pipeline schedule interleaves them.
-      stop = s.watch_stop && (micro == 0 || !s.pipeline) && s.agree_stop();
+      if (s.watch_stop) {
+        stop = micro == 0 && s.agree_stop();
+        if (!stop && !s.pipeline) stop = s.stop_before_micro_batch(micro, plan.accum_steps);
+      }
       if (stop) break;
       const std::uint64_t first = plan.first_sample(static_cast<std::uint64_t>(b), micro);
       if (s.pipeline) {
@@ -202,6 +221,7 @@ TrainSummary Trainer::run() {
   s.start_step = s.step;
   s.busy_sum = s.span_sum = 0;
   sum.start_step = s.start_step;
+  const long skipped_before = s.scaler.skipped_steps();
   sum.final_loss = std::numeric_limits<double>::quiet_NaN();  // until a step is trained
   StopSignalScope signals;  // SIGTERM/SIGUSR1 only set a flag until run() returns
   // A stop requested before run() (a signal during the program's set-up, under its own
@@ -229,6 +249,8 @@ TrainSummary Trainer::run() {
   if (s.step > 0 && s.step >= s.cfg.steps) {
     DTRAIN_LOG(info, "nothing to train: the run is at step " << s.step << " and --steps is "
                      << s.cfg.steps);
+    // Steps trained by train_step() are saved as a run's would be.
+    if (!s.cfg.save_dir.empty() && s.last_saved_step != s.step) sum.last_checkpoint = save_checkpoint();
     sum.steps = s.step;
     return sum;
   }
@@ -309,7 +331,7 @@ TrainSummary Trainer::run() {
   DTRAIN_LOG(info, progress.summary(sum.steps, sum.final_loss, sum.final_val_loss, sum.seconds,
                                     sum.tokens_per_s, sum.mfu, s.memory.total()));
   if (s.scaler.enabled()) {
-    DTRAIN_LOG(info, "fp16: " << sum.skipped_steps << " of " << sum.steps - sum.start_step
+    DTRAIN_LOG(info, "fp16: " << sum.skipped_steps - skipped_before << " of " << sum.steps - sum.start_step
                      << " steps skipped on gradient overflow; loss scale now " << s.scaler.scale());
   }
   const double mib = 1024.0 * 1024.0;

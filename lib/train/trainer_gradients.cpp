@@ -145,7 +145,7 @@ double Trainer::State::sync_gradients_bucketed() {
   sync->zero_grads();
   double loss = 0;
   for (int micro = 0; micro < n_micro; ++micro) {
-    if (stop_before_micro_batch(micro)) return kStoppedPartWay;
+    if (stop_before_micro_batch(micro, n_micro)) return kStoppedPartWay;
     const bool last = micro == n_micro - 1;
     loss += forward_micro(Split::train, loader.plan().first_sample(step, micro));
     sync->begin(grid.dp_size() > 1 && (last || every_micro), last);
@@ -162,7 +162,10 @@ double Trainer::State::sync_gradients_fixed_order() {
   const int n_micro = accum();
   const float dloss = seed(1.0f / static_cast<float>(n_micro * grid.dp_size()));
   for (int micro = 0; micro < n_micro; ++micro) {
-    if (stop_before_micro_batch(micro)) return kStoppedPartWay;
+    if (stop_before_micro_batch(micro, n_micro)) {
+      hold_only_owned_gradients();  // as between steps
+      return kStoppedPartWay;
+    }
     clear_gradients(micro == 0);
     micro_losses[micro] = forward_micro(Split::train, loader.plan().first_sample(step, micro));
     model.backward(dloss);
@@ -194,12 +197,17 @@ void Trainer::State::finish_fixed_order_sum() {
     fixed_order->sum(grads);
     return;
   }
-  if (cfg.zero >= 2) {  // all but this rank's pieces handed back
-    dev.discard(grads, model.parameters().bytes());
-    for (const parallel::Range& r : fixed_order->owned())
-      dev.restore(grads + r.first, sizeof(float) * (r.second - r.first));
-  }
+  hold_only_owned_gradients();
   fixed_order->sum_owned(grads);
+}
+
+// --deterministic, ZeRO 2/3: all but this rank's pieces of the gradient arena handed back.
+void Trainer::State::hold_only_owned_gradients() {
+  if (cfg.zero < 2 || fixed_order_whole()) return;
+  float* grads = model.parameters().grads();
+  dev.discard(grads, model.parameters().bytes());
+  for (const parallel::Range& r : fixed_order->owned())
+    dev.restore(grads + r.first, sizeof(float) * (r.second - r.first));
 }
 
 // ZeRO 1/2: every rank's updated pieces to all. ZeRO 3 keeps the pieces; passes gather them.

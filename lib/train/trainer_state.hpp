@@ -139,6 +139,7 @@ struct Trainer::State {
   bool fixed_order_whole() const { return cfg.zero == 0 || grid.pp_size() > 1; }
   void clear_gradients(bool hand_back);
   void finish_fixed_order_sum();
+  void hold_only_owned_gradients();
   // ZeRO 1/2: every rank's updated pieces to all (under mixed precision the masters rounded,
   // which travel as 16-bit words).
   void share_updated_parameters();
@@ -147,10 +148,14 @@ struct Trainer::State {
   ckpt::Checkpointer& checkpoints();
   bool agree_stop();
   std::string stop_cause();  // for the log, once agree_stop() said yes
-  // Inside run(), before each micro-batch of a step but its first (the step boundaries are
-  // checked by run()): a step of many micro-batches stops part-way, dropping its gradients.
-  // Not with pipeline stages, whose schedule interleaves the micro-batches.
-  bool stop_before_micro_batch(int micro) { return watch_stop && micro > 0 && agree_stop(); }
+  // Inside run(), before micro-batch `micro` of n (a step's, without pipeline stages, whose
+  // schedule interleaves them; an evaluation batch's): whether all ranks agreed to stop there,
+  // so a step of many micro-batches stops part-way (its gradients are dropped). The vote is a
+  // non-blocking all-reduce started before one micro-batch and read before the next, so the
+  // ranks need not meet at every micro-batch; a stop comes within two of the signal.
+  bool stop_before_micro_batch(int micro, int n);
+  int stop_vote_flag = 0;
+  Request stop_vote;
   // What the gradient passes return when they stopped part-way (stopped is set).
   static constexpr double kStoppedPartWay = std::numeric_limits<double>::quiet_NaN();
   int accum() const { return loader.plan().accum_steps; }

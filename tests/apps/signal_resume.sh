@@ -1,14 +1,18 @@
 #!/usr/bin/env bash
-# signal_resume.sh MPIEXEC NPFLAG PROGRAM DIR SIGNAL TARGET
+# signal_resume.sh MPIEXEC NPFLAG PROGRAM DIR SIGNAL TARGET [mid-step]
 # Starts a long 2-rank dtrain-gpt run, sends SIGNAL to TARGET (mpiexec: it forwards the
 # signal; ranks: as SLURM signals every task), then checks: exit status 3, a checkpoint
 # named by DIR/latest, and that --resume auto continues from its step to the end.
+# mid-step: the run is one step of 100 000 micro-batches a rank, which the signal stops
+# part-way (the checkpoint is step 0); the resumed run trains with one micro-batch a step.
 set -u
-mpiexec=$1 npflag=$2 program=$3 dir=$4 sig=$5 target=$6
+mpiexec=$1 npflag=$2 program=$3 dir=$4 sig=$5 target=$6 mode=${7:-}
 args=(--layers 1 --d-model 32 --heads 2 --seq-len 16 --micro-batch 2 --log-every 1000000
       --eval-every 0 --save-dir "$dir")
+long=(--steps 100000000)
+[ "$mode" = mid-step ] && long=(--steps 1 --global-batch 400000)
 rm -rf "$dir"
-"$mpiexec" "$npflag" 2 "$program" "${args[@]}" --steps 100000000 > "$dir.log" 2>&1 &
+"$mpiexec" "$npflag" 2 "$program" "${args[@]}" "${long[@]}" > "$dir.log" 2>&1 &
 pid=$!
 # Wait until training runs (the first lines are logged after set-up), at most 30 s.
 for _ in $(seq 300); do
@@ -32,9 +36,15 @@ cat "$dir.log"
 name=$(cat "$dir/latest")
 [ -f "$dir/$name" ] || { echo "FAIL: latest names missing $name"; exit 1; }
 step=$((10#$(echo "$name" | sed 's/step_\([0-9]*\)\.h5/\1/')))
-[ "$step" -gt 0 ] || { echo "FAIL: checkpoint at step $step"; exit 1; }
-ranks_done=$(grep -c "stopping after step $step" "$dir.log")
-[ "$ranks_done" -ge 1 ] || { echo "FAIL: no stop message for step $step"; exit 1; }
+if [ "$mode" = mid-step ]; then
+  [ "$step" -eq 0 ] || { echo "FAIL: checkpoint at step $step, expected 0"; exit 1; }
+  grep -q "stopping during step 1 (its micro-batches so far are dropped" "$dir.log" ||
+    { echo "FAIL: no stop message inside step 1"; exit 1; }
+else
+  [ "$step" -gt 0 ] || { echo "FAIL: checkpoint at step $step"; exit 1; }
+  ranks_done=$(grep -c "stopping after step $step" "$dir.log")
+  [ "$ranks_done" -ge 1 ] || { echo "FAIL: no stop message for step $step"; exit 1; }
+fi
 end=$((step + 3))
 out=$("$mpiexec" "$npflag" 2 "$program" "${args[@]}" --steps "$end" --resume auto 2>&1)
 status=$?

@@ -387,7 +387,8 @@ TEST(Checkpoint, AStopRequestedBeforeRunStopsBeforeTheFirstStepAndIsConsumed) {
 
 // Asks for a stop on the last rank, as a signal would, once this rank's traffic on the world
 // communicator has grown by `more` bytes: run()'s stop checks are 4-byte all-reduces there, so
-// the request comes after the first checks of the pass it runs, whatever the machine's speed.
+// the request comes after the first checks of the pass it runs (whose 128 micro-batches leave
+// the thread ample time to notice). A request that came too late is cleared.
 class StopAfterWorldTraffic {
  public:
   explicit StopAfterWorldTraffic(std::uint64_t more)
@@ -399,6 +400,7 @@ class StopAfterWorldTraffic {
   ~StopAfterWorldTraffic() {
     done_ = true;
     thread_.join();
+    train::clear_stop_request();
   }
 
  private:
@@ -420,7 +422,7 @@ TEST(Checkpoint, AStopDuringALongStepStopsBetweenItsMicroBatchesAndDropsThem) {
     cfg.save_dir = test_dir("mid_step_z" + std::to_string(layout.zero));
     cfg.zero = layout.zero;
     cfg.deterministic = layout.deterministic;
-    cfg.global_batch = cfg.micro_batch * 32 * world().size();  // 32 micro-batches a rank
+    cfg.global_batch = cfg.micro_batch * 128 * world().size();  // 128 micro-batches a rank
     train::Trainer straight(cfg, world());
     train::Trainer t(cfg, world());
     for (int i = 0; i < 2; ++i) {
@@ -454,7 +456,7 @@ TEST(Checkpoint, AStopDuringAnEvaluationBatchStopsBetweenItsMicroBatches) {
   train::TrainConfig cfg = tiny_config();
   cfg.eval_only = true;
   cfg.eval_batches = 1;
-  cfg.global_batch = cfg.micro_batch * 32 * world().size();
+  cfg.global_batch = cfg.micro_batch * 128 * world().size();
   train::Trainer t(cfg, world());
   train::TrainSummary sum;
   {
