@@ -82,7 +82,7 @@ void generate(dtrain::train::Trainer& trainer, const dtrain_gpt::Parsed& parsed,
     DTRAIN_LOG(info, "generating " << parsed.generate << " tokens (temperature " << sampling.temperature
                                    << ", top-k " << sampling.top_k << ", top-p " << sampling.top_p
                                    << ") after "
-                                   << (prompt.empty() ? "the data's first validation token"
+                                   << (prompt.empty() ? "the first token of validation sample 0"
                                                       : "the prompt '" + show_tokens(prompt, vocab) + "'")
                                    << ":");
   }
@@ -111,6 +111,15 @@ std::string generation_settings(const dtrain_gpt::Parsed& p) {
   os << "\ntemperature = " << p.sampling.temperature << "\ntop-k = " << p.sampling.top_k
      << "\ntop-p = " << p.sampling.top_p << "\n";
   return os.str();
+}
+
+// A failure of this rank alone inside the step loop (a bad token in its data, a failed
+// read): the other ranks wait in collectives it will never join, and finalising MPI would
+// wait for them, so the whole job is ended (exit status `code`) once the message is out.
+int fail_alone(dtrain::Runtime& runtime, const char* message, int code) {
+  dtrain::log::write(dtrain::log::Level::error, message);
+  if (runtime.size() > 1) dtrain::Runtime::abort_job(code);
+  return code;
 }
 
 int launcher_rank() { return from_launcher({"OMPI_COMM_WORLD_RANK", "PMI_RANK", "PMIX_RANK", "SLURM_PROCID"}); }
@@ -189,12 +198,8 @@ int main(int argc, char** argv) {
       return exit_code(e.code());
     }
   } catch (const dtrain::Error& e) {
-    // A failure inside the step loop: collectives may be half done, so no agreement is
-    // attempted; mpiexec ends the other ranks when this one exits non-zero.
-    dtrain::log::write(dtrain::log::Level::error, e.what());
-    return exit_code(e.code());
+    return fail_alone(*started, e.what(), exit_code(e.code()));
   } catch (const std::exception& e) {
-    dtrain::log::write(dtrain::log::Level::error, e.what());
-    return 1;
+    return fail_alone(*started, e.what(), 1);
   }
 }

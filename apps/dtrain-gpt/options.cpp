@@ -153,7 +153,7 @@ po::options_description describe(Parsed& p, std::string& config_file) {
   po::options_description generation("Generation");
   generation.add_options()
       ("generate", po::value(&p.generate)->default_value(p.generate), "after training, print this many tokens generated after --prompt")
-      ("prompt", po::value(&p.prompt), "what the generated tokens continue: text, a token per byte, with --vocab up to 256; else token ids separated by spaces or commas (absent: the data's first validation token)")
+      ("prompt", po::value(&p.prompt), "what the generated tokens continue: text, a token per byte, with --vocab up to 256; else token ids separated by spaces or commas (absent: the first token of validation sample 0)")
       ("temperature", po::value(&p.sampling.temperature)->default_value(p.sampling.temperature), "divides the logits before sampling; 0: always the most likely token")
       ("top-k", po::value(&p.sampling.top_k)->default_value(p.sampling.top_k), "sample among the k most likely tokens only (0: all)")
       ("top-p", po::value(&p.sampling.top_p)->default_value(p.sampling.top_p), "sample among the fewest most likely tokens whose probabilities add up to p (nucleus sampling; 1: all)");
@@ -174,7 +174,8 @@ void refuse_empty_values(const po::parsed_options& parsed, const po::options_des
     if (o.value.empty() || !o.value.front().empty()) continue;
     const po::option_description* d = all.find_nothrow(o.string_key, false);
     const bool is_switch = d && dynamic_cast<const po::typed_value<bool>*>(d->semantic().get());
-    if (o.string_key != "data" && o.string_key != "save-dir" && !(is_switch && !file.empty())) continue;
+    const bool a_path = o.string_key == "data" || o.string_key == "val-data" || o.string_key == "save-dir";
+    if (!a_path && !(is_switch && !file.empty())) continue;
     if (file.empty())
       DTRAIN_FAIL(Errc::invalid_config, "--" << o.string_key << " was given an empty value: give "
                                         "one, or leave the option out for its default");

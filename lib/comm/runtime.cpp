@@ -2,6 +2,8 @@
 
 #include <mpi.h>
 
+#include <cstdlib>
+
 #include "comm/comm_state.hpp"
 #include "comm/mpi_backend.hpp"
 #include "comm/mpi_session.hpp"
@@ -50,6 +52,11 @@ Runtime::Impl& Runtime::impl() const {
 
 Communicator& Runtime::world() { return impl().world; }
 int Runtime::rank() const { return impl().world.rank(); }
+void Runtime::abort_job(int code) noexcept {
+  MPI_Abort(MPI_COMM_WORLD, code);
+  std::_Exit(code);  // MPI_Abort should not return; never go on if it does
+}
+
 int Runtime::size() const { return impl().world.size(); }
 int Runtime::local_rank() const { return impl().world.local_rank(); }
 int Runtime::local_size() const { return impl().world.local_size(); }

@@ -1,7 +1,6 @@
 #include "token_array.hpp"
 
 #include <fcntl.h>
-#include <sys/mman.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -22,11 +21,16 @@ bool ends_with(const std::string& s, const std::string& suffix) {
   return s.size() >= suffix.size() && s.compare(s.size() - suffix.size(), suffix.size(), suffix) == 0;
 }
 
-// Maps the whole file read-only. The descriptor is closed at once (the mapping outlives it),
-// so a run over many shards holds no descriptor per shard.
-void* map_file(const std::string& path, std::size_t* bytes) {
-  const int fd = ::open(path.c_str(), O_RDONLY);
-  DTRAIN_CHECK(fd >= 0, Errc::io, "cannot open data file '" << path << "': " << std::strerror(errno));
+// Opens a regular file for reading. O_NONBLOCK: opening a FIFO must not wait for a writer.
+int open_regular_file(const std::string& path, std::size_t* bytes) {
+  const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC | O_NONBLOCK);
+  if (fd < 0) {
+    const int e = errno;
+    DTRAIN_FAIL(Errc::io, "cannot open data file '" << path << "': " << std::strerror(e)
+                              << (e == EMFILE ? " (a run holds one descriptor per data file: "
+                                                "raise `ulimit -n`, or use fewer, larger files)"
+                                              : ""));
+  }
   struct stat st {};
   if (::fstat(fd, &st) != 0 || !S_ISREG(st.st_mode)) {
     ::close(fd);
@@ -37,68 +41,101 @@ void* map_file(const std::string& path, std::size_t* bytes) {
     ::close(fd);
     DTRAIN_FAIL(Errc::io, "data file '" << path << "' is empty");
   }
-  void* map = ::mmap(nullptr, *bytes, PROT_READ, MAP_PRIVATE, fd, 0);
-  const int map_errno = errno;
-  ::close(fd);
-  DTRAIN_CHECK(map != MAP_FAILED, Errc::io,
-               "cannot map data file '" << path << "': " << std::strerror(map_errno));
-  return map;
+  return fd;
 }
 
 }  // namespace
 
 TokenArray::TokenArray(const std::string& path) : path_(path) {
-  map_ = map_file(path, &map_bytes_);
+  fd_ = open_regular_file(path, &file_bytes_);
   try {
     if (ends_with(path, ".bin")) {
       open_shard();
     } else {
-      tokens8_ = static_cast<const unsigned char*>(map_);
-      count_ = map_bytes_;
+      count_ = file_bytes_;
       vocab_ = 256;
     }
   } catch (...) {
-    ::munmap(map_, map_bytes_);
+    ::close(fd_);
     throw;
   }
 }
 
-TokenArray::~TokenArray() { ::munmap(map_, map_bytes_); }
+TokenArray::~TokenArray() { ::close(fd_); }
+
+void TokenArray::read_bytes(std::size_t offset, std::size_t bytes, void* out) const {
+  auto* to = static_cast<unsigned char*>(out);
+  while (bytes > 0) {
+    const ssize_t got = ::pread(fd_, to, bytes, static_cast<off_t>(offset));
+    if (got < 0 && errno == EINTR) continue;
+    DTRAIN_CHECK(got > 0, Errc::io,
+                 "reading data file '" << path_ << "' at byte " << offset << ": "
+                     << (got == 0 ? "the file is shorter than the " + std::to_string(file_bytes_) +
+                                        " bytes it had when the run opened it (was it changed "
+                                        "during the run?)"
+                                  : std::string(std::strerror(errno))));
+    to += got;
+    offset += static_cast<std::size_t>(got);
+    bytes -= static_cast<std::size_t>(got);
+  }
+}
+
+void TokenArray::read_tokens(std::size_t start, std::size_t n, void* out) const {
+  read_bytes(data_offset_ + start * token_bytes_, n * token_bytes_, out);
+}
 
 void TokenArray::open_shard() {
-  DTRAIN_CHECK(map_bytes_ >= kShardHeaderBytes, Errc::corrupt_data,
+  DTRAIN_CHECK(file_bytes_ >= kShardHeaderBytes, Errc::corrupt_data,
                "token shard '" << path_ << "' is shorter than its 1024-byte header");
   std::int32_t header[256];
-  std::memcpy(header, map_, kShardHeaderBytes);
+  read_bytes(0, kShardHeaderBytes, header);
   DTRAIN_CHECK(header[0] == kShardMagic, Errc::corrupt_data,
                "token shard '" << path_ << "' has wrong magic " << header[0] << " (expected "
-                               << kShardMagic << ")");
+                               << kShardMagic << "; headerless uint16 files, as nanoGPT's "
+                                  "prepare.py writes, need llm.c's header)");
   DTRAIN_CHECK(header[1] == kShardVersion, Errc::corrupt_data,
                "token shard '" << path_ << "' has unsupported version " << header[1]);
   DTRAIN_CHECK(header[2] > 0, Errc::corrupt_data, "token shard '" << path_ << "' holds no tokens");
   count_ = static_cast<std::size_t>(header[2]);
-  DTRAIN_CHECK(map_bytes_ >= kShardHeaderBytes + count_ * 2, Errc::corrupt_data,
+  DTRAIN_CHECK(file_bytes_ >= kShardHeaderBytes + count_ * 2, Errc::corrupt_data,
                "token shard '" << path_ << "' is truncated: header says " << count_
-                               << " tokens, file holds " << (map_bytes_ - kShardHeaderBytes) / 2);
+                               << " tokens, file holds " << (file_bytes_ - kShardHeaderBytes) / 2);
   // As llm.c's loader: bytes beyond the counted tokens mean a damaged header or a file
   // written by something else, whose tokens would silently go unused.
-  DTRAIN_CHECK(map_bytes_ == kShardHeaderBytes + count_ * 2, Errc::corrupt_data,
-               "token shard '" << path_ << "' has " << map_bytes_ - kShardHeaderBytes - count_ * 2
+  DTRAIN_CHECK(file_bytes_ == kShardHeaderBytes + count_ * 2, Errc::corrupt_data,
+               "token shard '" << path_ << "' has " << file_bytes_ - kShardHeaderBytes - count_ * 2
                                << " bytes after the " << count_
                                << " tokens its header counts: a damaged header or not a token shard");
-  tokens16_ = reinterpret_cast<const std::uint16_t*>(static_cast<const char*>(map_) + kShardHeaderBytes);
+  data_offset_ = kShardHeaderBytes;
+  token_bytes_ = 2;
 }
 
 int TokenArray::vocab_needed() const {
-  if (vocab_ == 0) vocab_ = 1 + *std::max_element(tokens16_, tokens16_ + count_);
+  if (vocab_ != 0) return vocab_;
+  constexpr std::size_t kChunk = std::size_t{1} << 19;  // tokens a read (1 MiB)
+  std::vector<std::uint16_t> chunk(std::min(kChunk, count_));
+  std::uint16_t largest = 0;
+  for (std::size_t at = 0; at < count_; at += chunk.size()) {
+    const std::size_t n = std::min(chunk.size(), count_ - at);
+    read_tokens(at, n, chunk.data());
+    largest = std::max(largest, *std::max_element(chunk.begin(), chunk.begin() + static_cast<std::ptrdiff_t>(n)));
+  }
+  vocab_ = 1 + largest;
   return vocab_;
 }
 
 void TokenArray::copy(std::size_t start, int length, std::int32_t* out) const {
-  if (tokens16_) {
-    for (int t = 0; t < length; ++t) out[t] = tokens16_[start + t];
+  const auto n = static_cast<std::size_t>(length);
+  if (scratch_.size() < n * token_bytes_) scratch_.resize(n * token_bytes_);  // once: a sample's size
+  read_tokens(start, n, scratch_.data());
+  if (token_bytes_ == 2) {
+    std::uint16_t t16;
+    for (std::size_t t = 0; t < n; ++t) {
+      std::memcpy(&t16, scratch_.data() + 2 * t, 2);
+      out[t] = t16;
+    }
   } else {
-    for (int t = 0; t < length; ++t) out[t] = tokens8_[start + t];
+    for (std::size_t t = 0; t < n; ++t) out[t] = scratch_[t];
   }
 }
 
@@ -106,10 +143,11 @@ std::uint64_t TokenArray::fingerprint() const {
   constexpr std::size_t kRuns = 64, kRunTokens = 64;
   std::uint64_t h = 14695981039346656037ULL;  // FNV-1a over the tokens' values
   const std::size_t run = std::min(kRunTokens, count_);
+  std::int32_t tokens[kRunTokens];
   for (std::size_t r = 0; r < kRuns; ++r) {
-    const std::size_t start = (count_ - run) * r / (kRuns - 1);
-    for (std::size_t t = start; t < start + run; ++t) {
-      h ^= tokens16_ ? tokens16_[t] : tokens8_[t];
+    copy((count_ - run) * r / (kRuns - 1), static_cast<int>(run), tokens);
+    for (std::size_t t = 0; t < run; ++t) {
+      h ^= static_cast<std::uint64_t>(tokens[t]);
       h *= 1099511628211ULL;
     }
   }

@@ -79,9 +79,16 @@ class TokenFiles final : public TokenSource {
                                                        << need << " training tokens");
     }
     const Files& val_named = val_files_.empty() ? train_files_ : val_files_;
-    DTRAIN_CHECK(val_.empty() || windows_of(val_, need) > 0, Errc::invalid_config,
-                 name_of(val_named) << ": the validation split (" << tokens_of(val_)
-                                    << " tokens) is shorter than seq-len + 1 = " << need);
+    if (!val_.empty() && windows_of(val_, need) == 0) {
+      if (val_.size() == 1) {
+        DTRAIN_FAIL(Errc::invalid_config, name_of(val_named) << ": the validation split (" << tokens_of(val_)
+                                                             << " tokens) is shorter than seq-len + 1 = " << need);
+      }
+      DTRAIN_FAIL(Errc::invalid_config, name_of(val_named) << ": none of the " << val_.size()
+                                                           << " files of the validation split (" << tokens_of(val_)
+                                                           << " tokens in all) holds seq-len + 1 = " << need
+                                                           << " of its tokens (a sample lies inside one file)");
+    }
   }
 
   void sample(Split split, std::uint64_t index, int length, std::int32_t* out) const override {

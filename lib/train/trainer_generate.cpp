@@ -26,7 +26,7 @@ std::vector<std::int32_t> Trainer::generate(std::vector<std::int32_t> context, i
   // A token is one row's forward: without this, five times the time a token on the CPU for
   // GPT-2 124M under 16-bit parameter storage.
   const auto held = s.hold_parameters_if_they_fit();
-  if (context.empty()) {  // start from the data's own first validation token
+  if (context.empty()) {  // start from a token of the data: validation sample 0's
     std::int32_t first = 0;
     s.source->sample(Split::val, 0, 1, &first);
     context.push_back(first);

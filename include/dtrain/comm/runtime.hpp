@@ -33,6 +33,10 @@ class DTRAIN_API Runtime {
   // MPI thread support level obtained (MPI_THREAD_* value).
   int thread_level() const;
   bool owns_mpi() const;    // true when this process' MPI was initialised by dtrain
+  // Ends every process of the job now, with exit status `code` (MPI_Abort on
+  // MPI_COMM_WORLD): after a failure on some ranks only, in the middle of collectives the
+  // others wait in, which no agreement can reach any more.
+  [[noreturn]] static void abort_job(int code) noexcept;
 
  private:
   struct Impl;

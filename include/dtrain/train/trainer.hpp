@@ -60,7 +60,7 @@ class DTRAIN_API Trainer {
   double train_step();                // one optimiser step; returns its mean loss
   double evaluate();                  // mean validation loss over eval_batches batches (under
                                       // 16-bit parameter storage held whole, as generate())
-  // Continues `context` (token ids; empty: the data's first validation token) by `count`
+  // Continues `context` (token ids; empty: the first token of validation sample 0) by `count`
   // tokens chosen from the model's logits (sampling.hpp) at the last of the last seq-len
   // tokens (computed with the model's key/value cache, GptModel::decode), with random numbers
   // keyed by (cfg.seed, token index); returns the new tokens, and gives each to on_token (if
