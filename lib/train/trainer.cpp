@@ -3,10 +3,44 @@
 #include <algorithm>
 #include <cmath>
 #include <limits>
+#include <optional>
+#include <sstream>
 
 #include "train/trainer_state.hpp"
 
 namespace dtrain::train {
+namespace {
+
+// The value of `key` in "key = value" lines; nothing where the key is absent.
+std::optional<std::string> ini_value(const std::string& ini, const std::string& key) {
+  std::istringstream in(ini);
+  const std::string prefix = key + " = ";
+  for (std::string line; std::getline(in, line);) {
+    if (line.compare(0, prefix.size(), prefix) == 0) return line.substr(prefix.size());
+  }
+  return std::nullopt;
+}
+
+// Samples are drawn by (seed, sample index) from the data: a resumed run given another seed or
+// other data trains on other samples than the run it continues would have. Allowed, but said.
+void warn_if_samples_differ(const std::string& path, const std::string& saved_ini, const TrainConfig& cfg) {
+  struct Key {
+    const char* name;
+    bool is_path;
+  };
+  const std::string now = cfg.to_ini();
+  for (const Key key : {Key{"seed", false}, Key{"data", true}, Key{"val-data", true}, Key{"val-fraction", false}}) {
+    if (key.name == std::string("val-fraction") && !cfg.val_data.empty()) continue;  // unused
+    const std::optional<std::string> then = ini_value(saved_ini, key.name), here = ini_value(now, key.name);
+    if (!then || !here || *then == *here) continue;
+    DTRAIN_LOG(warn, "checkpoint " << path << " was written by a run with " << key.name << " = '" << *then
+                     << "', this run has '" << *here << "': from here on it draws other samples than "
+                     << "the run it continues would have"
+                     << (key.is_path ? " (unless it is the same data under another path)" : ""));
+  }
+}
+
+}  // namespace
 
 Trainer::Trainer(const TrainConfig& cfg, Communicator& world)
     : s_(std::make_unique<State>(cfg, world)) {
@@ -137,6 +171,7 @@ void Trainer::load_checkpoint(const std::string& path) {
     DTRAIN_LOG(warn, "checkpoint " << path << " was at sample " << info.data_position
                      << "; with this global batch step " << info.step << " starts at sample " << expected);
   }
+  warn_if_samples_differ(path, info.run_config, s.cfg);
   s.step = info.step;
   s.start_step = info.step;
   s.last_saved_step = info.step;
