@@ -118,7 +118,10 @@ std::string generation_settings(const dtrain_gpt::Parsed& p) {
 // wait for them, so the whole job is ended (exit status `code`) once the message is out.
 int fail_alone(dtrain::Runtime& runtime, const char* message, int code) {
   dtrain::log::write(dtrain::log::Level::error, message);
-  if (runtime.size() > 1) dtrain::Runtime::abort_job(code);
+  if (runtime.size() > 1) {
+    std::cout.flush();  // generated text so far
+    dtrain::Runtime::abort_job(code);
+  }
   return code;
 }
 
@@ -196,6 +199,10 @@ int main(int argc, char** argv) {
     } catch (const dtrain::AgreedError& e) {  // every rank has it: one reports
       if (world.rank() == 0) DTRAIN_LOG(error, e.what());
       return exit_code(e.code());
+    } catch (const dtrain::Error& e) {  // here, before the Trainer's destructor waits on anything
+      return fail_alone(runtime, e.what(), exit_code(e.code()));
+    } catch (const std::exception& e) {
+      return fail_alone(runtime, e.what(), 1);
     }
   } catch (const dtrain::Error& e) {
     return fail_alone(*started, e.what(), exit_code(e.code()));

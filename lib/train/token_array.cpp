@@ -1,12 +1,14 @@
 #include "token_array.hpp"
 
 #include <fcntl.h>
+#include <sys/resource.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
 #include <algorithm>
 #include <cerrno>
 #include <cstring>
+#include <vector>
 
 #include "dtrain/core/error.hpp"
 
@@ -21,9 +23,21 @@ bool ends_with(const std::string& s, const std::string& suffix) {
   return s.size() >= suffix.size() && s.compare(s.size() - suffix.size(), suffix.size(), suffix) == 0;
 }
 
-// Opens a regular file for reading. O_NONBLOCK: opening a FIFO must not wait for a writer.
+// Where this process may open no more files: the soft limit raised to the hard one, once
+// (a run holds a descriptor per data file, and datasets of a thousand shards exist).
+bool raised_descriptor_limit() {
+  struct rlimit lim {};
+  if (::getrlimit(RLIMIT_NOFILE, &lim) != 0 || lim.rlim_cur >= lim.rlim_max) return false;
+  lim.rlim_cur = lim.rlim_max;
+  return ::setrlimit(RLIMIT_NOFILE, &lim) == 0;
+}
+
+// Opens a regular file for reading. O_NONBLOCK while opening: a FIFO must not wait for a
+// writer; it is cleared once the file is known to be regular (reads then block as usual).
 int open_regular_file(const std::string& path, std::size_t* bytes) {
-  const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC | O_NONBLOCK);
+  int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC | O_NONBLOCK);
+  if (fd < 0 && errno == EMFILE && raised_descriptor_limit())
+    fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC | O_NONBLOCK);
   if (fd < 0) {
     const int e = errno;
     DTRAIN_FAIL(Errc::io, "cannot open data file '" << path << "': " << std::strerror(e)
@@ -35,6 +49,12 @@ int open_regular_file(const std::string& path, std::size_t* bytes) {
   if (::fstat(fd, &st) != 0 || !S_ISREG(st.st_mode)) {
     ::close(fd);
     DTRAIN_FAIL(Errc::io, "data file '" << path << "' is not a readable regular file");
+  }
+  const int flags = ::fcntl(fd, F_GETFL);
+  if (flags == -1 || ::fcntl(fd, F_SETFL, flags & ~O_NONBLOCK) == -1) {
+    const int e = errno;
+    ::close(fd);
+    DTRAIN_FAIL(Errc::io, "data file '" << path << "': " << std::strerror(e));
   }
   *bytes = static_cast<std::size_t>(st.st_size);
   if (*bytes == 0) {
@@ -67,13 +87,14 @@ void TokenArray::read_bytes(std::size_t offset, std::size_t bytes, void* out) co
   auto* to = static_cast<unsigned char*>(out);
   while (bytes > 0) {
     const ssize_t got = ::pread(fd_, to, bytes, static_cast<off_t>(offset));
-    if (got < 0 && errno == EINTR) continue;
+    const int e = errno;
+    if (got < 0 && e == EINTR) continue;
     DTRAIN_CHECK(got > 0, Errc::io,
                  "reading data file '" << path_ << "' at byte " << offset << ": "
                      << (got == 0 ? "the file is shorter than the " + std::to_string(file_bytes_) +
                                         " bytes it had when the run opened it (was it changed "
                                         "during the run?)"
-                                  : std::string(std::strerror(errno))));
+                                  : std::string(std::strerror(e))));
     to += got;
     offset += static_cast<std::size_t>(got);
     bytes -= static_cast<std::size_t>(got);
@@ -124,18 +145,21 @@ int TokenArray::vocab_needed() const {
   return vocab_;
 }
 
+// The file's bytes land at the front of out and are widened in place from the last token
+// down: token t's bytes lie at or before out[t], so none is overwritten before it is read.
+// No buffer of its own, so concurrent calls are safe.
 void TokenArray::copy(std::size_t start, int length, std::int32_t* out) const {
   const auto n = static_cast<std::size_t>(length);
-  if (scratch_.size() < n * token_bytes_) scratch_.resize(n * token_bytes_);  // once: a sample's size
-  read_tokens(start, n, scratch_.data());
-  if (token_bytes_ == 2) {
-    std::uint16_t t16;
-    for (std::size_t t = 0; t < n; ++t) {
-      std::memcpy(&t16, scratch_.data() + 2 * t, 2);
+  read_tokens(start, n, out);
+  const auto* bytes = reinterpret_cast<const unsigned char*>(out);
+  for (std::size_t t = n; t-- > 0;) {
+    if (token_bytes_ == 2) {
+      std::uint16_t t16;
+      std::memcpy(&t16, bytes + 2 * t, 2);
       out[t] = t16;
+    } else {
+      out[t] = bytes[t];
     }
-  } else {
-    for (std::size_t t = 0; t < n; ++t) out[t] = scratch_[t];
   }
 }
 

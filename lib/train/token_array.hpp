@@ -7,7 +7,6 @@
 #include <cstddef>
 #include <cstdint>
 #include <string>
-#include <vector>
 
 namespace dtrain::train {
 
@@ -24,7 +23,7 @@ class TokenArray {
   // Largest token id + 1: a shard's, found by reading every token at the first call; 256
   // for text.
   int vocab_needed() const;
-  // Writes tokens [start, start + length) to out (not thread-safe: one scratch buffer).
+  // Writes tokens [start, start + length) to out.
   void copy(std::size_t start, int length, std::int32_t* out) const;
   // A hash of 64 runs of 64 tokens spread evenly over the file, the first and the last run
   // included (every token of a file of up to 4096): two copies whose sizes agree but whose
@@ -43,7 +42,6 @@ class TokenArray {
   std::size_t token_bytes_ = 1;  // 2 in a shard
   std::size_t count_ = 0;
   mutable int vocab_ = 0;  // 0: not known yet
-  mutable std::vector<unsigned char> scratch_;  // one sample's bytes
 };
 
 }  // namespace dtrain::train

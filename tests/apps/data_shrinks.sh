@@ -11,6 +11,7 @@ seq 1 20000 > "$data"
 "$mpiexec" "$npflag" 2 "$program" --layers 1 --d-model 32 --heads 2 --seq-len 16 --micro-batch 2 \
   --log-every 1000000 --eval-every 0 --steps 100000000 --data "$data" > "$dir/log" 2>&1 &
 pid=$!
+trap 'kill -KILL "$pid" 2> /dev/null' EXIT
 for _ in $(seq 300); do
   grep -q "peak:" "$dir/log" 2>/dev/null && break
   sleep 0.1

@@ -5,7 +5,11 @@
 #include <fstream>
 #include <map>
 #include <set>
+#include <thread>
 #include <vector>
+
+#include <sys/stat.h>
+#include <filesystem>
 
 #include "dtrain/core/error.hpp"
 #include "dtrain/train/data.hpp"
@@ -194,6 +198,64 @@ TEST(TokenFile, SamplePositionsAreStable) {
     s->sample(Split::val, static_cast<std::uint64_t>(i), 33, seq.data());
     EXPECT_EQ(seq[0], val[static_cast<std::size_t>(i)]);
   }
+}
+
+// sample() is const and holds no buffer of its own: threads may draw samples at once.
+TEST(TokenFile, SamplesDrawnConcurrentlyAreThoseOfOneThread) {
+  write_counting_shard(temp_path("threads.bin"), 0, 60000);
+  write_file(temp_path("threads.txt"), std::string(50000, 'x') + std::string(10000, 'y'));
+  for (const char* name : {"threads.bin", "threads.txt"}) {
+    SCOPED_TRACE(name);
+    auto s = open_token_file(temp_path(name), 64, 0.1, 3);
+    constexpr int kThreads = 4, kSamples = 2000, kLength = 65;
+    std::vector<std::int32_t> want(static_cast<std::size_t>(kThreads) * kSamples * kLength);
+    std::vector<std::int32_t> got(want.size());
+    for (std::size_t i = 0; i < want.size() / kLength; ++i) s->sample(Split::train, i, kLength, &want[i * kLength]);
+    std::vector<std::thread> threads;
+    for (int t = 0; t < kThreads; ++t) {
+      threads.emplace_back([&, t] {
+        for (int k = 0; k < kSamples; ++k) {
+          const std::size_t i = static_cast<std::size_t>(k) * kThreads + static_cast<std::size_t>(t);
+          s->sample(Split::train, i, kLength, &got[i * kLength]);
+        }
+      });
+    }
+    for (std::thread& th : threads) th.join();
+    EXPECT_TRUE(got == want);
+  }
+}
+
+// Samples are read from the file as the run goes: one that shrank since is an error naming
+// it, not a crash (a mapping would raise SIGBUS).
+TEST(TokenFile, AFileThatShrankDuringTheRunFailsTheReadNamingIt) {
+  const std::string path = temp_path("shrinks.bin");
+  write_counting_shard(path, 0, 3000);
+  auto s = open_token_file(path, 32, 0.1, 1);
+  std::filesystem::resize_file(path, 1024);  // the header only
+  std::vector<std::int32_t> seq(33);
+  try {
+    s->sample(Split::train, 0, 33, seq.data());
+    ADD_FAILURE() << "no error";
+  } catch (const Error& e) {
+    EXPECT_EQ(e.code(), Errc::io);
+    EXPECT_NE(std::string(e.what()).find("reading data file '" + path + "' at byte "), std::string::npos) << e.what();
+    EXPECT_NE(std::string(e.what()).find("shorter than the 7024 bytes it had when the run opened it"), std::string::npos)
+        << e.what();
+  }
+}
+
+// Opening a FIFO would wait for a writer: it is refused at once.
+TEST(TokenFile, AFifoIsRefusedWithoutWaitingForAWriter) {
+  const std::string path = temp_path("fifo.txt");
+  std::filesystem::remove(path);
+  ASSERT_EQ(::mkfifo(path.c_str(), 0600), 0);
+  try {
+    open_token_file(path, 16, 0.1, 1);
+    ADD_FAILURE() << "no error";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("is not a readable regular file"), std::string::npos) << e.what();
+  }
+  std::filesystem::remove(path);
 }
 
 TEST(TokenFiles, SamplesStayInsideOneFileInProportionToItsWindows) {

@@ -42,9 +42,10 @@ class DTRAIN_API TokenSource {
 // how close the loss is to the best achievable.
 DTRAIN_API std::unique_ptr<TokenSource> make_synthetic_corpus(std::uint64_t seed);
 
-// A token file: the llm.c / nanoGPT shard format (name ending in .bin: 256 int32 header with
-// magic 20240520, version 1, token count; then uint16 tokens) or else plain text read as bytes.
-// Memory-mapped. The last `val_fraction` of the tokens is held out for validation.
+// A token file: the llm.c shard format (name ending in .bin: 256 int32 header with magic
+// 20240520, version 1, token count; then uint16 tokens) or else plain text read as bytes.
+// Read with pread from a descriptor held open (one a file). The last `val_fraction` of the
+// tokens is held out for validation.
 // Errors (missing, empty, unreadable, bad magic, too short for seq_len) throw Error with a
 // message naming the file.
 DTRAIN_API std::unique_ptr<TokenSource> open_token_file(const std::string& path, int seq_len,
