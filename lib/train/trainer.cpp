@@ -193,7 +193,7 @@ double Trainer::train_step() {
   s.last_loss_scale = s.scaler.scale();
   const float unscale = s.scaler.inverse_scale();  // of this step's seed (1 unless fp16)
   // Mixed precision: the reduced gradients in the 16-bit format (fp16: beyond 65504 -> inf).
-  if (s.low != DType::f32) round_segments(s.dev, params.grads(), s.optimizer.segments(), s.low);
+  if (s.low != DType::f32) round_segments(s.dev, params.grads(), s.gradient_segments_to_round(), s.low);
   if (!s.apply_overflow_check()) {
     // Skipped: the batch is consumed and the step counter (hence the LR schedule) moves on;
     // parameters, moments and the optimiser's own step count stay as they were.

@@ -335,7 +335,8 @@ std::vector<optim::Segment> Trainer::State::optimizer_segments() {
     for (const ParamInfo& p : params) counted.push_back(counts_in_norm(p));
     fixed_norm = std::make_unique<parallel::FixedOrderNorm>(dev, dp, params, std::move(counted));
     whole_arena = {{0, params.numel()}};
-    if (cfg.zero == 0) return parallel::parameter_segments(params);
+    whole_arena_segments = parallel::parameter_segments(params);
+    if (cfg.zero == 0) return whole_arena_segments;
     return parallel::owned_segments(params, fixed_order->owned());
   }
   const auto mode = cfg.zero >= 2   ? parallel::GradReduction::shard

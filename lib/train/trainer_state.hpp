@@ -61,6 +61,7 @@ struct Trainer::State {
   std::unique_ptr<parallel::FixedOrderSum> fixed_order;  // --deterministic
   std::unique_ptr<parallel::FixedOrderNorm> fixed_norm;  // --deterministic
   std::vector<parallel::Range> whole_arena;              // {[0, numel)}: made once
+  std::vector<optim::Segment> whole_arena_segments;      // the same as the optimiser's segments
   optim::AdamW optimizer;
   optim::LrSchedule schedule;
   // Mixed precision: the arena's 16-bit format (f32: plain fp32 training), and the fp16
@@ -137,6 +138,11 @@ struct Trainer::State {
   // --deterministic: whether every rank ends the reduction with the whole gradient (ZeRO 0,
   // and pipelines, whose tied embedding copies are summed afterwards) or only its pieces.
   bool fixed_order_whole() const { return cfg.zero == 0 || grid.pp_size() > 1; }
+  // Mixed precision: the reduced gradients rounded to 16 bits before the norm and the update.
+  // Where every rank holds the whole sum, the whole (the norm reads all of it), else its pieces.
+  const std::vector<optim::Segment>& gradient_segments_to_round() const {
+    return fixed_order && fixed_order_whole() ? whole_arena_segments : optimizer.segments();
+  }
   void clear_gradients(bool hand_back);
   void finish_fixed_order_sum();
   void hold_only_owned_gradients();
