@@ -116,6 +116,7 @@ std::string generation_settings(const dtrain_gpt::Parsed& p) {
 // A failure of this rank alone inside the step loop (a bad token in its data, a failed
 // read): the other ranks wait in collectives it will never join, and finalising MPI would
 // wait for them, so the whole job is ended (exit status `code`) once the message is out.
+// (Failures every rank meets alike are AgreedErrors, reported once and exited normally.)
 int fail_alone(dtrain::Runtime& runtime, const char* message, int code) {
   dtrain::log::write(dtrain::log::Level::error, message);
   if (runtime.size() > 1) {

@@ -8,8 +8,8 @@ namespace dtrain::train {
 
 class Progress {
  public:
-  // start_step: the steps a resumed run had taken before this one (its ETA and summary count
-  // the steps this run takes).
+  // start_step: the steps taken before this run (a resumed run's, or earlier runs' of the same
+  // Trainer); its ETA and summary count the steps this run takes.
   Progress(long start_step, long total_steps, long tokens_per_step, double flops_per_token,
            double peak_flops, double entropy_rate);
   double mfu(double tokens_per_s) const;

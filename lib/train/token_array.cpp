@@ -23,27 +23,13 @@ bool ends_with(const std::string& s, const std::string& suffix) {
   return s.size() >= suffix.size() && s.compare(s.size() - suffix.size(), suffix.size(), suffix) == 0;
 }
 
-// Where this process may open no more files: the soft limit raised to the hard one, once
-// (a run holds a descriptor per data file, and datasets of a thousand shards exist).
-bool raised_descriptor_limit() {
-  struct rlimit lim {};
-  if (::getrlimit(RLIMIT_NOFILE, &lim) != 0 || lim.rlim_cur >= lim.rlim_max) return false;
-  lim.rlim_cur = lim.rlim_max;
-  return ::setrlimit(RLIMIT_NOFILE, &lim) == 0;
-}
-
 // Opens a regular file for reading. O_NONBLOCK while opening: a FIFO must not wait for a
 // writer; it is cleared once the file is known to be regular (reads then block as usual).
 int open_regular_file(const std::string& path, std::size_t* bytes) {
-  int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC | O_NONBLOCK);
-  if (fd < 0 && errno == EMFILE && raised_descriptor_limit())
-    fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC | O_NONBLOCK);
+  const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC | O_NONBLOCK);
   if (fd < 0) {
     const int e = errno;
-    DTRAIN_FAIL(Errc::io, "cannot open data file '" << path << "': " << std::strerror(e)
-                              << (e == EMFILE ? " (a run holds one descriptor per data file: "
-                                                "raise `ulimit -n`, or use fewer, larger files)"
-                                              : ""));
+    DTRAIN_FAIL(Errc::io, "cannot open data file '" << path << "': " << std::strerror(e));
   }
   struct stat st {};
   if (::fstat(fd, &st) != 0 || !S_ISREG(st.st_mode)) {
@@ -65,6 +51,23 @@ int open_regular_file(const std::string& path, std::size_t* bytes) {
 }
 
 }  // namespace
+
+void reserve_descriptors(std::size_t files) {
+  constexpr rlim_t kSpare = 256;  // MPI, HDF5, the metrics file, a GPU's driver
+  struct rlimit lim {};
+  if (::getrlimit(RLIMIT_NOFILE, &lim) != 0 || lim.rlim_cur == RLIM_INFINITY) return;
+  const rlim_t need = static_cast<rlim_t>(files) + kSpare;
+  if (need <= lim.rlim_cur) return;
+  if (lim.rlim_max == RLIM_INFINITY || need <= lim.rlim_max) {
+    lim.rlim_cur = need;
+    if (::setrlimit(RLIMIT_NOFILE, &lim) == 0) return;
+  }
+  DTRAIN_FAIL(Errc::invalid_config,
+              files << " data files need " << need << " open files (one a file, " << kSpare
+                    << " to spare), more than this process may open (soft limit " << lim.rlim_cur
+                    << ", hard limit " << lim.rlim_max
+                    << "): raise `ulimit -n`, or use fewer, larger files");
+}
 
 TokenArray::TokenArray(const std::string& path) : path_(path) {
   fd_ = open_regular_file(path, &file_bytes_);

@@ -10,6 +10,11 @@
 
 namespace dtrain::train {
 
+// A run holds one descriptor per data file: raises this process's soft limit on open files
+// so that `files` of them leave room for the rest (MPI, HDF5, ...), up to the hard limit;
+// Errc::invalid_config naming both limits where even that is too few.
+void reserve_descriptors(std::size_t files);
+
 class TokenArray {
  public:
   explicit TokenArray(const std::string& path);

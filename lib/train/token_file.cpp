@@ -59,6 +59,7 @@ class TokenFiles final : public TokenSource {
     DTRAIN_CHECK(val_fraction >= 0 && val_fraction < 1, Errc::invalid_config,
                  "validation fraction must be in [0, 1), got " << val_fraction);
     DTRAIN_CHECK(!train_paths.empty(), Errc::invalid_argument, "no training data file given");
+    reserve_descriptors(train_paths.size() + val_paths.size());
     train_files_ = open_all(train_paths);
     val_files_ = open_all(val_paths);
     check_one_kind();

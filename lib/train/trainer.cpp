@@ -24,15 +24,17 @@ std::optional<std::string> ini_value(const std::string& ini, const std::string& 
 // Samples are drawn by (seed, sample index) from the data: a resumed run given another seed or
 // other data trains on other samples than the run it continues would have. Allowed, but said.
 void warn_if_samples_differ(const std::string& path, const std::string& saved_ini, const TrainConfig& cfg) {
+  if (cfg.eval_only) return;  // no run continues
   struct Key {
     const char* name;
     bool is_path;
+    bool used;
   };
   const std::string now = cfg.to_ini();
-  for (const Key key : {Key{"seed", false}, Key{"data", true}, Key{"val-data", true}, Key{"val-fraction", false}}) {
-    if (key.name == std::string("val-fraction") && !cfg.val_data.empty()) continue;  // unused
+  for (const Key key : {Key{"seed", false, true}, Key{"data", true, true}, Key{"val-data", true, true},
+                        Key{"val-fraction", false, cfg.val_data.empty()}}) {
     const std::optional<std::string> then = ini_value(saved_ini, key.name), here = ini_value(now, key.name);
-    if (!then || !here || *then == *here) continue;
+    if (!key.used || !then || !here || *then == *here) continue;
     DTRAIN_LOG(warn, "checkpoint " << path << " was written by a run with " << key.name << " = '" << *then
                      << "', this run has '" << *here << "': from here on it draws other samples than "
                      << "the run it continues would have"
@@ -108,7 +110,7 @@ bool Trainer::State::agree_stop() {
   return stopped;
 }
 
-bool Trainer::State::stop_before_micro_batch(int micro, int n) {
+bool Trainer::State::stop_before_micro_batch(long micro, long n) {
   if (!watch_stop) return false;
   if (stop_vote.valid()) {  // started before the micro-batch just done
     stop_vote.wait();
@@ -223,11 +225,12 @@ double Trainer::evaluate() {
   bool stop = false;
   for (int b = 0; b < s.cfg.eval_batches && !stop; ++b) {
     for (int micro = 0; micro < plan.accum_steps; ++micro, ++done) {
-      // Preemption inside run(): checked between batches, and between micro-batches where no
-      // pipeline schedule interleaves them.
+      // Preemption inside run(): between micro-batches, counted over all the batches; with
+      // pipeline stages, whose micro-batches overlap, between batches.
       if (s.watch_stop) {
-        stop = micro == 0 && s.agree_stop();
-        if (!stop && !s.pipeline) stop = s.stop_before_micro_batch(micro, plan.accum_steps);
+        stop = s.pipeline ? micro == 0 && s.agree_stop()
+                          : s.stop_before_micro_batch(static_cast<long>(b) * plan.accum_steps + micro,
+                                                      static_cast<long>(s.cfg.eval_batches) * plan.accum_steps);
       }
       if (stop) break;
       const std::uint64_t first = plan.first_sample(static_cast<std::uint64_t>(b), micro);

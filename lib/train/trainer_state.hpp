@@ -61,7 +61,7 @@ struct Trainer::State {
   std::unique_ptr<parallel::FixedOrderSum> fixed_order;  // --deterministic
   std::unique_ptr<parallel::FixedOrderNorm> fixed_norm;  // --deterministic
   std::vector<parallel::Range> whole_arena;              // {[0, numel)}: made once
-  std::vector<optim::Segment> whole_arena_segments;      // the same as the optimiser's segments
+  std::vector<optim::Segment> whole_arena_segments;      // whole_arena as optimiser segments
   optim::AdamW optimizer;
   optim::LrSchedule schedule;
   // Mixed precision: the arena's 16-bit format (f32: plain fp32 training), and the fp16
@@ -155,11 +155,11 @@ struct Trainer::State {
   bool agree_stop();
   std::string stop_cause();  // for the log, once agree_stop() said yes
   // Inside run(), before micro-batch `micro` of n (a step's, without pipeline stages, whose
-  // schedule interleaves them; an evaluation batch's): whether all ranks agreed to stop there,
+  // schedule interleaves them; an evaluation's): whether all ranks agreed to stop there,
   // so a step of many micro-batches stops part-way (its gradients are dropped). The vote is a
   // non-blocking all-reduce started before one micro-batch and read before the next, so the
   // ranks need not meet at every micro-batch; a stop comes within two of the signal.
-  bool stop_before_micro_batch(int micro, int n);
+  bool stop_before_micro_batch(long micro, long n);
   int stop_vote_flag = 0;
   Request stop_vote;
   // What the gradient passes return when they stopped part-way (stopped is set).

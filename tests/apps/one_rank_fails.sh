@@ -32,7 +32,7 @@ status=$?
 seconds=$(( $(date +%s) - start ))
 cat "$dir/log"
 [ "$status" -ne 0 ] || { echo "FAIL: exit status 0"; exit 1; }
-grep -q "r1/2\] ERROR token 60000 at position [0-9]* outside \[0, 100)" "$dir/log" ||
+grep -Eq "r1/2\] ERROR (token|target) 60000 at position [0-9]* outside \[0, 100\)" "$dir/log" ||
   { echo "FAIL: no message from rank 1 naming the token"; exit 1; }
 grep -q "watchdog" "$dir/log" && { echo "FAIL: the watchdog ended the job"; exit 1; }
 echo "ok: exit status $status after $seconds s with rank 1's message"

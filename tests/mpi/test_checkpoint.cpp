@@ -387,7 +387,7 @@ TEST(Checkpoint, AStopRequestedBeforeRunStopsBeforeTheFirstStepAndIsConsumed) {
 
 // Asks for a stop on the last rank, as a signal would, once this rank's traffic on the world
 // communicator has grown by `more` bytes: run()'s stop checks are 4-byte all-reduces there, so
-// the request comes after the first checks of the pass it runs (whose 128 micro-batches leave
+// the request comes after the first check of the pass it runs (whose 512 micro-batches leave
 // the thread ample time to notice). A request that came too late is cleared.
 class StopAfterWorldTraffic {
  public:
@@ -422,7 +422,7 @@ TEST(Checkpoint, AStopDuringALongStepStopsBetweenItsMicroBatchesAndDropsThem) {
     cfg.save_dir = test_dir("mid_step_z" + std::to_string(layout.zero));
     cfg.zero = layout.zero;
     cfg.deterministic = layout.deterministic;
-    cfg.global_batch = cfg.micro_batch * 128 * world().size();  // 128 micro-batches a rank
+    cfg.global_batch = cfg.micro_batch * 512 * world().size();  // 512 micro-batches a rank
     train::Trainer straight(cfg, world());
     train::Trainer t(cfg, world());
     for (int i = 0; i < 2; ++i) {
@@ -433,7 +433,7 @@ TEST(Checkpoint, AStopDuringALongStepStopsBetweenItsMicroBatchesAndDropsThem) {
     ASSERT_TRUE(before == logical_state(straight));
     train::TrainSummary sum;
     {
-      StopAfterWorldTraffic stop(8);  // run()'s check before step 3, then one inside it
+      StopAfterWorldTraffic stop(4);  // after run()'s check before step 3
       sum = t.run();
     }
     EXPECT_TRUE(sum.stopped_by_signal);
@@ -456,11 +456,11 @@ TEST(Checkpoint, AStopDuringAnEvaluationBatchStopsBetweenItsMicroBatches) {
   train::TrainConfig cfg = tiny_config();
   cfg.eval_only = true;
   cfg.eval_batches = 1;
-  cfg.global_batch = cfg.micro_batch * 128 * world().size();
+  cfg.global_batch = cfg.micro_batch * 512 * world().size();
   train::Trainer t(cfg, world());
   train::TrainSummary sum;
   {
-    StopAfterWorldTraffic stop(8);
+    StopAfterWorldTraffic stop(4);  // after the vote before the first micro-batch
     sum = t.run();
   }
   EXPECT_TRUE(sum.stopped_by_signal);

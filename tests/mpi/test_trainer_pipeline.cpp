@@ -235,14 +235,15 @@ TEST(TrainerPipeline, WithTensorParallelism) {
 
 // --deterministic with a pipeline: close to single-rank training, and bit-identical losses
 // whatever the data-parallel degree (PP=2 x DP=1 on two ranks against PP=2 x DP=2 on four,
-// at ZeRO 0 and 1), in fp32 and bf16 (whose rounded gradients the norm must see whole).
+// at ZeRO 0 and 1), in fp32 and in bf16 and fp16, whose rounded gradients the norm (clipping
+// is active) must see whole.
 TEST(TrainerPipeline, DeterministicMatchesAcrossDataParallelism) {
   if (world().size() % 2 != 0) return;
   struct Case {
     const char* schedule;
     const char* precision;
   };
-  for (const Case c : {Case{"gpipe", "fp32"}, Case{"1f1b", "fp32"}, Case{"1f1b", "bf16"}}) {
+  for (const Case c : {Case{"gpipe", "fp32"}, Case{"1f1b", "fp32"}, Case{"1f1b", "bf16"}, Case{"1f1b", "fp16"}}) {
     SCOPED_TRACE(std::string(c.schedule) + " " + c.precision);
     train::TrainConfig cfg = tiny_config();
     cfg.pp = 2;

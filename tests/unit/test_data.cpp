@@ -8,7 +8,11 @@
 #include <thread>
 #include <vector>
 
+#include <sys/resource.h>
 #include <sys/stat.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
 #include <filesystem>
 
 #include "dtrain/core/error.hpp"
@@ -256,6 +260,46 @@ TEST(TokenFile, AFifoIsRefusedWithoutWaitingForAWriter) {
     EXPECT_NE(std::string(e.what()).find("is not a readable regular file"), std::string::npos) << e.what();
   }
   std::filesystem::remove(path);
+}
+
+// A run holds a descriptor per data file: a soft limit too low for them is raised, and more
+// files than the hard limit allows are refused at start-up, naming both limits. In a child
+// process each (a lowered hard limit cannot be raised again).
+TEST(TokenFiles, TheLimitOnOpenFilesIsRaisedForTheFilesOrTheyAreRefused) {
+  std::vector<std::string> paths;
+  for (int i = 0; i < 50; ++i) {
+    paths.push_back(temp_path("fd" + std::to_string(i) + ".txt"));
+    write_file(paths.back(), std::string(100, 'a'));
+  }
+  // 0: as expected; 1: the wrong outcome; 2: the limit could not be set up.
+  auto in_child = [&](rlim_t soft, rlim_t hard, bool fits) {
+    const pid_t child = ::fork();
+    if (child == 0) {
+      struct rlimit lim {soft, hard};
+      int code = 2;
+      if (::setrlimit(RLIMIT_NOFILE, &lim) == 0) {
+        try {
+          auto s = open_token_files(paths, {}, 16, 0.1, 1);
+          code = fits && ::getrlimit(RLIMIT_NOFILE, &lim) == 0 && lim.rlim_cur == 50 + 256 ? 0 : 1;
+        } catch (const Error& e) {
+          const std::string what = e.what();
+          code = !fits && e.code() == Errc::invalid_config &&
+                         what.find("50 data files need 306 open files") != std::string::npos &&
+                         what.find("hard limit " + std::to_string(hard)) != std::string::npos
+                     ? 0
+                     : 1;
+        }
+      }
+      ::_exit(code);
+    }
+    int status = 0;
+    ::waitpid(child, &status, 0);
+    return WIFEXITED(status) ? WEXITSTATUS(status) : 3;
+  };
+  struct rlimit now {};
+  ASSERT_EQ(::getrlimit(RLIMIT_NOFILE, &now), 0);
+  if (now.rlim_max == RLIM_INFINITY || now.rlim_max >= 306) EXPECT_EQ(in_child(100, now.rlim_max, true), 0);
+  if (now.rlim_max == RLIM_INFINITY || now.rlim_max >= 200) EXPECT_EQ(in_child(200, 200, false), 0);
 }
 
 TEST(TokenFiles, SamplesStayInsideOneFileInProportionToItsWindows) {
