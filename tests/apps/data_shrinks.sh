@@ -12,10 +12,8 @@ seq 1 20000 > "$data"
   --log-every 1000000 --eval-every 0 --steps 100000000 --data "$data" > "$dir/log" 2>&1 &
 pid=$!
 trap 'kill -TERM "$pid" 2> /dev/null' EXIT
-for _ in $(seq 300); do
-  grep -q "peak:" "$dir/log" 2>/dev/null && break
-  sleep 0.1
-done
+source "$(dirname "$0")/wait_for_training.sh"
+wait_for_training "$dir/log"
 sleep 0.5
 : > "$data"
 wait "$pid"

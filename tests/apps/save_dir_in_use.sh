@@ -14,11 +14,8 @@ first=$!
 source "$(dirname "$0")/ranks_of.sh"
 name=$(basename "$gpt")
 trap 'kill -KILL $(ranks_of "$first" "$name") "$first" 2>/dev/null' EXIT
-# Training runs (its signal handlers in place) a moment after the set-up logs the peak.
-for _ in $(seq 300); do
-  grep -q "peak:" "$dir.first.log" 2>/dev/null && break
-  sleep 0.1
-done
+source "$(dirname "$0")/wait_for_training.sh"
+wait_for_training "$dir.first.log"
 sleep 1
 grep -q "^process" "$dir/.dtrain-lock" 2>/dev/null || fail "the first run did not claim $dir"
 holder=$(head -n 1 "$dir/.dtrain-lock")

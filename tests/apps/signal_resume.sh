@@ -14,11 +14,8 @@ long=(--steps 100000000)
 rm -rf "$dir"
 "$mpiexec" "$npflag" 2 "$program" "${args[@]}" "${long[@]}" > "$dir.log" 2>&1 &
 pid=$!
-# Wait until training runs (the first lines are logged after set-up), at most 30 s.
-for _ in $(seq 300); do
-  grep -q "peak:" "$dir.log" 2>/dev/null && break
-  sleep 0.1
-done
+source "$(dirname "$0")/wait_for_training.sh"
+wait_for_training "$dir.log"
 sleep 1
 if [ "$target" = ranks ]; then
   source "$(dirname "$0")/ranks_of.sh"
