@@ -138,8 +138,11 @@ std::string Trainer::save_checkpoint() {
   s.check_not_held("save_checkpoint()");
   ckpt::CheckpointInfo info;
   info.step = s.step;
-  info.consumed_samples = static_cast<std::uint64_t>(s.step) * s.loader.plan().global_batch();
-  info.data_position = info.consumed_samples;  // the data order is a function of the sample index
+  const std::uint64_t global_batch = s.loader.plan().global_batch();
+  // Counted across resumes, whatever their global batch; the next sample's index is this
+  // run's (the data order is a function of it).
+  info.consumed_samples = s.consumed_before + static_cast<std::uint64_t>(s.step - s.consumed_before_step) * global_batch;
+  info.data_position = static_cast<std::uint64_t>(s.step) * global_batch;
   info.run_config = s.cfg.to_ini();
   if (s.scaler.enabled()) {
     info.loss_scale = s.scaler.scale();
@@ -174,6 +177,8 @@ void Trainer::load_checkpoint(const std::string& path) {
                      << "; with this global batch step " << info.step << " starts at sample " << expected);
   }
   warn_if_samples_differ(path, info.run_config, s.cfg);
+  s.consumed_before = info.consumed_samples;
+  s.consumed_before_step = info.step;
   s.step = info.step;
   s.start_step = info.step;
   s.last_saved_step = info.step;

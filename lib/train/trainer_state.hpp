@@ -90,6 +90,9 @@ struct Trainer::State {
   std::unique_ptr<ckpt::Checkpointer> checkpointer;  // made at the first save or load
   long start_step = 0;
   long last_saved_step = -1;
+  // Training sequences consumed up to step consumed_before_step (the checkpoint resumed from).
+  std::uint64_t consumed_before = 0;
+  long consumed_before_step = 0;
   bool watch_stop = false;  // inside run(): poll for SIGTERM/SIGUSR1
   bool stopped = false;     // all ranks agreed to stop
 

@@ -468,6 +468,41 @@ TEST(Checkpoint, AStopDuringAnEvaluationBatchStopsBetweenItsMicroBatches) {
   EXPECT_EQ(train::stop_requested(), 0);
 }
 
+// A root attribute of a checkpoint file, read with HDF5 itself (rank 0's view is every rank's).
+std::uint64_t u64_attribute(const std::string& path, const char* name) {
+  hid_t f = H5Fopen(path.c_str(), H5F_ACC_RDONLY, H5P_DEFAULT);
+  hid_t a = H5Aopen(f, name, H5P_DEFAULT);
+  std::uint64_t v = 0;
+  const herr_t read = H5Aread(a, H5T_NATIVE_UINT64, &v);
+  H5Aclose(a);
+  H5Fclose(f);
+  EXPECT_GE(read, 0) << name;
+  return v;
+}
+
+// consumed_samples counts the sequences trained on across resumes at other global batches;
+// data_position is the next sample's index at the current one.
+TEST(Checkpoint, ConsumedSamplesAddUpAcrossResumesAtAnotherGlobalBatch) {
+  const std::string dir = test_dir("consumed");
+  train::TrainConfig cfg = tiny_config();
+  cfg.save_dir = dir;
+  const long g = static_cast<long>(cfg.micro_batch) * world().size();
+  cfg.global_batch = g;
+  {
+    train::Trainer t(cfg, world());
+    t.train_step();
+    t.train_step();
+    t.save_checkpoint();
+  }
+  cfg.global_batch = 2 * g;
+  cfg.resume = "auto";
+  train::Trainer t(cfg, world());
+  t.train_step();
+  const std::string path = t.save_checkpoint();
+  EXPECT_EQ(u64_attribute(path, "consumed_samples"), static_cast<std::uint64_t>(2 * g + 2 * g));
+  EXPECT_EQ(u64_attribute(path, "data_position"), static_cast<std::uint64_t>(3 * 2 * g));
+}
+
 TEST(Checkpoint, DifferentModelShapeIsAClearError) {
   const std::string dir = test_dir("shape");
   train::TrainConfig cfg = tiny_config();

@@ -30,7 +30,7 @@ inline constexpr int kFormatVersion = 1;
 // The run's position, stored as attributes of the file's root group.
 struct DTRAIN_API CheckpointInfo {
   long step = 0;                        // optimiser steps taken
-  std::uint64_t consumed_samples = 0;   // training sequences consumed
+  std::uint64_t consumed_samples = 0;   // training sequences consumed (across resumes)
   std::uint64_t data_position = 0;      // global index of the next training sample
   std::string run_config;               // "key = value" lines of the run (informative)
   double loss_scale = 0;                // fp16 dynamic loss scale (0: the run has none)
