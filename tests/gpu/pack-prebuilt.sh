@@ -5,14 +5,15 @@
 # library they need beyond glibc, libstdc++ and CUDA's (MPI, HDF5, OpenBLAS, Boost, ...), and
 # Open MPI's launcher with its components, into one relocatable tarball.
 #
-#   tests/gpu/pack-prebuilt.sh BUILD_DIR OUT.tar.xz      (or .tar.gz, .tar: as the name says)
-#   tar xf OUT.tar.xz && tests/gpu/run-device-checks.sh --prebuilt dtrain-prebuilt
+#   tests/gpu/pack-prebuilt.sh BUILD_DIR OUT.tar.gz      (or .tar.xz, .tar: as the name says;
+#                                                        gzip needs no xz on the GPU node)
+#   tar xzf OUT.tar.gz && tests/gpu/run-device-checks.sh --prebuilt dtrain-prebuilt
 #
 # Build on a system whose glibc is no newer than the GPU node's. Open MPI's network
 # components (UCX, libfabric, verbs, PSM) are left out: one node needs shared memory only.
 set -euo pipefail
 
-[ $# = 2 ] || { echo "usage: $0 BUILD_DIR OUT.tar.xz"; exit 2; }
+[ $# = 2 ] || { echo "usage: $0 BUILD_DIR OUT.tar.gz"; exit 2; }
 BUILD=$(cd "$1" && pwd -P)
 OUT=$(cd "$(dirname "$2")" && pwd -P)/$(basename "$2")
 SRC=$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd -P)
