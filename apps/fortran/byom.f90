@@ -15,6 +15,7 @@ program fortran_byom
   use dtrain
   use app_options
   use app_results
+  use app_exit
   use synthetic
   implicit none
   integer, parameter :: nhid = 32, global_batch = 32, eval_samples = 256
@@ -28,14 +29,16 @@ program fortran_byom
   character(len=:), allocatable :: source
   integer :: ierr, rank, nranks, provided, per, step, start, i, j
   real :: loss, norm, eval_before, eval_after
-  logical :: ok
+  logical :: ok, written
+  character(len=:), allocatable :: why
 
+  written = .true.  ! rank 0 writes the results file, if any
   call MPI_Init_thread(MPI_THREAD_MULTIPLE, provided, ierr)
   call dt_init(ctx, ierr, comm=MPI_COMM_WORLD)
   call check('dt_init')
   call dt_context_rank(ctx, rank, ierr)
-  call parse_options('dtrain-fortran-byom', opt, ok)
-  if (.not. ok) error stop 2
+  call parse_options('dtrain-fortran-byom', opt, ok, why)
+  if (.not. ok) call quit(ctx, rank, why, 2)
   if (opt%help) then
     if (rank == 0) call print_usage('dtrain-fortran-byom')
     call dt_finalize(ctx, ierr)
@@ -44,7 +47,7 @@ program fortran_byom
   end if
   call dt_context_size(ctx, nranks, ierr)
   call dt_context_world(ctx, world, ierr)
-  if (mod(global_batch, nranks) /= 0) error stop 'the number of ranks must divide 32'
+  if (mod(global_batch, nranks) /= 0) call quit(ctx, rank, 'dtrain-fortran-byom: the number of ranks must divide 32', 2)
   per = global_batch / nranks
 
   ! The same initial weights on every rank: a fixed pattern scaled by 1/sqrt(fan-in).
@@ -64,7 +67,9 @@ program fortran_byom
   call dt_byom_register(byom, 'hidden.weight', w1, gw1, ierr)
   call check('dt_byom_register')
   call dt_byom_register(byom, 'hidden.bias', b1, gb1, ierr, no_decay=.true.)
+  call check('dt_byom_register')
   call dt_byom_register(byom, 'out.weight', w2, gw2, ierr)
+  call check('dt_byom_register')
   call dt_byom_register(byom, 'out.bias', b2, gb2, ierr, no_decay=.true.)
   call check('dt_byom_register')
 
@@ -99,13 +104,14 @@ program fortran_byom
     print '(a,f9.5,a,f9.5,a,i0,a,i0,a,i0,a)', 'fortran-byom: eval loss ', eval_before, ' -> ', &
       eval_after, ', steps ', start, '..', opt%steps, ' on ', nranks, ' ranks'
     if (opt%out /= '') call write_results(opt%out, eval_after, [reshape(w1, [size(w1)]), b1, &
-                                                               reshape(w2, [size(w2)]), b2])
+                                                               reshape(w2, [size(w2)]), b2], written)
   end if
+  if (.not. written) call quit(ctx, rank, 'dtrain-fortran-byom: cannot write '//opt%out, 1)
+  if (ieee_is_nan(eval_after)) call quit(ctx, rank, 'dtrain-fortran-byom: the loss is not a number', 1)
+  if (start == 0 .and. opt%steps > 0 .and. .not. eval_after < 0.5 * eval_before) &
+    call quit(ctx, rank, 'dtrain-fortran-byom: the loss did not halve', 1)
   call dt_finalize(ctx, ierr)
   call MPI_Finalize(ierr)
-  if (ieee_is_nan(eval_after)) error stop 'the loss is not a number'
-  if (start == 0 .and. opt%steps > 0 .and. .not. eval_after < 0.5 * eval_before) &
-    error stop 'the loss did not halve'
 
 contains
 
@@ -148,8 +154,7 @@ contains
   subroutine check(what)
     character(len=*), intent(in) :: what
     if (ierr /= DT_SUCCESS) then
-      print '(4a)', 'dtrain-fortran-byom: ', what, ' failed: ', dt_get_last_error(ctx)
-      error stop 1
+      call quit(ctx, rank, 'dtrain-fortran-byom: '//what//' failed: '//dt_get_last_error(ctx), 1)
     end if
   end subroutine
 

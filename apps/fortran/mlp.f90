@@ -14,6 +14,7 @@ program fortran_mlp
   use dtrain
   use app_options
   use app_results
+  use app_exit
   use synthetic
   implicit none
   integer, parameter :: global_batch = 32, eval_samples = 256
@@ -28,14 +29,16 @@ program fortran_mlp
   integer(c_size_t) :: n
   integer :: ierr, rank, nranks, provided, per, step, start
   real :: loss, eval_before, eval_after, accuracy
-  logical :: ok
+  logical :: ok, written
+  character(len=:), allocatable :: why
 
+  written = .true.  ! rank 0 writes the results file, if any
   call MPI_Init_thread(MPI_THREAD_MULTIPLE, provided, ierr)
   call dt_init(ctx, ierr, comm=MPI_COMM_WORLD)
   call check('dt_init')
   call dt_context_rank(ctx, rank, ierr)
-  call parse_options('dtrain-fortran-mlp', opt, ok)
-  if (.not. ok) error stop 2
+  call parse_options('dtrain-fortran-mlp', opt, ok, why)
+  if (.not. ok) call quit(ctx, rank, why, 2)
   if (opt%help) then
     if (rank == 0) call print_usage('dtrain-fortran-mlp')
     call dt_finalize(ctx, ierr)
@@ -44,7 +47,7 @@ program fortran_mlp
   end if
   call dt_context_size(ctx, nranks, ierr)
   call dt_context_world(ctx, world, ierr)
-  if (mod(global_batch, nranks) /= 0) error stop 'the number of ranks must divide 32'
+  if (mod(global_batch, nranks) /= 0) call quit(ctx, rank, 'dtrain-fortran-mlp: the number of ranks must divide 32', 2)
   per = global_batch / nranks
 
   call dt_model_create_mlp(world, sizes, global_batch, model, ierr, weight_decay=0.01, &
@@ -88,14 +91,15 @@ program fortran_mlp
       allocate(params(n))
       call dt_model_get_parameters(model, params, ierr)
       call check('dt_model_get_parameters')
-      call write_results(opt%out, eval_after, params)
+      call write_results(opt%out, eval_after, params, written)
     end if
   end if
+  if (.not. written) call quit(ctx, rank, 'dtrain-fortran-mlp: cannot write '//opt%out, 1)
+  if (ieee_is_nan(eval_after)) call quit(ctx, rank, 'dtrain-fortran-mlp: the loss is not a number', 1)
+  if (start == 0 .and. opt%steps > 0 .and. .not. eval_after < 0.5 * eval_before) &
+    call quit(ctx, rank, 'dtrain-fortran-mlp: the loss did not halve', 1)
   call dt_finalize(ctx, ierr)
   call MPI_Finalize(ierr)
-  if (ieee_is_nan(eval_after)) error stop 'the loss is not a number'
-  if (start == 0 .and. opt%steps > 0 .and. .not. eval_after < 0.5 * eval_before) &
-    error stop 'the loss did not halve'
 
 contains
 
@@ -147,8 +151,7 @@ contains
   subroutine check(what)
     character(len=*), intent(in) :: what
     if (ierr /= DT_SUCCESS) then
-      print '(4a)', 'dtrain-fortran-mlp: ', what, ' failed: ', dt_get_last_error(ctx)
-      error stop 1
+      call quit(ctx, rank, 'dtrain-fortran-mlp: '//what//' failed: '//dt_get_last_error(ctx), 1)
     end if
   end subroutine
 

@@ -3,7 +3,7 @@
 module app_options
   implicit none
   private
-  public :: options, parse_options, print_usage
+  public :: options, parse_options, print_usage, usage_line
 
   type :: options
     integer :: steps = 300                    ! train until this many optimiser steps are done
@@ -18,17 +18,19 @@ module app_options
 
 contains
 
-  ! ok is .false. (with the reason printed) when the arguments are not valid options;
-  ! --help sets o%help (ok .true.): print_usage then says what the options are.
-  subroutine parse_options(program, o, ok)
+  ! ok is .false., with the reason and the usage in why, when the arguments are not valid
+  ! options; --help sets o%help (ok .true.): print_usage then says what the options are.
+  subroutine parse_options(program, o, ok, why)
     character(len=*), intent(in) :: program
     type(options), intent(out) :: o
     logical, intent(out) :: ok
+    character(len=:), allocatable, intent(out) :: why
     character(len=4096) :: name, value
-    integer :: i, n, stat
+    integer :: i, n
     o%save_dir = ''
     o%resume = ''
     o%out = ''
+    why = ''
     ok = .false.
     n = command_argument_count()
     do i = 1, n, 2  ! option names only: a value may be '-h'
@@ -46,18 +48,17 @@ contains
     do i = 1, n, 2
       call get_command_argument(i, name)
       call get_command_argument(i + 1, value)
-      stat = 0
       select case (trim(name))
       case ('--steps')
-        read (value, *, iostat=stat) o%steps
+        if (.not. whole_number(value, o%steps)) return
       case ('--lr')
-        read (value, *, iostat=stat) o%lr
+        if (.not. positive_number(value, o%lr)) return
       case ('--save-dir')
         o%save_dir = trim(value)
       case ('--save-every')
-        read (value, *, iostat=stat) o%save_every
+        if (.not. whole_number(value, o%save_every)) return
       case ('--keep')
-        read (value, *, iostat=stat) o%keep
+        if (.not. whole_number(value, o%keep)) return
       case ('--resume')
         o%resume = trim(value)
       case ('--out')
@@ -66,10 +67,6 @@ contains
         call usage('unknown option '//trim(name))
         return
       end select
-      if (stat /= 0) then
-        call usage(trim(name)//' needs a number')
-        return
-      end if
     end do
     if (o%resume == 'auto' .and. o%save_dir == '') then
       call usage('--resume auto needs --save-dir')
@@ -79,19 +76,47 @@ contains
 
   contains
 
-    subroutine usage(why)
-      character(len=*), intent(in) :: why
-      write (*, '(3a)') program, ': ', why
-      call print_usage(program)
+    subroutine usage(reason)
+      character(len=*), intent(in) :: reason
+      why = program//': '//reason//new_line('a')//usage_line(program)
     end subroutine
+
+    ! A whole number >= 0 and nothing else (list-directed reading alone takes '7 days' as 7
+    ! and '/' as no value at all).
+    logical function whole_number(text, v)
+      character(len=*), intent(in) :: text
+      integer, intent(inout) :: v
+      integer :: stat
+      stat = 1
+      if (len_trim(text) > 0 .and. verify(trim(text), '0123456789') == 0) read (text, *, iostat=stat) v
+      if (stat /= 0) call usage(trim(name)//' needs a whole number >= 0, got "'//trim(text)//'"')
+      whole_number = stat == 0
+    end function
+
+    logical function positive_number(text, v)
+      character(len=*), intent(in) :: text
+      real, intent(inout) :: v
+      integer :: stat
+      stat = 1
+      if (len_trim(text) > 0 .and. verify(trim(text), '0123456789.eE+-') == 0) read (text, *, iostat=stat) v
+      if (stat == 0 .and. .not. (v > 0 .and. v <= huge(v))) stat = 1
+      if (stat /= 0) call usage(trim(name)//' needs a positive number, got "'//trim(text)//'"')
+      positive_number = stat == 0
+    end function
 
   end subroutine
 
-  subroutine print_usage(program)
+  function usage_line(program) result(line)
     character(len=*), intent(in) :: program
-    write (*, '(a)') 'usage: mpiexec -n N '//program// &
+    character(len=:), allocatable :: line
+    line = 'usage: mpiexec -n N '//program// &
       ' [--steps N] [--lr X] [--save-dir DIR] [--save-every K] [--keep K]'// &
       ' [--resume PATH|DIR|auto] [--out FILE]'
+  end function
+
+  subroutine print_usage(program)
+    character(len=*), intent(in) :: program
+    write (*, '(a)') usage_line(program)
   end subroutine
 
 end module app_options

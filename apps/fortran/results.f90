@@ -8,17 +8,22 @@ module app_results
 
 contains
 
-  subroutine write_results(path, eval_loss, params)
+  ! ok is .false. where the file cannot be written.
+  subroutine write_results(path, eval_loss, params, ok)
     character(len=*), intent(in) :: path
     real, intent(in) :: eval_loss
     real(c_float), intent(in) :: params(:)
-    integer :: unit, i
-    open (newunit=unit, file=path, status='replace', action='write')
-    write (unit, '(a,es17.9e3)') 'eval_loss ', eval_loss
+    logical, intent(out) :: ok
+    integer :: unit, i, stat, closed
+    open (newunit=unit, file=path, status='replace', action='write', iostat=stat)
+    ok = stat == 0
+    if (.not. ok) return
+    write (unit, '(a,es17.9e3)', iostat=stat) 'eval_loss ', eval_loss
     do i = 1, size(params)
-      write (unit, '(a,es17.9e3)') 'param ', params(i)
+      if (stat == 0) write (unit, '(a,es17.9e3)', iostat=stat) 'param ', params(i)
     end do
-    close (unit)
+    close (unit, iostat=closed)
+    ok = stat == 0 .and. closed == 0
   end subroutine
 
 end module app_results
