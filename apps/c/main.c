@@ -93,22 +93,32 @@ int main(int argc, char** argv) {
   check(dt_init(&argc, &argv, &ctx), "dt_init");
   check(dt_context_rank(ctx, &rank), "dt_context_rank");
   {
-    const int parsed = parse_options(argc, argv, &opt);
-    if (parsed < 0) { /* --help */
-      if (rank == 0) print_usage(stdout);
+    const int parsed = parse_options(argc, argv, &opt, rank == 0);
+    if (parsed < 0 && rank == 0) print_usage(stdout); /* --help */
+    if (parsed) {
       dt_finalize(ctx);
-      return 0;
+      return parsed < 0 ? 0 : 2;
     }
-    if (parsed) exit(2);
   }
   check(dt_context_size(ctx, &size), "dt_context_size");
   check(dt_context_world(ctx, &world), "dt_context_world");
-  if (size % opt.tp || MLP_HIDDEN % opt.tp || GLOBAL_BATCH % (size / opt.tp) ||
-      EVAL_SAMPLES % (size / opt.tp)) {
-    if (rank == 0)
-      fprintf(stderr, "dtrain-c-example: --tp %d must divide the %d ranks and the %d hidden units, "
-                      "and the data-parallel ranks the batch of %d\n", opt.tp, size, MLP_HIDDEN, GLOBAL_BATCH);
-    exit(2);
+  {
+    const char* why = NULL;
+    char text[160];
+    if (size % opt.tp || MLP_HIDDEN % opt.tp) {
+      snprintf(text, sizeof text, "--tp %d must divide the %d ranks and the %d hidden units", opt.tp, size,
+               MLP_HIDDEN);
+      why = text;
+    } else if (GLOBAL_BATCH % (size / opt.tp) || EVAL_SAMPLES % (size / opt.tp)) {
+      snprintf(text, sizeof text, "the %d data-parallel ranks must divide the batch of %d and the %d evaluation samples",
+               size / opt.tp, GLOBAL_BATCH, EVAL_SAMPLES);
+      why = text;
+    }
+    if (why) {
+      if (rank == 0) fprintf(stderr, "dtrain-c-example: %s\n", why);
+      dt_finalize(ctx);
+      return 2;
+    }
   }
   if (opt.tp > 1) { /* the grid's TP groups split the hidden layer; its DP groups the data */
     dt_grid_config_t gc = DT_GRID_CONFIG_INIT;

@@ -8,8 +8,10 @@ static const char* const kUsage =
     "usage: mpiexec -n N dtrain-c-example [--steps N] [--lr X] [--save-dir DIR]\n"
     "       [--save-every K] [--keep K] [--resume PATH|DIR|auto] [--out FILE] [--tp N]\n";
 
+static int report_usage = 1;
+
 static int usage(const char* why) {
-  fprintf(stderr, "dtrain-c-example: %s\n%s", why, kUsage);
+  if (report_usage) fprintf(stderr, "dtrain-c-example: %s\n%s", why, kUsage);
   return 1;
 }
 
@@ -24,7 +26,8 @@ static int parse_count(const char* s, int* v) {
   return 0;
 }
 
-int parse_options(int argc, char** argv, options_t* o) {
+int parse_options(int argc, char** argv, options_t* o, int report) {
+  report_usage = report;
   o->steps = 300;
   o->lr = 0.01f;
   o->save_dir = NULL;
@@ -42,8 +45,9 @@ int parse_options(int argc, char** argv, options_t* o) {
     if (strcmp(name, "--steps") == 0) {
       if (parse_count(value, &o->steps)) return usage("--steps needs a whole number");
     } else if (strcmp(name, "--lr") == 0) {
-      o->lr = strtof(value, NULL);
-      if (!(o->lr > 0)) return usage("--lr needs a positive number");
+      char* end = NULL;
+      o->lr = strtof(value, &end);
+      if (end == value || *end || !(o->lr > 0) || o->lr > 1e30f) return usage("--lr needs a positive number");
     } else if (strcmp(name, "--save-dir") == 0) {
       o->save_dir = value;
     } else if (strcmp(name, "--save-every") == 0) {

@@ -15,9 +15,10 @@ typedef struct {
   int tp;               /* --tp N: the hidden layer split over N ranks (1) */
 } options_t;
 
-/* 0 when argv holds valid options; -1 for --help; otherwise prints why and the usage to
- * stderr and returns 1. */
-int parse_options(int argc, char** argv, options_t* o);
+/* 0 when argv holds valid options; -1 for --help; otherwise returns 1, having printed why
+ * and the usage to stderr where `report` is set (one rank reports: every rank parses the
+ * same options). */
+int parse_options(int argc, char** argv, options_t* o, int report);
 /* The usage lines. */
 void print_usage(FILE* to);
 

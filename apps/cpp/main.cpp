@@ -7,6 +7,7 @@
 // data-parallel group in buckets, and AdamW updates the (replicated) parameters, so any rank
 // count trains the same model (to rounding). --out writes the final loss and parameters.
 // Exits non-zero unless the loss falls.
+#include <cerrno>
 #include <cmath>
 #include <cstdio>
 #include <cstdlib>
@@ -52,9 +53,21 @@ void write_results(const std::string& path, double loss, dtrain::ParameterStore&
 }
 }  // namespace
 
+// A whole number >= 0 and nothing else (atoi took "abc" as 0 and overflow as anything).
+int whole_number(const char* option, const char* text) {
+  char* end = nullptr;
+  errno = 0;
+  const long v = std::strtol(text, &end, 10);
+  DTRAIN_CHECK(end != text && *end == '\0' && errno == 0 && v >= 0 && v <= 1000000000L, Errc::invalid_argument,
+               option << " needs a whole number >= 0, got '" << text << "'");
+  return static_cast<int>(v);
+}
+
 int main(int argc, char** argv) {
+  int rank = 0;
   try {
     dtrain::Runtime runtime(&argc, &argv);
+    rank = runtime.rank();
     dtrain::ProcessGrid grid(runtime.world(), dtrain::GridShape{});  // all ranks data parallel
     int steps = 200;
     std::string out;
@@ -65,7 +78,7 @@ int main(int argc, char** argv) {
       }
       DTRAIN_CHECK(i + 1 < argc, Errc::invalid_argument,
                    "option " << argv[i] << " needs a value (--steps N, --out FILE)");
-      if (std::strcmp(argv[i], "--steps") == 0) steps = std::atoi(argv[i + 1]);
+      if (std::strcmp(argv[i], "--steps") == 0) steps = whole_number("--steps", argv[i + 1]);
       else if (std::strcmp(argv[i], "--out") == 0) out = argv[i + 1];
       else DTRAIN_FAIL(Errc::invalid_argument, "unknown option " << argv[i] << " (--steps N, --out FILE)");
     }
@@ -115,9 +128,14 @@ int main(int argc, char** argv) {
       std::printf("cpp-example: loss %.4f -> %.4f on %d ranks\n", first, last, grid.dp_size());
       if (!out.empty()) write_results(out, last, params);
     }
-    return last < 0.7 * first ? 0 : 1;
+    if (steps > 0 && !(last < 0.7 * first)) {
+      if (runtime.rank() == 0) std::fprintf(stderr, "dtrain-cpp-example: the loss did not fall by 30%%\n");
+      return 1;
+    }
+    return 0;
   } catch (const dtrain::Error& e) {
-    std::fprintf(stderr, "dtrain-cpp-example: %s\n", e.what());
-    return 1;
+    // Every rank parses the same options and checks the same rank count: rank 0 reports.
+    if (rank == 0) std::fprintf(stderr, "dtrain-cpp-example: %s\n", e.what());
+    return e.code() == dtrain::Errc::invalid_argument || e.code() == dtrain::Errc::invalid_config ? 2 : 1;
   }
 }
