@@ -57,3 +57,14 @@ function(dtrain_add_mpi_test name)
     endif()
   endforeach()
 endfunction()
+
+# dtrain_expect_failure(NAME NP CODE REGEX PROGRAM ARGS...): NP ranks of PROGRAM ARGS end
+# within 20 s with exit status CODE, printing REGEX exactly once (one message, not one per
+# rank): tests/apps/expect_failure.cmake. LABELS and the like are set by the caller.
+function(dtrain_expect_failure name np code regex program)
+  add_test(NAME ${name}
+           COMMAND ${CMAKE_COMMAND} -DMPIEXEC=${MPIEXEC_EXECUTABLE} -DNPFLAG=${MPIEXEC_NUMPROC_FLAG}
+                   -DNP=${np} -DPROGRAM=${program} "-DARGS=${ARGN}" "-DREGEX=${regex}" -DCODE=${code}
+                   -P ${PROJECT_SOURCE_DIR}/tests/apps/expect_failure.cmake)
+  set_tests_properties(${name} PROPERTIES TIMEOUT 60 PROCESSORS ${np} ENVIRONMENT "${DTRAIN_TEST_ENV}")
+endfunction()
