@@ -76,8 +76,11 @@ static int parse(int argc, char** argv, options_t* o) {
       whole_in(v, 0, 1000000, &o->generate, &end);
     } else if (strcmp(a, "--lr") == 0) {
       o->lr = strtod(v, &end);
+      if (!(o->lr < 1e30)) end = (char*)v; /* inf, nan: not a learning rate */
     } else if (strcmp(a, "--seed") == 0) {
+      errno = 0;
       o->seed = strtoul(v, &end, 10);
+      if (errno || v[0] == '-') end = (char*)v; /* strtoul wraps "-1" */
     } else {
       return 2;
     }

@@ -137,5 +137,8 @@ int main(int argc, char** argv) {
     // Every rank parses the same options and checks the same rank count: rank 0 reports.
     if (rank == 0) std::fprintf(stderr, "dtrain-cpp-example: %s\n", e.what());
     return e.code() == dtrain::Errc::invalid_argument || e.code() == dtrain::Errc::invalid_config ? 2 : 1;
+  } catch (const std::exception& e) {  // out of memory, say: this rank's own
+    std::fprintf(stderr, "dtrain-cpp-example: rank %d: %s\n", rank, e.what());
+    return 1;
   }
 }

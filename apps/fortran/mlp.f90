@@ -34,9 +34,9 @@ program fortran_mlp
 
   written = .true.  ! rank 0 writes the results file, if any
   call MPI_Init_thread(MPI_THREAD_MULTIPLE, provided, ierr)
+  call MPI_Comm_rank(MPI_COMM_WORLD, rank, ierr)  ! which rank reports, should dt_init fail
   call dt_init(ctx, ierr, comm=MPI_COMM_WORLD)
   call check('dt_init')
-  call dt_context_rank(ctx, rank, ierr)
   call parse_options('dtrain-fortran-mlp', opt, ok, why)
   if (.not. ok) call quit(ctx, rank, why, 2)
   if (opt%help) then

@@ -1,7 +1,8 @@
 # cmake -DMPIEXEC=... -DNPFLAG=-n -DNP=2 -DPROGRAM=... "-DARGS=a;b" -DREGEX=... -DCODE=2
 #       -P expect_failure.cmake
 # Passes when an NP-rank run of PROGRAM ARGS exits with status CODE (any non-zero when CODE
-# is empty), prints REGEX exactly once (one message, not one per rank), and ends in 20 s.
+# is empty), prints REGEX exactly once (one message, not one per rank), no crash or runtime
+# trace, and ends in 20 s.
 string(TIMESTAMP start "%s")
 execute_process(COMMAND ${MPIEXEC} ${NPFLAG} ${NP} ${PROGRAM} ${ARGS}
                 RESULT_VARIABLE status OUTPUT_VARIABLE out ERROR_VARIABLE err TIMEOUT 25)
@@ -18,6 +19,10 @@ string(REGEX MATCHALL "${REGEX}" matches "${all}")
 list(LENGTH matches n)
 if(NOT n EQUAL 1)
   message(FATAL_ERROR "expected the message '${REGEX}' exactly once, saw it ${n} times:\n${all}")
+endif()
+# Whatever the message, never a crash's or a runtime's traces.
+if(all MATCHES "Backtrace|ERROR STOP|Segmentation fault|terminate called|core dumped")
+  message(FATAL_ERROR "a crash or runtime trace in the output:\n${all}")
 endif()
 if(seconds GREATER 20)
   message(FATAL_ERROR "the job took ${seconds} s to end")
