@@ -265,7 +265,7 @@ dt_byom_t new_byom(dt_comm_s& dp, const dt_optimizer_config_t* config, dt_byom_t
     fail(DT_ERR_NOT_IMPLEMENTED,
          "zero_stage 3 shards the parameters, but a byom's parameters live in the program's "
          "buffers: use zero_stage 0, 1 or 2 (2 shards as much as 1 here)");
-  return adopt(std::make_unique<dt_byom_s>(&dp, opt, grid));
+  return user_handle(adopt(std::make_unique<dt_byom_s>(&dp, opt, grid)));
 }
 
 }  // namespace

@@ -126,7 +126,7 @@ dt_result_t dt_comm_device(dt_comm_t comm, dt_comm_t* device_comm) {
   return call<dt_comm_s>(__func__, comm, Kind::comm, "comm", [&](dt_comm_s& c) {
     need_ptr(device_comm, "device_comm");
     if (c.host) {  // already one: it is its own
-      *device_comm = &c;
+      *device_comm = user_handle(&c);
       return;
     }
     if (!c.device_handle) {
@@ -155,7 +155,7 @@ dt_result_t dt_comm_device(dt_comm_t comm, dt_comm_t* device_comm) {
       }
       c.device_handle = std::move(handle);
     }
-    *device_comm = c.device_handle.get();
+    *device_comm = user_handle(c.device_handle.get());
   });
 }
 

@@ -11,7 +11,7 @@ dt_result_t start(const char* func, dt_context_t* out, dtrain::Runtime (*make)(v
     *out = nullptr;
     auto ctx = std::make_unique<dt_context_s>(make(arg));
     register_handle(ctx.get());
-    *out = ctx.release();
+    *out = user_handle(ctx.release());
   });
 }
 
@@ -68,7 +68,7 @@ dt_result_t dt_context_world(dt_context_t ctx, dt_comm_t* world) {
   clear_output(world);
   return call<dt_context_s>(__func__, ctx, Kind::context, "ctx", [&](dt_context_s& c) {
     need_ptr(world, "world");
-    *world = c.world.get();
+    *world = user_handle(c.world.get());
   });
 }
 

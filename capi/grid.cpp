@@ -37,7 +37,7 @@ dt_result_t dt_grid_create(dt_context_t ctx, const dt_grid_config_t* config, dt_
     std::uint64_t h = mix(mix(mix(fnv1a(shape.order.data(), shape.order.size()), shape.tp), shape.pp), shape.dp);
     need_same_value(world, h, "the ranks were given different grid shapes (tp, pp, dp or order): "
                               "every rank must pass the same config");
-    *grid = adopt(std::make_unique<dt_grid_s>(&c, shape));  // alike on every rank now
+    *grid = user_handle(adopt(std::make_unique<dt_grid_s>(&c, shape)));  // alike on every rank now
   });
 }
 
@@ -72,7 +72,7 @@ dt_result_t dt_grid_comm(dt_grid_t grid, dt_group_t group, dt_comm_t* comm) {
     need_ptr(comm, "comm");
     const int i = static_cast<int>(group);
     need(i >= DT_GROUP_WORLD && i <= DT_GROUP_DP, "unknown group");
-    *comm = g.comms[i].get();
+    *comm = user_handle(g.comms[i].get());
   });
 }
 

@@ -12,9 +12,15 @@ std::mutex& registry_mutex() {
   return m;
 }
 // Never destroyed: handles may be released from atexit handlers of other libraries.
-std::unordered_map<const void*, Kind>& registry() {
-  static auto* r = new std::unordered_map<const void*, Kind>();
+std::unordered_map<std::uintptr_t, Handle*>& registry() {
+  static auto* r = new std::unordered_map<std::uintptr_t, Handle*>();
   return *r;
+}
+// Tokens are multiples of 16 from 4096 up: never null, never a live object's address that a
+// program could mistake for one, and 2^60 of them before they wrap.
+std::uintptr_t next_token() {
+  static std::uintptr_t count = 0;  // under registry_mutex()
+  return 4096 + 16 * count++;
 }
 
 }  // namespace
@@ -32,23 +38,23 @@ const char* kind_name(Kind k) noexcept {
 
 void register_handle(Handle* h) {
   std::lock_guard<std::mutex> lock(registry_mutex());
-  registry()[h] = h->magic;
+  const std::uintptr_t token = next_token();
+  registry().emplace(token, h);  // may run out of memory: h keeps no token then
+  h->token = token;
 }
 
 void unregister_handle(Handle* h) noexcept {
   std::lock_guard<std::mutex> lock(registry_mutex());
-  registry().erase(h);
+  if (h->token != 0) registry().erase(h->token);
+  h->token = 0;
 }
 
 Handle* find_handle(const void* p, Kind k) noexcept {
   if (!p) return nullptr;
   std::lock_guard<std::mutex> lock(registry_mutex());
-  const auto it = registry().find(p);
-  if (it == registry().end() || it->second != k) return nullptr;
-  // Registered as this kind, so it is safe to read; the magic check guards against a bug
-  // that registered the wrong object.
-  Handle* h = static_cast<Handle*>(const_cast<void*>(p));
-  return h->magic == k ? h : nullptr;
+  const auto it = registry().find(reinterpret_cast<std::uintptr_t>(p));
+  if (it == registry().end() || it->second->magic != k) return nullptr;
+  return it->second;
 }
 
 CommUser::CommUser(Kind k, dt_comm_s* c) : Handle(k, c->ctx), comm(c) {
@@ -60,8 +66,11 @@ CommUser::~CommUser() {
 }
 
 void release_child(Handle* h) noexcept {
-  auto& kids = h->ctx->children;
-  kids.erase(std::remove(kids.begin(), kids.end(), h), kids.end());
+  {
+    std::lock_guard<std::mutex> lock(h->ctx->children_mutex);
+    auto& kids = h->ctx->children;
+    kids.erase(std::remove(kids.begin(), kids.end(), h), kids.end());
+  }
   unregister_handle(h);
   delete h;
 }
@@ -107,6 +116,14 @@ dt_context_s::dt_context_s(dtrain::Runtime rt)
 
 dt_context_s::~dt_context_s() {
   // Newest first, so a model goes before the grid whose groups it uses.
-  while (!children.empty()) dtrain::capi::release_child(children.back());
+  for (;;) {
+    dtrain::capi::Handle* newest = nullptr;
+    {
+      std::lock_guard<std::mutex> lock(children_mutex);
+      if (children.empty()) break;
+      newest = children.back();
+    }
+    dtrain::capi::release_child(newest);
+  }
   unregister_handle(world.get());
 }

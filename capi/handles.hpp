@@ -1,6 +1,7 @@
 #pragma once
 // What the opaque C handles point to, and the registry that tells a live handle from a
 // dangling or foreign pointer before anything is dereferenced.
+#include <atomic>
 #include <cstdint>
 #include <memory>
 #include <mutex>
@@ -32,14 +33,24 @@ struct Handle {
   virtual ~Handle() = default;
   Kind magic;
   dt_context_s* ctx;
+  // What the program holds: a number never handed out twice in the process, not the
+  // object's address, which the allocator reuses at once (a destroyed handle would then
+  // name a newer object, and a second destroy would delete it).
+  std::uintptr_t token = 0;
 };
 
-// Registration makes a handle visible to lookups; every handle is registered right after
-// construction and unregistered right before deletion.
+// Registration gives a handle its token and makes it visible to lookups; every handle is
+// registered right after construction and unregistered right before deletion.
 void register_handle(Handle* h);
 void unregister_handle(Handle* h) noexcept;
-// The handle if p is a live handle of kind k; null otherwise (p is never dereferenced then).
+// The handle if p is a live handle's token of kind k; null otherwise.
 Handle* find_handle(const void* p, Kind k) noexcept;
+// The value the program receives for a registered handle (typed as the C handle, never
+// dereferenced).
+template <class T>
+T* user_handle(T* h) noexcept {
+  return reinterpret_cast<T*>(h->token);
+}
 
 }  // namespace dtrain::capi
 
@@ -64,7 +75,7 @@ struct dt_grid_s : dtrain::capi::Handle {
   ~dt_grid_s() override;
   dtrain::ProcessGrid grid;
   std::unique_ptr<dt_comm_s> comms[4];  // by dt_group_t
-  int users = 0;
+  std::atomic<int> users{0};  // handles may be made and destroyed on several threads
 };
 
 struct dt_context_s : dtrain::capi::Handle {
@@ -79,6 +90,8 @@ struct dt_context_s : dtrain::capi::Handle {
   std::mutex error_mutex;
   std::string last_error;
   // Grids, byoms and models in creation order: dt_finalize releases them newest first.
+  // Threads may create and destroy handles of one context at once.
+  std::mutex children_mutex;
   std::vector<dtrain::capi::Handle*> children;
 };
 
@@ -97,6 +110,7 @@ T* adopt(std::unique_ptr<T> h) {
   T* raw = h.get();
   register_handle(raw);  // either may run out of memory: h, still the owner, then frees it
   try {
+    std::lock_guard<std::mutex> lock(raw->ctx->children_mutex);
     raw->ctx->children.push_back(raw);
   } catch (...) {
     unregister_handle(raw);  // no entry may outlive the object

@@ -307,7 +307,7 @@ void create_gpt(dt_comm_s& c, dt_grid_s* grid, const dt_gpt_config_t* config,
                                              split, low);
     connect_hooks(*m->gpt, *m->engine);
   });
-  *model = adopt(std::move(m));
+  *model = user_handle(adopt(std::move(m)));
 }
 
 // An MLP over `c` (the dp group), or split over grid's TP group (c: its world), as create_gpt.
@@ -349,7 +349,7 @@ void create_mlp(dt_comm_s& c, dt_grid_s* grid, const dt_mlp_config_t* config,
   });
   // The MLP has no per-layer parameter hooks: under ZeRO 3 each pass holds it whole
   // (WholeParameters in its entry points), and only the pieces stay between passes.
-  *model = adopt(std::move(m));
+  *model = user_handle(adopt(std::move(m)));
 }
 
 }  // namespace
