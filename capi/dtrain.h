@@ -513,7 +513,10 @@ DT_API dt_result_t dt_byom_create_grid(dt_grid_t grid, const dt_optimizer_config
  * ::DT_ERR_INVALID_CONFIG on every rank where they differ). Only before the first
  * dt_byom_step() or checkpoint call (then ::DT_ERR_INVALID_STATE).
  * @param byom a live byom.
- * @param name unique global name (the checkpoint dataset is /model/NAME).
+ * @param name unique global name (the checkpoint dataset is /model/NAME): no spaces or
+ *        control characters; '/' only between non-empty parts other than "." and "..";
+ *        not a '/'-prefix of another registered name, nor another's of it ("w" with "w/b").
+ *        Otherwise ::DT_ERR_INVALID_ARGUMENT.
  * @param ndim number of dimensions, 1..8.
  * @param shape ndim extents, row-major (C) logical shape, every extent > 0; at most 2^58
  *        elements, in this tensor and in all registered together.

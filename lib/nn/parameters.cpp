@@ -51,6 +51,41 @@ std::size_t ParameterStore::add(const std::string& name, std::vector<std::int64_
                    padded_rows);
 }
 
+namespace {
+
+// Whether `outer` names a group that holds `inner` in a checkpoint ("a" holds "a/b").
+bool holds(const std::string& outer, const std::string& inner) {
+  return outer.size() < inner.size() && inner[outer.size()] == '/' &&
+         inner.compare(0, outer.size(), outer) == 0;
+}
+
+// A name is an HDF5 path below /model and /optimizer in checkpoints, and a word of the
+// checkpoint's text directory: it must come back from both as it went in.
+void check_name_survives_checkpoints(const std::string& name, const std::vector<ParamInfo>& others) {
+  const auto refuse = [&](const char* why) {
+    DTRAIN_FAIL(Errc::invalid_argument, "parameter name '" << name << "' " << why
+                                            << " (it names a dataset in checkpoints)");
+  };
+  for (const unsigned char ch : name)
+    if (ch <= ' ' || ch == 0x7f) refuse("holds a space or a control character");
+  std::size_t start = 0;
+  for (;;) {  // each '/'-separated part
+    const std::size_t end = std::min(name.find('/', start), name.size());
+    const std::string part = name.substr(start, end - start);
+    if (part.empty()) refuse("has an empty part (a leading, trailing or doubled '/')");
+    if (part == "." || part == "..") refuse("has a '.' or '..' part");
+    if (end == name.size()) break;
+    start = end + 1;
+  }
+  for (const ParamInfo& p : others)
+    if (holds(p.name, name) || holds(name, p.name))
+      DTRAIN_FAIL(Errc::invalid_argument, "parameter names '" << p.name << "' and '" << name
+                      << "' cannot both be saved: one would be a dataset and a group of the "
+                         "checkpoint at once");
+}
+
+}  // namespace
+
 std::size_t ParameterStore::add_slice(const std::string& name, std::vector<std::int64_t> shape,
                                       std::vector<std::int64_t> local_shape,
                                       std::vector<std::int64_t> slice_offset, bool decay,
@@ -60,6 +95,7 @@ std::size_t ParameterStore::add_slice(const std::string& name, std::vector<std::
   DTRAIN_CHECK(!name.empty(), Errc::invalid_argument, "parameter name must not be empty");
   DTRAIN_CHECK(index_.count(name) == 0, Errc::invalid_argument,
                "parameter '" << name << "' registered twice");
+  check_name_survives_checkpoints(name, infos_);
   DTRAIN_CHECK(!shape.empty(), Errc::invalid_argument, "parameter '" << name << "' has no shape");
   for (auto d : shape)
     DTRAIN_CHECK(d > 0, Errc::invalid_argument,

@@ -299,6 +299,16 @@ static void wrong_sizes_and_names(handles_t h, int size) {
         dt_byom_register(h.byom, "w", 1, shape2, DT_F32, f, f + 4, 0));
   FAILS(DT_ERR_INVALID_ARGUMENT, ctx, "parameter name must not be empty",
         dt_byom_register(h.byom, "", 1, shape2, DT_F32, f, f + 4, 0));
+  /* Names that would not come back from a checkpoint as they went in. */
+  {
+    const char* bad[] = {"sp ace", "tab\there", "a//b", "trailing/", "/leading", "a/./b", "..",
+                         "w/exp_avg"};
+    const char* why[] = {"holds a space", "holds a space", "an empty part", "an empty part",
+                         "an empty part", "a '.' or '..' part", "a '.' or '..' part",
+                         "parameter names 'w' and 'w/exp_avg' cannot both be saved"};
+    for (int i = 0; i < 8; ++i)
+      FAILS(DT_ERR_INVALID_ARGUMENT, ctx, why[i], dt_byom_register(h.byom, bad[i], 1, shape2, DT_F32, f, f + 4, 0));
+  }
 
   /* Enum values outside their range. */
   FAILS(DT_ERR_INVALID_ARGUMENT, ctx, "unknown dtype 42", dt_all_gather(h.comm, f, f, 1, (dt_dtype_t)42));
