@@ -26,8 +26,11 @@ std::string need_path(const char* p, const char* name) {
 // Collective; after the agreed argument checks, so every rank has a path.
 void need_same_path(dtrain::Communicator& ranks, const std::string& p, const char* what,
                     std::uint64_t extra = 0) {
+  // "ckpt/" is "ckpt" (weakly_canonical keeps a trailing separator while the path is missing).
+  std::string bare = p;
+  while (bare.size() > 1 && bare.back() == '/') bare.pop_back();
   std::error_code ec;
-  const std::filesystem::path where = std::filesystem::weakly_canonical(std::filesystem::absolute(p, ec), ec);
+  const std::filesystem::path where = std::filesystem::weakly_canonical(std::filesystem::absolute(bare, ec), ec);
   const std::string text = ec ? p : where.string();
   if (!same_value(ranks, mix(fnv1a(text.data(), text.size()), extra)))
     fail(DT_ERR_INVALID_ARGUMENT,
@@ -109,10 +112,13 @@ dt_result_t dt_checkpoint_find(dt_comm_t comm, const char* dir, char* path, size
     need_same_path(*c.comm, d, "dir paths");
     const std::string found = find_checkpoint(*c.comm, d);
     *length = found.size();
-    if (capacity == 0 && !path) return;  // length query
-    need_ptr(path, "path");
-    need(capacity > found.size(), "capacity is too small for the path and its NUL");
-    std::memcpy(path, found.c_str(), found.size() + 1);
+    const bool query = capacity == 0 && !path;  // the length only
+    agreed_checks(*c.comm, true, [&] {  // a rank's short buffer fails every rank, as the header says
+      if (query) return;
+      need_ptr(path, "path");
+      need(capacity > found.size(), "capacity is too small for the path and its NUL");
+    });
+    if (!query) std::memcpy(path, found.c_str(), found.size() + 1);
   });
 }
 

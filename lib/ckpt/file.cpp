@@ -102,8 +102,9 @@ CheckpointFile::CheckpointFile(const std::string& path) : impl_(std::make_unique
   impl_->file = h5::file_handle(H5Fopen(path.c_str(), H5F_ACC_RDONLY, H5P_DEFAULT),
                                 "cannot open '" + path + "' (not an HDF5 file, or truncated)");
   std::vector<std::string> names;
-  h5::check_status(H5Lvisit(impl_->file, H5_INDEX_NAME, H5_ITER_INC, collect_dataset, &names),
-                   "cannot list the datasets of '" + path + "'");
+  // The file opened, so a failure to walk it is damage to its metadata.
+  if (H5Lvisit(impl_->file, H5_INDEX_NAME, H5_ITER_INC, collect_dataset, &names) < 0)
+    h5::fail_damaged("cannot list the datasets of '" + path + "'");
   std::sort(names.begin(), names.end());
   for (const std::string& name : names) impl_->datasets.push_back(describe(impl_->file, name));
 }

@@ -7,7 +7,9 @@
 namespace dtrain::ckpt::h5 {
 namespace {
 
-// The innermost (most specific) description on HDF5's error stack.
+// The innermost (most specific) description on HDF5's error stack: an upward walk starts
+// there ("incorrect metadata checksum after all read attempts", "truncated file: eof = ...",
+// the system's "Is a directory"), a downward one at the API's "unable to open file".
 herr_t keep_innermost(unsigned n, const H5E_error2_t* err, void* out) {
   if (n == 0 && err->desc) *static_cast<std::string*>(out) = err->desc;
   return 0;
@@ -15,7 +17,7 @@ herr_t keep_innermost(unsigned n, const H5E_error2_t* err, void* out) {
 
 std::string hdf5_message() {
   std::string msg;
-  H5Ewalk2(H5E_DEFAULT, H5E_WALK_DOWNWARD, keep_innermost, &msg);
+  H5Ewalk2(H5E_DEFAULT, H5E_WALK_UPWARD, keep_innermost, &msg);
   H5Eclear2(H5E_DEFAULT);
   return msg.empty() ? "HDF5 error" : msg;
 }

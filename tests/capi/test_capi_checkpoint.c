@@ -130,9 +130,23 @@ static void test_keep_and_find(dt_context_t ctx, dt_comm_t world) {
   CHECK(len == strlen(dir) + strlen("/step_00000003.h5"));
   OK(ctx, dt_checkpoint_find(world, dir, path, sizeof path, &len));
   CHECK(strstr(path, "step_00000003.h5") != NULL && strlen(path) == len);
-  FAILS(DT_ERR_INVALID_ARGUMENT, ctx, "dt_checkpoint_find: capacity is too small for the path",
+  FAILS(DT_ERR_INVALID_ARGUMENT, ctx, "capacity is too small for the path",
         dt_checkpoint_find(world, dir, tiny, sizeof tiny, &len));
   CHECK(len == strlen(path));
+  /* A short buffer on the last rank only fails every rank; a trailing '/' names the same
+   * directory, existing or not. */
+  FAILS(DT_ERR_INVALID_ARGUMENT, ctx, "capacity is too small for the path",
+        dt_checkpoint_find(world, dir, my_rank == world_size - 1 ? tiny : path,
+                           my_rank == world_size - 1 ? sizeof tiny : sizeof path, &len));
+  {
+    char slash[1200];
+    snprintf(slash, sizeof slash, my_rank == 0 ? "%s/" : "%s", dir);
+    OK(ctx, dt_checkpoint_find(world, slash, path, sizeof path, &len));
+    CHECK(strstr(path, "step_00000003.h5") != NULL);
+    snprintf(slash, sizeof slash, my_rank == 0 ? "%s/not_yet/" : "%s/not_yet", dir);
+    OK(ctx, dt_checkpoint_find(world, slash, path, sizeof path, &len));
+    CHECK(len == 0);
+  }
   snprintf(path, sizeof path, "%s/no_such_dir", dir);
   OK(ctx, dt_checkpoint_find(world, path, tiny, sizeof tiny, &len));
   CHECK(len == 0 && tiny[0] == '\0');
