@@ -324,18 +324,16 @@ TrainSummary Trainer::run() {
       timed_seconds += step_s;
       exposed += s.comm_wait_seconds() - waited_before;
     }
-    if (s.agree_stop()) {
-      DTRAIN_LOG(info, s.stop_cause() << ": stopping after step " << s.step);
-      break;
-    }
-
+    // A stop after the step, or during its evaluation, still logs the step: it is the one the
+    // checkpoint holds, and a resumed run's metrics go on from the next.
+    const bool stop_after_step = s.agree_stop();
     const bool last = s.step == s.cfg.steps;
-    const bool eval_now = last || (s.cfg.eval_every > 0 && s.step % s.cfg.eval_every == 0);
+    const bool eval_due = last || (s.cfg.eval_every > 0 && s.step % s.cfg.eval_every == 0);
     double val = -1;
-    if (eval_now) val = evaluate();
-    if (s.stopped) break;
-    if (eval_now) sum.final_val_loss = val;
-    if (eval_now || s.step % s.cfg.log_every == 0) {  // eval_now: also the last step
+    if (eval_due && !stop_after_step) val = evaluate();
+    if (eval_due && !s.stopped) sum.final_val_loss = val;
+    else val = -1;  // not evaluated, or stopped part-way
+    if (eval_due || s.step % s.cfg.log_every == 0) {  // eval_due: also the last step
       StepMetrics m = progress.metrics(s.step, loss, val, s.last_lr, s.last_grad_norm, step_s,
                                        loop.seconds());
       m.memory_per_rank = s.memory_per_rank;
@@ -346,6 +344,12 @@ TrainSummary Trainer::run() {
       s.metrics.write(m);
       if (s.world.rank() == 0) DTRAIN_LOG(info, progress.line(m, s.memory.total(), loop.seconds()));
       if (s.pipeline) s.log_pipeline_bubble(false);
+    }
+    if (s.stopped) {
+      DTRAIN_LOG(info, s.stop_cause() << (stop_after_step ? ": stopping after step "
+                                                           : ": stopping during the evaluation after step ")
+                                      << s.step);
+      break;
     }
     if (s.cfg.save_every > 0 && s.step % s.cfg.save_every == 0) sum.last_checkpoint = save_checkpoint();
   }

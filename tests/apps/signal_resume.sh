@@ -5,13 +5,13 @@
 # named by DIR/latest, and that --resume auto continues from its step to the end.
 # mid-step: the run is one step of 100 000 micro-batches a rank, which the signal stops
 # part-way (the checkpoint is step 0); the resumed run trains with one micro-batch a step.
+# Otherwise every step is logged to --metrics, whose last record must be the checkpoint's step.
 set -u
 mpiexec=$1 npflag=$2 program=$3 dir=$4 sig=$5 target=$6 mode=${7:-}
-args=(--layers 1 --d-model 32 --heads 2 --seq-len 16 --micro-batch 2 --log-every 1000000
-      --eval-every 0 --save-dir "$dir")
-long=(--steps 100000000)
-[ "$mode" = mid-step ] && long=(--steps 1 --global-batch 400000)
-rm -rf "$dir"
+args=(--layers 1 --d-model 32 --heads 2 --seq-len 16 --micro-batch 2 --eval-every 0 --save-dir "$dir")
+long=(--steps 100000000 --log-every 1 --metrics "$dir.jsonl")
+[ "$mode" = mid-step ] && long=(--steps 1 --global-batch 400000 --log-every 1000000)
+rm -rf "$dir" "$dir.jsonl"
 "$mpiexec" "$npflag" 2 "$program" "${args[@]}" "${long[@]}" > "$dir.log" 2>&1 &
 pid=$!
 source "$(dirname "$0")/wait_for_training.sh"
@@ -27,7 +27,7 @@ else
 fi
 wait "$pid"
 status=$?
-cat "$dir.log"
+tail -n 20 "$dir.log"
 [ "$status" -eq 3 ] || { echo "FAIL: exit status $status, expected 3"; exit 1; }
 [ -f "$dir/latest" ] || { echo "FAIL: no $dir/latest"; exit 1; }
 name=$(cat "$dir/latest")
@@ -41,6 +41,8 @@ else
   [ "$step" -gt 0 ] || { echo "FAIL: checkpoint at step $step"; exit 1; }
   ranks_done=$(grep -c "stopping after step $step" "$dir.log")
   [ "$ranks_done" -ge 1 ] || { echo "FAIL: no stop message for step $step"; exit 1; }
+  last=$(tail -n 1 "$dir.jsonl" | sed -n 's/^{"step":\([0-9]*\),.*/\1/p')
+  [ "$last" = "$step" ] || { echo "FAIL: the last metrics record is step '$last', the checkpoint's $step"; exit 1; }
 fi
 end=$((step + 3))
 out=$("$mpiexec" "$npflag" 2 "$program" "${args[@]}" --steps "$end" --resume auto 2>&1)
