@@ -439,6 +439,7 @@ CheckpointInfo Checkpointer::Impl::read_file(const std::string& path) {
 
   CheckpointInfo info;
   info.step = h5::read_attr_i64(file, "step", where);
+  DTRAIN_CHECK(info.step >= 0, Errc::corrupt_data, where << " has a negative step (" << info.step << ")");
   info.consumed_samples = h5::read_attr_u64(file, "consumed_samples", where);
   info.data_position = h5::read_attr_u64(file, "data_position", where);
   info.run_config = h5::read_attr_string(file, "run_config", where);
@@ -448,6 +449,8 @@ CheckpointInfo Checkpointer::Impl::read_file(const std::string& path) {
   }
   h5::Handle og = open_group(file, "/optimizer", where);
   const long opt_step = h5::read_attr_i64(og, "step", where + " /optimizer");
+  DTRAIN_CHECK(opt_step >= 0, Errc::corrupt_data,
+               where << " /optimizer has a negative step (" << opt_step << ")");
 
   h5::Handle dxpl = h5::plist_handle(H5Pcreate(H5P_DATASET_XFER), "H5Pcreate");
   h5::check_status(H5Pset_dxpl_mpio(dxpl, H5FD_MPIO_COLLECTIVE), "H5Pset_dxpl_mpio");

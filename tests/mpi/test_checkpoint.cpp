@@ -576,6 +576,45 @@ TEST(Checkpoint, AnAttributeHoldingSeveralValuesIsRefused) {
   EXPECT_NE(std::string(e.what()).find("attribute 'layers' holds 2 values"), std::string::npos) << e.what();
 }
 
+TEST(Checkpoint, ANegativeStepIsRefused) {
+  const std::string dir = test_dir("negative_step");
+  train::TrainConfig cfg = tiny_config();
+  cfg.save_dir = dir;
+  std::string path;
+  {
+    train::Trainer t(cfg, world());
+    t.train_step();
+    path = t.save_checkpoint();
+  }
+  for (const char* group : {"/", "/optimizer"}) {
+    if (world().rank() == 0) {  // as an edit by another tool may leave it
+      hid_t f = H5Fopen(path.c_str(), H5F_ACC_RDWR, H5P_DEFAULT);
+      hid_t g = H5Oopen(f, group, H5P_DEFAULT);
+      hid_t a = H5Aopen(g, "step", H5P_DEFAULT);
+      const std::int64_t step = -3;
+      ASSERT_GE(H5Awrite(a, H5T_NATIVE_INT64, &step), 0);
+      H5Aclose(a);
+      H5Oclose(g);
+      H5Fclose(f);
+    }
+    world().barrier();
+    cfg.resume = path;
+    const Error e = error_of([&] { train::Trainer t(cfg, world()); });
+    EXPECT_EQ(e.code(), Errc::corrupt_data) << e.what();
+    EXPECT_NE(std::string(e.what()).find("negative step (-3)"), std::string::npos) << e.what();
+    world().barrier();
+    if (world().rank() == 0) {  // the root's step back, for the optimizer's turn
+      hid_t f = H5Fopen(path.c_str(), H5F_ACC_RDWR, H5P_DEFAULT);
+      hid_t a = H5Aopen(f, "step", H5P_DEFAULT);
+      const std::int64_t step = 1;
+      ASSERT_GE(H5Awrite(a, H5T_NATIVE_INT64, &step), 0);
+      H5Aclose(a);
+      H5Fclose(f);
+    }
+    world().barrier();
+  }
+}
+
 TEST(Checkpoint, KeepCountsThisRunsCheckpointsNotAnEarlierRunsLaterOnes) {
   // An earlier run's step 100 in the directory, and this run starting over beside it: keep 2
   // keeps this run's last two and leaves the other run's file alone (it used to count as one
