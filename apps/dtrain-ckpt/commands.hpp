@@ -5,7 +5,15 @@
 // Errors (a missing or unreadable file) throw dtrain::Error; main() turns them into 2.
 #include <string>
 
+namespace dtrain::ckpt {
+class CheckpointFile;
+}
+
 namespace dtrain_ckpt {
+
+// What keeps f from being a checkpoint this tool reads (format name, version, checksum
+// algorithm); "" when nothing does.
+std::string format_problem(const dtrain::ckpt::CheckpointFile& f);
 
 int inspect(const std::string& file);
 int verify(const std::string& file);

@@ -159,13 +159,9 @@ int export_safetensors(const std::string& file, const std::string& out) {
   DTRAIN_CHECK(!fs::exists(existing) || fs::is_regular_file(existing), Errc::invalid_argument,
                "'" << out << "' exists and is not a regular file: export to a file");
   // A damaged tensor is not exported as if it were the model's: each is checked against its
-  // checksum, with the algorithm the file names.
-  std::string algorithm;
-  for (const auto& [name, value] : f.attributes("/"))
-    if (name == "checksum_algorithm") algorithm = value;
-  DTRAIN_CHECK(algorithm.empty() || algorithm == ck::kChecksumAlgorithm, Errc::invalid_argument,
-               "'" << file << "' uses checksum algorithm '" << algorithm
-                   << "', which this tool does not know: nothing exported");
+  // checksum, in a format this tool knows.
+  const std::string problem = format_problem(f);
+  DTRAIN_CHECK(problem.empty(), Errc::invalid_argument, "'" << file << "': " << problem << ": nothing exported");
   NewFileNextTo os(out);
   unsigned char len[8];
   for (int i = 0; i < 8; ++i) len[i] = static_cast<unsigned char>(static_cast<std::uint64_t>(header.size()) >> (8 * i));
@@ -173,10 +169,9 @@ int export_safetensors(const std::string& file, const std::string& out) {
   os.write(header.data(), header.size());
   for (const ck::DatasetInfo* d : tensors) {
     std::vector<float> data = f.read(d->path);
-    DTRAIN_CHECK(algorithm.empty() || !d->has_checksum ||
-                     ck::checksum_run(data.data(), data.size(), 0) == d->checksum,
-                 Errc::corrupt_data, "dataset " << d->path << " fails its checksum: '" << file
-                                                << "' is damaged, nothing exported");
+    DTRAIN_CHECK(d->has_checksum && ck::checksum_run(data.data(), data.size(), 0) == d->checksum,
+                 Errc::corrupt_data, "dataset " << d->path << (d->has_checksum ? " fails its" : " has no")
+                                                << " checksum: '" << file << "' is damaged, nothing exported");
     to_little_endian(data);
     os.write(data.data(), data.size() * sizeof(float));
   }

@@ -1,6 +1,7 @@
 // verify: the format attributes, then every dataset's checksum recomputed from its data.
 #include <algorithm>
 #include <cstdio>
+#include <cstring>
 #include <string>
 
 #include "commands.hpp"
@@ -24,19 +25,70 @@ int bad(const std::string& file, const std::string& why) {
 
 }  // namespace
 
-int verify(const std::string& file) {
+std::string format_problem(const dtrain::ckpt::CheckpointFile& f) {
   namespace ck = dtrain::ckpt;
-  const ck::CheckpointFile f(file);
   const ck::AttributeList root = f.attributes("/");
-  if (attribute(root, "format") != ck::kFormatName) return bad(file, "not a dtrain checkpoint");
+  if (attribute(root, "format") != ck::kFormatName) return "not a dtrain checkpoint";
   const std::string version = attribute(root, "format_version");
   const bool integer = !version.empty() && version.size() <= 9 &&
                        std::all_of(version.begin(), version.end(), [](char c) { return c >= '0' && c <= '9'; });
   if (!integer || std::stol(version) < 1 || std::stol(version) > ck::kFormatVersion)
-    return bad(file, "format version '" + version + "' is not one this tool reads");
+    return "format version '" + version + "' is not one this tool reads";
   if (attribute(root, "checksum_algorithm") != ck::kChecksumAlgorithm)
-    return bad(file, "unknown checksum algorithm '" + attribute(root, "checksum_algorithm") + "'");
-  if (f.datasets().empty()) return bad(file, "no datasets");
+    return "unknown checksum algorithm '" + attribute(root, "checksum_algorithm") + "'";
+  return "";
+}
+
+namespace {
+
+bool is_count(const std::string& text) {
+  return !text.empty() && text.size() <= 19 &&
+         std::all_of(text.begin(), text.end(), [](char c) { return c >= '0' && c <= '9'; });
+}
+
+// What a resume reads besides the tensors' data: the step counters and, for each /model
+// tensor, its two optimizer moments of the same shape; "" when all are there.
+std::string structure_problem(const dtrain::ckpt::CheckpointFile& f) {
+  namespace ck = dtrain::ckpt;
+  const ck::AttributeList root = f.attributes("/");
+  for (const char* name : {"step", "consumed_samples", "data_position"})
+    if (!is_count(attribute(root, name))) return std::string("attribute '") + name + "' is missing or not a count";
+  const auto& all = f.datasets();
+  if (std::none_of(all.begin(), all.end(), [](const ck::DatasetInfo& d) { return d.path.rfind("/optimizer/", 0) == 0; }))
+    return "no /optimizer datasets";
+  if (!is_count(attribute(f.attributes("/optimizer"), "step")))
+    return "attribute /optimizer 'step' is missing or not a count";
+  bool any = false;
+  for (const ck::DatasetInfo& d : f.datasets()) {
+    if (d.path.rfind("/model/", 0) != 0) continue;
+    any = true;
+    const std::string name = d.path.substr(std::strlen("/model/"));
+    for (const char* moment : {"exp_avg", "exp_avg_sq"}) {
+      const ck::DatasetInfo* m = f.find("/optimizer/" + name + "/" + moment);
+      if (!m) return "tensor '" + name + "' has no /optimizer/" + name + "/" + moment;
+      if (m->shape != d.shape) return "/optimizer/" + name + "/" + moment + " is not the shape of " + d.path;
+    }
+  }
+  for (const ck::DatasetInfo& d : f.datasets()) {  // and the moments' tensors
+    const std::string suffix = "/exp_avg";
+    if (d.path.rfind("/optimizer/", 0) != 0 || d.path.size() <= suffix.size() ||
+        d.path.compare(d.path.size() - suffix.size(), suffix.size(), suffix) != 0)
+      continue;
+    const std::string name = d.path.substr(std::strlen("/optimizer/"),
+                                           d.path.size() - std::strlen("/optimizer/") - suffix.size());
+    if (!f.find("/model/" + name)) return d.path + " belongs to no /model/" + name;
+  }
+  return any ? "" : "no /model tensors";
+}
+
+}  // namespace
+
+int verify(const std::string& file) {
+  namespace ck = dtrain::ckpt;
+  const ck::CheckpointFile f(file);
+  std::string problem = format_problem(f);
+  if (problem.empty()) problem = structure_problem(f);
+  if (!problem.empty()) return bad(file, problem);
   for (const ck::DatasetInfo& d : f.datasets()) {
     if (!d.has_checksum) return bad(file, "dataset " + d.path + " has no checksum attribute");
     if (d.dtype != "float32") return bad(file, "dataset " + d.path + " is " + d.dtype + ", not float32");

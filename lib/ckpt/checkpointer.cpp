@@ -65,7 +65,19 @@ h5::Handle open_group(hid_t file, const std::string& path, const std::string& wh
 }
 
 // The dataset at `path`, which the caller found: Errc::corrupt_data when HDF5 cannot open it.
+// A dataset of this file: a soft or external link on the way (to another checkpoint's
+// tensor, whose checksum it carries along) is refused.
 h5::Handle open_dataset(hid_t file, const std::string& path, const std::string& where) {
+  for (std::size_t pos = path.find('/', 1);; pos = path.find('/', pos + 1)) {
+    const std::string prefix = path.substr(0, pos);
+    H5L_info_t link;
+    if (H5Lget_info(file, prefix.c_str(), &link, H5P_DEFAULT) < 0)
+      h5::fail_damaged(where + ": cannot look up " + prefix);
+    DTRAIN_CHECK(link.type == H5L_TYPE_HARD, Errc::corrupt_data,
+                 where << ": " << prefix << " is a soft or external link; a checkpoint holds its "
+                       << "datasets itself");
+    if (pos == std::string::npos) break;
+  }
   const hid_t id = H5Dopen2(file, path.c_str(), H5P_DEFAULT);
   if (id < 0) h5::fail_damaged(where + ": cannot open dataset " + path);
   return h5::Handle(id, H5Dclose);

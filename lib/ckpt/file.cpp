@@ -21,13 +21,23 @@ std::string dtype_name(hid_t type) {
   return "other";
 }
 
-// H5Lvisit callback: the names of every dataset under the root. Callbacks run inside HDF5's
-// C code, so they never throw; the datasets are described afterwards.
-herr_t collect_dataset(hid_t root, const char* name, const H5L_info_t*, void* names) {
+struct Listing {
+  std::vector<std::string> datasets;
+  std::vector<std::string> links;  // soft and external: not part of a checkpoint
+};
+
+// H5Lvisit callback: the names of every dataset under the root, and of any link that is not
+// a plain (hard) one. Callbacks run inside HDF5's C code, so they never throw; the datasets
+// are described afterwards.
+herr_t collect_dataset(hid_t root, const char* name, const H5L_info_t* info, void* out) {
+  Listing& listing = *static_cast<Listing*>(out);
+  if (info->type != H5L_TYPE_HARD) {
+    listing.links.push_back(std::string("/") + name);
+    return 0;
+  }
   const hid_t obj = H5Oopen(root, name, H5P_DEFAULT);
   if (obj < 0) return -1;
-  if (H5Iget_type(obj) == H5I_DATASET)
-    static_cast<std::vector<std::string>*>(names)->push_back(std::string("/") + name);
+  if (H5Iget_type(obj) == H5I_DATASET) listing.datasets.push_back(std::string("/") + name);
   H5Oclose(obj);
   return 0;
 }
@@ -101,10 +111,14 @@ CheckpointFile::CheckpointFile(const std::string& path) : impl_(std::make_unique
   DTRAIN_CHECK(std::filesystem::is_regular_file(path), Errc::io, "no checkpoint file '" << path << "'");
   impl_->file = h5::file_handle(H5Fopen(path.c_str(), H5F_ACC_RDONLY, H5P_DEFAULT),
                                 "cannot open '" + path + "' (not an HDF5 file, or truncated)");
-  std::vector<std::string> names;
+  Listing listing;
   // The file opened, so a failure to walk it is damage to its metadata.
-  if (H5Lvisit(impl_->file, H5_INDEX_NAME, H5_ITER_INC, collect_dataset, &names) < 0)
+  if (H5Lvisit(impl_->file, H5_INDEX_NAME, H5_ITER_INC, collect_dataset, &listing) < 0)
     h5::fail_damaged("cannot list the datasets of '" + path + "'");
+  DTRAIN_CHECK(listing.links.empty(), Errc::corrupt_data,
+               "'" << path << "': " << listing.links.front()
+                   << " is a soft or external link; a checkpoint holds its datasets itself");
+  std::vector<std::string>& names = listing.datasets;
   std::sort(names.begin(), names.end());
   for (const std::string& name : names) impl_->datasets.push_back(describe(impl_->file, name));
 }

@@ -14,6 +14,7 @@
 #include <thread>
 
 #include "dtrain/ckpt/checkpoint.hpp"
+#include "dtrain/ckpt/file.hpp"
 #include "dtrain/comm/process_grid.hpp"
 #include "dtrain/core/error.hpp"
 #include "dtrain/nn/gpt.hpp"
@@ -613,6 +614,32 @@ TEST(Checkpoint, ANegativeStepIsRefused) {
     }
     world().barrier();
   }
+}
+
+TEST(Checkpoint, ADatasetThatIsALinkIsRefused) {
+  const std::string dir = test_dir("link");
+  train::TrainConfig cfg = tiny_config();
+  cfg.save_dir = dir;
+  std::string path;
+  {
+    train::Trainer t(cfg, world());
+    t.train_step();
+    path = t.save_checkpoint();
+  }
+  if (world().rank() == 0) {  // wpe replaced by a link to a dataset of the same shape
+    hid_t f = H5Fopen(path.c_str(), H5F_ACC_RDWR, H5P_DEFAULT);
+    ASSERT_GE(H5Ldelete(f, "/model/wpe", H5P_DEFAULT), 0);
+    ASSERT_GE(H5Lcreate_soft("/optimizer/wpe/exp_avg", f, "/model/wpe", H5P_DEFAULT, H5P_DEFAULT), 0);
+    H5Fclose(f);
+    const Error e = error_of([&] { ckpt::CheckpointFile file(path); });  // the tools' view
+    EXPECT_EQ(e.code(), Errc::corrupt_data) << e.what();
+    EXPECT_NE(std::string(e.what()).find("/model/wpe is a soft or external link"), std::string::npos) << e.what();
+  }
+  world().barrier();
+  cfg.resume = path;
+  const Error e = error_of([&] { train::Trainer t(cfg, world()); });
+  EXPECT_EQ(e.code(), Errc::corrupt_data) << e.what();
+  EXPECT_NE(std::string(e.what()).find("/model/wpe is a soft or external link"), std::string::npos) << e.what();
 }
 
 TEST(Checkpoint, KeepCountsThisRunsCheckpointsNotAnEarlierRunsLaterOnes) {

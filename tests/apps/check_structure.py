@@ -1,0 +1,62 @@
+#!/usr/bin/env python3
+"""`dtrain-ckpt verify` and `export` on copies of a checkpoint that h5py edited so that a
+resume could not use it although every dataset still matches its checksum: a missing moment,
+tensor or step counter, a dataset replaced by a link, no checksum metadata. Each must fail
+with the status given and a message naming the problem; the unedited copy verifies.
+
+usage: check_structure.py TOOL FILE SCRATCH   (exit 77 = skipped: no h5py)
+"""
+import os
+import shutil
+import subprocess
+import sys
+
+try:
+    import h5py
+except ImportError:
+    print("h5py not available: skipped")
+    sys.exit(77)
+
+tool, source, scratch = sys.argv[1:4]
+
+
+def drop(path):
+    return lambda f: f.__delitem__(path)
+
+
+def drop_attr(obj, name):
+    return lambda f: f[obj].attrs.__delitem__(name)
+
+
+def soft_link(f):
+    del f["/model/wpe"]
+    f["/model/wpe"] = h5py.SoftLink("/optimizer/wpe/exp_avg")
+
+
+cases = [  # (edit, command, status, text)
+    (None, "verify", 0, "datasets match their checksums"),
+    (drop("/optimizer/wte/exp_avg_sq"), "verify", 1, "tensor 'wte' has no /optimizer/wte/exp_avg_sq"),
+    (drop("/model/wpe"), "verify", 1, "/optimizer/wpe/exp_avg belongs to no /model/wpe"),
+    (drop_attr("/", "step"), "verify", 1, "attribute 'step' is missing"),
+    (drop_attr("/optimizer", "step"), "verify", 1, "attribute /optimizer 'step' is missing"),
+    (soft_link, "verify", 2, "/model/wpe is a soft or external link"),
+    (drop_attr("/", "checksum_algorithm"), "export", 2, "unknown checksum algorithm"),
+    (drop_attr("/model/wte", "checksum"), "export", 2, "dataset /model/wte has no checksum"),
+]
+failed = False
+out_file = scratch + ".safetensors"
+for edit, command, want, text in cases:
+    shutil.copyfile(source, scratch)
+    if edit:
+        with h5py.File(scratch, "r+") as f:
+            edit(f)
+    args = [tool, command, scratch] + ([out_file] if command == "export" else [])
+    run = subprocess.run(args, capture_output=True, text=True)
+    out = (run.stdout + run.stderr).strip()
+    ok = run.returncode == want and text in out and len(out.splitlines()) == 1
+    if command == "export" and os.path.exists(out_file):
+        ok = False  # nothing may be written
+        os.remove(out_file)
+    print(("ok  " if ok else "FAIL"), command, text, "->", run.returncode, out)
+    failed |= not ok
+sys.exit(1 if failed else 0)
