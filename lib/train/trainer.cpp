@@ -22,8 +22,9 @@ std::optional<std::string> ini_value(const std::string& ini, const std::string& 
 }
 
 // Samples are drawn by (seed, sample index) from the data: a resumed run given another seed or
-// other data trains on other samples than the run it continues would have. Allowed, but said.
-void warn_if_samples_differ(const std::string& path, const std::string& saved_ini, const TrainConfig& cfg) {
+// other data trains on other samples than the run it continues would have. Allowed, but said;
+// so is another learning-rate schedule.
+void warn_if_run_differs(const std::string& path, const std::string& saved_ini, const TrainConfig& cfg) {
   if (cfg.eval_only) return;  // no run continues
   struct Key {
     const char* name;
@@ -39,6 +40,18 @@ void warn_if_samples_differ(const std::string& path, const std::string& saved_in
                      << "', this run has '" << *here << "': from here on it draws other samples than "
                      << "the run it continues would have"
                      << (key.is_path ? " (unless it is the same data under another path)" : ""));
+  }
+  // The learning rate at step s is a function of these: another value (a longer --steps to
+  // train on, say) changes the rates from here on. Said once, as the samples are.
+  std::string changed;
+  for (const char* key : {"lr", "min-lr", "warmup-steps", "steps"}) {
+    const std::optional<std::string> then = ini_value(saved_ini, key), here = ini_value(now, key);
+    if (then && here && *then != *here)
+      changed += std::string(changed.empty() ? "" : ", ") + key + " " + *then + " -> " + *here;
+  }
+  if (!changed.empty()) {
+    DTRAIN_LOG(warn, "checkpoint " << path << " was written by a run with another learning-rate schedule ("
+                     << changed << "): the rates from here on differ from the run it continues");
   }
 }
 
@@ -176,7 +189,7 @@ void Trainer::load_checkpoint(const std::string& path) {
     DTRAIN_LOG(warn, "checkpoint " << path << " was at sample " << info.data_position
                      << "; with this global batch step " << info.step << " starts at sample " << expected);
   }
-  warn_if_samples_differ(path, info.run_config, s.cfg);
+  warn_if_run_differs(path, info.run_config, s.cfg);
   s.consumed_before = info.consumed_samples;
   s.consumed_before_step = info.step;
   s.step = info.step;
