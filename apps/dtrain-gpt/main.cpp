@@ -6,6 +6,7 @@
 #include <cstdio>
 #include <cstdlib>
 #include <initializer_list>
+#include <limits>
 #include <optional>
 #include <sstream>
 #include <iostream>
@@ -32,14 +33,19 @@ int exit_code(dtrain::Errc code) {
              : 1;
 }
 
-// Agree on failure across ranks so that exactly one rank prints and every rank exits alike.
-int report(dtrain::Communicator& world, bool failed, const std::string& message, int code) {
-  const int first = dtrain::train::first_failed_rank(world, failed);
+// Once the ranks know the first that failed (-1: none), it prints and every rank exits alike.
+int announce(dtrain::Communicator& ranks, int first, bool failed, const std::string& message, int code) {
   if (first < 0) return 0;
-  if (world.rank() == first) DTRAIN_LOG(error, message);
+  if (ranks.rank() == first) DTRAIN_LOG(error, message);
   int rc = failed ? code : 0;
-  world.all_reduce(&rc, &rc, 1, dtrain::DType::i32, dtrain::ReduceOp::max);
+  ranks.all_reduce(&rc, &rc, 1, dtrain::DType::i32, dtrain::ReduceOp::max);
   return rc;
+}
+
+// Agree on failure across ranks so that exactly one rank prints and every rank exits alike;
+// every rank must get here (no collective since the last agreement).
+int report(dtrain::Communicator& ranks, bool failed, const std::string& message, int code) {
+  return announce(ranks, dtrain::train::first_failed_rank(ranks, failed), failed, message, code);
 }
 
 // This process's rank or the job's size as the launcher tells it (Open MPI, MPICH/Hydra,
@@ -126,6 +132,28 @@ int fail_alone(dtrain::Runtime& runtime, const char* message, int code) {
   return code;
 }
 
+// As report(), for a failure that may be this rank's alone while the others wait for it in
+// the collectives of the set-up (a node's allocation failing, a setting read there): the
+// agreement goes over `control`, a communicator nothing else uses, so it never meets those
+// collectives; a rank that failed and hears nothing from the others for kAloneAfter prints
+// its message and ends the job. Failures every rank meets agree at once, one rank reports.
+int report_or_end_job(dtrain::Runtime& runtime, dtrain::Communicator& control, bool failed,
+                      const std::string& message, int code) {
+  constexpr auto kAloneAfter = std::chrono::seconds(20);
+  int first = failed ? control.rank() : std::numeric_limits<int>::max();
+  dtrain::Request agreed = control.iall_reduce(&first, &first, 1, dtrain::DType::i32, dtrain::ReduceOp::min);
+  if (failed) {
+    const auto give_up = std::chrono::steady_clock::now() + kAloneAfter;
+    while (!agreed.test()) {
+      if (std::chrono::steady_clock::now() > give_up) return fail_alone(runtime, message.c_str(), code);
+      std::this_thread::sleep_for(std::chrono::milliseconds(10));
+    }
+  } else {
+    agreed.wait();
+  }
+  return announce(control, first == std::numeric_limits<int>::max() ? -1 : first, failed, message, code);
+}
+
 int launcher_rank() { return from_launcher({"OMPI_COMM_WORLD_RANK", "PMI_RANK", "PMIX_RANK", "SLURM_PROCID"}); }
 int launcher_size() { return from_launcher({"OMPI_COMM_WORLD_SIZE", "PMI_SIZE", "PMIX_SIZE", "SLURM_NTASKS"}); }
 
@@ -161,26 +189,38 @@ int main(int argc, char** argv) {
   try {
     dtrain::Runtime& runtime = *started;
     dtrain::Communicator& world = runtime.world();
+    // Start-up failures are agreed over their own communicator (report_or_end_job).
+    dtrain::Communicator control = world.dup("start-up");
     bool failed = false;
     int code = 0;
     std::string message;
+    const auto failure = [&](int c, const char* what) {
+      failed = true;
+      code = c;
+      message = what;
+    };
     dtrain_gpt::Parsed parsed;
-    std::unique_ptr<dtrain::train::Trainer> trainer;
+    // The command line and --config file, read by each rank alone: a node whose copy of the
+    // file is missing or different fails here, before any rank enters the set-up.
     try {
       parsed = dtrain_gpt::parse_options(argc, argv);
+    } catch (const dtrain::Error& e) {
+      failure(exit_code(e.code()), e.what());
+    } catch (const std::exception& e) {
+      failure(1, e.what());
+    }
+    if (int rc = report(control, failed, message, code)) return rc;
+    std::unique_ptr<dtrain::train::Trainer> trainer;
+    try {
       if (parsed.action == dtrain_gpt::Action::train) {
         trainer = std::make_unique<dtrain::train::Trainer>(parsed.config, world);
       }
     } catch (const dtrain::Error& e) {
-      failed = true;
-      message = e.what();
-      code = exit_code(e.code());
+      failure(exit_code(e.code()), e.what());
     } catch (const std::exception& e) {
-      failed = true;
-      message = e.what();
-      code = 1;
+      failure(1, e.what());
     }
-    if (int rc = report(world, failed, message, code)) return rc;
+    if (int rc = report_or_end_job(runtime, control, failed, message, code)) return rc;
 
     if (parsed.action == dtrain_gpt::Action::help) {
       if (world.rank() == 0) std::cout << parsed.help_text;
