@@ -32,7 +32,7 @@ std::string to_json(const StepMetrics& m) {
   os.precision(9);
   os << "{\"step\":" << m.step << ",\"loss\":";
   put_number(os, m.loss);
-  if (m.val_loss >= 0) {
+  if (!(m.val_loss < 0)) {  // NaN written as null
     os << ",\"val_loss\":";
     put_number(os, m.val_loss);
   }

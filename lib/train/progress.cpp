@@ -53,7 +53,7 @@ std::string Progress::line(const StepMetrics& m, std::uint64_t rank_bytes,
                            double elapsed_seconds) const {
   std::string s = "step " + std::to_string(m.step) + "/" + std::to_string(total_steps_) +
                   " | loss " + format("%.4f", m.loss);
-  if (m.val_loss >= 0) s += " | val " + format("%.4f", m.val_loss);
+  if (!(m.val_loss < 0)) s += " | val " + format("%.4f", m.val_loss);  // NaN shown
   if (entropy_rate_ > 0) s += format(" (H %.3f)", entropy_rate_);
   s += " | lr " + format("%.2e", m.lr) + " | gnorm " + format("%.3f", m.grad_norm) + " | " +
        format("%.0f tok/s", m.tokens_per_s) + " | mfu " + format("%.1f%%", 100 * m.mfu) +
@@ -70,7 +70,7 @@ std::string Progress::summary(long steps, double loss, double val_loss, double s
   if (start_step_ > 0) s += " (" + std::to_string(steps - start_step_) + " in this run)";
   s += " in " + format("%.1fs", seconds);
   s += std::isnan(loss) ? " | no step trained" : " | final loss " + format("%.4f", loss);
-  if (val_loss >= 0) s += " | val " + format("%.4f", val_loss);
+  if (!(val_loss < 0)) s += " | val " + format("%.4f", val_loss);  // NaN shown
   if (entropy_rate_ > 0) s += " | corpus entropy " + format("%.4f", entropy_rate_);
   if (tokens_per_s > 0)
     s += " | " + format("%.0f tok/s", tokens_per_s) + " | mfu " + format("%.1f%%", 100 * mfu);

@@ -294,6 +294,7 @@ TrainSummary Trainer::run() {
   } unwatch{s};
   if (s.cfg.eval_only) {
     sum.final_val_loss = evaluate();
+    if (!s.stopped) s.check_finite_val_loss(sum.final_val_loss);
     sum.stopped_by_signal = s.stopped;
     if (s.stopped)
       DTRAIN_LOG(warn, "eval: stopped by a signal before the validation pass finished (its "
@@ -344,6 +345,7 @@ TrainSummary Trainer::run() {
     const bool eval_due = last || (s.cfg.eval_every > 0 && s.step % s.cfg.eval_every == 0);
     double val = -1;
     if (eval_due && !stop_after_step) val = evaluate();
+    if (eval_due && !s.stopped) s.check_finite_val_loss(val);
     if (eval_due && !s.stopped) sum.final_val_loss = val;
     else val = -1;  // not evaluated, or stopped part-way
     if (eval_due || s.step % s.cfg.log_every == 0) {  // eval_due: also the last step

@@ -243,6 +243,21 @@ void Trainer::State::check_finite_loss(double loss) {
   throw AgreedError(Errc::invalid_config, msg.str());
 }
 
+void Trainer::State::check_finite_val_loss(double val) {
+  // Every rank's (averaged over DP after the stages' broadcast). The training loss of the
+  // last steps was finite, so their updates broke the parameters.
+  if (std::isfinite(val)) return;
+  std::ostringstream msg;
+  if (cfg.eval_only) {
+    msg << "the validation loss is " << val << ": the parameters of step " << step << " are not finite";
+  } else {
+    msg << "training diverged: the validation loss after step " << step << " is " << val
+        << ", so its parameters are not finite; they are not saved (a smaller --lr, or --clip-grad, "
+           "may help)";
+  }
+  throw AgreedError(Errc::invalid_config, msg.str());
+}
+
 // fp16: whether this step's update is to be applied. Every rank checks the gradients it
 // holds (its optimiser segments), all agree on one flag, and the scaler decides from it:
 // skip and halve, or apply (and maybe grow). An overflow at the minimum scale throws on

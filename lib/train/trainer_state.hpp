@@ -155,6 +155,7 @@ struct Trainer::State {
   double forward_micro(Split split, std::uint64_t first_sample);
   double average_over_dp(double loss_sum, int n_micro);
   ckpt::Checkpointer& checkpoints();
+  void check_finite_val_loss(double val);  // a complete validation pass's loss
   bool agree_stop();
   std::string stop_cause();  // for the log, once agree_stop() said yes
   // Inside run(), before micro-batch `micro` of n (a step's, without pipeline stages, whose
