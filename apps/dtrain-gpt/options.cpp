@@ -199,8 +199,11 @@ Parsed parse_options(int argc, char** argv) {
     with_stray.add(all).add_options()("stray", po::value<std::vector<std::string>>());
     po::positional_options_description stray;
     stray.add("stray", -1);
+    // Whole option names only, as in a --config file: with guessing, `--s 1` was `--steps`
+    // or `--seed` depending on the other options' names.
+    const int style = po::command_line_style::default_style & ~po::command_line_style::allow_guessing;
     const po::parsed_options from_command_line =
-        po::command_line_parser(argc, argv).options(with_stray).positional(stray).run();
+        po::command_line_parser(argc, argv).options(with_stray).positional(stray).style(style).run();
     refuse_empty_values(from_command_line, all, "");
     po::store(from_command_line, vm);
     DTRAIN_CHECK(!vm.count("stray"), Errc::invalid_config,
@@ -243,6 +246,9 @@ Parsed parse_options(int argc, char** argv) {
   out.help_text = help.str();
   check_generation(out);
   out.prompt_tokens = prompt_tokens(out.prompt, out.config.vocab);
+  DTRAIN_CHECK(!vm.count("prompt") || !out.prompt_tokens.empty(), Errc::invalid_config,
+               "--prompt holds no tokens: give some, or leave it out to start from the first token "
+               "of validation sample 0");
   if (vm.count("help")) out.action = Action::help;
   else if (vm.count("version")) out.action = Action::version;
   return out;
