@@ -71,7 +71,8 @@ Trainer::Trainer(const TrainConfig& cfg, Communicator& world)
                    << s_->dev.name());
   if (s_->low != DType::f32) {
     DTRAIN_LOG(info, "precision: " << cfg.precision << ", parameters between their uses in "
-                     << (s_->packed ? "16-bit words" : "the fp32 arena") << " (--param-storage "
+                     << (s_->packed ? "16-bit words" : "the fp32 arena")
+                     << (cfg.zero == 3 ? ", this rank's ZeRO 3 pieces only" : "") << " (--param-storage "
                      << cfg.param_storage << ")");
   } else if (cfg.fp32_activations) {
     DTRAIN_LOG(warn, "--fp32-activations has no effect with --precision fp32");
