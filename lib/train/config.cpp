@@ -103,6 +103,8 @@ void TrainConfig::validate(int world_size) const {
                "validation fraction must be in [0, 1)");
   DTRAIN_CHECK(val_data.empty() || !data.empty(), Errc::invalid_config,
                "--val-data needs --data (the built-in corpus has its own validation split)");
+  DTRAIN_CHECK(!data.empty() || val_fraction == TrainConfig().val_fraction, Errc::invalid_config,
+               "--val-fraction needs --data (the built-in corpus has its own validation split)");
 
   DTRAIN_CHECK(steps >= 0 && steps <= INT_MAX, Errc::invalid_config,
                "--steps must be in [0, " << INT_MAX << "], got " << steps);
