@@ -4,6 +4,8 @@
 
 #include <numeric>
 
+#include <mpi.h>
+
 #include "comm/comm_state.hpp"
 #include "comm/mpi_backend.hpp"
 #include "comm/watchdog.hpp"
@@ -44,6 +46,11 @@ namespace {
 comm::CommState& checked(const std::unique_ptr<comm::CommState>& state) {
   DTRAIN_CHECK(state != nullptr, Errc::invalid_argument,
                "operation on an empty Communicator (moved-from, or left out by split)");
+  // A program that finalised MPI itself while dtrain's communicators live: MPI would abort.
+  int finalized = 0;
+  MPI_Finalized(&finalized);
+  DTRAIN_CHECK(!finalized, Errc::comm, "operation on communicator '" << state->name
+                                           << "' after MPI_Finalize: finalise dtrain first");
   return *state;
 }
 
