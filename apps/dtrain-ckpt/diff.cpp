@@ -1,5 +1,6 @@
 // diff: per tensor, the largest absolute difference between two checkpoints; tensors whose
-// shapes differ or that exist in one file only are listed as such.
+// shapes differ or that exist in one file only are listed as such; then the attributes of the
+// file, /model and /optimizer that differ (the step, the loss scale, the run's settings).
 #include <cmath>
 #include <cstdio>
 #include <string>
@@ -14,6 +15,35 @@ namespace {
 double distance(float x, float y) {
   if (std::isnan(x) || std::isnan(y)) return std::isnan(x) && std::isnan(y) ? 0.0 : INFINITY;
   return std::fabs(static_cast<double>(x) - static_cast<double>(y));
+}
+
+// The attributes of `object` that differ between the files, one line each: true if any.
+bool attributes_differ(const dtrain::ckpt::CheckpointFile& fa, const dtrain::ckpt::CheckpointFile& fb,
+                       const std::string& object) {
+  const dtrain::ckpt::AttributeList xa = fa.attributes(object), xb = fb.attributes(object);
+  const auto value = [](const dtrain::ckpt::AttributeList& list, const std::string& name) -> const std::string* {
+    for (const auto& [n, v] : list)
+      if (n == name) return &v;
+    return nullptr;
+  };
+  bool differ = false;
+  const auto compare = [&](const std::string& name) {
+    const std::string *va = value(xa, name), *vb = value(xb, name);
+    if (va && vb && *va == *vb) return;
+    differ = true;
+    const std::string label = "attribute " + object + " " + name;
+    if (!va || !vb) {
+      std::printf("%-44s only in %s\n", label.c_str(), (va ? fa : fb).path().c_str());
+    } else if (va->find('\n') != std::string::npos || vb->find('\n') != std::string::npos) {
+      std::printf("%-44s differs\n", label.c_str());  // run_config: many lines
+    } else {
+      std::printf("%-44s %s -> %s\n", label.c_str(), va->c_str(), vb->c_str());
+    }
+  };
+  for (const auto& entry : xa) compare(entry.first);
+  for (const auto& entry : xb)
+    if (!value(xa, entry.first)) compare(entry.first);
+  return differ;
 }
 
 }  // namespace
@@ -48,6 +78,8 @@ int diff(const std::string& a, const std::string& b) {
       differ = true;
     }
   }
+  for (const char* object : {"/", "/model", "/optimizer"})
+    differ = attributes_differ(fa, fb, object) || differ;
   std::printf("%s (max abs difference %.9g)\n", differ ? "differ" : "identical", overall);
   return differ ? 1 : 0;
 }
