@@ -126,12 +126,18 @@ TEST(LossScaler, InconsistentConfigurationsAreRefused) {
   bad([](LossScalerConfig& c) { c.growth_interval = 0; });
 }
 
-TEST(LossScaler, SetScaleIsClampedAndRestartsTheCount) {
+TEST(LossScaler, SetScaleKeepsARestoredScaleAboveTheCeilingAndRestartsTheCount) {
   LossScaler s{small(8, 2)};
   EXPECT_TRUE(s.update(false));
+  // A scale saved by a run whose --loss-scale was above 2^24: restored as it was, and it
+  // is the new ceiling (growth stops there, as in that run).
   s.set_scale(1e30);
-  EXPECT_EQ(s.scale(), 16777216.0f);
+  EXPECT_EQ(s.scale(), 1e30f);
   EXPECT_EQ(s.clean_steps_in_a_row(), 0);
+  EXPECT_EQ(s.config().max_scale, 1e30);
+  EXPECT_TRUE(s.update(false));
+  EXPECT_TRUE(s.update(false));
+  EXPECT_EQ(s.scale(), 1e30f);
   s.set_scale(0.25);
   EXPECT_EQ(s.scale(), 1.0f);
 }

@@ -40,7 +40,8 @@ class DTRAIN_API LossScaler {
   long skipped_steps() const { return skipped_; }
   long clean_steps_in_a_row() const { return clean_; }
   const LossScalerConfig& config() const { return cfg_; }
-  // Restores a scale (a resumed run, tests); clamped to [min_scale, max_scale]. The count
+  // Restores a scale (a resumed run, tests); raised to min_scale, and above max_scale it
+  // raises max_scale (the scale's own run allowed it). The count
   // of clean steps toward the next growth restarts at clean_steps_in_a_row.
   void set_scale(double scale, long clean_steps_in_a_row = 0);
 
