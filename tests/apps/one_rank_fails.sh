@@ -22,11 +22,10 @@ for sub, tokens in (("r0", good), ("r1", bad)):
         f.write(struct.pack("<256i", 20240520, 1, n, *([0] * 253)))
         f.write(struct.pack(f"<{n}H", *tokens))
 PY
-cat > "$dir/in_own_dir.sh" <<'SH'
-cd "$(dirname "$0")/r${OMPI_COMM_WORLD_RANK:-${PMI_RANK:-${PMIX_RANK:-0}}}" && exec "$@"
-SH
+source "$(dirname "$0")/in_rank_dir.sh"
+make_rank_launcher "$dir"
 start=$(date +%s)
-"$mpiexec" "$npflag" 2 bash "$dir/in_own_dir.sh" "$program" --layers 1 --d-model 32 --heads 2 \
+"$mpiexec" "$npflag" 2 bash "$dir/in_rank_dir.sh" "$program" --layers 1 --d-model 32 --heads 2 \
   --seq-len 16 --micro-batch 2 --vocab 100 --steps 1000 --eval-every 0 --data d.bin > "$dir/log" 2>&1
 status=$?
 seconds=$(( $(date +%s) - start ))

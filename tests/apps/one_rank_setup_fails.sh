@@ -9,15 +9,12 @@ set -u
 mpiexec=$1 npflag=$2 program=$3 dir=$4
 rm -rf "$dir" && mkdir -p "$dir/r0" "$dir/r1"
 printf 'layers = 1\nd-model = 32\nheads = 2\nseq-len = 16\nmicro-batch = 2\nsteps = 2\neval-every = 0\n' > "$dir/r0/run.ini"
-cat > "$dir/as_rank.sh" <<'SH'
-cd "$(dirname "$0")/r${OMPI_COMM_WORLD_RANK:-${PMI_RANK:-${PMIX_RANK:-0}}}" || exit 9
-[ -f env.sh ] && source env.sh
-exec "$@"
-SH
+source "$(dirname "$0")/in_rank_dir.sh"
+make_rank_launcher "$dir"
 run() {  # run NAME ARGS...: the job's status, its output in $dir/NAME.log
   local name=$1
   shift
-  "$mpiexec" "$npflag" 2 bash "$dir/as_rank.sh" "$program" "$@" > "$dir/$name.log" 2>&1
+  "$mpiexec" "$npflag" 2 bash "$dir/in_rank_dir.sh" "$program" "$@" > "$dir/$name.log" 2>&1
 }
 run missing_config --config run.ini
 status=$?

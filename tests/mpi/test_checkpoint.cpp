@@ -43,6 +43,30 @@ std::string test_dir(const std::string& name) {
   return test::fresh_dir(world(), "ckpt", name, world().size());
 }
 
+// The checkpoint of one step of cfg (with save_dir set to a fresh directory `name`), for the
+// tests that damage or edit a file.
+std::string one_step_checkpoint(train::TrainConfig& cfg, const std::string& name) {
+  cfg.save_dir = test_dir(name);
+  train::Trainer t(cfg, world());
+  t.train_step();
+  return t.save_checkpoint();
+}
+
+// Rank 0 rewrites the int64 attribute `name` of `object` in the file at path, as another tool
+// may; every rank waits for it.
+void rewrite_attribute(const std::string& path, const char* object, const char* name, std::int64_t value) {
+  if (world().rank() == 0) {
+    hid_t f = H5Fopen(path.c_str(), H5F_ACC_RDWR, H5P_DEFAULT);
+    hid_t o = H5Oopen(f, object, H5P_DEFAULT);
+    hid_t a = H5Aopen(o, name, H5P_DEFAULT);
+    EXPECT_GE(H5Awrite(a, H5T_NATIVE_INT64, &value), 0);
+    H5Aclose(a);
+    H5Oclose(o);
+    H5Fclose(f);
+  }
+  world().barrier();
+}
+
 std::uint32_t bits_of(float f) {
   std::uint32_t b;
   std::memcpy(&b, &f, sizeof b);
@@ -279,15 +303,9 @@ TEST(Checkpoint, CorruptDatasetIsRefusedByNameAndThePreviousOneStillLoads) {
 // superblock) fails HDF5's own checksum there: refused as damage, never read as a file that
 // lacks an attribute, group or dataset.
 TEST(Checkpoint, DamagedMetadataIsReportedAsDamageNotAsAbsence) {
-  const std::string dir = test_dir("damaged_metadata");
   train::TrainConfig cfg = tiny_config();
-  cfg.save_dir = dir;
-  std::string good;
-  {
-    train::Trainer t(cfg, world());
-    t.train_step();
-    good = t.save_checkpoint();
-  }
+  const std::string good = one_step_checkpoint(cfg, "damaged_metadata");
+  const std::string dir = cfg.save_dir;
   cfg.save_dir.clear();
   const std::string copy = dir + "/flipped.h5";
   int damaged = 0;
@@ -546,15 +564,8 @@ TEST(Checkpoint, AFileSomeRanksCannotSeeFailsEveryRank) {
 }
 
 TEST(Checkpoint, AnAttributeHoldingSeveralValuesIsRefused) {
-  const std::string dir = test_dir("attribute");
   train::TrainConfig cfg = tiny_config();
-  cfg.save_dir = dir;
-  std::string path;
-  {
-    train::Trainer t(cfg, world());
-    t.train_step();
-    path = t.save_checkpoint();
-  }
+  const std::string path = one_step_checkpoint(cfg, "attribute");
   if (world().rank() == 0) {
     // As another tool may write it: /model's "layers" as an array of two.
     hid_t f = H5Fopen(path.c_str(), H5F_ACC_RDWR, H5P_DEFAULT);
@@ -578,54 +589,22 @@ TEST(Checkpoint, AnAttributeHoldingSeveralValuesIsRefused) {
 }
 
 TEST(Checkpoint, ANegativeStepIsRefused) {
-  const std::string dir = test_dir("negative_step");
   train::TrainConfig cfg = tiny_config();
-  cfg.save_dir = dir;
-  std::string path;
-  {
-    train::Trainer t(cfg, world());
-    t.train_step();
-    path = t.save_checkpoint();
-  }
-  for (const char* group : {"/", "/optimizer"}) {
-    if (world().rank() == 0) {  // as an edit by another tool may leave it
-      hid_t f = H5Fopen(path.c_str(), H5F_ACC_RDWR, H5P_DEFAULT);
-      hid_t g = H5Oopen(f, group, H5P_DEFAULT);
-      hid_t a = H5Aopen(g, "step", H5P_DEFAULT);
-      const std::int64_t step = -3;
-      ASSERT_GE(H5Awrite(a, H5T_NATIVE_INT64, &step), 0);
-      H5Aclose(a);
-      H5Oclose(g);
-      H5Fclose(f);
-    }
-    world().barrier();
-    cfg.resume = path;
+  const std::string path = one_step_checkpoint(cfg, "negative_step");
+  cfg.resume = path;
+  for (const char* object : {"/", "/optimizer"}) {
+    rewrite_attribute(path, object, "step", -3);
     const Error e = error_of([&] { train::Trainer t(cfg, world()); });
     EXPECT_EQ(e.code(), Errc::corrupt_data) << e.what();
     EXPECT_NE(std::string(e.what()).find("negative step (-3)"), std::string::npos) << e.what();
     world().barrier();
-    if (world().rank() == 0) {  // the root's step back, for the optimizer's turn
-      hid_t f = H5Fopen(path.c_str(), H5F_ACC_RDWR, H5P_DEFAULT);
-      hid_t a = H5Aopen(f, "step", H5P_DEFAULT);
-      const std::int64_t step = 1;
-      ASSERT_GE(H5Awrite(a, H5T_NATIVE_INT64, &step), 0);
-      H5Aclose(a);
-      H5Fclose(f);
-    }
-    world().barrier();
+    rewrite_attribute(path, object, "step", 1);  // back, for the next one's turn
   }
 }
 
 TEST(Checkpoint, ADatasetThatIsALinkIsRefused) {
-  const std::string dir = test_dir("link");
   train::TrainConfig cfg = tiny_config();
-  cfg.save_dir = dir;
-  std::string path;
-  {
-    train::Trainer t(cfg, world());
-    t.train_step();
-    path = t.save_checkpoint();
-  }
+  const std::string path = one_step_checkpoint(cfg, "link");
   if (world().rank() == 0) {  // wpe replaced by a link to a dataset of the same shape
     hid_t f = H5Fopen(path.c_str(), H5F_ACC_RDWR, H5P_DEFAULT);
     ASSERT_GE(H5Ldelete(f, "/model/wpe", H5P_DEFAULT), 0);
