@@ -240,6 +240,10 @@ void Trainer::State::check_finite_loss(double loss) {
   msg << "training diverged: the loss of step " << step + 1 << " is " << loss
       << "; stopped before updating, so no checkpoint holds it (a smaller --lr, or --clip-grad, "
          "may help)";
+  // A checkpoint of the parameters that gave it is no good place to go on from.
+  if (last_saved_step == step && step > 0)
+    msg << "; the checkpoint of step " << step << " holds the parameters that gave this loss: "
+        << "resume from an earlier one (--resume FILE)";
   throw AgreedError(Errc::invalid_config, msg.str());
 }
 
