@@ -154,9 +154,21 @@ Outcome dt_byom_s::check_split() {
     for (std::int64_t d : p.shape) tensors = mix(tensors, d);
     for (std::int64_t d : p.local_shape) tensors = mix(tensors, d);
   }
-  // Names are unique over the stages (a checkpoint holds each once): their hashes.
+  // Names are unique over the stages (a checkpoint holds each once), and none is a group of
+  // another stage's ("w" and "w/b": a dataset and a group of the file at once): the hashes of
+  // the names (low bit 0) and of their '/'-prefixes (low bit 1), with the name each is from.
   std::vector<std::int64_t> mine;
-  for (const dtrain::ParamInfo& p : store) mine.push_back(static_cast<std::int64_t>(fnv1a(p.name.data(), p.name.size())));
+  std::vector<std::size_t> from;
+  const auto add = [&](const std::string& text, std::uint64_t tag, std::size_t i) {
+    mine.push_back(static_cast<std::int64_t>((fnv1a(text.data(), text.size()) << 1) | tag));
+    from.push_back(i);
+  };
+  for (std::size_t i = 0; i < store.size(); ++i) {
+    const std::string& name = store[i].name;
+    add(name, 0, i);
+    for (std::size_t slash = name.find('/'); slash != std::string::npos; slash = name.find('/', slash + 1))
+      add(name.substr(0, slash), 1, i);
+  }
   const auto stages = static_cast<std::size_t>(g.pp_size());
   std::vector<std::int64_t> counts(stages);
   std::vector<std::size_t> sizes(stages);
@@ -178,11 +190,17 @@ Outcome dt_byom_s::check_split() {
   for (std::size_t s = 0; s < stages; first += sizes[s], ++s) {
     if (static_cast<int>(s) == g.pp_rank()) continue;
     const auto begin = names.begin() + static_cast<std::ptrdiff_t>(first), end = begin + static_cast<std::ptrdiff_t>(sizes[s]);
-    for (std::size_t i = 0; i < mine.size(); ++i)
-      if (std::find(begin, end, mine[i]) != end)
-        return {DT_ERR_INVALID_ARGUMENT, "tensor '" + store[i].name + "' is registered on pipeline stages " +
-                                             std::to_string(g.pp_rank()) + " and " + std::to_string(s) +
+    const std::string stages_text = std::to_string(g.pp_rank()) + " and " + std::to_string(s);
+    for (std::size_t i = 0; i < mine.size(); ++i) {
+      const std::string& name = store[from[i]].name;
+      if ((mine[i] & 1) == 0 && std::find(begin, end, mine[i]) != end)
+        return {DT_ERR_INVALID_ARGUMENT, "tensor '" + name + "' is registered on pipeline stages " + stages_text +
                                              ": names must be unique over the stages"};
+      if (std::find(begin, end, mine[i] ^ 1) != end)  // a name of one is a prefix of the other's
+        return {DT_ERR_INVALID_ARGUMENT, "tensor '" + name + "' (pipeline stages " + stages_text +
+                                             ") and a name of the other stage cannot both be saved: one is a "
+                                             "'/'-prefix of the other, a dataset and a group of the checkpoint at once"};
+    }
   }
   return {};
 }

@@ -292,6 +292,13 @@ static void test_grid_refusals(dt_context_t ctx) {
   OK(ctx, dt_byom_register(b, "same", 2, shape, DT_F32, w, g, 0));
   FAILS(DT_ERR_INVALID_ARGUMENT, ctx, "names must be unique over the stages", dt_byom_step(b, 1e-2f, NULL));
   OK(ctx, dt_byom_destroy(b));
+  /* A name on one stage that is a '/'-prefix of the other's: refused at the first step, not
+   * at the first save. */
+  OK(ctx, dt_grid_coords(pp_grid, &tp_rank, &pp_rank, &dp_rank));
+  OK(ctx, dt_byom_create_grid(pp_grid, NULL, &b));
+  OK(ctx, dt_byom_register(b, pp_rank == 0 ? "nest" : "nest/inner", 2, shape, DT_F32, w, g, 0));
+  FAILS(DT_ERR_INVALID_ARGUMENT, ctx, "cannot both be saved", dt_byom_step(b, 1e-2f, NULL));
+  OK(ctx, dt_byom_destroy(b));
   OK(ctx, dt_grid_destroy(pp_grid));
 }
 
