@@ -17,10 +17,14 @@ double distance(float x, float y) {
   return std::fabs(static_cast<double>(x) - static_cast<double>(y));
 }
 
-// The attributes of `object` that differ between the files, one line each: true if any.
+// The attributes of `object` (none where a file lacks it, as a file that is not a checkpoint
+// may) that differ between the files, one line each: true if any.
 bool attributes_differ(const dtrain::ckpt::CheckpointFile& fa, const dtrain::ckpt::CheckpointFile& fb,
                        const std::string& object) {
-  const dtrain::ckpt::AttributeList xa = fa.attributes(object), xb = fb.attributes(object);
+  const auto of = [&](const dtrain::ckpt::CheckpointFile& f) {
+    return f.has_object(object) ? f.attributes(object) : dtrain::ckpt::AttributeList{};
+  };
+  const dtrain::ckpt::AttributeList xa = of(fa), xb = of(fb);
   const auto value = [](const dtrain::ckpt::AttributeList& list, const std::string& name) -> const std::string* {
     for (const auto& [n, v] : list)
       if (n == name) return &v;

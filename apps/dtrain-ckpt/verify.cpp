@@ -69,13 +69,13 @@ std::string structure_problem(const dtrain::ckpt::CheckpointFile& f) {
       if (m->shape != d.shape) return "/optimizer/" + name + "/" + moment + " is not the shape of " + d.path;
     }
   }
-  for (const ck::DatasetInfo& d : f.datasets()) {  // and the moments' tensors
-    const std::string suffix = "/exp_avg";
-    if (d.path.rfind("/optimizer/", 0) != 0 || d.path.size() <= suffix.size() ||
-        d.path.compare(d.path.size() - suffix.size(), suffix.size(), suffix) != 0)
-      continue;
-    const std::string name = d.path.substr(std::strlen("/optimizer/"),
-                                           d.path.size() - std::strlen("/optimizer/") - suffix.size());
+  const std::string optimizer = "/optimizer/";
+  for (const ck::DatasetInfo& d : f.datasets()) {  // and each moment's tensor
+    if (d.path.rfind(optimizer, 0) != 0) continue;
+    const std::size_t slash = d.path.rfind('/');
+    const std::string moment = d.path.substr(slash + 1);
+    if (slash <= optimizer.size() || (moment != "exp_avg" && moment != "exp_avg_sq")) continue;
+    const std::string name = d.path.substr(optimizer.size(), slash - optimizer.size());
     if (!f.find("/model/" + name)) return d.path + " belongs to no /model/" + name;
   }
   return any ? "" : "no /model tensors";

@@ -210,6 +210,15 @@ int main(int argc, char** argv) {
       failure(1, e.what());
     }
     if (int rc = report(control, failed, message, code)) return rc;
+    {  // --help or --version on some ranks only: the others would wait in the set-up
+      int actions[2] = {static_cast<int>(parsed.action), -static_cast<int>(parsed.action)};
+      control.all_reduce(actions, actions, 2, dtrain::DType::i32, dtrain::ReduceOp::min);
+      if (actions[0] != -actions[1]) {
+        if (control.rank() == 0)
+          DTRAIN_LOG(error, "--help or --version was given to some ranks only: start every rank with the same options");
+        return 2;
+      }
+    }
     std::unique_ptr<dtrain::train::Trainer> trainer;
     try {
       if (parsed.action == dtrain_gpt::Action::train) {

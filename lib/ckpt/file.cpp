@@ -135,6 +135,16 @@ const DatasetInfo* CheckpointFile::find(const std::string& dataset) const {
   return nullptr;
 }
 
+bool CheckpointFile::has_object(const std::string& object) const {
+  if (object == "/") return true;
+  h5::QuietErrors quiet;
+  // Each level must exist for H5Lexists to answer for the next.
+  for (std::size_t pos = object.find('/', 1);; pos = object.find('/', pos + 1)) {
+    if (H5Lexists(impl_->file, object.substr(0, pos).c_str(), H5P_DEFAULT) <= 0) return false;
+    if (pos == std::string::npos) return true;
+  }
+}
+
 AttributeList CheckpointFile::attributes(const std::string& object) const {
   h5::QuietErrors quiet;
   const hid_t id = H5Oopen(impl_->file, object.c_str(), H5P_DEFAULT);

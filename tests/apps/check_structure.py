@@ -37,6 +37,8 @@ cases = [  # (edit, command, status, text)
     (None, "verify", 0, "datasets match their checksums"),
     (drop("/optimizer/wte/exp_avg_sq"), "verify", 1, "tensor 'wte' has no /optimizer/wte/exp_avg_sq"),
     (drop("/model/wpe"), "verify", 1, "/optimizer/wpe/exp_avg belongs to no /model/wpe"),
+    (lambda f: [f.__delitem__("/model/wpe"), f.__delitem__("/optimizer/wpe/exp_avg")], "verify", 1,
+     "/optimizer/wpe/exp_avg_sq belongs to no /model/wpe"),
     (drop_attr("/", "step"), "verify", 1, "attribute 'step' is missing"),
     (drop_attr("/optimizer", "step"), "verify", 1, "attribute /optimizer 'step' is missing"),
     (soft_link, "verify", 2, "/model/wpe is a soft or external link"),

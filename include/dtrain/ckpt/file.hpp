@@ -41,6 +41,8 @@ class DTRAIN_API CheckpointFile {
   const DatasetInfo* find(const std::string& dataset) const;
   // The attributes of a group or dataset ("/", "/model", "/optimizer", a dataset path).
   AttributeList attributes(const std::string& object) const;
+  // Whether the file has a group or dataset at that path (an absolute one, "/" included).
+  bool has_object(const std::string& object) const;
   // A float32 dataset, whole and row-major; Errc::invalid_argument for another dtype.
   std::vector<float> read(const std::string& dataset) const;
 
