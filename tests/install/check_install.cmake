@@ -87,3 +87,12 @@ file(GLOB so ${prefix}/lib*/libdtrain.so.[0-9])
 if(NOT so)
   message(FATAL_ERROR "libdtrain.so.<major> (the SONAME link) is missing")
 endif()
+# The installed programs start as they are, without a library path (their run path names
+# the installed library).
+foreach(program dtrain-gpt dtrain-ckpt)
+  execute_process(COMMAND ${CMAKE_COMMAND} -E env --unset=LD_LIBRARY_PATH ${prefix}/bin/${program} --help
+                  RESULT_VARIABLE rc OUTPUT_VARIABLE out ERROR_VARIABLE err)
+  if(NOT rc EQUAL 0)
+    message(FATAL_ERROR "the installed ${program} does not start without LD_LIBRARY_PATH (${rc}):\n${out}\n${err}")
+  endif()
+endforeach()
