@@ -65,13 +65,15 @@ class Bench {
   void run() {
     const int n = comm_.size();
     print_header();
+    std::size_t last_count = 0;
     for (double size = static_cast<double>(o_.min_bytes); size <= o_.max_bytes * 1.0000001;
          size *= o_.step_factor) {
       // The count each rank passes; "size" is the whole message (nccl-tests' convention).
       const bool per_rank = op_ == "all_gather" || op_ == "reduce_scatter";
       std::size_t count = static_cast<std::size_t>(size) / es_;
       if (per_rank) count /= static_cast<std::size_t>(n);
-      if (count == 0) continue;
+      if (count == 0 || count == last_count) continue;  // a factor near 1 repeats sizes
+      last_count = count;
       const std::size_t bytes = count * es_ * (per_rank ? n : 1);
       Line line{bytes, per_rank ? count * n : count};
       for (int in_place = 0; in_place < 2; ++in_place) {
@@ -188,10 +190,11 @@ class Bench {
 
   void print_header() const {
     if (comm_.rank() != 0) return;
+    const bool reduces = op_ == "all_reduce" || op_ == "reduce_scatter";
     std::printf("# dtrain-bench %s: %d ranks, dtype %s, redop %s, iters %d, warmup %d "
                 "(times: median over iterations of the slowest rank)\n",
                 op_.c_str(), comm_.size(), dtrain::dtype_name(o_.dtype),
-                dtrain::reduce_op_name(o_.redop), o_.iters, o_.warmup);
+                reduces ? dtrain::reduce_op_name(o_.redop) : "none", o_.iters, o_.warmup);
     std::printf("#%11s %12s %5s %6s", "size(B)", "count", "type", "redop");
     for (const char* form : {"out-of-place", "in-place"}) {
       std::printf(" | %-12s %10s %8s %8s", form, "time_us", "algbw", "busbw");

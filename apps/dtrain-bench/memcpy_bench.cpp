@@ -16,9 +16,12 @@ void run_memcpy(const Options& o) {
   std::printf("# memcpy on one core: median of %d copies after %d warm-up copies\n", o.iters,
               o.warmup);
   std::printf("#%11s %10s %10s\n", "size(B)", "time_us", "GB/s");
+  std::size_t last = 0;
   for (double size = static_cast<double>(o.min_bytes); size <= o.max_bytes * 1.0000001;
        size *= o.step_factor) {
     const std::size_t bytes = static_cast<std::size_t>(size);
+    if (bytes == last) continue;  // a factor near 1 repeats sizes
+    last = bytes;
     std::vector<double> t;
     for (int it = -o.warmup; it < o.iters; ++it) {
       dtrain::Stopwatch watch;
@@ -28,7 +31,7 @@ void run_memcpy(const Options& o) {
     }
     std::sort(t.begin(), t.end());
     const double us = t[t.size() / 2];
-    std::printf("%12zu %10.1f %10.3f\n", bytes, us, static_cast<double>(bytes) / (us * 1e3));
+    std::printf("%12zu %10.3f %10.3f\n", bytes, us, static_cast<double>(bytes) / (us * 1e3));
   }
 }
 

@@ -2,7 +2,9 @@
 
 #include <boost/program_options.hpp>
 
+#include <algorithm>
 #include <cctype>
+#include <cmath>
 #include <iostream>
 #include <limits>
 #include <stdexcept>
@@ -37,6 +39,31 @@ dtrain::ReduceOp parse_redop(const std::string& s) {
     if (s == dtrain::reduce_op_name(op)) return op;
   throw std::invalid_argument("unknown reduction '" + s + "' (sum, avg, max, min)");
 }
+// --check compares with exact closed forms (values.hpp): the largest reduction result, 5 x
+// n(n+1)/2 for sum and avg, 5 n for max, must be an integer the dtype holds exactly.
+void check_exact(const Options& o, int ranks) {
+  const bool reduces = std::find(o.ops.begin(), o.ops.end(), "all_reduce") != o.ops.end() ||
+                       std::find(o.ops.begin(), o.ops.end(), "reduce_scatter") != o.ops.end();
+  if (!reduces) return;
+  const double n = ranks;
+  const double largest = (o.redop == dtrain::ReduceOp::sum || o.redop == dtrain::ReduceOp::avg) ? 5 * n * (n + 1) / 2 : 5 * n;
+  double exact = 0;  // every integer up to this is held exactly
+  switch (o.dtype) {
+    case dtrain::DType::u8: exact = 255; break;
+    case dtrain::DType::bf16: exact = 256; break;
+    case dtrain::DType::f16: exact = 2048; break;
+    case dtrain::DType::f32: exact = 16777216; break;
+    case dtrain::DType::i32: exact = 2147483647; break;
+    case dtrain::DType::f64: case dtrain::DType::i64: exact = 9007199254740992; break;
+  }
+  if (largest > exact)
+    throw std::invalid_argument("--check: the expected " + std::string(dtrain::reduce_op_name(o.redop)) +
+                                " at " + std::to_string(ranks) + " ranks reaches " +
+                                std::to_string(static_cast<long long>(largest)) + ", beyond the integers " +
+                                dtrain::dtype_name(o.dtype) + " holds exactly (" +
+                                std::to_string(static_cast<long long>(exact)) + "): use fewer ranks or another -d");
+}
+
 }  // namespace
 
 ParseResult parse_options(int argc, char** argv, Options& out, int ranks, bool print) {
@@ -59,7 +86,9 @@ ParseResult parse_options(int argc, char** argv, Options& out, int ranks, bool p
       ("dtype,d", po::value(&dtype)->default_value(dtype), "f32, f64, bf16, f16, i32, i64, u8")
       ("redop", po::value(&redop)->default_value(redop), "sum, avg, max or min")
       ("root,r", po::value(&out.root)->default_value(out.root), "broadcast root")
-      ("check,c", po::bool_switch(&out.check), "verify the results and print a #wrong column")
+      ("check,c", po::bool_switch(&out.check),
+       "verify the results and print a #wrong column (elements that differ from the expected "
+       "values, summed over the ranks)")
       ("baseline", po::bool_switch(&out.baseline),
        "all_reduce: also time raw MPI_Allreduce on the same buffers, interleaved, and print "
        "the ratio t_mpi / t_dtrain (median of per-iteration pairs)")
@@ -73,7 +102,9 @@ ParseResult parse_options(int argc, char** argv, Options& out, int ranks, bool p
     all.add(desc).add_options()("stray", po::value(&stray));
     po::positional_options_description words;
     words.add("stray", -1);
-    po::store(po::command_line_parser(argc, argv).options(all).positional(words).run(), vm);
+    // Whole option names only, as dtrain-gpt takes them.
+    const int style = po::command_line_style::default_style & ~po::command_line_style::allow_guessing;
+    po::store(po::command_line_parser(argc, argv).options(all).positional(words).style(style).run(), vm);
     if (vm.count("help")) {
       if (print) std::cout << desc << "\n";
       return ParseResult::help;
@@ -92,7 +123,17 @@ ParseResult parse_options(int argc, char** argv, Options& out, int ranks, bool p
     out.redop = parse_redop(redop);
     if (out.min_bytes == 0 || out.min_bytes > out.max_bytes)
       throw std::invalid_argument("need 0 < --min-bytes <= --max-bytes");
-    if (out.step_factor <= 1.0) throw std::invalid_argument("--step-factor must exceed 1");
+    if (!(out.step_factor > 1.0) || !std::isfinite(out.step_factor))
+      throw std::invalid_argument("--step-factor must be a finite number above 1");
+    const std::size_t element = dtrain::dtype_size(out.dtype);
+    for (const std::string& o : out.ops) {  // all_gather and reduce_scatter: one element a rank
+      const std::size_t least = element * ((o == "all_gather" || o == "reduce_scatter") ? ranks : 1);
+      if (out.max_bytes < least)
+        throw std::invalid_argument("--max-bytes " + std::to_string(out.max_bytes) + " holds no " + o +
+                                    " message of " + dtrain::dtype_name(out.dtype) + " (at least " +
+                                    std::to_string(least) + " bytes at " + std::to_string(ranks) + " ranks)");
+    }
+    if (out.check) check_exact(out, ranks);
     if (out.iters < 1 || out.warmup < 0) throw std::invalid_argument("need --iters >= 1, --warmup >= 0");
     if (out.root < 0 || out.root >= ranks)
       throw std::invalid_argument("--root " + std::to_string(out.root) + " is not a rank (0.." +
