@@ -1,6 +1,7 @@
 // dtrain-gpt: the reference GPT trainer. Run under mpiexec/srun; every rank runs this.
 // Exit codes: 0 success, 2 invalid command line or configuration, 1 any other error,
 // 3 (dtrain::train::kExitPreempted) stopped by SIGTERM/SIGUSR1 after writing a checkpoint.
+#include <algorithm>
 #include <chrono>
 #include <cstdint>
 #include <cstdio>
@@ -16,6 +17,7 @@
 
 #include "dtrain/ckpt/file.hpp"
 #include "dtrain/comm/runtime.hpp"
+#include "dtrain/core/env.hpp"
 #include "dtrain/core/error.hpp"
 #include "dtrain/core/log.hpp"
 #include "dtrain/train/same_settings.hpp"
@@ -135,15 +137,17 @@ int fail_alone(dtrain::Runtime& runtime, const char* message, int code) {
 // As report(), for a failure that may be this rank's alone while the others wait for it in
 // the collectives of the set-up (a node's allocation failing, a setting read there): the
 // agreement goes over `control`, a communicator nothing else uses, so it never meets those
-// collectives; a rank that failed and hears nothing from the others for kAloneAfter prints
-// its message and ends the job. Failures every rank meets agree at once, one rank reports.
+// collectives; a rank that failed and hears nothing from the others for 20 s (half the
+// watchdog's limit where that is shorter: the waiting ranks' watchdog would end the job first,
+// without this message) prints its message and ends the job. Failures every rank meets agree
+// at once, one rank reports.
 int report_or_end_job(dtrain::Runtime& runtime, dtrain::Communicator& control, bool failed,
                       const std::string& message, int code) {
-  constexpr auto kAloneAfter = std::chrono::seconds(20);
+  const double alone_after_s = std::min(20.0, dtrain::env::params().comm_timeout_s / 2);
   int first = failed ? control.rank() : std::numeric_limits<int>::max();
   dtrain::Request agreed = control.iall_reduce(&first, &first, 1, dtrain::DType::i32, dtrain::ReduceOp::min);
   if (failed) {
-    const auto give_up = std::chrono::steady_clock::now() + kAloneAfter;
+    const auto give_up = std::chrono::steady_clock::now() + std::chrono::duration<double>(alone_after_s);
     while (!agreed.test()) {
       if (std::chrono::steady_clock::now() > give_up) return fail_alone(runtime, message.c_str(), code);
       std::this_thread::sleep_for(std::chrono::milliseconds(10));
