@@ -29,9 +29,5 @@ start=$(date +%s)
   --seq-len 16 --micro-batch 2 --vocab 100 --steps 1000 --eval-every 0 --data d.bin > "$dir/log" 2>&1
 status=$?
 seconds=$(( $(date +%s) - start ))
-cat "$dir/log"
-[ "$status" -ne 0 ] || { echo "FAIL: exit status 0"; exit 1; }
-grep -Eq "r1/2\] ERROR (token|target) 60000 at position [0-9]* outside \[0, 100\)" "$dir/log" ||
-  { echo "FAIL: no message from rank 1 naming the token"; exit 1; }
-grep -q "watchdog" "$dir/log" && { echo "FAIL: the watchdog ended the job"; exit 1; }
+expect_rank1_ended_job "$status" "$dir/log" "(token|target) 60000 at position [0-9]* outside \[0, 100\)"
 echo "ok: exit status $status after $seconds s with rank 1's message"
