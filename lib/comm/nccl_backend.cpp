@@ -137,6 +137,7 @@ struct NcclShared {
       return true;
     }
     if (q != cudaErrorNotReady) check_cuda(q, "cudaEventQuery");
+    (void)cudaGetLastError();  // "not ready" is not an error: not for a later launch check
     poll_async_error();
     return false;
   }

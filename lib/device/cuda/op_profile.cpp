@@ -101,7 +101,10 @@ void OpProfile::collect_locked() {
     // In stream order: the rest are later (or still open, inside an op on another thread).
     if (p.state == End::open) break;
     if (p.state == End::recorded) {
-      if (cudaEventQuery(p.end) == cudaErrorNotReady) break;
+      if (cudaEventQuery(p.end) == cudaErrorNotReady) {
+        (void)cudaGetLastError();  // "not ready" is not an error: not for a later launch check
+        break;
+      }
       float ms = 0;
       if (cudaEventElapsedTime(&ms, p.start, p.end) == cudaSuccess)
         add(p.op, ms, p.work);

@@ -42,7 +42,9 @@ class PinnedPool {
       const cudaError_t q = cudaEventQuery(b.copied_out);  // never recorded: success
       if (q == cudaSuccess) {
         best = &b;
-      } else if (q != cudaErrorNotReady) {
+      } else if (q == cudaErrorNotReady) {
+        (void)cudaGetLastError();  // "not ready" is not an error: not for a later launch check
+      } else {
         DTRAIN_CUDA(q);
       }
     }
