@@ -26,10 +26,11 @@ std::vector<std::int32_t> Trainer::generate(std::vector<std::int32_t> context, i
   // A token is one row's forward: without this, five times the time a token on the CPU for
   // GPT-2 124M under 16-bit parameter storage.
   const auto held = s.hold_parameters_if_they_fit();
-  if (context.empty()) {  // start from a token of the data: validation sample 0's
-    std::int32_t first = 0;
-    s.source->sample(Split::val, 0, 1, &first);
-    context.push_back(first);
+  if (context.empty()) {  // start from a token of the data: validation sample 0's first
+    // The sample as evaluation draws it (seq-len + 1 tokens: the window decides its place).
+    std::vector<std::int32_t> sample(static_cast<std::size_t>(T) + 1);
+    s.source->sample(Split::val, 0, T + 1, sample.data());
+    context.push_back(sample[0]);
   }
 
   // The logits' columns are this TP rank's vocabulary rows; the group gathers whole rows.
