@@ -395,6 +395,29 @@ void expect_every_rank_fails(const train::TrainConfig& cfg, const std::string& f
 
 }  // namespace
 
+// Without a prompt generation starts from the first token of validation sample 0 as an
+// evaluation draws it (seq-len + 1 tokens). The validation file is one such window, "x" then
+// "y"s: its only sample starts with "x", while a one-token window could start anywhere.
+TEST(Trainer, GenerationWithoutAPromptStartsFromValidationSampleZero) {
+  train::TrainConfig cfg = tiny_config();
+  cfg.vocab = 256;  // text: a token per byte
+  const std::string dir = test::fresh_dir(world(), "trainer_data", "prompt", world().size());
+  cfg.data = dir + "/train.txt";
+  cfg.val_data = dir + "/val.txt";
+  if (world().rank() == 0) {
+    std::string text;
+    for (int i = 0; i < 4000; ++i) text += static_cast<char>('a' + (i * 7) % 26);
+    std::ofstream(cfg.data) << text;
+    std::ofstream(cfg.val_data) << 'x' << std::string(static_cast<std::size_t>(cfg.seq_len), 'y');
+  }
+  world().barrier();
+  train::Trainer t(cfg, world());
+  const train::SamplingConfig greedy{0.0, 0};
+  const std::vector<std::int32_t> from_x = t.generate({'x'}, 8, greedy);
+  ASSERT_NE(from_x, t.generate({'y'}, 8, greedy)) << "the start token must show in the text";
+  EXPECT_EQ(t.generate({}, 8, greedy), from_x);
+}
+
 // Data staged to node-local disks may differ between nodes: rank 0 standing in for a node
 // whose copy is missing or different.
 TEST(Trainer, DataThatRanksSeeDifferentlyFailsEveryRank) {
