@@ -8,6 +8,7 @@
 #include <cstdlib>
 #include <initializer_list>
 #include <limits>
+#include <new>
 #include <optional>
 #include <sstream>
 #include <iostream>
@@ -60,7 +61,8 @@ int from_launcher(std::initializer_list<const char*> names) {
 }
 
 // Tokens as the data's text where tokens are bytes (vocab <= 256: the built-in corpus, text
-// files), other bytes than printable ASCII, newline and tab as \xNN; otherwise (a
+// files), other bytes than printable ASCII, newline and tab, and the backslash itself (so an
+// escape is never ambiguous), as \xNN; otherwise (a
 // tokenizer's ids, e.g. GPT-2 shards) as numbers separated by spaces.
 std::string show_tokens(const std::vector<std::int32_t>& tokens, int vocab, bool first = true) {
   std::string out;
@@ -68,7 +70,7 @@ std::string show_tokens(const std::vector<std::int32_t>& tokens, int vocab, bool
   for (const std::int32_t t : tokens) {
     if (vocab > 256) {
       std::snprintf(buf, sizeof buf, "%s%d", first ? "" : " ", static_cast<int>(t));
-    } else if ((t >= 32 && t < 127) || t == '\n' || t == '\t') {
+    } else if ((t >= 32 && t < 127 && t != '\\') || t == '\n' || t == '\t') {
       buf[0] = static_cast<char>(t);
       buf[1] = 0;
     } else {
@@ -223,6 +225,15 @@ int main(int argc, char** argv) {
         return 2;
       }
     }
+    {  // as the Trainer warns of its options that do nothing
+      const dtrain::train::SamplingConfig defaults;
+      const dtrain::train::SamplingConfig& s = parsed.sampling;
+      if (parsed.action == dtrain_gpt::Action::train && parsed.generate == 0 &&
+          (!parsed.prompt.empty() || s.temperature != defaults.temperature || s.top_k != defaults.top_k ||
+           s.top_p != defaults.top_p))
+        DTRAIN_LOG(warn, "--prompt, --temperature, --top-k and --top-p apply to --generate, which is 0 here: "
+                         "they do nothing");
+    }
     std::unique_ptr<dtrain::train::Trainer> trainer;
     try {
       if (parsed.action == dtrain_gpt::Action::train) {
@@ -230,6 +241,9 @@ int main(int argc, char** argv) {
       }
     } catch (const dtrain::Error& e) {
       failure(exit_code(e.code()), e.what());
+    } catch (const std::bad_alloc&) {
+      failure(1, "out of host memory while setting up the model, its data or its optimiser (std::bad_alloc): "
+                 "a smaller model, --micro-batch or --seq-len, or more ranks");
     } catch (const std::exception& e) {
       failure(1, e.what());
     }

@@ -186,7 +186,7 @@ void Trainer::load_checkpoint(const std::string& path) {
   if (s.scaler.enabled() && info.loss_scale > 0)
     s.scaler.set_scale(info.loss_scale, info.loss_scale_clean_steps);
   const std::uint64_t expected = static_cast<std::uint64_t>(info.step) * s.loader.plan().global_batch();
-  if (info.data_position != expected) {
+  if (info.data_position != expected && !s.cfg.eval_only) {  // no training sample is drawn else
     DTRAIN_LOG(warn, "checkpoint " << path << " was at sample " << info.data_position
                      << "; with this global batch step " << info.step << " starts at sample " << expected);
   }
