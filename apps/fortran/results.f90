@@ -2,11 +2,27 @@
 ! one "name value" line each, so runs at different rank counts can be compared.
 module app_results
   use, intrinsic :: iso_c_binding, only: c_float
+  use mpi_f08, only: MPI_Allreduce, MPI_IN_PLACE, MPI_LOGICAL, MPI_LAND, MPI_COMM_WORLD
   implicit none
   private
-  public :: write_results
+  public :: write_results, writable_by_rank_0
 
 contains
+
+  ! Whether rank 0, which writes the results at the end, can write path: tried before the
+  ! training (the file is opened to append, so nothing in it is lost), agreed by every rank.
+  logical function writable_by_rank_0(path, rank) result(ok)
+    character(len=*), intent(in) :: path
+    integer, intent(in) :: rank
+    integer :: unit, stat
+    ok = .true.
+    if (rank == 0) then
+      open (newunit=unit, file=path, status='unknown', position='append', action='write', iostat=stat)
+      ok = stat == 0
+      if (ok) close (unit)
+    end if
+    call MPI_Allreduce(MPI_IN_PLACE, ok, 1, MPI_LOGICAL, MPI_LAND, MPI_COMM_WORLD)
+  end function
 
   ! ok is .false. where the file cannot be written.
   subroutine write_results(path, eval_loss, params, ok)

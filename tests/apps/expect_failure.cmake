@@ -27,4 +27,6 @@ endif()
 if(seconds GREATER 20)
   message(FATAL_ERROR "the job took ${seconds} s to end")
 endif()
+# The run's output too, for a test's own FAIL_REGULAR_EXPRESSION (what must not have happened).
+message(STATUS "output:\n${all}")
 message(STATUS "ok: exit ${status}, one message, ${seconds} s")
