@@ -102,20 +102,6 @@ int main(int argc, char** argv) {
   }
   check(dt_context_size(ctx, &size), "dt_context_size");
   check(dt_context_world(ctx, &world), "dt_context_world");
-  if (opt.out) { /* rank 0 writes it at the end: tried now (to append: nothing in it is lost) */
-    int writable = 1;
-    if (rank == 0) {
-      FILE* f = fopen(opt.out, "a");
-      writable = f != NULL;
-      if (f) fclose(f);
-    }
-    check(dt_broadcast(world, &writable, &writable, 1, DT_I32, 0), "dt_broadcast");
-    if (!writable) {
-      if (rank == 0) fprintf(stderr, "dtrain-c-example: cannot write %s\n", opt.out);
-      dt_finalize(ctx);
-      return 1;
-    }
-  }
   {
     const char* why = NULL;
     char text[160];
@@ -132,6 +118,20 @@ int main(int argc, char** argv) {
       if (rank == 0) fprintf(stderr, "dtrain-c-example: %s\n", why);
       dt_finalize(ctx);
       return 2;
+    }
+  }
+  if (opt.out) { /* rank 0 writes it at the end: tried now (to append: nothing in it is lost) */
+    int writable = 1;
+    if (rank == 0) {
+      FILE* f = fopen(opt.out, "a");
+      writable = f != NULL;
+      if (f) fclose(f);
+    }
+    check(dt_broadcast(world, &writable, &writable, 1, DT_I32, 0), "dt_broadcast");
+    if (!writable) {
+      if (rank == 0) fprintf(stderr, "dtrain-c-example: cannot write %s\n", opt.out);
+      dt_finalize(ctx);
+      return 1;
     }
   }
   if (opt.tp > 1) { /* the grid's TP groups split the hidden layer; its DP groups the data */

@@ -126,14 +126,15 @@ ParseResult parse_options(int argc, char** argv, Options& out, int ranks, bool p
     if (!(out.step_factor > 1.0) || !std::isfinite(out.step_factor))
       throw std::invalid_argument("--step-factor must be a finite number above 1");
     const std::size_t element = dtrain::dtype_size(out.dtype);
-    for (const std::string& o : out.ops) {  // all_gather and reduce_scatter: one element a rank
+    // Each collective's message: all_gather and reduce_scatter need one element a rank.
+    for (const std::string& o : out.memcpy_only ? std::vector<std::string>{} : out.ops) {
       const std::size_t least = element * ((o == "all_gather" || o == "reduce_scatter") ? ranks : 1);
       if (out.max_bytes < least)
         throw std::invalid_argument("--max-bytes " + std::to_string(out.max_bytes) + " holds no " + o +
                                     " message of " + dtrain::dtype_name(out.dtype) + " (at least " +
                                     std::to_string(least) + " bytes at " + std::to_string(ranks) + " ranks)");
     }
-    if (out.check) check_exact(out, ranks);
+    if (out.check && !out.memcpy_only) check_exact(out, ranks);
     if (out.iters < 1 || out.warmup < 0) throw std::invalid_argument("need --iters >= 1, --warmup >= 0");
     if (out.root < 0 || out.root >= ranks)
       throw std::invalid_argument("--root " + std::to_string(out.root) + " is not a rank (0.." +

@@ -47,10 +47,10 @@ program fortran_byom
   end if
   call dt_context_size(ctx, nranks, ierr)
   call dt_context_world(ctx, world, ierr)
+  if (mod(global_batch, nranks) /= 0) call quit(ctx, rank, 'dtrain-fortran-byom: the number of ranks must divide 32', 2)
   if (opt%out /= '') then
     if (.not. writable_by_rank_0(opt%out, rank)) call quit(ctx, rank, 'dtrain-fortran-byom: cannot write '//opt%out, 1)
   end if
-  if (mod(global_batch, nranks) /= 0) call quit(ctx, rank, 'dtrain-fortran-byom: the number of ranks must divide 32', 2)
   per = global_batch / nranks
 
   ! The same initial weights on every rank: a fixed pattern scaled by 1/sqrt(fan-in).

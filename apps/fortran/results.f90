@@ -19,7 +19,7 @@ contains
     if (rank == 0) then
       open (newunit=unit, file=path, status='unknown', position='append', action='write', iostat=stat)
       ok = stat == 0
-      if (ok) close (unit)
+      if (ok) close (unit, iostat=stat)
     end if
     call MPI_Allreduce(MPI_IN_PLACE, ok, 1, MPI_LOGICAL, MPI_LAND, MPI_COMM_WORLD)
   end function
