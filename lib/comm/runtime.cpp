@@ -2,16 +2,46 @@
 
 #include <mpi.h>
 
+#include <climits>
 #include <cstdlib>
+#include <string>
 
 #include "comm/comm_state.hpp"
 #include "comm/mpi_backend.hpp"
 #include "comm/mpi_session.hpp"
 #include "comm/mpi_util.hpp"
+#include "dtrain/core/env.hpp"
 #include "dtrain/core/error.hpp"
 #include "dtrain/core/log.hpp"
 
 namespace dtrain {
+namespace {
+
+// The DTRAIN_* variables every rank reads (env::params()), checked by all ranks together over
+// `comm` before anything else uses them: a value malformed on one node only would otherwise
+// fail that rank alone while the others wait for it in the world's first collective. Throws
+// the first failing rank's message on every rank.
+void agree_on_environment(MPI_Comm comm) {
+  std::string problem;
+  try {
+    env::params();
+  } catch (const Error& e) {
+    problem = e.what();
+  }
+  int rank = 0;
+  comm::mpi_check(MPI_Comm_rank(comm, &rank), "MPI_Comm_rank");
+  int first = problem.empty() ? INT_MAX : rank;
+  comm::mpi_check(MPI_Allreduce(MPI_IN_PLACE, &first, 1, MPI_INT, MPI_MIN, comm), "MPI_Allreduce");
+  if (first == INT_MAX) return;
+  int length = static_cast<int>(problem.size());
+  comm::mpi_check(MPI_Bcast(&length, 1, MPI_INT, first, comm), "MPI_Bcast");
+  problem.resize(static_cast<std::size_t>(length));
+  comm::mpi_check(MPI_Bcast(&problem[0], length, MPI_CHAR, first, comm), "MPI_Bcast");
+  if (first != 0) problem += " (in rank " + std::to_string(first) + "'s environment)";
+  throw AgreedError(Errc::invalid_config, problem);
+}
+
+}  // namespace
 
 struct Runtime::Impl {
   Communicator world;
@@ -26,6 +56,7 @@ struct Runtime::Impl {
     session = std::make_unique<SessionGuard>();
     MPI_Comm base = MPI_COMM_WORLD;
     if (!may_initialize) base = comm::communicator_of_fortran_handle(user_fortran_comm);
+    agree_on_environment(base);
     // Communicator::from_fortran_comm duplicates, so dtrain's traffic never mixes with the user's.
     world = Communicator::from_fortran_comm(static_cast<int>(MPI_Comm_c2f(base)), "world");
     log::set_rank(world.rank(), world.size());

@@ -34,7 +34,13 @@ void set_level(Level l) noexcept { g_level = static_cast<int>(l); }
 Level level() noexcept {
   int l = g_level.load();
   if (l < 0) {
-    l = static_cast<int>(env::params().log_level);
+    // A malformed DTRAIN_* variable is reported by the Runtime's start-up, agreed by every
+    // rank; a message logged before it must not end the program here.
+    try {
+      l = static_cast<int>(env::params().log_level);
+    } catch (...) {
+      return Level::info;
+    }
     g_level = l;
   }
   return static_cast<Level>(l);
@@ -43,7 +49,12 @@ Level level() noexcept {
 bool enabled(Level l) noexcept {
   if (static_cast<int>(l) > static_cast<int>(level())) return false;
   if (l == Level::error) return true;
-  return g_rank.load() == 0 || env::params().log_all_ranks;
+  if (g_rank.load() == 0) return true;
+  try {
+    return env::params().log_all_ranks;
+  } catch (...) {  // as in level()
+    return false;
+  }
 }
 
 void write(Level l, const std::string& message) noexcept {
@@ -62,7 +73,7 @@ Level parse_level(const std::string& name) {
   if (name == "info") return Level::info;
   if (name == "debug") return Level::debug;
   DTRAIN_FAIL(Errc::invalid_config,
-              "unknown log level '" << name << "' (expected error, warn, info or debug)");
+              "DTRAIN_LOG_LEVEL='" << name << "' is not a log level (expected error, warn, info or debug)");
 }
 
 }  // namespace dtrain::log

@@ -3,8 +3,9 @@
 # A 2-rank start where rank 1 alone fails, as a node with its own copy of a file or its own
 # environment would: (1) its --config file is missing (the command line is read by each rank
 # alone, before any collective); (2) a DTRAIN_* setting read in the middle of the set-up is
-# malformed there only, while rank 0 waits for it in the set-up's collectives. Each must end
-# the job with rank 1's message, not a hang until the watchdog or another rank's MPI error.
+# malformed there only, while rank 0 waits for it in the set-up's collectives; (3) a variable
+# read when MPI starts (DTRAIN_LOG_LEVEL) is malformed there only. Each must end the job with
+# rank 1's message, not a hang until the watchdog or another rank's MPI error.
 set -u
 mpiexec=$1 npflag=$2 program=$3 dir=$4
 rm -rf "$dir" && mkdir -p "$dir/r0" "$dir/r1"
@@ -30,4 +31,11 @@ run bad_setting --config run.ini
 status=$?
 seconds=$(( $(date +%s) - start ))
 expect_rank1_ended_job "$status" "$dir/bad_setting.log" ".*DTRAIN_PEAK_FLOPS"
+echo "export DTRAIN_LOG_LEVEL=bogus" > "$dir/r1/env.sh"
+run bad_start --config run.ini
+status=$?
+cat "$dir/bad_start.log"
+[ "$status" -eq 2 ] || { echo "FAIL: bad start: exit status $status, expected 2"; exit 1; }
+grep -q "r0/2\] ERROR DTRAIN_LOG_LEVEL='bogus' is not a log level .*(in rank 1's environment)" "$dir/bad_start.log" ||
+  { echo "FAIL: bad start: rank 0 did not report rank 1's variable"; exit 1; }
 echo "ok: each ended with rank 1's message (the second after $seconds s)"

@@ -17,6 +17,7 @@ DTRAIN_API Level level() noexcept;
 DTRAIN_API bool enabled(Level level) noexcept;
 // Writes one whole line to stderr (one write call, so ranks do not interleave mid-line).
 DTRAIN_API void write(Level level, const std::string& message) noexcept;
+// The value of DTRAIN_LOG_LEVEL (error, warn, info or debug); anything else is invalid_config.
 DTRAIN_API Level parse_level(const std::string& name);
 
 }  // namespace dtrain::log
