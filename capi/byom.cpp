@@ -190,13 +190,15 @@ Outcome dt_byom_s::check_split() {
   for (std::size_t s = 0; s < stages; first += sizes[s], ++s) {
     if (static_cast<int>(s) == g.pp_rank()) continue;
     const auto begin = names.begin() + static_cast<std::ptrdiff_t>(first), end = begin + static_cast<std::ptrdiff_t>(sizes[s]);
+    std::sort(begin, end);  // searched once for each of this stage's hashes
+    const auto theirs = [&](std::int64_t hash) { return std::binary_search(begin, end, hash); };
     const std::string stages_text = std::to_string(g.pp_rank()) + " and " + std::to_string(s);
     for (std::size_t i = 0; i < mine.size(); ++i) {
       const std::string& name = store[from[i]].name;
-      if ((mine[i] & 1) == 0 && std::find(begin, end, mine[i]) != end)
+      if ((mine[i] & 1) == 0 && theirs(mine[i]))
         return {DT_ERR_INVALID_ARGUMENT, "tensor '" + name + "' is registered on pipeline stages " + stages_text +
                                              ": names must be unique over the stages"};
-      if (std::find(begin, end, mine[i] ^ 1) != end)  // a name of one is a prefix of the other's
+      if (theirs(mine[i] ^ 1))  // a name of one is a prefix of the other's
         return {DT_ERR_INVALID_ARGUMENT, "tensor '" + name + "' (pipeline stages " + stages_text +
                                              ") and a name of the other stage cannot both be saved: one is a "
                                              "'/'-prefix of the other, a dataset and a group of the checkpoint at once"};

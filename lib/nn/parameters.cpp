@@ -53,18 +53,20 @@ std::size_t ParameterStore::add(const std::string& name, std::vector<std::int64_
 
 namespace {
 
-// Whether `outer` names a group that holds `inner` in a checkpoint ("a" holds "a/b").
-bool holds(const std::string& outer, const std::string& inner) {
-  return outer.size() < inner.size() && inner[outer.size()] == '/' &&
-         inner.compare(0, outer.size(), outer) == 0;
-}
-
 // A name is an HDF5 path below /model and /optimizer in checkpoints, and a word of the
-// checkpoint's text directory: it must come back from both as it went in.
-void check_name_survives_checkpoints(const std::string& name, const std::vector<ParamInfo>& others) {
+// checkpoint's text directory: it must come back from both as it went in. `names` and
+// `groups` are what is registered (ParameterStore::index_ and groups_).
+void check_name_survives_checkpoints(const std::string& name,
+                                     const std::unordered_map<std::string, std::size_t>& names,
+                                     const std::unordered_map<std::string, std::string>& groups) {
   const auto refuse = [&](const char* why) {
     DTRAIN_FAIL(Errc::invalid_argument, "parameter name '" << name << "' " << why
                                             << " (it names a dataset in checkpoints)");
+  };
+  const auto refuse_both = [&](const std::string& other) {
+    DTRAIN_FAIL(Errc::invalid_argument, "parameter names '" << other << "' and '" << name
+                    << "' cannot both be saved: one would be a dataset and a group of the "
+                       "checkpoint at once");
   };
   for (const unsigned char ch : name)
     if (ch <= ' ' || ch == 0x7f) refuse("holds a space or a control character");
@@ -75,13 +77,11 @@ void check_name_survives_checkpoints(const std::string& name, const std::vector<
     if (part.empty()) refuse("has an empty part (a leading, trailing or doubled '/')");
     if (part == "." || part == "..") refuse("has a '.' or '..' part");
     if (end == name.size()) break;
+    if (names.count(name.substr(0, end))) refuse_both(name.substr(0, end));
     start = end + 1;
   }
-  for (const ParamInfo& p : others)
-    if (holds(p.name, name) || holds(name, p.name))
-      DTRAIN_FAIL(Errc::invalid_argument, "parameter names '" << p.name << "' and '" << name
-                      << "' cannot both be saved: one would be a dataset and a group of the "
-                         "checkpoint at once");
+  const auto holder = groups.find(name);
+  if (holder != groups.end()) refuse_both(holder->second);
 }
 
 }  // namespace
@@ -95,7 +95,7 @@ std::size_t ParameterStore::add_slice(const std::string& name, std::vector<std::
   DTRAIN_CHECK(!name.empty(), Errc::invalid_argument, "parameter name must not be empty");
   DTRAIN_CHECK(index_.count(name) == 0, Errc::invalid_argument,
                "parameter '" << name << "' registered twice");
-  check_name_survives_checkpoints(name, infos_);
+  check_name_survives_checkpoints(name, index_, groups_);
   DTRAIN_CHECK(!shape.empty(), Errc::invalid_argument, "parameter '" << name << "' has no shape");
   for (auto d : shape)
     DTRAIN_CHECK(d > 0, Errc::invalid_argument,
@@ -128,6 +128,8 @@ std::size_t ParameterStore::add_slice(const std::string& name, std::vector<std::
   p.offset = total_;
   total_ += (p.numel + kAlignFloats - 1) / kAlignFloats * kAlignFloats;
   index_.emplace(name, infos_.size());
+  for (std::size_t slash = name.find('/'); slash != std::string::npos; slash = name.find('/', slash + 1))
+    groups_.emplace(name.substr(0, slash), name);
   infos_.push_back(std::move(p));
   return infos_.size() - 1;
 }

@@ -308,6 +308,16 @@ static void wrong_sizes_and_names(handles_t h, int size) {
                          "parameter names 'w' and 'w/exp_avg' cannot both be saved"};
     for (int i = 0; i < 8; ++i)
       FAILS(DT_ERR_INVALID_ARGUMENT, ctx, why[i], dt_byom_register(h.byom, bad[i], 1, shape2, DT_F32, f, f + 4, 0));
+    /* A group of an earlier name, at either depth, and names beside it. */
+    OK(ctx, dt_byom_register(h.byom, "x/y/z", 1, shape2, DT_F32, f, f + 4, 0));
+    FAILS(DT_ERR_INVALID_ARGUMENT, ctx, "parameter names 'x/y/z' and 'x/y' cannot both be saved",
+          dt_byom_register(h.byom, "x/y", 1, shape2, DT_F32, f, f + 4, 0));
+    FAILS(DT_ERR_INVALID_ARGUMENT, ctx, "parameter names 'x/y/z' and 'x' cannot both be saved",
+          dt_byom_register(h.byom, "x", 1, shape2, DT_F32, f, f + 4, 0));
+    FAILS(DT_ERR_INVALID_ARGUMENT, ctx, "parameter names 'x/y/z' and 'x/y/z/w' cannot both be saved",
+          dt_byom_register(h.byom, "x/y/z/w", 1, shape2, DT_F32, f, f + 4, 0));
+    OK(ctx, dt_byom_register(h.byom, "x/y/zz", 1, shape2, DT_F32, f, f + 4, 0));
+    OK(ctx, dt_byom_register(h.byom, "x/yy", 1, shape2, DT_F32, f, f + 4, 0));
   }
 
   /* Enum values outside their range. */

@@ -116,6 +116,9 @@ class DTRAIN_API ParameterStore {
   Device* dev_;
   std::vector<ParamInfo> infos_;
   std::unordered_map<std::string, std::size_t> index_;
+  // Each '/'-prefix of a registered name ("a" and "a/b" of "a/b/c"), with one name under it:
+  // a checkpoint group, which no parameter may also name.
+  std::unordered_map<std::string, std::string> groups_;
   std::size_t total_ = 0;
   bool units_ = false;  // start_unit() was called: allocate() aligns the end
   DeviceBuffer param_buf_, grad_buf_;
