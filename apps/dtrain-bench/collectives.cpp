@@ -66,7 +66,7 @@ class Bench {
     const int n = comm_.size();
     print_header();
     std::size_t last_count = 0;
-    for (double size = static_cast<double>(o_.min_bytes); size <= o_.max_bytes * 1.0000001;
+    for (double size = static_cast<double>(o_.min_bytes); size <= o_.max_bytes * kSizeSlack;
          size *= o_.step_factor) {
       // The count each rank passes; "size" is the whole message (nccl-tests' convention).
       const bool per_rank = op_ == "all_gather" || op_ == "reduce_scatter";

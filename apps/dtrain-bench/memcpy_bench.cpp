@@ -17,7 +17,7 @@ void run_memcpy(const Options& o) {
               o.warmup);
   std::printf("#%11s %10s %10s\n", "size(B)", "time_us", "GB/s");
   std::size_t last = 0;
-  for (double size = static_cast<double>(o.min_bytes); size <= o.max_bytes * 1.0000001;
+  for (double size = static_cast<double>(o.min_bytes); size <= o.max_bytes * kSizeSlack;
        size *= o.step_factor) {
     const std::size_t bytes = static_cast<std::size_t>(size);
     if (bytes == last) continue;  // a factor near 1 repeats sizes

@@ -32,6 +32,16 @@ std::size_t parse_bytes(const std::string& text) {
   return static_cast<std::size_t>(value) << shift;
 }
 
+std::size_t largest_stepped_size(const Options& o) {
+  const double top = static_cast<double>(o.max_bytes) * kSizeSlack;
+  double size = static_cast<double>(o.min_bytes);
+  // The exponent by logarithms, then corrected by a step either way for their rounding.
+  double steps = std::floor(std::log(top / size) / std::log(o.step_factor));
+  while (steps > 0 && size * std::pow(o.step_factor, steps) > top) steps -= 1;
+  while (size * std::pow(o.step_factor, steps + 1) <= top) steps += 1;
+  return static_cast<std::size_t>(size * std::pow(o.step_factor, std::max(steps, 0.0)));
+}
+
 namespace {
 dtrain::ReduceOp parse_redop(const std::string& s) {
   for (auto op : {dtrain::ReduceOp::sum, dtrain::ReduceOp::avg, dtrain::ReduceOp::max,
@@ -126,11 +136,13 @@ ParseResult parse_options(int argc, char** argv, Options& out, int ranks, bool p
     if (!(out.step_factor > 1.0) || !std::isfinite(out.step_factor))
       throw std::invalid_argument("--step-factor must be a finite number above 1");
     const std::size_t element = dtrain::dtype_size(out.dtype);
-    // Each collective's message: all_gather and reduce_scatter need one element a rank.
+    // Each collective's message: all_gather and reduce_scatter need one element a rank, and
+    // some size of the range (as the runs step through it) must hold one.
     for (const std::string& o : out.memcpy_only ? std::vector<std::string>{} : out.ops) {
       const std::size_t least = element * ((o == "all_gather" || o == "reduce_scatter") ? ranks : 1);
-      if (out.max_bytes < least)
-        throw std::invalid_argument("--max-bytes " + std::to_string(out.max_bytes) + " holds no " + o +
+      if (largest_stepped_size(out) < least)
+        throw std::invalid_argument("--min-bytes " + std::to_string(out.min_bytes) + " to --max-bytes " +
+                                    std::to_string(out.max_bytes) + " by --step-factor holds no " + o +
                                     " message of " + dtrain::dtype_name(out.dtype) + " (at least " +
                                     std::to_string(least) + " bytes at " + std::to_string(ranks) + " ranks)");
     }

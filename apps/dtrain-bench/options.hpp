@@ -27,6 +27,12 @@ struct Options {
 // "4", "64K", "1M", "2G" (binary multiples).
 std::size_t parse_bytes(const std::string& text);
 
+// The sizes a run steps through: min_bytes, min_bytes * step_factor, ... up to max_bytes
+// (with a little slack for rounding), each cut to whole bytes.
+constexpr double kSizeSlack = 1.0000001;
+// The last of them.
+std::size_t largest_stepped_size(const Options& o);
+
 enum class ParseResult { run, help, error };
 // ranks: the world's size (for --root). print: whether this rank writes help and errors
 // (rank 0 only, to avoid N copies).
