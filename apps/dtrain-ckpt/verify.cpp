@@ -8,6 +8,7 @@
 #include "dtrain/ckpt/checkpoint.hpp"
 #include "dtrain/ckpt/checksum.hpp"
 #include "dtrain/ckpt/file.hpp"
+#include "dtrain/core/error.hpp"
 
 namespace dtrain_ckpt {
 namespace {
@@ -89,6 +90,11 @@ int verify(const std::string& file) {
   std::string problem = format_problem(f);
   if (problem.empty()) problem = structure_problem(f);
   if (!problem.empty()) return bad(file, problem);
+  try {  // each attribute as a resume reads it: its HDF5 type and range too
+    f.header();
+  } catch (const dtrain::Error& e) {
+    return bad(file, e.what());
+  }
   for (const ck::DatasetInfo& d : f.datasets()) {
     if (!d.has_checksum) return bad(file, "dataset " + d.path + " has no checksum attribute");
     if (d.dtype != "float32") return bad(file, "dataset " + d.path + " is " + d.dtype + ", not float32");

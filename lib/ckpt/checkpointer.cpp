@@ -12,6 +12,7 @@
 #include "ckpt/commit.hpp"
 #include "ckpt/dir_lock.hpp"
 #include "ckpt/h5.hpp"
+#include "ckpt/header.hpp"
 #include "ckpt/io_plan.hpp"
 #include "ckpt/mpi_io_path.hpp"
 #include "ckpt/slice_boxes.hpp"
@@ -41,27 +42,6 @@ std::string model_text(long layers, long heads, long d_model, long seq_len, long
   os << "layers=" << layers << " heads=" << heads << " d-model=" << d_model << " seq-len=" << seq_len
      << " vocab=" << vocab << " tie-embeddings=" << (tie ? "true" : "false");
   return os.str();
-}
-
-// H5Lexists fails on a missing intermediate group, so test each level of the path. A level
-// HDF5 cannot read (its metadata fails its checksum) is damage, not absence: Errc::corrupt_data
-// after `where`.
-bool link_exists(hid_t file, const std::string& path, const std::string& where) {
-  for (std::size_t pos = path.find('/', 1);; pos = path.find('/', pos + 1)) {
-    const std::string prefix = path.substr(0, pos);
-    const htri_t found = H5Lexists(file, prefix.c_str(), H5P_DEFAULT);
-    if (found < 0) h5::fail_damaged(where + ": cannot look up " + prefix);
-    if (found == 0) return false;
-    if (pos == std::string::npos) return true;
-  }
-}
-
-// The group at `path`: Errc::corrupt_data when the file has none, or HDF5 cannot open it.
-h5::Handle open_group(hid_t file, const std::string& path, const std::string& where) {
-  DTRAIN_CHECK(link_exists(file, path, where), Errc::corrupt_data, where << " has no " << path << " group");
-  const hid_t id = H5Gopen2(file, path.c_str(), H5P_DEFAULT);
-  if (id < 0) h5::fail_damaged(where + ": cannot open " + path);
-  return h5::Handle(id, H5Gclose);
 }
 
 // The dataset at `path`, which the caller found: Errc::corrupt_data when HDF5 cannot open it.
@@ -392,15 +372,8 @@ void Checkpointer::Impl::write_file(const std::string& path, const CheckpointInf
 }
 
 void Checkpointer::Impl::check_model(hid_t file, const std::string& path) {
-  h5::Handle mg = open_group(file, "/model", "checkpoint '" + path + "'");
-  const std::string where = "checkpoint '" + path + "' /model";
-  const long layers = h5::read_attr_i64(mg, "layers", where);
-  const long heads = h5::read_attr_i64(mg, "heads", where);
-  const long d_model = h5::read_attr_i64(mg, "d_model", where);
-  const long seq_len = h5::read_attr_i64(mg, "seq_len", where);
-  const long vocab = h5::read_attr_i64(mg, "vocab", where);
-  const long tie = h5::read_attr_i64(mg, "tie_embeddings", where);
-  const std::string theirs = model_text(layers, heads, d_model, seq_len, vocab, tie);
+  const ModelAttributes m = read_model_attributes(file, "checkpoint '" + path + "'");
+  const std::string theirs = model_text(m.layers, m.heads, m.d_model, m.seq_len, m.vocab, m.tie_embeddings);
   const std::string ours = model_text(model.layers, model.heads, model.d_model, model.seq_len,
                                       model.vocab, model.tie_embeddings ? 1 : 0);
   if (theirs == ours) return;
@@ -438,31 +411,8 @@ CheckpointInfo Checkpointer::Impl::read_file(const std::string& path) {
   h5::Handle file = h5::file_handle(H5Fopen(path.c_str(), H5F_ACC_RDONLY, fapl),
                                     "cannot open checkpoint '" + path + "' (not an HDF5 file, or truncated)");
   const std::string where = "checkpoint '" + path + "'";
-  const std::string format = h5::read_attr_string(file, "format", where);
-  DTRAIN_CHECK(format == kFormatName, Errc::corrupt_data,
-               where << " is not a dtrain checkpoint (format '" << format << "')");
-  const long version = h5::read_attr_i64(file, "format_version", where);
-  DTRAIN_CHECK(version >= 1 && version <= kFormatVersion, Errc::corrupt_data,
-               where << " has format version " << version << "; this library reads 1.." << kFormatVersion);
-  const std::string algo = h5::read_attr_string(file, "checksum_algorithm", where);
-  DTRAIN_CHECK(algo == kChecksumAlgorithm, Errc::corrupt_data,
-               where << " uses checksum algorithm '" << algo << "', expected '" << kChecksumAlgorithm << "'");
+  const Header header = read_header(file, where);
   check_model(file, path);
-
-  CheckpointInfo info;
-  info.step = h5::read_attr_i64(file, "step", where);
-  DTRAIN_CHECK(info.step >= 0, Errc::corrupt_data, where << " has a negative step (" << info.step << ")");
-  info.consumed_samples = h5::read_attr_u64(file, "consumed_samples", where);
-  info.data_position = h5::read_attr_u64(file, "data_position", where);
-  info.run_config = h5::read_attr_string(file, "run_config", where);
-  if (h5::has_attr(file, "loss_scale", where)) {  // written by fp16 runs only
-    info.loss_scale = h5::read_attr_f64(file, "loss_scale", where);
-    info.loss_scale_clean_steps = h5::read_attr_i64(file, "loss_scale_clean_steps", where);
-  }
-  h5::Handle og = open_group(file, "/optimizer", where);
-  const long opt_step = h5::read_attr_i64(og, "step", where + " /optimizer");
-  DTRAIN_CHECK(opt_step >= 0, Errc::corrupt_data,
-               where << " /optimizer has a negative step (" << opt_step << ")");
 
   h5::Handle dxpl = h5::plist_handle(H5Pcreate(H5P_DATASET_XFER), "H5Pcreate");
   h5::check_status(H5Pset_dxpl_mpio(dxpl, H5FD_MPIO_COLLECTIVE), "H5Pset_dxpl_mpio");
@@ -499,8 +449,8 @@ CheckpointInfo Checkpointer::Impl::read_file(const std::string& path) {
   // The loaded masters, rounded, become the parameters this rank updates (the arena's
   // segments or the 16-bit words); other ranks' pieces are theirs to share.
   optimizer.round_params(params.params());
-  optimizer.set_steps_taken(opt_step);
-  return info;
+  optimizer.set_steps_taken(header.optimizer_step);
+  return header.info;
 }
 
 Checkpointer::Checkpointer(ProcessGrid& grid, ParameterStore& params, optim::AdamW& optimizer,

@@ -6,6 +6,7 @@
 #include <filesystem>
 
 #include "ckpt/h5.hpp"
+#include "ckpt/header.hpp"
 #include "dtrain/core/error.hpp"
 
 namespace dtrain::ckpt {
@@ -133,6 +134,14 @@ const DatasetInfo* CheckpointFile::find(const std::string& dataset) const {
   for (const DatasetInfo& d : impl_->datasets)
     if (d.path == dataset) return &d;
   return nullptr;
+}
+
+CheckpointInfo CheckpointFile::header() const {
+  h5::QuietErrors quiet;
+  const std::string where = "checkpoint '" + impl_->path + "'";
+  const Header h = read_header(impl_->file, where);
+  read_model_attributes(impl_->file, where);
+  return h.info;
 }
 
 bool CheckpointFile::has_object(const std::string& object) const {

@@ -1,7 +1,8 @@
 #!/usr/bin/env python3
 """`dtrain-ckpt verify` and `export` on copies of a checkpoint that h5py edited so that a
 resume could not use it although every dataset still matches its checksum: a missing moment,
-tensor or step counter, a dataset replaced by a link, no checksum metadata. Each must fail
+tensor or step counter, an attribute of another HDF5 type or out of range, a dataset replaced
+by a link, no checksum metadata. Each must fail
 with the status given and a message naming the problem; the unedited copy verifies.
 
 usage: check_structure.py TOOL FILE SCRATCH   (exit 77 = skipped: no h5py)
@@ -13,6 +14,7 @@ import sys
 
 try:
     import h5py
+    import numpy
 except ImportError:
     print("h5py not available: skipped")
     sys.exit(77)
@@ -26,6 +28,14 @@ def drop(path):
 
 def drop_attr(obj, name):
     return lambda f: f[obj].attrs.__delitem__(name)
+
+
+def set_attr(obj, name, value):
+    def edit(f):
+        if name in f[obj].attrs:
+            del f[obj].attrs[name]
+        f[obj].attrs[name] = value
+    return edit
 
 
 def soft_link(f):
@@ -42,6 +52,14 @@ cases = [  # (edit, command, status, text)
     (drop_attr("/", "step"), "verify", 1, "attribute 'step' is missing"),
     (drop_attr("/optimizer", "step"), "verify", 1, "attribute /optimizer 'step' is missing"),
     (soft_link, "verify", 2, "/model/wpe is a soft or external link"),
+    # Attributes of the right value in another HDF5 type, or out of range: a resume refuses them.
+    (set_attr("/", "format_version", numpy.bytes_(b"1")), "verify", 1,
+     "attribute 'format_version' is not"),
+    (set_attr("/model", "layers", numpy.float64(2.0)), "verify", 1, "/model: attribute 'layers' is not"),
+    (set_attr("/", "run_config", numpy.int64(3)), "verify", 1, "attribute 'run_config' is not a fixed-length string"),
+    (lambda f: [set_attr("/", "loss_scale", numpy.float64(-2.0))(f),
+                set_attr("/", "loss_scale_clean_steps", numpy.int64(0))(f)], "verify", 1,
+     "has a loss scale of -2 after 0 clean steps"),
     (drop_attr("/", "checksum_algorithm"), "export", 2, "unknown checksum algorithm"),
     (drop_attr("/model/wte", "checksum"), "export", 2, "dataset /model/wte has no checksum"),
 ]

@@ -16,6 +16,7 @@
 #include <string>
 #include <vector>
 
+#include "dtrain/ckpt/format.hpp"
 #include "dtrain/comm/process_grid.hpp"
 #include "dtrain/export.hpp"
 #include "dtrain/nn/gpt.hpp"
@@ -23,19 +24,6 @@
 #include "dtrain/optim/optimizer.hpp"
 
 namespace dtrain::ckpt {
-
-inline constexpr const char* kFormatName = "dtrain-checkpoint";
-inline constexpr int kFormatVersion = 1;
-
-// The run's position, stored as attributes of the file's root group.
-struct DTRAIN_API CheckpointInfo {
-  long step = 0;                        // optimiser steps taken
-  std::uint64_t consumed_samples = 0;   // training sequences consumed (across resumes)
-  std::uint64_t data_position = 0;      // global index of the next training sample
-  std::string run_config;               // "key = value" lines of the run (informative)
-  double loss_scale = 0;                // fp16 dynamic loss scale (0: the run has none)
-  long loss_scale_clean_steps = 0;      // clean steps in a row toward its next growth
-};
 
 class DTRAIN_API Checkpointer {
  public:

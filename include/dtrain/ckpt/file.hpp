@@ -8,6 +8,7 @@
 #include <utility>
 #include <vector>
 
+#include "dtrain/ckpt/format.hpp"
 #include "dtrain/export.hpp"
 
 namespace dtrain::ckpt {
@@ -41,6 +42,10 @@ class DTRAIN_API CheckpointFile {
   const DatasetInfo* find(const std::string& dataset) const;
   // The attributes of a group or dataset ("/", "/model", "/optimizer", a dataset path).
   AttributeList attributes(const std::string& object) const;
+  // The root's and /optimizer's attributes read and checked as a resume reads them (format,
+  // version, checksum algorithm, step counters, loss scale), and /model's six integers;
+  // Errc::corrupt_data naming the first one missing, of another HDF5 type or out of range.
+  CheckpointInfo header() const;
   // Whether the file has a group or dataset at that path (an absolute one, "/" included).
   bool has_object(const std::string& object) const;
   // A float32 dataset, whole and row-major; Errc::invalid_argument for another dtype.

@@ -1,0 +1,71 @@
+#include "ckpt/header.hpp"
+
+#include <cmath>
+
+#include "dtrain/ckpt/checksum.hpp"
+#include "dtrain/core/error.hpp"
+
+namespace dtrain::ckpt {
+
+bool link_exists(hid_t file, const std::string& path, const std::string& where) {
+  for (std::size_t pos = path.find('/', 1);; pos = path.find('/', pos + 1)) {
+    const std::string prefix = path.substr(0, pos);
+    const htri_t found = H5Lexists(file, prefix.c_str(), H5P_DEFAULT);
+    if (found < 0) h5::fail_damaged(where + ": cannot look up " + prefix);
+    if (found == 0) return false;
+    if (pos == std::string::npos) return true;
+  }
+}
+
+h5::Handle open_group(hid_t file, const std::string& path, const std::string& where) {
+  DTRAIN_CHECK(link_exists(file, path, where), Errc::corrupt_data, where << " has no " << path << " group");
+  const hid_t id = H5Gopen2(file, path.c_str(), H5P_DEFAULT);
+  if (id < 0) h5::fail_damaged(where + ": cannot open " + path);
+  return h5::Handle(id, H5Gclose);
+}
+
+Header read_header(hid_t file, const std::string& where) {
+  const std::string format = h5::read_attr_string(file, "format", where);
+  DTRAIN_CHECK(format == kFormatName, Errc::corrupt_data,
+               where << " is not a dtrain checkpoint (format '" << format << "')");
+  const long version = h5::read_attr_i64(file, "format_version", where);
+  DTRAIN_CHECK(version >= 1 && version <= kFormatVersion, Errc::corrupt_data,
+               where << " has format version " << version << "; this library reads 1.." << kFormatVersion);
+  const std::string algo = h5::read_attr_string(file, "checksum_algorithm", where);
+  DTRAIN_CHECK(algo == kChecksumAlgorithm, Errc::corrupt_data,
+               where << " uses checksum algorithm '" << algo << "', expected '" << kChecksumAlgorithm << "'");
+  Header h;
+  CheckpointInfo& info = h.info;
+  info.step = h5::read_attr_i64(file, "step", where);
+  DTRAIN_CHECK(info.step >= 0, Errc::corrupt_data, where << " has a negative step (" << info.step << ")");
+  info.consumed_samples = h5::read_attr_u64(file, "consumed_samples", where);
+  info.data_position = h5::read_attr_u64(file, "data_position", where);
+  info.run_config = h5::read_attr_string(file, "run_config", where);
+  if (h5::has_attr(file, "loss_scale", where)) {  // written by fp16 runs only
+    info.loss_scale = h5::read_attr_f64(file, "loss_scale", where);
+    info.loss_scale_clean_steps = h5::read_attr_i64(file, "loss_scale_clean_steps", where);
+    DTRAIN_CHECK(std::isfinite(info.loss_scale) && info.loss_scale > 0 && info.loss_scale_clean_steps >= 0,
+                 Errc::corrupt_data, where << " has a loss scale of " << info.loss_scale << " after "
+                                           << info.loss_scale_clean_steps << " clean steps");
+  }
+  h5::Handle og = open_group(file, "/optimizer", where);
+  h.optimizer_step = h5::read_attr_i64(og, "step", where + " /optimizer");
+  DTRAIN_CHECK(h.optimizer_step >= 0, Errc::corrupt_data,
+               where << " /optimizer has a negative step (" << h.optimizer_step << ")");
+  return h;
+}
+
+ModelAttributes read_model_attributes(hid_t file, const std::string& where) {
+  h5::Handle mg = open_group(file, "/model", where);
+  const std::string at = where + " /model";
+  ModelAttributes m;
+  m.layers = h5::read_attr_i64(mg, "layers", at);
+  m.heads = h5::read_attr_i64(mg, "heads", at);
+  m.d_model = h5::read_attr_i64(mg, "d_model", at);
+  m.seq_len = h5::read_attr_i64(mg, "seq_len", at);
+  m.vocab = h5::read_attr_i64(mg, "vocab", at);
+  m.tie_embeddings = h5::read_attr_i64(mg, "tie_embeddings", at);
+  return m;
+}
+
+}  // namespace dtrain::ckpt
