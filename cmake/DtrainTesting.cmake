@@ -30,19 +30,35 @@ function(dtrain_add_unit_test name)
                        LABELS "unit;${T_LABELS}")
 endfunction()
 
+# dtrain_expect_lines(NAME REGEX... -- COMMAND...): COMMAND must exit 0 and print a line
+# matching each extended regular expression (tests/apps/expect_lines.sh). A CTest
+# PASS_REGULAR_EXPRESSION alone ignores the exit status: a line printed before a later
+# failure would pass. LABELS and the like are set by the caller.
+function(dtrain_expect_lines name)
+  add_test(NAME ${name} COMMAND bash ${PROJECT_SOURCE_DIR}/tests/apps/expect_lines.sh ${ARGN})
+  set_tests_properties(${name} PROPERTIES PASS_REGULAR_EXPRESSION "ok: all [0-9]+ lines printed"
+                       ENVIRONMENT "${DTRAIN_TEST_ENV}")
+endfunction()
+
 # dtrain_add_mpi_test(NAME TARGET tgt RANKS 1 2 3 4 [ARGS ...] [TIMEOUT s] [WILL_FAIL]
-#                     [PASS_REGEX re] [LABELS ...])
-# Runs tgt under ${MPIEXEC_EXECUTABLE} -n N once per rank count, as NAME.npN.
+#                     [PASS_REGEX re | OUTPUT_REGEX re] [LABELS ...])
+# Runs tgt under ${MPIEXEC_EXECUTABLE} -n N once per rank count, as NAME.npN. PASS_REGEX: the
+# job must also exit 0 (dtrain_expect_lines); OUTPUT_REGEX: a line of the output, whatever
+# the exit status (a job that is meant to be aborted).
 function(dtrain_add_mpi_test name)
-  cmake_parse_arguments(T "WILL_FAIL" "TARGET;TIMEOUT;PASS_REGEX" "RANKS;ARGS;LABELS" ${ARGN})
+  cmake_parse_arguments(T "WILL_FAIL" "TARGET;TIMEOUT;PASS_REGEX;OUTPUT_REGEX" "RANKS;ARGS;LABELS" ${ARGN})
   if(NOT T_TIMEOUT)
     set(T_TIMEOUT 180)
   endif()
   foreach(n IN LISTS T_RANKS)
     set(test_name ${name}.np${n})
-    add_test(NAME ${test_name}
-             COMMAND ${MPIEXEC_EXECUTABLE} ${MPIEXEC_NUMPROC_FLAG} ${n} ${MPIEXEC_PREFLAGS}
-                     $<TARGET_FILE:${T_TARGET}> ${MPIEXEC_POSTFLAGS} ${T_ARGS})
+    set(job ${MPIEXEC_EXECUTABLE} ${MPIEXEC_NUMPROC_FLAG} ${n} ${MPIEXEC_PREFLAGS}
+            $<TARGET_FILE:${T_TARGET}> ${MPIEXEC_POSTFLAGS} ${T_ARGS})
+    if(T_PASS_REGEX)
+      dtrain_expect_lines(${test_name} "${T_PASS_REGEX}" -- ${job})
+    else()
+      add_test(NAME ${test_name} COMMAND ${job})
+    endif()
     set(procs ${n})
     if(procs GREATER 2)
       set(procs 2)
@@ -52,8 +68,8 @@ function(dtrain_add_mpi_test name)
     if(T_WILL_FAIL)
       set_tests_properties(${test_name} PROPERTIES WILL_FAIL TRUE)
     endif()
-    if(T_PASS_REGEX)
-      set_tests_properties(${test_name} PROPERTIES PASS_REGULAR_EXPRESSION "${T_PASS_REGEX}")
+    if(T_OUTPUT_REGEX)
+      set_tests_properties(${test_name} PROPERTIES PASS_REGULAR_EXPRESSION "${T_OUTPUT_REGEX}")
     endif()
   endforeach()
 endfunction()
