@@ -20,8 +20,10 @@ foreach(i RANGE ${last})
   foreach(f IN LISTS files)
     file(STRINGS ${f} includes REGEX "^[ \t]*#[ \t]*include")
     foreach(line IN LISTS includes)
-      if(line MATCHES "dtrain/([a-z_]+)/")
-        set(target ${CMAKE_MATCH_1})
+      # Public headers (dtrain/comm/...) and internal ones, which lib/ code includes from the
+      # lib root ("comm/mpi_util.hpp"); other folders (boost/...) are not layers.
+      if(line MATCHES "[<\"](dtrain/)?([a-z_]+)/")
+        set(target ${CMAKE_MATCH_2})
         list(FIND layers ${target} j)
         if(j GREATER i)
           string(APPEND errors "${f}: layer '${layer}' includes higher layer '${target}'\n")
