@@ -47,6 +47,19 @@ program test_fortran_models
 
 contains
 
+  ! This rank's loss on its columns of the batch, averaged over `comm` (the ranks that split
+  ! the batch), equals the single rank's loss on the whole batch within 1e-5 relative.
+  subroutine check_step_loss(comm, loss, ref_loss, what)
+    type(dt_comm), intent(in) :: comm
+    real, intent(in) :: loss, ref_loss
+    character(len=*), intent(in) :: what
+    real :: mine(1), mean(1)
+    mine(1) = loss
+    call dt_all_reduce(comm, mine, mean, 1, DT_F32, DT_AVG, ierr)
+    call expect(ierr, DT_SUCCESS, 'dt_all_reduce of the step''s loss')
+    call check(abs(mean(1) - ref_loss) <= 1e-5 * ref_loss, what)
+  end subroutine
+
   ! Sequence s of step t: tokens and their next-token targets.
   subroutine make_batch(t, first, tokens, targets)
     integer, intent(in) :: t, first
@@ -82,7 +95,7 @@ contains
   ! The MLP split over tp 2 (ZeRO 1 over the rest) trains as one rank on the whole batch.
   subroutine test_mlp_tensor_parallel()
     type(dt_grid) :: grid, solo_grid
-    type(dt_comm) :: solo
+    type(dt_comm) :: solo, dp_comm
     type(dt_model) :: split, ref
     integer(c_int) :: sizes(4) = [4, 8, 6, 3]
     real(c_float) :: x(4, batch)
@@ -94,6 +107,7 @@ contains
     call dt_grid_create(ctx, grid, ierr, tp=2)
     call dt_grid_shape(grid, tp, pp, dp, ierr)
     call dt_grid_coords(grid, tp_rank, pp_rank, dp_rank, ierr)
+    call dt_grid_comm(grid, DT_GROUP_DP, dp_comm, ierr)
     call dt_grid_create(ctx, solo_grid, ierr, pp=nranks)
     call dt_grid_comm(solo_grid, DT_GROUP_DP, solo, ierr)
     per = batch / dp
@@ -111,6 +125,7 @@ contains
       call dt_model_step(split, 1e-2, ierr)
       call dt_mlp_forward_backward(ref, x, labels, ref_loss, ierr)
       call dt_model_step(ref, 1e-2, ierr)
+      call check_step_loss(dp_comm, loss, ref_loss, 'tensor-parallel mlp loss equals one rank''s')
     end do
     call dt_model_num_parameters(split, n, ierr)
     call dt_model_num_parameters(ref, nr, ierr)
@@ -132,7 +147,7 @@ contains
   ! group gets its columns); dt_model_get_parameters gathers the whole tensors.
   subroutine test_gpt_tensor_parallel()
     type(dt_grid) :: grid, solo_grid
-    type(dt_comm) :: solo
+    type(dt_comm) :: solo, dp_comm
     type(dt_model) :: split, ref
     integer(c_int32_t) :: tokens(seq, batch), targets(seq, batch)
     real(c_float), allocatable :: a(:), r(:)
@@ -142,6 +157,7 @@ contains
     call dt_grid_create(ctx, grid, ierr, tp=2)
     call dt_grid_shape(grid, tp, pp, dp, ierr)
     call dt_grid_coords(grid, tp_rank, pp_rank, dp_rank, ierr)
+    call dt_grid_comm(grid, DT_GROUP_DP, dp_comm, ierr)
     call dt_grid_create(ctx, solo_grid, ierr, pp=nranks)
     call dt_grid_comm(solo_grid, DT_GROUP_DP, solo, ierr)
     call dt_model_create_gpt(grid, split, ierr, layers=1, heads=2, d_model=d_model, seq_len=seq, &
@@ -158,6 +174,7 @@ contains
       call dt_model_step(split, 1e-2, ierr)
       call dt_gpt_forward_backward(ref, tokens, targets, ref_loss, ierr)
       call dt_model_step(ref, 1e-2, ierr)
+      call check_step_loss(dp_comm, loss, ref_loss, 'tensor-parallel gpt loss equals one rank''s')
     end do
     call dt_model_num_parameters(split, n, ierr)
     call dt_model_num_parameters(ref, nr, ierr)
@@ -358,8 +375,10 @@ contains
       call dt_model_step(dp_model, 1e-2, ierr)
       call dt_gpt_forward_backward(ref, tokens, targets, ref_loss, ierr)
       call dt_model_step(ref, 1e-2, ierr)
+      call check_step_loss(world, loss, ref_loss, 'data-parallel gpt loss equals one rank''s')
       call dt_gpt_forward_backward(recomputing, tokens, targets, loss, ierr)
       call expect(ierr, DT_SUCCESS, 'dt_gpt_forward_backward with recompute')
+      call check(loss == ref_loss, 'a recomputing gpt''s loss equals the plain one''s bit for bit')
       call dt_model_step(recomputing, 1e-2, ierr)
       if (t == 1) first = ref_loss
     end do
