@@ -171,6 +171,33 @@ TEST(Precision, DataParallelAndZeroMatchTheSingleRankBf16Run) {
   }
 }
 
+// Tensor and pipeline parallelism under bf16 against one rank, as data parallelism above: a
+// split changes the order of the fp32 sums before each rounding, not the training.
+TEST(Precision, TensorAndPipelineParallelMatchTheSingleRankBf16Run) {
+  if (world().size() % 2 != 0) GTEST_SKIP() << "needs an even number of ranks";
+  train::TrainConfig cfg = config("bf16");
+  cfg.global_batch = static_cast<long>(cfg.micro_batch) * (world().size() / 2) * 2;
+  const std::vector<double> single = single_rank_losses(cfg);
+  struct Layout {
+    int tp, pp;
+    bool sequence_parallel;
+    const char* name;
+  };
+  for (const Layout& l : {Layout{2, 1, false, "tp 2"}, Layout{2, 1, true, "tp 2, sequence parallel"},
+                          Layout{1, 2, false, "pp 2"}}) {
+    train::TrainConfig split = cfg;
+    split.tp = l.tp;
+    split.pp = l.pp;
+    split.sequence_parallel = l.sequence_parallel;
+    const std::vector<double> parallel = train_losses(split, world());
+    if (world().rank() == 0) {
+      std::printf("bf16 %s (%d ranks) vs one rank: max relative gap %.3g\n", l.name, world().size(),
+                  max_relative_gap(parallel, single));
+    }
+    expect_close(parallel, single, 3e-5, l.name);
+  }
+}
+
 TEST(Precision, DeterministicModeIsBitwiseIdenticalAcrossDataParallelDegrees) {
   for (const char* p : {"bf16", "fp16"}) {
     train::TrainConfig cfg = config(p);
