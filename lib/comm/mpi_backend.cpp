@@ -148,7 +148,8 @@ void MpiBackend::all_gather_v(const void* send, void* recv, const std::size_t* r
                               DType type, void*) {
   const MPI_Datatype dt = mpi_datatype(type);
   const std::size_t es = dtype_size(type);
-  std::vector<std::size_t> displs(static_cast<std::size_t>(size_));
+  std::vector<std::size_t>& displs = offsets_scratch_;
+  displs.resize(static_cast<std::size_t>(size_));
   std::size_t total = 0;
   bool fits = true;
   for (int r = 0; r < size_; ++r) {

@@ -99,6 +99,7 @@ class MpiBackend final : public Backend {
   int rank_ = 0, size_ = 0, local_rank_ = 0, local_size_ = 1;
   std::vector<int> world_ranks_;
   std::vector<int> counts_scratch_, displs_scratch_;  // for blocking v-collectives
+  std::vector<std::size_t> offsets_scratch_;           // all_gather_v's block offsets
   // An in-place root other than 0 reduces a copy of its input (MPICH's bug, reduce_step()).
   static constexpr std::size_t kReduceCopyBytes = std::size_t{4} << 20;
   std::vector<char> reduce_copy_;
