@@ -32,8 +32,7 @@ template <class T> T load_lse(const T* lse) { return lse[0] + lse[1]; }
 // softmax, zero above the diagonal up to column width. With lse, each row's log-sum-exp is
 // saved there.
 template <class T> void causal_softmax_rows(T* P, int ld, int t0, int t1, int width, T* lse) {
-  DTRAIN_OMP_FOR_IF(static_cast<std::int64_t>(t1 - t0) * t1)
-  for (int t = t0; t < t1; ++t) {
+  parallel_for(t0, t1, static_cast<std::int64_t>(t1 - t0) * t1, [=](int t) {
     T* row = P + static_cast<std::int64_t>(t - t0) * ld;
     T mx = row[0];
     DTRAIN_OMP_SIMD_MAX(mx)
@@ -49,18 +48,17 @@ template <class T> void causal_softmax_rows(T* P, int ld, int t0, int t1, int wi
     for (int j = 0; j <= t; ++j) row[j] *= inv;
     for (int j = t + 1; j < width; ++j) row[j] = 0;
     if (lse) save_lse(lse + 2 * t, mx + std::log(sum));
-  }
+  });
 }
 
 // The same rows' probabilities again from the scores and the saved log-sum-exps.
 template <class T> void causal_probabilities_rows(T* P, int ld, int t0, int t1, const T* lse) {
-  DTRAIN_OMP_FOR_IF(static_cast<std::int64_t>(t1 - t0) * t1)
-  for (int t = t0; t < t1; ++t) {
+  parallel_for(t0, t1, static_cast<std::int64_t>(t1 - t0) * t1, [=](int t) {
     T* row = P + static_cast<std::int64_t>(t - t0) * ld;
     const T l = load_lse(lse + 2 * t);
     for (int j = 0; j <= t; ++j) row[j] = exp_any<T>(row[j] - l);
     for (int j = t + 1; j < t1; ++j) row[j] = 0;
-  }
+  });
 }
 
 // Rows [t0, t1), laid out as above (row strides ld_dP, ld_P): dS <- P * (dP - rowsum(P * dP))
@@ -68,8 +66,7 @@ template <class T> void causal_probabilities_rows(T* P, int ld, int t0, int t1, 
 template <class T>
 void causal_softmax_backward_rows(T* dP, int ld_dP, const T* P, int ld_P, int t0, int t1,
                                   T scale) {
-  DTRAIN_OMP_FOR_IF(static_cast<std::int64_t>(t1 - t0) * t1)
-  for (int t = t0; t < t1; ++t) {
+  parallel_for(t0, t1, static_cast<std::int64_t>(t1 - t0) * t1, [=](int t) {
     T* d = dP + static_cast<std::int64_t>(t - t0) * ld_dP;
     const T* p = P + static_cast<std::int64_t>(t - t0) * ld_P;
     T dot = 0;
@@ -77,7 +74,7 @@ void causal_softmax_backward_rows(T* dP, int ld_dP, const T* P, int ld_P, int t0
     for (int j = 0; j <= t; ++j) dot += p[j] * d[j];
     for (int j = 0; j <= t; ++j) d[j] = p[j] * (d[j] - dot) * scale;
     for (int j = t + 1; j < t1; ++j) d[j] = 0;
-  }
+  });
 }
 
 // Query rows per block. Rows [r0, r1) attend only to keys [0, r1), so blocking skips most of

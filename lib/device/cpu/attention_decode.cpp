@@ -13,8 +13,7 @@ void attention_decode(float* out, float* workspace, const float* q, const float*
                       const float* v, int T_, int C, int NH, int ld) {
   const int hs = C / NH;
   const float scale = 1.0f / std::sqrt(static_cast<float>(hs));
-  DTRAIN_OMP_FOR_IF(static_cast<std::int64_t>(T_) * C)
-  for (int h = 0; h < NH; ++h) {
+  parallel_for(0, NH, static_cast<std::int64_t>(T_) * C, [=](int h) {
     const float* qh = q + h * hs;
     float* p = workspace + static_cast<std::int64_t>(h) * T_;
     float mx = -INFINITY;
@@ -38,7 +37,7 @@ void attention_decode(float* out, float* workspace, const float* q, const float*
       const float w = p[t] / sum;
       for (int i = 0; i < hs; ++i) oh[i] += w * vt[i];
     }
-  }
+  });
 }
 
 }  // namespace dtrain::cpu

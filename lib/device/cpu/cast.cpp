@@ -7,33 +7,27 @@
 namespace dtrain::cpu {
 
 void convert_to_bf16(std::uint16_t* dst, const float* src, std::int64_t n) {
-  DTRAIN_OMP_FOR_SIMD_IF(n)
-  for (std::int64_t i = 0; i < n; ++i) dst[i] = halfbits::to_bf16(src[i]);
+  parallel_for_simd(n, [=](std::int64_t i) { dst[i] = halfbits::to_bf16(src[i]); });
 }
 
 void convert_to_f16(std::uint16_t* dst, const float* src, std::int64_t n) {
-  DTRAIN_OMP_FOR_SIMD_IF(n)
-  for (std::int64_t i = 0; i < n; ++i) dst[i] = halfbits::to_f16(src[i]);
+  parallel_for_simd(n, [=](std::int64_t i) { dst[i] = halfbits::to_f16(src[i]); });
 }
 
 void convert_from_bf16(float* dst, const std::uint16_t* src, std::int64_t n) {
-  DTRAIN_OMP_FOR_SIMD_IF(n)
-  for (std::int64_t i = 0; i < n; ++i) dst[i] = halfbits::from_bf16(src[i]);
+  parallel_for_simd(n, [=](std::int64_t i) { dst[i] = halfbits::from_bf16(src[i]); });
 }
 
 void convert_from_f16(float* dst, const std::uint16_t* src, std::int64_t n) {
-  DTRAIN_OMP_FOR_SIMD_IF(n)
-  for (std::int64_t i = 0; i < n; ++i) dst[i] = halfbits::from_f16(src[i]);
+  parallel_for_simd(n, [=](std::int64_t i) { dst[i] = halfbits::from_f16(src[i]); });
 }
 
 void round_to_bf16(float* dst, const float* src, std::int64_t n) {
-  DTRAIN_OMP_FOR_SIMD_IF(n)
-  for (std::int64_t i = 0; i < n; ++i) dst[i] = halfbits::round_bf16(src[i]);
+  parallel_for_simd(n, [=](std::int64_t i) { dst[i] = halfbits::round_bf16(src[i]); });
 }
 
 void round_to_f16(float* dst, const float* src, std::int64_t n) {
-  DTRAIN_OMP_FOR_SIMD_IF(n)
-  for (std::int64_t i = 0; i < n; ++i) dst[i] = halfbits::round_f16(src[i]);
+  parallel_for_simd(n, [=](std::int64_t i) { dst[i] = halfbits::round_f16(src[i]); });
 }
 
 bool any_nonfinite(const float* x, std::int64_t n) {

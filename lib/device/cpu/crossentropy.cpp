@@ -13,8 +13,7 @@ namespace dtrain::cpu {
 template <class T>
 void crossentropy_forward(T* losses, T* lse, const T* logits, const std::int32_t* targets, int N,
                           int V, int Vp) {
-  DTRAIN_OMP_FOR_IF(static_cast<std::int64_t>(N) * V)
-  for (int n = 0; n < N; ++n) {
+  parallel_for(0, N, static_cast<std::int64_t>(N) * V, [=](int n) {
     const T* z = logits + static_cast<std::int64_t>(n) * Vp;
     T mx = z[0];
     DTRAIN_OMP_SIMD_MAX(mx)
@@ -25,21 +24,20 @@ void crossentropy_forward(T* losses, T* lse, const T* logits, const std::int32_t
     const T l = mx + std::log(sum);
     lse[n] = l;
     losses[n] = l - z[targets[n]];
-  }
+  });
 }
 
 template <class T>
 void crossentropy_backward(T* dlogits, const T* logits, const T* lse, const std::int32_t* targets,
                            const T* dlosses, int N, int V, int Vp) {
-  DTRAIN_OMP_FOR_IF(static_cast<std::int64_t>(N) * V)
-  for (int n = 0; n < N; ++n) {
+  parallel_for(0, N, static_cast<std::int64_t>(N) * V, [=](int n) {
     const T* z = logits + static_cast<std::int64_t>(n) * Vp;
     T* dz = dlogits + static_cast<std::int64_t>(n) * Vp;
     const T l = lse[n], d = dlosses[n];
     for (int j = 0; j < V; ++j) dz[j] = exp_any<T>(z[j] - l) * d;  // element-wise: safe in place
     dz[targets[n]] -= d;
     for (int j = V; j < Vp; ++j) dz[j] = 0;
-  }
+  });
 }
 
 #define DTRAIN_INSTANTIATE(T)                                                                  \

@@ -23,8 +23,7 @@ template <class T>
 void crossentropy_shard_stats(T* max, T* target_logit, const T* logits,
                               const std::int32_t* targets, int N, int V, int ld,
                               int vocab_start) {
-  DTRAIN_OMP_FOR_IF(static_cast<std::int64_t>(N) * V)
-  for (int n = 0; n < N; ++n) {
+  parallel_for(0, N, static_cast<std::int64_t>(N) * V, [=](int n) {
     const T* z = logits + static_cast<std::int64_t>(n) * ld;
     T mx = -std::numeric_limits<T>::infinity();  // an empty shard must not win the max
     DTRAIN_OMP_SIMD_MAX(mx)
@@ -32,20 +31,19 @@ void crossentropy_shard_stats(T* max, T* target_logit, const T* logits,
     max[n] = mx;
     // 0 on the shards that do not own the target, so a sum over shards picks the owner's
     target_logit[n] = owns(targets[n], vocab_start, V) ? z[targets[n] - vocab_start] : T(0);
-  }
+  });
 }
 
 template <class T>
 void crossentropy_shard_sumexp(T* sumexp, const T* logits, const T* max, int N, int V, int ld) {
-  DTRAIN_OMP_FOR_IF(static_cast<std::int64_t>(N) * V)
-  for (int n = 0; n < N; ++n) {
+  parallel_for(0, N, static_cast<std::int64_t>(N) * V, [=](int n) {
     const T* z = logits + static_cast<std::int64_t>(n) * ld;
     const T mx = max[n];
     T sum = 0;
     DTRAIN_OMP_SIMD_SUM(sum)
     for (int j = 0; j < V; ++j) sum += exp_any<T>(z[j] - mx);
     sumexp[n] = sum;
-  }
+  });
 }
 
 template <class T>
@@ -62,15 +60,14 @@ template <class T>
 void crossentropy_shard_backward(T* dlogits, const T* logits, const T* lse,
                                  const std::int32_t* targets, const T* dlosses, int N, int V,
                                  int ld, int vocab_start) {
-  DTRAIN_OMP_FOR_IF(static_cast<std::int64_t>(N) * V)
-  for (int n = 0; n < N; ++n) {
+  parallel_for(0, N, static_cast<std::int64_t>(N) * V, [=](int n) {
     const T* z = logits + static_cast<std::int64_t>(n) * ld;
     T* dz = dlogits + static_cast<std::int64_t>(n) * ld;
     const T l = lse[n], d = dlosses[n];
     for (int j = 0; j < V; ++j) dz[j] = exp_any<T>(z[j] - l) * d;  // element-wise: safe in place
     if (owns(targets[n], vocab_start, V)) dz[targets[n] - vocab_start] -= d;
     for (int j = V; j < ld; ++j) dz[j] = 0;
-  }
+  });
 }
 
 #define DTRAIN_INSTANTIATE(T)                                                                 \

@@ -7,18 +7,15 @@
 namespace dtrain::cpu {
 
 template <class T> void residual_forward(T* out, const T* a, const T* b, std::int64_t n) {
-  DTRAIN_OMP_FOR_IF(n)
-  for (std::int64_t i = 0; i < n; ++i) out[i] = a[i] + b[i];
+  parallel_for(0, n, n, [=](std::int64_t i) { out[i] = a[i] + b[i]; });
 }
 
 template <class T> void accumulate(T* dst, const T* src, std::int64_t n) {
-  DTRAIN_OMP_FOR_IF(n)
-  for (std::int64_t i = 0; i < n; ++i) dst[i] += src[i];
+  parallel_for(0, n, n, [=](std::int64_t i) { dst[i] += src[i]; });
 }
 
 template <class T> void scale(T* x, T s, std::int64_t n) {
-  DTRAIN_OMP_FOR_IF(n)
-  for (std::int64_t i = 0; i < n; ++i) x[i] *= s;
+  parallel_for(0, n, n, [=](std::int64_t i) { x[i] *= s; });
 }
 
 template <class T> void fill(T* x, T value, std::int64_t n) { std::fill(x, x + n, value); }

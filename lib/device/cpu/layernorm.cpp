@@ -9,8 +9,7 @@ namespace dtrain::cpu {
 template <class T>
 void layernorm_forward(T* out, T* mean, T* rstd, const T* inp, const T* weight, const T* bias,
                        int N, int C) {
-  DTRAIN_OMP_FOR_IF(static_cast<std::int64_t>(N) * C)
-  for (int n = 0; n < N; ++n) {
+  parallel_for(0, N, static_cast<std::int64_t>(N) * C, [=](int n) {
     const T* x = inp + static_cast<std::int64_t>(n) * C;
     T* o = out + static_cast<std::int64_t>(n) * C;
     // Two passes (mean, then centred variance): no cancellation for rows with a large mean.
@@ -27,7 +26,7 @@ void layernorm_forward(T* out, T* mean, T* rstd, const T* inp, const T* weight, 
     for (int c = 0; c < C; ++c) o[c] = (x[c] - m) * s * weight[c] + bias[c];
     mean[n] = m;
     rstd[n] = s;
-  }
+  });
 }
 
 template <class T>

@@ -13,8 +13,7 @@ void adamw(T* param, const T* grad, T* m, T* v, std::int64_t n, T lr, T beta1, T
   // Bias corrections computed once in double: beta^step underflows gracefully for large step.
   const T c1 = static_cast<T>(1.0 / (1.0 - std::pow(static_cast<double>(beta1), step)));
   const T c2 = static_cast<T>(1.0 / (1.0 - std::pow(static_cast<double>(beta2), step)));
-  DTRAIN_OMP_FOR_IF(n)
-  for (std::int64_t i = 0; i < n; ++i) {
+  parallel_for(0, n, n, [=](std::int64_t i) {
     const T g = grad[i] * grad_scale;
     const T mi = beta1 * m[i] + (T(1) - beta1) * g;
     const T vi = beta2 * v[i] + (T(1) - beta2) * g * g;
@@ -22,25 +21,23 @@ void adamw(T* param, const T* grad, T* m, T* v, std::int64_t n, T lr, T beta1, T
     v[i] = vi;
     // Decoupled weight decay (Loshchilov & Hutter): applied to the weight, not via the grad.
     param[i] -= lr * (mi * c1 / (std::sqrt(vi * c2) + eps) + weight_decay * param[i]);
-  }
+  });
 }
 
 template <class T>
 void sgd(T* param, const T* grad, T* mom, std::int64_t n, T lr, T momentum, T weight_decay,
          T grad_scale) {
   if (mom == nullptr || momentum == T(0)) {
-    DTRAIN_OMP_FOR_IF(n)
-    for (std::int64_t i = 0; i < n; ++i)
-      param[i] -= lr * (grad[i] * grad_scale + weight_decay * param[i]);
+    parallel_for(0, n, n,
+                 [=](std::int64_t i) { param[i] -= lr * (grad[i] * grad_scale + weight_decay * param[i]); });
     return;
   }
-  DTRAIN_OMP_FOR_IF(n)
-  for (std::int64_t i = 0; i < n; ++i) {
+  parallel_for(0, n, n, [=](std::int64_t i) {
     const T g = grad[i] * grad_scale + weight_decay * param[i];
     const T b = momentum * mom[i] + g;
     mom[i] = b;
     param[i] -= lr * b;
-  }
+  });
 }
 
 #define DTRAIN_INSTANTIATE(T)                                                                \
