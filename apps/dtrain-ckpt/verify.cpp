@@ -90,10 +90,18 @@ int verify(const std::string& file) {
   std::string problem = format_problem(f);
   if (problem.empty()) problem = structure_problem(f);
   if (!problem.empty()) return bad(file, problem);
-  try {  // each attribute as a resume reads it: its HDF5 type and range too
+  // Each attribute as a resume reads it, its HDF5 type and range too. (The checks above come
+  // first for their plainer messages, which scripts match: "format version ..." and the like.)
+  try {
     f.header();
   } catch (const dtrain::Error& e) {
-    return bad(file, e.what());
+    std::string why = e.what();
+    const std::string where = "checkpoint '" + file + "'";  // bad() names the file itself
+    if (why.rfind(where, 0) == 0) {
+      why.erase(0, where.size());
+      why.erase(0, why.rfind(": ", 0) == 0 ? 2 : why.rfind(' ', 0) == 0 ? 1 : 0);
+    }
+    return bad(file, why);
   }
   for (const ck::DatasetInfo& d : f.datasets()) {
     if (!d.has_checksum) return bad(file, "dataset " + d.path + " has no checksum attribute");

@@ -20,16 +20,21 @@ namespace {
 // The DTRAIN_* variables every rank reads (env::params()), checked by all ranks together over
 // `comm` before anything else uses them: a value malformed on one node only would otherwise
 // fail that rank alone while the others wait for it in the world's first collective. Throws
-// the first failing rank's message on every rank.
+// the first failing rank's message on every rank. Raw MPI on the base communicator (the
+// program's own one under dt_init_mpi_comm, whose initialisation is collective over it): a
+// Communicator's collectives start the watchdog, which reads these very variables.
 void agree_on_environment(MPI_Comm comm) {
   std::string problem;
   try {
     env::params();
-  } catch (const Error& e) {
+  } catch (const std::exception& e) {  // an Error; anything else must not skip the agreement
     problem = e.what();
   }
-  int rank = 0;
+  int rank = 0, world_rank = 0;
   comm::mpi_check(MPI_Comm_rank(comm, &rank), "MPI_Comm_rank");
+  comm::mpi_check(MPI_Comm_rank(MPI_COMM_WORLD, &world_rank), "MPI_Comm_rank");
+  if (!problem.empty() && world_rank != 0)
+    problem += " (in world rank " + std::to_string(world_rank) + "'s environment)";
   int first = problem.empty() ? INT_MAX : rank;
   comm::mpi_check(MPI_Allreduce(MPI_IN_PLACE, &first, 1, MPI_INT, MPI_MIN, comm), "MPI_Allreduce");
   if (first == INT_MAX) return;
@@ -37,7 +42,6 @@ void agree_on_environment(MPI_Comm comm) {
   comm::mpi_check(MPI_Bcast(&length, 1, MPI_INT, first, comm), "MPI_Bcast");
   problem.resize(static_cast<std::size_t>(length));
   comm::mpi_check(MPI_Bcast(&problem[0], length, MPI_CHAR, first, comm), "MPI_Bcast");
-  if (first != 0) problem += " (in rank " + std::to_string(first) + "'s environment)";
   throw AgreedError(Errc::invalid_config, problem);
 }
 
@@ -57,7 +61,8 @@ struct Runtime::Impl {
     MPI_Comm base = MPI_COMM_WORLD;
     if (!may_initialize) base = comm::communicator_of_fortran_handle(user_fortran_comm);
     agree_on_environment(base);
-    // Communicator::from_fortran_comm duplicates, so dtrain's traffic never mixes with the user's.
+    // Communicator::from_fortran_comm duplicates, so dtrain's traffic (all but the agreement
+    // above, a start-up collective of its own) never mixes with the user's.
     world = Communicator::from_fortran_comm(static_cast<int>(MPI_Comm_c2f(base)), "world");
     log::set_rank(world.rank(), world.size());
   }

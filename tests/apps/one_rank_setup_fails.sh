@@ -36,6 +36,6 @@ run bad_start --config run.ini
 status=$?
 cat "$dir/bad_start.log"
 [ "$status" -eq 2 ] || { echo "FAIL: bad start: exit status $status, expected 2"; exit 1; }
-grep -q "r0/2\] ERROR DTRAIN_LOG_LEVEL='bogus' is not a log level .*(in rank 1's environment)" "$dir/bad_start.log" ||
+grep -q "r0/2\] ERROR DTRAIN_LOG_LEVEL='bogus' is not a log level .*(in world rank 1's environment)" "$dir/bad_start.log" ||
   { echo "FAIL: bad start: rank 0 did not report rank 1's variable"; exit 1; }
 echo "ok: each ended with rank 1's message (the second after $seconds s)"

@@ -32,15 +32,15 @@ template <class T> inline T gelu_grad(T x) {
 }
 
 DTRAIN_CLONES void gelu_forward_f32(float* out, const float* inp, std::int64_t n) {
-  DTRAIN_FOR_SIMD_IN_PLACE(n, i, out[i] = gelu_value(inp[i]))
+  DTRAIN_FOR_SIMD_IN_PLACE(n, i, out[i] = gelu_value(inp[i]));
 }
 
 DTRAIN_CLONES void gelu_backward_f32(float* dinp, const float* inp, const float* dout,
                                      std::int64_t n, bool accumulate) {
   if (accumulate) {
-    DTRAIN_FOR_SIMD_IN_PLACE(n, i, dinp[i] += gelu_grad(inp[i]) * dout[i])
+    DTRAIN_FOR_SIMD_IN_PLACE(n, i, dinp[i] += gelu_grad(inp[i]) * dout[i]);
   } else {
-    DTRAIN_FOR_SIMD_IN_PLACE(n, i, dinp[i] = gelu_grad(inp[i]) * dout[i])
+    DTRAIN_FOR_SIMD_IN_PLACE(n, i, dinp[i] = gelu_grad(inp[i]) * dout[i]);
   }
 }
 }  // namespace

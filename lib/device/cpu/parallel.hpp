@@ -66,13 +66,15 @@ __attribute__((always_inline)) inline void parallel_for_simd(std::int64_t n, Bod
 // is inlined, so a region inside the helper is built for the default set only (GELU ran 2x
 // slower on the team). `statement` uses `i`, and holds no comma.
 #define DTRAIN_FOR_SIMD_IN_PLACE(n, i, statement)                 \
-  if (::dtrain::cpu::worth_a_team(n)) {                           \
-    DTRAIN_OMP_(parallel for simd schedule(static))               \
-    for (std::int64_t i = 0; i < (n); ++i) statement;             \
-  } else {                                                        \
-    DTRAIN_OMP_(simd)                                             \
-    for (std::int64_t i = 0; i < (n); ++i) statement;             \
-  }
+  do {                                                            \
+    if (::dtrain::cpu::worth_a_team(n)) {                         \
+      DTRAIN_OMP_(parallel for simd schedule(static))             \
+      for (std::int64_t i = 0; i < (n); ++i) statement;           \
+    } else {                                                      \
+      DTRAIN_OMP_(simd)                                           \
+      for (std::int64_t i = 0; i < (n); ++i) statement;           \
+    }                                                             \
+  } while (0)
 
 // A vectorised sum inside one row (the reduction order changes, so only where that is fine).
 #if defined(_OPENMP)
