@@ -18,6 +18,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "data.h"
 #include "dtrain.h"
@@ -120,12 +121,15 @@ int main(int argc, char** argv) {
       return 2;
     }
   }
-  if (opt.out) { /* rank 0 writes it at the end: tried now (to append: nothing in it is lost) */
+  if (opt.out) { /* rank 0 writes it at the end: tried now (to append: nothing in it is lost;
+                  * a file the try made is removed again, so a run that fails leaves none) */
     int writable = 1;
     if (rank == 0) {
+      const int existed = access(opt.out, F_OK) == 0;
       FILE* f = fopen(opt.out, "a");
       writable = f != NULL;
       if (f) fclose(f);
+      if (f && !existed) remove(opt.out);
     }
     check(dt_broadcast(world, &writable, &writable, 1, DT_I32, 0), "dt_broadcast");
     if (!writable) {

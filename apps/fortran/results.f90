@@ -10,16 +10,20 @@ module app_results
 contains
 
   ! Whether rank 0, which writes the results at the end, can write path: tried before the
-  ! training (the file is opened to append, so nothing in it is lost), agreed by every rank.
+  ! training (the file is opened to append, so nothing in it is lost; a file the try made is
+  ! deleted again, so a run that fails leaves none), agreed by every rank.
   logical function writable_by_rank_0(path, rank) result(ok)
     character(len=*), intent(in) :: path
     integer, intent(in) :: rank
     integer :: unit, stat
+    logical :: existed
     ok = .true.
     if (rank == 0) then
+      inquire (file=path, exist=existed)
       open (newunit=unit, file=path, status='unknown', position='append', action='write', iostat=stat)
       ok = stat == 0
-      if (ok) close (unit, iostat=stat)
+      if (ok .and. existed) close (unit, iostat=stat)
+      if (ok .and. .not. existed) close (unit, status='delete', iostat=stat)
     end if
     call MPI_Allreduce(MPI_IN_PLACE, ok, 1, MPI_LOGICAL, MPI_LAND, MPI_COMM_WORLD)
   end function
