@@ -11,14 +11,33 @@
 
 namespace dtrain::comm {
 
+// A non-blocking operation's MPI requests and what MPI reads until they complete. Made and
+// freed for every operation, so both the object and its lists come from a process-wide pool
+// (the lists keep their capacity): a training step's collectives and pipeline messages make
+// no heap allocation of dtrain's.
 class MpiRequest final : public RequestImpl {
+  struct Lists {
+    std::vector<MPI_Request> requests;
+    std::vector<ContiguousType> types;
+    std::vector<int> counts;
+  };
+  static Lists* take_lists();  // from the pool, or new
+  Lists* lists_;               // before the references below, which it initialises
+
  public:
+  MpiRequest();
+  ~MpiRequest() override;
+  MpiRequest(const MpiRequest&) = delete;
+  MpiRequest& operator=(const MpiRequest&) = delete;
+  static void* operator new(std::size_t bytes);
+  static void operator delete(void* p) noexcept;
+
   void wait() override;
   bool test() override;
 
-  std::vector<MPI_Request> requests;
-  std::vector<ContiguousType> types;  // derived types in use until completion
-  std::vector<int> counts;  // count arrays MPI reads until completion (v-variants)
+  std::vector<MPI_Request>& requests = lists_->requests;
+  std::vector<ContiguousType>& types = lists_->types;  // derived types in use until completion
+  std::vector<int>& counts = lists_->counts;  // count arrays MPI reads until completion (v-variants)
   // Completion work, in this order: move the result into place, then divide for avg.
   void* move_to = nullptr;
   const void* move_from = nullptr;

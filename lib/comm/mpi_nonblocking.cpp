@@ -1,11 +1,80 @@
 // MPI backend: non-blocking operations and their requests.
 #include <algorithm>
 #include <cstring>
+#include <mutex>
+#include <vector>
 
 #include "comm/mpi_backend.hpp"
 #include "dtrain/core/error.hpp"
 
 namespace dtrain::comm {
+namespace {
+
+// Freed MpiRequest objects' storage and their emptied lists, for the next operations. Kept
+// for the life of the process (a few per operation in flight at once).
+struct RequestPool {
+  std::mutex mutex;
+  std::vector<void*> storage;
+  std::vector<void*> lists;
+};
+RequestPool& request_pool() {
+  static RequestPool* pool = new RequestPool;  // never destroyed: requests may outlive statics
+  return *pool;
+}
+
+}  // namespace
+
+void* MpiRequest::operator new(std::size_t bytes) {
+  RequestPool& pool = request_pool();
+  {
+    std::lock_guard<std::mutex> lock(pool.mutex);
+    if (!pool.storage.empty()) {
+      void* p = pool.storage.back();
+      pool.storage.pop_back();
+      return p;
+    }
+  }
+  return ::operator new(bytes < sizeof(MpiRequest) ? sizeof(MpiRequest) : bytes);
+}
+
+void MpiRequest::operator delete(void* p) noexcept {
+  if (!p) return;
+  RequestPool& pool = request_pool();
+  try {
+    std::lock_guard<std::mutex> lock(pool.mutex);
+    pool.storage.push_back(p);
+  } catch (...) {  // no room in the pool's list: back to the heap
+    ::operator delete(p);
+  }
+}
+
+MpiRequest::Lists* MpiRequest::take_lists() {
+  RequestPool& pool = request_pool();
+  {
+    std::lock_guard<std::mutex> lock(pool.mutex);
+    if (!pool.lists.empty()) {
+      Lists* lists = static_cast<Lists*>(pool.lists.back());
+      pool.lists.pop_back();
+      return lists;
+    }
+  }
+  return new Lists;
+}
+
+MpiRequest::MpiRequest() : lists_(take_lists()) {}
+
+MpiRequest::~MpiRequest() {
+  lists_->requests.clear();
+  lists_->types.clear();  // frees derived types MPI no longer reads (finish() did, if it ran)
+  lists_->counts.clear();
+  RequestPool& pool = request_pool();
+  try {
+    std::lock_guard<std::mutex> lock(pool.mutex);
+    pool.lists.push_back(lists_);
+  } catch (...) {
+    delete lists_;
+  }
+}
 
 void MpiRequest::finish() {
   done_ = true;
