@@ -185,6 +185,30 @@ TEST(KernelGrad, LayerNormNormalises) {
   }
 }
 
+// Rows a diverging run reaches: in fp32 sums, the squares overflowed from |x| ~ 7e17 (rstd 0:
+// the row's output silently 0) and the sum from ~4e35 (NaN).
+TEST(Kernels, LayerNormOfHugeRows) {
+  const int C = 768;
+  for (const float big : {1e18f, 1e20f, 1e30f}) {
+    vector<float> inp(2 * C), wt(C, 1.f), bs(C, 0.f), out(2 * C), mean(2), rstd(2);
+    for (int c = 0; c < C; ++c) {
+      inp[c] = c % 2 ? big : -big;  // mean 0, standard deviation big
+      inp[C + c] = 3e38f;           // constant: variance 0
+    }
+    cpu::layernorm_forward<float>(out.data(), mean.data(), rstd.data(), inp.data(), wt.data(), bs.data(), 2, C);
+    EXPECT_NEAR(rstd[0] * big, 1.0f, 1e-5f) << big;
+    for (int c = 0; c < C; ++c) {
+      ASSERT_NEAR(out[c], c % 2 ? 1.0f : -1.0f, 1e-5f) << big << " column " << c;
+      ASSERT_EQ(out[C + c], 0.0f) << "constant row, column " << c;
+    }
+    EXPECT_EQ(mean[1], 3e38f);
+    vector<float> dout(2 * C, 1.f), dinp(2 * C, 0.f), dwt(C, 0.f), dbs(C, 0.f);
+    cpu::layernorm_backward<float>(dinp.data(), dwt.data(), dbs.data(), dout.data(), inp.data(), wt.data(),
+                                   mean.data(), rstd.data(), 2, C);
+    for (float v : dinp) ASSERT_TRUE(std::isfinite(v)) << big;
+  }
+}
+
 // ---- GELU ---------------------------------------------------------------------------
 TEST(KernelGrad, Gelu) {
   const int n = 40;
@@ -231,6 +255,10 @@ TEST(KernelGrad, GeluFloatFastPathMatchesDouble) {
   cpu::gelu_forward<float>(big_out.data(), big.data(), 2);
   EXPECT_EQ(big_out[0], inf);
   EXPECT_TRUE(big_out[1] == 0.0f || std::isnan(big_out[1]));
+  // Finite but huge: the gradient is 1 (x > 0) or 0, not NaN (x * x overflowed from ~2e19).
+  vector<float> huge{6e19f, 1e30f, 3e38f, -6e19f, -1e30f, -3e38f}, huge_grad(6, 0.f), six(6, 1.f);
+  cpu::gelu_backward<float>(huge_grad.data(), huge.data(), six.data(), 6);
+  for (int i = 0; i < 6; ++i) EXPECT_EQ(huge_grad[i], i < 3 ? 1.0f : 0.0f) << "x = " << huge[i];
 }
 
 // ---- attention ----------------------------------------------------------------------

@@ -1,4 +1,5 @@
 // GELU, tanh approximation (as GPT-2 uses).
+#include <algorithm>
 #include <cmath>
 
 #include "device/cpu/fastmath.hpp"
@@ -28,7 +29,10 @@ template <class T> inline T gelu_grad(T x) {
   const T k = static_cast<T>(kSqrt2OverPi), c3 = static_cast<T>(kCubic);
   const T th = tanh_any<T>(k * (x + c3 * x * x * x));
   const T sech2 = T(1) - th * th;
-  return T(0.5) * (T(1) + th) + T(0.5) * x * sech2 * k * (T(1) + T(3) * c3 * x * x);
+  // Past |x| = 10, sech2 is 0 in any precision; x clamped there keeps x * x from overflowing
+  // (0 * inf would be NaN from |x| ~ 5e19 on), and changes nothing below.
+  const T xs = std::min(std::max(x, T(-10)), T(10));
+  return T(0.5) * (T(1) + th) + T(0.5) * xs * sech2 * k * (T(1) + T(3) * c3 * xs * xs);
 }
 
 DTRAIN_CLONES void gelu_forward_f32(float* out, const float* inp, std::int64_t n) {

@@ -13,16 +13,19 @@ void layernorm_forward(T* out, T* mean, T* rstd, const T* inp, const T* weight, 
     const T* x = inp + static_cast<std::int64_t>(n) * C;
     T* o = out + static_cast<std::int64_t>(n) * C;
     // Two passes (mean, then centred variance): no cancellation for rows with a large mean.
-    T m = 0;
-    for (int c = 0; c < C; ++c) m += x[c];
-    m /= C;
-    T var = 0;
+    // Summed in double: in fp32 the squares overflow from |x| ~ 7e17 (rstd 0, the row's
+    // output silently 0) and the sum from ~4e35 (NaN), values a diverging run reaches.
+    double sum = 0;
+    for (int c = 0; c < C; ++c) sum += x[c];
+    const double md = sum / C;
+    double var = 0;
     for (int c = 0; c < C; ++c) {
-      const T d = x[c] - m;
+      const double d = x[c] - md;
       var += d * d;
     }
     var /= C;
-    const T s = T(1) / std::sqrt(var + static_cast<T>(kLayerNormEps));
+    const T m = static_cast<T>(md);
+    const T s = static_cast<T>(1.0 / std::sqrt(var + kLayerNormEps));
     for (int c = 0; c < C; ++c) o[c] = (x[c] - m) * s * weight[c] + bias[c];
     mean[n] = m;
     rstd[n] = s;
@@ -39,16 +42,16 @@ void layernorm_backward(T* dinp, T* dweight, T* dbias, const T* dout, const T* i
     T* dx = dinp + static_cast<std::int64_t>(n) * C;
     const T m = mean[n], s = rstd[n];
     // dnorm = dout * weight; dx = s * (dnorm - mean(dnorm) - xhat * mean(dnorm * xhat))
-    T sum_dn = 0, sum_dn_xhat = 0;
+    double sum_dn = 0, sum_dn_xhat = 0;  // in double, as the forward's sums
     for (int c = 0; c < C; ++c) {
       const T xhat = (x[c] - m) * s;
       const T dn = d[c] * weight[c];
       sum_dn += dn;
-      sum_dn_xhat += dn * xhat;
+      sum_dn_xhat += static_cast<double>(dn) * xhat;
       dbias[c] += d[c];
       dweight[c] += d[c] * xhat;
     }
-    const T a = sum_dn / C, b = sum_dn_xhat / C;
+    const T a = static_cast<T>(sum_dn / C), b = static_cast<T>(sum_dn_xhat / C);
     for (int c = 0; c < C; ++c) {
       const T xhat = (x[c] - m) * s;
       dx[c] += s * (d[c] * weight[c] - a - xhat * b);

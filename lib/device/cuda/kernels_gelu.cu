@@ -68,7 +68,8 @@ using F16Input = HalfInput<false>;
 __device__ __forceinline__ float gelu_grad(float x) {
   const float th = tanhf(kSqrt2OverPi * (x + kCubic * x * x * x));
   const float sech2 = 1.0f - th * th;
-  return 0.5f * (1.0f + th) + 0.5f * x * sech2 * kSqrt2OverPi * (1.0f + 3.0f * kCubic * x * x);
+  const float xs = fminf(fmaxf(x, -10.0f), 10.0f);  // as the CPU's: no 0 * inf past |x| ~ 5e19
+  return 0.5f * (1.0f + th) + 0.5f * xs * sech2 * kSqrt2OverPi * (1.0f + 3.0f * kCubic * xs * xs);
 }
 
 template <class Input>
