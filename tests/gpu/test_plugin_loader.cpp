@@ -3,9 +3,13 @@
 //   missing          DTRAIN_CUDA_PLUGIN names no file and no plugin is on the search path
 //   no-entry-points  DTRAIN_CUDA_PLUGIN names a shared library that is not a dtrain plugin
 //   present          DTRAIN_CUDA_PLUGIN names the plugin built here
+//   no-driver        DTRAIN_CUDA_PLUGIN unset, on a machine without NVIDIA's driver library:
+//                    the plugin beside libdtrain.so is not even opened
 // In every scenario without a usable GPU: "auto" gives the CPU, "cuda" throws
 // Errc::unavailable with a message that names --device cuda and the reason. With a GPU and
 // the plugin, "cuda" and "auto" give a working CUDA device.
+#include <dlfcn.h>
+
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
@@ -59,6 +63,17 @@ int main(int argc, char** argv) {
     if (asked && *asked) return expect_cpu_fallback({std::string(asked) + ": cannot open"});
     return expect_cpu_fallback({"could not be loaded"});
   }
+  if (mode == "no-driver") {
+    void* driver = dlopen("libcuda.so.1", RTLD_LAZY | RTLD_LOCAL);
+    if (driver) {
+      dlclose(driver);
+      std::printf("this machine has NVIDIA's driver library: scenario not testable here\n");
+      return 77;
+    }
+    if (int rc = expect_cpu_fallback({"no NVIDIA driver (libcuda.so.1"})) return rc;
+    if (dlopen("libdtrain_cuda.so", RTLD_NOW | RTLD_NOLOAD)) return fail("the plugin was loaded");
+    return 0;
+  }
   if (mode == "no-entry-points") {
     return expect_cpu_fallback({"lacks the dtrain plugin entry points"});
   }
@@ -80,5 +95,5 @@ int main(int argc, char** argv) {
     std::printf("plugin loaded: %s\n", gpu.name().c_str());
     return 0;
   }
-  return fail("usage: test_plugin_loader missing|no-entry-points|present");
+  return fail("usage: test_plugin_loader missing|no-entry-points|present|no-driver");
 }
