@@ -46,6 +46,7 @@ std::string Checkpoints::save(const std::string& dir, int keep) {
   if (engine_.scaler().enabled()) {  // fp16 goes on from this scale after a load
     info.loss_scale = engine_.scaler().scale();
     info.loss_scale_clean_steps = engine_.scaler().clean_steps_in_a_row();
+    info.loss_scale_skipped_steps = engine_.scaler().skipped_steps();
   }
   return checkpointer_.save(dir, info, keep == 0 ? INT_MAX : keep);
 }
@@ -93,7 +94,7 @@ void Checkpoints::load(const std::string& source) {
   // gives the same state whatever came before it.
   optim::LossScaler& scaler = engine_.scaler();
   if (scaler.enabled() && info.loss_scale > 0)
-    scaler.set_scale(info.loss_scale, info.loss_scale_clean_steps);
+    scaler.set_scale(info.loss_scale, info.loss_scale_clean_steps, info.loss_scale_skipped_steps);
   else if (scaler.enabled())
     scaler.set_scale(scaler.config().initial_scale, 0);
 }

@@ -306,6 +306,7 @@ void Checkpointer::Impl::write_file(const std::string& path, const CheckpointInf
   if (info.loss_scale > 0) {
     h5::write_attr(file, "loss_scale", info.loss_scale);
     h5::write_attr(file, "loss_scale_clean_steps", static_cast<std::int64_t>(info.loss_scale_clean_steps));
+    h5::write_attr(file, "loss_scale_skipped_steps", static_cast<std::int64_t>(info.loss_scale_skipped_steps));
   }
 
   h5::Handle mg = h5::group_handle(H5Gcreate2(file, "/model", H5P_DEFAULT, H5P_DEFAULT, H5P_DEFAULT), "/model");

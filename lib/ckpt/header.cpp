@@ -47,6 +47,11 @@ Header read_header(hid_t file, const std::string& where) {
     DTRAIN_CHECK(std::isfinite(info.loss_scale) && info.loss_scale > 0 && info.loss_scale_clean_steps >= 0,
                  Errc::corrupt_data, where << " has a loss scale of " << info.loss_scale << " after "
                                            << info.loss_scale_clean_steps << " clean steps");
+    if (h5::has_attr(file, "loss_scale_skipped_steps", where)) {  // files written before it: 0
+      info.loss_scale_skipped_steps = h5::read_attr_i64(file, "loss_scale_skipped_steps", where);
+      DTRAIN_CHECK(info.loss_scale_skipped_steps >= 0, Errc::corrupt_data,
+                   where << " has a negative count of skipped steps (" << info.loss_scale_skipped_steps << ")");
+    }
   }
   h5::Handle og = open_group(file, "/optimizer", where);
   h.optimizer_step = h5::read_attr_i64(og, "step", where + " /optimizer");

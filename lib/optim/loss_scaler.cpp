@@ -49,13 +49,14 @@ bool LossScaler::update(bool overflow) {
   return true;
 }
 
-void LossScaler::set_scale(double scale, long clean_steps_in_a_row) {
+void LossScaler::set_scale(double scale, long clean_steps_in_a_row, long skipped_steps) {
   if (!enabled_) return;  // a disabled scaler stays at 1
   // A restored scale above the ceiling came from a run whose --loss-scale set a higher one:
   // the ceiling follows it, so the run goes on as it would have without the resume.
   if (std::isfinite(scale) && scale > cfg_.max_scale) cfg_.max_scale = scale;
   scale_ = std::min(cfg_.max_scale, std::max(cfg_.min_scale, scale));
   clean_ = std::max(0L, clean_steps_in_a_row);
+  skipped_ = std::max(0L, skipped_steps);
 }
 
 }  // namespace dtrain::optim

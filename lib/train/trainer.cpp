@@ -161,6 +161,7 @@ std::string Trainer::save_checkpoint() {
   if (s.scaler.enabled()) {
     info.loss_scale = s.scaler.scale();
     info.loss_scale_clean_steps = s.scaler.clean_steps_in_a_row();
+    info.loss_scale_skipped_steps = s.scaler.skipped_steps();
   }
   // Each rank writes what it holds: ZeRO 3 its pieces, mixed precision its fp32 masters
   // (not the rounded arena), so nothing is gathered and the parameters stay as they are.
@@ -184,7 +185,7 @@ void Trainer::load_checkpoint(const std::string& path) {
   // fp16 goes on from the saved loss scale; a file without one (another precision) leaves
   // --loss-scale.
   if (s.scaler.enabled() && info.loss_scale > 0)
-    s.scaler.set_scale(info.loss_scale, info.loss_scale_clean_steps);
+    s.scaler.set_scale(info.loss_scale, info.loss_scale_clean_steps, info.loss_scale_skipped_steps);
   const std::uint64_t expected = static_cast<std::uint64_t>(info.step) * s.loader.plan().global_batch();
   if (info.data_position != expected && !s.cfg.eval_only) {  // no training sample is drawn else
     DTRAIN_LOG(warn, "checkpoint " << path << " was at sample " << info.data_position

@@ -457,6 +457,38 @@ TEST(Precision, Fp16CheckpointCarriesTheLossScale) {
   }
 }
 
+// The count of skipped steps (the metrics' skipped_steps) goes on across a resume: from 2^32
+// the first steps overflow, and a checkpoint after 5 of them resumes at 5, not 0.
+TEST(Precision, Fp16CheckpointCarriesTheSkippedStepCount) {
+  train::TrainConfig cfg = config("fp16");
+  cfg.steps = 8;
+  cfg.loss_scale = std::ldexp(1.0, 32);
+  cfg.resume = "none";
+  std::vector<long> skipped;
+  {
+    train::Trainer whole(cfg, world());
+    while (whole.step() < cfg.steps) {
+      whole.train_step();
+      skipped.push_back(whole.loss_scaler().skipped_steps());
+    }
+  }
+  ASSERT_EQ(skipped[4], 5) << "the overflows this test relies on changed";
+  cfg.save_dir = test::fresh_dir(world(), "precision_ckpt", "fp16_skips", world().size());
+  std::string path;
+  {
+    train::Trainer first(cfg, world());
+    for (int s = 0; s < 5; ++s) first.train_step();
+    path = first.save_checkpoint();
+  }
+  cfg.resume = path;
+  train::Trainer second(cfg, world());
+  EXPECT_EQ(second.loss_scaler().skipped_steps(), 5);
+  for (std::size_t i = 5; i < skipped.size(); ++i) {
+    second.train_step();
+    EXPECT_EQ(second.loss_scaler().skipped_steps(), skipped[i]) << "step " << i + 1;
+  }
+}
+
 // grad_norm of every line of a metrics file.
 std::vector<double> logged_grad_norms(const std::string& path) {
   std::vector<double> norms;

@@ -19,6 +19,7 @@ struct DTRAIN_API CheckpointInfo {
   std::string run_config;               // "key = value" lines of the run (informative)
   double loss_scale = 0;                // fp16 dynamic loss scale (0: the run has none)
   long loss_scale_clean_steps = 0;      // clean steps in a row toward its next growth
+  long loss_scale_skipped_steps = 0;    // steps skipped for overflow, across resumes
 };
 
 }  // namespace dtrain::ckpt

@@ -41,9 +41,9 @@ class DTRAIN_API LossScaler {
   long clean_steps_in_a_row() const { return clean_; }
   const LossScalerConfig& config() const { return cfg_; }
   // Restores a scale (a resumed run, tests); raised to min_scale, and above max_scale it
-  // raises max_scale (the scale's own run allowed it). The count
-  // of clean steps toward the next growth restarts at clean_steps_in_a_row.
-  void set_scale(double scale, long clean_steps_in_a_row = 0);
+  // raises max_scale (the scale's own run allowed it). The count of clean steps toward the
+  // next growth restarts at clean_steps_in_a_row, that of skipped steps at skipped_steps.
+  void set_scale(double scale, long clean_steps_in_a_row = 0, long skipped_steps = 0);
 
  private:
   bool enabled_ = false;

@@ -28,7 +28,7 @@ namespace dtrain::train {
 
 struct DTRAIN_API TrainSummary {
   long steps = 0;               // steps taken (fp16: skipped ones included)
-  long skipped_steps = 0;       // fp16: steps skipped because their gradients overflowed (since the Trainer was made)
+  long skipped_steps = 0;       // fp16: steps skipped because their gradients overflowed (since the run began, across resumes)
   double final_loss = 0;        // training loss of the last step; NaN from run() when it trained none
   double final_val_loss = -1;   // negative: never evaluated
   double entropy_rate = -1;     // of the data source where known (nats/token)
