@@ -556,9 +556,10 @@ DT_API dt_result_t dt_byom_register(dt_byom_t byom, const char* name, int ndim,
  * @param[out] grad_norm global norm before clipping; may be NULL.
  * A byom holding an fp16 tensor, or scaling its loss (dt_byom_scale_loss()), skips a step
  * whose gradients hold an inf or NaN on any rank (every rank alike): *grad_norm is NaN, and
- * nothing changes but the loss scale, which halves (when scaling).
+ * nothing changes but the loss scale, which halves (when scaling). Any other byom refuses
+ * such a step on every rank (::DT_ERR_INVALID_ARGUMENT) and changes nothing either.
  * @return ::DT_SUCCESS; ::DT_ERR_INVALID_HANDLE, ::DT_ERR_INVALID_ARGUMENT (lr out of range or
- *         not the same on every rank), ::DT_ERR_INVALID_STATE (nothing registered), ::DT_ERR_INVALID_CONFIG (the ranks
+ *         not the same on every rank; gradients holding an inf or NaN), ::DT_ERR_INVALID_STATE (nothing registered), ::DT_ERR_INVALID_CONFIG (the ranks
  *         registered different tensors or made the byom with different optimizer settings or
  *         loss scaling; gradients that overflow at loss scale 1), ::DT_ERR_COMM.
  */
@@ -946,13 +947,16 @@ DT_API dt_result_t dt_sample_token(const float* logits, int vocab,
  * calls have already summed them into the ranks' shares), clips by the whole model's norm,
  * applies AdamW at lr, then zeroes the gradients. A model in fp16 whose gradients overflowed
  * (agreed by every rank) skips the update instead: the parameters, the optimiser state and
- * dt_model_steps() stay as they were, the loss scale halves, and *grad_norm is NaN.
+ * dt_model_steps() stay as they were, the loss scale halves, and *grad_norm is NaN. In fp32
+ * and bf16, gradients holding an inf or NaN (a diverged model) fail the step on every rank
+ * (::DT_ERR_INVALID_ARGUMENT): the parameters and the optimiser state stay as they were, and
+ * the gradients are zeroed.
  * @param model a live model.
  * @param lr learning rate, >= 0 and below 1e30 (so finite), the same on every rank (checked;
  *        -0 counts as 0).
  * @param[out] grad_norm global norm before clipping; may be NULL.
  * @return ::DT_SUCCESS; ::DT_ERR_INVALID_HANDLE, ::DT_ERR_INVALID_ARGUMENT (lr out of range or
- *         not the same on every rank), ::DT_ERR_COMM,
+ *         not the same on every rank; gradients holding an inf or NaN), ::DT_ERR_COMM,
  *         ::DT_ERR_INVALID_CONFIG (fp16: the gradients overflow at the
  *         smallest loss scale, 1; training cannot go on in fp16).
  */

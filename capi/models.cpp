@@ -530,7 +530,13 @@ dt_result_t dt_model_step(dt_model_t model, float lr, float* grad_norm) {
     agreed_checks(m.group(), true, [&] { need(lr >= 0 && lr < 1e30f, "lr must be a finite value >= 0"); });
     need_same_lr(m.group(), lr);
     share_tied_embedding(m);
-    const double norm = m.engine->step(lr);
+    double norm = 0;
+    try {
+      norm = m.engine->step(lr);
+    } catch (const dtrain::AgreedError&) {  // a step not taken (non-finite gradients): dropped
+      m.engine->zero_grads();
+      throw;
+    }
     m.engine->zero_grads();
     if (grad_norm) *grad_norm = static_cast<float>(norm);
   });

@@ -209,6 +209,13 @@ double StepEngine::step(float lr) {
   if (scaler_.enabled() && !scaler_.update(overflowed()))
     return std::numeric_limits<double>::quiet_NaN();  // skipped: nothing changes but the scale
   const double norm = gradient_norm() * static_cast<double>(unscale);
+  // The norm's sum covers every rank's gradients, so every rank sees the same non-finite
+  // value: agreed. AdamW would write NaNs into the parameters and moments (clipping passes
+  // a non-finite norm by).
+  if (!std::isfinite(norm))
+    throw AgreedError(Errc::invalid_argument,
+                      "the gradients hold an inf or NaN (global norm " + std::to_string(norm) +
+                          "): the step is not taken, the parameters and the optimizer state are as they were");
   const float clip = optim::clip_factor(norm, cfg_.clip_grad) * unscale;
   optimizer_->step(params_.params(), params_.grads(), lr, clip);
   // ZeRO 1/2: every rank's updated piece to all. ZeRO 3 keeps the pieces; passes gather them.

@@ -210,7 +210,7 @@ double Trainer::train_step() {
   const double loss = s.fixed_order ? s.sync_gradients_fixed_order() : s.sync_gradients_bucketed();
   if (s.stopped) return loss;  // part-way, inside run(): nothing is updated
   s.dev.trim_memory(Device::Trim::unused);  // spare memory this step did not take goes back
-  s.check_finite_loss(loss);
+  s.check_finite("loss", loss);
   s.last_lr = s.schedule.at(s.step);
   s.last_loss_scale = s.scaler.scale();
   const float unscale = s.scaler.inverse_scale();  // of this step's seed (1 unless fp16)
@@ -225,6 +225,7 @@ double Trainer::train_step() {
     return loss;
   }
   s.last_grad_norm = s.gradient_norm() * static_cast<double>(unscale);
+  s.check_finite("gradient norm", s.last_grad_norm);  // a finite loss can still have inf gradients
   const float clip = optim::clip_factor(s.last_grad_norm, s.cfg.clip_grad) * unscale;
   s.optimizer.step(params.params(), params.grads(), static_cast<float>(s.last_lr), clip);
   s.share_updated_parameters();

@@ -231,18 +231,19 @@ void Trainer::State::share_updated_parameters() {
   }
 }
 
-void Trainer::State::check_finite_loss(double loss) {
-  // No collective needed: the step's loss is already every rank's (all-reduced over DP,
-  // over TP inside the cross-entropy, broadcast over PP), and a NaN or inf in any part of
-  // a sum leaves it non-finite on every rank, whatever the order of the terms.
-  if (std::isfinite(loss)) return;
+void Trainer::State::check_finite(const char* what, double value) {
+  // No collective needed: the step's loss and gradient norm are already every rank's
+  // (all-reduced over DP, over TP inside the cross-entropy, broadcast over PP; the norm's
+  // sum of squares over every group), and a NaN or inf in any part of a sum leaves it
+  // non-finite on every rank, whatever the order of the terms.
+  if (std::isfinite(value)) return;
   std::ostringstream msg;
-  msg << "training diverged: the loss of step " << step + 1 << " is " << loss
+  msg << "training diverged: the " << what << " of step " << step + 1 << " is " << value
       << "; stopped before updating, so no checkpoint holds it (a smaller --lr, or --clip-grad, "
          "may help)";
   // A checkpoint of the parameters that gave it is no good place to go on from.
   if (last_saved_step == step && step > 0)
-    msg << "; the checkpoint of step " << step << " holds the parameters that gave this loss: "
+    msg << "; the checkpoint of step " << step << " holds the parameters that gave this " << what << ": "
         << "resume from an earlier one (--resume FILE)";
   throw AgreedError(Errc::invalid_config, msg.str());
 }

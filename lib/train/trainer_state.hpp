@@ -125,10 +125,10 @@ struct Trainer::State {
   // The backward seed of a micro-batch: its share of the mean, times the fp16 loss scale.
   float seed(float share) const { return share * scaler.scale(); }
   bool apply_overflow_check();
-  // A loss that is not finite (divergence) fails every rank before the update:
-  // training on would write NaNs into the parameters and then into checkpoints that
-  // replace good ones.
-  void check_finite_loss(double loss);
+  // A loss or a gradient norm that is not finite (divergence) fails every rank before the
+  // update: training on would write NaNs into the parameters and then into checkpoints that
+  // replace good ones. what: "loss", "gradient norm".
+  void check_finite(const char* what, double value);
   void log_pipeline_bubble(bool whole_run);
   void reduce_tied_embedding();
   double gradient_norm();

@@ -241,6 +241,22 @@ static void test_byom(dt_context_t ctx, dt_comm_t world, int size, int zero_stag
   CHECK(max_diff < 2e-6f);
   OK(ctx, dt_byom_steps(byom, &steps));
   CHECK(steps == STEPS);
+  /* A NaN gradient on the last rank only: every rank refuses the step, and nothing changes
+   * (AdamW would have written NaNs into every parameter and moment). */
+  {
+    float keptW[OUT * IN], norm = 0;
+    memcpy(keptW, W, sizeof W);
+    linear_grad(W, b, first, per_rank, gW, gb);
+    if (my_rank == size - 1) gW[0] = NAN;
+    EXPECT(DT_ERR_INVALID_ARGUMENT, ctx, dt_byom_step(byom, lr, &norm));
+    MESSAGE(ctx, "the gradients hold an inf or NaN");
+    CHECK(memcmp(keptW, W, sizeof W) == 0);
+    OK(ctx, dt_byom_steps(byom, &steps));
+    CHECK(steps == STEPS);
+    linear_grad(W, b, first, per_rank, gW, gb); /* the program's next gradients: on it goes */
+    OK(ctx, dt_byom_step(byom, lr, &norm));
+    CHECK(isfinite(norm) && memcmp(keptW, W, sizeof W) != 0);
+  }
   EXPECT(DT_ERR_INVALID_STATE, ctx, dt_byom_register(byom, "late", 1, bshape, DT_F32, b, gb, 0));
   MESSAGE(ctx, "before the first step");
   OK(ctx, dt_byom_destroy(byom));
