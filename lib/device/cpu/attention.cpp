@@ -19,14 +19,20 @@
 namespace dtrain::cpu {
 namespace {
 
-// A log-sum-exp is kept as two values, a bf16-exact head and the rest, so that it survives
-// saved activations in 16 bits with about 16 significant bits (the CUDA kernels' layout).
-template <class T> void save_lse(T* lse, T value) {
+// A log-sum-exp, mx + log(sum), is kept as two values, a bf16-exact head and the rest, so
+// that it survives saved activations in 16 bits with about 16 significant bits (the CUDA
+// kernels' layout). It is formed in double and never put together again: a score minus the
+// head, minus the rest. In fp32, mx + log(sum) lost log(sum) to rounding at large scores
+// (KernelGrad.AttentionLogSumExpAtLargeScores: gradients 2.02 apart from the saved
+// probabilities' at scores of thousands, now 0.0107).
+template <class T> void save_lse(T* lse, T mx, T sum) {
+  const double value = static_cast<double>(mx) + std::log(static_cast<double>(sum));
   const T hi = static_cast<T>(halfbits::round_bf16(static_cast<float>(value)));
   lse[0] = hi;
-  lse[1] = value - hi;
+  lse[1] = static_cast<T>(value - static_cast<double>(hi));
 }
-template <class T> T load_lse(const T* lse) { return lse[0] + lse[1]; }
+// exp(score - lse) of a score.
+template <class T> T probability(T score, const T* lse) { return exp_any<T>((score - lse[0]) - lse[1]); }
 
 // P holds rows [t0, t1) of the scores, row t at P + (t - t0) * ld: each becomes its causal
 // softmax, zero above the diagonal up to column width. With lse, each row's log-sum-exp is
@@ -47,7 +53,7 @@ template <class T> void causal_softmax_rows(T* P, int ld, int t0, int t1, int wi
     const T inv = T(1) / sum;
     for (int j = 0; j <= t; ++j) row[j] *= inv;
     for (int j = t + 1; j < width; ++j) row[j] = 0;
-    if (lse) save_lse(lse + 2 * t, mx + std::log(sum));
+    if (lse) save_lse(lse + 2 * t, mx, sum);
   });
 }
 
@@ -55,8 +61,8 @@ template <class T> void causal_softmax_rows(T* P, int ld, int t0, int t1, int wi
 template <class T> void causal_probabilities_rows(T* P, int ld, int t0, int t1, const T* lse) {
   parallel_for(t0, t1, static_cast<std::int64_t>(t1 - t0) * t1, [=](int t) {
     T* row = P + static_cast<std::int64_t>(t - t0) * ld;
-    const T l = load_lse(lse + 2 * t);
-    for (int j = 0; j <= t; ++j) row[j] = exp_any<T>(row[j] - l);
+    const T* l = lse + 2 * t;
+    for (int j = 0; j <= t; ++j) row[j] = probability(row[j], l);
     for (int j = t + 1; j < t1; ++j) row[j] = 0;
   });
 }
