@@ -557,6 +557,15 @@ TEST(KernelGrad, CrossEntropyStableForHugeLogits) {
   EXPECT_NEAR(d[0], 1.f, 1e-6);
   EXPECT_NEAR(d[1], -1.f, 1e-6);
   EXPECT_TRUE(std::isfinite(d[2]));
+  // Equal logits far from 0 give ln(V) whatever their value: (max - target) + log(sum), where
+  // max + log(sum) - target lost log(sum) to rounding (8 instead of 10.83 at 1e8).
+  const int wide = 50304;
+  vector<float> flat(wide), wide_loss(1), wide_lse(1);
+  for (const float c : {1e4f, 1e8f, -1e30f}) {
+    std::fill(flat.begin(), flat.end(), c);
+    cpu::crossentropy_forward<float>(wide_loss.data(), wide_lse.data(), flat.data(), t, N, wide, wide);
+    EXPECT_NEAR(wide_loss[0], std::log(double(wide)), 1e-5) << "logits " << c;
+  }
 }
 
 // ---- optimisers ----------------------------------------------------------------------

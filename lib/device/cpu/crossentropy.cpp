@@ -21,9 +21,9 @@ void crossentropy_forward(T* losses, T* lse, const T* logits, const std::int32_t
     T sum = 0;
     DTRAIN_OMP_SIMD_SUM(sum)
     for (int j = 0; j < V; ++j) sum += exp_any<T>(z[j] - mx);
-    const T l = mx + std::log(sum);
-    lse[n] = l;
-    losses[n] = l - z[targets[n]];
+    // (mx - target) first: at large logits mx + log(sum) would lose log(sum) to rounding.
+    lse[n] = mx + std::log(sum);
+    losses[n] = (mx - z[targets[n]]) + std::log(sum);
   });
 }
 

@@ -50,9 +50,8 @@ template <class T>
 void crossentropy_shard_finish(T* losses, T* lse, const T* max, const T* sumexp,
                                const T* target_logit, int N) {
   for (int n = 0; n < N; ++n) {
-    const T l = max[n] + std::log(sumexp[n]);
-    lse[n] = l;
-    losses[n] = l - target_logit[n];
+    lse[n] = max[n] + std::log(sumexp[n]);
+    losses[n] = (max[n] - target_logit[n]) + std::log(sumexp[n]);  // as the fused kernel's
   }
 }
 

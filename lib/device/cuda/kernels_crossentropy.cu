@@ -122,9 +122,8 @@ __global__ void crossentropy_forward_kernel(float* losses, float* lse,
   const Row z{logits + n * Vp};
   const MaxSumExp row = row_max_sumexp(z, V, shared_m, shared_s);
   if (threadIdx.x == 0) {
-    const float l = row.m + logf(row.s);
-    lse[n] = l;
-    losses[n] = l - z[targets[n]];
+    lse[n] = row.m + logf(row.s);
+    losses[n] = (row.m - z[targets[n]]) + logf(row.s);  // as the CPU's: no log(sum) lost at large logits
   }
 }
 
@@ -229,9 +228,8 @@ __global__ void shard_finish_kernel(float* losses, float* lse, const float* max,
                                     const float* sumexp, const float* target_logit, int N) {
   const int n = blockIdx.x * blockDim.x + threadIdx.x;
   if (n >= N) return;
-  const float l = max[n] + logf(sumexp[n]);
-  lse[n] = l;
-  losses[n] = l - target_logit[n];
+  lse[n] = max[n] + logf(sumexp[n]);
+  losses[n] = (max[n] - target_logit[n]) + logf(sumexp[n]);  // as the fused kernel's
 }
 
 }  // namespace
