@@ -32,10 +32,9 @@ inline bool worth_a_team(std::int64_t work) {
 template <class T> struct index_of { using type = T; };  // begin takes end's type
 
 // body(i) for i in [begin, end), split statically over the team when `work` (the elements
-// the loop touches) is worth it. Always inlined: a kernel built for several instruction sets
-// (target_clones) vectorises the loop for each. Bodies capture by value ([=]: pointers and
-// scalars), and each thread takes its own copy: through references to the caller's variables
-// the team's loops reloaded every pointer each iteration and ran about 10% slower.
+// the loop touches) is worth it. Bodies capture by value ([=]: pointers and scalars), and
+// each thread of the team takes its own copy. Not for a kernel built for several instruction
+// sets: see DTRAIN_FOR_SIMD_IN_PLACE.
 template <class Index, class Body>
 __attribute__((always_inline)) inline void parallel_for(typename index_of<Index>::type begin, Index end,
                                                         std::int64_t work, Body body) {
