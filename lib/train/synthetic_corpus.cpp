@@ -2,6 +2,7 @@
 #include <algorithm>
 #include <array>
 #include <cmath>
+#include <cstdio>
 #include <cstring>
 #include <vector>
 
@@ -65,8 +66,10 @@ class SyntheticCorpus final : public TokenSource {
   int vocab_needed() const override { return 128; }  // ASCII bytes
 
   std::string describe() const override {
-    return "built-in synthetic corpus (order-2 Markov source, 32 symbols, entropy rate " +
-           std::to_string(entropy_rate()).substr(0, 6) + " nats/token)";
+    char rate[32];  // rounded as the progress lines print it (to_string's digits were cut off)
+    std::snprintf(rate, sizeof rate, "%.4f", entropy_rate());
+    return std::string("built-in synthetic corpus (order-2 Markov source, 32 symbols, entropy rate ") + rate +
+           " nats/token)";
   }
 
   double entropy_rate() const override {
