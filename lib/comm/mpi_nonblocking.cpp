@@ -10,8 +10,8 @@
 namespace dtrain::comm {
 namespace {
 
-// Freed MpiRequest objects' storage and their emptied lists, for the next operations. Kept
-// for the life of the process (a few per operation in flight at once).
+// Freed MpiRequest objects' storage and their emptied lists, for the next operations: as many
+// as were ever in flight at once, kept for the life of the process.
 struct RequestPool {
   std::mutex mutex;
   std::vector<void*> storage;
