@@ -12,7 +12,8 @@
  *    handles give ::DT_ERR_INVALID_HANDLE. Output pointers must not be NULL unless a function
  *    says so (::DT_ERR_INVALID_ARGUMENT).
  *  - On failure, dt_get_last_error(ctx) returns "FUNCTION: REASON" for the context the
- *    call used, and dt_get_last_error(NULL) the last message of the calling thread.
+ *    call used (or for a later failure of the calling thread whose handle named no live
+ *    context), and dt_get_last_error(NULL) the last message of the calling thread.
  *  - Ownership: buffers passed in stay owned by the caller. Handles created by a dt_*_create
  *    or dt_init* call are owned by the caller and released by the matching destroy/finalize;
  *    ::dt_comm_t handles are borrowed from their context or grid and never destroyed.
@@ -134,6 +135,9 @@ DT_API const char* dt_get_error_string(dt_result_t code);
 /**
  * @brief The message of the last failed call that used ctx.
  *
+ * Where the calling thread failed later in a call whose handle named no live context (NULL,
+ * destroyed), the message is that call's: it could not know its context, and it is the
+ * failure the caller is asking about.
  * Thread-safe: the text is copied into storage of the calling thread, valid until its next
  * dt_get_last_error() call.
  * @param ctx a live context; NULL (or a destroyed or finalized one) for the last failure of

@@ -1,4 +1,6 @@
 // Result codes, their names, and the last-error messages (per context and per thread).
+#include <atomic>
+#include <cstdint>
 #include <new>
 
 #include "dtrain/core/error.hpp"
@@ -10,6 +12,13 @@ namespace {
 
 thread_local std::string thread_last_error;
 thread_local std::string returned_error;  // what dt_get_last_error handed out last
+// Failures are numbered as they happen, so that a context's message gives way to a newer
+// failure of the calling thread that no context could be named for (a destroyed or NULL
+// handle): the program asking its context about the call that just failed gets that call's
+// message, not an older one.
+std::atomic<std::uint64_t> failures_so_far{0};
+thread_local std::string thread_contextless_error;
+thread_local std::uint64_t thread_contextless_number = 0;
 
 // The Errc values are the C codes below 1000, one to one (checked here, at compile time).
 static_assert(static_cast<int>(Errc::internal) == DT_ERR_INTERNAL, "Errc and dt_result_t diverged");
@@ -23,9 +32,14 @@ void fail(dt_result_t code, const std::string& msg) { throw CError(code, msg); }
 void record_error(dt_context_s* ctx, const char* func, const std::string& msg) noexcept {
   try {
     std::string text = std::string(func) + ": " + msg;
+    const std::uint64_t number = ++failures_so_far;
     if (ctx) {
       std::lock_guard<std::mutex> lock(ctx->error_mutex);
       ctx->last_error = text;
+      ctx->last_error_number = number;
+    } else {
+      thread_contextless_error = text;
+      thread_contextless_number = number;
     }
     thread_last_error = std::move(text);
   } catch (...) {
@@ -87,7 +101,8 @@ const char* dt_get_last_error(dt_context_t ctx) {
     if (h) {
       dt_context_s* c = static_cast<dt_context_s*>(h);
       std::lock_guard<std::mutex> lock(c->error_mutex);
-      returned_error = c->last_error;
+      returned_error = thread_contextless_number > c->last_error_number ? thread_contextless_error
+                                                                         : c->last_error;
     } else {
       returned_error = thread_last_error;
     }

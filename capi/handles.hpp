@@ -89,6 +89,7 @@ struct dt_context_s : dtrain::capi::Handle {
   std::unique_ptr<dt_comm_s> world;
   std::mutex error_mutex;
   std::string last_error;
+  std::uint64_t last_error_number = 0;  // of last_error in the process's count of failures
   // Grids, byoms and models in creation order: dt_finalize releases them newest first.
   // Threads may create and destroy handles of one context at once.
   std::mutex children_mutex;

@@ -282,17 +282,25 @@ contains
   !> @param[in] tp optional tensor-parallel size (default 1).
   !> @param[in] pp optional pipeline-parallel size (default 1).
   !> @param[in] dp optional data-parallel size (default: world / (tp*pp)).
-  subroutine dt_grid_create(ctx, grid, ierr, tp, pp, dp)
+  !> @param[in] order optional placement of the dimensions over the world ranks, fastest first
+  !>            (default "tp-dp-pp": a TP group's ranks are consecutive).
+  subroutine dt_grid_create(ctx, grid, ierr, tp, pp, dp, order)
     type(dt_context), intent(in) :: ctx
     type(dt_grid), intent(out) :: grid
     integer, intent(out) :: ierr
     integer, intent(in), optional :: tp, pp, dp
+    character(len=*), intent(in), optional :: order
     type(grid_config_c) :: cfg
+    character(kind=c_char), allocatable, target :: order_c(:)
     cfg = grid_config_c(0_c_size_t, 1, 1, 0, c_null_ptr)
     cfg%struct_size = c_sizeof(cfg)
     if (present(tp)) cfg%tp = tp
     if (present(pp)) cfg%pp = pp
     if (present(dp)) cfg%dp = dp
+    if (present(order)) then
+      call c_chars(order, order_c)
+      cfg%order = c_loc(order_c)
+    end if
     ierr = ret(c_grid_create(ctx, cfg, grid))
   end subroutine
 

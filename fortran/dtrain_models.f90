@@ -352,13 +352,14 @@ contains
     character(len=:), allocatable, intent(out) :: name
     integer, intent(out) :: ierr
     character(kind=c_char), allocatable, target :: buf(:)
-    integer(c_size_t) :: n
+    integer(c_size_t) :: n, capacity
     name = ''
     n = 0
     ierr = ret(c_model_device(model, c_null_ptr, 0_c_size_t, n))
     if (ierr /= DT_SUCCESS) return
-    allocate(buf(n + 1))
-    ierr = ret(c_model_device(model, c_loc(buf), n + 1, n))
+    capacity = n + 1  ! not n + 1 in the call: n is also its output
+    allocate(buf(capacity))
+    ierr = ret(c_model_device(model, c_loc(buf), capacity, n))
     if (ierr == DT_SUCCESS) name = from_c(c_loc(buf))
   end subroutine
 

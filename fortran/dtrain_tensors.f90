@@ -49,7 +49,7 @@ contains
     type(dt_model), intent(in) :: model
     real(c_float), dimension(:), contiguous, intent(out) :: values
     integer, intent(out) :: ierr
-    ierr = ret(c_model_get_parameters(model, values, int(size(values), c_size_t)))
+    ierr = ret(c_model_get_parameters(model, values, size(values, kind=c_size_t)))
   end subroutine
 
   !> Number of parameter tensors of a model.
@@ -127,7 +127,7 @@ contains
     character(len=*), intent(in) :: name
     real(c_float), dimension(..), contiguous, target, intent(inout) :: values
     integer, intent(out) :: ierr
-    ierr = ret(c_model_get_tensor(model, c_string(name), c_loc(values), int(size(values), c_size_t)))
+    ierr = ret(c_model_get_tensor(model, c_string(name), c_loc(values), size(values, kind=c_size_t)))
   end subroutine
 
   !> Overwrites one parameter tensor (every rank of the dp group must set the same values).
@@ -141,7 +141,7 @@ contains
     character(len=*), intent(in) :: name
     real(c_float), dimension(..), contiguous, target, intent(in) :: values
     integer, intent(out) :: ierr
-    ierr = ret(c_model_set_tensor(model, c_string(name), c_loc(values), int(size(values), c_size_t)))
+    ierr = ret(c_model_set_tensor(model, c_string(name), c_loc(values), size(values, kind=c_size_t)))
   end subroutine
 
 end module dtrain_tensors

@@ -28,7 +28,7 @@ program fortran_mlp
   integer(c_int), allocatable :: labels(:)
   integer(c_size_t) :: n
   integer :: ierr, rank, nranks, provided, per, step, start
-  real :: loss, eval_before, eval_after, accuracy
+  real :: loss, eval_before, eval_after, accuracy, mine(1), mean(1)
   logical :: ok, written
   character(len=:), allocatable :: why
 
@@ -79,8 +79,13 @@ program fortran_mlp
     if (opt%save_dir /= '' .and. opt%save_every > 0) then
       if (mod(step + 1, opt%save_every) == 0) call save()
     end if
-    if (rank == 0 .and. (mod(step, 50) == 0 .or. step + 1 == opt%steps)) &
-      print '(a,i5,a,f9.5)', 'step', step, '  loss', loss
+    if (mod(step, 50) == 0 .or. step + 1 == opt%steps) then
+      ! The step's loss over the global batch: each rank's is of its own share.
+      mine(1) = loss
+      call dt_all_reduce(world, mine, mean, 1, DT_F32, DT_AVG, ierr)
+      call check('dt_all_reduce')
+      if (rank == 0) print '(a,i5,a,f9.5)', 'step', step, '  loss', mean(1)
+    end if
   end do
   if (opt%save_dir /= '' .and. opt%save_every == 0) call save()
   call evaluate(eval_after, accuracy)

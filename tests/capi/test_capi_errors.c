@@ -658,6 +658,12 @@ int main(int argc, char** argv) {
     handles_t destroyed = {(dt_context_t)h.grid, dp, h.grid, h.byom, h.model};
     expect_refused(destroyed, stale);
   }
+  /* A context's message gives way to a later failure that could not know its context (the
+   * handle is gone), and comes back with the context's next failure. */
+  EXPECT(DT_ERR_INVALID_ARGUMENT, ctx, dt_context_cpu_threads(ctx, NULL));
+  EXPECT(DT_ERR_INVALID_HANDLE, ctx, dt_model_destroy(h.model));
+  MESSAGE(ctx, "dt_model_destroy: model is not a live dt_model_t");
+  FAILS(DT_ERR_INVALID_ARGUMENT, ctx, "dt_context_cpu_threads", dt_context_cpu_threads(ctx, NULL));
 
   /* After dt_finalize every handle of the context is refused, and so is the context. */
   h = make_handles(ctx, world);

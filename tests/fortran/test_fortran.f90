@@ -54,6 +54,16 @@ program test_fortran
   call check(all(members == [(t, t = 0, nranks - 1)]), 'dp group members in order')
   call dt_grid_create(ctx, grid, ierr, tp=nranks + 1)
   call expect(ierr, DT_ERR_INVALID_CONFIG, 'impossible grid')
+  ! The order reaches C: an invalid one is refused, a valid one places the ranks.
+  call dt_grid_create(ctx, grid, ierr, tp=1, order='tp-tp-pp')
+  call expect_message(ierr, DT_ERR_INVALID_CONFIG, ctx, "invalid process grid order 'tp-tp-pp'", &
+                      'grid order refused')
+  call dt_grid_create(ctx, grid, ierr, dp=1, pp=nranks, order='pp-dp-tp')
+  call expect(ierr, DT_SUCCESS, 'dt_grid_create with an order')
+  call dt_grid_coords(grid, tp_rank, pp_rank, dp_rank, ierr)
+  call check(tp_rank == 0 .and. pp_rank == rank .and. dp_rank == 0, 'coordinates of an ordered grid')
+  call dt_grid_destroy(grid, ierr)
+  call expect(ierr, DT_SUCCESS, 'dt_grid_destroy of the ordered grid')
 
   ! A second context over an integer communicator handle (mpi module, mpif.h programs).
   call dt_init(other, ierr, fcomm=MPI_COMM_WORLD%MPI_VAL)
