@@ -17,6 +17,8 @@
 #include "ckpt/mpi_io_path.hpp"
 #include "ckpt/slice_boxes.hpp"
 #include "ckpt/tensor_directory.hpp"
+#include "comm/comm_state.hpp"
+#include "comm/watchdog.hpp"
 #include "dtrain/ckpt/checkpoint.hpp"
 #include "dtrain/ckpt/checksum.hpp"
 #include "dtrain/comm/agreed_failure.hpp"
@@ -85,9 +87,11 @@ struct Checkpointer::Impl {
   // Collective I/O calls per tensor: max over ranks of pieces, for each of
   // param_read, param_write, state_read, state_write.
   std::vector<int> calls;
-  // Test hook (docs/checkpoint-format.md): the highest world rank kills itself with SIGKILL
-  // after writing this many datasets of a save's temporary file; -1 = never.
+  // Test hook (docs/checkpoint-format.md): the highest world rank sends itself SIGKILL (or
+  // DTRAIN_TEST_CKPT_KILL_SIGNAL: SIGSTOP stalls it) after writing this many datasets of a
+  // save's temporary file; -1 = never.
   long kill_after_datasets = env::get_int("DTRAIN_TEST_CKPT_KILL_AFTER_DATASETS", -1, -1, LONG_MAX);
+  int kill_signal = static_cast<int>(env::get_int("DTRAIN_TEST_CKPT_KILL_SIGNAL", SIGKILL, 1, 64));
   // Where this rank's parameter values are read from and loaded into (io_plan.hpp).
   ParamSource param_source = ParamSource::arena;
   // Loads go through host copies of the parameters and both moments, which live for one
@@ -286,6 +290,10 @@ struct Checkpointer::Impl {
 static_assert(sizeof(hsize_t) == sizeof(std::uint64_t), "hyperslab coordinates are 64-bit");
 
 void Checkpointer::Impl::write_file(const std::string& path, const CheckpointInfo& info) {
+  // HDF5's MPI-IO calls communicate where dtrain's watchdog cannot see: a rank that stalls
+  // in the middle of a save (a hung node or file system) must still end the job, not leave
+  // the others waiting forever. Each dataset written is progress.
+  comm::WatchScope watch("checkpoint write", grid.world().state()->label);
   std::optional<HostStaging> stage;
   agreed([&] {
     check_mpi_io_path(path, grid.world().size());
@@ -357,9 +365,10 @@ void Checkpointer::Impl::write_file(const std::string& path, const CheckpointInf
         sums.push_back(transfer(true, d, dxpl, plan.param, memory(kind), pieces, n_calls, pieces, name));
       });
       dsets.push_back(std::move(d));
+      watch.progress();
       if (static_cast<long>(dsets.size()) == kill_after_datasets &&
           grid.world().rank() == grid.world().size() - 1) {
-        std::raise(SIGKILL);
+        std::raise(kill_signal);
       }
     }
   }
@@ -368,6 +377,7 @@ void Checkpointer::Impl::write_file(const std::string& path, const CheckpointInf
   dsets.clear();
   mg.reset();
   og.reset();
+  watch.progress();
   agreed([&] { h5::check_status(H5Fflush(file, H5F_SCOPE_GLOBAL), "cannot flush '" + path + "'"); });
   agreed([&] { h5::check_status(file.close(), "cannot close '" + path + "'"); });
 }
@@ -401,6 +411,7 @@ void Checkpointer::Impl::check_model(hid_t file, const std::string& path) {
 }
 
 CheckpointInfo Checkpointer::Impl::read_file(const std::string& path) {
+  comm::WatchScope watch("checkpoint read", grid.world().state()->label);  // as write_file's
   std::optional<HostStaging> stage;  // a corrupt file changes nothing
   agreed([&] {
     check_param_source();
@@ -438,6 +449,7 @@ CheckpointInfo Checkpointer::Impl::read_file(const std::string& path) {
                               calls[4 * t + (is_param ? 0 : 2)],
                               is_param ? plan.param_write : plan.state_write, name));
       names.push_back(name);
+      watch.progress();
     }
   }
   grid.world().all_reduce(sums.data(), sums.data(), sums.size(), DType::i64, ReduceOp::sum);

@@ -28,24 +28,51 @@ void shutdown();
 WatchSlot* this_thread_slot();
 }  // namespace watchdog
 
-// Marks one blocking call in flight for its scope.
+// Marks one blocking call in flight for its scope. A long operation made of many steps (a
+// checkpoint write, whose HDF5 calls communicate where no scope of dtrain's can see) calls
+// progress() after each, and scopes nest: an outer scope is watched again when an inner one
+// ends, with a new sequence number, as an inner call finished is progress too. So such an
+// operation only has to finish a step every DTRAIN_COMM_TIMEOUT.
 class WatchScope {
  public:
-  WatchScope(const char* op, const GroupLabel* group) noexcept : slot_(watchdog::this_thread_slot()) {
+  WatchScope(const char* op, const GroupLabel* group) noexcept
+      : slot_(watchdog::this_thread_slot()), op_(op), group_(group) {
     if (!slot_) return;
+    if (slot_->seq.load(std::memory_order_relaxed) != 0) {  // this thread's own stores
+      outer_op_ = slot_->op.load(std::memory_order_relaxed);
+      outer_group_ = slot_->group.load(std::memory_order_relaxed);
+    }
+    mark(op, group);
+  }
+  ~WatchScope() {
+    if (!slot_) return;
+    if (outer_op_)
+      mark(outer_op_, outer_group_);
+    else
+      slot_->seq.store(0, std::memory_order_release);
+  }
+  WatchScope(const WatchScope&) = delete;
+  WatchScope& operator=(const WatchScope&) = delete;
+
+  // A step of the operation finished: its time without progress starts again.
+  void progress() noexcept {
+    if (slot_) mark(op_, group_);
+  }
+
+ private:
+  void mark(const char* op, const GroupLabel* group) noexcept {
+    slot_->seq.store(0, std::memory_order_relaxed);  // idle while op and group change
     std::atomic_thread_fence(std::memory_order_release);  // seqlock writer order
     slot_->op.store(op, std::memory_order_relaxed);
     slot_->group.store(group, std::memory_order_relaxed);
     slot_->seq.store(++slot_->next_seq, std::memory_order_release);
   }
-  ~WatchScope() {
-    if (slot_) slot_->seq.store(0, std::memory_order_release);
-  }
-  WatchScope(const WatchScope&) = delete;
-  WatchScope& operator=(const WatchScope&) = delete;
 
- private:
   WatchSlot* slot_;
+  const char* op_;
+  const GroupLabel* group_;
+  const char* outer_op_ = nullptr;
+  const GroupLabel* outer_group_ = nullptr;
 };
 
 }  // namespace dtrain::comm
