@@ -135,6 +135,20 @@ TEST(Trainer, TensorParallelWithDataParallelAndZeroMatchesSingleRank) {
   expect_close(train_losses(cfg, world()), single, 1e-5);
 }
 
+// Every rank one TP shard: one head each, a vocabulary of 131 in shards of 33 and 32 rows.
+TEST(Trainer, TensorParallelOverFourRanksMatchesSingleRank) {
+  if (world().size() != 4) GTEST_SKIP() << "needs 4 ranks for --tp 4";
+  train::TrainConfig cfg = tiny_config();
+  cfg.heads = 4;
+  cfg.vocab = 131;
+  cfg.global_batch = static_cast<long>(cfg.micro_batch) * 2;  // two micro-steps, dp 1
+  const std::vector<double> single = single_rank_losses(cfg);
+  cfg.tp = 4;
+  expect_close(train_losses(cfg, world()), single, 1e-5);
+  cfg.sequence_parallel = true;
+  expect_close(train_losses(cfg, world()), single, 1e-5);
+}
+
 TEST(Trainer, RerunsAreBitwiseIdentical) {
   train::TrainConfig cfg = tiny_config();
   cfg.deterministic = true;

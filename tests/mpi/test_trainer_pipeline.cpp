@@ -47,10 +47,10 @@ std::vector<double> single_rank_losses(train::TrainConfig cfg) {
 }
 
 // Every step's loss and the validation loss (the same sequences at every layout).
-void expect_close(const std::vector<double>& a, const std::vector<double>& b) {
+void expect_close(const std::vector<double>& a, const std::vector<double>& b, double rel = 1e-5) {
   ASSERT_EQ(a.size(), b.size());
   for (std::size_t i = 0; i < a.size(); ++i)
-    EXPECT_NEAR(a[i], b[i], 1e-5 * std::fabs(b[i]))
+    EXPECT_NEAR(a[i], b[i], rel * std::fabs(b[i]))
         << (i + 1 < a.size() ? "step " + std::to_string(i + 1) : std::string("validation"));
 }
 
@@ -146,7 +146,7 @@ TEST(TrainerPipeline, GenerationFromNaNLogitsFailsEveryStage) {
 }
 
 TEST(TrainerPipeline, InterleavedUntiedWithTensorParallelism) {
-  if (world().size() != 4) return;
+  if (world().size() != 4) GTEST_SKIP() << "needs 4 ranks";
   train::TrainConfig cfg = tiny_config();
   cfg.pp = 2;
   cfg.tp = 2;
@@ -164,7 +164,7 @@ TEST(TrainerPipeline, InterleavedUntiedWithTensorParallelism) {
 }
 
 TEST(TrainerPipeline, UntiedExplicitSplitAndZeroOne) {
-  if (world().size() % 2 != 0) return;
+  if (world().size() % 2 != 0) GTEST_SKIP() << "needs an even number of ranks";
   train::TrainConfig cfg = pipeline_config(2);
   cfg.tie_embeddings = false;
   cfg.pipeline_layers = "3,1";
@@ -175,7 +175,7 @@ TEST(TrainerPipeline, UntiedExplicitSplitAndZeroOne) {
 }
 
 TEST(TrainerPipeline, InvalidLayoutsFailOnEveryRank) {
-  if (world().size() % 2 != 0) return;
+  if (world().size() % 2 != 0) GTEST_SKIP() << "needs an even number of ranks";
   auto message = [](const train::TrainConfig& cfg) -> std::string {
     try {
       train::Trainer t(cfg, world());
@@ -217,14 +217,18 @@ TEST(TrainerPipeline, InvalidLayoutsFailOnEveryRank) {
 }
 
 TEST(TrainerPipeline, WithTensorParallelism) {
-  if (world().size() != 4) return;
-  for (bool sp : {false, true}) {
-    SCOPED_TRACE(sp ? "PP=2 x TP=2, sequence parallel" : "PP=2 x TP=2");
+  if (world().size() != 4) GTEST_SKIP() << "needs 4 ranks";
+  struct Case {
+    bool sequence_parallel;
+    const char* schedule;
+  };
+  for (const Case c : {Case{false, "1f1b"}, Case{true, "1f1b"}, Case{true, "gpipe"}}) {
+    SCOPED_TRACE(std::string("PP=2 x TP=2 ") + c.schedule + (c.sequence_parallel ? ", sequence parallel" : ""));
     train::TrainConfig cfg = tiny_config();
     cfg.pp = 2;
     cfg.tp = 2;
-    cfg.sequence_parallel = sp;
-    cfg.schedule = "1f1b";
+    cfg.sequence_parallel = c.sequence_parallel;
+    cfg.schedule = c.schedule;
     cfg.global_batch = static_cast<long>(cfg.micro_batch) * 4;  // dp 1, 4 micro-batches
     train::TrainConfig single = cfg;
     single.tp = 1;
@@ -238,7 +242,7 @@ TEST(TrainerPipeline, WithTensorParallelism) {
 // at ZeRO 0 and 1), in fp32 and in bf16 and fp16, whose rounded gradients the norm (clipping
 // is active) must see whole.
 TEST(TrainerPipeline, DeterministicMatchesAcrossDataParallelism) {
-  if (world().size() % 2 != 0) return;
+  if (world().size() % 2 != 0) GTEST_SKIP() << "needs an even number of ranks";
   struct Case {
     const char* schedule;
     const char* precision;
@@ -253,7 +257,9 @@ TEST(TrainerPipeline, DeterministicMatchesAcrossDataParallelism) {
     cfg.global_batch = static_cast<long>(cfg.micro_batch) * 4;
     Communicator pair = world().split(world().rank() / 2, world().rank(), "pipeline pair");
     const std::vector<double> dp1 = train_losses(cfg, pair);
-    if (cfg.precision == "fp32") expect_close(dp1, single_rank_losses(cfg));
+    // (16-bit: the split changes the order of the fp32 sums before each rounding, as in
+    // Precision.TensorAndPipelineParallelMatchTheSingleRank16BitRun)
+    expect_close(dp1, single_rank_losses(cfg), cfg.precision == "fp32" ? 1e-5 : 3e-5);
     if (world().size() == 4) {
       for (int zero : {0, 1}) {  // ZeRO 1 shards the optimiser over the two replicas
         cfg.zero = zero;
