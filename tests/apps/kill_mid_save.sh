@@ -1,11 +1,14 @@
 #!/usr/bin/env bash
-# kill_mid_save.sh MPIEXEC NPFLAG PROGRAM CKPT_TOOL DIR
+# kill_mid_save.sh MPIEXEC NPFLAG PROGRAM CKPT_TOOL DIR [kill|stall]
 # A 2-rank dtrain-gpt run saves step 2; a second run resumes and, while saving step 4, one
 # rank is killed (DTRAIN_TEST_CKPT_KILL_AFTER_DATASETS) in the middle of the temporary
-# file. Checks: the run fails, DIR/latest still names step 2, that file verifies, no
-# step_00000004.h5 appeared, and --resume auto continues from step 2.
+# file, or with `stall` stops dead (SIGSTOP, as on a hung node): the other then waits inside
+# HDF5's collective write, where only the watchdog can end it. Checks: the run fails (a
+# stall: with the watchdog's status 124 and message, within DTRAIN_COMM_TIMEOUT and some
+# slack), DIR/latest still names step 2, that file verifies, no step_00000004.h5 appeared,
+# and (after a kill) --resume auto continues from step 2.
 set -u
-mpiexec=$1 npflag=$2 program=$3 tool=$4 dir=$5
+mpiexec=$1 npflag=$2 program=$3 tool=$4 dir=$5 mode=${6:-kill}
 args=(--layers 1 --d-model 32 --heads 2 --seq-len 16 --micro-batch 2 --log-every 1000000
       --eval-every 0 --save-dir "$dir" --save-every 2)
 fail() { echo "FAIL: $*"; exit 1; }
@@ -13,15 +16,31 @@ rm -rf "$dir"
 "$mpiexec" "$npflag" 2 "$program" "${args[@]}" --steps 2 --resume none || fail "first run failed"
 [ "$(cat "$dir/latest")" = step_00000002.h5 ] || fail "first run did not save step 2"
 
-DTRAIN_TEST_CKPT_KILL_AFTER_DATASETS=5 "$mpiexec" "$npflag" 2 "$program" "${args[@]}" \
-  --steps 4 --resume auto > "$dir.killed.log" 2>&1
+if [ "$mode" = stall ]; then
+  # (timeout's own KILL status, 137, tells a hang apart from the watchdog's 124)
+  DTRAIN_COMM_TIMEOUT=3 DTRAIN_TEST_CKPT_KILL_AFTER_DATASETS=5 DTRAIN_TEST_CKPT_KILL_SIGNAL=19 \
+    timeout -s KILL 60 "$mpiexec" "$npflag" 2 "$program" "${args[@]}" --steps 4 --resume auto \
+    > "$dir.killed.log" 2>&1
+else
+  DTRAIN_TEST_CKPT_KILL_AFTER_DATASETS=5 "$mpiexec" "$npflag" 2 "$program" "${args[@]}" \
+    --steps 4 --resume auto > "$dir.killed.log" 2>&1
+fi
 status=$?
 cat "$dir.killed.log"
-[ "$status" -ne 0 ] || fail "the run with a killed rank exited 0"
-[ -f "$dir/step_00000004.h5.tmp" ] || fail "no step_00000004.h5.tmp: the rank was not killed mid-save"
+[ "$status" -ne 0 ] || fail "the run with a $mode rank exited 0"
+if [ "$mode" = stall ]; then
+  [ "$status" -eq 124 ] || fail "exit status $status, expected the watchdog's 124"
+  grep -q "watchdog: checkpoint write on group 'world' (world ranks 0,1) made no progress for 3 s" \
+    "$dir.killed.log" || fail "no watchdog message naming the checkpoint write"
+fi
+[ -f "$dir/step_00000004.h5.tmp" ] || fail "no step_00000004.h5.tmp: the rank was not stopped mid-save"
 [ "$(cat "$dir/latest")" = step_00000002.h5 ] || fail "latest changed to $(cat "$dir/latest")"
 [ ! -e "$dir/step_00000004.h5" ] || fail "a half-written step_00000004.h5 was published"
 "$tool" verify "$dir/step_00000002.h5" || fail "step 2 no longer verifies"
+if [ "$mode" = stall ]; then
+  echo "ok: a rank stalled mid-save ended the job through the watchdog; step 2 kept"
+  exit 0
+fi
 
 out=$("$mpiexec" "$npflag" 2 "$program" "${args[@]}" --steps 4 --resume auto 2>&1)
 status=$?
