@@ -24,8 +24,9 @@ class DTRAIN_API TokenSource {
   virtual int vocab_needed() const = 0;
   // The same over share `part` of `parts` of the source (0 where a share holds nothing), so
   // that ranks can each read a share and take the maximum: reading a large set of token
-  // files once on every rank costs start-up time. The default: all in share 0.
-  virtual int vocab_needed(int part, int parts) const { return part == 0 ? vocab_needed() : 0; }
+  // files once on every rank costs start-up time. The default: all in share 0. (A source
+  // that overrides only vocab_needed() hides this one: `using TokenSource::vocab_needed;`.)
+  virtual int vocab_needed(int part, int /*parts*/) const { return part == 0 ? vocab_needed() : 0; }
   virtual std::string describe() const = 0;
   // A hash of samples of the content, which ranks compare at start-up besides describe()
   // (0: nothing to compare beyond the description, as for the built-in corpus, a function of
