@@ -13,17 +13,24 @@
 namespace dtrain {
 
 namespace {
-// Parameters of a GPT with V vocabulary rows.
-std::size_t count_parameters(const GptConfig& g, std::size_t V) {
-  const std::size_t C = g.d_model, T = g.seq_len;
-  const std::size_t block = 12 * C * C + 13 * C;  // ln_1, c_attn, c_proj, ln_2, c_fc, c_proj
-  return V * C + T * C + g.layers * block + 2 * C + (g.tie_embeddings ? 0 : V * C);
+// Parameters of a GPT with V vocabulary rows (in double: whether a configuration's count
+// fits at all).
+template <class Count>
+Count count_parameters(const GptConfig& g, Count V) {
+  const Count C = static_cast<Count>(g.d_model), T = static_cast<Count>(g.seq_len);
+  const Count block = 12 * C * C + 13 * C;  // ln_1, c_attn, c_proj, ln_2, c_fc, c_proj
+  return V * C + T * C + static_cast<Count>(g.layers) * block + 2 * C +
+         (g.tie_embeddings ? 0 : V * C);
 }
 }  // namespace
 
-std::size_t GptConfig::parameter_count() const { return count_parameters(*this, padded_vocab()); }
+std::size_t GptConfig::parameter_count() const {
+  return count_parameters<std::size_t>(*this, padded_vocab());
+}
 
-std::size_t GptConfig::logical_parameter_count() const { return count_parameters(*this, vocab); }
+std::size_t GptConfig::logical_parameter_count() const {
+  return count_parameters<std::size_t>(*this, static_cast<std::size_t>(vocab));
+}
 
 void GptConfig::validate() const {
   DTRAIN_CHECK(layers > 0, Errc::invalid_config, "layers must be positive, got " << layers);
@@ -39,6 +46,16 @@ void GptConfig::validate() const {
   // Index arithmetic in the kernels is 64-bit, but GEMM dimensions are int.
   DTRAIN_CHECK(static_cast<long long>(d_model) * 4 <= (1LL << 30) && vocab <= (1 << 30),
                Errc::invalid_config, "d-model/vocab too large");
+  // Per-layer bookkeeping (some KB a layer) is built before the parameters' memory is asked
+  // for: 2^31 layers took 8 GB and half a minute of it before the request failed, 10^6 took
+  // 6 GB and a minute. The deepest published models have a few hundred.
+  DTRAIN_CHECK(layers <= (1 << 16), Errc::invalid_config,
+               "layers must be at most 65536, got " << layers);
+  const double count = count_parameters<double>(*this, static_cast<double>(vocab));
+  DTRAIN_CHECK(count <= 0x1p50, Errc::invalid_config,
+               "the model would have " << count << " parameters: more than 2^50, beyond any "
+               "machine's memory (layers " << layers << ", d-model " << d_model << ", vocab "
+               << vocab << ", seq-len " << seq_len << ")");
 }
 
 void GptConfig::validate_tp(int tp, bool sequence_parallel) const {
