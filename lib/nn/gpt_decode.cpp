@@ -42,6 +42,10 @@ void GptModel::allocate_decode_cache() {
   decode_ = std::move(cache);
 }
 
+void GptModel::reserve_decode() {
+  if (!decode_) allocate_decode_cache();
+}
+
 void GptModel::decode_reset() noexcept {
   if (decode_) std::fill(decode_->length.begin(), decode_->length.end(), 0);
 }

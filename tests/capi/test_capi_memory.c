@@ -3,7 +3,8 @@
  * for it in the model's first collective; with the memory back, the same model is made and
  * trains. The last rank's address space is capped (RLIMIT_AS, a little above what it maps)
  * while a GPT, an MLP in bf16 under ZeRO 1 (whose engine used to share its rounded parameters
- * while it was made) and a byom's first step allocate a few hundred MB.
+ * while it was made) and a byom's first step allocate a few hundred MB, and while a GPT under
+ * ZeRO 3 (whose decode is collective) allocates its key/value cache.
  *   mpiexec -n N test_capi_memory */
 #define _XOPEN_SOURCE 700 /* getrlimit, sysconf */
 #include <stdio.h>
@@ -140,7 +141,25 @@ int main(int argc, char** argv) {
     free(g);
     free(w);
   }
-  if (my_rank == 0) printf("out of memory on rank %d while a GPT, an MLP and a byom allocated: every rank failed alike\n", size - 1);
+  { /* ZeRO 3 makes a GPT's decode collective; its key/value cache (about 42 MB at seq_len
+     * 2048) is allocated at the first call */
+    dt_gpt_config_t gc = big_gpt();
+    dt_optimizer_config_t oc = DT_OPTIMIZER_CONFIG_INIT;
+    int32_t tokens[2] = {1, 2};
+    float* logits = NULL;
+    gc.vocab = 64;
+    gc.seq_len = 2048;
+    oc.zero_stage = 3;
+    logits = calloc((size_t)gc.vocab, sizeof *logits);
+    OK(ctx, dt_model_create_gpt(world, &gc, &oc, &m));
+    old = cap_memory(limited);
+    expect_agreed_failure(ctx, dt_gpt_decode(m, tokens, 2, 1, logits), size);
+    if (limited) setrlimit(RLIMIT_AS, &old);
+    OK(ctx, dt_gpt_decode(m, tokens, 2, 1, logits));
+    OK(ctx, dt_model_destroy(m));
+    free(logits);
+  }
+  if (my_rank == 0) printf("out of memory on rank %d while a GPT, an MLP, a byom and a decode allocated: every rank failed alike\n", size - 1);
 
   status = finish("capi_memory", ctx, world);
   OK(ctx, dt_finalize(ctx));

@@ -196,6 +196,9 @@ class DTRAIN_API GptModel {
   // first call allocates the cache (per block seq_len x 3 d_model / tp floats) and the
   // scratch of one sequence; it is kept for the next text.
   const float* decode(const std::int32_t* tokens, int n);
+  // Allocates decode()'s cache now if it has none (decode() would at its first call), so a
+  // caller whose decode is collective can agree on running out of memory before it starts.
+  void reserve_decode();
   void decode_reset() noexcept;
   int decoded_length() const noexcept;  // tokens of the text held (by chunk 0)
   // decode() on a pipeline stage, one chunk at a time in pipeline order: the embedding chunk
