@@ -29,17 +29,18 @@ static_assert(static_cast<int>(Errc::corrupt_data) == DT_ERR_CORRUPT_DATA, "");
 
 void fail(dt_result_t code, const std::string& msg) { throw CError(code, msg); }
 
+std::uint64_t failures_recorded() noexcept { return failures_so_far.load(); }
+
 void record_error(dt_context_s* ctx, const char* func, const std::string& msg) noexcept {
   try {
     std::string text = std::string(func) + ": " + msg;
-    const std::uint64_t number = ++failures_so_far;
     if (ctx) {
-      std::lock_guard<std::mutex> lock(ctx->error_mutex);
+      std::lock_guard<std::mutex> lock(ctx->error_mutex);  // numbered in the order stored
       ctx->last_error = text;
-      ctx->last_error_number = number;
+      ctx->last_error_number = ++failures_so_far;
     } else {
       thread_contextless_error = text;
-      thread_contextless_number = number;
+      thread_contextless_number = ++failures_so_far;
     }
     thread_last_error = std::move(text);
   } catch (...) {

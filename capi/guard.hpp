@@ -2,6 +2,7 @@
 // The one shape of every entry point (ADIOS2's C layer): look the handle up, check the
 // arguments, call C++, and turn any exception into a dt_result_t plus a stored message.
 // Nothing thrown ever crosses the C ABI.
+#include <cstdint>
 #include <sstream>
 #include <stdexcept>
 #include <string>
@@ -25,6 +26,9 @@ class CError : public std::runtime_error {
 
 // Stores msg as ctx's last error (when ctx is known) and the calling thread's.
 void record_error(dt_context_s* ctx, const char* func, const std::string& msg) noexcept;
+// How many failures were recorded so far: a new context's messages start after them (a
+// failure before it existed is none of its own).
+std::uint64_t failures_recorded() noexcept;
 // Maps the exception in flight to a code and records its message.
 dt_result_t handle_exception(dt_context_s* ctx, const char* func) noexcept;
 

@@ -4,6 +4,8 @@
 #include <algorithm>
 #include <unordered_map>
 
+#include "guard.hpp"
+
 namespace dtrain::capi {
 namespace {
 
@@ -112,6 +114,7 @@ dt_context_s::dt_context_s(dtrain::Runtime rt)
       cpu_threads(dtrain::parallel::threads_per_rank(runtime.world())) {
   world = std::make_unique<dt_comm_s>(this, &runtime.world(), nullptr);
   register_handle(world.get());
+  last_error_number = dtrain::capi::failures_recorded();
 }
 
 dt_context_s::~dt_context_s() {

@@ -491,7 +491,7 @@ dt_result_t dt_gpt_decode(dt_model_t model, const int32_t* tokens, int count, in
       need(count <= seq_len - held, "the text would be longer than seq_len: start a new text "
                                     "(new_text) with its last tokens");
       need_tokens(tokens, static_cast<std::size_t>(count), vocab, "tokens");
-      g.reserve_decode();  // out of memory on one rank fails every rank, not the collectives
+      g.reserve_decode(new_text != 0);  // out of memory on one rank fails every rank
     }, true);
     const std::uint64_t text = mix(mix(fnv1a(tokens, sizeof(int32_t) * static_cast<std::size_t>(count)), count), new_text != 0);
     need_same_inputs(m, text, "tokens", collective_over_dp, true);

@@ -292,8 +292,11 @@ static_assert(sizeof(hsize_t) == sizeof(std::uint64_t), "hyperslab coordinates a
 void Checkpointer::Impl::write_file(const std::string& path, const CheckpointInfo& info) {
   // HDF5's MPI-IO calls communicate where dtrain's watchdog cannot see: a rank that stalls
   // in the middle of a save (a hung node or file system) must still end the job, not leave
-  // the others waiting forever. Each dataset written is progress.
-  comm::WatchScope watch("checkpoint write", grid.world().state()->label);
+  // the others waiting forever. Each dataset written is progress (the agreement after it
+  // re-arms the watch). The final flush is not watched: it may write back the whole file,
+  // which on a slow file system can take longer than the timeout.
+  std::optional<comm::WatchScope> watch;
+  watch.emplace("checkpoint write", grid.world().state()->label);
   std::optional<HostStaging> stage;
   agreed([&] {
     check_mpi_io_path(path, grid.world().size());
@@ -365,7 +368,6 @@ void Checkpointer::Impl::write_file(const std::string& path, const CheckpointInf
         sums.push_back(transfer(true, d, dxpl, plan.param, memory(kind), pieces, n_calls, pieces, name));
       });
       dsets.push_back(std::move(d));
-      watch.progress();
       if (static_cast<long>(dsets.size()) == kill_after_datasets &&
           grid.world().rank() == grid.world().size() - 1) {
         std::raise(kill_signal);
@@ -377,7 +379,7 @@ void Checkpointer::Impl::write_file(const std::string& path, const CheckpointInf
   dsets.clear();
   mg.reset();
   og.reset();
-  watch.progress();
+  watch.reset();
   agreed([&] { h5::check_status(H5Fflush(file, H5F_SCOPE_GLOBAL), "cannot flush '" + path + "'"); });
   agreed([&] { h5::check_status(file.close(), "cannot close '" + path + "'"); });
 }
@@ -479,8 +481,8 @@ std::string checkpoint_name(long step) {
 }
 
 // A file system that fills up in the middle of a collective HDF5 write fails it on some ranks
-// only, and HDF5's own close then waits in mismatched collectives (a hang no timeout ends):
-// so the space the file needs is asked for first. Its size: three fp32 datasets (parameter
+// only, and HDF5's own close then waits in mismatched collectives (until the watchdog ends
+// the job): so the space the file needs is asked for first. Its size: three fp32 datasets (parameter
 // and both moments) per tensor, plus room for the metadata. (Another writer can still take
 // the space between the check and the write.)
 void Checkpointer::Impl::check_free_space(const std::string& dir, LocalFailure& f) const {

@@ -38,16 +38,17 @@ class WatchScope {
   WatchScope(const char* op, const GroupLabel* group) noexcept
       : slot_(watchdog::this_thread_slot()), op_(op), group_(group) {
     if (!slot_) return;
-    if (slot_->seq.load(std::memory_order_relaxed) != 0) {  // this thread's own stores
+    const bool nested = slot_->seq.load(std::memory_order_relaxed) != 0;  // this thread's stores
+    if (nested) {
       outer_op_ = slot_->op.load(std::memory_order_relaxed);
       outer_group_ = slot_->group.load(std::memory_order_relaxed);
     }
-    mark(op, group);
+    mark(op, group, nested);
   }
   ~WatchScope() {
     if (!slot_) return;
     if (outer_op_)
-      mark(outer_op_, outer_group_);
+      mark(outer_op_, outer_group_, true);
     else
       slot_->seq.store(0, std::memory_order_release);
   }
@@ -56,12 +57,12 @@ class WatchScope {
 
   // A step of the operation finished: its time without progress starts again.
   void progress() noexcept {
-    if (slot_) mark(op_, group_);
+    if (slot_) mark(op_, group_, true);
   }
 
  private:
-  void mark(const char* op, const GroupLabel* group) noexcept {
-    slot_->seq.store(0, std::memory_order_relaxed);  // idle while op and group change
+  void mark(const char* op, const GroupLabel* group, bool busy) noexcept {
+    if (busy) slot_->seq.store(0, std::memory_order_relaxed);  // idle while op and group change
     std::atomic_thread_fence(std::memory_order_release);  // seqlock writer order
     slot_->op.store(op, std::memory_order_relaxed);
     slot_->group.store(group, std::memory_order_relaxed);

@@ -42,9 +42,6 @@ void GptModel::allocate_decode_cache() {
   decode_ = std::move(cache);
 }
 
-void GptModel::reserve_decode() {
-  if (!decode_) allocate_decode_cache();
-}
 
 void GptModel::decode_reset() noexcept {
   if (decode_) std::fill(decode_->length.begin(), decode_->length.end(), 0);
@@ -53,17 +50,18 @@ void GptModel::decode_reset() noexcept {
 int GptModel::decoded_length() const noexcept { return decode_ ? decode_->length.front() : 0; }
 
 float* GptModel::decode_input() {
-  prepare_decode_cache();
+  reserve_decode(/*new_text=*/false);
   return decode_->x;
 }
 
-void GptModel::prepare_decode_cache() {
+void GptModel::reserve_decode(bool new_text) {
   // The attention's saved size follows the GEMM operand format: the scratch is made anew
-  // for a new text if it changed since.
+  // (holding no text) for a new text if it changed since.
   const std::size_t att = dev_->attention_saved_floats(1, cfg_.seq_len, C_local_, heads_local_);
   if (decode_ && decode_->att_floats == att) return;
-  DTRAIN_CHECK(!decode_ || std::all_of(decode_->length.begin(), decode_->length.end(),
-                                       [](int l) { return l == 0; }),
+  DTRAIN_CHECK(new_text || !decode_ ||
+                   std::all_of(decode_->length.begin(), decode_->length.end(),
+                               [](int l) { return l == 0; }),
                Errc::invalid_argument,
                "decode: the GEMM operand format changed in the middle of a text");
   allocate_decode_cache();
@@ -83,7 +81,7 @@ const float* GptModel::decode_chunk(int chunk, const std::int32_t* tokens, const
   const bool emb = chunks_[chunk].embedding, head = chunks_[chunk].head;
   DTRAIN_CHECK(emb ? tokens != nullptr : input != nullptr, Errc::invalid_argument,
                "decode needs " << (emb ? "tokens" : "the chunk's input rows"));
-  prepare_decode_cache();
+  reserve_decode(/*new_text=*/false);
   DecodeCache& c = *decode_;
   const int p = c.length[static_cast<std::size_t>(chunk)], T = cfg_.seq_len, V = cfg_.vocab;
   DTRAIN_CHECK(n > 0 && p + n <= T, Errc::invalid_argument,

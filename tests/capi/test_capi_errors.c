@@ -450,6 +450,10 @@ static void wrong_sizes_and_names(handles_t h, int size) {
     CHECK(other == NULL);
     FAILS(DT_ERR_INVALID_ARGUMENT, NULL, "names no MPI communicator", dt_init_fortran_comm(12345, &other));
     CHECK(other == NULL);
+    /* A context made after those failures has none of its own to report. */
+    OK(NULL, dt_init_mpi_comm(MPI_COMM_WORLD, &other));
+    CHECK(strcmp(dt_get_last_error(other), "") == 0);
+    OK(NULL, dt_finalize(other));
   }
 
   /* Element counts beyond any memory (they would wrap), and a dtype that does not exist. */

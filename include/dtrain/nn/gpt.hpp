@@ -196,9 +196,10 @@ class DTRAIN_API GptModel {
   // first call allocates the cache (per block seq_len x 3 d_model / tp floats) and the
   // scratch of one sequence; it is kept for the next text.
   const float* decode(const std::int32_t* tokens, int n);
-  // Allocates decode()'s cache now if it has none (decode() would at its first call), so a
+  // Allocates decode()'s cache now where decode() would (at its first call, or for a text
+  // after the GEMM operand format changed; new_text: the next decode starts one), so a
   // caller whose decode is collective can agree on running out of memory before it starts.
-  void reserve_decode();
+  void reserve_decode(bool new_text);
   void decode_reset() noexcept;
   int decoded_length() const noexcept;  // tokens of the text held (by chunk 0)
   // decode() on a pipeline stage, one chunk at a time in pipeline order: the embedding chunk
@@ -237,7 +238,6 @@ class DTRAIN_API GptModel {
   struct ChunkActivations;  // where each (chunk, slot) keeps its saved activations
   struct DecodeCache;       // decode()'s q|k|v rows and scratch
   void allocate_decode_cache();
-  void prepare_decode_cache();  // allocates it, or anew when the GEMM format changed
   bool has_wte() const noexcept { return stage_.embedding || (stage_.head && cfg_.tie_embeddings); }
   void declare_parameters();
   void bind_parameters();  // points the layers at their tensors in the arenas
