@@ -2,6 +2,7 @@
 
 #include <atomic>
 #include <cstdint>
+#include <sstream>
 #include <string>
 
 #include "dtrain/core/error.hpp"
@@ -35,8 +36,19 @@ void throw_mpi_error(int code, const char* what) {
   char text[MPI_MAX_ERROR_STRING] = {0};
   int len = 0;
   if (MPI_Error_string(code, text, &len) != MPI_SUCCESS) len = 0;
-  DTRAIN_FAIL(Errc::comm, what << " failed: " << std::string(text, static_cast<std::size_t>(len))
-                               << " (MPI error " << code << ")");
+  int error_class = MPI_ERR_OTHER;
+  if (MPI_Error_class(code, &error_class) != MPI_SUCCESS) error_class = MPI_ERR_OTHER;
+  // Open MPI reports an allocation that failed inside a collective as an internal error
+  // (seen with one rank's address space capped): say so, as the class alone does not.
+  const char* hint = error_class == MPI_ERR_INTERN ? "; the MPI library reports a failed "
+                                                     "allocation this way too: is this rank "
+                                                     "out of memory?"
+                                                   : "";
+  std::ostringstream message;
+  message << what << " failed: " << std::string(text, static_cast<std::size_t>(len))
+          << " (MPI error " << code << hint << ")";
+  if (error_class == MPI_ERR_NO_MEM) DTRAIN_FAIL(Errc::out_of_memory, message.str());
+  DTRAIN_FAIL(Errc::comm, message.str());
 }
 
 MPI_Datatype mpi_datatype(DType type) {
