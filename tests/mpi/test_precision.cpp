@@ -68,6 +68,15 @@ bool same_everywhere(double v) {
   return lo == hi;
 }
 
+// Trains `steps` steps of cfg into a fresh directory named after `name` and returns the path
+// of the checkpoint it saves there.
+std::string checkpoint_after(train::TrainConfig cfg, int steps, const std::string& name) {
+  cfg.save_dir = test::fresh_dir(world(), "precision_ckpt", name, world().size());
+  train::Trainer first(cfg, world());
+  for (int s = 0; s < steps; ++s) first.train_step();
+  return first.save_checkpoint();
+}
+
 std::vector<float> arena(train::Trainer& t) {
   const parallel::HeldParameters whole = t.whole_parameters();  // 16-bit storage on the CPU
   const ParameterStore& p = t.model().parameters();
@@ -459,14 +468,7 @@ TEST(Precision, Fp16CheckpointCarriesTheLossScale) {
     }
   }
   ASSERT_EQ(scales[6], 4096.0) << "the schedule this test relies on changed";
-  cfg.save_dir = test::fresh_dir(world(), "precision_ckpt", "fp16", world().size());
-  std::string path;
-  {
-    train::Trainer first(cfg, world());
-    for (int s = 0; s < 7; ++s) first.train_step();
-    path = first.save_checkpoint();
-  }
-  cfg.resume = path;
+  cfg.resume = checkpoint_after(cfg, 7, "fp16");
   train::Trainer second(cfg, world());
   ASSERT_EQ(second.step(), 7);
   EXPECT_EQ(second.loss_scaler().scale(), 4096.0);
@@ -494,14 +496,7 @@ TEST(Precision, Fp16CheckpointCarriesTheSkippedStepCount) {
     }
   }
   ASSERT_EQ(skipped[4], 5) << "the overflows this test relies on changed";
-  cfg.save_dir = test::fresh_dir(world(), "precision_ckpt", "fp16_skips", world().size());
-  std::string path;
-  {
-    train::Trainer first(cfg, world());
-    for (int s = 0; s < 5; ++s) first.train_step();
-    path = first.save_checkpoint();
-  }
-  cfg.resume = path;
+  cfg.resume = checkpoint_after(cfg, 5, "fp16_skips");
   train::Trainer second(cfg, world());
   EXPECT_EQ(second.loss_scaler().skipped_steps(), 5);
   for (std::size_t i = 5; i < skipped.size(); ++i) {
