@@ -1,5 +1,5 @@
 // Pipeline parallelism in the Trainer: gpipe, 1f1b and interleaved (2 chunks per rank) at
-// PP = 2 and 4, PP x DP, ZeRO-1, PP x TP, reproduce single-rank training on the same global
+// PP = 2 and 4, PP x DP, ZeRO-1, PP x TP, DP x TP x PP (8 ranks), reproduce single-rank training on the same global
 // batch (clipping active, so the global gradient norm over the stages is checked too),
 // --deterministic is bit-identical across data-parallel degrees, and invalid layouts fail on
 // every rank.
@@ -233,6 +233,35 @@ TEST(TrainerPipeline, WithTensorParallelism) {
     train::TrainConfig single = cfg;
     single.tp = 1;
     single.sequence_parallel = false;
+    expect_close(train_losses(cfg, world()), single_rank_losses(single));
+  }
+}
+
+// All three at once, DP 2 x TP 2 x PP 2 on 8 ranks (its own CTest entry, trainer_3d.np8): each
+// schedule, with sequence parallelism and ZeRO 1 sharding each stage's optimiser over the two
+// replicas, against single-rank training on the same global batch.
+TEST(TrainerPipeline, DataTensorAndPipelineParallelTogether) {
+  if (world().size() != 8) GTEST_SKIP() << "needs 8 ranks";
+  struct Case {
+    const char* schedule;
+    bool sequence_parallel;
+    int zero;
+  };
+  for (const Case c : {Case{"1f1b", true, 1}, Case{"gpipe", false, 0}, Case{"interleaved", true, 1}}) {
+    SCOPED_TRACE(std::string("DP=2 x TP=2 x PP=2 ") + c.schedule +
+                 (c.sequence_parallel ? ", sequence parallel" : "") + ", ZeRO " + std::to_string(c.zero));
+    train::TrainConfig cfg = tiny_config();
+    cfg.pp = 2;
+    cfg.tp = 2;
+    cfg.sequence_parallel = c.sequence_parallel;
+    cfg.zero = c.zero;
+    cfg.schedule = c.schedule;
+    if (cfg.schedule == "interleaved") cfg.virtual_stages = 2;
+    cfg.global_batch = static_cast<long>(cfg.micro_batch) * 2 * 4;  // dp 2, 4 micro-batches each
+    train::TrainConfig single = cfg;
+    single.tp = 1;
+    single.sequence_parallel = false;
+    single.zero = 0;
     expect_close(train_losses(cfg, world()), single_rank_losses(single));
   }
 }
