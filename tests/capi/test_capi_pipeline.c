@@ -1,7 +1,8 @@
 /* Pipeline parallelism of the built-in GPT through the C ABI (dt_model_create_gpt_grid on a
  * grid with pp > 1): a GPT cut into stages (1F1B, GPipe and interleaved schedules; tied and
- * untied embeddings; an uneven layer split; fp16 with its loss scaling; with data parallelism, ZeRO 1 and tensor
- * parallelism at 4 ranks) trains as one rank does on the whole batch: every step's loss
+ * untied embeddings; an uneven layer split; fp16 with its loss scaling; at 4 ranks with data
+ * parallelism, ZeRO 1 (also interleaved) and tensor parallelism (also in fp16), and PP 4 with
+ * 1F1B and GPipe) trains as one rank does on the whole batch: every step's loss
  * (averaged over dp) and gradient norm within TOL relative (fp16: TOL16), evaluation within TOL, every tensor a stage holds and the
  * generation logits within PARAM_TOL (PARAM_TOL16). A tied wte set on one end of the pipeline
  * only reaches the other end (the first stage's values where both ends set it), and a
@@ -392,9 +393,15 @@ int main(int argc, char** argv) {
     const pipeline_t with_dp = {1, 2, 2, 2, 1, 1, 0, 1, NULL, NULL, NULL};
     const pipeline_t with_tp = {2, 2, 2, 2, 1, 1, 1, 0, NULL, NULL, NULL};
     const pipeline_t four = {1, 4, 4, 1, 1, 1, 0, 0, NULL, NULL, NULL};
+    const pipeline_t four_gpipe = {1, 4, 4, 1, 1, 0, 0, 0, "gpipe", NULL, NULL};
+    const pipeline_t interleaved_with_dp = {1, 2, 4, 1, 2, 1, 0, 1, "interleaved", NULL, NULL};
+    const pipeline_t fp16_with_tp = {2, 2, 2, 2, 1, 1, 1, 0, NULL, "fp16", NULL};
     test_layout(ctx, world, &with_dp);
     test_layout(ctx, world, &with_tp);
     test_layout(ctx, world, &four);
+    test_layout(ctx, world, &four_gpipe);
+    test_layout(ctx, world, &interleaved_with_dp);
+    test_layout(ctx, world, &fp16_with_tp);
   }
   test_refusals(ctx);
 
