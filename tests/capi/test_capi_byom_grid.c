@@ -2,7 +2,7 @@
  * PP groups, and dtrain steps it as one model. Four tensors: a column-parallel layer
  * ("a.weight" [8, 6] and "a.bias" [8], split by rows), a row-parallel one ("b.weight" [5, 8],
  * split by columns; "b.bias" [5] replicated over TP); with pp 2 stage 0 holds a.*, stage 1
- * b.*. The loss is a sum over elements, so each rank computes the gradient of what it holds
+ * b.* (so pp is at most 2; at 4 ranks tp 4 splits each tensor four ways). The loss is a sum over elements, so each rank computes the gradient of what it holds
  * (its data-parallel share of it), and a byom on each rank alone holding the whole tensors
  * trains on the mean over dp. With clipping active every step, the split byom's values and
  * norms must follow that one's (the norm is the whole model's: every slice, every stage, the
@@ -335,6 +335,8 @@ int main(int argc, char** argv) {
     test_layout(ctx, world, 2, 2, 0, 0);
     test_layout(ctx, world, 2, 1, 1, 0);
     test_layout(ctx, world, 1, 2, 1, 1024.0f);
+    test_layout(ctx, world, 4, 1, 0, 0);
+    test_layout(ctx, world, 4, 1, 0, 1024.0f);
   }
   test_mixed_formats(ctx);
   test_grid_refusals(ctx);
