@@ -7,12 +7,14 @@
  * gradient norm, the loss dt_gpt_evaluate() gives after them and dt_gpt_decode()'s logits
  * for a prompt. With N ranks the batch is cut over them (data parallelism, ZeRO `zero`); the
  * losses written are the global batch's.
- *   mpiexec -n N gpt_reference_run OUT_DIR [tied 0|1] [zero 0..3]   (N divides 4) */
+ *   mpiexec -n N gpt_reference_run OUT_DIR [tied 0|1] [zero 0..3] [device cpu|cuda]
+ * (N divides 4; with cuda and no GPU it exits 77, skipped) */
 #define _XOPEN_SOURCE 700 /* nftw, mkdir */
 #include <math.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
+#include <string.h>
 
 #include "check.h"
 #include "scratch_dir.h"
@@ -59,6 +61,8 @@ int main(int argc, char** argv) {
   dt_model_t model = NULL;
   int size = 0, status, b, t, s;
   const int tied = argc > 2 ? atoi(argv[2]) : 1, zero = argc > 3 ? atoi(argv[3]) : 0;
+  const char* device = argc > 4 ? argv[4] : "cpu";
+  dt_result_t created;
   char dir[1100], path[1200];
   int32_t tokens[BATCH][SEQ], targets[BATCH][SEQ], prompt[PROMPT];
   float loss[STEPS + 1], norm[STEPS], logits[VOCAB];
@@ -79,11 +83,24 @@ int main(int argc, char** argv) {
   gc.vocab = VOCAB; /* not a multiple of 64: the padded rows must stay out of everything */
   gc.tie_embeddings = tied;
   gc.max_batch = BATCH;
-  gc.device = "cpu";
+  gc.device = device;
   oc.clip_grad = 0.0f; /* the reference's moments take the raw gradient */
   oc.zero_stage = zero;
-  OK(ctx, dt_model_create_gpt(world, &gc, &oc, &model));
+  created = dt_model_create_gpt(world, &gc, &oc, &model);
+  if (created == DT_ERR_UNAVAILABLE) {
+    if (my_rank == 0) printf("gpt_reference_run: skipped: %s\n", dt_get_last_error(ctx));
+    OK(ctx, dt_finalize(ctx));
+    return 77;
+  }
+  OK(ctx, created);
   if (failures) return 1;
+  {
+    char where[256];
+    size_t length = 0;
+    OK(ctx, dt_model_device(model, where, sizeof where, &length));
+    CHECK(strncmp(where, device, strlen(device)) == 0); /* "cpu ..." or "cuda ..." */
+    if (my_rank == 0) printf("gpt_reference_run: the model runs on %s\n", where);
+  }
 
   for (b = 0; b < BATCH; ++b)
     for (t = 0; t < SEQ; ++t) {
