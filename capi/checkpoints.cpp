@@ -5,6 +5,7 @@
 #include <new>
 
 #include "dtrain/ckpt/file.hpp"
+#include "dtrain/core/log.hpp"
 #include "dtrain/core/error.hpp"
 #include "agree.hpp"
 #include "guard.hpp"
@@ -87,6 +88,11 @@ void Checkpoints::load(const std::string& source) {
   const std::string path = resolve(source);
   if (!is_gpt_) check_tensors(path);
   const ckpt::CheckpointInfo info = checkpointer_.load(path);
+  const std::string changed = checkpointer_.adamw_changes(info);
+  if (!changed.empty()) {
+    DTRAIN_LOG(warn, "checkpoint " << path << " was written with other AdamW settings (" << changed
+                     << "): the updates from here on differ from those of the model that wrote it");
+  }
   // Mixed precision: the loaded masters, rounded, are this rank's parameter pieces.
   if (engine_.optimizer().has_master_weights()) engine_.share_parameters();
   // A scaling model goes on from the saved loss scale; from a file without one (another

@@ -9,6 +9,7 @@
 #include <optional>
 #include <sstream>
 
+#include "ckpt/adamw_changes.hpp"
 #include "ckpt/commit.hpp"
 #include "ckpt/dir_lock.hpp"
 #include "ckpt/h5.hpp"
@@ -40,6 +41,8 @@ std::string dataset_path(const TensorEntry& e, int kind) {
 }
 
 std::string model_text(long layers, long heads, long d_model, long seq_len, long vocab, long tie) {
+  if (layers == 0 && heads == 0 && d_model == 0 && seq_len == 0 && vocab == 0)
+    return "a model that is not a built-in GPT (a byom or an MLP)";  // their /model attributes
   std::ostringstream os;
   os << "layers=" << layers << " heads=" << heads << " d-model=" << d_model << " seq-len=" << seq_len
      << " vocab=" << vocab << " tie-embeddings=" << (tie ? "true" : "false");
@@ -295,8 +298,7 @@ void Checkpointer::Impl::write_file(const std::string& path, const CheckpointInf
   // the others waiting forever. Each dataset written is progress (the agreement after it
   // re-arms the watch). The final flush is not watched: it may write back the whole file,
   // which on a slow file system can take longer than the timeout.
-  std::optional<comm::WatchScope> watch;
-  watch.emplace("checkpoint write", grid.world().state()->label);
+  comm::WatchScope watch("checkpoint write", grid.world().state()->label);
   std::optional<HostStaging> stage;
   agreed([&] {
     check_mpi_io_path(path, grid.world().size());
@@ -379,7 +381,7 @@ void Checkpointer::Impl::write_file(const std::string& path, const CheckpointInf
   dsets.clear();
   mg.reset();
   og.reset();
-  watch.reset();
+  watch.end();
   agreed([&] { h5::check_status(H5Fflush(file, H5F_SCOPE_GLOBAL), "cannot flush '" + path + "'"); });
   agreed([&] { h5::check_status(file.close(), "cannot close '" + path + "'"); });
 }
@@ -473,6 +475,10 @@ Checkpointer::Checkpointer(ProcessGrid& grid, ParameterStore& params, optim::Ada
     : impl_(std::make_unique<Impl>(grid, params, optimizer, zero_stage, model)) {}
 
 Checkpointer::~Checkpointer() = default;
+
+std::string Checkpointer::adamw_changes(const CheckpointInfo& loaded) const {
+  return ckpt::adamw_changes(loaded, impl_->optimizer.config());
+}
 
 std::string checkpoint_name(long step) {
   char buf[32];

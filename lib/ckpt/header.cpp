@@ -1,6 +1,7 @@
 #include "ckpt/header.hpp"
 
 #include <cmath>
+#include <utility>
 
 #include "dtrain/ckpt/checksum.hpp"
 #include "dtrain/core/error.hpp"
@@ -57,6 +58,10 @@ Header read_header(hid_t file, const std::string& where) {
   h.optimizer_step = h5::read_attr_i64(og, "step", where + " /optimizer");
   DTRAIN_CHECK(h.optimizer_step >= 0, Errc::corrupt_data,
                where << " /optimizer has a negative step (" << h.optimizer_step << ")");
+  for (auto [name, value] : {std::pair{"beta1", &info.beta1}, std::pair{"beta2", &info.beta2},
+                              std::pair{"eps", &info.eps}, std::pair{"weight_decay", &info.weight_decay}}) {
+    if (h5::has_attr(og, name, where + " /optimizer")) *value = h5::read_attr_f64(og, name, where + " /optimizer");
+  }
   return h;
 }
 

@@ -45,19 +45,24 @@ class WatchScope {
     }
     mark(op, group, nested);
   }
-  ~WatchScope() {
-    if (!slot_) return;
-    if (outer_op_)
-      mark(outer_op_, outer_group_, true);
-    else
-      slot_->seq.store(0, std::memory_order_release);
-  }
+  ~WatchScope() { end(); }
   WatchScope(const WatchScope&) = delete;
   WatchScope& operator=(const WatchScope&) = delete;
 
   // A step of the operation finished: its time without progress starts again.
   void progress() noexcept {
     if (slot_) mark(op_, group_, true);
+  }
+
+  // The operation's watched part is over (before the scope's end: what follows is not
+  // watched). The outer scope, if any, is watched again.
+  void end() noexcept {
+    if (!slot_) return;
+    if (outer_op_)
+      mark(outer_op_, outer_group_, true);
+    else
+      slot_->seq.store(0, std::memory_order_release);
+    slot_ = nullptr;
   }
 
  private:

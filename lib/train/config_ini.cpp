@@ -1,19 +1,26 @@
 // TrainConfig::to_ini: the run's options as "key = value" lines (dtrain-gpt's option names),
 // stored in every checkpoint so a file says how it was made.
 #include <sstream>
+#include <type_traits>
 
+#include "core/number_text.hpp"
 #include "dtrain/train/config.hpp"
 
 namespace dtrain::train {
 namespace {
 
-// "key = value" lines; numbers with every digit they need to read back the same.
+// "key = value" lines; numbers in the fewest digits that read back the same (lr = 0.003).
 class IniLines {
  public:
-  IniLines() { os_.precision(17); }
   template <class T>
   void operator()(const char* key, const T& value) {
-    os_ << key << " = " << value << "\n";
+    os_ << key << " = ";
+    if constexpr (std::is_floating_point_v<T>) {
+      os_ << shortest_text(value);
+    } else {
+      os_ << value;
+    }
+    os_ << "\n";
   }
   std::string str() const { return os_.str(); }
 

@@ -2,10 +2,14 @@
 // signals, and checkpoint save and load.
 #include <algorithm>
 #include <cmath>
+#include <filesystem>
+#include <initializer_list>
 #include <limits>
 #include <optional>
 #include <sstream>
+#include <system_error>
 
+#include "core/number_text.hpp"
 #include "train/trainer_state.hpp"
 
 namespace dtrain::train {
@@ -21,11 +25,46 @@ std::optional<std::string> ini_value(const std::string& ini, const std::string& 
   return std::nullopt;
 }
 
+// Two values of an option: numbers compare as numbers (files written before the shortest
+// form hold 0.0030000000000000001 for 0.003), paths as the files they name here, the rest as text.
+bool same_setting(const std::string& then, const std::string& here, bool is_path) {
+  double a = 0, b = 0;
+  if (parse_number(then, a) && parse_number(here, b)) return a == b;
+  if (is_path && !then.empty() && !here.empty()) {
+    std::error_code ec1, ec2;
+    const std::filesystem::path p = std::filesystem::weakly_canonical(then, ec1);
+    const std::filesystem::path q = std::filesystem::weakly_canonical(here, ec2);
+    if (!ec1 && !ec2) return p == q;
+  }
+  return then == here;
+}
+
+// A value for a message: numbers in their shortest form, other text quoted.
+std::string setting_text(const std::string& value) {
+  double x = 0;
+  return parse_number(value, x) ? shortest_text(x) : "'" + value + "'";
+}
+
+// "key then -> now" for each of keys whose value differs between the two runs' settings.
+std::string changed_settings(const std::string& saved_ini, const std::string& now,
+                             std::initializer_list<const char*> keys) {
+  std::string changed;
+  for (const char* key : keys) {
+    const std::optional<std::string> then = ini_value(saved_ini, key), here = ini_value(now, key);
+    if (then && here && !same_setting(*then, *here, false))
+      changed += std::string(changed.empty() ? "" : ", ") + key + " " + setting_text(*then) + " -> " +
+                 setting_text(*here);
+  }
+  return changed;
+}
+
 // Samples are drawn by (seed, sample index) from the data: a resumed run given another seed or
 // other data trains on other samples than the run it continues would have. Allowed, but said;
-// so is another learning-rate schedule.
-void warn_if_run_differs(const std::string& path, const std::string& saved_ini, const TrainConfig& cfg) {
-  if (cfg.eval_only) return;  // no run continues
+// so are another learning-rate schedule, other clipping and, in fp16, a --loss-scale that the
+// saved dynamic scale overrides, and the AdamW settings the file holds.
+void warn_if_run_differs(const std::string& path, const ckpt::CheckpointInfo& info, const TrainConfig& cfg,
+                         const std::string& adamw_changes) {
+  const std::string& saved_ini = info.run_config;
   struct Key {
     const char* name;
     bool is_path;
@@ -35,23 +74,32 @@ void warn_if_run_differs(const std::string& path, const std::string& saved_ini, 
   for (const Key key : {Key{"seed", false, true}, Key{"data", true, true}, Key{"val-data", true, true},
                         Key{"val-fraction", false, cfg.val_data.empty()}}) {
     const std::optional<std::string> then = ini_value(saved_ini, key.name), here = ini_value(now, key.name);
-    if (!key.used || !then || !here || *then == *here) continue;
-    DTRAIN_LOG(warn, "checkpoint " << path << " was written by a run with " << key.name << " = '" << *then
-                     << "', this run has '" << *here << "': from here on it draws other samples than "
-                     << "the run it continues would have"
+    if (!key.used || !then || !here || same_setting(*then, *here, key.is_path)) continue;
+    DTRAIN_LOG(warn, "checkpoint " << path << " was written by a run with " << key.name << " = "
+                     << setting_text(*then) << ", this run has " << setting_text(*here)
+                     << ": from here on it draws other samples than the run it continues would have"
                      << (key.is_path ? " (unless it is the same data under another path)" : ""));
   }
   // The learning rate at step s is a function of these: another value (a longer --steps to
   // train on, say) changes the rates from here on. Said once, as the samples are.
-  std::string changed;
-  for (const char* key : {"lr", "min-lr", "warmup-steps", "steps"}) {
-    const std::optional<std::string> then = ini_value(saved_ini, key), here = ini_value(now, key);
-    if (then && here && *then != *here)
-      changed += std::string(changed.empty() ? "" : ", ") + key + " " + *then + " -> " + *here;
-  }
-  if (!changed.empty()) {
+  const std::string schedule = changed_settings(saved_ini, now, {"lr", "min-lr", "warmup-steps", "steps"});
+  if (!schedule.empty()) {
     DTRAIN_LOG(warn, "checkpoint " << path << " was written by a run with another learning-rate schedule ("
-                     << changed << "): the rates from here on differ from the run it continues");
+                     << schedule << "): the rates from here on differ from the run it continues");
+  }
+  const std::string clipping = changed_settings(saved_ini, now, {"clip-grad"});
+  if (!clipping.empty()) {
+    DTRAIN_LOG(warn, "checkpoint " << path << " was written by a run with other gradient clipping ("
+                     << clipping << "): the updates from here on differ from the run it continues");
+  }
+  if (!adamw_changes.empty()) {
+    DTRAIN_LOG(warn, "checkpoint " << path << " was written with other AdamW settings (" << adamw_changes
+                     << "): the updates from here on differ from the run it continues");
+  }
+  const std::string scale = changed_settings(saved_ini, now, {"loss-scale"});
+  if (info.loss_scale > 0 && cfg.precision == "fp16" && !scale.empty()) {
+    DTRAIN_LOG(warn, "checkpoint " << path << " holds the dynamic loss scale " << shortest_text(info.loss_scale)
+                     << ", which goes on: --loss-scale (" << scale << ") sets the scale of a fresh run only");
   }
 }
 
@@ -186,12 +234,16 @@ void Trainer::load_checkpoint(const std::string& path) {
   // --loss-scale.
   if (s.scaler.enabled() && info.loss_scale > 0)
     s.scaler.set_scale(info.loss_scale, info.loss_scale_clean_steps, info.loss_scale_skipped_steps);
-  const std::uint64_t expected = static_cast<std::uint64_t>(info.step) * s.loader.plan().global_batch();
-  if (info.data_position != expected && !s.cfg.eval_only) {  // no training sample is drawn else
-    DTRAIN_LOG(warn, "checkpoint " << path << " was at sample " << info.data_position
-                     << "; with this global batch step " << info.step << " starts at sample " << expected);
+  // What changes the run from here on, said only where there is a here: an evaluation, or a
+  // checkpoint at or past --steps, trains nothing.
+  if (!s.cfg.eval_only && info.step < s.cfg.steps) {
+    const std::uint64_t expected = static_cast<std::uint64_t>(info.step) * s.loader.plan().global_batch();
+    if (info.data_position != expected) {
+      DTRAIN_LOG(warn, "checkpoint " << path << " was at sample " << info.data_position
+                       << "; with this global batch step " << info.step << " starts at sample " << expected);
+    }
+    warn_if_run_differs(path, info, s.cfg, s.checkpoints().adamw_changes(info));
   }
-  warn_if_run_differs(path, info.run_config, s.cfg);
   s.consumed_before = info.consumed_samples;
   s.consumed_before_step = info.step;
   s.step = info.step;

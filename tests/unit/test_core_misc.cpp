@@ -3,6 +3,7 @@
 #include <cstdint>
 #include <cstdlib>
 
+#include "core/number_text.hpp"
 #include "dtrain/core/buffer.hpp"
 #include "dtrain/core/env.hpp"
 #include "dtrain/core/error.hpp"
@@ -77,4 +78,21 @@ TEST(Timer, Monotonic) {
   { ScopedAccumulate acc(total); }
   EXPECT_GE(w.seconds(), 0.0);
   EXPECT_GE(total, 0.0);
+}
+
+// Settings are written in the fewest digits that read back the same, and parsed whole.
+TEST(NumberText, ShortestFormReadsBackAndParsingTakesWholeNumbersOnly) {
+  EXPECT_EQ(shortest_text(0.003), "0.003");
+  EXPECT_EQ(shortest_text(0.95f), "0.95");
+  EXPECT_EQ(shortest_text(65536.0), "65536");
+  for (double x : {0.1, 1.0 / 3.0, 3e-4, 1e-8, 6.02214076e23, -2.5}) {
+    double back = 0;
+    ASSERT_TRUE(parse_number(shortest_text(x), back)) << shortest_text(x);
+    EXPECT_EQ(back, x) << shortest_text(x);
+  }
+  double v = 0;
+  EXPECT_TRUE(parse_number("0.0030000000000000001", v));
+  EXPECT_EQ(v, 0.003);
+  for (const char* not_a_number : {"", "10x", " 1", "true", "corpus.txt", "1e"})
+    EXPECT_FALSE(parse_number(not_a_number, v)) << "'" << not_a_number << "'";
 }

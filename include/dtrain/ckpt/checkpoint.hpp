@@ -69,6 +69,12 @@ class DTRAIN_API Checkpointer {
   // set to them rounded; under ZeRO 1/2 the caller then shares the pieces, as after a step.
   CheckpointInfo load(const std::string& path);
 
+  // The optimiser's AdamW settings that differ from those a loaded file was written with, as
+  // "beta1 0.5 -> 0.9, weight_decay 0 -> 0.1"; empty when none does (or the file has none).
+  // Loading moments under other settings is allowed (a fine-tune with another weight decay),
+  // but the updates then differ from the run that wrote them: callers say so.
+  std::string adamw_changes(const CheckpointInfo& loaded) const;
+
  private:
   struct Impl;
   std::unique_ptr<Impl> impl_;

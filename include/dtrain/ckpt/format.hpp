@@ -2,6 +2,7 @@
 // What a checkpoint file's root group says of itself (docs/checkpoint-format.md): its format,
 // and the position of the run that wrote it.
 #include <cstdint>
+#include <limits>
 #include <string>
 
 #include "dtrain/export.hpp"
@@ -20,6 +21,12 @@ struct DTRAIN_API CheckpointInfo {
   double loss_scale = 0;                // fp16 dynamic loss scale (0: the run has none)
   long loss_scale_clean_steps = 0;      // clean steps in a row toward its next growth
   long loss_scale_skipped_steps = 0;    // steps skipped for overflow, across resumes
+  // /optimizer's AdamW settings the file was written with (NaN: absent, as in a file another
+  // tool wrote). Read by a load; a save writes the optimiser's own.
+  double beta1 = std::numeric_limits<double>::quiet_NaN();
+  double beta2 = std::numeric_limits<double>::quiet_NaN();
+  double eps = std::numeric_limits<double>::quiet_NaN();
+  double weight_decay = std::numeric_limits<double>::quiet_NaN();
 };
 
 }  // namespace dtrain::ckpt

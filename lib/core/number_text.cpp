@@ -1,0 +1,27 @@
+#include "core/number_text.hpp"
+
+#include <charconv>
+#include <system_error>
+
+namespace dtrain {
+namespace {
+
+template <class T>
+std::string shortest(T value) {
+  char text[64];
+  const std::to_chars_result r = std::to_chars(text, text + sizeof text, value);
+  return r.ec == std::errc() ? std::string(text, r.ptr) : std::string("?");
+}
+
+}  // namespace
+
+std::string shortest_text(double value) { return shortest(value); }
+std::string shortest_text(float value) { return shortest(value); }
+
+bool parse_number(const std::string& text, double& value) {
+  const char* end = text.data() + text.size();
+  const std::from_chars_result r = std::from_chars(text.data(), end, value);
+  return !text.empty() && r.ec == std::errc() && r.ptr == end;
+}
+
+}  // namespace dtrain
