@@ -2,6 +2,9 @@
 
 #include <dlfcn.h>
 
+#include <string>
+#include <vector>
+
 #include "dtrain/core/env.hpp"
 
 namespace dtrain {
@@ -38,18 +41,22 @@ CudaPluginHandle open_plugin() {
   const std::string named = env::get_string("DTRAIN_CUDA_PLUGIN", "");
   // A plugin named explicitly is opened whatever: an emulated GPU needs no driver.
   if (named.empty() && !driver_present(&p.error)) return p;
-  const std::string candidates[3] = {named, own_directory() + kCudaPluginName, kCudaPluginName};
-  // Every candidate's reason: DTRAIN_CUDA_PLUGIN's (a plugin whose dependencies are missing,
-  // say) must not hide behind the last fallback's "cannot open".
+  // A plugin named explicitly is the only one tried (instead of the one beside libdtrain.so,
+  // as documented): a wrong path must not quietly load another build's plugin.
+  const std::vector<std::string> candidates =
+      named.empty() ? std::vector<std::string>{own_directory() + kCudaPluginName, kCudaPluginName}
+                    : std::vector<std::string>{named};
+  // Every candidate's reason, so that the first's (a plugin whose dependencies are missing,
+  // say) does not hide behind the last fallback's "cannot open".
   std::string errors;
   for (const std::string& name : candidates) {
-    if (name.empty()) continue;
     p.handle = dlopen(name.c_str(), RTLD_NOW | RTLD_LOCAL);
     if (p.handle) return p;
     const char* err = dlerror();
     errors += (errors.empty() ? "" : "; ") + std::string(err ? err : name + ": not found");
   }
-  p.error = std::string(kCudaPluginName) + " could not be loaded: " + errors;
+  p.error = (named.empty() ? std::string(kCudaPluginName) : "DTRAIN_CUDA_PLUGIN='" + named + "'") +
+            " could not be loaded: " + errors;
   return p;
 }
 

@@ -18,6 +18,11 @@ Params read_params() {
   p.log_level = log::parse_level(get_string("DTRAIN_LOG_LEVEL", "info"));
   p.log_all_ranks = get_bool("DTRAIN_LOG_ALL_RANKS", false);
   p.num_threads = static_cast<int>(get_int("DTRAIN_NUM_THREADS", 0, 0, 4096));
+  p.cpu_attention_probabilities = get_bool("DTRAIN_CPU_ATTENTION_PROBABILITIES", false);
+  // 0 measures; a rate below a megaflop per second would only make MFU an overflow.
+  p.peak_flops = get_double("DTRAIN_PEAK_FLOPS", 0.0, 0.0, 1e21);
+  DTRAIN_CHECK(p.peak_flops == 0 || p.peak_flops >= 1e6, Errc::invalid_config,
+               "DTRAIN_PEAK_FLOPS=" << p.peak_flops << " is out of range (0 to measure, or 1e6 to 1e21 FLOP/s)");
   return p;
 }
 }  // namespace

@@ -2,6 +2,7 @@
 #include "dtrain/device/device.hpp"
 
 
+#include <atomic>
 #include <mutex>
 #include <string>
 #include <utility>
@@ -179,7 +180,14 @@ Device& select_device(const std::string& which, const std::string& option) {
   if (which == "auto") {
     const CudaPlugin& p = cuda_plugin();
     if (p.device) return *p.device;
-    DTRAIN_LOG(debug, "device auto: using the CPU (" << p.reason << ")");
+    // A plugin named in DTRAIN_CUDA_PLUGIN was asked for: its failure is said (once).
+    static const bool named = !env::get_string("DTRAIN_CUDA_PLUGIN", "").empty();
+    static std::atomic<bool> said{false};
+    if (named && !said.exchange(true)) {
+      DTRAIN_LOG(warn, option << " auto: using the CPU (" << p.reason << ")");
+    } else {
+      DTRAIN_LOG(debug, option << " auto: using the CPU (" << p.reason << ")");
+    }
     return cpu_device();
   }
   DTRAIN_FAIL(Errc::invalid_argument,

@@ -457,8 +457,8 @@ TrainSummary Trainer::run() {
     in_pass = ", peak parameters in a pass " +
               std::to_string(static_cast<double>(s.peak_param_bytes()) / mib);
   }
-  DTRAIN_LOG(info, "memory of rank 0 (MiB): parameters " << s.memory.params / mib << ", gradients "
-                   << s.memory.grads / mib << ", optimizer " << s.memory.optimizer / mib
+  DTRAIN_LOG(info, "memory of rank " << s.world.rank() << " (MiB): parameters " << s.memory.params / mib
+                   << ", gradients " << s.memory.grads / mib << ", optimizer " << s.memory.optimizer / mib
                    << ", activations " << s.memory.activations / mib << in_pass);
   return sum;
 }

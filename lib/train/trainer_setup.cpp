@@ -296,8 +296,15 @@ Trainer::State::State(const TrainConfig& c, Communicator& w)
   for (int r = 0; r < w.size(); ++r) {
     memory_per_rank[r] = {all[4 * r], all[4 * r + 1], all[4 * r + 2], all[4 * r + 3]};
   }
-  // A known peak (a data-sheet figure, say) replaces the measurement and its start-up time.
-  const double given = env::get_double("DTRAIN_PEAK_FLOPS", 0.0, 0.0, 1e21);
+  // A known peak (a data-sheet figure, say) replaces the measurement and its start-up time,
+  // on every rank alike (one rank's figure averaged with the others' measurements would be
+  // neither).
+  const double given = env::params().peak_flops;
+  double extremes[2] = {given, -given};
+  w.all_reduce(extremes, extremes, 2, DType::f64, ReduceOp::min);
+  DTRAIN_CHECK(extremes[0] == -extremes[1], Errc::invalid_config,
+               "DTRAIN_PEAK_FLOPS differs between ranks (from " << extremes[0] << " to " << -extremes[1]
+                   << "; 0: not set, measured): set it for every rank or none");
   peak_flops_given = given > 0;
   double peak = peak_flops_given ? given : measure_peak_flops(dev);
   w.all_reduce(&peak, &peak, 1, DType::f64, ReduceOp::avg);

@@ -12,6 +12,7 @@
 
 #include "device/cpu/cpu_device.hpp"
 #include "dtrain/core/buffer.hpp"
+#include "dtrain/core/env.hpp"
 #include "dtrain/core/error.hpp"
 #include "dtrain/core/rng.hpp"
 #include "dtrain/device/device.hpp"
@@ -532,8 +533,10 @@ TEST(GptModel, CpuAttentionSavesLogSumExpsOrOnRequestProbabilities) {
   cfg.vocab = 50;
   const int B = 2, T = cfg.seq_len, NH = cfg.heads, C = cfg.d_model;
   ASSERT_EQ(setenv("DTRAIN_CPU_ATTENTION_PROBABILITIES", "1", 1), 0);
+  env::reload();  // read once per process otherwise
   CpuDevice saves_probabilities;
   ASSERT_EQ(unsetenv("DTRAIN_CPU_ATTENTION_PROBABILITIES"), 0);
+  env::reload();
   CpuDevice saves_lse;
   EXPECT_EQ(saves_probabilities.attention_saved_floats(B, T, C, NH),
             static_cast<std::size_t>(B) * NH * T * T);

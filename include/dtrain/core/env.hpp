@@ -13,9 +13,13 @@ struct Params {
   log::Level log_level = log::Level::info;  // DTRAIN_LOG_LEVEL: error|warn|info|debug
   bool log_all_ranks = false;     // DTRAIN_LOG_ALL_RANKS: 1 to print on every rank
   int num_threads = 0;            // DTRAIN_NUM_THREADS: BLAS/kernel threads, 0 = library default
+  bool cpu_attention_probabilities = false;  // DTRAIN_CPU_ATTENTION_PROBABILITIES: the CPU's
+                                             // attention keeps probabilities, not log-sum-exps
+  double peak_flops = 0;          // DTRAIN_PEAK_FLOPS: FLOP/s per rank for MFU; 0 = measure
 };
 
-// Read on first use, then cached for the life of the process.
+// Read on first use, then cached for the life of the process. A Runtime reads them as it
+// starts, on every rank together, so a malformed value fails the whole job at once.
 DTRAIN_API const Params& params();
 // Re-read the environment (tests only).
 DTRAIN_API void reload();

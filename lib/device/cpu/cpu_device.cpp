@@ -17,9 +17,8 @@
 namespace dtrain {
 
 CpuDevice::CpuDevice()
-    : attention_saves_(env::get_bool("DTRAIN_CPU_ATTENTION_PROBABILITIES", false)
-                           ? cpu::AttentionSaved::probabilities
-                           : cpu::AttentionSaved::log_sum_exp) {
+    : attention_saves_(env::params().cpu_attention_probabilities ? cpu::AttentionSaved::probabilities
+                                                                  : cpu::AttentionSaved::log_sum_exp) {
   const int n = env::params().num_threads;  // DTRAIN_NUM_THREADS, 0 = library defaults
   if (n > 0) set_num_threads(n);
 }
