@@ -316,6 +316,7 @@ void Checkpointer::Impl::write_file(const std::string& path, const CheckpointInf
   h5::write_attr(file, "consumed_samples", static_cast<std::uint64_t>(info.consumed_samples));
   h5::write_attr(file, "data_position", static_cast<std::uint64_t>(info.data_position));
   h5::write_attr(file, "run_config", info.run_config);
+  if (info.data_fingerprint != 0) h5::write_attr(file, "data_fingerprint", info.data_fingerprint);
   if (info.loss_scale > 0) {
     h5::write_attr(file, "loss_scale", info.loss_scale);
     h5::write_attr(file, "loss_scale_clean_steps", static_cast<std::int64_t>(info.loss_scale_clean_steps));

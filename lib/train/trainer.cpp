@@ -63,8 +63,17 @@ std::string changed_settings(const std::string& saved_ini, const std::string& no
 // so are another learning-rate schedule, other clipping and, in fp16, a --loss-scale that the
 // saved dynamic scale overrides, and the AdamW settings the file holds.
 void warn_if_run_differs(const std::string& path, const ckpt::CheckpointInfo& info, const TrainConfig& cfg,
-                         const std::string& adamw_changes) {
+                         std::uint64_t data_fingerprint, const std::string& adamw_changes) {
   const std::string& saved_ini = info.run_config;
+  // Token files' contents, where both runs had them, decide whether the data are the same,
+  // whatever their paths (a copy elsewhere is the same data; other contents under the same
+  // path are not); otherwise the paths do.
+  const bool contents_known = info.data_fingerprint != 0 && data_fingerprint != 0;
+  if (contents_known && info.data_fingerprint != data_fingerprint) {
+    DTRAIN_LOG(warn, "checkpoint " << path << " was written by a run whose data had other contents (content "
+                     << "fingerprint " << info.data_fingerprint << ", this run's " << data_fingerprint
+                     << "): from here on it draws other samples than the run it continues would have");
+  }
   struct Key {
     const char* name;
     bool is_path;
@@ -74,7 +83,8 @@ void warn_if_run_differs(const std::string& path, const ckpt::CheckpointInfo& in
   for (const Key key : {Key{"seed", false, true}, Key{"data", true, true}, Key{"val-data", true, true},
                         Key{"val-fraction", false, cfg.val_data.empty()}}) {
     const std::optional<std::string> then = ini_value(saved_ini, key.name), here = ini_value(now, key.name);
-    if (!key.used || !then || !here || same_setting(*then, *here, key.is_path)) continue;
+    if (!key.used || !then || !here || (key.is_path && contents_known) || same_setting(*then, *here, key.is_path))
+      continue;
     DTRAIN_LOG(warn, "checkpoint " << path << " was written by a run with " << key.name << " = "
                      << setting_text(*then) << ", this run has " << setting_text(*here)
                      << ": from here on it draws other samples than the run it continues would have"
@@ -206,6 +216,7 @@ std::string Trainer::save_checkpoint() {
   info.consumed_samples = s.consumed_before + static_cast<std::uint64_t>(s.step - s.consumed_before_step) * global_batch;
   info.data_position = static_cast<std::uint64_t>(s.step) * global_batch;
   info.run_config = s.cfg.to_ini();
+  info.data_fingerprint = s.source->fingerprint();
   if (s.scaler.enabled()) {
     info.loss_scale = s.scaler.scale();
     info.loss_scale_clean_steps = s.scaler.clean_steps_in_a_row();
@@ -237,12 +248,19 @@ void Trainer::load_checkpoint(const std::string& path) {
   // What changes the run from here on, said only where there is a here: an evaluation, or a
   // checkpoint at or past --steps, trains nothing.
   if (!s.cfg.eval_only && info.step < s.cfg.steps) {
-    const std::uint64_t expected = static_cast<std::uint64_t>(info.step) * s.loader.plan().global_batch();
+    // The data order is a function of the sample index, and step s starts at s x the global
+    // batch: another global batch resumes elsewhere in it.
+    const std::uint64_t batch = s.loader.plan().global_batch();
+    const std::uint64_t expected = static_cast<std::uint64_t>(info.step) * batch;
     if (info.data_position != expected) {
-      DTRAIN_LOG(warn, "checkpoint " << path << " was at sample " << info.data_position
-                       << "; with this global batch step " << info.step << " starts at sample " << expected);
+      const bool again = expected < info.data_position;
+      DTRAIN_LOG(warn, "checkpoint " << path << " was at sample " << info.data_position << "; at this run's global batch of "
+                       << batch << " sequences step " << info.step << " starts at sample " << expected << ": samples "
+                       << std::min(expected, info.data_position) << ".."
+                       << std::max(expected, info.data_position) - 1
+                       << (again ? " are drawn again" : " are skipped"));
     }
-    warn_if_run_differs(path, info, s.cfg, s.checkpoints().adamw_changes(info));
+    warn_if_run_differs(path, info, s.cfg, s.source->fingerprint(), s.checkpoints().adamw_changes(info));
   }
   s.consumed_before = info.consumed_samples;
   s.consumed_before_step = info.step;

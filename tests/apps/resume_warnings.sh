@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
 # resume_warnings.sh GPT DIR OPTIONS: a resume with other settings than the run it continues
 # says each kind of change once (the samples drawn, the learning-rate schedule, the clipping,
-# AdamW's settings), numbers in their shortest form; the same data under another spelling of
-# its path and a resume that trains nothing (the checkpoint at --steps) say nothing.
+# AdamW's settings, the global batch, other contents under the data's path), numbers in their
+# shortest form; the same data under another spelling of its path or in a copy, and a resume
+# that trains nothing (the checkpoint at --steps), say nothing of it.
 set -u
 gpt=$1 dir=$2 options=$3
 fail() { echo "FAIL: $*"; exit 1; }
@@ -28,4 +29,23 @@ grep -q "data = " changed.log && fail "the same file under another path was take
   > nothing.log 2>&1 || fail "resume at --steps: $(cat nothing.log)"
 once nothing.log "nothing to train"
 grep -q WARN nothing.log && fail "warnings from a resume that trains nothing: $(cat nothing.log)"
+# Another global batch (4 sequences, the first runs' 8): step 3 starts at sample 12, not 24.
+# shellcheck disable=SC2086
+"$gpt" $options --data corpus.txt --steps 4 --save-dir ckpt --resume auto --seed 5 --lr 0.001 \
+  --clip-grad 0 --weight-decay 0 --micro-batch 4 > batch.log 2>&1 || fail "resume at another batch: $(cat batch.log)"
+once batch.log "was at sample 24; at this run's global batch of 4 sequences step 3 starts at sample 12: samples 12..23 are drawn again"
+once batch.log "another learning-rate schedule (steps 3 -> 4)"
+[ "$(grep -c WARN batch.log)" -eq 2 ] || fail "expected 2 warnings: $(cat batch.log)"
+# Other contents under the same path are other data; a copy of the first under another name is not.
+cp corpus.txt copy.txt
+printf 'pack my box with five dozen liquor jugs\n%.0s' $(seq 200) > corpus.txt
+# shellcheck disable=SC2086
+"$gpt" $options --data corpus.txt --steps 5 --save-dir ckpt --resume auto --seed 5 --lr 0.001 \
+  --clip-grad 0 --weight-decay 0 --micro-batch 4 > contents.log 2>&1 || fail "resume on other contents: $(cat contents.log)"
+once contents.log "was written by a run whose data had other contents"
+[ "$(grep -c WARN contents.log)" -eq 2 ] || fail "expected 2 warnings (contents, steps): $(cat contents.log)"
+# shellcheck disable=SC2086
+"$gpt" $options --data copy.txt --steps 6 --save-dir ckpt --resume ckpt/step_00000004.h5 --seed 5 --lr 0.001 \
+  --clip-grad 0 --weight-decay 0 --micro-batch 4 > copy.log 2>&1 || fail "resume on a copy: $(cat copy.log)"
+[ "$(grep -c WARN copy.log)" -eq 1 ] || fail "expected 1 warning (steps): $(cat copy.log)"
 echo "ok: each change said once"
