@@ -5,8 +5,8 @@
 #include <new>
 
 #include "dtrain/ckpt/file.hpp"
-#include "dtrain/core/log.hpp"
 #include "dtrain/core/error.hpp"
+#include "dtrain/core/log.hpp"
 #include "agree.hpp"
 #include "guard.hpp"
 
