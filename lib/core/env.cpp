@@ -12,6 +12,16 @@ std::mutex g_mutex;
 Params g_params;
 bool g_loaded = false;
 
+// The CUDA plugin's own settings, which it reads where a GPU is used: checked here as well, so
+// that a malformed one fails every run at its start, on every rank together, instead of
+// being ignored on the CPU or, under --device auto, sending a GPU run to the CPU.
+void check_gpu_settings() {
+  get_int("DTRAIN_CUDA_DEVICE", -1, 0, 1 << 20);
+  for (const char* name : {"DTRAIN_CUDA_TF32", "DTRAIN_CUDA_VMM", "DTRAIN_CUDA_PROFILE",
+                           "DTRAIN_CUDA_FUSED_ATTENTION", "DTRAIN_CUDA_GEMM_EPILOGUE"})
+    get_bool(name, false);
+}
+
 Params read_params() {
   Params p;
   p.comm_timeout_s = get_double("DTRAIN_COMM_TIMEOUT", p.comm_timeout_s, 0.001, 1e9);
@@ -23,6 +33,7 @@ Params read_params() {
   p.peak_flops = get_double("DTRAIN_PEAK_FLOPS", 0.0, 0.0, 1e21);
   DTRAIN_CHECK(p.peak_flops == 0 || p.peak_flops >= 1e6, Errc::invalid_config,
                "DTRAIN_PEAK_FLOPS=" << p.peak_flops << " is out of range (0 to measure, or 1e6 to 1e21 FLOP/s)");
+  check_gpu_settings();
   return p;
 }
 }  // namespace

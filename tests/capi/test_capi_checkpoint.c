@@ -1,9 +1,11 @@
 /* Checkpoints through the C ABI: registered (byom) tensors and built-in models are saved and
  * loaded; a run resumed from a checkpoint ends bit for bit where the uninterrupted run ends
  * (also across ZeRO stages, to rounding); pruning, finding the newest checkpoint, tensor
- * access by name, and the error paths (missing files, other models, unregistered names).
+ * access by name, and the error paths (missing files, other models, unregistered names); a
+ * load under other AdamW settings is said.
  *   mpiexec -n N test_capi_checkpoint SCRATCH_DIR */
 #define _XOPEN_SOURCE 700 /* nftw, mkdir */
+#include <fcntl.h>
 #include <ftw.h>
 #include <math.h>
 #include <stdio.h>
@@ -270,18 +272,24 @@ static void mlp_train(dt_context_t ctx, dt_model_t model, int from, int to) {
   }
 }
 
-static dt_model_t make_mlp(dt_context_t ctx, dt_comm_t world, uint64_t seed, int hidden) {
+/* An MLP under `oc` (ZeRO 1 and the defaults where NULL). */
+static dt_model_t make_mlp_with(dt_context_t ctx, dt_comm_t world, uint64_t seed, int hidden,
+                                const dt_optimizer_config_t* oc) {
   const int sizes[3] = {MIN, hidden, MCLASSES};
   dt_mlp_config_t mc = DT_MLP_CONFIG_INIT;
-  dt_optimizer_config_t oc = DT_OPTIMIZER_CONFIG_INIT;
+  dt_optimizer_config_t defaults = DT_OPTIMIZER_CONFIG_INIT;
   dt_model_t m = NULL;
   mc.num_sizes = 3;
   mc.sizes = sizes;
   mc.max_batch = MBATCH;
   mc.seed = seed;
-  oc.zero_stage = 1;
-  OK(ctx, dt_model_create_mlp(world, &mc, &oc, &m));
+  defaults.zero_stage = 1;
+  OK(ctx, dt_model_create_mlp(world, &mc, oc ? oc : &defaults, &m));
   return m;
+}
+
+static dt_model_t make_mlp(dt_context_t ctx, dt_comm_t world, uint64_t seed, int hidden) {
+  return make_mlp_with(ctx, world, seed, hidden, NULL);
 }
 
 static dt_model_t make_gpt(dt_context_t ctx, dt_comm_t world, uint64_t seed) {
@@ -381,6 +389,52 @@ static void corrupt_loads_change_nothing(dt_context_t ctx, dt_comm_t world, dt_m
   free(bytes);
   CHECK(refused > tried / 2); /* most bytes are data, checksummed, or metadata, checksummed */
   if (my_rank == 0) printf("corrupt loads: %ld of %ld flipped bytes refused, none changed the model\n", refused, tried);
+}
+
+/* Loads dir into model with this rank's stderr going to a file; 1 when the library said
+ * `text` there. */
+static int load_says(dt_context_t ctx, dt_comm_t world, dt_model_t model, const char* dir, const char* text) {
+  char path[1200], said[4096] = {0};
+  int saved, fd, found;
+  FILE* f;
+  snprintf(path, sizeof path, "%s/stderr_rank%d.txt", scratch, my_rank);
+  fflush(stderr);
+  saved = dup(2);
+  fd = open(path, O_WRONLY | O_CREAT | O_TRUNC, 0644);
+  CHECK(saved >= 0 && fd >= 0);
+  if (saved < 0 || fd < 0) return 0;
+  dup2(fd, 2);
+  close(fd);
+  OK(ctx, dt_model_load_checkpoint(model, dir));
+  fflush(stderr);
+  dup2(saved, 2);
+  close(saved);
+  OK(ctx, dt_barrier(world));
+  f = fopen(path, "r");
+  CHECK(f != NULL);
+  if (!f) return 0;
+  CHECK(fread(said, 1, sizeof said - 1, f) < sizeof said - 1); /* all of it read */
+  fclose(f);
+  found = strstr(said, text) != NULL;
+  if (my_rank == 0 && found) printf("load under other settings: %s", said);
+  return found;
+}
+
+/* Moments loaded under other AdamW settings are allowed, and said (by rank 0): the updates
+ * from here on differ from those of the model that wrote them. The same settings say nothing. */
+static void test_load_under_other_adamw(dt_context_t ctx, dt_comm_t world, const char* mlp_dir) {
+  dt_optimizer_config_t oc = DT_OPTIMIZER_CONFIG_INIT;
+  dt_model_t other, same;
+  oc.zero_stage = 1;
+  oc.beta1 = 0.8f;
+  oc.weight_decay = 0.05f;
+  other = make_mlp_with(ctx, world, 1, MHID, &oc);
+  same = make_mlp(ctx, world, 1, MHID);
+  CHECK(load_says(ctx, world, other, mlp_dir, "other AdamW settings (beta1 0.9 -> 0.8, weight_decay 0.1 -> 0.05)") ==
+        (my_rank == 0));
+  CHECK(!load_says(ctx, world, same, mlp_dir, "AdamW"));
+  OK(ctx, dt_model_destroy(other));
+  OK(ctx, dt_model_destroy(same));
 }
 
 static void test_gpt_checkpoint(dt_context_t ctx, dt_comm_t world, const char* mlp_dir) {
@@ -528,6 +582,7 @@ int main(int argc, char** argv) {
   test_keep_and_find(ctx, world);
   test_byom_errors(ctx, world);
   test_mlp_resume(ctx, world, mlp_dir, sizeof mlp_dir);
+  test_load_under_other_adamw(ctx, world, mlp_dir);
   test_gpt_checkpoint(ctx, world, mlp_dir);
   test_tensor_access(ctx, world);
   test_one_process_per_dir(ctx, world);
