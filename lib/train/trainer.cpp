@@ -106,10 +106,10 @@ void warn_if_run_differs(const std::string& path, const ckpt::CheckpointInfo& in
     DTRAIN_LOG(warn, "checkpoint " << path << " was written with other AdamW settings (" << adamw_changes
                      << "): the updates from here on differ from the run it continues");
   }
-  const std::string scale = changed_settings(saved_ini, now, {"loss-scale"});
-  if (info.loss_scale > 0 && cfg.precision == "fp16" && !scale.empty()) {
+  if (info.loss_scale > 0 && cfg.precision == "fp16" && !changed_settings(saved_ini, now, {"loss-scale"}).empty()) {
     DTRAIN_LOG(warn, "checkpoint " << path << " holds the dynamic loss scale " << shortest_text(info.loss_scale)
-                     << ", which goes on: --loss-scale (" << scale << ") sets the scale of a fresh run only");
+                     << ", which goes on: this run's --loss-scale " << shortest_text(cfg.loss_scale)
+                     << " sets the scale of a fresh run only");
   }
 }
 

@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # resume_warnings.sh GPT DIR OPTIONS: a resume with other settings than the run it continues
 # says each kind of change once (the samples drawn, the learning-rate schedule, the clipping,
-# AdamW's settings, the global batch, other contents under the data's path), numbers in their
+# AdamW's settings, the global batch, other contents under the data's path, an fp16 run's
+# --loss-scale), numbers in their
 # shortest form; the same data under another spelling of its path or in a copy, and a resume
 # that trains nothing (the checkpoint at --steps), say nothing of it.
 set -u
@@ -48,4 +49,11 @@ once contents.log "was written by a run whose data had other contents"
 "$gpt" $options --data copy.txt --steps 6 --save-dir ckpt --resume ckpt/step_00000004.h5 --seed 5 --lr 0.001 \
   --clip-grad 0 --weight-decay 0 --micro-batch 4 > copy.log 2>&1 || fail "resume on a copy: $(cat copy.log)"
 [ "$(grep -c WARN copy.log)" -eq 1 ] || fail "expected 1 warning (steps): $(cat copy.log)"
+# fp16: the saved dynamic loss scale goes on, whatever --loss-scale says.
+# shellcheck disable=SC2086
+"$gpt" $options --precision fp16 --steps 2 --save-dir ckpt16 > fp16.log 2>&1 || fail "fp16 run: $(cat fp16.log)"
+# shellcheck disable=SC2086
+"$gpt" $options --precision fp16 --save-dir ckpt16 --resume auto --loss-scale 1024 --steps 3 \
+  > scale.log 2>&1 || fail "fp16 resume: $(cat scale.log)"
+once scale.log "holds the dynamic loss scale 65536, which goes on: this run's --loss-scale 1024 sets the scale of a fresh run only"
 echo "ok: each change said once"
