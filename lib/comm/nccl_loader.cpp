@@ -327,7 +327,7 @@ DeviceTransport choose_device_transport(Communicator& world) {
   for (std::size_t r = 0; r < all.size(); r += 3) {  // another rank's value (rank 0 prints)
     DTRAIN_CHECK(all[r] >= 0, Errc::invalid_config,
                  "DTRAIN_DEVICE_COMM must be auto, nccl or mpi_staged; rank " << r / 3
-                     << " of the job has another value in its environment");
+                     << " of the job has a malformed value in its environment");
   }
   DTRAIN_CHECK(same_request, Errc::invalid_config,
                "DTRAIN_DEVICE_COMM differs between ranks (this rank: '" << asked

@@ -25,23 +25,32 @@ std::optional<std::string> ini_value(const std::string& ini, const std::string& 
   return std::nullopt;
 }
 
-// Two values of an option: numbers compare as numbers (files written before the shortest
-// form hold 0.0030000000000000001 for 0.003), paths as the files they name here, the rest as text.
+// Two values of an option: paths as the files they name here; whole numbers exactly (seeds
+// go past 2^53), other numbers as numbers (files written before the shortest form hold
+// 0.0030000000000000001 for 0.003); the rest as text.
 bool same_setting(const std::string& then, const std::string& here, bool is_path) {
-  double a = 0, b = 0;
-  if (parse_number(then, a) && parse_number(here, b)) return a == b;
-  if (is_path && !then.empty() && !here.empty()) {
+  if (is_path) {
+    if (then.empty() || here.empty()) return then == here;
     std::error_code ec1, ec2;
     const std::filesystem::path p = std::filesystem::weakly_canonical(then, ec1);
     const std::filesystem::path q = std::filesystem::weakly_canonical(here, ec2);
-    if (!ec1 && !ec2) return p == q;
+    return !ec1 && !ec2 ? p == q : then == here;
   }
+  const bool whole = then.find_first_not_of("0123456789") == std::string::npos &&
+                     here.find_first_not_of("0123456789") == std::string::npos;
+  double a = 0, b = 0;
+  if (!whole && parse_number(then, a) && parse_number(here, b)) return a == b;
+  if (whole && !then.empty() && !here.empty())  // without leading zeros, equal values are equal text
+    return then.substr(std::min(then.find_first_not_of('0'), then.size() - 1)) ==
+           here.substr(std::min(here.find_first_not_of('0'), here.size() - 1));
   return then == here;
 }
 
-// A value for a message: numbers in their shortest form, other text quoted.
+// A value for a message: whole numbers as written, other numbers in their shortest form,
+// other text quoted.
 std::string setting_text(const std::string& value) {
   double x = 0;
+  if (!value.empty() && value.find_first_not_of("0123456789") == std::string::npos) return value;
   return parse_number(value, x) ? shortest_text(x) : "'" + value + "'";
 }
 
@@ -70,9 +79,10 @@ void warn_if_run_differs(const std::string& path, const ckpt::CheckpointInfo& in
   // path are not); otherwise the paths do.
   const bool contents_known = info.data_fingerprint != 0 && data_fingerprint != 0;
   if (contents_known && info.data_fingerprint != data_fingerprint) {
-    DTRAIN_LOG(warn, "checkpoint " << path << " was written by a run whose data had other contents (content "
-                     << "fingerprint " << info.data_fingerprint << ", this run's " << data_fingerprint
-                     << "): from here on it draws other samples than the run it continues would have");
+    DTRAIN_LOG(warn, "checkpoint " << path << " was written by a run whose data files (training or validation) "
+                     << "had other contents (content fingerprint " << std::hex << info.data_fingerprint
+                     << ", this run's " << data_fingerprint << std::dec << "): from here on it trains or "
+                     << "evaluates on other samples than the run it continues would have");
   }
   struct Key {
     const char* name;
@@ -216,7 +226,7 @@ std::string Trainer::save_checkpoint() {
   info.consumed_samples = s.consumed_before + static_cast<std::uint64_t>(s.step - s.consumed_before_step) * global_batch;
   info.data_position = static_cast<std::uint64_t>(s.step) * global_batch;
   info.run_config = s.cfg.to_ini();
-  info.data_fingerprint = s.source->fingerprint();
+  info.data_fingerprint = s.data_fingerprint;
   if (s.scaler.enabled()) {
     info.loss_scale = s.scaler.scale();
     info.loss_scale_clean_steps = s.scaler.clean_steps_in_a_row();
@@ -260,7 +270,7 @@ void Trainer::load_checkpoint(const std::string& path) {
                        << std::max(expected, info.data_position) - 1
                        << (again ? " are drawn again" : " are skipped"));
     }
-    warn_if_run_differs(path, info, s.cfg, s.source->fingerprint(), s.checkpoints().adamw_changes(info));
+    warn_if_run_differs(path, info, s.cfg, s.data_fingerprint, s.checkpoints().adamw_changes(info));
   }
   s.consumed_before = info.consumed_samples;
   s.consumed_before_step = info.step;

@@ -216,6 +216,7 @@ Trainer::State::State(const TrainConfig& c, Communicator& w)
       device_world(parallel::device_world(w, dev, "world.device")),
       grid(device_world.valid() ? device_world : w, grid_shape(cfg)),
       source(open_source_on_every_rank(cfg, w)),
+      data_fingerprint(source->fingerprint()),
       memory_released_everywhere(every_rank_releases_memory(dev, w)),
       stores_16bit(chooses_16bit_storage(cfg, dev, w, memory_released_everywhere)),
       // ZeRO 2 holds only the gradient pieces this rank owns, ZeRO 3 also writes only its

@@ -47,6 +47,7 @@ struct Trainer::State {
   Communicator device_world;
   ProcessGrid grid;
   std::unique_ptr<TokenSource> source;
+  std::uint64_t data_fingerprint;  // source's, read once (checkpoints record it, resumes compare it)
   // Whether discard hands memory back on every rank (the CPU; GPUs with virtual memory
   // management): what 16-bit storage and ZeRO 2/3's memory savings need.
   bool memory_released_everywhere;

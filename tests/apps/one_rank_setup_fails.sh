@@ -37,5 +37,6 @@ for setting in "DTRAIN_PEAK_FLOPS=abc|DTRAIN_PEAK_FLOPS='abc' is not a number" \
     { echo "FAIL: ${setting%%|*}: rank 0 did not report rank 1's variable once"; exit 1; }
 done
 seconds=$(( $(date +%s) - start ))
-[ "$seconds" -lt 15 ] || { echo "FAIL: the two bad settings took $seconds s to end their jobs"; exit 1; }
+# (each took over 20 s when one rank alone read DTRAIN_PEAK_FLOPS in the set-up)
+[ "$seconds" -lt 30 ] || { echo "FAIL: the two bad settings took $seconds s to end their jobs"; exit 1; }
 echo "ok: each ended with rank 1's message (the last two in $seconds s)"

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# resume_warnings.sh GPT DIR OPTIONS: a resume with other settings than the run it continues
+# resume_warnings.sh GPT DIR OPTIONS [PYTHON]: a resume with other settings than the run it continues
 # says each kind of change once (the samples drawn, the learning-rate schedule, the clipping,
 # AdamW's settings, the global batch, other contents under the data's path, an fp16 run's
 # --loss-scale), numbers in their
@@ -43,12 +43,38 @@ printf 'pack my box with five dozen liquor jugs\n%.0s' $(seq 200) > corpus.txt
 # shellcheck disable=SC2086
 "$gpt" $options --data corpus.txt --steps 5 --save-dir ckpt --resume auto --seed 5 --lr 0.001 \
   --clip-grad 0 --weight-decay 0 --micro-batch 4 > contents.log 2>&1 || fail "resume on other contents: $(cat contents.log)"
-once contents.log "was written by a run whose data had other contents"
+once contents.log "was written by a run whose data files (training or validation) had other contents"
 [ "$(grep -c WARN contents.log)" -eq 2 ] || fail "expected 2 warnings (contents, steps): $(cat contents.log)"
 # shellcheck disable=SC2086
 "$gpt" $options --data copy.txt --steps 6 --save-dir ckpt --resume ckpt/step_00000004.h5 --seed 5 --lr 0.001 \
   --clip-grad 0 --weight-decay 0 --micro-batch 4 > copy.log 2>&1 || fail "resume on a copy: $(cat copy.log)"
 [ "$(grep -c WARN copy.log)" -eq 1 ] || fail "expected 1 warning (steps): $(cat copy.log)"
+# A file from before data_fingerprint (removed with h5py, where PYTHON has it): the paths decide,
+# as the files they name: DIR/./corpus.txt is the corpus.txt that wrote it (whose contents
+# changed since, which the paths cannot tell), copy.txt is not.
+python=${4:-}
+if [ -n "$python" ] && "$python" -c "import h5py" 2> /dev/null; then
+  cp ckpt/step_00000004.h5 old.h5
+  "$python" -c "import h5py; f = h5py.File('old.h5', 'r+'); del f.attrs['data_fingerprint']; f.close()" ||
+    fail "cannot remove data_fingerprint"
+  # shellcheck disable=SC2086
+  "$gpt" $options --data "$dir/./corpus.txt" --steps 5 --save-dir ckpt_old --resume old.h5 --seed 5 --lr 0.001 \
+    --clip-grad 0 --weight-decay 0 --micro-batch 4 > old_same.log 2>&1 || fail "resume from the old file: $(cat old_same.log)"
+  [ "$(grep -c WARN old_same.log)" -eq 1 ] || fail "expected 1 warning (steps): $(cat old_same.log)"
+  # shellcheck disable=SC2086
+  "$gpt" $options --data copy.txt --steps 5 --save-dir ckpt_old2 --resume old.h5 --seed 5 --lr 0.001 \
+    --clip-grad 0 --weight-decay 0 --micro-batch 4 > old_other.log 2>&1 || fail "resume from the old file: $(cat old_other.log)"
+  once old_other.log "written by a run with data = 'corpus.txt', this run has 'copy.txt'"
+else
+  echo "no h5py: the case of a file without data_fingerprint is not checked"
+fi
+# Seeds are compared exactly (two past 2^53 that one double holds are two seeds).
+# shellcheck disable=SC2086
+"$gpt" $options --steps 1 --save-dir ckpt_seed --seed 9007199254740992 > seed.log 2>&1 || fail "seed run: $(cat seed.log)"
+# shellcheck disable=SC2086
+"$gpt" $options --steps 2 --save-dir ckpt_seed --resume auto --seed 9007199254740993 > seed2.log 2>&1 ||
+  fail "seed resume: $(cat seed2.log)"
+once seed2.log "written by a run with seed = 9007199254740992, this run has 9007199254740993"
 # fp16: the saved dynamic loss scale goes on, whatever --loss-scale says.
 # shellcheck disable=SC2086
 "$gpt" $options --precision fp16 --steps 2 --save-dir ckpt16 > fp16.log 2>&1 || fail "fp16 run: $(cat fp16.log)"

@@ -53,13 +53,15 @@ int main(int argc, char** argv) {
   using namespace dtrain;
   const std::string mode = argc > 1 ? argv[1] : "";
   if (mode == "missing") {
-    // A plugin installed on the loader's path would be found after all: nothing to test.
+    // A plugin named in DTRAIN_CUDA_PLUGIN is the only one tried: none other may be found.
+    // Without one, a plugin installed on the loader's path would be found: nothing to test.
+    const char* asked = std::getenv("DTRAIN_CUDA_PLUGIN");
     if (cuda_available()) {
+      if (asked && *asked) return fail("a plugin was loaded although DTRAIN_CUDA_PLUGIN names none that exists");
       std::printf("a plugin was found on the search path: scenario not testable here\n");
       return 77;
     }
-    // The reason names the plugin asked for, not only the last place tried.
-    const char* asked = std::getenv("DTRAIN_CUDA_PLUGIN");
+    // The reason names the plugin asked for.
     if (asked && *asked) return expect_cpu_fallback({std::string(asked) + ": cannot open"});
     return expect_cpu_fallback({"could not be loaded"});
   }

@@ -18,7 +18,6 @@ struct DTRAIN_API CheckpointInfo {
   std::uint64_t consumed_samples = 0;   // training sequences consumed (across resumes)
   std::uint64_t data_position = 0;      // global index of the next training sample
   std::string run_config;               // "key = value" lines of the run (informative)
-  std::uint64_t data_fingerprint = 0;   // the data's content hash (TokenSource::fingerprint; 0: none)
   double loss_scale = 0;                // fp16 dynamic loss scale (0: the run has none)
   long loss_scale_clean_steps = 0;      // clean steps in a row toward its next growth
   long loss_scale_skipped_steps = 0;    // steps skipped for overflow, across resumes
@@ -28,6 +27,7 @@ struct DTRAIN_API CheckpointInfo {
   double beta2 = std::numeric_limits<double>::quiet_NaN();
   double eps = std::numeric_limits<double>::quiet_NaN();
   double weight_decay = std::numeric_limits<double>::quiet_NaN();
+  std::uint64_t data_fingerprint = 0;   // the data's content hash (TokenSource::fingerprint; 0: none)
 };
 
 }  // namespace dtrain::ckpt

@@ -18,8 +18,9 @@ struct Params {
   double peak_flops = 0;          // DTRAIN_PEAK_FLOPS: FLOP/s per rank for MFU; 0 = measure
 };
 
-// Read on first use, then cached for the life of the process. A Runtime reads them as it
-// starts, on every rank together, so a malformed value fails the whole job at once.
+// Read on first use, then cached for the life of the process: a Runtime reads them as it
+// starts, on every rank together, so a malformed value fails the whole job at once, and a
+// setenv() after that changes nothing (tests call reload(), on one rank alone).
 DTRAIN_API const Params& params();
 // Re-read the environment (tests only).
 DTRAIN_API void reload();
