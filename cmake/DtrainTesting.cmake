@@ -74,6 +74,18 @@ function(dtrain_add_mpi_test name)
   endforeach()
 endfunction()
 
+# dtrain_one_rank_env_failure(NAME VAR=VALUE REGEX PROGRAM ARGS...): two ranks of PROGRAM
+# ARGS, the second with VAR=VALUE in its environment only (MPMD), must fail (not by
+# `timeout`'s 30 s) and print a line matching REGEX. LABELS and the like are set by the caller.
+function(dtrain_one_rank_env_failure name setting regex program)
+  string(REPLACE ";" " " args "${ARGN}")
+  add_test(NAME ${name}
+           COMMAND bash -c "timeout -k 5 30 \"$0\" \"$1\" 1 \"$2\" $4 : \"$1\" 1 env \"$3\" \"$2\" $4; echo \"exit status $?\""
+                   ${MPIEXEC_EXECUTABLE} ${MPIEXEC_NUMPROC_FLAG} ${program} ${setting} "${args}")
+  set_tests_properties(${name} PROPERTIES PROCESSORS 2 TIMEOUT 60 ENVIRONMENT "${DTRAIN_TEST_ENV}"
+                       PASS_REGULAR_EXPRESSION "${regex}" FAIL_REGULAR_EXPRESSION "exit status (0|124|137)\n")
+endfunction()
+
 # dtrain_expect_failure(NAME NP CODE REGEX PROGRAM ARGS...): NP ranks of PROGRAM ARGS end
 # within 20 s with exit status CODE, printing REGEX exactly once (one message, not one per
 # rank): tests/apps/expect_failure.cmake. LABELS and the like are set by the caller.

@@ -18,6 +18,12 @@ std::string shortest(T value) {
 std::string shortest_text(double value) { return shortest(value); }
 std::string shortest_text(float value) { return shortest(value); }
 
+bool parse_whole(const std::string& text, std::uint64_t& value) {
+  const char* end = text.data() + text.size();
+  const std::from_chars_result r = std::from_chars(text.data(), end, value);
+  return !text.empty() && r.ec == std::errc() && r.ptr == end;
+}
+
 bool parse_number(const std::string& text, double& value) {
   const char* end = text.data() + text.size();
   const std::from_chars_result r = std::from_chars(text.data(), end, value);

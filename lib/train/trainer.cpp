@@ -36,21 +36,19 @@ bool same_setting(const std::string& then, const std::string& here, bool is_path
     const std::filesystem::path q = std::filesystem::weakly_canonical(here, ec2);
     return !ec1 && !ec2 ? p == q : then == here;
   }
-  const bool whole = then.find_first_not_of("0123456789") == std::string::npos &&
-                     here.find_first_not_of("0123456789") == std::string::npos;
+  std::uint64_t i = 0, j = 0;
+  if (parse_whole(then, i) && parse_whole(here, j)) return i == j;
   double a = 0, b = 0;
-  if (!whole && parse_number(then, a) && parse_number(here, b)) return a == b;
-  if (whole && !then.empty() && !here.empty())  // without leading zeros, equal values are equal text
-    return then.substr(std::min(then.find_first_not_of('0'), then.size() - 1)) ==
-           here.substr(std::min(here.find_first_not_of('0'), here.size() - 1));
+  if (parse_number(then, a) && parse_number(here, b)) return a == b;
   return then == here;
 }
 
 // A value for a message: whole numbers as written, other numbers in their shortest form,
 // other text quoted.
 std::string setting_text(const std::string& value) {
+  std::uint64_t whole = 0;
   double x = 0;
-  if (!value.empty() && value.find_first_not_of("0123456789") == std::string::npos) return value;
+  if (parse_whole(value, whole)) return std::to_string(whole);
   return parse_number(value, x) ? shortest_text(x) : "'" + value + "'";
 }
 

@@ -95,4 +95,9 @@ TEST(NumberText, ShortestFormReadsBackAndParsingTakesWholeNumbersOnly) {
   EXPECT_EQ(v, 0.003);
   for (const char* not_a_number : {"", "10x", " 1", "true", "corpus.txt", "1e"})
     EXPECT_FALSE(parse_number(not_a_number, v)) << "'" << not_a_number << "'";
+  std::uint64_t w = 0;
+  EXPECT_TRUE(parse_whole("9007199254740993", w));
+  EXPECT_EQ(w, 9007199254740993ull);  // past 2^53: exact, where a double is not
+  for (const char* not_whole : {"", "-1", "1e3", "0.5", "18446744073709551616"})
+    EXPECT_FALSE(parse_whole(not_whole, w)) << "'" << not_whole << "'";
 }
