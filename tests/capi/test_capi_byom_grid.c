@@ -2,7 +2,8 @@
  * PP groups, and dtrain steps it as one model. Four tensors: a column-parallel layer
  * ("a.weight" [8, 6] and "a.bias" [8], split by rows), a row-parallel one ("b.weight" [5, 8],
  * split by columns; "b.bias" [5] replicated over TP); with pp 2 stage 0 holds a.*, stage 1
- * b.* (so pp is at most 2; at 4 ranks tp 4 splits each tensor four ways). The loss is a sum over elements, so each rank computes the gradient of what it holds
+ * b.*, with pp 4 each tensor is a stage of its own (at 4 ranks tp 4 splits each tensor four
+ * ways). The loss is a sum over elements, so each rank computes the gradient of what it holds
  * (its data-parallel share of it), and a byom on each rank alone holding the whole tensors
  * trains on the mean over dp. With clipping active every step, the split byom's values and
  * norms must follow that one's (the norm is the whole model's: every slice, every stage, the
@@ -29,7 +30,7 @@ typedef struct {
   const char* name;
   int64_t rows, cols; /* cols 0: a vector of rows elements */
   unsigned split;     /* DT_PARAM_TP_ROWS, DT_PARAM_TP_COLS or 0 (replicated) */
-  int stage;          /* with pp 2 */
+  int stage;          /* with pp 2; with pp 4 the tensor's index */
   unsigned flags;
 } tensor_t;
 
@@ -66,7 +67,10 @@ static size_t logical_index(const tensor_t* t, const coords_t* c, size_t k) {
   }
   return k;
 }
-static int held_here(const tensor_t* t, const coords_t* c) { return c->pp == 1 || t->stage == c->pp_rank; }
+static int held_here(const tensor_t* t, const coords_t* c) {
+  if (c->pp == 4) return t == &TENSORS[c->pp_rank];
+  return c->pp == 1 || t->stage == c->pp_rank;
+}
 
 typedef struct {
   float *w[NT], *g[NT]; /* null where the tensor is not on this stage */
@@ -337,6 +341,8 @@ int main(int argc, char** argv) {
     test_layout(ctx, world, 1, 2, 1, 1024.0f);
     test_layout(ctx, world, 4, 1, 0, 0);
     test_layout(ctx, world, 4, 1, 0, 1024.0f);
+    test_layout(ctx, world, 1, 4, 0, 0);
+    test_layout(ctx, world, 1, 4, 0, 1024.0f);
   }
   test_mixed_formats(ctx);
   test_grid_refusals(ctx);

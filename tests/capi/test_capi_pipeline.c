@@ -2,7 +2,7 @@
  * grid with pp > 1): a GPT cut into stages (1F1B, GPipe and interleaved schedules; tied and
  * untied embeddings; an uneven layer split; fp16 with its loss scaling; at 4 ranks with data
  * parallelism, ZeRO 1 (also interleaved) and tensor parallelism (also in fp16), and PP 4 with
- * 1F1B and GPipe) trains as one rank does on the whole batch: every step's loss
+ * 1F1B, GPipe and, on 8 layers, interleaved) trains as one rank does on the whole batch: every step's loss
  * (averaged over dp) and gradient norm within TOL relative (fp16: TOL16), evaluation within TOL, every tensor a stage holds and the
  * generation logits within PARAM_TOL (PARAM_TOL16). A tied wte set on one end of the pipeline
  * only reaches the other end (the first stage's values where both ends set it), and a
@@ -42,9 +42,15 @@ typedef struct {
   const char* layers;    /* config->pipeline_layers; NULL: an even split */
 } pipeline_t;
 
+/* LAYERS, or one for each chunk where the pipeline has more chunks (PP 4 interleaved). */
+static int model_layers(const pipeline_t* p) {
+  const int chunks = p->pp * p->virtual_stages;
+  return chunks > LAYERS ? chunks : LAYERS;
+}
+
 static dt_gpt_config_t config(const pipeline_t* p, int max_batch, int staged) {
   dt_gpt_config_t gc = DT_GPT_CONFIG_INIT;
-  gc.layers = LAYERS;
+  gc.layers = model_layers(p);
   gc.heads = 4;
   gc.d_model = 32;
   gc.seq_len = T;
@@ -235,11 +241,12 @@ static void test_layout(dt_context_t ctx, dt_comm_t world, const pipeline_t* p) 
   ld = max_diff(&ds[0][0], &dr[0][0], 2 * VOCAB) / max_abs(&dr[0][0], 2 * VOCAB);
   CHECK(ld <= param_tol);
   if (my_rank == 0)
-    printf("%s pp=%d tp=%d dp=%d %s x%d micro-batches of %d, virtual stages %d, layers %s, tied=%d "
+    printf("%s pp=%d tp=%d dp=%d %s x%d micro-batches of %d, virtual stages %d, %d layers split %s, tied=%d "
            "sp=%d zero=%d: max relative loss/norm gap to one rank over %d steps %.3g, max |param "
            "diff| %.3g, eval %.6f vs %.6f, logits within %.3g of the largest\n",
            p->precision ? p->precision : "fp32", p->pp, p->tp, l.pair.dp_size, p->schedule ? p->schedule : "1f1b", p->micro_batches,
-           p->micro_batch, p->virtual_stages, p->layers ? p->layers : "even", p->tied, p->sp, p->zero, STEPS, worst, pd, es, er, ld);
+           p->micro_batch, p->virtual_stages, model_layers(p),
+           p->layers ? p->layers : "evenly", p->tied, p->sp, p->zero, STEPS, worst, pd, es, er, ld);
 
   /* The staged model's checkpoint loads into the one-rank model, and one written by a
    * one-rank model into the staged one, bit for bit. */
@@ -396,12 +403,14 @@ int main(int argc, char** argv) {
     const pipeline_t four_gpipe = {1, 4, 4, 1, 1, 0, 0, 0, "gpipe", NULL, NULL};
     const pipeline_t interleaved_with_dp = {1, 2, 4, 1, 2, 1, 0, 1, "interleaved", NULL, NULL};
     const pipeline_t fp16_with_tp = {2, 2, 2, 2, 1, 1, 1, 0, NULL, "fp16", NULL};
+    const pipeline_t four_interleaved = {1, 4, 4, 1, 2, 1, 0, 0, "interleaved", NULL, NULL};
     test_layout(ctx, world, &with_dp);
     test_layout(ctx, world, &with_tp);
     test_layout(ctx, world, &four);
     test_layout(ctx, world, &four_gpipe);
     test_layout(ctx, world, &interleaved_with_dp);
     test_layout(ctx, world, &fp16_with_tp);
+    test_layout(ctx, world, &four_interleaved);
   }
   test_refusals(ctx);
 
