@@ -3,13 +3,14 @@
 # model on one rank and then in each layout of NP ranks below (data, tensor and pipeline
 # parallelism, ZeRO, and their mixes); every logged step's loss and gradient norm, and every
 # validation loss, must agree with the one-rank run within 1e-5 relative (bf16: 1e-4, against
-# one rank in bf16).
+# one rank in bf16). Each layout's checkpoint at step 3 is then resumed in another layout
+# (bf16: on one rank), whose steps 4-6 must agree with the one-rank run's in the same way.
 set -u
 mpiexec=$1 npflag=$2 np=$3 gpt=$4
 work=$(mktemp -d)
 trap 'rm -rf "$work"' EXIT
 common=(--layers 4 --d-model 64 --heads 4 --seq-len 32 --vocab 256 --micro-batch 2
-        --global-batch 8 --steps 6 --log-every 1 --eval-every 3 --eval-batches 2 --resume none)
+        --global-batch 8 --steps 6 --log-every 1 --eval-every 3 --eval-batches 2)
 
 if [ "$np" = 2 ]; then
   layouts=("--zero 3"
@@ -30,24 +31,22 @@ fi
 run() {  # run NAME NP [OPTIONS...]
   local name=$1 n=$2
   shift 2
-  "$mpiexec" "$npflag" "$n" "$gpt" "${common[@]}" "$@" --metrics "$work/$name.jsonl" > "$work/$name.log" 2>&1 ||
-    { cat "$work/$name.log"; echo "FAIL: dtrain-gpt $* at $n ranks exited $?"; exit 1; }
+  "$mpiexec" "$npflag" "$n" "$gpt" "${common[@]}" "$@" --metrics "$work/$name.jsonl" > "$work/$name.log" 2>&1
+  local code=$?
+  [ $code = 0 ] || { cat "$work/$name.log"; echo "FAIL: dtrain-gpt $* at $n ranks exited $code"; exit 1; }
 }
 
-run fp32 1
-run bf16 1 --precision bf16
-status=0
-for i in "${!layouts[@]}"; do
-  read -r -a opts <<< "${layouts[$i]}"
-  run "layout$i" "$np" "${opts[@]}"
-  reference=fp32 tol=1e-5
-  case "${layouts[$i]}" in *bf16*) reference=bf16 tol=1e-4 ;; esac
-  python3 - "$work/$reference.jsonl" "$work/layout$i.jsonl" "$tol" "$np ranks: ${layouts[$i]}" <<'PY' || status=1
+# compare REFERENCE NAME TOLERANCE FIRST_STEP LABEL: NAME's logged steps FIRST_STEP..6 against
+# REFERENCE's.
+compare() {
+  python3 - "$work/$1.jsonl" "$work/$2.jsonl" "$3" "$4" "$5" <<'PY'
 import json, sys
-def records(path):
-    return {r["step"]: r for r in map(json.loads, open(path))}
-one, split, tol, name = records(sys.argv[1]), records(sys.argv[2]), float(sys.argv[3]), sys.argv[4]
-if sorted(one) != sorted(split) or len(one) != 6:
+def records(path, first):
+    return {r["step"]: r for r in map(json.loads, open(path)) if r["step"] >= first}
+first = int(sys.argv[4])
+one, split = records(sys.argv[1], first), records(sys.argv[2], 0)
+tol, name = float(sys.argv[3]), sys.argv[5]
+if sorted(one) != sorted(split) or len(one) != 7 - first:
     sys.exit(f"FAIL {name}: logged steps differ: one rank {sorted(one)}, split {sorted(split)}")
 worst, compared = 0.0, 0
 for step, r in one.items():
@@ -62,6 +61,33 @@ for step, r in one.items():
                          f"(relative gap {gap:.3g} > {tol})")
 print(f"{name}: {compared} losses and norms within {worst:.3g} of one rank (bound {tol})")
 PY
+}
+
+run fp32 1 --resume none
+run bf16 1 --precision bf16 --resume none
+fp32_layouts=()
+for i in "${!layouts[@]}"; do
+  case "${layouts[$i]}" in *bf16*) ;; *) fp32_layouts+=("$i") ;; esac
+done
+status=0
+for i in "${!layouts[@]}"; do
+  read -r -a opts <<< "${layouts[$i]}"
+  run "layout$i" "$np" "${opts[@]}" --resume none --save-dir "$work/ckpt$i" --save-every 3
+  reference=fp32 tol=1e-5
+  case "${layouts[$i]}" in *bf16*) reference=bf16 tol=1e-4 ;; esac
+  compare $reference "layout$i" $tol 1 "$np ranks: ${layouts[$i]}" || status=1
+  # Its step-3 checkpoint resumed in the next fp32 layout (bf16: on one rank) trains steps
+  # 4-6 as one rank does.
+  resumer=(1 --precision bf16)
+  if [ $reference = fp32 ]; then
+    for k in "${!fp32_layouts[@]}"; do
+      [ "${fp32_layouts[$k]}" = "$i" ] && next=${fp32_layouts[$(((k + 1) % ${#fp32_layouts[@]}))]}
+    done
+    read -r -a resumer <<< "$np ${layouts[$next]}"
+  fi
+  run "resumed$i" "${resumer[@]}" --resume "$work/ckpt$i/step_00000003.h5"
+  compare $reference "resumed$i" $tol 4 "  its step 3 resumed with np=${resumer[0]} ${resumer[*]:1}" ||
+    status=1
 done
 [ "$status" = 0 ] && echo "all layouts match one rank"
 exit $status
