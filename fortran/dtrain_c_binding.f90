@@ -51,11 +51,18 @@ module dtrain_c_binding
   public :: from_c, c_string, c_chars, optimizer_config, ret, fail_here, fail_in_c_too, &
             fortran_error
 
-  ! Message of the last failure found by this module's own checks (shapes of Fortran arrays
-  ! the C library cannot see); cleared by every call into C. Kept per process.
-  character(len=:), allocatable :: fortran_error
-
   interface
+    ! The message of the calling thread's last failure found by this module's own checks
+    ! (shapes of Fortran arrays the C library cannot see); cleared by every call into C.
+    ! Kept in C (thread_error.c): Fortran has no thread-local variables.
+    subroutine c_set_fortran_error(text, length) bind(C, name="dtrain_fortran_set_error")
+      import :: c_char, c_size_t
+      character(kind=c_char), intent(in) :: text(*)
+      integer(c_size_t), value :: length
+    end subroutine
+    type(c_ptr) function c_fortran_error() bind(C, name="dtrain_fortran_error")
+      import :: c_ptr
+    end function
     integer(c_int) function c_get_version() bind(C, name="dt_get_version")
       import :: c_int
     end function
@@ -514,10 +521,22 @@ contains
     if (present(bucket_mb)) o%bucket_mb = bucket_mb
   end function
 
+  ! The calling thread's message from this module's own checks; '' when the last call into C
+  ! came after it.
+  function fortran_error() result(s)
+    character(len=:), allocatable :: s
+    s = from_c(c_fortran_error())
+  end function
+
+  subroutine set_fortran_error(text)
+    character(len=*), intent(in) :: text
+    call c_set_fortran_error(text, int(len(text), c_size_t))
+  end subroutine
+
   ! The result of a call into C; the Fortran-side message no longer applies.
   integer function ret(code)
     integer(c_int), intent(in) :: code
-    fortran_error = ''
+    call set_fortran_error('')
     ret = code
   end function
 
@@ -526,7 +545,7 @@ contains
   ! this one instead of waiting for it. The message stays the one found here.
   subroutine fail_in_c_too(code)
     integer(c_int), intent(in) :: code
-    if (code == 0_c_int) fortran_error = fortran_error//' (the C call did not refuse it)'
+    if (code == 0_c_int) call set_fortran_error(fortran_error()//' (the C call did not refuse it)')
   end subroutine
 
   ! A failure found here, before calling C: code, and "procedure: message" for dt_get_last_error.
@@ -535,7 +554,7 @@ contains
     integer(c_int), intent(in) :: code
     character(len=*), intent(in) :: procedure, message
     ierr = code
-    fortran_error = procedure//': '//message
+    call set_fortran_error(procedure//': '//message)
   end subroutine
 
 end module dtrain_c_binding

@@ -38,17 +38,14 @@ contains
   !> Message of the last failure: "procedure: reason".
   !> @param[in] ctx a live context: its last failure; a null or finalized one: the last
   !>            failure of the calling thread. A failure found by this module's own checks
-  !>            (array shapes) is reported whatever ctx, until the next call into dtrain.
+  !>            (array shapes) is reported whatever ctx, until the calling thread's next
+  !>            call into dtrain.
   !> @return the message; '' when nothing failed.
   function dt_get_last_error(ctx) result(s)
     type(dt_context), intent(in) :: ctx
     character(len=:), allocatable :: s
-    if (allocated(fortran_error)) then
-      if (len(fortran_error) > 0) then
-        s = fortran_error
-        return
-      end if
-    end if
+    s = fortran_error()
+    if (len(s) > 0) return
     s = from_c(c_get_last_error(ctx))
   end function
 
