@@ -15,6 +15,7 @@
 #include "ckpt/h5.hpp"
 #include "ckpt/header.hpp"
 #include "ckpt/io_plan.hpp"
+#include "ckpt/made_dirs.hpp"
 #include "ckpt/mpi_io_path.hpp"
 #include "ckpt/slice_boxes.hpp"
 #include "ckpt/tensor_directory.hpp"
@@ -110,7 +111,33 @@ struct Checkpointer::Impl {
   // Checkpointer goes or saves elsewhere.
   std::shared_ptr<DirectoryLock> dir_lock;
   std::string locked_dir;
+  // How many levels of locked_dir this Checkpointer created (made_dirs.hpp): a run that
+  // ends without saving there removes them again rather than leave empty directories.
+  int made_levels = 0;
   std::array<AlignedBuffer, 3> host_copies;
+
+  ~Impl() { release_directory(); }
+  Impl(const Impl&) = delete;
+  Impl& operator=(const Impl&) = delete;
+
+  // Drops the claim on locked_dir. Where this Checkpointer made it and it holds nothing but
+  // the lock file (and no other claim in this process shares the lock), the file goes while
+  // still locked, then the directories made.
+  void release_directory() {
+    if (dir_lock && made_levels > 0 && dir_lock.use_count() == 1) {
+      namespace fs = std::filesystem;
+      std::error_code ec;
+      fs::directory_iterator it(locked_dir, ec), end;
+      const bool only_the_lock = !ec && it != end && it->path().filename() == kLockFileName && ++it == end;
+      if (only_the_lock && fs::remove(fs::path(locked_dir) / kLockFileName, ec)) {
+        dir_lock.reset();
+        remove_made_levels(locked_dir, made_levels);
+      }
+    }
+    dir_lock.reset();
+    locked_dir.clear();
+    made_levels = 0;
+  }
 
   Impl(ProcessGrid& g, ParameterStore& p, optim::AdamW& o, int zero_stage, const GptConfig& m)
       : grid(g), params(p), optimizer(o), model(m) {
@@ -526,6 +553,7 @@ void Checkpointer::Impl::make_and_lock(const std::string& dir, LocalFailure& f) 
     return;
   }
   std::error_code ec;
+  const int missing = missing_levels(dir);
   std::filesystem::create_directories(dir, ec);
   if (ec) {
     f.record(Errc::io, "cannot create checkpoint directory '" + dir + "': " + ec.message());
@@ -536,9 +564,12 @@ void Checkpointer::Impl::make_and_lock(const std::string& dir, LocalFailure& f) 
     // The new claim first: a refused one keeps the old, and the same directory spelt
     // differently is the same lock (never released in between).
     std::shared_ptr<DirectoryLock> next = lock_directory(dir);
-    dir_lock = std::move(next);  // a directory saved into before is free for others again
+    release_directory();  // a directory saved into before is free for others again
+    dir_lock = std::move(next);
     locked_dir = dir;
+    made_levels = missing;
   } catch (const std::exception& e) {
+    remove_made_levels(dir, missing);
     f.record(e);
   }
 }

@@ -11,6 +11,7 @@
 #include <thread>
 
 #include "dtrain/comm/agreed_failure.hpp"
+#include "ckpt/made_dirs.hpp"
 #include "dtrain/core/error.hpp"
 
 namespace dtrain::train {
@@ -18,17 +19,24 @@ namespace fs = std::filesystem;
 
 void check_save_dir(const std::string& dir) {
   std::error_code ec;
+  // What this makes goes again: the Checkpointer's claim makes it for the run, and takes it
+  // away if the run saves nothing there.
+  const int missing = ckpt::missing_levels(dir);
   fs::create_directories(dir, ec);
   DTRAIN_CHECK(!ec && fs::is_directory(dir, ec), Errc::invalid_config,
                "--save-dir '" << dir << "' is not a directory that can be made"
                               << (ec ? ": " + ec.message() : std::string()));
   const fs::path probe = fs::path(dir) / ".dtrain-write-test";
+  bool writable = false;
+  int error = 0;
   {
     std::ofstream out(probe);
-    DTRAIN_CHECK(out.good(), Errc::invalid_config,
-                 "--save-dir '" << dir << "' is not writable: " << std::strerror(errno));
+    writable = out.good();
+    error = errno;
   }
   fs::remove(probe, ec);
+  ckpt::remove_made_levels(dir, missing);
+  DTRAIN_CHECK(writable, Errc::invalid_config, "--save-dir '" << dir << "' is not writable: " << std::strerror(error));
   const fs::path latest = fs::path(dir) / "latest";
   DTRAIN_CHECK(!fs::exists(latest, ec) || fs::is_regular_file(latest, ec), Errc::invalid_config,
                "--save-dir '" << dir << "' holds a 'latest' that is not a file");
