@@ -20,6 +20,9 @@ void check_gpu_settings() {
   for (const char* name : {"DTRAIN_CUDA_TF32", "DTRAIN_CUDA_VMM", "DTRAIN_CUDA_PROFILE",
                            "DTRAIN_CUDA_FUSED_ATTENTION", "DTRAIN_CUDA_GEMM_EPILOGUE"})
     get_bool(name, false);
+  const std::string transport = get_string("DTRAIN_DEVICE_COMM", "auto");
+  DTRAIN_CHECK(transport == "auto" || transport == "nccl" || transport == "mpi_staged", Errc::invalid_config,
+               "DTRAIN_DEVICE_COMM='" << transport << "' must be auto, nccl or mpi_staged");
 }
 
 Params read_params() {
