@@ -29,6 +29,10 @@
 
 namespace {
 
+// What a run out of memory can change.
+constexpr const char* kLessMemory =
+    "a smaller model, --micro-batch or --seq-len, --recompute, --zero, or more ranks";
+
 int exit_code(dtrain::Errc code) {
   return code == dtrain::Errc::invalid_config || code == dtrain::Errc::not_implemented ||
                  code == dtrain::Errc::invalid_argument
@@ -200,7 +204,7 @@ int main(int argc, char** argv) {
     bool failed = false;
     int code = 0;
     std::string message;
-    const auto failure = [&](int c, const char* what) {
+    const auto failure = [&](int c, const std::string& what) {
       failed = true;
       code = c;
       message = what;
@@ -240,10 +244,13 @@ int main(int argc, char** argv) {
         trainer = std::make_unique<dtrain::train::Trainer>(parsed.config, world);
       }
     } catch (const dtrain::Error& e) {
-      failure(exit_code(e.code()), e.what());
+      if (e.code() == dtrain::Errc::out_of_memory)
+        failure(1, std::string(e.what()) + ", setting up the model, its data or its optimiser: " + kLessMemory);
+      else
+        failure(exit_code(e.code()), e.what());
     } catch (const std::bad_alloc&) {
-      failure(1, "out of host memory while setting up the model, its data or its optimiser (std::bad_alloc): "
-                 "a smaller model, --micro-batch or --seq-len, or more ranks");
+      failure(1, std::string("out of host memory while setting up the model, its data or its optimiser "
+                             "(std::bad_alloc): ") + kLessMemory);
     } catch (const std::exception& e) {
       failure(1, e.what());
     }

@@ -4,8 +4,11 @@
 #include <unistd.h>
 
 #include <atomic>
+#include <cerrno>
+#include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <string>
 #include <utility>
 
 #include "dtrain/core/error.hpp"
@@ -19,6 +22,13 @@ namespace {
 std::size_t page_size() {
   static const auto page = static_cast<std::size_t>(sysconf(_SC_PAGESIZE));
   return page;
+}
+
+// "3365699648 bytes (3.13 GiB) of host memory: Cannot allocate memory"
+std::string what_failed(std::size_t bytes, int error) {
+  char gib[32];
+  std::snprintf(gib, sizeof gib, "%.3g", static_cast<double>(bytes) / (1ull << 30));
+  return std::to_string(bytes) + " bytes (" + gib + " GiB) of host memory: " + std::strerror(error);
 }
 }  // namespace
 
@@ -59,8 +69,7 @@ bool AlignedBuffer::ensure(std::size_t bytes) {
     // Fresh anonymous pages read as zero and take memory only once written.
     const std::size_t length = (bytes + page_size() - 1) / page_size() * page_size();
     void* p = mmap(nullptr, length, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
-    DTRAIN_CHECK(p != MAP_FAILED, Errc::out_of_memory,
-                 "cannot map " << bytes << " bytes of host memory");
+    DTRAIN_CHECK(p != MAP_FAILED, Errc::out_of_memory, "cannot map " << what_failed(bytes, errno));
     data_ = p;
     bytes_ = bytes;
     mapped_bytes_ = length;
@@ -70,8 +79,8 @@ bool AlignedBuffer::ensure(std::size_t bytes) {
   // Round up so aligned_alloc's size contract holds.
   const std::size_t rounded = (bytes + alignment_ - 1) / alignment_ * alignment_;
   void* p = nullptr;
-  if (posix_memalign(&p, alignment_, rounded) != 0 || p == nullptr) {
-    DTRAIN_FAIL(Errc::out_of_memory, "cannot allocate " << bytes << " bytes of host memory");
+  if (const int error = posix_memalign(&p, alignment_, rounded); error != 0 || p == nullptr) {
+    DTRAIN_FAIL(Errc::out_of_memory, "cannot allocate " << what_failed(bytes, error ? error : ENOMEM));
   }
   std::memset(p, 0, rounded);  // pre-fault now, not in the first step
   data_ = p;

@@ -4,8 +4,10 @@
 # environment would: (1) its --config file is missing (the command line is read by each rank
 # alone, before any collective); (2) and (3) a DTRAIN_* variable (DTRAIN_PEAK_FLOPS, which the
 # set-up uses late; DTRAIN_LOG_LEVEL) is malformed there only: every rank reads them when MPI
-# starts, together. Each must end the job at once with rank 1's message, not a hang until the
-# watchdog or another rank's MPI error.
+# starts, together; (4) rank 1's memory (ulimit -v) is too small for the model, found inside the
+# set-up while rank 0 goes on into its collectives: rank 1 waits half DTRAIN_COMM_TIMEOUT for
+# the others, then ends the job itself. Each must end the job with rank 1's message, not a
+# hang until the watchdog or another rank's MPI error.
 set -u
 mpiexec=$1 npflag=$2 program=$3 dir=$4
 rm -rf "$dir" && mkdir -p "$dir/r0" "$dir/r1"
@@ -39,4 +41,16 @@ done
 seconds=$(( $(date +%s) - start ))
 # (each took over 20 s when one rank alone read DTRAIN_PEAK_FLOPS in the set-up)
 [ "$seconds" -lt 30 ] || { echo "FAIL: the two bad settings took $seconds s to end their jobs"; exit 1; }
-echo "ok: each ended with rank 1's message (the last two in $seconds s)"
+
+# (4): 1.5 GB of address space, where a process needs about 0.4 GB (one OpenBLAS thread) and the
+# model's activations 1.6 GB more (mapped, not touched, on rank 0).
+echo "ulimit -v 1500000" > "$dir/r1/env.sh"
+start=$(date +%s)
+DTRAIN_COMM_TIMEOUT=6 OPENBLAS_NUM_THREADS=1 run out_of_memory --config run.ini --layers 2 --d-model 256 \
+  --heads 4 --seq-len 1024 --micro-batch 32
+status=$?
+oom_seconds=$(( $(date +%s) - start ))
+expect_rank1_ended_job $status "$dir/out_of_memory.log" \
+  "cannot map [0-9]+ bytes \([0-9.]+ GiB\) of host memory: Cannot allocate memory, setting up the model.*--micro-batch"
+[ "$oom_seconds" -lt 20 ] || { echo "FAIL: the rank out of memory took $oom_seconds s to end the job"; exit 1; }
+echo "ok: each ended with rank 1's message (the two settings in $seconds s, the memory in $oom_seconds s)"
