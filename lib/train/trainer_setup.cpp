@@ -10,6 +10,7 @@
 #include "dtrain/parallel/device_world.hpp"
 #include "dtrain/parallel/pipeline_partition.hpp"
 #include "dtrain/train/same_settings.hpp"
+#include "train/host_memory.hpp"
 #include "train/save_dir.hpp"
 #include "train/trainer_state.hpp"
 
@@ -297,6 +298,11 @@ Trainer::State::State(const TrainConfig& c, Communicator& w)
   for (int r = 0; r < w.size(); ++r) {
     memory_per_rank[r] = {all[4 * r], all[4 * r + 1], all[4 * r + 2], all[4 * r + 3]};
   }
+  // Most of it is not touched yet (activations and optimizer state fault in at the first
+  // step): a node or cgroup without room for it fails now, with a message. A GPU's memory is
+  // its allocator's to refuse.
+  if (dev.kind() == DeviceKind::cpu)
+    check_host_memory(w, memory.params + memory.grads + memory.optimizer + memory.activations);
   // A known peak (a data-sheet figure, say) replaces the measurement and its start-up time,
   // on every rank alike (one rank's figure averaged with the others' measurements would be
   // neither).

@@ -7,6 +7,7 @@
 #include <fstream>
 #include <string>
 
+#include "cgroup_tree.hpp"
 #include "parallel/cpu_quota.hpp"
 
 namespace fs = std::filesystem;
@@ -15,35 +16,13 @@ using dtrain::parallel::threads_within;
 
 namespace {
 
-// A scratch root the test writes its tree under, removed at the end.
-class FakeRoot : public ::testing::Test {
+class FakeRoot : public CgroupTree {
  protected:
-  void SetUp() override {
-    std::string pattern = (fs::temp_directory_path() / "dtrain-cgroup-XXXXXX").string();
-    ASSERT_NE(mkdtemp(pattern.data()), nullptr);
-    root_ = pattern;
-  }
-  void TearDown() override { fs::remove_all(root_); }
-
-  void write(const std::string& path, const std::string& text) {
-    const fs::path p = root_ + path;
-    fs::create_directories(p.parent_path());
-    std::ofstream(p) << text;
-  }
   // A cgroup v1 directory's limit: `quota` microseconds of CPU time each 100 ms.
   void v1_limit(const std::string& dir, const std::string& quota) {
     write(dir + "/cpu.cfs_quota_us", quota + "\n");
     write(dir + "/cpu.cfs_period_us", "100000\n");
   }
-  // A v2-only system (the unified hierarchy at /sys/fs/cgroup), the process in `cgroup`.
-  void unified(const std::string& cgroup) {
-    write("/proc/self/cgroup", "0::" + cgroup + "\n");
-    write("/proc/self/mountinfo",
-          "22 1 0:21 / / rw - ext4 /dev/sda1 rw\n"
-          "30 22 0:26 / /sys/fs/cgroup rw,nosuid shared:4 - cgroup2 cgroup2 rw,nsdelegate\n");
-  }
-
-  std::string root_;
 };
 
 TEST_F(FakeRoot, NoFilesMeansNoLimit) {
