@@ -111,9 +111,9 @@ struct Checkpointer::Impl {
   // Checkpointer goes or saves elsewhere.
   std::shared_ptr<DirectoryLock> dir_lock;
   std::string locked_dir;
-  // How many levels of locked_dir this Checkpointer created (made_dirs.hpp): a run that
-  // ends without saving there removes them again rather than leave empty directories.
-  int made_levels = 0;
+  // What of locked_dir this Checkpointer created (made_dirs.hpp): a run that ends without
+  // saving there removes it again rather than leave empty directories.
+  MadeDirs made;
   std::array<AlignedBuffer, 3> host_copies;
 
   ~Impl() { release_directory(); }
@@ -123,20 +123,24 @@ struct Checkpointer::Impl {
   // Drops the claim on locked_dir. Where this Checkpointer made it and it holds nothing but
   // the lock file (and no other claim in this process shares the lock), the file goes while
   // still locked, then the directories made.
-  void release_directory() {
-    if (dir_lock && made_levels > 0 && dir_lock.use_count() == 1) {
+  void release_directory() noexcept {
+    if (dir_lock && made.levels > 0 && dir_lock.use_count() == 1) {
       namespace fs = std::filesystem;
       std::error_code ec;
-      fs::directory_iterator it(locked_dir, ec), end;
-      const bool only_the_lock = !ec && it != end && it->path().filename() == kLockFileName && ++it == end;
-      if (only_the_lock && fs::remove(fs::path(locked_dir) / kLockFileName, ec)) {
+      fs::directory_iterator it(made.path, ec), end;
+      bool only_the_lock = !ec && it != end && it->path().filename() == kLockFileName;
+      if (only_the_lock) {
+        it.increment(ec);  // the overload that throws nothing: this runs in a destructor
+        only_the_lock = !ec && it == end;
+      }
+      if (only_the_lock && fs::remove(fs::path(made.path) / kLockFileName, ec)) {
         dir_lock.reset();
-        remove_made_levels(locked_dir, made_levels);
+        remove_made(made);
       }
     }
     dir_lock.reset();
     locked_dir.clear();
-    made_levels = 0;
+    made = {};
   }
 
   Impl(ProcessGrid& g, ParameterStore& p, optim::AdamW& o, int zero_stage, const GptConfig& m)
@@ -553,7 +557,7 @@ void Checkpointer::Impl::make_and_lock(const std::string& dir, LocalFailure& f) 
     return;
   }
   std::error_code ec;
-  const int missing = missing_levels(dir);
+  const MadeDirs missing = missing_dirs(dir);
   std::filesystem::create_directories(dir, ec);
   if (ec) {
     f.record(Errc::io, "cannot create checkpoint directory '" + dir + "': " + ec.message());
@@ -564,12 +568,14 @@ void Checkpointer::Impl::make_and_lock(const std::string& dir, LocalFailure& f) 
     // The new claim first: a refused one keeps the old, and the same directory spelt
     // differently is the same lock (never released in between).
     std::shared_ptr<DirectoryLock> next = lock_directory(dir);
-    release_directory();  // a directory saved into before is free for others again
-    dir_lock = std::move(next);
+    if (next != dir_lock) {
+      release_directory();  // a directory saved into before is free for others again
+      dir_lock = std::move(next);
+      made = missing;
+    }
     locked_dir = dir;
-    made_levels = missing;
   } catch (const std::exception& e) {
-    remove_made_levels(dir, missing);
+    remove_made(missing);
     f.record(e);
   }
 }

@@ -27,7 +27,7 @@ std::size_t page_size() {
 // "3365699648 bytes (3.13 GiB) of host memory: Cannot allocate memory"
 std::string what_failed(std::size_t bytes, int error) {
   char gib[32];
-  std::snprintf(gib, sizeof gib, "%.3g", static_cast<double>(bytes) / (1ull << 30));
+  std::snprintf(gib, sizeof gib, "%.2f", static_cast<double>(bytes) / (1ull << 30));
   return std::to_string(bytes) + " bytes (" + gib + " GiB) of host memory: " + std::strerror(error);
 }
 }  // namespace
@@ -69,7 +69,8 @@ bool AlignedBuffer::ensure(std::size_t bytes) {
     // Fresh anonymous pages read as zero and take memory only once written.
     const std::size_t length = (bytes + page_size() - 1) / page_size() * page_size();
     void* p = mmap(nullptr, length, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
-    DTRAIN_CHECK(p != MAP_FAILED, Errc::out_of_memory, "cannot map " << what_failed(bytes, errno));
+    const int error = errno;  // before the message's allocations
+    DTRAIN_CHECK(p != MAP_FAILED, Errc::out_of_memory, "cannot map " << what_failed(bytes, error));
     data_ = p;
     bytes_ = bytes;
     mapped_bytes_ = length;

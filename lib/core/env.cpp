@@ -22,7 +22,7 @@ void check_gpu_settings() {
     get_bool(name, false);
   const std::string transport = get_string("DTRAIN_DEVICE_COMM", "auto");
   DTRAIN_CHECK(transport == "auto" || transport == "nccl" || transport == "mpi_staged", Errc::invalid_config,
-               "DTRAIN_DEVICE_COMM='" << transport << "' must be auto, nccl or mpi_staged");
+               "DTRAIN_DEVICE_COMM must be auto, nccl or mpi_staged, got '" << transport << "'");
 }
 
 Params read_params() {
@@ -36,6 +36,7 @@ Params read_params() {
   p.peak_flops = get_double("DTRAIN_PEAK_FLOPS", 0.0, 0.0, 1e21);
   DTRAIN_CHECK(p.peak_flops == 0 || p.peak_flops >= 1e6, Errc::invalid_config,
                "DTRAIN_PEAK_FLOPS=" << p.peak_flops << " is out of range (0 to measure, or 1e6 to 1e21 FLOP/s)");
+  p.host_memory_check = get_bool("DTRAIN_HOST_MEMORY_CHECK", true);
   check_gpu_settings();
   return p;
 }

@@ -34,16 +34,36 @@ std::uint64_t number_in(const std::string& path) {
   return in >> value ? value : kNone;
 }
 
-// The room one cgroup directory's limit leaves; kNone where it sets none. v1 writes "no
-// limit" as a huge number (the largest page-aligned long).
+// v1 writes "no limit" as a huge number (the largest page-aligned long).
+std::uint64_t limit_or_none(std::uint64_t v) { return v >= (1ull << 62) ? kNone : v; }
+
+std::uint64_t or_zero(std::uint64_t v) { return v == kNone ? 0 : v; }
+
+// What the kernel reclaims in a cgroup before it kills: its file cache less shared memory
+// (tmpfs, which only swap could take), and in v2 reclaimable slab.
+std::uint64_t reclaimable_in(const std::string& dir, bool v1) {
+  const std::string stat = dir + "/memory.stat";
+  const std::uint64_t file = or_zero(value_of(stat, v1 ? "total_cache" : "file"));
+  const std::uint64_t shmem = or_zero(value_of(stat, v1 ? "total_shmem" : "shmem"));
+  return file - std::min(file, shmem) + (v1 ? 0 : or_zero(value_of(stat, "slab_reclaimable")));
+}
+
+// The room one cgroup directory's limit leaves; kNone where it sets none.
 std::uint64_t room_in(const std::string& dir, bool v1) {
-  const std::uint64_t limit = number_in(dir + (v1 ? "/memory.limit_in_bytes" : "/memory.max"));
-  if (limit == kNone || limit >= (1ull << 62)) return kNone;
-  std::uint64_t used = number_in(dir + (v1 ? "/memory.usage_in_bytes" : "/memory.current"));
-  const std::uint64_t cache = value_of(dir + "/memory.stat", v1 ? "total_cache" : "file");
-  if (used == kNone) used = 0;
-  if (cache != kNone) used -= std::min(used, cache);
+  const std::uint64_t limit = limit_or_none(number_in(dir + (v1 ? "/memory.limit_in_bytes" : "/memory.max")));
+  if (limit == kNone) return kNone;
+  std::uint64_t used = or_zero(number_in(dir + (v1 ? "/memory.usage_in_bytes" : "/memory.current")));
+  used -= std::min(used, reclaimable_in(dir, v1));
   return limit > used ? limit - used : 0;
+}
+
+// Whether the directory forbids swap: v2's memory.swap.max of 0, or v1's memory+swap limit
+// no larger than its memory limit.
+bool forbids_swap(const std::string& dir, bool v1) {
+  if (!v1) return number_in(dir + "/memory.swap.max") == 0;
+  const std::uint64_t both = limit_or_none(number_in(dir + "/memory.memsw.limit_in_bytes"));
+  const std::uint64_t memory = limit_or_none(number_in(dir + "/memory.limit_in_bytes"));
+  return both != kNone && memory != kNone && both <= memory;
 }
 
 }  // namespace
@@ -52,10 +72,12 @@ MemoryRoom memory_room(const std::string& root) {
   MemoryRoom r;
   const std::uint64_t available = value_of(root + "/proc/meminfo", "MemAvailable");
   const std::uint64_t swap = value_of(root + "/proc/meminfo", "SwapTotal");
-  const std::uint64_t resident = value_of(root + "/proc/self/status", "VmRSS");
-  r.node = available == kNone ? 0 : available;
-  r.swap = swap != kNone && swap > 0;
-  r.resident = resident == kNone ? 0 : resident;
+  std::uint64_t resident = value_of(root + "/proc/self/status", "RssAnon");  // Linux 4.5 on
+  if (resident == kNone) resident = value_of(root + "/proc/self/status", "VmRSS");
+  r.node = or_zero(available);
+  r.swap = or_zero(swap) > 0;
+  r.cgroup_swap = r.swap;
+  r.resident = or_zero(resident);
   CgroupDir c;
   if (!find_cgroup_dir(root, "memory", c)) return r;
   std::uint64_t tightest = kNone;
@@ -65,6 +87,7 @@ MemoryRoom memory_room(const std::string& root) {
       tightest = room;
       r.where = dir;
     }
+    if (forbids_swap(root + dir, c.v1)) r.cgroup_swap = false;
   }
   if (tightest == kNone) return r;
   r.cgroup = std::max<std::uint64_t>(tightest, 1);  // 0 means "no limit"

@@ -4,7 +4,6 @@
 
 #include <algorithm>
 #include <cstdio>
-#include <cstring>
 #include <map>
 
 #include "dtrain/core/env.hpp"
@@ -42,9 +41,8 @@ std::string ranks_text(int n) { return n == 1 ? "the rank" : "the " + std::to_st
 std::string host_memory_shortfall(const std::vector<RankRoom>& ranks) {
   std::map<std::uint64_t, Group> nodes, cgroups;
   for (const RankRoom& r : ranks) {
-    if (r.swap != 0) continue;
-    if (r.node_room > 0) add(nodes[r.node_key], r, r.node_room);
-    if (r.cgroup_room > 0 && r.cgroup_key != 0) add(cgroups[r.cgroup_key], r, r.cgroup_room);
+    if (r.node_room > 0 && r.swap == 0) add(nodes[r.node_key], r, r.node_room);
+    if (r.cgroup_room > 0 && r.cgroup_key != 0 && r.cgroup_swap == 0) add(cgroups[r.cgroup_key], r, r.cgroup_room);
   }
   const char* advice = ": a smaller model, --micro-batch or --seq-len, --recompute, --zero, or more nodes";
   for (const auto& [key, g] : cgroups) {
@@ -64,9 +62,12 @@ std::string host_memory_shortfall(const std::vector<RankRoom>& ranks) {
 }
 
 void check_host_memory(Communicator& world, std::uint64_t need) {
+  if (!env::params().host_memory_check) return;
   const parallel::MemoryRoom room = parallel::memory_room(env::get_string("DTRAIN_TEST_HOST_MEMORY_ROOT", ""));
   RankRoom mine;
-  if (::gethostname(mine.host, sizeof mine.host - 1) != 0) std::strcpy(mine.host, "?");
+  // A node without a readable name is a node of its own: never summed with others.
+  if (::gethostname(mine.host, sizeof mine.host - 1) != 0)
+    std::snprintf(mine.host, sizeof mine.host, "(rank %d's node)", world.rank());
   std::snprintf(mine.where, sizeof mine.where, "%s", room.where.c_str());
   mine.node_key = rng::stream_id(mine.host);
   if (room.cgroup > 0) {
@@ -79,6 +80,7 @@ void check_host_memory(Communicator& world, std::uint64_t need) {
   mine.node_room = room.node;
   mine.cgroup_room = room.cgroup;
   mine.swap = room.swap ? 1 : 0;
+  mine.cgroup_swap = room.cgroup_swap ? 1 : 0;
   std::vector<RankRoom> all(static_cast<std::size_t>(world.size()));
   world.all_gather(&mine, all.data(), sizeof mine, DType::u8);
   const std::string shortfall = host_memory_shortfall(all);

@@ -20,17 +20,20 @@ struct RankRoom {
   std::uint64_t node_room = 0;   // the node's MemAvailable; 0: unknown
   std::uint64_t cgroup_room = 0;
   std::uint64_t swap = 0;        // 1: the node has swap (going over pages instead of killing)
-  char host[64] = {};
-  char where[192] = {};          // the limiting cgroup's directory
+  std::uint64_t cgroup_swap = 0; // 1: ... and the limiting cgroup may use it
+  char host[256] = {};
+  char where[256] = {};          // the limiting cgroup's directory
 };
 
 // The first node or cgroup whose ranks will take more than its room, as a message; "" where
-// every one has room. Nodes with swap, and rooms that are unknown, are not judged.
+// every one has room. Nodes and cgroups that may swap, and rooms that are unknown, are not
+// judged.
 std::string host_memory_shortfall(const std::vector<RankRoom>& ranks);
 
-// Collective over world: `need` is what this rank's parameters, gradients, optimizer state
-// and activations take in host memory once training runs. Throws Error(Errc::invalid_config)
-// with host_memory_shortfall's message on every rank where it is not empty.
+// Collective over world: `need` is the host memory this rank's buffers take once the run
+// uses them (parameters, and for training gradients, optimizer state and activations).
+// Throws Error(Errc::invalid_config) with host_memory_shortfall's message on every rank where
+// it is not empty. DTRAIN_HOST_MEMORY_CHECK=0 turns the check off (env.hpp);
 // DTRAIN_TEST_HOST_MEMORY_ROOT (tests only) reads a made-up /proc and /sys tree instead.
 void check_host_memory(Communicator& world, std::uint64_t need);
 

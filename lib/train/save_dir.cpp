@@ -21,7 +21,7 @@ void check_save_dir(const std::string& dir) {
   std::error_code ec;
   // What this makes goes again: the Checkpointer's claim makes it for the run, and takes it
   // away if the run saves nothing there.
-  const int missing = ckpt::missing_levels(dir);
+  const ckpt::MadeDirs made = ckpt::missing_dirs(dir);
   fs::create_directories(dir, ec);
   DTRAIN_CHECK(!ec && fs::is_directory(dir, ec), Errc::invalid_config,
                "--save-dir '" << dir << "' is not a directory that can be made"
@@ -35,7 +35,7 @@ void check_save_dir(const std::string& dir) {
     error = errno;
   }
   fs::remove(probe, ec);
-  ckpt::remove_made_levels(dir, missing);
+  ckpt::remove_made(made);
   DTRAIN_CHECK(writable, Errc::invalid_config, "--save-dir '" << dir << "' is not writable: " << std::strerror(error));
   const fs::path latest = fs::path(dir) / "latest";
   DTRAIN_CHECK(!fs::exists(latest, ec) || fs::is_regular_file(latest, ec), Errc::invalid_config,

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# one_rank_setup_fails.sh MPIEXEC NPFLAG PROGRAM DIR
+# one_rank_setup_fails.sh MPIEXEC NPFLAG PROGRAM DIR ADDRESS_LIMIT_KB (none: skip case 4)
 # A 2-rank start where rank 1 alone fails, as a node with its own copy of a file or its own
 # environment would: (1) its --config file is missing (the command line is read by each rank
 # alone, before any collective); (2) and (3) a DTRAIN_* variable (DTRAIN_PEAK_FLOPS, which the
@@ -9,7 +9,7 @@
 # the others, then ends the job itself. Each must end the job with rank 1's message, not a
 # hang until the watchdog or another rank's MPI error.
 set -u
-mpiexec=$1 npflag=$2 program=$3 dir=$4
+mpiexec=$1 npflag=$2 program=$3 dir=$4 address_limit=${5:-none}
 rm -rf "$dir" && mkdir -p "$dir/r0" "$dir/r1"
 printf 'layers = 1\nd-model = 32\nheads = 2\nseq-len = 16\nmicro-batch = 2\nsteps = 2\neval-every = 0\n' > "$dir/r0/run.ini"
 source "$(dirname "$0")/in_rank_dir.sh"
@@ -42,12 +42,17 @@ seconds=$(( $(date +%s) - start ))
 # (each took over 20 s when one rank alone read DTRAIN_PEAK_FLOPS in the set-up)
 [ "$seconds" -lt 30 ] || { echo "FAIL: the two bad settings took $seconds s to end their jobs"; exit 1; }
 
-# (4): 1.5 GB of address space, where a process needs about 0.4 GB (one OpenBLAS thread) and the
-# model's activations 1.6 GB more (mapped, not touched, on rank 0).
-echo "ulimit -v 1500000" > "$dir/r1/env.sh"
+# (4): 1.5 GB of address space, where a process with one thread of each kind (kernels,
+# OpenBLAS, OpenMP; one malloc arena) needs about 0.4 GB and the model's activations 1.6 GB
+# more (mapped, not touched, on rank 0).
+if [ "$address_limit" = none ]; then
+  echo "ok: each ended with rank 1's message (the two settings in $seconds s; no address-space case)"
+  exit 0
+fi
+echo "ulimit -v $address_limit" > "$dir/r1/env.sh"
 start=$(date +%s)
-DTRAIN_COMM_TIMEOUT=6 OPENBLAS_NUM_THREADS=1 run out_of_memory --config run.ini --layers 2 --d-model 256 \
-  --heads 4 --seq-len 1024 --micro-batch 32
+DTRAIN_COMM_TIMEOUT=6 DTRAIN_NUM_THREADS=1 OPENBLAS_NUM_THREADS=1 OMP_NUM_THREADS=1 MALLOC_ARENA_MAX=1 \
+  run out_of_memory --config run.ini --layers 2 --d-model 256 --heads 4 --seq-len 1024 --micro-batch 32
 status=$?
 oom_seconds=$(( $(date +%s) - start ))
 expect_rank1_ended_job $status "$dir/out_of_memory.log" \

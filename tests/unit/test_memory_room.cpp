@@ -34,26 +34,44 @@ TEST_F(MemoryTree, NodeAvailableSwapAndResident) {
   write("/proc/self/status", "Name:\tx\nVmPeak:\t 9999 kB\nVmRSS:\t    2048 kB\n");
   auto r = memory_room(root_);
   EXPECT_EQ(r.node, 8000000ull * 1024);
-  EXPECT_EQ(r.resident, 2048ull * 1024);
+  EXPECT_EQ(r.resident, 2048ull * 1024);  // VmRSS where the kernel gives no RssAnon
   EXPECT_FALSE(r.swap);
+  write("/proc/self/status", "VmRSS:\t    2048 kB\nRssAnon:\t  1024 kB\nRssFile:\t 1024 kB\n");
   write("/proc/meminfo", "MemAvailable:    8000000 kB\nSwapTotal:  1024 kB\n");
-  EXPECT_TRUE(memory_room(root_).swap);
+  r = memory_room(root_);
+  EXPECT_EQ(r.resident, 1024ull * 1024);  // the mapped files are not the run's buffers
+  EXPECT_TRUE(r.swap);
+  EXPECT_TRUE(r.cgroup_swap);  // no cgroup forbids it
 }
 
-TEST_F(MemoryTree, UnifiedLimitLessUseWithoutFileCache) {
+TEST_F(MemoryTree, UnifiedLimitLessUseWithoutWhatIsReclaimed) {
   unified("/slurm/job5/step0");
-  // The job's limit of 4 GiB, 3 GiB in use of which 2 GiB is file cache: 3 GiB of room. The
-  // step below sets none ("max"); the top's larger limit does not bind.
+  // The job's limit of 4 GiB, 3 GiB in use: 2 GiB of file cache, of which 512 MiB is shared
+  // memory (not reclaimed without swap), and 256 MiB of reclaimable slab: 1.25 GiB used,
+  // 2.75 GiB of room. The step below sets none ("max"); the top's larger limit does not bind.
   write("/sys/fs/cgroup/slurm/job5/memory.max", std::to_string(4 * GiB) + "\n");
   write("/sys/fs/cgroup/slurm/job5/memory.current", std::to_string(3 * GiB) + "\n");
-  write("/sys/fs/cgroup/slurm/job5/memory.stat", "anon 1073741824\nfile " + std::to_string(2 * GiB) + "\nkernel 0\n");
+  write("/sys/fs/cgroup/slurm/job5/memory.stat", "anon 1073741824\nfile " + std::to_string(2 * GiB) +
+                                                     "\nkernel 0\nshmem " + std::to_string(512 * MiB) +
+                                                     "\nslab_reclaimable " + std::to_string(256 * MiB) + "\n");
   write("/sys/fs/cgroup/slurm/job5/step0/memory.max", "max\n");
   write("/sys/fs/cgroup/slurm/memory.max", std::to_string(64 * GiB) + "\n");
   write("/sys/fs/cgroup/slurm/memory.current", std::to_string(3 * GiB) + "\n");
   const auto r = memory_room(root_);
-  EXPECT_EQ(r.cgroup, 3 * GiB);
+  EXPECT_EQ(r.cgroup, 2 * GiB + 768 * MiB);
   EXPECT_EQ(r.where, "/sys/fs/cgroup/slurm/job5");
   EXPECT_NE(r.inode, 0u);
+}
+
+TEST_F(MemoryTree, ACgroupMayForbidTheNodesSwap) {
+  write("/proc/meminfo", "MemAvailable: 8000000 kB\nSwapTotal: 4000000 kB\n");
+  unified("/slurm/job5/step0");
+  write("/sys/fs/cgroup/slurm/job5/memory.max", std::to_string(4 * GiB) + "\n");
+  EXPECT_TRUE(memory_room(root_).cgroup_swap);
+  write("/sys/fs/cgroup/slurm/job5/memory.swap.max", "0\n");  // SLURM's default on cgroup v2
+  const auto r = memory_room(root_);
+  EXPECT_TRUE(r.swap);
+  EXPECT_FALSE(r.cgroup_swap);
 }
 
 TEST_F(MemoryTree, VersionOneLimitAndItsNoLimitValue) {
@@ -66,10 +84,14 @@ TEST_F(MemoryTree, VersionOneLimitAndItsNoLimitValue) {
   write(dir + "/memory.usage_in_bytes", "431419392\n");
   EXPECT_EQ(memory_room(root_).cgroup, 0u);
   write(dir + "/memory.limit_in_bytes", std::to_string(GiB) + "\n");
-  write(dir + "/memory.stat", "cache 100\ntotal_cache " + std::to_string(131419392) + "\n");
-  const auto r = memory_room(root_);
-  EXPECT_EQ(r.cgroup, GiB - 300 * 1000 * 1000);  // used: 431419392 - 131419392
+  write(dir + "/memory.stat", "cache 100\ntotal_cache 141419392\ntotal_shmem 10000000\n");
+  write("/proc/meminfo", "MemAvailable: 8000000 kB\nSwapTotal: 4000000 kB\n");
+  auto r = memory_room(root_);
+  EXPECT_EQ(r.cgroup, GiB - 300 * 1000 * 1000);  // used: 431419392 - (141419392 - 10000000)
   EXPECT_EQ(r.where, dir);
+  EXPECT_TRUE(r.cgroup_swap);
+  write(dir + "/memory.memsw.limit_in_bytes", std::to_string(GiB) + "\n");  // memory + swap = memory
+  EXPECT_FALSE(memory_room(root_).cgroup_swap);
 }
 
 TEST_F(MemoryTree, UseOverTheLimitLeavesNoRoomButStillALimit) {
@@ -120,6 +142,11 @@ TEST(HostMemory, ACgroupLimitBindsItsRanksOnly) {
             std::string::npos) << message;
   EXPECT_NE(message.find("its memory limit leaves 4.00 GiB"), std::string::npos) << message;
   ranks[1].more = 512 * MiB;
+  EXPECT_EQ(host_memory_shortfall(ranks), "");
+  ranks[1].more = 3 * GiB;
+  ranks[0].swap = ranks[1].swap = ranks[2].swap = 1;  // the node may swap, the job may not
+  EXPECT_NE(host_memory_shortfall(ranks), "");
+  ranks[0].cgroup_swap = 1;
   EXPECT_EQ(host_memory_shortfall(ranks), "");
 }
 

@@ -16,6 +16,8 @@ struct Params {
   bool cpu_attention_probabilities = false;  // DTRAIN_CPU_ATTENTION_PROBABILITIES: the CPU's
                                              // attention keeps probabilities, not log-sum-exps
   double peak_flops = 0;          // DTRAIN_PEAK_FLOPS: FLOP/s per rank for MFU; 0 = measure
+  bool host_memory_check = true;  // DTRAIN_HOST_MEMORY_CHECK: 0 to skip the Trainer's check
+                                  // of the run's host memory against each node's room
 };
 
 // Read on first use, then cached for the life of the process: a Runtime reads them as it
