@@ -5,7 +5,7 @@ module checks
   use mpi_f08
   implicit none
   private
-  public :: check, expect, expect_message, verdict, my_rank, test_ctx
+  public :: check, expect, expect_message, verdict, my_rank, test_ctx, start_test
 
   integer :: failures = 0, total_checks = 0
   integer :: my_rank = 0
@@ -48,6 +48,22 @@ contains
       failures = failures + 1
       print '(a,i0,6a)', '[rank ', my_rank, '] ', what, ': message "', msg, '" lacks: ', text
     end if
+  end subroutine
+
+  ! A test program's start: MPI with MPI_THREAD_MULTIPLE, dtrain over MPI_COMM_WORLD (ctx,
+  ! also the one messages come from), this rank and the world's group.
+  subroutine start_test(ctx, world)
+    type(dt_context), intent(out) :: ctx
+    type(dt_comm), intent(out) :: world
+    integer :: provided, ierr
+    call MPI_Init_thread(MPI_THREAD_MULTIPLE, provided, ierr)
+    call check(provided == MPI_THREAD_MULTIPLE, 'MPI gives MPI_THREAD_MULTIPLE')
+    call dt_init(ctx, ierr, comm=MPI_COMM_WORLD)
+    test_ctx = ctx
+    call expect(ierr, DT_SUCCESS, 'dt_init')
+    call dt_context_rank(ctx, my_rank, ierr)
+    call dt_context_world(ctx, world, ierr)
+    call expect(ierr, DT_SUCCESS, 'dt_context_world')
   end subroutine
 
   ! Sums the failures over MPI_COMM_WORLD; rank 0 prints "<name>: all checks passed" or the

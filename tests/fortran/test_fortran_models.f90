@@ -14,17 +14,12 @@ program test_fortran_models
   integer, parameter :: seq = 8, batch = 4, vocab = 24, d_model = 16
   type(dt_context) :: ctx
   type(dt_comm) :: world
-  integer :: ierr, nranks, provided
+  integer :: ierr, nranks
   character(len=512) :: arg
   character(len=:), allocatable :: scratch
 
-  call MPI_Init_thread(MPI_THREAD_MULTIPLE, provided, ierr)
-  call dt_init(ctx, ierr, comm=MPI_COMM_WORLD)
-  test_ctx = ctx
-  call expect(ierr, DT_SUCCESS, 'dt_init')
-  call dt_context_rank(ctx, my_rank, ierr)
+  call start_test(ctx, world)
   call dt_context_size(ctx, nranks, ierr)
-  call dt_context_world(ctx, world, ierr)
   call get_command_argument(1, arg)
   scratch = trim(arg)//'/np'//achar(iachar('0') + nranks)
 

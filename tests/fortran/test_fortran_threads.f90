@@ -14,15 +14,9 @@ program test_fortran_threads
   type(dt_byom) :: byom
   real(c_float) :: w(4, 3), gw(3, 4)
   character(len=200) :: seen(0:1)
-  integer :: ierr, provided, codes(0:1), size, team
+  integer :: ierr, codes(0:1), size, team
 
-  call MPI_Init_thread(MPI_THREAD_MULTIPLE, provided, ierr)
-  call check(provided == MPI_THREAD_MULTIPLE, 'MPI gives MPI_THREAD_MULTIPLE')
-  call dt_init(ctx, ierr, comm=MPI_COMM_WORLD)
-  test_ctx = ctx
-  call expect(ierr, DT_SUCCESS, 'dt_init')
-  call dt_context_rank(ctx, my_rank, ierr)
-  call dt_context_world(ctx, world, ierr)
+  call start_test(ctx, world)
   call dt_byom_create(world, byom, ierr)
   call expect(ierr, DT_SUCCESS, 'dt_byom_create')
   codes = -1
