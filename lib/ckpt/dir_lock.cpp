@@ -15,6 +15,7 @@
 #include <mutex>
 #include <thread>
 
+#include "core/host_name.hpp"
 #include "dtrain/core/error.hpp"
 #include "dtrain/core/log.hpp"
 
@@ -82,8 +83,8 @@ class DirectoryLock {
 namespace {
 
 std::string holder_text() {
-  char host[256] = {};
-  if (::gethostname(host, sizeof host - 1) != 0) std::strcpy(host, "?");
+  std::string host = host_name();
+  if (host.empty()) host = "?";
   char since[32] = {};
   const std::time_t now = std::time(nullptr);
   std::tm utc{};

@@ -12,6 +12,7 @@
 #include "comm/comm_state.hpp"
 #include "comm/watchdog.hpp"
 #include "core/cuda_plugin_handle.hpp"
+#include "core/host_name.hpp"
 #include "dtrain/core/env.hpp"
 #include "dtrain/core/error.hpp"
 #include "dtrain/core/log.hpp"
@@ -300,15 +301,14 @@ DeviceTransport choose_device_transport(Communicator& world) {
   // n^2 / 2^64, a hash collision, which only costs the faster transport).
   std::uint8_t uuid[16] = {};
   const bool usable = active_transports()->nccl_gpu(uuid);
-  char host[256] = {};
-  if (gethostname(host, sizeof host - 1) != 0) host[0] = '\0';
+  const std::string host = host_name();
   std::uint64_t seat = 14695981039346656037ull;  // FNV-1a over the node name, then the UUID
   auto mix = [&seat](const void* bytes, std::size_t n) {
     for (std::size_t i = 0; i < n; ++i) {
       seat = (seat ^ static_cast<const unsigned char*>(bytes)[i]) * 1099511628211ull;
     }
   };
-  mix(host, std::strlen(host) + 1);
+  mix(host.c_str(), host.size() + 1);
   mix(uuid, sizeof uuid);
   // One gather, also when the transport is asked for: every rank checks that all asked alike
   // (an environment not passed to every rank must fail everywhere, not hang some).

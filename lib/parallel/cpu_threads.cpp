@@ -11,6 +11,7 @@
 #include <thread>
 #include <vector>
 
+#include "core/host_name.hpp"
 #include "dtrain/core/env.hpp"
 #include "dtrain/core/rng.hpp"
 #include "parallel/cpu_quota.hpp"
@@ -29,9 +30,7 @@ struct Seat {
 };
 
 Seat my_seat() {
-  char host[256] = {};
-  if (gethostname(host, sizeof host - 1) != 0) host[0] = '\0';
-  std::string mask(host);
+  std::string mask = host_name();
   mask.push_back('\0');
   std::string limit = mask;
   Seat s;

@@ -6,6 +6,7 @@
 #include <cstdio>
 #include <map>
 
+#include "core/host_name.hpp"
 #include "dtrain/core/env.hpp"
 #include "dtrain/core/error.hpp"
 #include "dtrain/core/rng.hpp"
@@ -66,8 +67,11 @@ void check_host_memory(Communicator& world, std::uint64_t need) {
   const parallel::MemoryRoom room = parallel::memory_room(env::get_string("DTRAIN_TEST_HOST_MEMORY_ROOT", ""));
   RankRoom mine;
   // A node without a readable name is a node of its own: never summed with others.
-  if (::gethostname(mine.host, sizeof mine.host - 1) != 0)
+  const std::string host = host_name();
+  if (host.empty())
     std::snprintf(mine.host, sizeof mine.host, "(rank %d's node)", world.rank());
+  else
+    std::snprintf(mine.host, sizeof mine.host, "%s", host.c_str());
   std::snprintf(mine.where, sizeof mine.where, "%s", room.where.c_str());
   mine.node_key = rng::stream_id(mine.host);
   if (room.cgroup > 0) {

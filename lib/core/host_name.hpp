@@ -1,0 +1,11 @@
+#pragma once
+// This node's name, as the layers that tell nodes apart (a rank's CPUs, its GPU, its memory)
+// and name them in messages (a lock's holder, a save directory's probe) read it.
+#include <string>
+
+namespace dtrain {
+
+// gethostname(), up to 255 bytes; "" where it cannot be read.
+std::string host_name();
+
+}  // namespace dtrain
