@@ -16,10 +16,8 @@ bool g_loaded = false;
 // that a malformed one fails every run at its start, on every rank together, instead of
 // being ignored on the CPU or, under --device auto, sending a GPU run to the CPU.
 void check_gpu_settings() {
-  get_int("DTRAIN_CUDA_DEVICE", -1, 0, 1 << 20);
-  for (const char* name : {"DTRAIN_CUDA_TF32", "DTRAIN_CUDA_VMM", "DTRAIN_CUDA_PROFILE",
-                           "DTRAIN_CUDA_FUSED_ATTENTION", "DTRAIN_CUDA_GEMM_EPILOGUE"})
-    get_bool(name, false);
+  get_int(cuda::kDevice, -1, 0, cuda::kMaxDevice);
+  for (const char* name : cuda::kSwitches) get_bool(name, false);
   const std::string transport = get_string("DTRAIN_DEVICE_COMM", "auto");
   DTRAIN_CHECK(transport == "auto" || transport == "nccl" || transport == "mpi_staged", Errc::invalid_config,
                "DTRAIN_DEVICE_COMM must be auto, nccl or mpi_staged, got '" << transport << "'");

@@ -27,6 +27,20 @@ DTRAIN_API const Params& params();
 // Re-read the environment (tests only).
 DTRAIN_API void reload();
 
+// The CUDA plugin's settings, which it reads where it uses them (with these names and
+// bounds) and which params() checks in every run, so that a malformed one fails at the start
+// even where no GPU is used. A new one goes here.
+namespace cuda {
+inline constexpr const char* kDevice = "DTRAIN_CUDA_DEVICE";  // a device index, 0..kMaxDevice
+inline constexpr long kMaxDevice = 1 << 20;
+inline constexpr const char* kTf32 = "DTRAIN_CUDA_TF32";  // the switches (booleans)
+inline constexpr const char* kVmm = "DTRAIN_CUDA_VMM";
+inline constexpr const char* kProfile = "DTRAIN_CUDA_PROFILE";
+inline constexpr const char* kFusedAttention = "DTRAIN_CUDA_FUSED_ATTENTION";
+inline constexpr const char* kGemmEpilogue = "DTRAIN_CUDA_GEMM_EPILOGUE";
+inline constexpr const char* kSwitches[] = {kTf32, kVmm, kProfile, kFusedAttention, kGemmEpilogue};
+}  // namespace cuda
+
 // Typed lookups used by params(); exposed for layers that own their own variables.
 DTRAIN_API std::string get_string(const char* name, const std::string& fallback);
 DTRAIN_API long get_int(const char* name, long fallback, long min_value, long max_value);

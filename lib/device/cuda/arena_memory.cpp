@@ -47,7 +47,7 @@ bool VmmDriver::load() noexcept {
 }
 
 ArenaMemory::ArenaMemory(int ordinal, cudaStream_t stream) : ordinal_(ordinal), stream_(stream) {
-  if (!env::get_bool("DTRAIN_CUDA_VMM", true) || !drv_.load()) return;
+  if (!env::get_bool(env::cuda::kVmm, true) || !drv_.load()) return;
   CUdevice dev = 0;
   int vmm = 0;
   if (drv_.device_get(&dev, ordinal) != CUDA_SUCCESS ||

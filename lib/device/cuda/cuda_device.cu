@@ -33,8 +33,8 @@ CudaDevice::CudaDevice(int ordinal) : ordinal_(ordinal), raw_(ordinal), alloc_(r
   DTRAIN_CUDA(cudaSetDevice(ordinal_));
   cudaDeviceProp prop{};
   DTRAIN_CUDA(cudaGetDeviceProperties(&prop, ordinal_));
-  tf32_ = env::get_bool("DTRAIN_CUDA_TF32", true);
-  fused_attention_ = env::get_bool("DTRAIN_CUDA_FUSED_ATTENTION", true);
+  tf32_ = env::get_bool(env::cuda::kTf32, true);
+  fused_attention_ = env::get_bool(env::cuda::kFusedAttention, true);
   l2_bytes_ = static_cast<std::size_t>(std::max(0, prop.l2CacheSize));
   char text[320];
   std::snprintf(text, sizeof text, "cuda:%d (%s, sm_%d%d, %.1f GiB", ordinal_, prop.name,
@@ -49,7 +49,7 @@ CudaDevice::CudaDevice(int ordinal) : ordinal_(ordinal), raw_(ordinal), alloc_(r
   // cuBLAS's workspace from the cache too, so GEMMs never allocate behind our back.
   blas_workspace_ = alloc_.allocate(kBlasWorkspaceBytes);
   DTRAIN_CUDA(cublasSetWorkspace(blas_, blas_workspace_, kBlasWorkspaceBytes));
-  if (env::get_bool("DTRAIN_CUDA_GEMM_EPILOGUE", true))
+  if (env::get_bool(env::cuda::kGemmEpilogue, true))
     bias_gemm_ = std::make_unique<BiasGemm>(stream_, blas_workspace_, kBlasWorkspaceBytes);
   sum_device_ = static_cast<double*>(alloc_.allocate(sizeof(double) * (1 + kSumSquaresPartials)));
   DTRAIN_CUDA(cudaMallocHost(reinterpret_cast<void**>(&sum_host_), sizeof(double)));

@@ -38,7 +38,7 @@ int local_rank_from_environment() {
 
 int choose_device(int requested, int visible) {
   DTRAIN_CHECK(visible > 0, Errc::unavailable, "no CUDA device is visible to this process");
-  const long forced = env::get_int("DTRAIN_CUDA_DEVICE", -1, 0, 1 << 20);
+  const long forced = env::get_int(env::cuda::kDevice, -1, 0, env::cuda::kMaxDevice);
   if (forced >= 0) {
     DTRAIN_CHECK(forced < visible, Errc::invalid_config,
                  "DTRAIN_CUDA_DEVICE=" << forced << " but only " << visible

@@ -29,7 +29,7 @@ constexpr std::size_t kCollectAt = 4096;  // pending spans before a span collect
 
 OpProfile::OpProfile(std::string device_name, cudaStream_t stream)
     : device_name_(std::move(device_name)), stream_(stream) {
-  enabled_ = env::get_bool("DTRAIN_CUDA_PROFILE", false);
+  enabled_ = env::get_bool(env::cuda::kProfile, false);
   if (!enabled_) return;
   std::lock_guard<std::mutex> lock(g_registry_mutex);
   if (g_profiles.empty()) std::atexit(print_profiles);
