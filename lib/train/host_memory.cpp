@@ -73,7 +73,7 @@ void check_host_memory(Communicator& world, std::uint64_t need) {
   else
     std::snprintf(mine.host, sizeof mine.host, "%s", host.c_str());
   std::snprintf(mine.where, sizeof mine.where, "%s", room.where.c_str());
-  mine.node_key = rng::stream_id(mine.host);
+  mine.node_key = rng::stream_id(std::string(mine.host) + '\0' + room.boot_id);
   if (room.cgroup > 0) {
     std::string key(mine.host);
     key.append(reinterpret_cast<const char*>(&room.device), sizeof room.device);

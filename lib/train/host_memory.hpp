@@ -13,7 +13,8 @@ namespace dtrain::train {
 
 // One rank's figures, as every rank gathers them.
 struct RankRoom {
-  std::uint64_t node_key = 0;    // equal on two ranks exactly when they share a node
+  std::uint64_t node_key = 0;    // equal on two ranks exactly when they share a node (its
+                                 // name and kernel boot id)
   std::uint64_t cgroup_key = 0;  // equal when they share a limiting cgroup; 0: no limit
   std::uint64_t more = 0;        // bytes the rank will still take: its arenas and activations
                                  // less what it holds already
