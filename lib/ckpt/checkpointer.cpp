@@ -558,7 +558,8 @@ void Checkpointer::Impl::make_and_lock(const std::string& dir, LocalFailure& f) 
   }
   std::error_code ec;
   const MadeDirs missing = missing_dirs(dir);
-  std::filesystem::create_directories(dir, ec);
+  // The path measured (a ".." past a directory not made yet is folded there, not made).
+  std::filesystem::create_directories(missing.path.empty() ? dir : missing.path, ec);
   if (ec) {
     f.record(Errc::io, "cannot create checkpoint directory '" + dir + "': " + ec.message());
     return;

@@ -40,30 +40,38 @@ std::uint64_t limit_or_none(std::uint64_t v) { return v >= (1ull << 62) ? kNone 
 std::uint64_t or_zero(std::uint64_t v) { return v == kNone ? 0 : v; }
 
 // What the kernel reclaims in a cgroup before it kills: its file cache less shared memory
-// (tmpfs, which only swap could take), and in v2 reclaimable slab.
+// (tmpfs, which only swap could take), and in v2 reclaimable slab. memory.stat read once.
 std::uint64_t reclaimable_in(const std::string& dir, bool v1) {
-  const std::string stat = dir + "/memory.stat";
-  const std::uint64_t file = or_zero(value_of(stat, v1 ? "total_cache" : "file"));
-  const std::uint64_t shmem = or_zero(value_of(stat, v1 ? "total_shmem" : "shmem"));
-  return file - std::min(file, shmem) + (v1 ? 0 : or_zero(value_of(stat, "slab_reclaimable")));
+  std::uint64_t file = 0, shmem = 0, slab = 0;
+  std::ifstream in(dir + "/memory.stat");
+  std::string name;
+  for (std::uint64_t value = 0; in >> name >> value;) {
+    if (name == (v1 ? "total_cache" : "file")) file = value;
+    if (name == (v1 ? "total_shmem" : "shmem")) shmem = value;
+    if (!v1 && name == "slab_reclaimable") slab = value;
+  }
+  return file - std::min(file, shmem) + slab;
 }
 
-// The room one cgroup directory's limit leaves; kNone where it sets none.
-std::uint64_t room_in(const std::string& dir, bool v1) {
-  const std::uint64_t limit = limit_or_none(number_in(dir + (v1 ? "/memory.limit_in_bytes" : "/memory.max")));
-  if (limit == kNone) return kNone;
+// One cgroup directory's memory limit; kNone where it sets none.
+std::uint64_t limit_in(const std::string& dir, bool v1) {
+  return limit_or_none(number_in(dir + (v1 ? "/memory.limit_in_bytes" : "/memory.max")));
+}
+
+// The room that limit leaves.
+std::uint64_t room_under(std::uint64_t limit, const std::string& dir, bool v1) {
   std::uint64_t used = or_zero(number_in(dir + (v1 ? "/memory.usage_in_bytes" : "/memory.current")));
   used -= std::min(used, reclaimable_in(dir, v1));
   return limit > used ? limit - used : 0;
 }
 
 // Whether the directory forbids swap: v2's memory.swap.max of 0, or v1's memory+swap limit
-// no larger than its memory limit.
-bool forbids_swap(const std::string& dir, bool v1) {
+// no larger than its memory limit (`limit`, kNone for none). A small swap allowance counts
+// as swap.
+bool forbids_swap(const std::string& dir, bool v1, std::uint64_t limit) {
   if (!v1) return number_in(dir + "/memory.swap.max") == 0;
   const std::uint64_t both = limit_or_none(number_in(dir + "/memory.memsw.limit_in_bytes"));
-  const std::uint64_t memory = limit_or_none(number_in(dir + "/memory.limit_in_bytes"));
-  return both != kNone && memory != kNone && both <= memory;
+  return both != kNone && limit != kNone && both <= limit;
 }
 
 }  // namespace
@@ -83,12 +91,13 @@ MemoryRoom memory_room(const std::string& root) {
   if (!find_cgroup_dir(root, "memory", c)) return r;
   std::uint64_t tightest = kNone;
   for (const std::string& dir : dirs_up(c)) {
-    const std::uint64_t room = room_in(root + dir, c.v1);
+    const std::uint64_t limit = limit_in(root + dir, c.v1);
+    const std::uint64_t room = limit == kNone ? kNone : room_under(limit, root + dir, c.v1);
     if (room < tightest) {
       tightest = room;
       r.where = dir;
     }
-    if (forbids_swap(root + dir, c.v1)) r.cgroup_swap = false;
+    if (forbids_swap(root + dir, c.v1, limit)) r.cgroup_swap = false;
   }
   if (tightest == kNone) return r;
   r.cgroup = std::max<std::uint64_t>(tightest, 1);  // 0 means "no limit"

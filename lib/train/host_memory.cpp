@@ -1,7 +1,5 @@
 #include "train/host_memory.hpp"
 
-#include <unistd.h>
-
 #include <algorithm>
 #include <cstdio>
 #include <map>
@@ -45,37 +43,38 @@ std::string host_memory_shortfall(const std::vector<RankRoom>& ranks) {
     if (r.node_room > 0 && r.swap == 0) add(nodes[r.node_key], r, r.node_room);
     if (r.cgroup_room > 0 && r.cgroup_key != 0 && r.cgroup_swap == 0) add(cgroups[r.cgroup_key], r, r.cgroup_room);
   }
-  const char* advice = ": a smaller model, --micro-batch or --seq-len, --recompute, --zero, or more nodes";
+  const std::string will_take = " will take about ";
+  const std::string what = " more once the run uses its buffers (parameters, gradients, optimizer state and activations)";
+  const std::string advice = ": a smaller model, --micro-batch or --seq-len, --recompute, --zero, or more nodes";
   for (const auto& [key, g] : cgroups) {
-    if (g.more <= g.room) continue;
-    return "host memory: " + ranks_text(g.ranks) + " on node '" + g.first->host + "' in cgroup '" +
-           g.first->where + "' will take about " + gib(g.more) +
-           " more once training runs (parameters, gradients, optimizer state and activations), "
-           "and its memory limit leaves " + gib(g.room) + advice;
+    if (g.more > g.room)
+      return "host memory: " + ranks_text(g.ranks) + " on node '" + g.first->host + "' in cgroup '" +
+             g.first->where + "'" + will_take + gib(g.more) + what + ", and its memory limit leaves " +
+             gib(g.room) + advice;
   }
   for (const auto& [key, g] : nodes) {
-    if (g.more <= g.room) continue;
-    return "host memory: " + ranks_text(g.ranks) + " on node '" + g.first->host + "' will take about " +
-           gib(g.more) + " more once training runs (parameters, gradients, optimizer state and "
-           "activations), and the node has " + gib(g.room) + " available (MemAvailable)" + advice;
+    if (g.more > g.room)
+      return "host memory: " + ranks_text(g.ranks) + " on node '" + g.first->host + "'" + will_take +
+             gib(g.more) + what + ", and the node has " + gib(g.room) + " available (MemAvailable)" + advice;
   }
   return "";
 }
 
 void check_host_memory(Communicator& world, std::uint64_t need) {
-  if (!env::params().host_memory_check) return;
   const parallel::MemoryRoom room = parallel::memory_room(env::get_string("DTRAIN_TEST_HOST_MEMORY_ROOT", ""));
   RankRoom mine;
-  // A node without a readable name is a node of its own: never summed with others.
+  mine.checks = env::params().host_memory_check ? 1 : 0;
   const std::string host = host_name();
-  if (host.empty())
-    std::snprintf(mine.host, sizeof mine.host, "(rank %d's node)", world.rank());
-  else
-    std::snprintf(mine.host, sizeof mine.host, "%s", host.c_str());
+  std::snprintf(mine.host, sizeof mine.host, "%s", host.empty() ? "?" : host.c_str());
   std::snprintf(mine.where, sizeof mine.where, "%s", room.where.c_str());
-  mine.node_key = rng::stream_id(std::string(mine.host) + '\0' + room.boot_id);
+  // One kernel is one node, whatever names its containers give it; without a boot id, the
+  // host name; without either, a node of its own, never summed with others.
+  const std::string node = !room.boot_id.empty() ? room.boot_id
+                           : !host.empty()       ? host
+                                                 : "rank " + std::to_string(world.rank());
+  mine.node_key = rng::stream_id(node);
   if (room.cgroup > 0) {
-    std::string key(mine.host);
+    std::string key = node + '\0';
     key.append(reinterpret_cast<const char*>(&room.device), sizeof room.device);
     key.append(reinterpret_cast<const char*>(&room.inode), sizeof room.inode);
     mine.cgroup_key = rng::stream_id(key);
@@ -85,8 +84,14 @@ void check_host_memory(Communicator& world, std::uint64_t need) {
   mine.cgroup_room = room.cgroup;
   mine.swap = room.swap ? 1 : 0;
   mine.cgroup_swap = room.cgroup_swap ? 1 : 0;
+  // Gathered also where the check is off, so that a setting that differs between the ranks
+  // fails them all instead of leaving some in this collective and others in the next.
   std::vector<RankRoom> all(static_cast<std::size_t>(world.size()));
   world.all_gather(&mine, all.data(), sizeof mine, DType::u8);
+  for (const RankRoom& r : all)
+    DTRAIN_CHECK(r.checks == mine.checks, Errc::invalid_config,
+                 "DTRAIN_HOST_MEMORY_CHECK differs between the ranks: set it for every rank or none");
+  if (mine.checks == 0) return;
   const std::string shortfall = host_memory_shortfall(all);
   // A configuration that does not fit, as sizes that do not divide are.
   DTRAIN_CHECK(shortfall.empty(), Errc::invalid_config, shortfall);

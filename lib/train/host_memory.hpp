@@ -13,8 +13,8 @@ namespace dtrain::train {
 
 // One rank's figures, as every rank gathers them.
 struct RankRoom {
-  std::uint64_t node_key = 0;    // equal on two ranks exactly when they share a node (its
-                                 // name and kernel boot id)
+  std::uint64_t node_key = 0;    // equal on two ranks that share a node (its kernel's boot
+                                 // id, else its name; a rank with neither has its own)
   std::uint64_t cgroup_key = 0;  // equal when they share a limiting cgroup; 0: no limit
   std::uint64_t more = 0;        // bytes the rank will still take: its arenas and activations
                                  // less what it holds already
@@ -22,6 +22,7 @@ struct RankRoom {
   std::uint64_t cgroup_room = 0;
   std::uint64_t swap = 0;        // 1: the node has swap (going over pages instead of killing)
   std::uint64_t cgroup_swap = 0; // 1: ... and the limiting cgroup may use it
+  std::uint64_t checks = 1;      // DTRAIN_HOST_MEMORY_CHECK: equal on every rank
   char host[256] = {};
   char where[256] = {};          // the limiting cgroup's directory
 };
@@ -32,9 +33,10 @@ struct RankRoom {
 std::string host_memory_shortfall(const std::vector<RankRoom>& ranks);
 
 // Collective over world: `need` is the host memory this rank's buffers take once the run
-// uses them (parameters, and for training gradients, optimizer state and activations).
+// uses them (parameters, gradients, optimizer state and activations).
 // Throws Error(Errc::invalid_config) with host_memory_shortfall's message on every rank where
-// it is not empty. DTRAIN_HOST_MEMORY_CHECK=0 turns the check off (env.hpp);
+// it is not empty. DTRAIN_HOST_MEMORY_CHECK=0 on every rank turns the check off (env.hpp; a
+// setting that differs between the ranks fails them all);
 // DTRAIN_TEST_HOST_MEMORY_ROOT (tests only) reads a made-up /proc and /sys tree instead.
 void check_host_memory(Communicator& world, std::uint64_t need);
 

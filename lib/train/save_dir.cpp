@@ -23,7 +23,7 @@ void check_save_dir(const std::string& dir) {
   // What this makes goes again: the Checkpointer's claim makes it for the run, and takes it
   // away if the run saves nothing there.
   const ckpt::MadeDirs made = ckpt::missing_dirs(dir);
-  fs::create_directories(dir, ec);
+  fs::create_directories(made.path.empty() ? dir : made.path, ec);
   DTRAIN_CHECK(!ec && fs::is_directory(dir, ec), Errc::invalid_config,
                "--save-dir '" << dir << "' is not a directory that can be made"
                               << (ec ? ": " + ec.message() : std::string()));

@@ -301,11 +301,10 @@ Trainer::State::State(const TrainConfig& c, Communicator& w)
   // Most of it is not touched yet (activations and optimizer state fault in at the first
   // step): a node or cgroup without room for it fails now, with a message. A GPU's memory is
   // its allocator's to refuse.
-  if (dev.kind() == DeviceKind::cpu) {
-    const bool trains = !cfg.eval_only && cfg.steps > 0;  // evaluation alone: no gradients, no state
-    check_host_memory(w, memory.params + memory.activations +
-                             (trains ? memory.grads + memory.optimizer : 0));
-  }
+  // An evaluation alone is counted alike: it holds the same buffers, and a checkpoint load
+  // writes the optimizer state too.
+  if (dev.kind() == DeviceKind::cpu)
+    check_host_memory(w, memory.params + memory.grads + memory.optimizer + memory.activations);
   // A known peak (a data-sheet figure, say) replaces the measurement and its start-up time,
   // on every rank alike (one rank's figure averaged with the others' measurements would be
   // neither).

@@ -14,9 +14,10 @@ program test_fortran_threads
   type(dt_byom) :: byom
   real(c_float) :: w(4, 3), gw(3, 4)
   character(len=200) :: seen(0:1)
-  integer :: ierr, codes(0:1), size, team
+  integer :: ierr, provided, codes(0:1), size, team
 
-  call start_test(ctx, world)
+  call start_test(ctx, world, provided)
+  call check(provided == MPI_THREAD_MULTIPLE, 'MPI gives MPI_THREAD_MULTIPLE')
   call dt_byom_create(world, byom, ierr)
   call expect(ierr, DT_SUCCESS, 'dt_byom_create')
   codes = -1
