@@ -8,4 +8,9 @@ namespace dtrain {
 // gethostname(), up to 255 bytes; "" where it cannot be read.
 std::string host_name();
 
+// This machine's running kernel, which containers with names of their own share and two
+// machines with one name do not: /proc/sys/kernel/random/boot_id, else the host name; "" where
+// neither can be read.
+std::string node_id();
+
 }  // namespace dtrain

@@ -30,7 +30,7 @@ struct Seat {
 };
 
 Seat my_seat() {
-  std::string mask = host_name();
+  std::string mask = node_id();  // one kernel's CPUs, whatever its containers are called
   mask.push_back('\0');
   std::string limit = mask;
   Seat s;

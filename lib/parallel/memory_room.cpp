@@ -86,7 +86,6 @@ MemoryRoom memory_room(const std::string& root) {
   r.swap = or_zero(swap) > 0;
   r.cgroup_swap = r.swap;
   r.resident = or_zero(resident);
-  std::ifstream(root + "/proc/sys/kernel/random/boot_id") >> r.boot_id;
   CgroupDir c;
   if (!find_cgroup_dir(root, "memory", c)) return r;
   std::uint64_t tightest = kNone;

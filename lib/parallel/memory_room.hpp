@@ -17,8 +17,6 @@ struct MemoryRoom {
   std::string where;           // the cgroup directory that sets it
   std::uint64_t device = 0, inode = 0;  // its identity (cgroup_dir.hpp)
   std::uint64_t resident = 0;  // this process's anonymous resident bytes now (RssAnon); 0: unknown
-  std::string boot_id;         // the running kernel's (/proc/sys/kernel/random/boot_id): with the
-                               // host name, tells apart machines that share a name
 };
 
 // Reads /proc/meminfo, /proc/self/status and the memory controller's files in the process's

@@ -67,11 +67,10 @@ void check_host_memory(Communicator& world, std::uint64_t need) {
   const std::string host = host_name();
   std::snprintf(mine.host, sizeof mine.host, "%s", host.empty() ? "?" : host.c_str());
   std::snprintf(mine.where, sizeof mine.where, "%s", room.where.c_str());
-  // One kernel is one node, whatever names its containers give it; without a boot id, the
-  // host name; without either, a node of its own, never summed with others.
-  const std::string node = !room.boot_id.empty() ? room.boot_id
-                           : !host.empty()       ? host
-                                                 : "rank " + std::to_string(world.rank());
+  // One kernel is one node, whatever names its containers give it (core/host_name.hpp); a
+  // rank that can tell neither is a node of its own, never summed with others.
+  std::string node = node_id();
+  if (node.empty()) node = "rank " + std::to_string(world.rank());
   mine.node_key = rng::stream_id(node);
   if (room.cgroup > 0) {
     std::string key = node + '\0';

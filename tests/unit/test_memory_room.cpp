@@ -32,9 +32,7 @@ TEST_F(MemoryTree, NodeAvailableSwapAndResident) {
   write("/proc/meminfo", "MemTotal:       16000000 kB\nMemFree:  100 kB\nMemAvailable:    8000000 kB\n"
                          "SwapTotal:      0 kB\n");
   write("/proc/self/status", "Name:\tx\nVmPeak:\t 9999 kB\nVmRSS:\t    2048 kB\n");
-  write("/proc/sys/kernel/random/boot_id", "0bb9b9fb-665f-432f-bb4c-b00a5bdd578f\n");
   auto r = memory_room(root_);
-  EXPECT_EQ(r.boot_id, "0bb9b9fb-665f-432f-bb4c-b00a5bdd578f");
   EXPECT_EQ(r.node, 8000000ull * 1024);
   EXPECT_EQ(r.resident, 2048ull * 1024);  // VmRSS where the kernel gives no RssAnon
   EXPECT_FALSE(r.swap);
