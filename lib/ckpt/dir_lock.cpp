@@ -83,8 +83,7 @@ class DirectoryLock {
 namespace {
 
 std::string holder_text() {
-  std::string host = host_name();
-  if (host.empty()) host = "?";
+  const std::string host = host_name("?");
   char since[32] = {};
   const std::time_t now = std::time(nullptr);
   std::tm utc{};

@@ -6,9 +6,9 @@
 
 namespace dtrain {
 
-std::string host_name() {
+std::string host_name(const std::string& unreadable) {
   char name[256] = {};
-  return ::gethostname(name, sizeof name - 1) == 0 ? std::string(name) : std::string();
+  return ::gethostname(name, sizeof name - 1) == 0 ? std::string(name) : unreadable;
 }
 
 std::string node_id() {

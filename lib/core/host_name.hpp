@@ -5,8 +5,8 @@
 
 namespace dtrain {
 
-// gethostname(), up to 255 bytes; "" where it cannot be read.
-std::string host_name();
+// gethostname(), up to 255 bytes; `unreadable` where it cannot be read.
+std::string host_name(const std::string& unreadable = "");
 
 // This machine's running kernel, which containers with names of their own share and two
 // machines with one name do not: /proc/sys/kernel/random/boot_id, else the host name; "" where

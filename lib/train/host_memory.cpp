@@ -64,8 +64,7 @@ void check_host_memory(Communicator& world, std::uint64_t need) {
   const parallel::MemoryRoom room = parallel::memory_room(env::get_string("DTRAIN_TEST_HOST_MEMORY_ROOT", ""));
   RankRoom mine;
   mine.checks = env::params().host_memory_check ? 1 : 0;
-  const std::string host = host_name();
-  std::snprintf(mine.host, sizeof mine.host, "%s", host.empty() ? "?" : host.c_str());
+  std::snprintf(mine.host, sizeof mine.host, "%s", host_name("?").c_str());
   std::snprintf(mine.where, sizeof mine.where, "%s", room.where.c_str());
   // One kernel is one node, whatever names its containers give it (core/host_name.hpp); a
   // rank that can tell neither is a node of its own, never summed with others.

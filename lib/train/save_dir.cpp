@@ -45,11 +45,6 @@ void check_save_dir(const std::string& dir) {
 
 namespace {
 
-std::string node_name() {
-  const std::string name = host_name();
-  return name.empty() ? "?" : name;
-}
-
 // Whether `path` holds `token`, trying for up to about two seconds.
 bool reads_back(const fs::path& path, const std::string& token) {
   for (int attempt = 0; attempt < 20; ++attempt) {
@@ -70,7 +65,7 @@ void check_save_dir_shared(Communicator& world, const std::string& dir) {
   char token[128] = {};
   if (world.rank() == 0) {
     const auto now = std::chrono::steady_clock::now().time_since_epoch().count();
-    std::snprintf(token, sizeof token, "%s %ld %lld", node_name().c_str(), static_cast<long>(::getpid()),
+    std::snprintf(token, sizeof token, "%s %ld %lld", host_name("?").c_str(), static_cast<long>(::getpid()),
                   static_cast<long long>(now));
     std::ofstream(probe) << token << "\n";
   }
@@ -79,7 +74,7 @@ void check_save_dir_shared(Communicator& world, const std::string& dir) {
   if (world.rank() != 0 && !reads_back(probe, token)) {
     failure.record(Errc::invalid_config,
                    "--save-dir '" + dir + "' is not on a file system that every rank sees: rank " +
-                       std::to_string(world.rank()) + " on host " + node_name() +
+                       std::to_string(world.rank()) + " on host " + host_name("?") +
                        " cannot read the file rank 0 wrote there (a checkpoint is one file that "
                        "all ranks write; use a shared file system, not a node-local path)");
   }
