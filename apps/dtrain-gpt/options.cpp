@@ -140,7 +140,8 @@ po::options_description describe(Parsed& p, std::string& config_file) {
       ("save-dir", po::value(&c.save_dir), "directory for checkpoints")
       ("save-every", po::value(&c.save_every)->default_value(c.save_every), "steps between checkpoints (0: only at the end)")
       ("resume", po::value(&c.resume)->default_value(c.resume), "auto, none or a checkpoint path")
-      ("keep", po::value(&c.keep)->default_value(c.keep), "newest checkpoints kept in --save-dir");
+      ("keep", po::value(&c.keep)->default_value(c.keep), "newest checkpoints kept in --save-dir")
+      ("init-from", po::value(&c.init_from), "start a fresh run from these weights instead of random ones: a safetensors file (Hugging Face's GPT-2, dtrain-ckpt export) or a dtrain checkpoint (its model only; step 0, new optimiser state)");
 
   po::options_description output("Output");
   output.add_options()

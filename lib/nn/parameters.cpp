@@ -216,6 +216,21 @@ void ParameterStore::init_normal(const ParamInfo& p, std::uint64_t seed, float m
   }
 }
 
+void ParameterStore::set_values(const ParamInfo& p, const float* logical, const ArenaRanges* only) {
+  DTRAIN_CHECK(allocated(), Errc::internal, "set_values before allocate()");
+  const bool host = dev_->kind() == DeviceKind::cpu;
+  AlignedBuffer staging;
+  for (const auto& [first, last] : init_spans(p, only)) {
+    float* out = param(p) + first;
+    if (!host) {
+      staging.ensure((last - first) * sizeof(float));
+      out = staging.as<float>();
+    }
+    for (std::size_t i = first; i < last; ++i) out[i - first] = logical[p.logical_index(i)];
+    if (!host) dev_->copy(param(p) + first, out, (last - first) * sizeof(float), CopyKind::host_to_device);
+  }
+}
+
 void ParameterStore::init_constant(const ParamInfo& p, float value, const ArenaRanges* only) {
   DTRAIN_CHECK(allocated(), Errc::internal, "init before allocate()");
   for (const auto& [first, last] : init_spans(p, only))

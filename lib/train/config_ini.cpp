@@ -67,6 +67,7 @@ std::string TrainConfig::to_ini() const {
   kv("param-storage", param_storage);
   kv("fp32-activations", fp32_activations ? "true" : "false");
   kv("recompute", recompute ? "true" : "false");
+  kv("init-from", init_from);
   return kv.str();
 }
 

@@ -381,7 +381,7 @@ TrainSummary Trainer::run() {
       DTRAIN_LOG(warn, "eval: stopped by a signal before the validation pass finished (its "
                        "micro-batches so far: val loss " << sum.final_val_loss << ")");
     else
-      DTRAIN_LOG(info, "eval: val loss " << sum.final_val_loss);
+      DTRAIN_LOG(info, "eval: val loss " << shortest_text(sum.final_val_loss));  // every digit it has
     return sum;
   }
   if (s.step > 0 && s.step >= s.cfg.steps) {

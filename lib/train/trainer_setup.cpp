@@ -234,6 +234,7 @@ Trainer::State::State(const TrainConfig& c, Communicator& w)
   schedule.warmup_steps = cfg.warmup_steps;
   schedule.total_steps = std::max(1L, cfg.steps);
   schedule.validate();
+  if (!cfg.init_from.empty()) open_initial_weights();
   if (cfg.zero >= 2) hold_own_pieces();
   if (sync || gather) {  // collectives in flight move on while a block computes
     model.set_progress_hook([this] {
@@ -252,6 +253,7 @@ Trainer::State::State(const TrainConfig& c, Communicator& w)
     share_updated_parameters();
     if (gather) gather->set_wire(low);  // ZeRO 3 gathers the rounded pieces as 16-bit words
   }
+  initial.reset();  // every parameter is written
   on_root_for_all(w, [this] {  // rank 0 writes both
     if (!cfg.metrics.empty()) metrics.open(cfg.metrics);
     if (!cfg.save_dir.empty() && !cfg.eval_only) {
@@ -385,7 +387,39 @@ void Trainer::State::hold_own_pieces() {
   if (!gather) return;
   for (const parallel::Range& r : gather->owned())
     dev.restore(params.params() + r.first, sizeof(float) * (r.second - r.first));
-  model.init_weights(cfg.seed, &gather->owned());
+  init_weights(&gather->owned());
+}
+
+// --init-from: the file is opened and every tensor this rank holds is read and checked once,
+// agreed over the world, before any is used; the model the constructor wrote (all but ZeRO 3
+// and 16-bit storage, which write their pieces later through init_weights) is overwritten.
+void Trainer::State::open_initial_weights() {
+  LocalFailure failure;
+  try {
+    initial = std::make_unique<ckpt::InitialWeights>(cfg.init_from, model.config());
+    initial->check(model.parameters());
+  } catch (const std::exception& e) {
+    failure.record(e);
+  }
+  failure.agree(world, "reading --init-from");
+  DTRAIN_LOG(info, "init: weights from " << initial->describe());
+  if (initial_weights(cfg, stores_16bit) != GptModel::Weights::deferred) init_weights(nullptr);
+}
+
+// The parameters' first values inside `only` (null: all): from --init-from's file, else
+// GPT-2's initialisation from the seed.
+void Trainer::State::init_weights(const ParameterStore::ArenaRanges* only) {
+  if (!initial) {
+    model.init_weights(cfg.seed, only);
+    return;
+  }
+  ParameterStore& params = model.parameters();
+  for (const ParamInfo& p : params) {
+    const bool touched = !only || std::any_of(only->begin(), only->end(), [&](const auto& r) {
+      return std::max(r.first, p.offset) < std::min(r.second, p.offset + p.local_numel());
+    });
+    if (touched) params.set_values(p, initial->values(p), only);
+  }
 }
 
 // ZeRO 3: keep only this rank's piece of every unit; the model's passes gather units as
@@ -412,7 +446,7 @@ void Trainer::State::pack_parameters() {
   for (std::size_t u = 0; u < units.size(); ++u) {
     const ParameterStore::ArenaRanges unit{units[u]};
     dev.restore(params.params() + unit[0].first, sizeof(float) * (unit[0].second - unit[0].first));
-    model.init_weights(cfg.seed, &unit);
+    init_weights(&unit);
     optimizer.take_master_weights(params.params(), unit[0].first, unit[0].second);
     packed->pack_unit(static_cast<int>(u));
   }

@@ -32,6 +32,7 @@
 #include "dtrain/train/data.hpp"
 #include "dtrain/train/signals.hpp"
 #include "dtrain/train/trainer.hpp"
+#include "ckpt/initial_weights.hpp"
 #include "train/peak_flops.hpp"
 #include "train/precision.hpp"
 #include "train/progress.hpp"
@@ -89,6 +90,7 @@ struct Trainer::State {
   std::vector<double> losses;
   std::vector<double> micro_losses;  // per local micro-batch (deterministic mode)
   std::unique_ptr<ckpt::Checkpointer> checkpointer;  // made at the first save or load
+  std::unique_ptr<ckpt::InitialWeights> initial;     // --init-from, during set-up only
   long start_step = 0;
   long last_saved_step = -1;
   // Training sequences consumed up to step consumed_before_step (the checkpoint resumed from).
@@ -100,6 +102,8 @@ struct Trainer::State {
   State(const TrainConfig& c, Communicator& w);
   std::vector<optim::Segment> optimizer_segments();
   void hold_own_pieces();  // ZeRO 2/3 at set-up
+  void open_initial_weights();  // --init-from
+  void init_weights(const ParameterStore::ArenaRanges* only);
   // After set-up: memory it held that no step needs goes back (a GPU's spare arena chunks).
   void release_spare_memory();
   void shard_parameters(std::unique_ptr<parallel::ParamGather> g);

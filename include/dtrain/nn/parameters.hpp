@@ -111,6 +111,9 @@ class DTRAIN_API ParameterStore {
   void init_normal(const ParamInfo& p, std::uint64_t seed, float mean, float std,
                    const ArenaRanges* only = nullptr);
   void init_constant(const ParamInfo& p, float value, const ArenaRanges* only = nullptr);
+  // Fills the owned slice of p from `logical`, the whole logical tensor on the host
+  // (p.logical_numel() floats, row-major), within `only` as init_normal does.
+  void set_values(const ParamInfo& p, const float* logical, const ArenaRanges* only = nullptr);
 
  private:
   Device* dev_;

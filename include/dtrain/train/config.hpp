@@ -70,6 +70,10 @@ struct DTRAIN_API TrainConfig {
   long save_every = 0;       // 0: only at the end (and on SIGTERM/SIGUSR1)
   std::string resume = "auto";  // auto, none or a checkpoint file/directory
   int keep = 3;              // newest checkpoints kept in save_dir
+  // The weights a fresh run starts from: a safetensors file (Hugging Face's GPT-2, a
+  // dtrain-ckpt export) or a dtrain checkpoint's /model tensors; empty: drawn from the seed.
+  // A resumed run takes the checkpoint's weights instead.
+  std::string init_from;
   // output
   long log_every = 10;
   std::string metrics;

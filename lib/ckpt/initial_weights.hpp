@@ -1,0 +1,47 @@
+#pragma once
+// The weights a fresh run starts from, read from a file (dtrain-gpt --init-from,
+// docs/dtrain-gpt.md) instead of drawn from the seed:
+//  - a safetensors file: Hugging Face's GPT-2 (names with or without "transformer.", the four
+//    linear layers' weights [in, out] as its Conv1D keeps them), or one whose linear weights
+//    are [out, in] (dtrain-ckpt export, nanoGPT); the layout is told by c_attn's shape;
+//  - a dtrain checkpoint, of which only the /model tensors are taken (not the optimiser's
+//    state or the step: the run starts at step 0).
+// Each rank reads, whole, the tensors it holds, so any layout starts from the same values.
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "dtrain/nn/gpt.hpp"
+#include "dtrain/nn/parameters.hpp"
+
+namespace dtrain::ckpt {
+
+class InitialWeights {
+ public:
+  // Opens path and compares the model it holds with `model`: layers, d-model, vocabulary, a
+  // separate LM head, at least seq_len positions (a longer wpe gives its first rows), and
+  // the head count where the file records it (a dtrain checkpoint or export; a Hugging Face
+  // config.json next to a safetensors file, whose activation and LayerNorm settings must be
+  // GPT-2's too). Errc::invalid_config names what the file holds and the options that would
+  // fit it; Errc::io or Errc::corrupt_data for a file that cannot be read as one.
+  InitialWeights(const std::string& path, const GptConfig& model);
+  ~InitialWeights();
+  InitialWeights(const InitialWeights&) = delete;
+  InitialWeights& operator=(const InitialWeights&) = delete;
+
+  // Reads every tensor of params (this rank's) once: present with its shape, every value
+  // finite, a checkpoint's checksums right, and for a tied model a file's lm_head.weight, if
+  // it has one, equal to its wte. Errors as the constructor's.
+  void check(const ParameterStore& params);
+  // The whole logical tensor p (p.logical_numel() floats), valid until another is asked for.
+  const float* values(const ParamInfo& p);
+  // The file and what it holds, for the log: "'gpt2.safetensors' (safetensors, Hugging
+  // Face GPT-2 layout): 12 layers, d-model 768, ...".
+  std::string describe() const;
+
+ private:
+  struct Impl;
+  std::unique_ptr<Impl> impl_;
+};
+
+}  // namespace dtrain::ckpt
