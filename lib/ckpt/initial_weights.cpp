@@ -79,8 +79,11 @@ class SafetensorsSource : public Source {
     if (!transposes(name, t.shape)) return v;
     const std::uint64_t rows = t.shape[0], cols = t.shape[1];  // [in, out] -> [out, in]
     std::vector<float> out(v.size());
-    for (std::uint64_t r = 0; r < rows; ++r)
-      for (std::uint64_t c = 0; c < cols; ++c) out[c * rows + r] = v[r * cols + c];
+    constexpr std::uint64_t kTile = 64;  // in tiles, so that neither side strides through memory
+    for (std::uint64_t r0 = 0; r0 < rows; r0 += kTile)
+      for (std::uint64_t c0 = 0; c0 < cols; c0 += kTile)
+        for (std::uint64_t r = r0; r < std::min(rows, r0 + kTile); ++r)
+          for (std::uint64_t c = c0; c < std::min(cols, c0 + kTile); ++c) out[c * rows + r] = v[r * cols + c];
     return out;
   }
   int layers() const override { return layers_; }

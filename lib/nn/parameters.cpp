@@ -2,6 +2,7 @@
 #include "dtrain/nn/parameters.hpp"
 
 #include <algorithm>
+#include <cstring>
 #include <utility>
 
 #include "dtrain/core/buffer.hpp"
@@ -220,13 +221,19 @@ void ParameterStore::set_values(const ParamInfo& p, const float* logical, const 
   DTRAIN_CHECK(allocated(), Errc::internal, "set_values before allocate()");
   const bool host = dev_->kind() == DeviceKind::cpu;
   AlignedBuffer staging;
+  const auto run = static_cast<std::size_t>(  // consecutive logical elements, as in init_normal
+      p.local_shape.size() == 1 ? p.local_shape[0] / p.slice_blocks : p.local_shape.back());
   for (const auto& [first, last] : init_spans(p, only)) {
     float* out = param(p) + first;
     if (!host) {
       staging.ensure((last - first) * sizeof(float));
       out = staging.as<float>();
     }
-    for (std::size_t i = first; i < last; ++i) out[i - first] = logical[p.logical_index(i)];
+    for (std::size_t i = first; i < last;) {
+      const std::size_t end = std::min(last, (i / run + 1) * run);
+      std::memcpy(out + (i - first), logical + p.logical_index(i), (end - i) * sizeof(float));
+      i = end;
+    }
     if (!host) dev_->copy(param(p) + first, out, (last - first) * sizeof(float), CopyKind::host_to_device);
   }
 }

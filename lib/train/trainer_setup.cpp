@@ -191,9 +191,10 @@ bool chooses_16bit_storage(const TrainConfig& cfg, const Device& dev, Communicat
 }
 
 // What the model writes when it is built: nothing where set-up writes the pieces itself
-// (ZeRO 3 its own, 16-bit storage one unit at a time), and ZeRO 2 holds no gradients yet.
+// (ZeRO 3 its own, 16-bit storage one unit at a time, --init-from the file's values, which
+// would replace the seed's), and ZeRO 2 holds no gradients yet.
 GptModel::Weights initial_weights(const TrainConfig& cfg, bool stores_16bit) {
-  if (cfg.zero == 3 || stores_16bit) return GptModel::Weights::deferred;
+  if (cfg.zero == 3 || stores_16bit || !cfg.init_from.empty()) return GptModel::Weights::deferred;
   return cfg.zero == 2 ? GptModel::Weights::init_grads_deferred : GptModel::Weights::init;
 }
 
@@ -391,8 +392,9 @@ void Trainer::State::hold_own_pieces() {
 }
 
 // --init-from: the file is opened and every tensor this rank holds is read and checked once,
-// agreed over the world, before any is used; the model the constructor wrote (all but ZeRO 3
-// and 16-bit storage, which write their pieces later through init_weights) is overwritten.
+// agreed over the world, before any is used. The model was built holding nothing: ZeRO 3 and
+// 16-bit storage write their pieces later (init_weights), the others hold here what the
+// model would have held when built, the parameter arena and below ZeRO 2 the gradients.
 void Trainer::State::open_initial_weights() {
   LocalFailure failure;
   try {
@@ -403,7 +405,11 @@ void Trainer::State::open_initial_weights() {
   }
   failure.agree(world, "reading --init-from");
   DTRAIN_LOG(info, "init: weights from " << initial->describe());
-  if (initial_weights(cfg, stores_16bit) != GptModel::Weights::deferred) init_weights(nullptr);
+  if (cfg.zero == 3 || stores_16bit) return;
+  ParameterStore& params = model.parameters();
+  dev.restore(params.params(), params.bytes());
+  if (cfg.zero < 2) dev.restore(params.grads(), params.bytes());
+  init_weights(nullptr);
 }
 
 // The parameters' first values inside `only` (null: all): from --init-from's file, else
