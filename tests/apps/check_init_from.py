@@ -1,6 +1,6 @@
 #!/usr/bin/env python3
-"""check_init_from.py MPIEXEC NPFLAG GPT CKPT_TOOL WORKDIR: dtrain-gpt --init-from against an
-independent reference.
+"""check_init_from.py MPIEXEC NPFLAG GPT CKPT_TOOL WORKDIR [OPTION...]: dtrain-gpt --init-from
+against an independent reference.
 
 A small GPT-2 is written the way Hugging Face's transformers writes one (model.safetensors:
 linear weights [in, out] as its Conv1D keeps them, the attention's mask buffers, a
@@ -10,7 +10,8 @@ computed here, in NumPy float64, from the Hugging Face tensors, following GPT-2'
 (x @ W + b for Conv1D). dtrain-gpt --eval-only --init-from must give that loss in several
 layouts, since every validation sample is that one window. Then: a checkpoint, its
 dtrain-ckpt export and --resume evaluate alike; a resumed run ignores --init-from; and
-mismatched or damaged files are refused with a message naming the fix.
+mismatched or damaged files are refused with a message naming the fix. With OPTIONs (e.g.
+--device cuda, on the CUDA emulator) only the layouts run, each given them too.
 Exits 77 (skipped) where NumPy is missing."""
 import json
 import os
@@ -27,6 +28,7 @@ except ImportError:
     sys.exit(77)
 
 mpiexec, npflag, gpt, tool, work = sys.argv[1:6]
+extra = sys.argv[6:]
 shutil.rmtree(work, ignore_errors=True)
 os.makedirs(work)
 L, H, C, V, P, T = 2, 4, 32, 75, 24, 16  # P positions in the file, T the run's --seq-len
@@ -167,7 +169,7 @@ def run(np_, args, expect_ok=True):
 
 
 def check_loss(label, np_, args, want, tol):
-    _, out, losses = run(np_, model + data + args)
+    _, out, losses = run(np_, model + data + args + extra)
     if not losses:
         failures.append(f"{label}: no val_loss logged")
         return None
@@ -190,6 +192,11 @@ check_loss("Hugging Face file, bf16 with 16-bit storage, 1 rank", 1,
            evaluate + ["--init-from", hf_file, "--precision", "bf16", "--param-storage", "16bit"], expected, 2e-2)
 check_loss("nanoGPT fp16 file, ZeRO 3 over 2", 2, evaluate + ["--init-from", nano_path, "--zero", "3"],
            expected_fp16, 1e-5)
+if extra:
+    if failures:
+        sys.exit("FAIL:\n" + "\n".join(failures))
+    print(f"ok: --init-from matches the reference in every layout with {' '.join(extra)}")
+    sys.exit(0)
 
 # Fine-tuning: train from the file and save; the checkpoint, its export and --resume then
 # evaluate to the same loss, bit for bit.
