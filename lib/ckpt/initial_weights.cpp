@@ -1,7 +1,9 @@
 #include "ckpt/initial_weights.hpp"
 
 #include <algorithm>
+#include <cerrno>
 #include <cmath>
+#include <cstdlib>
 #include <cstring>
 #include <filesystem>
 #include <fstream>
@@ -32,6 +34,15 @@ class Source {
   virtual std::string kind() const = 0;              // "safetensors, ...", "dtrain checkpoint"
 };
 
+long whole_number(const std::string& text, const std::string& what) {
+  char* end = nullptr;
+  errno = 0;
+  const long n = std::strtol(text.c_str(), &end, 10);
+  DTRAIN_CHECK(!text.empty() && *end == '\0' && errno == 0, Errc::corrupt_data,
+               what << " is '" << text << "', not a whole number");
+  return n;
+}
+
 // "h.<i>.": the block index of a model name, -1 for a name outside the blocks.
 int block_index(const std::string& name) {
   if (name.compare(0, 2, "h.") != 0) return -1;
@@ -51,19 +62,27 @@ bool is_linear_weight(const std::string& name) {
 
 class SafetensorsSource : public Source {
  public:
-  SafetensorsSource(const std::string& path, const GptConfig& model) : file_(path) {
+  explicit SafetensorsSource(const std::string& path) : file_(path) {
     for (const SafetensorsTensor& t : file_.tensors()) {
-      std::string name = t.name.compare(0, 12, "transformer.") == 0 ? t.name.substr(12) : t.name;
+      std::string name = t.name;
+      for (const std::string prefix : {"_orig_mod.", "transformer."})  // torch.compile's, then the model's
+        if (name.compare(0, prefix.size(), prefix) == 0) name.erase(0, prefix.size());
       if (name == "wte.weight" || name == "wpe.weight") name.resize(3);  // Hugging Face's names
       DTRAIN_CHECK(by_name_.emplace(name, &t).second, Errc::invalid_config,
                    "'" << path << "' holds tensor '" << name << "' twice (as '" << by_name_.at(name)->name
                        << "' and '" << t.name << "')");
       layers_ = std::max(layers_, block_index(name) + 1);
     }
+    // A tied model saved by safetensors keeps one name of the shared tensor, which may be the
+    // head's (nanoGPT's lm_head.weight): that is the embedding, and the model has no head.
+    if (!by_name_.count("wte") && by_name_.count("lm_head.weight")) {
+      by_name_["wte"] = by_name_.at("lm_head.weight");
+      by_name_.erase("lm_head.weight");
+    }
     // Conv1D keeps c_attn's weight as [C, 3C]; a linear layer as [3C, C].
     if (const SafetensorsTensor* c = find("h.0.attn.c_attn.weight"))
       transposed_ = c->shape.size() == 2 && c->shape[1] == 3 * c->shape[0];
-    read_recorded_heads(path, model);
+    read_recorded_heads(path);
   }
 
   std::optional<Shape> shape(const std::string& name) const override {
@@ -104,13 +123,10 @@ class SafetensorsSource : public Source {
 
   // dtrain-ckpt export writes /model's attributes into the metadata; Hugging Face keeps the
   // model's settings in config.json next to the weights.
-  void read_recorded_heads(const std::string& path, const GptConfig& model) {
+  void read_recorded_heads(const std::string& path) {
     for (const auto& [key, value] : file_.metadata())
       if (key == "heads") {
-        char* end = nullptr;
-        heads_ = std::strtol(value.c_str(), &end, 10);
-        DTRAIN_CHECK(end && *end == '\0' && !value.empty(), Errc::corrupt_data,
-                     "'" << path << "': its metadata 'heads' is '" << value << "', not a number");
+        heads_ = whole_number(value, "'" + path + "': its metadata 'heads'");
         return;
       }
     const std::filesystem::path config = std::filesystem::path(path).parent_path() / "config.json";
@@ -121,13 +137,15 @@ class SafetensorsSource : public Source {
     const std::string where = "'" + config.string() + "'";
     const json::Value root = json::parse(text.str(), where);
     DTRAIN_CHECK(root.kind == json::Value::Kind::object, Errc::corrupt_data, where << " is not a JSON object");
-    check_gpt2_settings(root, where, model);
+    const SafetensorsTensor* wte = find("wte");
+    check_gpt2_settings(root, where, wte && wte->shape.size() == 2 ? wte->shape[1] : 0);
     if (const json::Value* n = root.find("n_head")) heads_ = static_cast<long>(json::to_u64(*n, where + ": n_head"));
   }
 
   // What dtrain's GPT computes: tanh GELU, LayerNorm eps 1e-5, a 4C hidden layer, attention
   // scaled by 1/sqrt(head size). Another setting would load and compute something else.
-  static void check_gpt2_settings(const json::Value& c, const std::string& where, const GptConfig& model) {
+  // d_model: the file's (0: unknown).
+  static void check_gpt2_settings(const json::Value& c, const std::string& where, std::uint64_t d_model) {
     auto refuse = [&](const std::string& what) {
       DTRAIN_FAIL(Errc::invalid_config, where << " describes a model dtrain's GPT does not compute: " << what);
     };
@@ -136,11 +154,12 @@ class SafetensorsSource : public Source {
     if (const json::Value* a = c.find("activation_function"); a && a->kind == json::Value::Kind::string &&
         a->text != "gelu_new" && a->text != "gelu_pytorch_tanh" && a->text != "gelu_fast")
       refuse("activation_function \"" + a->text + "\" (dtrain's GELU is the tanh form, \"gelu_new\")");
-    if (const json::Value* e = c.find("layer_norm_epsilon"); e && std::fabs(json::to_double(*e, where) - 1e-5) > 1e-12)
+    if (const json::Value* e = c.find("layer_norm_epsilon");
+        e && std::fabs(json::to_double(*e, where + ": layer_norm_epsilon") - 1e-5) > 1e-12)
       refuse("layer_norm_epsilon " + e->text + " (dtrain's is 1e-5)");
-    if (const json::Value* i = c.find("n_inner"); i && i->kind != json::Value::Kind::null &&
-        json::to_u64(*i, where + ": n_inner") != 4 * static_cast<std::uint64_t>(model.d_model))
-      refuse("n_inner " + i->text + " (dtrain's hidden layer is 4 x d-model)");
+    if (const json::Value* i = c.find("n_inner"); i && i->kind != json::Value::Kind::null && d_model != 0 &&
+        json::to_u64(*i, where + ": n_inner") != 4 * d_model)
+      refuse("n_inner " + i->text + " (dtrain's hidden layer is 4 x d-model, " + std::to_string(4 * d_model) + ")");
     if (const json::Value* s = c.find("scale_attn_weights"); s && s->kind == json::Value::Kind::boolean && !s->boolean)
       refuse("scale_attn_weights false (dtrain scales scores by 1/sqrt(head size))");
     if (const json::Value* s = c.find("scale_attn_by_inverse_layer_idx"); s && s->kind == json::Value::Kind::boolean && s->boolean)
@@ -162,7 +181,7 @@ class CheckpointSource : public Source {
       if (d.path.compare(0, kModel.size(), kModel) == 0) layers_ = std::max(layers_, block_index(d.path.substr(kModel.size())));
     ++layers_;
     for (const auto& [key, value] : file_.attributes("/model"))
-      if (key == "heads") heads_ = std::strtol(value.c_str(), nullptr, 10);
+      if (key == "heads") heads_ = whole_number(value, "checkpoint '" + path + "': /model's heads");
   }
   std::optional<Shape> shape(const std::string& name) const override {
     const DatasetInfo* d = file_.find(kModel + name);
@@ -194,6 +213,7 @@ enum class FileKind { hdf5, safetensors, other };
 // followed by the header's '{'.
 FileKind file_kind(const std::string& path) {
   std::ifstream in(path, std::ios::binary);
+  DTRAIN_CHECK(in, Errc::io, "--init-from '" << path << "': cannot open it: " << std::strerror(errno));
   unsigned char b[9] = {};
   in.read(reinterpret_cast<char*>(b), 9);
   if (in.gcount() >= 8 && std::memcmp(b, "\x89HDF\r\n\x1a\n", 8) == 0) return FileKind::hdf5;
@@ -224,7 +244,7 @@ struct InitialWeights::Impl {
   std::string cached_name;
   std::vector<float> cached;
 
-  void refuse(const std::string& why) const {
+  [[noreturn]] void refuse(const std::string& why) const {
     DTRAIN_FAIL(Errc::invalid_config, "--init-from '" << path << "' holds a GPT of " << summary << "; " << why);
   }
 };
@@ -233,18 +253,24 @@ InitialWeights::InitialWeights(const std::string& path, const GptConfig& model) 
   Impl& m = *impl_;
   m.path = path;
   m.model = model;
-  DTRAIN_CHECK(std::filesystem::is_regular_file(path), Errc::io, "--init-from '" << path << "': no such file");
-  switch (file_kind(path)) {
-    case FileKind::hdf5: m.source = std::make_unique<CheckpointSource>(path); break;
-    case FileKind::safetensors: m.source = std::make_unique<SafetensorsSource>(path, model); break;
+  if (std::filesystem::is_directory(path)) {
+    m.path = (std::filesystem::path(path) / "model.safetensors").string();
+    DTRAIN_CHECK(std::filesystem::is_regular_file(m.path), Errc::io,
+                 "--init-from '" << path << "' is a directory without a model.safetensors");
+  }
+  DTRAIN_CHECK(std::filesystem::exists(m.path), Errc::io, "--init-from '" << m.path << "': no such file");
+  DTRAIN_CHECK(std::filesystem::is_regular_file(m.path), Errc::io, "--init-from '" << m.path << "' is not a regular file");
+  switch (file_kind(m.path)) {
+    case FileKind::hdf5: m.source = std::make_unique<CheckpointSource>(m.path); break;
+    case FileKind::safetensors: m.source = std::make_unique<SafetensorsSource>(m.path); break;
     case FileKind::other:
-      DTRAIN_FAIL(Errc::corrupt_data, "--init-from '" << path << "' is neither a dtrain checkpoint (HDF5) nor a "
+      DTRAIN_FAIL(Errc::corrupt_data, "--init-from '" << m.path << "' is neither a dtrain checkpoint (HDF5) nor a "
                                       "safetensors file");
   }
   const Source& src = *m.source;
   const std::optional<Shape> wte = src.shape("wte"), wpe = src.shape("wpe");
   DTRAIN_CHECK(wte && wte->size() == 2 && wpe && wpe->size() == 2, Errc::invalid_config,
-               "--init-from '" << path << "' (" << src.kind() << ") holds no GPT: it has no 2-D wte and wpe");
+               "--init-from '" << m.path << "' (" << src.kind() << ") holds no GPT: it has no 2-D wte and wpe");
   m.file_has_head = src.shape("lm_head.weight").has_value();
   m.summary = model_text(src.layers(), (*wte)[1], (*wte)[0], (*wpe)[0], !m.file_has_head, src.heads()) + " (" +
               src.kind() + ")";
@@ -265,8 +291,8 @@ InitialWeights::InitialWeights(const std::string& path, const GptConfig& model) 
 
 InitialWeights::~InitialWeights() = default;
 
-void InitialWeights::check(const ParameterStore& params) {
-  Impl& m = *impl_;
+void InitialWeights::check_shapes(const ParameterStore& params) const {
+  const Impl& m = *impl_;
   for (const ParamInfo& p : params) {
     const std::optional<Shape> file_shape = m.source->shape(p.name);
     if (!file_shape) m.refuse("it has no tensor '" + p.name + "'");
@@ -276,33 +302,30 @@ void InitialWeights::check(const ParameterStore& params) {
       m.refuse("its tensor '" + p.name + "' has shape " + shape_text(*file_shape) + " where this model's is " +
                shape_text(want));
     }
-    const float* v = values(p);
-    const float* bad = std::find_if(v, v + p.logical_numel(), [](float x) { return !std::isfinite(x); });
-    if (bad != v + p.logical_numel()) {
-      m.refuse("its tensor '" + p.name + "' holds " + std::to_string(*bad) + " at element " +
-               std::to_string(bad - v) + ": a model to start from must be finite");
-    }
-    if (p.name == "wte" && m.model.tie_embeddings && m.file_has_head) {
-      const std::vector<float> head = m.source->read("lm_head.weight");
-      if (head.size() != p.logical_numel() || std::memcmp(head.data(), v, head.size() * sizeof(float)) != 0)
-        m.refuse("its lm_head.weight is not its wte: that model's LM head is separate (--tie-embeddings false)");
-    }
   }
-  m.cached = {};
-  m.cached_name.clear();
 }
 
 const float* InitialWeights::values(const ParamInfo& p) {
   Impl& m = *impl_;
-  if (m.cached_name != p.name) {
-    m.cached_name.clear();
-    m.cached = {};
-    m.cached = m.source->read(p.name);
-    m.cached_name = p.name;
+  if (m.cached_name == p.name) return m.cached.data();
+  m.cached_name.clear();
+  m.cached = {};
+  m.cached = m.source->read(p.name);
+  const float* v = m.cached.data();
+  const std::size_t n = p.logical_numel();  // wpe: its first seq-len rows are the model's
+  DTRAIN_CHECK(m.cached.size() >= n, Errc::internal, "--init-from: tensor '" << p.name << "' has too few values");
+  const float* bad = std::find_if(v, v + n, [](float x) { return !std::isfinite(x); });
+  if (bad != v + n) {
+    m.refuse("its tensor '" + p.name + "' holds " + std::to_string(*bad) + " at element " + std::to_string(bad - v) +
+             ": a model to start from must be finite");
   }
-  DTRAIN_CHECK(m.cached.size() >= p.logical_numel(), Errc::internal,
-               "--init-from: tensor '" << p.name << "' has fewer values than its shape");
-  return m.cached.data();  // wpe: its first seq-len rows are the model's
+  if (p.name == "wte" && m.model.tie_embeddings && m.file_has_head) {
+    const std::vector<float> head = m.source->read("lm_head.weight");
+    if (head.size() != n || std::memcmp(head.data(), v, n * sizeof(float)) != 0)
+      m.refuse("its lm_head.weight is not its wte: that model's LM head is separate (--tie-embeddings false)");
+  }
+  m.cached_name = p.name;
+  return v;
 }
 
 std::string InitialWeights::describe() const { return "'" + impl_->path + "': " + impl_->summary; }

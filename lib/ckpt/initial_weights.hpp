@@ -3,7 +3,8 @@
 // docs/dtrain-gpt.md) instead of drawn from the seed:
 //  - a safetensors file: Hugging Face's GPT-2 (names with or without "transformer.", the four
 //    linear layers' weights [in, out] as its Conv1D keeps them), or one whose linear weights
-//    are [out, in] (dtrain-ckpt export, nanoGPT); the layout is told by c_attn's shape;
+//    are [out, in] (dtrain-ckpt export, nanoGPT); the layout is told by c_attn's shape. A
+//    directory stands for its model.safetensors (a Hugging Face snapshot);
 //  - a dtrain checkpoint, of which only the /model tensors are taken (not the optimiser's
 //    state or the step: the run starts at step 0).
 // Each rank reads, whole, the tensors it holds, so any layout starts from the same values.
@@ -29,11 +30,12 @@ class InitialWeights {
   InitialWeights(const InitialWeights&) = delete;
   InitialWeights& operator=(const InitialWeights&) = delete;
 
-  // Reads every tensor of params (this rank's) once: present with its shape, every value
-  // finite, a checkpoint's checksums right, and for a tied model a file's lm_head.weight, if
-  // it has one, equal to its wte. Errors as the constructor's.
-  void check(const ParameterStore& params);
+  // Every tensor of params (this rank's) is in the file with its shape; nothing is read.
+  void check_shapes(const ParameterStore& params) const;
   // The whole logical tensor p (p.logical_numel() floats), valid until another is asked for.
+  // Read when first asked for and checked: every value finite, a checkpoint's checksum
+  // right, and for a tied model's wte a file's lm_head.weight, if it has one, equal to it.
+  // Errors as the constructor's.
   const float* values(const ParamInfo& p);
   // The file and what it holds, for the log: "'gpt2.safetensors' (safetensors, Hugging
   // Face GPT-2 layout): 12 layers, d-model 768, ...".

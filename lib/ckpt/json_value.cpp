@@ -9,6 +9,9 @@ namespace dtrain::ckpt::json {
 namespace {
 
 constexpr int kMaxDepth = 64;
+// A value costs about 100 bytes parsed: a header of a million values is already far beyond
+// any model's (GPT-2 XL's holds about 3 000), and its parse stays near 100 MB.
+constexpr long kMaxValues = 1L << 20;
 
 class Parser {
  public:
@@ -47,6 +50,7 @@ class Parser {
 
   Value value(int depth) {
     if (depth >= kMaxDepth) fail("nesting deeper than 64 levels");
+    if (++values_ > kMaxValues) fail("more than 2^20 values");
     Value v;
     const char c = peek();
     if (c == '{') {
@@ -91,9 +95,13 @@ class Parser {
       v.text = string();
       return v;
     }
-    if (literal("true") || literal("false")) {
+    if (literal("true")) {
       v.kind = Value::Kind::boolean;
-      v.boolean = s_[pos_ - 1] == 'e' && s_[pos_ - 4] == 't';  // "true", not "false"
+      v.boolean = true;
+      return v;
+    }
+    if (literal("false")) {
+      v.kind = Value::Kind::boolean;
       return v;
     }
     if (literal("null")) return v;
@@ -194,6 +202,7 @@ class Parser {
   const std::string& s_;
   const std::string& what_;
   std::size_t pos_ = 0;
+  long values_ = 0;
 };
 
 }  // namespace

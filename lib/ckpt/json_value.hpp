@@ -21,7 +21,7 @@ struct Value {
 };
 
 // The JSON text parsed whole; Errc::corrupt_data "<what>: <problem> at byte N" otherwise.
-// Nesting deeper than 64 levels is refused rather than followed.
+// Nesting deeper than 64 levels, and more than 2^20 values, are refused rather than followed.
 Value parse(const std::string& text, const std::string& what);
 
 // A number that is a whole number from 0 to 2^64-1 (written without fraction or exponent);

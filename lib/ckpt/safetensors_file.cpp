@@ -39,10 +39,10 @@ constexpr std::uint64_t kMaxHeaderBytes = 100'000'000;
 }  // namespace
 
 SafetensorsFile::SafetensorsFile(const std::string& path) : path_(path) {
-  fd_ = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
-  DTRAIN_CHECK(fd_ >= 0, Errc::io, "cannot open '" << path << "': " << std::strerror(errno));
+  fd_.fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
+  DTRAIN_CHECK(fd_.fd >= 0, Errc::io, "cannot open '" << path << "': " << std::strerror(errno));
   struct stat st {};
-  DTRAIN_CHECK(::fstat(fd_, &st) == 0 && S_ISREG(st.st_mode), Errc::io, "'" << path << "' is not a regular file");
+  DTRAIN_CHECK(::fstat(fd_.fd, &st) == 0 && S_ISREG(st.st_mode), Errc::io, "'" << path << "' is not a regular file");
   const auto size = static_cast<std::uint64_t>(st.st_size);
   const std::string what = "'" + path + "' (safetensors)";
   DTRAIN_CHECK(size >= 8, Errc::corrupt_data, what << " is shorter than its 8-byte header length");
@@ -84,10 +84,12 @@ SafetensorsFile::SafetensorsFile(const std::string& path) : path_(path) {
     DTRAIN_CHECK(bytes > 0, Errc::corrupt_data, where << " has the unknown dtype '" << t.dtype << "'");
     std::uint64_t numel = 1;
     for (const json::Value& d : shape->items) {
-      t.shape.push_back(json::to_u64(d, where + ": a dimension"));
-      // Past the file's size, the count is wrong whatever it is: stop before it overflows.
-      numel = t.shape.back() == 0 ? 0 : numel * t.shape.back();
-      DTRAIN_CHECK(numel <= data_bytes, Errc::corrupt_data, where << " has more elements than the file has bytes");
+      const std::uint64_t n = json::to_u64(d, where + ": a dimension");
+      t.shape.push_back(n);
+      // Past the file's size the count is wrong whatever it is: stop before it overflows.
+      DTRAIN_CHECK(n == 0 || numel <= data_bytes / n, Errc::corrupt_data,
+                   where << " has more elements than the file has bytes");
+      numel *= n;
     }
     t.begin = json::to_u64(offsets->items[0], where + ": data_offsets");
     t.end = json::to_u64(offsets->items[1], where + ": data_offsets");
@@ -100,9 +102,11 @@ SafetensorsFile::SafetensorsFile(const std::string& path) : path_(path) {
   }
 }
 
-SafetensorsFile::~SafetensorsFile() {
-  if (fd_ >= 0) ::close(fd_);
+SafetensorsFile::Descriptor::~Descriptor() {
+  if (fd >= 0) ::close(fd);
 }
+
+SafetensorsFile::~SafetensorsFile() = default;
 
 const SafetensorsTensor* SafetensorsFile::find(const std::string& name) const {
   for (const SafetensorsTensor& t : tensors_)
@@ -113,7 +117,7 @@ const SafetensorsTensor* SafetensorsFile::find(const std::string& name) const {
 void SafetensorsFile::read_bytes(void* dst, std::uint64_t bytes, std::uint64_t offset) const {
   auto* out = static_cast<unsigned char*>(dst);
   while (bytes > 0) {
-    const ssize_t got = ::pread(fd_, out, bytes, static_cast<off_t>(offset));
+    const ssize_t got = ::pread(fd_.fd, out, bytes, static_cast<off_t>(offset));
     if (got < 0 && errno == EINTR) continue;
     DTRAIN_CHECK(got >= 0, Errc::io, "reading '" << path_ << "' at byte " << offset << ": " << std::strerror(errno));
     DTRAIN_CHECK(got > 0, Errc::corrupt_data, "reading '" << path_ << "' at byte " << offset

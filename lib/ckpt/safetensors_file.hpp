@@ -40,8 +40,15 @@ class SafetensorsFile {
  private:
   void read_bytes(void* dst, std::uint64_t bytes, std::uint64_t offset) const;
 
+  struct Descriptor {  // closed when the object goes, or when its constructor throws
+    int fd = -1;
+    Descriptor() = default;
+    Descriptor(const Descriptor&) = delete;
+    Descriptor& operator=(const Descriptor&) = delete;
+    ~Descriptor();
+  };
   std::string path_;
-  int fd_ = -1;
+  Descriptor fd_;
   std::uint64_t data_start_ = 0;
   std::vector<SafetensorsTensor> tensors_;
   std::vector<std::pair<std::string, std::string>> metadata_;

@@ -128,6 +128,8 @@ void TrainConfig::validate(int world_size) const {
   DTRAIN_CHECK(keep >= 1, Errc::invalid_config, "--keep must be at least 1, got " << keep);
   DTRAIN_CHECK(!resume.empty(), Errc::invalid_config,
                "--resume must be auto, none or a checkpoint path");
+  DTRAIN_CHECK(init_from.empty() || resume == "auto" || resume == "none", Errc::invalid_config,
+               "--init-from starts a fresh run and --resume " << resume << " continues one: give one of them");
   positive(log_every, "--log-every");
   DTRAIN_CHECK(eval_every >= 0, Errc::invalid_config, "--eval-every must be >= 0");
   positive(eval_batches, "--eval-batches");

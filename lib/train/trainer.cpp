@@ -158,8 +158,7 @@ Trainer::Trainer(const TrainConfig& cfg, Communicator& world)
                                                               : "measured GEMM ";
   DTRAIN_LOG(info, "peak: " << peak_from << s_->peak_flops_per_rank / 1e9
                    << " GFLOP/s per rank (the MFU denominator)");
-  const std::string from = ckpt::resolve_resume(world, cfg.resume, cfg.save_dir);
-  if (!from.empty()) load_checkpoint(from);
+  if (!s_->resume_from.empty()) load_checkpoint(s_->resume_from);
 }
 
 Trainer::~Trainer() = default;

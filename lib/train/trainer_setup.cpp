@@ -76,15 +76,22 @@ std::unique_ptr<TokenSource> open_source(const TrainConfig& cfg) {
 // ranks that see different files, sizes (the description names them) or contents (sampled by
 // the fingerprint) fail together too, instead of training on different data. The ranks read a share of the files each to find
 // the largest token id.
-std::unique_ptr<TokenSource> open_source_on_every_rank(const TrainConfig& cfg, Communicator& world) {
+// Runs f, which may fail on some ranks only (a file read, memory), and agrees on the outcome
+// over the world before the next collective: every rank throws the same AgreedError.
+template <class F>
+void agreed(Communicator& world, const char* what, F&& f) {
   LocalFailure failure;
-  std::unique_ptr<TokenSource> src;
   try {
-    src = open_source(cfg);
+    f();
   } catch (const std::exception& e) {
     failure.record(e);
   }
-  failure.agree(world, "opening the data");
+  failure.agree(world, what);
+}
+
+std::unique_ptr<TokenSource> open_source_on_every_rank(const TrainConfig& cfg, Communicator& world) {
+  std::unique_ptr<TokenSource> src;
+  agreed(world, "opening the data", [&] { src = open_source(cfg); });
   const std::string seen = src->describe();
   const std::uint64_t content = src->fingerprint();
   std::int64_t hash[2] = {
@@ -235,6 +242,7 @@ Trainer::State::State(const TrainConfig& c, Communicator& w)
   schedule.warmup_steps = cfg.warmup_steps;
   schedule.total_steps = std::max(1L, cfg.steps);
   schedule.validate();
+  resume_from = ckpt::resolve_resume(world, cfg.resume, cfg.save_dir);
   if (!cfg.init_from.empty()) open_initial_weights();
   if (cfg.zero >= 2) hold_own_pieces();
   if (sync || gather) {  // collectives in flight move on while a block computes
@@ -386,30 +394,37 @@ void Trainer::State::hold_own_pieces() {
   for (const parallel::Range& r : grad_pieces)
     dev.restore(params.grads() + r.first, sizeof(float) * (r.second - r.first));
   if (!gather) return;
-  for (const parallel::Range& r : gather->owned())
-    dev.restore(params.params() + r.first, sizeof(float) * (r.second - r.first));
-  init_weights(&gather->owned());
+  agreed(world, "writing the first parameters", [&] {
+    for (const parallel::Range& r : gather->owned())
+      dev.restore(params.params() + r.first, sizeof(float) * (r.second - r.first));
+    init_weights(&gather->owned());
+  });
 }
 
-// --init-from: the file is opened and every tensor this rank holds is read and checked once,
-// agreed over the world, before any is used. The model was built holding nothing: ZeRO 3 and
-// 16-bit storage write their pieces later (init_weights), the others hold here what the
-// model would have held when built, the parameter arena and below ZeRO 2 the gradients.
+// --init-from: the file is opened and the shapes of the tensors this rank holds are checked,
+// agreed over the world; each tensor is read (and its values checked) when written, inside
+// an agreement too. A run that resumes a checkpoint does not read the file. The model was
+// built holding nothing: ZeRO 3 and 16-bit storage write their pieces later (init_weights),
+// the others hold here what the model would have held when built, the parameter arena and
+// below ZeRO 2 the gradients.
 void Trainer::State::open_initial_weights() {
-  LocalFailure failure;
-  try {
-    initial = std::make_unique<ckpt::InitialWeights>(cfg.init_from, model.config());
-    initial->check(model.parameters());
-  } catch (const std::exception& e) {
-    failure.record(e);
+  if (!resume_from.empty()) {
+    DTRAIN_LOG(info, "init: --init-from '" << cfg.init_from << "' is not read: the run resumes from "
+                     << resume_from);
+  } else {
+    agreed(world, "reading --init-from", [&] {
+      initial = std::make_unique<ckpt::InitialWeights>(cfg.init_from, model.config());
+      initial->check_shapes(model.parameters());
+    });
+    DTRAIN_LOG(info, "init: weights from " << initial->describe());
   }
-  failure.agree(world, "reading --init-from");
-  DTRAIN_LOG(info, "init: weights from " << initial->describe());
   if (cfg.zero == 3 || stores_16bit) return;
   ParameterStore& params = model.parameters();
-  dev.restore(params.params(), params.bytes());
-  if (cfg.zero < 2) dev.restore(params.grads(), params.bytes());
-  init_weights(nullptr);
+  agreed(world, "writing the first parameters", [&] {
+    dev.restore(params.params(), params.bytes());
+    if (cfg.zero < 2) dev.restore(params.grads(), params.bytes());
+    init_weights(nullptr);
+  });
 }
 
 // The parameters' first values inside `only` (null: all): from --init-from's file, else
@@ -449,13 +464,15 @@ void Trainer::State::pack_parameters() {
   const std::vector<parallel::Range>& units = model.grad_ready_ranges();
   packed = std::make_unique<parallel::PackedParameters>(dev, params.params(), params.numel(), units,
                                                         low, /*arena_holds_values=*/false);
-  for (std::size_t u = 0; u < units.size(); ++u) {
-    const ParameterStore::ArenaRanges unit{units[u]};
-    dev.restore(params.params() + unit[0].first, sizeof(float) * (unit[0].second - unit[0].first));
-    init_weights(&unit);
-    optimizer.take_master_weights(params.params(), unit[0].first, unit[0].second);
-    packed->pack_unit(static_cast<int>(u));
-  }
+  agreed(world, "writing the first parameters", [&] {
+    for (std::size_t u = 0; u < units.size(); ++u) {
+      const ParameterStore::ArenaRanges unit{units[u]};
+      dev.restore(params.params() + unit[0].first, sizeof(float) * (unit[0].second - unit[0].first));
+      init_weights(&unit);
+      optimizer.take_master_weights(params.params(), unit[0].first, unit[0].second);
+      packed->pack_unit(static_cast<int>(u));
+    }
+  });
   optimizer.write_params_as_16bit(packed->words());
   use_parameters_by_unit(*packed);
 }

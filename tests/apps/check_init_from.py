@@ -4,8 +4,9 @@ against an independent reference.
 
 A small GPT-2 is written the way Hugging Face's transformers writes one (model.safetensors:
 linear weights [in, out] as its Conv1D keeps them, the attention's mask buffers, a
-config.json beside it), and again as nanoGPT's state dict would be (names under
-"transformer.", linear weights [out, in], fp16 values). Its loss on one window of tokens is
+config.json beside it), and again as a tied nanoGPT compiled with torch.compile would be saved
+(names under "_orig_mod.transformer.", linear weights [out, in], the shared embedding under
+its head's name "_orig_mod.lm_head.weight" only, fp16 values). Its loss on one window of tokens is
 computed here, in NumPy float64, from the Hugging Face tensors, following GPT-2's forward
 (x @ W + b for Conv1D). dtrain-gpt --eval-only --init-from must give that loss in several
 layouts, since every validation sample is that one window. Then: a checkpoint, its
@@ -118,19 +119,14 @@ config = {"model_type": "gpt2", "n_layer": L, "n_head": H, "n_embd": C, "n_posit
           "activation_function": "gelu_new", "layer_norm_epsilon": 1e-05, "n_inner": None}
 with open(os.path.join(hf_dir, "config.json"), "w") as f:
     json.dump(config, f)
-# nanoGPT: nn.Linear weights [out, in] under "transformer.", here in fp16 (the reference
-# takes the same rounded values).
-nano = {}
-for name, a in hf.items():
-    a16 = a.astype(np.float16).astype(np.float32)
-    hf_name = name
-    if re.search(r"\.(c_attn|c_proj|c_fc)\.weight$", name):
-        a16 = a16.T
-    nano["transformer." + hf_name] = a16
+# nanoGPT: nn.Linear weights [out, in], here in fp16 (the reference takes the same rounded
+# values); saved from a compiled model, with the tied embedding under the head's name.
+LINEAR = re.compile(r"\.(c_attn|c_proj|c_fc)\.weight$")
+nano_as_hf = {k: v.astype(np.float16).astype(np.float32) for k, v in hf.items()}
+nano = {("_orig_mod.lm_head.weight" if k == "wte.weight" else "_orig_mod.transformer." + k):
+        (v.T if LINEAR.search(k) else v) for k, v in nano_as_hf.items()}
 nano_path = os.path.join(work, "nanogpt.safetensors")
 write_safetensors(nano_path, nano, dtype="F16")
-nano_as_hf = {k[len("transformer."):]: (v.T if re.search(r"\.(c_attn|c_proj|c_fc)\.weight$", k) else v)
-              for k, v in nano.items()}
 
 window = rng.integers(0, V, T + 1)
 write_shard(os.path.join(work, "val.bin"), window)
@@ -188,9 +184,13 @@ check_loss("Hugging Face file, 1 rank", 1, evaluate + ["--init-from", hf_file], 
 check_loss("Hugging Face file, tp 2 with sp", 2, evaluate + ["--init-from", hf_file, "--tp", "2",
                                                               "--sequence-parallel"], expected, 1e-5)
 check_loss("Hugging Face file, pp 2", 2, evaluate + ["--init-from", hf_file, "--pp", "2"], expected, 1e-5)
+check_loss("Hugging Face directory, ZeRO 2 over 2", 2, evaluate + ["--init-from", hf_dir, "--zero", "2"], expected, 1e-5)
+check_loss("Hugging Face file, bf16 with fp32 masters in the fp32 arena, ZeRO 1 over 2", 2,
+           evaluate + ["--init-from", hf_file, "--precision", "bf16", "--zero", "1", "--param-storage", "fp32"],
+           expected, 2e-2)
 check_loss("Hugging Face file, bf16 with 16-bit storage, 1 rank", 1,
            evaluate + ["--init-from", hf_file, "--precision", "bf16", "--param-storage", "16bit"], expected, 2e-2)
-check_loss("nanoGPT fp16 file, ZeRO 3 over 2", 2, evaluate + ["--init-from", nano_path, "--zero", "3"],
+check_loss("compiled nanoGPT fp16 file, ZeRO 3 over 2", 2, evaluate + ["--init-from", nano_path, "--zero", "3"],
            expected_fp16, 1e-5)
 if extra:
     if failures:
@@ -214,11 +214,14 @@ if not (from_resume and from_resume == from_ckpt == from_export):
     failures.append("a checkpoint, its export and --resume evaluate differently")
 if from_resume and abs(from_resume[-1] - expected) < 1e-6:
     failures.append("three steps of training did not change the loss")
-# A resumed run takes the checkpoint's weights, not --init-from's.
+# A resumed run takes the checkpoint's weights, not --init-from's, and does not need the file
+# (a preempted job whose scratch copy is gone).
+os.rename(hf_file, hf_file + ".away")
 code, out, _ = run(1, model + data_resumable + ["--init-from", hf_file, "--steps", "4", "--save-dir", ckpt_dir,
-                                           "--eval-every", "0"])
-if "resumed from" not in out or "step 3" not in out:
-    failures.append("a run with --init-from did not resume its --save-dir's checkpoint")
+                                           "--eval-every", "0"], expect_ok=False)
+os.rename(hf_file + ".away", hf_file)
+if code != 0 or "is not read: the run resumes from" not in out or "at step 3" not in out:
+    failures.append(f"a run with --init-from did not resume its --save-dir's checkpoint (exit {code}):\n{out[-1500:]}")
 
 # Refusals: one message naming what the file holds and the fix, a non-zero exit.
 bad_nan = dict(hf)
@@ -253,7 +256,9 @@ refusals = [(options + ["--init-from", hf_file], pattern) for options, pattern i
         ("untied.safetensors", r"its lm_head.weight is not its wte"),
         ("erf_gelu/model.safetensors", r"activation_function \"gelu\""),
         ("text.txt", r"neither a dtrain checkpoint \(HDF5\) nor a safetensors file"),
-        ("missing.safetensors", r"no such file"))]
+        ("missing.safetensors", r"no such file"))] + [
+    (model + ["--init-from", hf_file, "--resume", ckpt], r"--init-from starts a fresh run and --resume \S+ continues one"),
+    (model + ["--init-from", work], r"is a directory without a model.safetensors")]
 for args, pattern in refusals:
     code, out, _ = run(2, train_only + evaluate + args, expect_ok=False)
     errors = [line for line in out.splitlines() if "ERROR" in line]

@@ -7,6 +7,7 @@
 #include <cstdint>
 #include <cstring>
 #include <filesystem>
+#include <functional>
 #include <fstream>
 #include <limits>
 #include <string>
@@ -148,6 +149,7 @@ TEST_F(Safetensors, RefusesHeadersTheFileCannotHold) {
            {R"({"a":{"dtype":"F33","shape":[1],"data_offsets":[0,4]}})", 0},     // unknown dtype
            {R"({"a":{"dtype":"F32","shape":[1]}})", 0},                          // no offsets
            {R"({"a":{"dtype":"F32","shape":[4294967296,4294967296],"data_offsets":[0,4]}})", 0},  // overflow
+           {R"({"a":{"dtype":"F32","shape":[16,1152921504606846976],"data_offsets":[0,0]}})", 0},  // wraps to 0
            {R"({"a":{"dtype":"F32","shape":[1],"data_offsets":[4,0]}})", 0},     // reversed
            {R"({"__metadata__":{"n":1}})", 0},                                   // metadata not strings
            {R"([1])", 0},                                                        // not an object
@@ -157,6 +159,20 @@ TEST_F(Safetensors, RefusesHeadersTheFileCannotHold) {
   }
   fs::remove(path_);
   EXPECT_EQ(code_of([&] { SafetensorsFile{path_}; }), Errc::io);
+}
+
+TEST_F(Safetensors, AHostileHeaderCostsNeitherMemoryNorDescriptors) {
+  // A million values fit in a few MB of header but would take ~100 bytes each parsed.
+  std::string header = R"({"a":{"dtype":"F32","shape":[)";
+  for (int i = 0; i < (1 << 20); ++i) header += "0,";
+  header += R"(0],"data_offsets":[0,0]}})";
+  write(header, {});
+  const auto open_descriptors = [] {
+    return std::distance(fs::directory_iterator("/proc/self/fd"), fs::directory_iterator{});
+  };
+  const auto before = open_descriptors();
+  for (int i = 0; i < 3; ++i) EXPECT_EQ(code_of([&] { SafetensorsFile{path_}; }), Errc::corrupt_data);
+  EXPECT_EQ(open_descriptors(), before);  // closed although the constructor threw
 }
 
 }  // namespace
