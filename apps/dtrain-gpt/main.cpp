@@ -64,14 +64,21 @@ int from_launcher(std::initializer_list<const char*> names) {
   return -1;
 }
 
-// Tokens as the data's text where tokens are bytes (vocab <= 256: the built-in corpus, text
-// files), other bytes than printable ASCII, newline and tab, and the backslash itself (so an
-// escape is never ambiguous), as \xNN; otherwise (a
-// tokenizer's ids, e.g. GPT-2 shards) as numbers separated by spaces.
-std::string show_tokens(const std::vector<std::int32_t>& tokens, int vocab, bool first = true) {
+// Tokens as text where a --tokenizer decodes them (its bytes; an id it has none for as
+// <|id|>), or where tokens are bytes (vocab <= 256: the built-in corpus, text files), other
+// bytes than printable ASCII, newline and tab, and the backslash itself (so an escape is never
+// ambiguous), as \xNN; otherwise (a tokenizer's ids, e.g. GPT-2 shards) as numbers separated
+// by spaces.
+std::string show_tokens(const std::vector<std::int32_t>& tokens, int vocab, const dtrain::train::Tokenizer* tokenizer,
+                        bool first = true) {
   std::string out;
   char buf[16];
   for (const std::int32_t t : tokens) {
+    if (tokenizer) {
+      const std::string& text = tokenizer->bytes(t);
+      out += text.empty() ? "<|" + std::to_string(t) + "|>" : text;
+      continue;
+    }
     if (vocab > 256) {
       std::snprintf(buf, sizeof buf, "%s%d", first ? "" : " ", static_cast<int>(t));
     } else if ((t >= 32 && t < 127 && t != '\\') || t == '\n' || t == '\t') {
@@ -92,19 +99,22 @@ void generate(dtrain::train::Trainer& trainer, const dtrain_gpt::Parsed& parsed,
   const std::vector<std::int32_t>& prompt = parsed.prompt_tokens;
   const int vocab = parsed.config.vocab;
   const dtrain::train::SamplingConfig& sampling = parsed.sampling;
+  const dtrain::train::Tokenizer* tok = parsed.tokenizer.get();
   if (rank == 0) {
+    if (tok) DTRAIN_LOG(info, "tokenizer: " << tok->describe());
     DTRAIN_LOG(info, "generating " << parsed.generate << " tokens (temperature " << sampling.temperature
                                    << ", top-k " << sampling.top_k << ", top-p " << sampling.top_p
                                    << ") after "
                                    << (prompt.empty() ? "the first token of validation sample 0"
-                                                      : "the prompt '" + show_tokens(prompt, vocab) + "'")
+                                                      : "the prompt '" + show_tokens(prompt, vocab, tok) + "'" +
+                                                            (tok ? " (" + show_tokens(prompt, INT32_MAX, nullptr) + ")" : ""))
                                    << ":");
   }
   bool first = true;
   const auto start = std::chrono::steady_clock::now();
   trainer.generate(prompt, parsed.generate, sampling, [&](std::int32_t token) {
     if (rank != 0) return;
-    std::cout << show_tokens({token}, vocab, first) << std::flush;
+    std::cout << show_tokens({token}, vocab, tok, first) << std::flush;
     first = false;
   });
   if (rank != 0) return;
@@ -234,9 +244,9 @@ int main(int argc, char** argv) {
       const dtrain::train::SamplingConfig& s = parsed.sampling;
       if (parsed.action == dtrain_gpt::Action::train && parsed.generate == 0 &&
           (!parsed.prompt.empty() || s.temperature != defaults.temperature || s.top_k != defaults.top_k ||
-           s.top_p != defaults.top_p))
-        DTRAIN_LOG(warn, "--prompt, --temperature, --top-k and --top-p apply to --generate, which is 0 here: "
-                         "they do nothing");
+           s.top_p != defaults.top_p || parsed.tokenizer))
+        DTRAIN_LOG(warn, "--prompt, --temperature, --top-k, --top-p and --tokenizer apply to --generate, which "
+                         "is 0 here: they do nothing");
     }
     std::unique_ptr<dtrain::train::Trainer> trainer;
     try {

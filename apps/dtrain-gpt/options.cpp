@@ -40,10 +40,13 @@ void check_generation(const Parsed& p) {
                "--top-p must be in (0, 1], got " << p.sampling.top_p);
 }
 
-// --prompt as tokens: its bytes where they are the vocabulary, else the ids it lists.
-std::vector<std::int32_t> prompt_tokens(const std::string& prompt, int vocab) {
+// --prompt as tokens: encoded by a tokenizer that encodes, else its bytes where they are the
+// vocabulary, else the ids it lists.
+std::vector<std::int32_t> prompt_tokens(const std::string& prompt, int vocab, const dtrain::train::Tokenizer* tokenizer) {
   std::vector<std::int32_t> tokens;
-  if (vocab <= 256) {
+  if (tokenizer && tokenizer->encodes()) {
+    tokens = tokenizer->encode(prompt);
+  } else if (vocab <= 256) {
     for (const char ch : prompt) tokens.push_back(static_cast<unsigned char>(ch));
   } else {
     std::string list = prompt;
@@ -154,7 +157,8 @@ po::options_description describe(Parsed& p, std::string& config_file) {
   po::options_description generation("Generation");
   generation.add_options()
       ("generate", po::value(&p.generate)->default_value(p.generate), "after training, print this many tokens generated after --prompt")
-      ("prompt", po::value(&p.prompt), "what the generated tokens continue: text, a token per byte, with --vocab up to 256; else token ids separated by spaces or commas (absent: the first token of validation sample 0)")
+      ("prompt", po::value(&p.prompt), "what the generated tokens continue: text, a token per byte, with --vocab up to 256; else token ids separated by spaces or commas; text with a --tokenizer that encodes (absent: the first token of validation sample 0)")
+      ("tokenizer", po::value(&p.tokenizer_path), "GPT-2's vocab.json (with merges.txt beside it, --prompt is text), a directory holding them, or llm.c's gpt2_tokenizer.bin: --generate prints text")
       ("temperature", po::value(&p.sampling.temperature)->default_value(p.sampling.temperature), "divides the logits before sampling; 0: always the most likely token")
       ("top-k", po::value(&p.sampling.top_k)->default_value(p.sampling.top_k), "sample among the k most likely tokens only (0: all)")
       ("top-p", po::value(&p.sampling.top_p)->default_value(p.sampling.top_p), "sample among the fewest most likely tokens whose probabilities add up to p (nucleus sampling; 1: all)");
@@ -246,7 +250,8 @@ Parsed parse_options(int argc, char** argv) {
        << all;
   out.help_text = help.str();
   check_generation(out);
-  out.prompt_tokens = prompt_tokens(out.prompt, out.config.vocab);
+  if (!out.tokenizer_path.empty()) out.tokenizer = std::make_shared<const dtrain::train::Tokenizer>(out.tokenizer_path);
+  out.prompt_tokens = prompt_tokens(out.prompt, out.config.vocab, out.tokenizer.get());
   DTRAIN_CHECK(!vm.count("prompt") || !out.prompt_tokens.empty(), Errc::invalid_config,
                "--prompt holds no tokens: give some, or leave it out to start from the first token "
                "of validation sample 0");

@@ -11,7 +11,7 @@
 #include <optional>
 #include <sstream>
 
-#include "ckpt/json_value.hpp"
+#include "core/json_value.hpp"
 #include "ckpt/safetensors_file.hpp"
 #include "dtrain/ckpt/checkpoint.hpp"
 #include "dtrain/ckpt/checksum.hpp"

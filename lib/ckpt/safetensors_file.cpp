@@ -10,7 +10,7 @@
 #include <limits>
 #include <cstring>
 
-#include "ckpt/json_value.hpp"
+#include "core/json_value.hpp"
 #include "dtrain/core/dtype.hpp"
 #include "dtrain/core/error.hpp"
 

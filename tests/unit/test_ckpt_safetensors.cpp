@@ -13,13 +13,13 @@
 #include <string>
 #include <vector>
 
-#include "ckpt/json_value.hpp"
+#include "core/json_value.hpp"
 #include "ckpt/safetensors_file.hpp"
 #include "dtrain/core/dtype.hpp"
 #include "dtrain/core/error.hpp"
 
 namespace fs = std::filesystem;
-namespace json = dtrain::ckpt::json;
+namespace json = dtrain::json;
 using dtrain::Errc;
 using dtrain::Error;
 using dtrain::ckpt::SafetensorsFile;

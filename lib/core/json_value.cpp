@@ -1,11 +1,11 @@
-#include "ckpt/json_value.hpp"
+#include "core/json_value.hpp"
 
 #include <cerrno>
 #include <cstdlib>
 
 #include "dtrain/core/error.hpp"
 
-namespace dtrain::ckpt::json {
+namespace dtrain::json {
 namespace {
 
 constexpr int kMaxDepth = 64;
@@ -230,4 +230,4 @@ double to_double(const Value& v, const std::string& what) {
   return std::strtod(v.text.c_str(), nullptr);
 }
 
-}  // namespace dtrain::ckpt::json
+}  // namespace dtrain::json

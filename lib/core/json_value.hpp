@@ -1,13 +1,13 @@
 #pragma once
 // A small JSON reader for what dtrain reads written by other tools: the header of a
-// safetensors file and a Hugging Face config.json. Objects keep their members in file order;
+// safetensors file, a Hugging Face config.json and a tokenizer's vocab.json. Objects keep their members in file order;
 // numbers keep their text, converted on request, so a 64-bit offset loses nothing.
 #include <cstdint>
 #include <string>
 #include <utility>
 #include <vector>
 
-namespace dtrain::ckpt::json {
+namespace dtrain::json {
 
 struct Value {
   enum class Kind { null, boolean, number, string, array, object };
@@ -30,4 +30,4 @@ std::uint64_t to_u64(const Value& v, const std::string& what);
 // Any number; Errc::corrupt_data naming `what` for another kind of value.
 double to_double(const Value& v, const std::string& what);
 
-}  // namespace dtrain::ckpt::json
+}  // namespace dtrain::json

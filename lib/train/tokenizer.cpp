@@ -1,0 +1,244 @@
+#include "dtrain/train/tokenizer.hpp"
+
+#include <climits>
+#include <cstring>
+#include <filesystem>
+#include <fstream>
+#include <sstream>
+
+#include "core/json_value.hpp"
+#include "dtrain/core/error.hpp"
+#include "train/unicode_classes.hpp"
+
+namespace dtrain::train {
+namespace {
+
+namespace fs = std::filesystem;
+
+// GPT-2 writes every byte of its tokens as a printable character: the printable Latin-1
+// bytes as themselves, the other 68 (controls, space, 127-160, 173) as U+0100 onwards, in
+// byte order. The code point of each byte, and the byte of each code point (-1: none).
+struct ByteCharacters {
+  char32_t of_byte[256];
+  std::map<char32_t, unsigned char> byte_of;
+  ByteCharacters() {
+    int next = 0;
+    for (int b = 0; b < 256; ++b) {
+      const bool printable = (b >= '!' && b <= '~') || (b >= 0xA1 && b <= 0xAC) || (b >= 0xAE && b <= 0xFF);
+      of_byte[b] = printable ? static_cast<char32_t>(b) : static_cast<char32_t>(256 + next++);
+      byte_of[of_byte[b]] = static_cast<unsigned char>(b);
+    }
+  }
+};
+
+const ByteCharacters& byte_characters() {
+  static const ByteCharacters table;
+  return table;
+}
+
+// The code point at s[i] and its length in bytes; a byte that does not start valid UTF-8
+// is one "code point" of its own (returned as char32_t(-1), which no class holds).
+std::size_t next_code_point(const std::string& s, std::size_t i, char32_t& cp) {
+  const auto b = [&](std::size_t k) { return static_cast<unsigned char>(s[k]); };
+  const unsigned char lead = b(i);
+  int n = lead < 0x80 ? 1 : (lead >> 5) == 0x6 ? 2 : (lead >> 4) == 0xE ? 3 : (lead >> 3) == 0x1E ? 4 : 0;
+  cp = n == 1 ? lead : n == 2 ? lead & 0x1F : n == 3 ? lead & 0x0F : lead & 0x07;
+  bool ok = n > 0 && i + n <= s.size();
+  for (int k = 1; ok && k < n; ++k) {
+    ok = (b(i + k) & 0xC0) == 0x80;
+    cp = (cp << 6) | (b(i + k) & 0x3F);
+  }
+  static constexpr char32_t kMin[] = {0, 0, 0x80, 0x800, 0x10000};
+  if (!ok || cp < kMin[n] || cp > 0x10FFFF || (cp >= 0xD800 && cp < 0xE000)) {
+    cp = static_cast<char32_t>(-1);
+    return 1;
+  }
+  return static_cast<std::size_t>(n);
+}
+
+// A token's text in GPT-2's characters (UTF-8) as its bytes.
+std::string token_bytes(const std::string& text, const std::string& where) {
+  const ByteCharacters& chars = byte_characters();
+  std::string out;
+  for (std::size_t i = 0; i < text.size();) {
+    char32_t cp;
+    i += next_code_point(text, i, cp);
+    const auto it = chars.byte_of.find(cp);
+    DTRAIN_CHECK(it != chars.byte_of.end(), Errc::corrupt_data,
+                 where << ": token '" << text << "' holds a character that stands for no byte");
+    out += static_cast<char>(it->second);
+  }
+  return out;
+}
+
+std::string read_file(const fs::path& path) {
+  std::ifstream in(path, std::ios::binary);
+  DTRAIN_CHECK(in, Errc::io, "--tokenizer: cannot open '" << path.string() << "'");
+  std::ostringstream text;
+  text << in.rdbuf();
+  return text.str();
+}
+
+}  // namespace
+
+std::vector<std::string> gpt2_words(const std::string& text) {
+  struct Point {
+    std::size_t begin;
+    char32_t cp;
+    CharClass cls;
+  };
+  std::vector<Point> pts;
+  for (std::size_t i = 0; i < text.size();) {
+    char32_t cp;
+    const std::size_t len = next_code_point(text, i, cp);
+    pts.push_back({i, cp, cp == static_cast<char32_t>(-1) ? CharClass::other : char_class(cp)});
+    i += len;
+  }
+  const std::size_t n = pts.size();
+  const auto at = [&](std::size_t k) { return k < n ? pts[k].begin : text.size(); };
+  const auto is = [&](std::size_t k, char c) { return k < n && pts[k].cp == static_cast<char32_t>(c); };
+  std::vector<std::string> words;
+  for (std::size_t i = 0; i < n;) {
+    std::size_t end = i;
+    if (is(i, '\'') && (is(i + 1, 's') || is(i + 1, 't') || is(i + 1, 'm') || is(i + 1, 'd'))) {
+      end = i + 2;  // 's 't 'm 'd
+    } else if (is(i, '\'') && (((is(i + 1, 'r') || is(i + 1, 'v')) && is(i + 2, 'e')) || (is(i + 1, 'l') && is(i + 2, 'l')))) {
+      end = i + 3;  // 're 've 'll
+    } else {
+      // A run of letters, of numbers or of other symbols, with the one space before it.
+      const bool spaced = is(i, ' ') && i + 1 < n && pts[i + 1].cls != CharClass::space;
+      const std::size_t first = pts[i].cls != CharClass::space ? i : spaced ? i + 1 : n;
+      if (first < n) {
+        end = first;
+        while (end < n && pts[end].cls == pts[first].cls) ++end;
+      } else {
+        // White space: the whole run at the end of the text, else all of it but its last
+        // character (which goes with the word after it), or one character alone.
+        end = i;
+        while (end < n && pts[end].cls == CharClass::space) ++end;
+        if (end < n && end - i >= 2) --end;
+      }
+    }
+    words.push_back(text.substr(at(i), at(end) - at(i)));
+    i = end;
+  }
+  return words;
+}
+
+Tokenizer::Tokenizer(const std::string& path) : path_(path) {
+  fs::path vocab = path;
+  if (fs::is_directory(vocab)) vocab /= "vocab.json";
+  DTRAIN_CHECK(fs::is_regular_file(vocab), Errc::io, "--tokenizer '" << vocab.string() << "': no such file");
+  path_ = vocab.string();
+  const std::string text = read_file(vocab);
+  std::uint32_t header[4] = {};
+  if (text.size() >= 1024) std::memcpy(header, text.data(), sizeof header);
+  if (header[0] == 20240328 && (header[1] == 1 || header[1] == 2)) {
+    // llm.c: 256 uint32 of header (magic, version, token count), then per token its length
+    // (one byte) and its bytes.
+    kind_ = "llm.c tokenizer, decodes only";
+    DTRAIN_CHECK(header[2] <= text.size(), Errc::corrupt_data,
+                 "--tokenizer '" << path_ << "' is shorter than its " << header[2] << " tokens");
+    std::size_t pos = 1024;
+    pieces_.resize(header[2]);
+    for (std::string& piece : pieces_) {
+      DTRAIN_CHECK(pos < text.size() && pos + 1 + static_cast<unsigned char>(text[pos]) <= text.size(),
+                   Errc::corrupt_data, "--tokenizer '" << path_ << "' is shorter than its " << header[2] << " tokens");
+      piece = text.substr(pos + 1, static_cast<unsigned char>(text[pos]));
+      pos += 1 + piece.size();
+    }
+    return;
+  }
+  // Hugging Face: {"token": id, ...} in GPT-2's characters, and merges.txt: "#version" then
+  // one merge a line, "left right", highest priority first.
+  const json::Value root = json::parse(text, "--tokenizer '" + path_ + "'");
+  DTRAIN_CHECK(root.kind == json::Value::Kind::object && !root.members.empty(), Errc::corrupt_data,
+               "--tokenizer '" << path_ << "' is neither a vocab.json (a JSON object of tokens) nor llm.c's tokenizer");
+  for (const auto& [token, id_value] : root.members) {
+    const std::uint64_t id = json::to_u64(id_value, "--tokenizer '" + path_ + "': the id of '" + token + "'");
+    DTRAIN_CHECK(id < INT32_MAX && id < 16 * root.members.size(), Errc::corrupt_data,
+                 "--tokenizer '" << path_ << "': id " << id << " of '" << token << "' is out of range");
+    if (id >= pieces_.size()) pieces_.resize(id + 1);
+    pieces_[id] = token_bytes(token, "--tokenizer '" + path_ + "'");
+    id_of_[pieces_[id]] = static_cast<std::int32_t>(id);
+  }
+  const fs::path merges = vocab.parent_path() / "merges.txt";
+  if (!fs::exists(merges)) {
+    kind_ = "GPT-2 BPE, decodes only: no merges.txt beside it";
+    return;
+  }
+  std::istringstream lines(read_file(merges));
+  std::string line;
+  int rank = 0;
+  while (std::getline(lines, line)) {
+    if (!line.empty() && line.back() == '\r') line.pop_back();
+    if (line.empty() || (rank == 0 && line.rfind("#version", 0) == 0)) continue;
+    const std::size_t space = line.find(' ');
+    DTRAIN_CHECK(space != std::string::npos && space > 0 && line.find(' ', space + 1) == std::string::npos,
+                 Errc::corrupt_data, "--tokenizer: '" << merges.string() << "' line '" << line << "' is not a merge 'left right'");
+    const std::string where = "--tokenizer: '" + merges.string() + "'";
+    merge_rank_.emplace(std::make_pair(token_bytes(line.substr(0, space), where), token_bytes(line.substr(space + 1), where)),
+                        rank++);
+  }
+  kind_ = "GPT-2 BPE with merges.txt";
+}
+
+const std::string& Tokenizer::bytes(std::int32_t token) const {
+  static const std::string none;
+  return token >= 0 && token < size() ? pieces_[static_cast<std::size_t>(token)] : none;
+}
+
+std::vector<std::int32_t> Tokenizer::encode(const std::string& text) const {
+  DTRAIN_CHECK(encodes(), Errc::invalid_argument, "--tokenizer '" << path_ << "' cannot encode text (" << kind_ << ")");
+  std::vector<std::int32_t> ids;
+  for (const std::string& word : gpt2_words(text)) {
+    const std::vector<std::int32_t> w = encode_word(word);
+    ids.insert(ids.end(), w.begin(), w.end());
+  }
+  return ids;
+}
+
+// Byte pair encoding: start from single bytes and merge, again and again, the adjacent pair
+// that comes first among the merges, every occurrence of it from left to right.
+std::vector<std::int32_t> Tokenizer::encode_word(const std::string& word) const {
+  std::vector<std::string> parts;
+  for (const char c : word) parts.emplace_back(1, c);
+  while (parts.size() > 1) {
+    int best = INT_MAX;
+    std::size_t at = 0;
+    for (std::size_t i = 0; i + 1 < parts.size(); ++i) {
+      const auto it = merge_rank_.find({parts[i], parts[i + 1]});
+      if (it != merge_rank_.end() && it->second < best) {
+        best = it->second;
+        at = i;
+      }
+    }
+    if (best == INT_MAX) break;
+    const std::string left = parts[at], right = parts[at + 1];
+    std::vector<std::string> merged;
+    for (std::size_t i = 0; i < parts.size(); ++i) {
+      if (i + 1 < parts.size() && parts[i] == left && parts[i + 1] == right) {
+        merged.push_back(left + right);
+        ++i;
+      } else {
+        merged.push_back(parts[i]);
+      }
+    }
+    parts.swap(merged);
+  }
+  std::vector<std::int32_t> ids;
+  for (const std::string& p : parts) {
+    const auto it = id_of_.find(p);
+    DTRAIN_CHECK(it != id_of_.end(), Errc::corrupt_data,
+                 "--tokenizer '" << path_ << "' has no token for the bytes of a word's piece (" << p.size()
+                                 << " bytes): its merges and vocabulary do not belong together");
+    ids.push_back(it->second);
+  }
+  return ids;
+}
+
+std::string Tokenizer::describe() const {
+  return "'" + path_ + "' (" + std::to_string(size()) + " tokens, " + kind_ + ")";
+}
+
+}  // namespace dtrain::train

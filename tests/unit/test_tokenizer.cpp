@@ -1,0 +1,92 @@
+// GPT-2's tokens as text (dtrain/train/tokenizer.hpp): its word split, byte pair merges and
+// the files it reads. tests/apps/check_tokenizer.py checks whole prompts against a reference.
+#include <gtest/gtest.h>
+#include <unistd.h>
+
+#include <filesystem>
+#include <fstream>
+#include <string>
+#include <vector>
+
+#include "dtrain/core/error.hpp"
+#include "dtrain/train/tokenizer.hpp"
+
+namespace fs = std::filesystem;
+using dtrain::train::gpt2_words;
+using dtrain::train::Tokenizer;
+using Words = std::vector<std::string>;
+
+namespace {
+
+TEST(Gpt2Words, SplitsAsItsPattern) {
+  EXPECT_EQ(gpt2_words("Hello world"), (Words{"Hello", " world"}));
+  EXPECT_EQ(gpt2_words("it's we're I'll 'x"), (Words{"it", "'s", " we", "'re", " I", "'ll", " '", "x"}));
+  EXPECT_EQ(gpt2_words("abc123 45!?"), (Words{"abc", "123", " 45", "!?"}));
+  // White space: a run keeps all but its last character, which goes with the next word; a
+  // lone newline stands alone; at the end the whole run.
+  EXPECT_EQ(gpt2_words("a   b"), (Words{"a", "  ", " b"}));
+  EXPECT_EQ(gpt2_words("a\n\nb"), (Words{"a", "\n", "\n", "b"}));
+  EXPECT_EQ(gpt2_words("a \t\n c  "), (Words{"a", " \t\n", " c", "  "}));
+  // Unicode classes: letters of any script, numbers such as superscripts, other symbols.
+  EXPECT_EQ(gpt2_words("caf\xc3\xa9 \xd0\x9c\xd0\xb8\xd1\x80"), (Words{"caf\xc3\xa9", " \xd0\x9c\xd0\xb8\xd1\x80"}));
+  EXPECT_EQ(gpt2_words("x\xc2\xb2 \xf0\x9f\x99\x82!"), (Words{"x", "\xc2\xb2", " \xf0\x9f\x99\x82!"}));
+  EXPECT_EQ(gpt2_words("\xe6\x9d\xb1\xe4\xba\xac" "1"), (Words{"\xe6\x9d\xb1\xe4\xba\xac", "1"}));
+  // A byte that is not UTF-8 is a symbol of its own, and nothing is lost.
+  EXPECT_EQ(gpt2_words("a\xff\xfe b"), (Words{"a", "\xff\xfe", " b"}));
+  EXPECT_EQ(gpt2_words(""), Words{});
+}
+
+class TokenizerFiles : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    dir_ = fs::temp_directory_path() / ("dtrain_tok_" + std::to_string(::getpid()));
+    fs::remove_all(dir_);
+    fs::create_directories(dir_);
+  }
+  void TearDown() override { fs::remove_all(dir_); }
+  void write(const std::string& name, const std::string& text) { std::ofstream(dir_ / name, std::ios::binary) << text; }
+  fs::path dir_;
+};
+
+TEST_F(TokenizerFiles, MergesPairsByRankAndDecodesBytes) {
+  // GPT-2's characters: "\xc4\xa0" (U+0120) is the space byte, "\xc4\x8a" (U+010A) newline.
+  write("vocab.json", R"({"a":0,"b":1,"c":2,"\u0120":3,"\u010a":4,"ab":5,"abc":6,"\u0120a":7,"bc":8})");
+  write("merges.txt", "#version: 0.2\na b\nab c\n\xc4\xa0 a\nb c\n");
+  const Tokenizer t(dir_.string());
+  EXPECT_TRUE(t.encodes());
+  EXPECT_EQ(t.size(), 9);
+  EXPECT_EQ(t.bytes(3), " ");
+  EXPECT_EQ(t.bytes(4), "\n");
+  EXPECT_EQ(t.bytes(7), " a");
+  EXPECT_EQ(t.bytes(99), "");
+  // "abc": a+b first (rank 0), then ab+c. In " abc" a+b (rank 0) also comes before space+a
+  // (rank 2), so the space stays alone; in " ac" space+a is the first merge there is.
+  EXPECT_EQ(t.encode("abc"), (std::vector<std::int32_t>{6}));
+  EXPECT_EQ(t.encode("c abc"), (std::vector<std::int32_t>{2, 3, 6}));
+  EXPECT_EQ(t.encode("c ac"), (std::vector<std::int32_t>{2, 7, 2}));
+  EXPECT_EQ(t.encode("bc"), (std::vector<std::int32_t>{8}));
+  EXPECT_EQ(t.encode("\n"), (std::vector<std::int32_t>{4}));
+  EXPECT_THROW(t.encode("z"), dtrain::Error);  // no token for it: the files do not belong together
+}
+
+TEST_F(TokenizerFiles, WithoutMergesItDecodesOnly) {
+  write("vocab.json", R"({"a":0,"b":1})");
+  const Tokenizer t((dir_ / "vocab.json").string());
+  EXPECT_FALSE(t.encodes());
+  EXPECT_EQ(t.bytes(1), "b");
+  EXPECT_THROW(t.encode("ab"), dtrain::Error);
+}
+
+TEST_F(TokenizerFiles, RefusesWhatIsNotATokenizer) {
+  for (const std::string& bad : {std::string("[1, 2]"), std::string("{}"), std::string(R"({"a": -1})"),
+                                 std::string(R"({"\u0100\u4e00": 0})"), std::string(R"({"a": 99999999})")}) {
+    write("vocab.json", bad);
+    EXPECT_THROW(Tokenizer{dir_.string()}, dtrain::Error) << bad;
+  }
+  write("vocab.json", R"({"a":0,"b":1})");
+  write("merges.txt", "#version: 0.2\na b c\n");
+  EXPECT_THROW(Tokenizer{dir_.string()}, dtrain::Error);
+  EXPECT_THROW(Tokenizer{(dir_ / "missing.json").string()}, dtrain::Error);
+}
+
+}  // namespace
