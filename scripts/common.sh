@@ -14,7 +14,7 @@ DTRAIN_PACKAGES=(
   libopenblas-openmp-dev
   libgtest-dev
   abigail-tools doxygen
-  python3 python3-numpy python3-h5py
+  python3 python3-numpy python3-h5py python3-regex
 )
 
 install_packages() {

@@ -93,6 +93,22 @@ std::string show_tokens(const std::vector<std::int32_t>& tokens, int vocab, cons
   return out;
 }
 
+// A tokenizer's text for a log line: control bytes and the backslash as \xNN.
+std::string escaped(const std::string& text) {
+  std::string out;
+  char buf[8];
+  for (const char c : text) {
+    const auto b = static_cast<unsigned char>(c);
+    if (b >= 0x20 && b != 0x7f && c != '\\') {
+      out += c;
+    } else {
+      std::snprintf(buf, sizeof buf, "\\x%02x", static_cast<unsigned>(b));
+      out += buf;
+    }
+  }
+  return out;
+}
+
 // Rank 0 prints each token to stdout as soon as it is chosen (a CPU may take a while per
 // token of a large model); the log line before it goes to stderr.
 void generate(dtrain::train::Trainer& trainer, const dtrain_gpt::Parsed& parsed, int rank) {
@@ -101,14 +117,15 @@ void generate(dtrain::train::Trainer& trainer, const dtrain_gpt::Parsed& parsed,
   const dtrain::train::SamplingConfig& sampling = parsed.sampling;
   const dtrain::train::Tokenizer* tok = parsed.tokenizer.get();
   if (rank == 0) {
+    std::string from = "the first token of validation sample 0";
+    if (!prompt.empty() && tok)  // its text, then its ids
+      from = "the prompt '" + escaped(show_tokens(prompt, vocab, tok)) + "' (" + show_tokens(prompt, INT32_MAX, nullptr) + ")";
+    else if (!prompt.empty())
+      from = "the prompt '" + show_tokens(prompt, vocab, nullptr) + "'";
     if (tok) DTRAIN_LOG(info, "tokenizer: " << tok->describe());
     DTRAIN_LOG(info, "generating " << parsed.generate << " tokens (temperature " << sampling.temperature
-                                   << ", top-k " << sampling.top_k << ", top-p " << sampling.top_p
-                                   << ") after "
-                                   << (prompt.empty() ? "the first token of validation sample 0"
-                                                      : "the prompt '" + show_tokens(prompt, vocab, tok) + "'" +
-                                                            (tok ? " (" + show_tokens(prompt, INT32_MAX, nullptr) + ")" : ""))
-                                   << ":");
+                                   << ", top-k " << sampling.top_k << ", top-p " << sampling.top_p << ") after "
+                                   << from << ":");
   }
   bool first = true;
   const auto start = std::chrono::steady_clock::now();

@@ -250,7 +250,13 @@ Parsed parse_options(int argc, char** argv) {
        << all;
   out.help_text = help.str();
   check_generation(out);
-  if (!out.tokenizer_path.empty()) out.tokenizer = std::make_shared<const dtrain::train::Tokenizer>(out.tokenizer_path);
+  // Read only where it is used: --generate (after --help and --version have left).
+  if (!out.tokenizer_path.empty() && out.generate > 0 && !vm.count("help") && !vm.count("version")) {
+    out.tokenizer = std::make_shared<const dtrain::train::Tokenizer>(out.tokenizer_path);
+    DTRAIN_CHECK(out.tokenizer->size() <= out.config.vocab, Errc::invalid_config,
+                 "--tokenizer " << out.tokenizer->describe() << " has more tokens than --vocab "
+                                << out.config.vocab << ": it is another model's");
+  }
   out.prompt_tokens = prompt_tokens(out.prompt, out.config.vocab, out.tokenizer.get());
   DTRAIN_CHECK(!vm.count("prompt") || !out.prompt_tokens.empty(), Errc::invalid_config,
                "--prompt holds no tokens: give some, or leave it out to start from the first token "

@@ -83,14 +83,16 @@ SafetensorsFile::SafetensorsFile(const std::string& path) : path_(path) {
     const std::uint64_t bytes = element_bytes(t.dtype);
     DTRAIN_CHECK(bytes > 0, Errc::corrupt_data, where << " has the unknown dtype '" << t.dtype << "'");
     std::uint64_t numel = 1;
+    bool empty = false, beyond = false;  // a dimension of 0; more elements than the file has bytes
     for (const json::Value& d : shape->items) {
       const std::uint64_t n = json::to_u64(d, where + ": a dimension");
       t.shape.push_back(n);
-      // Past the file's size the count is wrong whatever it is: stop before it overflows.
-      DTRAIN_CHECK(n == 0 || numel <= data_bytes / n, Errc::corrupt_data,
-                   where << " has more elements than the file has bytes");
-      numel *= n;
+      if (n == 0) empty = true;
+      else if (numel > data_bytes / n) beyond = true;  // (stops before the count overflows)
+      else numel *= n;
     }
+    if (empty) numel = 0;
+    DTRAIN_CHECK(!beyond || empty, Errc::corrupt_data, where << " has more elements than the file has bytes");
     t.begin = json::to_u64(offsets->items[0], where + ": data_offsets");
     t.end = json::to_u64(offsets->items[1], where + ": data_offsets");
     DTRAIN_CHECK(t.begin <= t.end && t.end <= data_bytes, Errc::corrupt_data,

@@ -1,6 +1,7 @@
 #include "dtrain/comm/agreed_failure.hpp"
 
 #include <cstdint>
+#include <new>
 
 namespace dtrain {
 
@@ -11,8 +12,9 @@ void LocalFailure::record(Errc code, std::string message) {
 }
 
 void LocalFailure::record(const std::exception& e) {
-  const auto* own = dynamic_cast<const Error*>(&e);
-  record(own ? own->code() : Errc::io, e.what());
+  if (const auto* own = dynamic_cast<const Error*>(&e)) return record(own->code(), e.what());
+  if (dynamic_cast<const std::bad_alloc*>(&e)) return record(Errc::out_of_memory, "out of host memory (std::bad_alloc)");
+  record(Errc::io, e.what());
 }
 
 void LocalFailure::agree(Communicator& comm, const std::string& what) const {

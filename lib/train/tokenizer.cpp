@@ -17,7 +17,7 @@ namespace fs = std::filesystem;
 
 // GPT-2 writes every byte of its tokens as a printable character: the printable Latin-1
 // bytes as themselves, the other 68 (controls, space, 127-160, 173) as U+0100 onwards, in
-// byte order. The code point of each byte, and the byte of each code point (-1: none).
+// byte order. The code point of each byte, and the byte of each code point.
 struct ByteCharacters {
   char32_t of_byte[256];
   std::map<char32_t, unsigned char> byte_of;
@@ -137,7 +137,7 @@ Tokenizer::Tokenizer(const std::string& path) : path_(path) {
     // llm.c: 256 uint32 of header (magic, version, token count), then per token its length
     // (one byte) and its bytes.
     kind_ = "llm.c tokenizer, decodes only";
-    DTRAIN_CHECK(header[2] <= text.size(), Errc::corrupt_data,
+    DTRAIN_CHECK(header[2] <= text.size() - 1024, Errc::corrupt_data,
                  "--tokenizer '" << path_ << "' is shorter than its " << header[2] << " tokens");
     std::size_t pos = 1024;
     pieces_.resize(header[2]);
@@ -177,10 +177,10 @@ Tokenizer::Tokenizer(const std::string& path) : path_(path) {
     DTRAIN_CHECK(space != std::string::npos && space > 0 && line.find(' ', space + 1) == std::string::npos,
                  Errc::corrupt_data, "--tokenizer: '" << merges.string() << "' line '" << line << "' is not a merge 'left right'");
     const std::string where = "--tokenizer: '" + merges.string() + "'";
-    merge_rank_.emplace(std::make_pair(token_bytes(line.substr(0, space), where), token_bytes(line.substr(space + 1), where)),
-                        rank++);
+    // A merge listed twice takes its later rank, as GPT-2's encoder reads the file.
+    merge_rank_[{token_bytes(line.substr(0, space), where), token_bytes(line.substr(space + 1), where)}] = rank++;
   }
-  kind_ = "GPT-2 BPE with merges.txt";
+  kind_ = encodes() ? "GPT-2 BPE with merges.txt" : "GPT-2 BPE, decodes only: merges.txt holds no merges";
 }
 
 const std::string& Tokenizer::bytes(std::int32_t token) const {

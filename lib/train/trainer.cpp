@@ -158,7 +158,12 @@ Trainer::Trainer(const TrainConfig& cfg, Communicator& world)
                                                               : "measured GEMM ";
   DTRAIN_LOG(info, "peak: " << peak_from << s_->peak_flops_per_rank / 1e9
                    << " GFLOP/s per rank (the MFU denominator)");
-  if (!s_->resume_from.empty()) load_checkpoint(s_->resume_from);
+  // Resolved again now that the save directory is claimed: a run that wrote into it until a
+  // moment ago may have left a newer checkpoint since set-up chose between the file and one.
+  const std::string from = ckpt::resolve_resume(world, cfg.resume, cfg.save_dir);
+  DTRAIN_CHECK(!from.empty() || s_->resume_from.empty(), Errc::io,
+               "checkpoint " << s_->resume_from << " went away during the set-up");
+  if (!from.empty()) load_checkpoint(from);
 }
 
 Trainer::~Trainer() = default;

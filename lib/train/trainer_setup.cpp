@@ -71,11 +71,6 @@ std::unique_ptr<TokenSource> open_source(const TrainConfig& cfg) {
   return open_token_files(expand_data_files(cfg.data), val, cfg.seq_len, cfg.val_fraction, cfg.seed);
 }
 
-// Every rank opens the data itself, and on a cluster each node may see its own copy (data
-// staged to node-local disks): a file that only some ranks can open fails every rank, and
-// ranks that see different files, sizes (the description names them) or contents (sampled by
-// the fingerprint) fail together too, instead of training on different data. The ranks read a share of the files each to find
-// the largest token id.
 // Runs f, which may fail on some ranks only (a file read, memory), and agrees on the outcome
 // over the world before the next collective: every rank throws the same AgreedError.
 template <class F>
@@ -89,6 +84,11 @@ void agreed(Communicator& world, const char* what, F&& f) {
   failure.agree(world, what);
 }
 
+// Every rank opens the data itself, and on a cluster each node may see its own copy (data
+// staged to node-local disks): a file that only some ranks can open fails every rank, and
+// ranks that see different files, sizes (the description names them) or contents (sampled by
+// the fingerprint) fail together too, instead of training on different data. The ranks read a share of the files each to find
+// the largest token id.
 std::unique_ptr<TokenSource> open_source_on_every_rank(const TrainConfig& cfg, Communicator& world) {
   std::unique_ptr<TokenSource> src;
   agreed(world, "opening the data", [&] { src = open_source(cfg); });

@@ -91,7 +91,9 @@ struct Trainer::State {
   std::vector<double> micro_losses;  // per local micro-batch (deterministic mode)
   std::unique_ptr<ckpt::Checkpointer> checkpointer;  // made at the first save or load
   std::unique_ptr<ckpt::InitialWeights> initial;     // --init-from, during set-up only
-  std::string resume_from;  // the checkpoint the run continues from ("": a fresh run)
+  // The checkpoint the run continues from as set-up found it ("": a fresh run), which decides
+  // whether --init-from is read.
+  std::string resume_from;
   long start_step = 0;
   long last_saved_step = -1;
   // Training sequences consumed up to step consumed_before_step (the checkpoint resumed from).

@@ -3,13 +3,13 @@
 
 A small byte-level BPE tokenizer is trained here on a sample text and written as Hugging
 Face writes GPT-2's (vocab.json in GPT-2's byte characters, merges.txt) and as llm.c writes
-its tokenizer file. GPT-2's encoder is written here too, from its published description: the
-text split by the pattern 's|'t|'re|'ve|'m|'ll|'d| ?\\p{L}+| ?\\p{N}+| ?[^\\s\\p{L}\\p{N}]+|
-\\s+(?!\\S)|\\s+ (the classes from Python's unicodedata), then byte pair merges by rank. For
-prompts with contractions, runs of spaces and newlines, digits, accented, Cyrillic and CJK
-letters, superscript digits and emoji, the ids dtrain-gpt encodes must be the reference's, and
-the text it prints for the tokens it generates must be the reference's decoding of the same
-tokens (generated again without the tokenizer, as ids, greedily)."""
+its tokenizer file. The reference encoder is GPT-2's: the text split by its pattern with the
+`regex` module, as OpenAI's encoder.py does, then byte pair merges by rank. For prompts with
+contractions, runs of spaces, tabs and newlines, digits, accented, Cyrillic and CJK letters,
+superscript digits, emoji and the separators that are not white space (U+001C), the ids
+dtrain-gpt encodes must be the reference's, and the text it prints for the tokens it
+generates must be the reference's decoding of the same tokens (generated again without the
+tokenizer, as ids, greedily). Exits 77 (skipped) where the `regex` module is missing."""
 import json
 import os
 import re
@@ -17,7 +17,12 @@ import shutil
 import struct
 import subprocess
 import sys
-import unicodedata
+
+try:
+    import regex
+except ImportError:
+    print("the regex module is not available: skipped")
+    sys.exit(77)
 
 mpiexec, npflag, gpt, work = sys.argv[1:5]
 shutil.rmtree(work, ignore_errors=True)
@@ -39,33 +44,11 @@ def byte_characters():
 CHARS = byte_characters()
 
 
-def kind(c):
-    cat = unicodedata.category(c)
-    return "L" if cat[0] == "L" else "N" if cat[0] == "N" else "S" if c.isspace() else "O"
+GPT2_PATTERN = regex.compile(r"""'s|'t|'re|'ve|'m|'ll|'d| ?\p{L}+| ?\p{N}+| ?[^\s\p{L}\p{N}]+|\s+(?!\S)|\s+""")
 
 
 def split_words(text):
-    """GPT-2's pattern, alternative by alternative, at each position."""
-    words, i, n = [], 0, len(text)
-    while i < n:
-        m = re.match(r"'(s|t|re|ve|m|ll|d)", text[i:])
-        if m:
-            end = i + len(m.group(0))
-        else:
-            j = i + 1 if text[i] == " " and i + 1 < n and kind(text[i + 1]) != "S" else i
-            if kind(text[j]) != "S":
-                end = j
-                while end < n and kind(text[end]) == kind(text[j]):
-                    end += 1
-            else:
-                end = i
-                while end < n and kind(text[end]) == "S":
-                    end += 1
-                if end < n and end - i >= 2:
-                    end -= 1
-        words.append(text[i:end])
-        i = end
-    return words
+    return GPT2_PATTERN.findall(text)
 
 
 def bpe(word, ranks):
@@ -92,7 +75,8 @@ def encode(text, ranks, ids):
 
 
 prompts = ["Hello world, it's the world", "they'll  see\n\n  123 apples?!", "Über café naïve",
-           "東京都 and Москва", "x² ½ 4567", "smile 🙂 ok", " 'quoted' text  ", "a\n\n\nb  \t c   "]
+           "東京都 and Москва", "x² ½ 4567", "smile 🙂 ok", " 'quoted' text  ", "a\n\n\nb  \t c   ",
+           "a \x1cb x\u00a0y\u0085z It'S"]
 # Merges trained on a sample and the prompts (so that merges of a space with what follows
 # it decide how words are cut): the most frequent adjacent pair inside words, 100 times.
 sample = ("Hello world, it's the hello of the world. Über café naïve 東京 東京都 Москва москва "

@@ -27,6 +27,10 @@ TEST(Gpt2Words, SplitsAsItsPattern) {
   EXPECT_EQ(gpt2_words("a   b"), (Words{"a", "  ", " b"}));
   EXPECT_EQ(gpt2_words("a\n\nb"), (Words{"a", "\n", "\n", "b"}));
   EXPECT_EQ(gpt2_words("a \t\n c  "), (Words{"a", " \t\n", " c", "  "}));
+  // White space is Unicode's White_Space, as a regular expression's \s: not the information
+  // separators U+001C..U+001F (which Python's isspace counts), but U+0085 and U+00A0.
+  EXPECT_EQ(gpt2_words("a \x1c" "b"), (Words{"a", " \x1c", "b"}));
+  EXPECT_EQ(gpt2_words("a\xc2\xa0\xc2\xa0" "b"), (Words{"a", "\xc2\xa0", "\xc2\xa0", "b"}));
   // Unicode classes: letters of any script, numbers such as superscripts, other symbols.
   EXPECT_EQ(gpt2_words("caf\xc3\xa9 \xd0\x9c\xd0\xb8\xd1\x80"), (Words{"caf\xc3\xa9", " \xd0\x9c\xd0\xb8\xd1\x80"}));
   EXPECT_EQ(gpt2_words("x\xc2\xb2 \xf0\x9f\x99\x82!"), (Words{"x", "\xc2\xb2", " \xf0\x9f\x99\x82!"}));

@@ -14,7 +14,8 @@ namespace dtrain {
 class DTRAIN_API LocalFailure {
  public:
   void record(Errc code, std::string message);
-  void record(const std::exception& e);  // dtrain's code, else Errc::io (file system, memory)
+  // dtrain's code; Errc::out_of_memory for std::bad_alloc; else Errc::io (a file system's).
+  void record(const std::exception& e);
   bool failed() const noexcept { return failed_; }
 
   // Collective over comm: returns when no rank failed. Otherwise every rank throws
