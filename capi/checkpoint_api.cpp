@@ -6,6 +6,7 @@
 #include <system_error>
 
 #include "byom.hpp"
+#include "dtrain/ckpt/initial_weights.hpp"
 #include "model.hpp"
 
 using namespace dtrain::capi;
@@ -119,6 +120,33 @@ dt_result_t dt_checkpoint_find(dt_comm_t comm, const char* dir, char* path, size
       need(capacity > found.size(), "capacity is too small for the path and its NUL");
     });
     if (!query) std::memcpy(path, found.c_str(), found.size() + 1);
+  });
+}
+
+dt_result_t dt_model_load_weights(dt_model_t model, const char* source) {
+  return with_model(__func__, model, [&](dt_model_s& m) {
+    std::string s;
+    agreed_checks(m.group(), true, [&] {
+      s = need_path(source, "source");
+      if (!m.gpt) fail(DT_ERR_INVALID_ARGUMENT, "the model is an MLP: dt_model_load_weights() loads a GPT's");
+    });
+    need_same_path(m.group(), s, "source paths");
+    // Every tensor this rank holds is read and checked first: a refused file changes nothing.
+    std::unique_ptr<dtrain::ckpt::InitialWeights> file;
+    agreed_checks(m.group(), true, [&] {
+      file = std::make_unique<dtrain::ckpt::InitialWeights>(s, m.gpt->config(), "dt_model_load_weights(): source");
+      file->check_shapes(m.params());
+      for (const dtrain::ParamInfo& p : m.params()) file->values(p);
+    });
+    // ZeRO 3: a unit a failed pass left held would keep stale values (as a checkpoint load).
+    if (dtrain::parallel::ParamGather* g = m.engine->gather()) g->release_all();
+    agreed_checks(m.group(), true, [&] {
+      for (const dtrain::ParamInfo& p : m.params()) {
+        write_tensor(m, p, file->values(p));
+        m.engine->parameters_written(p.offset, p.offset + p.local_numel());  // mixed precision
+      }
+    });
+    m.tied_written = {};  // both ends of a tied wte read the file's
   });
 }
 

@@ -1106,6 +1106,27 @@ DT_API dt_result_t dt_model_get_tensor(dt_model_t model, const char* name, float
 DT_API dt_result_t dt_model_set_tensor(dt_model_t model, const char* name, const float* src,
                                        size_t count);
 
+/**
+ * @brief Overwrites a GPT's parameters with pretrained ones from a file: a safetensors file
+ * (Hugging Face's GPT-2, or a directory holding its model.safetensors; nanoGPT's; a
+ * dtrain-ckpt export) or a dtrain checkpoint, of which only the model's tensors are taken
+ * (docs/dtrain-gpt.md, Starting from pretrained weights).
+ *
+ * Collective over every rank of the model (on a grid, its world), which all pass the same
+ * source; each rank reads, whole, the tensors it holds (its stage's, its slices, its ZeRO 3
+ * share). The file's model must be this one: layers, d_model, vocab, tie_embeddings, the head
+ * count where the file records it, and at least seq_len positions (a longer wpe gives its
+ * first rows). Every tensor is read and checked before any parameter changes, so a file
+ * that is refused leaves the model as it was; optimiser state and step count are kept.
+ * @param model a live GPT.
+ * @param source the file, or a directory holding model.safetensors.
+ * @return ::DT_SUCCESS; ::DT_ERR_INVALID_HANDLE, ::DT_ERR_INVALID_ARGUMENT (source NULL or
+ *         empty, or not the same on every rank; the model is an MLP), ::DT_ERR_INVALID_CONFIG
+ *         (the file holds another model, or a value that is not finite), ::DT_ERR_IO (missing,
+ *         unreadable), ::DT_ERR_CORRUPT_DATA (damaged, or neither safetensors nor HDF5).
+ */
+DT_API dt_result_t dt_model_load_weights(dt_model_t model, const char* source);
+
 /* ---- checkpoints (HDF5, docs/checkpoint-format.md) -------------------------------------- */
 /*
  * A checkpoint is one HDF5 file, dir/step_NNNNNNNN.h5 (the step, 8 digits), holding every

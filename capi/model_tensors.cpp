@@ -59,10 +59,12 @@ const float* local_values(dt_model_s& m, const dtrain::ParamInfo& p, const float
   return slice.data();
 }
 
+}  // namespace
+
 // Writes this rank's slice of a whole tensor (p.logical_numel() floats) into the arena;
 // under ZeRO 3 only the parts in this rank's pieces, since every rank is given the same
 // values and the rest would be dropped at the next pass.
-void write_tensor(dt_model_s& m, const dtrain::ParamInfo& p, const float* whole) {
+void dtrain::capi::write_tensor(dt_model_s& m, const dtrain::ParamInfo& p, const float* whole) {
   std::vector<float> slice;
   const float* src = local_values(m, p, whole, slice);
   float* arena = m.params().params();
@@ -78,8 +80,6 @@ void write_tensor(dt_model_s& m, const dtrain::ParamInfo& p, const float* whole)
                       dtrain::CopyKind::host_to_device);
   }
 }
-
-}  // namespace
 
 void dtrain::capi::share_tied_embedding(dt_model_s& m) {
   if (!m.tied) return;

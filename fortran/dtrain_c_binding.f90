@@ -434,6 +434,11 @@ module dtrain_c_binding
       type(dt_model), value :: model
       character(kind=c_char), dimension(*), intent(in) :: source
     end function
+    integer(c_int) function c_model_load_weights(model, source) bind(C, name="dt_model_load_weights")
+      import :: c_int, c_char, dt_model
+      type(dt_model), value :: model
+      character(kind=c_char), dimension(*), intent(in) :: source
+    end function
     integer(c_int) function c_checkpoint_find(comm, dir, path, capacity, length) &
         bind(C, name="dt_checkpoint_find")
       import :: c_int, c_char, c_ptr, c_size_t, dt_comm
@@ -463,7 +468,7 @@ module dtrain_c_binding
             c_model_steps, c_model_num_parameters, c_model_num_logits, c_model_get_parameters, c_model_num_tensors, &
             c_model_device, c_model_tensor_name, c_model_tensor_shape, c_model_get_tensor, c_model_set_tensor, &
             c_byom_save_checkpoint, c_byom_load_checkpoint, c_model_save_checkpoint, &
-            c_model_load_checkpoint, c_checkpoint_find
+            c_model_load_checkpoint, c_model_load_weights, c_checkpoint_find
 
 contains
 

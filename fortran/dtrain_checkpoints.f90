@@ -9,7 +9,7 @@ module dtrain_checkpoints
   private
 
   public :: dt_byom_save_checkpoint, dt_byom_load_checkpoint, dt_model_save_checkpoint, &
-            dt_model_load_checkpoint, dt_checkpoint_find
+            dt_model_load_checkpoint, dt_model_load_weights, dt_checkpoint_find
 
 contains
 
@@ -74,6 +74,22 @@ contains
     character(len=*), intent(in) :: source
     integer, intent(out) :: ierr
     ierr = ret(c_model_load_checkpoint(model, c_string(source)))
+  end subroutine
+
+  !> Overwrites a GPT's parameters with pretrained ones: a safetensors file (Hugging Face's
+  !> GPT-2, or a directory holding its model.safetensors; nanoGPT's; a dtrain-ckpt export) or
+  !> a dtrain checkpoint's model tensors. Optimiser state and step count are kept; a refused
+  !> file changes nothing. Collective over every rank of the model (on a grid, its world).
+  !> @param[in] model a live GPT.
+  !> @param[in] source the file, or a directory holding model.safetensors.
+  !> @param[out] ierr DT_SUCCESS; DT_ERR_INVALID_ARGUMENT (an MLP); DT_ERR_INVALID_CONFIG (the
+  !>             file holds another model, or a value that is not finite); DT_ERR_IO;
+  !>             DT_ERR_CORRUPT_DATA.
+  subroutine dt_model_load_weights(model, source, ierr)
+    type(dt_model), intent(in) :: model
+    character(len=*), intent(in) :: source
+    integer, intent(out) :: ierr
+    ierr = ret(c_model_load_weights(model, c_string(source)))
   end subroutine
 
   !> The checkpoint a run would resume from: dir/latest, else the newest complete

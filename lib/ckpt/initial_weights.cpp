@@ -1,4 +1,4 @@
-#include "ckpt/initial_weights.hpp"
+#include "dtrain/ckpt/initial_weights.hpp"
 
 #include <algorithm>
 #include <cerrno>
@@ -211,9 +211,9 @@ enum class FileKind { hdf5, safetensors, other };
 
 // By the first bytes: HDF5's signature, or a safetensors header length the file can hold
 // followed by the header's '{'.
-FileKind file_kind(const std::string& path) {
+FileKind file_kind(const std::string& path, const std::string& caller) {
   std::ifstream in(path, std::ios::binary);
-  DTRAIN_CHECK(in, Errc::io, "--init-from '" << path << "': cannot open it: " << std::strerror(errno));
+  DTRAIN_CHECK(in, Errc::io, caller << " '" << path << "': cannot open it: " << std::strerror(errno));
   unsigned char b[9] = {};
   in.read(reinterpret_cast<char*>(b), 9);
   if (in.gcount() >= 8 && std::memcmp(b, "\x89HDF\r\n\x1a\n", 8) == 0) return FileKind::hdf5;
@@ -236,6 +236,7 @@ std::string model_text(int layers, std::uint64_t d_model, std::uint64_t vocab, s
 }  // namespace
 
 struct InitialWeights::Impl {
+  std::string caller;  // what messages begin with: "--init-from"
   std::string path;
   GptConfig model;
   std::unique_ptr<Source> source;
@@ -245,32 +246,34 @@ struct InitialWeights::Impl {
   std::vector<float> cached;
 
   [[noreturn]] void refuse(const std::string& why) const {
-    DTRAIN_FAIL(Errc::invalid_config, "--init-from '" << path << "' holds a GPT of " << summary << "; " << why);
+    DTRAIN_FAIL(Errc::invalid_config, caller << " '" << path << "' holds a GPT of " << summary << "; " << why);
   }
 };
 
-InitialWeights::InitialWeights(const std::string& path, const GptConfig& model) : impl_(std::make_unique<Impl>()) {
+InitialWeights::InitialWeights(const std::string& path, const GptConfig& model, const std::string& caller)
+    : impl_(std::make_unique<Impl>()) {
   Impl& m = *impl_;
+  m.caller = caller;
   m.path = path;
   m.model = model;
   if (std::filesystem::is_directory(path)) {
     m.path = (std::filesystem::path(path) / "model.safetensors").string();
     DTRAIN_CHECK(std::filesystem::is_regular_file(m.path), Errc::io,
-                 "--init-from '" << path << "' is a directory without a model.safetensors");
+                 caller << " '" << path << "' is a directory without a model.safetensors");
   }
-  DTRAIN_CHECK(std::filesystem::exists(m.path), Errc::io, "--init-from '" << m.path << "': no such file");
-  DTRAIN_CHECK(std::filesystem::is_regular_file(m.path), Errc::io, "--init-from '" << m.path << "' is not a regular file");
-  switch (file_kind(m.path)) {
+  DTRAIN_CHECK(std::filesystem::exists(m.path), Errc::io, m.caller << " '" << m.path << "': no such file");
+  DTRAIN_CHECK(std::filesystem::is_regular_file(m.path), Errc::io, m.caller << " '" << m.path << "' is not a regular file");
+  switch (file_kind(m.path, m.caller)) {
     case FileKind::hdf5: m.source = std::make_unique<CheckpointSource>(m.path); break;
     case FileKind::safetensors: m.source = std::make_unique<SafetensorsSource>(m.path); break;
     case FileKind::other:
-      DTRAIN_FAIL(Errc::corrupt_data, "--init-from '" << m.path << "' is neither a dtrain checkpoint (HDF5) nor a "
+      DTRAIN_FAIL(Errc::corrupt_data, m.caller << " '" << m.path << "' is neither a dtrain checkpoint (HDF5) nor a "
                                       "safetensors file");
   }
   const Source& src = *m.source;
   const std::optional<Shape> wte = src.shape("wte"), wpe = src.shape("wpe");
   DTRAIN_CHECK(wte && wte->size() == 2 && wpe && wpe->size() == 2, Errc::invalid_config,
-               "--init-from '" << m.path << "' (" << src.kind() << ") holds no GPT: it has no 2-D wte and wpe");
+               m.caller << " '" << m.path << "' (" << src.kind() << ") holds no GPT: it has no 2-D wte and wpe");
   m.file_has_head = src.shape("lm_head.weight").has_value();
   m.summary = model_text(src.layers(), (*wte)[1], (*wte)[0], (*wpe)[0], !m.file_has_head, src.heads()) + " (" +
               src.kind() + ")";
@@ -313,7 +316,7 @@ const float* InitialWeights::values(const ParamInfo& p) {
   m.cached = m.source->read(p.name);
   const float* v = m.cached.data();
   const std::size_t n = p.logical_numel();  // wpe: its first seq-len rows are the model's
-  DTRAIN_CHECK(m.cached.size() >= n, Errc::internal, "--init-from: tensor '" << p.name << "' has too few values");
+  DTRAIN_CHECK(m.cached.size() >= n, Errc::internal, m.caller << ": tensor '" << p.name << "' has too few values");
   const float* bad = std::find_if(v, v + n, [](float x) { return !std::isfinite(x); });
   if (bad != v + n) {
     m.refuse("its tensor '" + p.name + "' holds " + std::to_string(*bad) + " at element " + std::to_string(bad - v) +

@@ -32,7 +32,7 @@
 #include "dtrain/train/data.hpp"
 #include "dtrain/train/signals.hpp"
 #include "dtrain/train/trainer.hpp"
-#include "ckpt/initial_weights.hpp"
+#include "dtrain/ckpt/initial_weights.hpp"
 #include "train/peak_flops.hpp"
 #include "train/precision.hpp"
 #include "train/progress.hpp"

@@ -112,6 +112,7 @@ static void expect_refused(handles_t h, const char* why) {
   REFUSED("dt_model_set_tensor", "model", "dt_model_t", dt_model_set_tensor(h.model, "w", f, 4));
   REFUSED("dt_model_save_checkpoint", "model", "dt_model_t", dt_model_save_checkpoint(h.model, "d", 0));
   REFUSED("dt_model_load_checkpoint", "model", "dt_model_t", dt_model_load_checkpoint(h.model, "d"));
+  REFUSED("dt_model_load_weights", "model", "dt_model_t", dt_model_load_weights(h.model, "d"));
   REFUSED("dt_model_destroy", "model", "dt_model_t", dt_model_destroy(h.model));
 #undef REFUSED
 }
@@ -214,6 +215,10 @@ static void null_pointers(handles_t h) {
         dt_model_save_checkpoint(h.model, NULL, 0));
   FAILS(DT_ERR_INVALID_ARGUMENT, ctx, "source must not be NULL",
         dt_model_load_checkpoint(h.model, NULL));
+  FAILS(DT_ERR_INVALID_ARGUMENT, ctx, "source must not be NULL",
+        dt_model_load_weights(h.model, NULL));
+  FAILS(DT_ERR_INVALID_ARGUMENT, ctx, "the model is an MLP",
+        dt_model_load_weights(h.model, "gpt2"));
   FAILS(DT_ERR_INVALID_ARGUMENT, ctx, "dir must not be NULL",
         dt_checkpoint_find(h.comm, NULL, NULL, 0, &n));
   FAILS(DT_ERR_INVALID_ARGUMENT, ctx, "length must not be NULL",

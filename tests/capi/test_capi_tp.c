@@ -4,7 +4,8 @@
  * on the whole batch: every step's loss (averaged over dp) and gradient norm within TOL
  * relative, evaluation within TOL, the whole parameters (gathered by dt_model_get_parameters)
  * and generation logits within PARAM_TOL. A tensor set whole on the split model reads back whole, bit for bit;
- * checkpoints load across the layouts bit for bit; different tokens or tensor values on the
+ * checkpoints load across the layouts bit for bit, and so do a checkpoint's weights alone
+ * (dt_model_load_weights); different tokens or tensor values on the
  * ranks of a TP group fail every rank; sequence_parallel without tp and impossible splits are
  * refused.
  *   mpiexec -n N test_capi_tp SCRATCH_DIR       (N = 2 or 4) */
@@ -148,6 +149,26 @@ static void test_layout(dt_context_t ctx, dt_comm_t world, int tp, int tied, int
   snprintf(dir, sizeof dir, "%s%s", scratch, name);
   OK(ctx, dt_model_load_checkpoint(l.pair.split, dir));
   CHECK(same_parameters(ctx, l.pair.split, l.pair.ref));
+
+  /* Pretrained weights (dt_model_load_weights) from the one-rank model's checkpoint file: the
+   * split model takes them bit for bit and keeps its step count; a file that cannot be read
+   * changes nothing. */
+  {
+    static float zeros[4 * 32]; /* h.0.mlp.c_fc.bias: 4 x d_model */
+    char file[4096];
+    size_t length = 0;
+    long steps = 0, steps_after = 0;
+    OK(ctx, dt_model_set_tensor(l.pair.split, "h.0.mlp.c_fc.bias", zeros, 4 * 32));
+    CHECK(!same_parameters(ctx, l.pair.split, l.pair.ref));
+    OK(ctx, dt_checkpoint_find(world, dir, file, sizeof file, &length));
+    OK(ctx, dt_model_steps(l.pair.split, &steps));
+    EXPECT(DT_ERR_IO, ctx, dt_model_load_weights(l.pair.split, "no_such_weights.safetensors"));
+    CHECK(!same_parameters(ctx, l.pair.split, l.pair.ref));
+    OK(ctx, dt_model_load_weights(l.pair.split, file));
+    CHECK(same_parameters(ctx, l.pair.split, l.pair.ref));
+    OK(ctx, dt_model_steps(l.pair.split, &steps_after));
+    CHECK(steps_after == steps);
+  }
   free_layout(ctx, &l);
 }
 

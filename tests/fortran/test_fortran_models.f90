@@ -647,6 +647,22 @@ contains
     call dt_model_load_checkpoint(mlp2, gpt_dir, ierr)
     call expect_message(ierr, DT_ERR_INVALID_CONFIG, ctx, "has no tensor 'layers.0.weight'", &
                         'gpt checkpoint into an mlp')
+    ! The weights alone (dt_model_load_weights) from the checkpoint file into a third GPT:
+    ! the same loss, its own step count kept; a GPT checkpoint into an MLP is refused.
+    block
+      type(dt_model) :: gpt3
+      character(len=:), allocatable :: file
+      call make_gpt(world, gpt3, 5_c_int64_t)
+      call dt_checkpoint_find(world, gpt_dir, file, ierr)
+      call dt_model_load_weights(gpt3, file, ierr)
+      call expect(ierr, DT_SUCCESS, 'dt_model_load_weights (gpt)')
+      call dt_gpt_evaluate(gpt3, tokens, targets, loss2, ierr)
+      call check(loss == loss2, 'gpt weights loaded: same loss')
+      call dt_model_steps(gpt3, steps, ierr)
+      call check(steps == 0, 'dt_model_load_weights keeps the step count')
+      call dt_model_load_weights(mlp2, file, ierr)
+      call expect_message(ierr, DT_ERR_INVALID_ARGUMENT, ctx, 'the model is an MLP', 'weights into an mlp')
+    end block
     call dt_model_save_checkpoint(gpt2, '', ierr)
     call expect_message(ierr, DT_ERR_INVALID_ARGUMENT, ctx, 'dir must not be empty', 'empty dir')
     call dt_model_save_checkpoint(gpt2, gpt_dir, ierr, keep=-1)

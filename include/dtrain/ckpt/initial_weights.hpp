@@ -1,6 +1,6 @@
 #pragma once
-// The weights a fresh run starts from, read from a file (dtrain-gpt --init-from,
-// docs/dtrain-gpt.md) instead of drawn from the seed:
+// A GPT's weights read from a file (dtrain-gpt --init-from and the C ABI's
+// dt_model_load_weights, docs/dtrain-gpt.md), e.g. a fresh run's instead of the seed's:
 //  - a safetensors file: Hugging Face's GPT-2 (names with or without "transformer.", the four
 //    linear layers' weights [in, out] as its Conv1D keeps them), or one whose linear weights
 //    are [out, in] (dtrain-ckpt export, nanoGPT); the layout is told by c_attn's shape. A
@@ -12,20 +12,22 @@
 #include <string>
 #include <vector>
 
+#include "dtrain/export.hpp"
 #include "dtrain/nn/gpt.hpp"
 #include "dtrain/nn/parameters.hpp"
 
 namespace dtrain::ckpt {
 
-class InitialWeights {
+class DTRAIN_API InitialWeights {
  public:
   // Opens path and compares the model it holds with `model`: layers, d-model, vocabulary, a
   // separate LM head, at least seq_len positions (a longer wpe gives its first rows), and
   // the head count where the file records it (a dtrain checkpoint or export; a Hugging Face
   // config.json next to a safetensors file, whose activation and LayerNorm settings must be
   // GPT-2's too). Errc::invalid_config names what the file holds and the options that would
-  // fit it; Errc::io or Errc::corrupt_data for a file that cannot be read as one.
-  InitialWeights(const std::string& path, const GptConfig& model);
+  // fit it; Errc::io or Errc::corrupt_data for a file that cannot be read as one. Messages
+  // begin with `caller` and the path ("--init-from 'gpt2/model.safetensors' ...").
+  InitialWeights(const std::string& path, const GptConfig& model, const std::string& caller = "--init-from");
   ~InitialWeights();
   InitialWeights(const InitialWeights&) = delete;
   InitialWeights& operator=(const InitialWeights&) = delete;
