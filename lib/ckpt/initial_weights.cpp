@@ -331,6 +331,8 @@ const float* InitialWeights::values(const ParamInfo& p) {
   return v;
 }
 
+bool InitialWeights::records_heads() const { return impl_->source->heads().has_value(); }
+
 std::string InitialWeights::describe() const { return "'" + impl_->path + "': " + impl_->summary; }
 
 }  // namespace dtrain::ckpt

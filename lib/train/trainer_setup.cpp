@@ -417,6 +417,11 @@ void Trainer::State::open_initial_weights() {
       initial->check_shapes(model.parameters());
     });
     DTRAIN_LOG(info, "init: weights from " << initial->describe());
+    // No shape shows the head count: a forgotten --heads would load and compute another model.
+    if (!initial->records_heads() && cfg.d_model % 64 == 0 && cfg.d_model != 64 * cfg.heads)
+      DTRAIN_LOG(warn, "--init-from '" << cfg.init_from << "' does not record its head count (no config.json "
+                       "beside it): --heads " << cfg.heads << " is taken as given; GPT-2's models have heads of "
+                       "size 64, which would be --heads " << cfg.d_model / 64);
   }
   if (cfg.zero == 3 || stores_16bit) return;
   ParameterStore& params = model.parameters();

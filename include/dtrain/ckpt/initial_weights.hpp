@@ -42,6 +42,8 @@ class DTRAIN_API InitialWeights {
   // The file and what it holds, for the log: "'gpt2.safetensors' (safetensors, Hugging
   // Face GPT-2 layout): 12 layers, d-model 768, ...".
   std::string describe() const;
+  // Whether the file records its head count (which no tensor's shape shows).
+  bool records_heads() const;
 
  private:
   struct Impl;
