@@ -131,22 +131,25 @@ dt_result_t dt_model_load_weights(dt_model_t model, const char* source) {
       if (!m.gpt) fail(DT_ERR_INVALID_ARGUMENT, "the model is an MLP: dt_model_load_weights() loads a GPT's");
     });
     need_same_path(m.group(), s, "source paths");
-    // Every tensor this rank holds is read and checked first: a refused file changes nothing.
-    std::unique_ptr<dtrain::ckpt::InitialWeights> file;
+    // Every tensor this rank holds is read, checked and kept as what its arena takes (its
+    // slices, its ZeRO 3 pieces) first: a refused file changes nothing.
+    std::vector<std::vector<ArenaWrite>> writes;
     agreed_checks(m.group(), true, [&] {
-      file = std::make_unique<dtrain::ckpt::InitialWeights>(s, m.gpt->config(), "dt_model_load_weights(): source");
-      file->check_shapes(m.params());
-      for (const dtrain::ParamInfo& p : m.params()) file->values(p);
+      dtrain::ckpt::InitialWeights file(s, m.gpt->config(), "dt_model_load_weights(): source");
+      file.check_shapes(m.params());
+      for (const dtrain::ParamInfo& p : m.params()) writes.push_back(arena_writes(m, p, file.values(p)));
     });
     // ZeRO 3: a unit a failed pass left held would keep stale values (as a checkpoint load).
     if (dtrain::parallel::ParamGather* g = m.engine->gather()) g->release_all();
-    agreed_checks(m.group(), true, [&] {
-      for (const dtrain::ParamInfo& p : m.params()) {
-        write_tensor(m, p, file->values(p));
+    agreed_checks(m.group(), true, [&] {  // copies only; a device that fails them leaves the values undefined
+      for (std::size_t t = 0; t < m.params().size(); ++t) {
+        const dtrain::ParamInfo& p = m.params()[t];
+        write_arena(m, writes[t]);
         m.engine->parameters_written(p.offset, p.offset + p.local_numel());  // mixed precision
       }
     });
     m.tied_written = {};  // both ends of a tied wte read the file's
+    m.engine->zero_grads();  // gradients of other values, as after a checkpoint load
   });
 }
 

@@ -1113,17 +1113,21 @@ DT_API dt_result_t dt_model_set_tensor(dt_model_t model, const char* name, const
  * (docs/dtrain-gpt.md, Starting from pretrained weights).
  *
  * Collective over every rank of the model (on a grid, its world), which all pass the same
- * source; each rank reads, whole, the tensors it holds (its stage's, its slices, its ZeRO 3
- * share). The file's model must be this one: layers, d_model, vocab, tie_embeddings, the head
- * count where the file records it, and at least seq_len positions (a longer wpe gives its
- * first rows). Every tensor is read and checked before any parameter changes, so a file
- * that is refused leaves the model as it was; optimiser state and step count are kept.
+ * source; each rank reads, whole, every tensor of its pipeline stage and keeps what it holds
+ * (its tensor-parallel slices, under ZeRO 3 its pieces), in host memory until all are read.
+ * The file's model must be this one: layers, d_model, vocab, tie_embeddings, the head count
+ * where the file records it (else heads is taken as given), and at least seq_len positions
+ * (a longer wpe gives its first rows); a refusal names the config fields that would fit.
+ * Every tensor is read and checked before any parameter changes, so a file that is refused
+ * leaves the model as it was (a device that then fails to take the values leaves them
+ * undefined). Optimiser state and step count are kept; accumulated gradients are zeroed.
  * @param model a live GPT.
  * @param source the file, or a directory holding model.safetensors.
  * @return ::DT_SUCCESS; ::DT_ERR_INVALID_HANDLE, ::DT_ERR_INVALID_ARGUMENT (source NULL or
  *         empty, or not the same on every rank; the model is an MLP), ::DT_ERR_INVALID_CONFIG
  *         (the file holds another model, or a value that is not finite), ::DT_ERR_IO (missing,
- *         unreadable), ::DT_ERR_CORRUPT_DATA (damaged, or neither safetensors nor HDF5).
+ *         unreadable), ::DT_ERR_CORRUPT_DATA (damaged, or neither safetensors nor HDF5),
+ *         ::DT_ERR_OUT_OF_MEMORY.
  */
 DT_API dt_result_t dt_model_load_weights(dt_model_t model, const char* source);
 

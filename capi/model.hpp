@@ -101,9 +101,14 @@ void agreed_model_checks(dt_model_s& m, bool collective_over_dp, F&& checks, boo
 // stage's where both were given some). Collective over m.tied; a no-op without it.
 void share_tied_embedding(dt_model_s& m);
 
-// Writes this rank's slice of a whole tensor (p.logical_numel() floats) into the arena;
-// under ZeRO 3 only the parts in this rank's pieces. Local.
-void write_tensor(dt_model_s& m, const dtrain::ParamInfo& p, const float* whole);
+// This rank's slice of a whole tensor (p.logical_numel() floats) as runs of its parameter
+// arena (under ZeRO 3 only the parts in this rank's pieces), and their writing. Local.
+struct ArenaWrite {
+  std::size_t offset;
+  std::vector<float> values;
+};
+std::vector<ArenaWrite> arena_writes(dt_model_s& m, const dtrain::ParamInfo& p, const float* whole);
+void write_arena(dt_model_s& m, const std::vector<ArenaWrite>& writes);
 
 // The entry-point shape for a model handle (see call() in guard.hpp).
 template <class F>

@@ -61,24 +61,26 @@ const float* local_values(dt_model_s& m, const dtrain::ParamInfo& p, const float
 
 }  // namespace
 
-// Writes this rank's slice of a whole tensor (p.logical_numel() floats) into the arena;
-// under ZeRO 3 only the parts in this rank's pieces, since every rank is given the same
-// values and the rest would be dropped at the next pass.
-void dtrain::capi::write_tensor(dt_model_s& m, const dtrain::ParamInfo& p, const float* whole) {
+// This rank's slice of a whole tensor (p.logical_numel() floats) as the runs of its arena to
+// write: under ZeRO 3 only the parts in this rank's pieces, since every rank is given the
+// same values and the rest would be dropped at the next pass.
+std::vector<ArenaWrite> dtrain::capi::arena_writes(dt_model_s& m, const dtrain::ParamInfo& p, const float* whole) {
   std::vector<float> slice;
   const float* src = local_values(m, p, whole, slice);
-  float* arena = m.params().params();
   const std::size_t first = p.offset, last = p.offset + p.local_numel();
-  if (!m.engine->gather()) {
-    m.device().copy(arena + first, src, p.local_numel() * sizeof(float), dtrain::CopyKind::host_to_device);
-    return;
-  }
+  if (!m.engine->gather()) return {{first, std::vector<float>(src, src + p.local_numel())}};
+  std::vector<ArenaWrite> writes;
   for (const dtrain::parallel::Range& r : m.engine->owned()) {
     const std::size_t lo = std::max(first, r.first), hi = std::min(last, r.second);
-    if (lo < hi)
-      m.device().copy(arena + lo, src + (lo - first), (hi - lo) * sizeof(float),
-                      dtrain::CopyKind::host_to_device);
+    if (lo < hi) writes.push_back({lo, std::vector<float>(src + (lo - first), src + (hi - first))});
   }
+  return writes;
+}
+
+void dtrain::capi::write_arena(dt_model_s& m, const std::vector<ArenaWrite>& writes) {
+  for (const ArenaWrite& w : writes)
+    m.device().copy(m.params().params() + w.offset, w.values.data(), w.values.size() * sizeof(float),
+                    dtrain::CopyKind::host_to_device);
 }
 
 void dtrain::capi::share_tied_embedding(dt_model_s& m) {
@@ -233,7 +235,7 @@ dt_result_t dt_model_set_tensor(dt_model_t model, const char* name, const float*
       const float* mine = local_values(m, p, src, slice);
       for_other_end.assign(mine, mine + p.local_numel());
     }
-    write_tensor(m, p, src);
+    write_arena(m, arena_writes(m, p, src));
     m.engine->parameters_written(p.offset, p.offset + p.local_numel());  // mixed precision
     if (!for_other_end.empty()) m.tied_written.swap(for_other_end);
   });

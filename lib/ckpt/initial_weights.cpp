@@ -220,7 +220,9 @@ FileKind file_kind(const std::string& path, const std::string& caller) {
   if (in.gcount() < 9 || b[8] != '{') return FileKind::other;
   std::uint64_t header = 0;
   for (int i = 7; i >= 0; --i) header = (header << 8) | b[i];
-  return header <= std::filesystem::file_size(path) - 8 ? FileKind::safetensors : FileKind::other;
+  std::error_code ec;
+  const std::uintmax_t size = std::filesystem::file_size(path, ec);
+  return !ec && header <= size - 8 ? FileKind::safetensors : FileKind::other;
 }
 
 std::string model_text(int layers, std::uint64_t d_model, std::uint64_t vocab, std::uint64_t positions, bool tied,
@@ -245,6 +247,19 @@ struct InitialWeights::Impl {
   std::string cached_name;
   std::vector<float> cached;
 
+  // dtrain-gpt's options name the settings ("--d-model 768"), else the C ABI's config fields
+  // do ("d_model = 768").
+  bool options() const { return caller.rfind("--", 0) == 0; }
+  std::string setting(const std::string& option, const std::string& value) const {
+    if (options()) return "--" + option + " " + value;
+    std::string field = option;
+    std::replace(field.begin(), field.end(), '-', '_');
+    return field + " = " + value;
+  }
+  std::string tied_setting(bool tied) const {
+    return setting("tie-embeddings", options() ? (tied ? "true" : "false") : (tied ? "1" : "0"));
+  }
+
   [[noreturn]] void refuse(const std::string& why) const {
     DTRAIN_FAIL(Errc::invalid_config, caller << " '" << path << "' holds a GPT of " << summary << "; " << why);
   }
@@ -256,13 +271,21 @@ InitialWeights::InitialWeights(const std::string& path, const GptConfig& model, 
   m.caller = caller;
   m.path = path;
   m.model = model;
-  if (std::filesystem::is_directory(path)) {
+  const auto type_of = [&](const std::string& p) {  // a path that cannot be searched: Errc::io, not a throw of its own
+    std::error_code ec;
+    const std::filesystem::file_type t = std::filesystem::status(p, ec).type();
+    DTRAIN_CHECK(!ec || t == std::filesystem::file_type::not_found, Errc::io,
+                 caller << " '" << p << "': " << ec.message());
+    return t;
+  };
+  if (type_of(path) == std::filesystem::file_type::directory) {
     m.path = (std::filesystem::path(path) / "model.safetensors").string();
-    DTRAIN_CHECK(std::filesystem::is_regular_file(m.path), Errc::io,
+    DTRAIN_CHECK(type_of(m.path) == std::filesystem::file_type::regular, Errc::io,
                  caller << " '" << path << "' is a directory without a model.safetensors");
   }
-  DTRAIN_CHECK(std::filesystem::exists(m.path), Errc::io, m.caller << " '" << m.path << "': no such file");
-  DTRAIN_CHECK(std::filesystem::is_regular_file(m.path), Errc::io, m.caller << " '" << m.path << "' is not a regular file");
+  const std::filesystem::file_type type = type_of(m.path);
+  DTRAIN_CHECK(type != std::filesystem::file_type::not_found, Errc::io, m.caller << " '" << m.path << "': no such file");
+  DTRAIN_CHECK(type == std::filesystem::file_type::regular, Errc::io, m.caller << " '" << m.path << "' is not a regular file");
   switch (file_kind(m.path, m.caller)) {
     case FileKind::hdf5: m.source = std::make_unique<CheckpointSource>(m.path); break;
     case FileKind::safetensors: m.source = std::make_unique<SafetensorsSource>(m.path); break;
@@ -277,19 +300,22 @@ InitialWeights::InitialWeights(const std::string& path, const GptConfig& model, 
   m.file_has_head = src.shape("lm_head.weight").has_value();
   m.summary = model_text(src.layers(), (*wte)[1], (*wte)[0], (*wpe)[0], !m.file_has_head, src.heads()) + " (" +
               src.kind() + ")";
-  std::ostringstream pass;  // the options that would fit the file
-  if (src.layers() != model.layers) pass << " --layers " << src.layers();
-  if ((*wte)[1] != static_cast<std::uint64_t>(model.d_model)) pass << " --d-model " << (*wte)[1];
-  if ((*wte)[0] != static_cast<std::uint64_t>(model.vocab)) pass << " --vocab " << (*wte)[0];
-  if (src.heads() && *src.heads() != model.heads) pass << " --heads " << *src.heads();
-  if (!m.file_has_head && !model.tie_embeddings) pass << " --tie-embeddings true";
-  if (!pass.str().empty())
-    m.refuse("this run has " + model_text(model.layers, model.d_model, model.vocab, model.seq_len,
-                                          model.tie_embeddings, model.heads) +
-             ": pass" + pass.str());
+  std::vector<std::string> fit;  // the settings that would fit the file
+  if (src.layers() != model.layers) fit.push_back(m.setting("layers", std::to_string(src.layers())));
+  if ((*wte)[1] != static_cast<std::uint64_t>(model.d_model)) fit.push_back(m.setting("d-model", std::to_string((*wte)[1])));
+  if ((*wte)[0] != static_cast<std::uint64_t>(model.vocab)) fit.push_back(m.setting("vocab", std::to_string((*wte)[0])));
+  if (src.heads() && *src.heads() != model.heads) fit.push_back(m.setting("heads", std::to_string(*src.heads())));
+  if (!m.file_has_head && !model.tie_embeddings) fit.push_back(m.tied_setting(true));
+  if (!fit.empty()) {
+    std::string settings;
+    for (const std::string& f : fit) settings += (settings.empty() ? "" : m.options() ? " " : ", ") + f;
+    m.refuse(std::string(m.options() ? "this run has " : "this model has ") +
+             model_text(model.layers, model.d_model, model.vocab, model.seq_len, model.tie_embeddings, model.heads) +
+             (m.options() ? ": pass " : ": set ") + settings);
+  }
   if ((*wpe)[0] < static_cast<std::uint64_t>(model.seq_len))
-    m.refuse("--seq-len " + std::to_string(model.seq_len) + " is longer than its " + std::to_string((*wpe)[0]) +
-             " positions");
+    m.refuse(m.setting("seq-len", std::to_string(model.seq_len)) + " is longer than its " +
+             std::to_string((*wpe)[0]) + " positions");
 }
 
 InitialWeights::~InitialWeights() = default;
@@ -313,7 +339,12 @@ const float* InitialWeights::values(const ParamInfo& p) {
   if (m.cached_name == p.name) return m.cached.data();
   m.cached_name.clear();
   m.cached = {};
-  m.cached = m.source->read(p.name);
+  try {
+    m.cached = m.source->read(p.name);
+  } catch (const Error& e) {  // a tensor of integers: the file is not the model's
+    if (e.code() != Errc::invalid_argument) throw;
+    DTRAIN_FAIL(Errc::invalid_config, e.what());
+  }
   const float* v = m.cached.data();
   const std::size_t n = p.logical_numel();  // wpe: its first seq-len rows are the model's
   DTRAIN_CHECK(m.cached.size() >= n, Errc::internal, m.caller << ": tensor '" << p.name << "' has too few values");
@@ -325,7 +356,7 @@ const float* InitialWeights::values(const ParamInfo& p) {
   if (p.name == "wte" && m.model.tie_embeddings && m.file_has_head) {
     const std::vector<float> head = m.source->read("lm_head.weight");
     if (head.size() != n || std::memcmp(head.data(), v, n * sizeof(float)) != 0)
-      m.refuse("its lm_head.weight is not its wte: that model's LM head is separate (--tie-embeddings false)");
+      m.refuse("its lm_head.weight is not its wte: that model's LM head is separate (" + m.tied_setting(false) + ")");
   }
   m.cached_name = p.name;
   return v;

@@ -151,19 +151,65 @@ static void test_layout(dt_context_t ctx, dt_comm_t world, int tp, int tied, int
   CHECK(same_parameters(ctx, l.pair.split, l.pair.ref));
 
   /* Pretrained weights (dt_model_load_weights) from the one-rank model's checkpoint file: the
-   * split model takes them bit for bit and keeps its step count; a file that cannot be read
-   * changes nothing. */
+   * split model, every tensor of it overwritten first, takes them bit for bit and keeps its
+   * step count; a file that cannot be read changes nothing. */
   {
-    static float zeros[4 * 32]; /* h.0.mlp.c_fc.bias: 4 x d_model */
-    char file[4096];
-    size_t length = 0;
+    static float filler[VOCAB * 32]; /* as large as the largest tensor (wte: vocab x d_model) */
+    char file[4096], tensor_name[128], dir_nan[1100];
+    size_t length = 0, n_before, n_after;
     long steps = 0, steps_after = 0;
-    OK(ctx, dt_model_set_tensor(l.pair.split, "h.0.mlp.c_fc.bias", zeros, 4 * 32));
+    int count = 0;
+    float *before, *after;
+    for (size_t i = 0; i < sizeof filler / sizeof *filler; ++i) filler[i] = 0.25f;
+    /* The same values as a safetensors file of [out, in] weights, with a NaN in its last
+     * tensor: refused only once every other tensor has been read. */
+    char nan_file[1200], header[8192] = "{";
+    size_t offset = 0;
+    snprintf(name, sizeof name, "weights_tp%d_sp%d_tied%d_zero%d", tp, sp, tied, zero);
+    fresh_dir(ctx, world, name, dir_nan, sizeof dir_nan);
+    snprintf(nan_file, sizeof nan_file, "%s/nan.safetensors", dir_nan);
+    OK(ctx, dt_model_num_tensors(l.pair.split, &count));
+    for (int t = 0; t < count; ++t) {
+      int64_t shape[4];
+      int ndim = 0;
+      size_t numel = 1;
+      OK(ctx, dt_model_tensor_name(l.pair.split, t, tensor_name, sizeof tensor_name, &length));
+      OK(ctx, dt_model_tensor_shape(l.pair.split, tensor_name, shape, 4, &ndim));
+      for (int d = 0; d < ndim; ++d) numel *= (size_t)shape[d];
+      OK(ctx, dt_model_set_tensor(l.pair.split, tensor_name, filler, numel));
+      snprintf(header + strlen(header), sizeof header - strlen(header), "%s\"%s\":{\"dtype\":\"F32\",\"shape\":[%lld",
+               t ? "," : "", tensor_name, (long long)shape[0]);
+      for (int d = 1; d < ndim; ++d)
+        snprintf(header + strlen(header), sizeof header - strlen(header), ",%lld", (long long)shape[d]);
+      snprintf(header + strlen(header), sizeof header - strlen(header), "],\"data_offsets\":[%zu,%zu]}", offset,
+               offset + 4 * numel);
+      offset += 4 * numel;
+    }
+    strcat(header, "}");
+    if (my_rank == 0) {
+      FILE* f = fopen(nan_file, "wb");
+      const uint64_t header_bytes = strlen(header);
+      const float nan_value = NAN;
+      unsigned char len[8];
+      for (int i = 0; i < 8; ++i) len[i] = (unsigned char)(header_bytes >> (8 * i));
+      fwrite(len, 1, 8, f);
+      fwrite(header, 1, header_bytes, f);
+      for (size_t i = 0; i + 1 < offset / 4; ++i) fwrite(&filler[0], 4, 1, f); /* little-endian hosts */
+      fwrite(&nan_value, 4, 1, f);
+      fclose(f);
+    }
+    OK(ctx, dt_barrier(world));
     CHECK(!same_parameters(ctx, l.pair.split, l.pair.ref));
     OK(ctx, dt_checkpoint_find(world, dir, file, sizeof file, &length));
     OK(ctx, dt_model_steps(l.pair.split, &steps));
+    before = parameters(ctx, l.pair.split, &n_before);
     EXPECT(DT_ERR_IO, ctx, dt_model_load_weights(l.pair.split, "no_such_weights.safetensors"));
-    CHECK(!same_parameters(ctx, l.pair.split, l.pair.ref));
+    EXPECT(DT_ERR_INVALID_CONFIG, ctx, dt_model_load_weights(l.pair.split, nan_file));
+    CHECK(strstr(dt_get_last_error(ctx), "holds nan") != NULL);
+    after = parameters(ctx, l.pair.split, &n_after);
+    CHECK(n_before == n_after && memcmp(before, after, n_after * sizeof *after) == 0);
+    free(before);
+    free(after);
     OK(ctx, dt_model_load_weights(l.pair.split, file));
     CHECK(same_parameters(ctx, l.pair.split, l.pair.ref));
     OK(ctx, dt_model_steps(l.pair.split, &steps_after));
