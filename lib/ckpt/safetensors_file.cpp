@@ -11,6 +11,7 @@
 #include <cstring>
 
 #include "core/json_value.hpp"
+#include "core/pread_all.hpp"
 #include "dtrain/core/dtype.hpp"
 #include "dtrain/core/error.hpp"
 
@@ -117,17 +118,10 @@ const SafetensorsTensor* SafetensorsFile::find(const std::string& name) const {
 }
 
 void SafetensorsFile::read_bytes(void* dst, std::uint64_t bytes, std::uint64_t offset) const {
-  auto* out = static_cast<unsigned char*>(dst);
-  while (bytes > 0) {
-    const ssize_t got = ::pread(fd_.fd, out, bytes, static_cast<off_t>(offset));
-    if (got < 0 && errno == EINTR) continue;
-    DTRAIN_CHECK(got >= 0, Errc::io, "reading '" << path_ << "' at byte " << offset << ": " << std::strerror(errno));
-    DTRAIN_CHECK(got > 0, Errc::corrupt_data, "reading '" << path_ << "' at byte " << offset
-                                              << ": the file is shorter than when it was opened");
-    out += got;
-    offset += static_cast<std::uint64_t>(got);
-    bytes -= static_cast<std::uint64_t>(got);
-  }
+  const ssize_t got = pread_all(fd_.fd, dst, bytes, offset);
+  DTRAIN_CHECK(got >= 0, Errc::io, "reading '" << path_ << "' at byte " << offset << ": " << std::strerror(errno));
+  DTRAIN_CHECK(static_cast<std::uint64_t>(got) == bytes, Errc::corrupt_data,
+               "reading '" << path_ << "' at byte " << offset + got << ": the file is shorter than when it was opened");
 }
 
 std::vector<float> SafetensorsFile::read(const SafetensorsTensor& t) const {

@@ -10,6 +10,7 @@
 #include <cstring>
 #include <vector>
 
+#include "core/pread_all.hpp"
 #include "dtrain/core/error.hpp"
 
 namespace dtrain::train {
@@ -87,21 +88,14 @@ TokenArray::TokenArray(const std::string& path) : path_(path) {
 TokenArray::~TokenArray() { ::close(fd_); }
 
 void TokenArray::read_bytes(std::size_t offset, std::size_t bytes, void* out) const {
-  auto* to = static_cast<unsigned char*>(out);
-  while (bytes > 0) {
-    const ssize_t got = ::pread(fd_, to, bytes, static_cast<off_t>(offset));
-    const int e = errno;
-    if (got < 0 && e == EINTR) continue;
-    DTRAIN_CHECK(got > 0, Errc::io,
-                 "reading data file '" << path_ << "' at byte " << offset << ": "
-                     << (got == 0 ? "the file is shorter than the " + std::to_string(file_bytes_) +
-                                        " bytes it had when the run opened it (was it changed "
-                                        "during the run?)"
-                                  : std::string(std::strerror(e))));
-    to += got;
-    offset += static_cast<std::size_t>(got);
-    bytes -= static_cast<std::size_t>(got);
-  }
+  const ssize_t got = pread_all(fd_, out, bytes, offset);
+  const int e = errno;
+  DTRAIN_CHECK(got == static_cast<ssize_t>(bytes), Errc::io,
+               "reading data file '" << path_ << "' at byte " << offset + (got < 0 ? 0 : got) << ": "
+                   << (got >= 0 ? "the file is shorter than the " + std::to_string(file_bytes_) +
+                                      " bytes it had when the run opened it (was it changed "
+                                      "during the run?)"
+                                : std::string(std::strerror(e))));
 }
 
 void TokenArray::read_tokens(std::size_t start, std::size_t n, void* out) const {
