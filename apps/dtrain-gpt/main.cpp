@@ -119,7 +119,8 @@ void generate(dtrain::train::Trainer& trainer, const dtrain_gpt::Parsed& parsed,
   if (rank == 0) {
     std::string from = "the first token of validation sample 0";
     if (!prompt.empty() && tok)  // its text, then its ids
-      from = "the prompt '" + escaped(show_tokens(prompt, vocab, tok)) + "' (" + show_tokens(prompt, INT32_MAX, nullptr) + ")";
+      from = "the prompt '" + escaped(show_tokens(prompt, vocab, tok)) + "' (" +
+             show_tokens(prompt, INT32_MAX, nullptr) + ")";
     else if (!prompt.empty())
       from = "the prompt '" + show_tokens(prompt, vocab, nullptr) + "'";
     if (tok) DTRAIN_LOG(info, "tokenizer: " << tok->describe());
@@ -261,7 +262,7 @@ int main(int argc, char** argv) {
       const dtrain::train::SamplingConfig& s = parsed.sampling;
       if (parsed.action == dtrain_gpt::Action::train && parsed.generate == 0 &&
           (!parsed.prompt.empty() || s.temperature != defaults.temperature || s.top_k != defaults.top_k ||
-           s.top_p != defaults.top_p || parsed.tokenizer))
+           s.top_p != defaults.top_p || !parsed.tokenizer_path.empty()))
         DTRAIN_LOG(warn, "--prompt, --temperature, --top-k, --top-p and --tokenizer apply to --generate, which "
                          "is 0 here: they do nothing");
     }
