@@ -36,7 +36,7 @@ L, H, C, V, P, T = 2, 4, 32, 75, 24, 16  # P positions in the file, T the run's 
 rng = np.random.default_rng(7)
 
 
-def hf_tensors():
+def hf_tensors(C=C):
     """GPT-2's tensors in Hugging Face's names and layout, large enough that GELU, softmax
     and LayerNorm gains are away from their linear regions."""
     t = {"wte.weight": rng.normal(0, 0.5, (V, C)), "wpe.weight": rng.normal(0, 0.3, (P, C))}
@@ -266,6 +266,18 @@ for args, pattern in refusals:
         failures.append(f"{' '.join(args[-2:])}: exit {code}, {len(errors)} error lines, expected /{pattern}/:\n{out[-1500:]}")
     else:
         print(f"refused ({code}): {errors[0].strip()[:200]}")
+
+# No shape shows the head count: where the file does not record it (no config.json), a
+# --heads whose heads are not of size 64, GPT-2's, is warned about (drawn last, so the values
+# above stay as they were).
+wide_dir = os.path.join(work, "wide")
+os.makedirs(wide_dir)
+write_safetensors(os.path.join(wide_dir, "model.safetensors"), hf_tensors(C=64))
+for heads, warned in ((4, True), (1, False)):
+    _, out, _ = run(1, model_options(d_model=64, heads=heads) + data + evaluate + ["--init-from", wide_dir])
+    said = "does not record its head count (no config.json beside it): --heads 4 is taken as given" in out
+    if said != warned or (warned and "which would be --heads 1" not in out):
+        failures.append(f"--heads {heads} on a file without its head count: warned {said}, expected {warned}")
 
 if failures:
     sys.exit("FAIL:\n" + "\n".join(failures))
