@@ -10,7 +10,6 @@
 // Each rank reads, whole, the tensors it holds, so any layout starts from the same values.
 #include <memory>
 #include <string>
-#include <vector>
 
 #include "dtrain/export.hpp"
 #include "dtrain/nn/gpt.hpp"
