@@ -1,9 +1,13 @@
 #include "dtrain/train/tokenizer.hpp"
 
+#include <algorithm>
+#include <array>
 #include <climits>
 #include <cstring>
 #include <filesystem>
 #include <fstream>
+#include <iterator>
+#include <map>
 #include <sstream>
 
 #include "core/json_value.hpp"
@@ -38,7 +42,7 @@ const ByteCharacters& byte_characters() {
 
 // The code point at s[i] and its length in bytes; a byte that does not start valid UTF-8
 // is one "code point" of its own (returned as char32_t(-1), which no class holds).
-std::size_t next_code_point(const std::string& s, std::size_t i, char32_t& cp) {
+std::size_t next_code_point(std::string_view s, std::size_t i, char32_t& cp) {
   const auto b = [&](std::size_t k) { return static_cast<unsigned char>(s[k]); };
   const unsigned char lead = b(i);
   int n = lead < 0x80 ? 1 : (lead >> 5) == 0x6 ? 2 : (lead >> 4) == 0xE ? 3 : (lead >> 3) == 0x1E ? 4 : 0;
@@ -79,25 +83,35 @@ std::string read_file(const fs::path& path) {
   return text.str();
 }
 
-}  // namespace
+// The class of each ASCII character, looked up once (most text is ASCII).
+CharClass class_of(char32_t cp) {
+  static const auto ascii = [] {
+    std::array<CharClass, 128> table{};
+    for (char32_t c = 0; c < 128; ++c) table[c] = char_class(c);
+    return table;
+  }();
+  return cp < 128 ? ascii[cp] : cp == static_cast<char32_t>(-1) ? CharClass::other : char_class(cp);
+}
 
-std::vector<std::string> gpt2_words(const std::string& text) {
+// Calls word(begin, length) for each word of text, in order (GPT-2's pattern, gpt2_words).
+template <class Word>
+void for_each_word(std::string_view text, Word&& word) {
   struct Point {
     std::size_t begin;
     char32_t cp;
     CharClass cls;
   };
   std::vector<Point> pts;
+  pts.reserve(text.size());
   for (std::size_t i = 0; i < text.size();) {
     char32_t cp;
     const std::size_t len = next_code_point(text, i, cp);
-    pts.push_back({i, cp, cp == static_cast<char32_t>(-1) ? CharClass::other : char_class(cp)});
+    pts.push_back({i, cp, class_of(cp)});
     i += len;
   }
   const std::size_t n = pts.size();
   const auto at = [&](std::size_t k) { return k < n ? pts[k].begin : text.size(); };
   const auto is = [&](std::size_t k, char c) { return k < n && pts[k].cp == static_cast<char32_t>(c); };
-  std::vector<std::string> words;
   for (std::size_t i = 0; i < n;) {
     std::size_t end = i;
     if (is(i, '\'') && (is(i + 1, 's') || is(i + 1, 't') || is(i + 1, 'm') || is(i + 1, 'd'))) {
@@ -119,13 +133,28 @@ std::vector<std::string> gpt2_words(const std::string& text) {
         if (end < n && end - i >= 2) --end;
       }
     }
-    words.push_back(text.substr(at(i), at(end) - at(i)));
+    word(at(i), at(end) - at(i));
     i = end;
   }
+}
+
+}  // namespace
+
+std::vector<std::string> gpt2_words(const std::string& text) {
+  std::vector<std::string> words;
+  for_each_word(text, [&](std::size_t begin, std::size_t length) { words.push_back(text.substr(begin, length)); });
   return words;
 }
 
+bool gpt2_can_cut(std::string_view text, std::size_t p) {
+  if (p < 2 || p >= text.size() || text[p - 1] != '\n') return false;
+  const unsigned char before = static_cast<unsigned char>(text[p - 2]), after = static_cast<unsigned char>(text[p]);
+  const bool alnum = (after >= '0' && after <= '9') || (after >= 'A' && after <= 'Z') || (after >= 'a' && after <= 'z');
+  return before > ' ' && before < 0x7F && alnum;
+}
+
 Tokenizer::Tokenizer(const std::string& path) : path_(path) {
+  std::fill(std::begin(byte_id_), std::end(byte_id_), -1);
   fs::path vocab = path;
   if (fs::is_directory(vocab)) vocab /= "vocab.json";
   DTRAIN_CHECK(fs::is_regular_file(vocab), Errc::io, "--tokenizer '" << vocab.string() << "': no such file");
@@ -147,6 +176,7 @@ Tokenizer::Tokenizer(const std::string& path) : path_(path) {
       piece = text.substr(pos + 1, static_cast<unsigned char>(text[pos]));
       pos += 1 + piece.size();
     }
+    for (std::size_t id = 0; id < pieces_.size(); ++id) id_of_.emplace(pieces_[id], static_cast<std::int32_t>(id));
     return;
   }
   // Hugging Face: {"token": id, ...} in GPT-2's characters, and merges.txt: "#version" then
@@ -161,6 +191,7 @@ Tokenizer::Tokenizer(const std::string& path) : path_(path) {
     if (id >= pieces_.size()) pieces_.resize(id + 1);
     pieces_[id] = token_bytes(token, "--tokenizer '" + path_ + "'");
     id_of_[pieces_[id]] = static_cast<std::int32_t>(id);
+    if (pieces_[id].size() == 1) byte_id_[static_cast<unsigned char>(pieces_[id][0])] = static_cast<std::int32_t>(id);
   }
   const fs::path merges = vocab.parent_path() / "merges.txt";
   if (!fs::exists(merges)) {
@@ -177,8 +208,13 @@ Tokenizer::Tokenizer(const std::string& path) : path_(path) {
     DTRAIN_CHECK(space != std::string::npos && space > 0 && line.find(' ', space + 1) == std::string::npos,
                  Errc::corrupt_data, "--tokenizer: '" << merges.string() << "' line '" << line << "' is not a merge 'left right'");
     const std::string where = "--tokenizer: '" + merges.string() + "'";
+    const std::string left = token_bytes(line.substr(0, space), where), right = token_bytes(line.substr(space + 1), where);
+    const std::int32_t l = id(left), r = id(right), merged = id(left + right);
+    DTRAIN_CHECK(l >= 0 && r >= 0 && merged >= 0, Errc::corrupt_data,
+                 where << ": the merge '" << line << "' makes or uses a token that '" << path_
+                       << "' does not have: its merges and vocabulary do not belong together");
     // A merge listed twice takes its later rank, as GPT-2's encoder reads the file.
-    merge_rank_[{token_bytes(line.substr(0, space), where), token_bytes(line.substr(space + 1), where)}] = rank++;
+    merges_[static_cast<std::uint64_t>(l) << 32 | static_cast<std::uint32_t>(r)] = Merge{rank++, merged};
   }
   kind_ = encodes() ? "GPT-2 BPE with merges.txt" : "GPT-2 BPE, decodes only: merges.txt holds no merges";
 }
@@ -189,52 +225,60 @@ const std::string& Tokenizer::bytes(std::int32_t token) const {
 }
 
 std::vector<std::int32_t> Tokenizer::encode(const std::string& text) const {
-  DTRAIN_CHECK(encodes(), Errc::invalid_argument, "--tokenizer '" << path_ << "' cannot encode text (" << kind_ << ")");
   std::vector<std::int32_t> ids;
-  for (const std::string& word : gpt2_words(text)) {
-    const std::vector<std::int32_t> w = encode_word(word);
-    ids.insert(ids.end(), w.begin(), w.end());
-  }
+  encode(std::string_view(text), ids);
   return ids;
 }
 
+void Tokenizer::encode(std::string_view text, std::vector<std::int32_t>& out) const {
+  DTRAIN_CHECK(encodes(), Errc::invalid_argument, "--tokenizer '" << path_ << "' cannot encode text (" << kind_ << ")");
+  for_each_word(text, [&](std::size_t begin, std::size_t length) { encode_word(text.substr(begin, length), out); });
+}
+
+std::int32_t Tokenizer::id(const std::string& bytes) const {
+  const auto it = id_of_.find(bytes);
+  return it == id_of_.end() ? -1 : it->second;
+}
+
 // Byte pair encoding: start from single bytes and merge, again and again, the adjacent pair
-// that comes first among the merges, every occurrence of it from left to right.
-std::vector<std::int32_t> Tokenizer::encode_word(const std::string& word) const {
-  std::vector<std::string> parts;
-  for (const char c : word) parts.emplace_back(1, c);
-  while (parts.size() > 1) {
-    int best = INT_MAX;
-    std::size_t at = 0;
-    for (std::size_t i = 0; i + 1 < parts.size(); ++i) {
-      const auto it = merge_rank_.find({parts[i], parts[i + 1]});
-      if (it != merge_rank_.end() && it->second < best) {
-        best = it->second;
-        at = i;
+// that comes first among the merges, every occurrence of it from left to right. The word's
+// tokens are appended to out and merged there, in place.
+void Tokenizer::encode_word(std::string_view word, std::vector<std::int32_t>& out) const {
+  const std::size_t first = out.size();
+  for (const char c : word) {
+    const std::int32_t id = byte_id_[static_cast<unsigned char>(c)];
+    DTRAIN_CHECK(id >= 0, Errc::corrupt_data,
+                 "--tokenizer '" << path_ << "' has no token for the byte " << static_cast<int>(static_cast<unsigned char>(c))
+                                 << ": its merges and vocabulary do not belong together");
+    out.push_back(id);
+  }
+  const auto merge_of = [&](std::size_t i) {
+    const auto it = merges_.find(static_cast<std::uint64_t>(out[i]) << 32 | static_cast<std::uint32_t>(out[i + 1]));
+    return it == merges_.end() ? nullptr : &it->second;
+  };
+  while (out.size() - first > 1) {
+    const Merge* best = nullptr;
+    std::int32_t left = 0, right = 0;
+    for (std::size_t i = first; i + 1 < out.size(); ++i) {
+      const Merge* m = merge_of(i);
+      if (m && (!best || m->rank < best->rank)) {
+        best = m;
+        left = out[i];
+        right = out[i + 1];
       }
     }
-    if (best == INT_MAX) break;
-    const std::string left = parts[at], right = parts[at + 1];
-    std::vector<std::string> merged;
-    for (std::size_t i = 0; i < parts.size(); ++i) {
-      if (i + 1 < parts.size() && parts[i] == left && parts[i + 1] == right) {
-        merged.push_back(left + right);
+    if (!best) break;
+    std::size_t kept = first;
+    for (std::size_t i = first; i < out.size(); ++i) {
+      if (i + 1 < out.size() && out[i] == left && out[i + 1] == right) {
+        out[kept++] = best->id;
         ++i;
       } else {
-        merged.push_back(parts[i]);
+        out[kept++] = out[i];
       }
     }
-    parts.swap(merged);
+    out.resize(kept);
   }
-  std::vector<std::int32_t> ids;
-  for (const std::string& p : parts) {
-    const auto it = id_of_.find(p);
-    DTRAIN_CHECK(it != id_of_.end(), Errc::corrupt_data,
-                 "--tokenizer '" << path_ << "' has no token for the bytes of a word's piece (" << p.size()
-                                 << " bytes): its merges and vocabulary do not belong together");
-    ids.push_back(it->second);
-  }
-  return ids;
 }
 
 std::string Tokenizer::describe() const {

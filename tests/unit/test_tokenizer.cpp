@@ -40,6 +40,38 @@ TEST(Gpt2Words, SplitsAsItsPattern) {
   EXPECT_EQ(gpt2_words(""), Words{});
 }
 
+// Where gpt2_can_cut allows a cut, the two sides split into the whole text's words: checked
+// at every position of random texts of the characters the pattern treats differently.
+TEST(Gpt2Words, CutsWhereTheWordsDoNotChange) {
+  const std::vector<std::string> alphabet = {" ", "\n", "\n", "\t", "a", "Z", "1", "'", "s", "!", "\xc3\xa9", "\xc2\xa0", "\xff"};
+  std::uint64_t state = 42;
+  int cuts = 0;
+  for (int text_index = 0; text_index < 10000; ++text_index) {
+    std::string text;
+    for (int k = 0; k < 12; ++k) {
+      state = state * 6364136223846793005ULL + 1442695040888963407ULL;
+      text += alphabet[(state >> 33) % alphabet.size()];
+    }
+    const Words whole = gpt2_words(text);
+    for (std::size_t p = 0; p <= text.size(); ++p) {
+      if (!dtrain::train::gpt2_can_cut(text, p)) continue;
+      ++cuts;
+      Words parts = gpt2_words(text.substr(0, p));
+      const Words rest = gpt2_words(text.substr(p));
+      parts.insert(parts.end(), rest.begin(), rest.end());
+      ASSERT_EQ(parts, whole) << "cut at " << p << " of '" << text << "'";
+    }
+  }
+  EXPECT_GT(cuts, 1500);
+  // Not after white space before the newline, nor before what is not a letter or digit.
+  EXPECT_TRUE(dtrain::train::gpt2_can_cut("x.\nab", 3));
+  EXPECT_FALSE(dtrain::train::gpt2_can_cut("x \nab", 3));
+  EXPECT_FALSE(dtrain::train::gpt2_can_cut("x\n\nab", 3));
+  EXPECT_FALSE(dtrain::train::gpt2_can_cut("x.\n ab", 3));
+  EXPECT_FALSE(dtrain::train::gpt2_can_cut("x.\n'sb", 3));
+  EXPECT_FALSE(dtrain::train::gpt2_can_cut("x.\n", 3));
+}
+
 class TokenizerFiles : public ::testing::Test {
  protected:
   void SetUp() override {
@@ -63,6 +95,8 @@ TEST_F(TokenizerFiles, MergesPairsByRankAndDecodesBytes) {
   EXPECT_EQ(t.bytes(4), "\n");
   EXPECT_EQ(t.bytes(7), " a");
   EXPECT_EQ(t.bytes(99), "");
+  EXPECT_EQ(t.id(" a"), 7);
+  EXPECT_EQ(t.id("<|endoftext|>"), -1);
   // "abc": a+b first (rank 0), then ab+c. In " abc" a+b (rank 0) also comes before space+a
   // (rank 2), so the space stays alone; in " ac" space+a is the first merge there is.
   EXPECT_EQ(t.encode("abc"), (std::vector<std::int32_t>{6}));
@@ -89,6 +123,8 @@ TEST_F(TokenizerFiles, RefusesWhatIsNotATokenizer) {
   }
   write("vocab.json", R"({"a":0,"b":1})");
   write("merges.txt", "#version: 0.2\na b c\n");
+  EXPECT_THROW(Tokenizer{dir_.string()}, dtrain::Error);
+  write("merges.txt", "#version: 0.2\na b\n");  // makes "ab", which vocab.json does not have
   EXPECT_THROW(Tokenizer{dir_.string()}, dtrain::Error);
   EXPECT_THROW(Tokenizer{(dir_ / "missing.json").string()}, dtrain::Error);
 }

@@ -2,9 +2,9 @@
 // GPT-2's byte-level BPE tokens as text (dtrain-gpt --tokenizer, docs/dtrain-gpt.md): the
 // generated tokens printed as text, and a prompt given as text turned into tokens.
 #include <cstdint>
-#include <map>
 #include <string>
-#include <utility>
+#include <string_view>
+#include <unordered_map>
 #include <vector>
 
 #include "dtrain/export.hpp"
@@ -19,7 +19,7 @@ class DTRAIN_API Tokenizer {
   explicit Tokenizer(const std::string& path);
 
   int size() const noexcept { return static_cast<int>(pieces_.size()); }  // largest id + 1
-  bool encodes() const noexcept { return !merge_rank_.empty(); }
+  bool encodes() const noexcept { return !merges_.empty(); }
   // The bytes of a token ("" for an id the tokenizer has none for).
   const std::string& bytes(std::int32_t token) const;
   // GPT-2's encoding: the text split into words as its pattern splits it (contractions,
@@ -27,21 +27,38 @@ class DTRAIN_API Tokenizer {
   // then each word's bytes merged pair by pair in the merges' order. Errc::invalid_argument
   // where encodes() is false.
   std::vector<std::int32_t> encode(const std::string& text) const;
+  // The same, appended to out (dtrain-data encode's long texts).
+  void encode(std::string_view text, std::vector<std::int32_t>& out) const;
+  // The id of the token whose bytes these are (a special one such as "<|endoftext|>"
+  // included); -1 where there is none.
+  std::int32_t id(const std::string& bytes) const;
   // "'gpt2/vocab.json' (50257 tokens, GPT-2 BPE with merges.txt)"
   std::string describe() const;
 
  private:
-  std::vector<std::int32_t> encode_word(const std::string& word) const;
+  void encode_word(std::string_view word, std::vector<std::int32_t>& out) const;
 
+  struct Merge {
+    int rank;          // its line in merges.txt: lower merges first
+    std::int32_t id;   // the merged token
+  };
   std::string path_, kind_;
-  std::vector<std::string> pieces_;                    // id -> bytes
-  std::map<std::string, std::int32_t> id_of_;          // bytes -> id
-  std::map<std::pair<std::string, std::string>, int> merge_rank_;
+  std::vector<std::string> pieces_;                        // id -> bytes
+  std::unordered_map<std::string, std::int32_t> id_of_;    // bytes -> id
+  std::int32_t byte_id_[256];                              // a single byte's id, -1: none
+  std::unordered_map<std::uint64_t, Merge> merges_;        // (left id << 32 | right id) -> merge
 };
 
 // Text split into words as GPT-2's pattern does ('s|'t|'re|'ve|'m|'ll|'d| ?\p{L}+| ?\p{N}+|
 // ?[^\s\p{L}\p{N}]+|\s+(?!\S)|\s+), as byte ranges of the UTF-8 text; a byte that is not
 // valid UTF-8 counts as a symbol of its own.
 DTRAIN_API std::vector<std::string> gpt2_words(const std::string& text);
+
+// Whether text[0, p) and text[p, end) encode to the tokens the whole text does, as checked by
+// a rule simple enough to find cuts in a long file: text[p - 1] is a newline between a
+// printable ASCII character other than space and an ASCII letter or digit (then a word ends
+// before the newline, the newline is a word of its own and a word starts at p, whatever comes
+// before or after). dtrain-data encode cuts files there to share them over ranks.
+DTRAIN_API bool gpt2_can_cut(std::string_view text, std::size_t p);
 
 }  // namespace dtrain::train

@@ -1,0 +1,53 @@
+// dtrain-data decode: a shard's tokens printed as text (the tokenizer's bytes) or as ids.
+#include <cstdio>
+#include <fstream>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "commands.hpp"
+#include "dtrain/core/error.hpp"
+#include "dtrain/train/tokenizer.hpp"
+#include "shard_format.hpp"
+
+namespace dtrain_data {
+
+using dtrain::Errc;
+
+int decode(const std::string& shard, const std::string& tokenizer_path, long long first, long long count) {
+  std::unique_ptr<dtrain::train::Tokenizer> tokenizer;
+  if (!tokenizer_path.empty()) tokenizer = std::make_unique<dtrain::train::Tokenizer>(tokenizer_path);
+  std::ifstream in(shard, std::ios::binary | std::ios::ate);
+  DTRAIN_CHECK(in, Errc::io, "cannot open '" << shard << "'");
+  const long long bytes = static_cast<long long>(in.tellg());
+  std::int32_t header[256] = {};
+  in.seekg(0);
+  in.read(reinterpret_cast<char*>(header), sizeof header);
+  DTRAIN_CHECK(in && header[0] == kShardMagic && header[1] == kShardVersion, Errc::corrupt_data,
+               "'" << shard << "' is not a token shard (magic " << kShardMagic << ", version " << kShardVersion << ")");
+  const long long tokens = header[2];
+  DTRAIN_CHECK(tokens >= 0 && bytes == static_cast<long long>(kShardHeaderBytes) + 2 * tokens, Errc::corrupt_data,
+               "'" << shard << "' has " << bytes << " bytes where its header's " << tokens << " tokens need "
+                   << kShardHeaderBytes + 2 * static_cast<std::size_t>(tokens > 0 ? tokens : 0));
+  DTRAIN_CHECK(first >= 0 && first <= tokens, Errc::invalid_argument,
+               "--first " << first << " is past the shard's " << tokens << " tokens");
+  const long long n = count < 0 ? tokens - first : std::min(count, tokens - first);
+  std::vector<std::uint16_t> ids(static_cast<std::size_t>(n));
+  in.seekg(static_cast<std::streamoff>(kShardHeaderBytes + 2 * first));
+  in.read(reinterpret_cast<char*>(ids.data()), static_cast<std::streamsize>(2 * n));
+  DTRAIN_CHECK(in, Errc::io, "reading '" << shard << "' failed");
+  std::string out;
+  for (const std::uint16_t id : ids) {
+    if (!tokenizer) {
+      out += (out.empty() ? "" : " ") + std::to_string(id);
+      continue;
+    }
+    const std::string& text = tokenizer->bytes(id);
+    out += text.empty() ? "<|" + std::to_string(id) + "|>" : text;
+  }
+  if (!tokenizer) out += '\n';
+  std::fwrite(out.data(), 1, out.size(), stdout);
+  return std::fflush(stdout) == 0 ? 0 : 1;
+}
+
+}  // namespace dtrain_data

@@ -1,0 +1,161 @@
+// dtrain-data: text to token shards for dtrain-gpt --data, and back (docs/data.md).
+// `encode` runs under mpiexec/srun, every rank encoding a share; `decode` is one process.
+// Exit codes: 0 success, 2 invalid command line, 1 any other error.
+#include <cstdio>
+#include <cstdlib>
+#include <string>
+#include <vector>
+
+#include "commands.hpp"
+#include "dtrain/comm/runtime.hpp"
+#include "dtrain/core/error.hpp"
+#include "dtrain/version.hpp"
+
+namespace {
+
+const char* const kUsage =
+    "usage: dtrain-data COMMAND ARGS\n"
+    "  encode --tokenizer T --output OUT.bin [--shard-tokens N] [--no-eot] FILES...\n"
+    "         text files (paths, glob patterns) to llm.c token shards with GPT-2's tokenizer T\n"
+    "         (vocab.json and merges.txt, or their directory), <|endoftext|> before each file;\n"
+    "         with --shard-tokens, OUT_000000.bin, ... of N tokens each; under mpiexec/srun\n"
+    "         every rank encodes a share\n"
+    "  decode [--tokenizer T] [--first K] [--count N] SHARD.bin\n"
+    "         the shard's tokens as text (the tokenizer's bytes), or as ids without T\n"
+    "  --version\n"
+    "exit status: 0 ok, 1 error, 2 usage\n";
+
+struct Usage {
+  std::string why;
+};
+
+long long count_value(const std::string& option, const char* text, long long lowest) {
+  char* end = nullptr;
+  const long long v = std::strtoll(text, &end, 10);
+  if (end == text || *end != '\0' || v < lowest) {
+    throw Usage{option + " needs a whole number of at least " + std::to_string(lowest) + ", not '" + text + "'"};
+  }
+  return v;
+}
+
+// Options before, between or after the files; "--" ends them.
+dtrain_data::EncodeOptions encode_options(int argc, char** argv) {
+  dtrain_data::EncodeOptions o;
+  for (int i = 0; i < argc; ++i) {
+    const std::string a = argv[i];
+    const auto value = [&]() -> const char* {
+      if (i + 1 >= argc) throw Usage{a + " needs a value"};
+      return argv[++i];
+    };
+    if (a == "--tokenizer") {
+      o.tokenizer = value();
+    } else if (a == "--output") {
+      o.output = value();
+    } else if (a == "--shard-tokens") {
+      o.shard_tokens = count_value(a, value(), 1);
+    } else if (a == "--no-eot") {
+      o.eot = false;
+    } else if (a == "--") {
+      o.inputs.insert(o.inputs.end(), argv + i + 1, argv + argc);
+      break;
+    } else if (a.rfind("--", 0) == 0) {
+      throw Usage{"unknown option '" + a + "'"};
+    } else {
+      o.inputs.push_back(a);
+    }
+  }
+  if (o.tokenizer.empty()) throw Usage{"encode needs --tokenizer"};
+  if (o.output.size() < 5 || o.output.compare(o.output.size() - 4, 4, ".bin") != 0) {
+    throw Usage{"--output must name a .bin file (dtrain-gpt reads other names as text), not '" + o.output + "'"};
+  }
+  if (o.shard_tokens > 2147483647LL) throw Usage{"--shard-tokens is at most 2147483647 (the header's count)"};
+  if (o.inputs.empty()) throw Usage{"encode needs input files"};
+  return o;
+}
+
+int decode(int argc, char** argv) {
+  std::string tokenizer, shard;
+  long long first = 0, count = -1;
+  for (int i = 0; i < argc; ++i) {
+    const std::string a = argv[i];
+    const auto value = [&]() -> const char* {
+      if (i + 1 >= argc) throw Usage{a + " needs a value"};
+      return argv[++i];
+    };
+    if (a == "--tokenizer") {
+      tokenizer = value();
+    } else if (a == "--first") {
+      first = count_value(a, value(), 0);
+    } else if (a == "--count") {
+      count = count_value(a, value(), 0);
+    } else if (a.rfind("--", 0) == 0 || !shard.empty()) {
+      throw Usage{a.rfind("--", 0) == 0 ? "unknown option '" + a + "'" : "decode reads one shard"};
+    } else {
+      shard = a;
+    }
+  }
+  if (shard.empty()) throw Usage{"decode needs a shard"};
+  return dtrain_data::decode(shard, tokenizer, first, count);
+}
+
+int exit_code(dtrain::Errc code) {
+  return code == dtrain::Errc::invalid_argument || code == dtrain::Errc::invalid_config ? 2 : 1;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  const std::string cmd = argc > 1 ? argv[1] : "";
+  if (cmd == "--help" || cmd == "-h" || cmd == "help") {
+    std::fputs(kUsage, stdout);
+    return 0;
+  }
+  if (cmd == "--version") {
+    std::printf("dtrain-data %s\n", DTRAIN_VERSION_STRING);
+    return 0;
+  }
+  if (cmd == "decode") {
+    try {
+      return decode(argc - 2, argv + 2);
+    } catch (const Usage& u) {
+      std::fprintf(stderr, "dtrain-data decode: %s (dtrain-data --help: usage)\n", u.why.c_str());
+      return 2;
+    } catch (const dtrain::Error& e) {
+      std::fprintf(stderr, "dtrain-data decode: %s\n", e.what());
+      return exit_code(e.code());
+    } catch (const std::exception& e) {
+      std::fprintf(stderr, "dtrain-data decode: %s\n", e.what());
+      return 1;
+    }
+  }
+  if (cmd != "encode") {
+    std::fprintf(stderr, "dtrain-data: %s\n%s", cmd.empty() ? "missing command" : ("unknown command '" + cmd + "'").c_str(),
+                 kUsage);
+    return 2;
+  }
+  // Every rank parses the same command line, so a usage error stops every rank alike; rank 0
+  // prints it (the launcher's rank, before MPI starts).
+  const char* rank_env = std::getenv("OMPI_COMM_WORLD_RANK");
+  if (!rank_env) rank_env = std::getenv("PMI_RANK");
+  if (!rank_env) rank_env = std::getenv("SLURM_PROCID");
+  const bool first_rank = !rank_env || std::atoi(rank_env) == 0;
+  dtrain_data::EncodeOptions options;
+  try {
+    options = encode_options(argc - 2, argv + 2);
+  } catch (const Usage& u) {
+    if (first_rank) std::fprintf(stderr, "dtrain-data encode: %s (dtrain-data --help: usage)\n", u.why.c_str());
+    return 2;
+  }
+  try {
+    dtrain::Runtime runtime(&argc, &argv);
+    try {
+      return dtrain_data::encode(options, runtime.world());
+    } catch (const dtrain::Error& e) {
+      if (runtime.rank() == 0) std::fprintf(stderr, "dtrain-data encode: %s\n", e.what());
+      return exit_code(e.code());
+    }
+  } catch (const std::exception& e) {
+    std::fprintf(stderr, "dtrain-data encode: %s\n", e.what());
+    return 1;
+  }
+}

@@ -1,0 +1,163 @@
+#!/usr/bin/env python3
+"""check_data.py MPIEXEC NPFLAG DATA GPT WORKDIR: dtrain-data against an independent reference.
+
+A small byte-level BPE is trained on a sample and written as Hugging Face writes GPT-2's. Input
+files mix prose, code, contractions, runs of spaces and newlines, digits, accented, Cyrillic and
+CJK letters, emoji, bytes that are not UTF-8, a file without a newline and an empty file.
+`dtrain-data encode` at 1, 2, 3 and 4 ranks, with small read blocks so that the ranks' shares
+and the blocks are cut inside the files, must write exactly the tokens of GPT-2's encoding
+(`bpe_files.encode`: its pattern applied by the `regex` module, byte pair merges by rank) with
+<|endoftext|> before each non-empty file, and as many tokens a shard as --shard-tokens asks.
+`decode` must give the files' bytes back, dtrain-gpt must train on the shards, and refused
+commands must exit with one message and leave no file. Exits 77 (skipped) where the `regex`
+module is missing."""
+import os
+import shutil
+import struct
+import subprocess
+import sys
+
+try:
+    import regex  # noqa: F401 (bpe_files needs it)
+except ImportError:
+    print("the regex module is not available: skipped")
+    sys.exit(77)
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from bpe_files import EOT, encode, train, write_hf  # noqa: E402
+
+mpiexec, npflag, data, gpt, work = sys.argv[1:6]
+shutil.rmtree(work, ignore_errors=True)
+os.makedirs(work)
+failures = []
+
+prose = ("It's the world's end, they'll say; we're here.\nOld  text\twith   spaces \n\n\nNumbers 1234567 "
+         "and 3.14!\nÜber café naïve Москва 東京都 🙂 x² ½\n  indented line\n\tint main() { return 0; }\n"
+         "#define X(a) ((a)+1)\nEND\n")
+texts = {
+    "a.txt": "".join(f"Paragraph {i}: {prose}" for i in range(60)).encode(),
+    "b.txt": ("One line without a newline, " * 40).encode() + b"\xff\xfe bytes that are not UTF-8 \xc3",
+    "empty.txt": b"",
+    "c.txt": ("\n".join(f"row {i} 'quoted' It'S x\u00a0y\u0085z \x1c w" for i in range(200)) + "\n").encode(),
+}
+for name, body in texts.items():
+    with open(os.path.join(work, name), "wb") as f:
+        f.write(body)
+inputs = [os.path.join(work, n) for n in texts]
+
+sample = prose * 3 + texts["c.txt"][:2000].decode() + " ".join(["One line without a newline,"] * 5)
+pieces, merges = train(sample, 300)
+pieces.append(EOT)
+ids = {p: i for i, p in enumerate(pieces)}
+ranks = {pair: r for r, pair in enumerate(merges)}
+tok = os.path.join(work, "tok")
+write_hf(tok, pieces, merges)
+eot = ids[EOT]
+want = []
+for body in texts.values():
+    if body:
+        want += [eot] + encode(body.decode("utf-8", "surrogateescape"), ranks, ids)
+
+
+def run(args, ranks_n=1, env_extra=None, expect=0):
+    env = dict(os.environ, DTRAIN_DATA_BLOCK_BYTES="700")
+    env.update(env_extra or {})
+    r = subprocess.run([mpiexec, npflag, str(ranks_n)] + args, capture_output=True, stdin=subprocess.DEVNULL,
+                       timeout=120, env=env)
+    if r.returncode != expect:
+        sys.exit(f"FAIL: {args} at {ranks_n} ranks exited {r.returncode}, expected {expect}:\n"
+                 f"{r.stdout.decode(errors='replace')[-2000:]}{r.stderr.decode(errors='replace')[-2000:]}")
+    return r.stdout, r.stderr.decode(errors="replace")
+
+
+def read_shard(path):
+    with open(path, "rb") as f:
+        head = struct.unpack("<256i", f.read(1024))
+        body = f.read()
+    if head[:2] != (20240520, 1) or len(body) != 2 * head[2]:
+        failures.append(f"{path}: header {head[:3]} for {len(body)} bytes of tokens")
+    return list(struct.unpack(f"<{len(body) // 2}H", body))
+
+
+def leftovers():
+    return sorted(n for n in os.listdir(work) if n.endswith(".bin") or n.endswith(".partial"))
+
+
+# One file, at 1-4 ranks: the reference's tokens.
+for n in (1, 2, 3, 4):
+    out = os.path.join(work, f"all{n}.bin")
+    log, _ = run([data, "encode", "--tokenizer", tok, "--output", out] + inputs, n)
+    got = read_shard(out)
+    if got != want:
+        first = next((i for i, (g, w) in enumerate(zip(got, want)) if g != w), min(len(got), len(want)))
+        failures.append(f"{n} ranks: {len(got)} tokens, the reference {len(want)}; first difference at {first}")
+    else:
+        print(f"{n} ranks: {len(got)} tokens as the reference encodes the {len(inputs)} files")
+
+# Shards of 500 tokens at 3 ranks (a glob pattern for the inputs), read back as one stream.
+out = os.path.join(work, "sharded.bin")
+log, _ = run([data, "encode", "--tokenizer", tok, "--output", out, "--shard-tokens", "500",
+              os.path.join(work, "[a-c].txt"), inputs[2]], 3)
+names = sorted(n for n in os.listdir(work) if n.startswith("sharded_"))
+shards = [read_shard(os.path.join(work, n)) for n in names]
+sizes = [len(s) for s in shards]
+if sum(shards, []) != want or names[0] != "sharded_000000.bin" or any(s != 500 for s in sizes[:-1]) or not 0 < sizes[-1] <= 500:
+    failures.append(f"--shard-tokens 500: shards {names} of {sizes} tokens, {len(want)} expected in total")
+else:
+    print(f"--shard-tokens 500 at 3 ranks: {len(names)} shards ({sizes[-1]} tokens in the last) holding the same tokens")
+
+# --no-eot, and decode giving the files' bytes back (with <|endoftext|> before each).
+out = os.path.join(work, "noeot.bin")
+run([data, "encode", "--tokenizer", tok, "--output", out, "--no-eot"] + inputs, 2)
+if read_shard(out) != [t for t in want if t != eot]:
+    failures.append("--no-eot: not the tokens without <|endoftext|>")
+text, _ = run([data, "decode", "--tokenizer", tok, os.path.join(work, "all2.bin")])
+if text != b"".join(EOT + b for b in texts.values() if b):
+    failures.append("decode --tokenizer: not the files' bytes")
+ids_text, _ = run([data, "decode", "--first", "3", "--count", "4", os.path.join(work, "all2.bin")])
+if ids_text.split() != [str(t).encode() for t in want[3:7]]:
+    failures.append(f"decode --first 3 --count 4 printed {ids_text!r}, expected {want[3:7]}")
+
+# dtrain-gpt trains on the shards.
+_, log = run([gpt, "--data", os.path.join(work, "sharded_*.bin"), "--vocab", str(len(pieces)), "--layers", "1",
+              "--d-model", "32", "--heads", "2", "--seq-len", "32", "--micro-batch", "2", "--steps", "3",
+              "--eval-every", "0", "--log-every", "1"], 2)
+if "step 3/3" not in log or "data: " not in log:
+    failures.append(f"dtrain-gpt on the shards: no 'step 3/3' in its log:\n{log[-1500:]}")
+else:
+    print("dtrain-gpt trained 3 steps on the shards")
+
+# Refusals: one message, exit status, and no file left behind.
+before = leftovers()
+refusals = [
+    ([data, "encode", "--tokenizer", tok, "--output", os.path.join(work, "all1.bin")] + inputs, 2, "exists"),
+    ([data, "encode", "--tokenizer", tok, "--output", out.replace("noeot", "sharded"), "--shard-tokens", "9"] + inputs,
+     2, "a shard of that name exists"),
+    ([data, "encode", "--tokenizer", tok, "--output", os.path.join(work, "x.txt")] + inputs, 2, "must name a .bin file"),
+    ([data, "encode", "--tokenizer", tok, "--output", os.path.join(work, "x.bin"), os.path.join(work, "missing.txt")],
+     1, "cannot open"),
+    ([data, "encode", "--tokenizer", tok, "--output", os.path.join(work, "x.bin"), inputs[2]], 2, "hold no text"),
+    ([data, "encode", "--tokenizer", tok, "--output", os.path.join(work, "no_dir", "x.bin")] + inputs, 1, "no directory"),
+    ([data, "encode", "--tokenizer", os.path.join(work, "missing_tok"), "--output", os.path.join(work, "x.bin")] + inputs,
+     1, "no such file"),
+    ([data, "encode", "--output", os.path.join(work, "x.bin")] + inputs, 2, "needs --tokenizer"),
+    ([data, "encode", "--tokenizer", tok, "--output", os.path.join(work, "x.bin"), "--shard-tokens", "0"] + inputs,
+     2, "at least 1"),
+    ([data, "decode", inputs[0]], 1, "not a token shard"),
+    ([data, "decode", "--first", "99999", os.path.join(work, "all1.bin")], 2, "past the shard"),
+]
+for args, code, message in refusals:
+    for n in (1, 2):
+        if args[1] == "decode" and n == 2:
+            continue
+        _, err = run(args, n, expect=code)
+        lines = [l for l in err.splitlines() if "dtrain-data" in l]
+        if len(lines) != 1 or message not in lines[0]:
+            failures.append(f"{args[1:]} at {n} ranks: {err!r} (expected one line with {message!r})")
+if leftovers() != before:
+    failures.append(f"refused commands left files: {sorted(set(leftovers()) - set(before))}")
+print(f"{len(refusals)} refusals, each one message at 1 and 2 ranks, no file left")
+
+if failures:
+    sys.exit("FAIL:\n" + "\n".join(failures))
+print("ok: dtrain-data encodes as GPT-2's encoder")
