@@ -93,25 +93,24 @@ CharClass class_of(char32_t cp) {
   return cp < 128 ? ascii[cp] : cp == static_cast<char32_t>(-1) ? CharClass::other : char_class(cp);
 }
 
-// Calls word(begin, length) for each word of text, in order (GPT-2's pattern, gpt2_words).
+struct CodePoint {
+  CharClass cls;
+  std::size_t length;  // in bytes
+};
+
+CodePoint code_point_at(std::string_view text, std::size_t i) {
+  char32_t cp;
+  const std::size_t length = next_code_point(text, i, cp);
+  return {class_of(cp), length};
+}
+
+// Calls word(begin, length) for each word of text, in order (GPT-2's pattern, gpt2_words),
+// reading the text once, without a copy.
 template <class Word>
 void for_each_word(std::string_view text, Word&& word) {
-  struct Point {
-    std::size_t begin;
-    char32_t cp;
-    CharClass cls;
-  };
-  std::vector<Point> pts;
-  pts.reserve(text.size());
-  for (std::size_t i = 0; i < text.size();) {
-    char32_t cp;
-    const std::size_t len = next_code_point(text, i, cp);
-    pts.push_back({i, cp, class_of(cp)});
-    i += len;
-  }
-  const std::size_t n = pts.size();
-  const auto at = [&](std::size_t k) { return k < n ? pts[k].begin : text.size(); };
-  const auto is = [&](std::size_t k, char c) { return k < n && pts[k].cp == static_cast<char32_t>(c); };
+  const std::size_t n = text.size();
+  // A contraction's characters are ASCII, so comparing bytes compares characters.
+  const auto is = [&](std::size_t i, char c) { return i < n && text[i] == c; };
   for (std::size_t i = 0; i < n;) {
     std::size_t end = i;
     if (is(i, '\'') && (is(i + 1, 's') || is(i + 1, 't') || is(i + 1, 'm') || is(i + 1, 'd'))) {
@@ -120,20 +119,27 @@ void for_each_word(std::string_view text, Word&& word) {
       end = i + 3;  // 're 've 'll
     } else {
       // A run of letters, of numbers or of other symbols, with the one space before it.
-      const bool spaced = is(i, ' ') && i + 1 < n && pts[i + 1].cls != CharClass::space;
-      const std::size_t first = pts[i].cls != CharClass::space ? i : spaced ? i + 1 : n;
-      if (first < n) {
+      CharClass cls = code_point_at(text, i).cls;
+      std::size_t first = i;
+      if (is(i, ' ') && i + 1 < n && code_point_at(text, i + 1).cls != CharClass::space) {
+        first = i + 1;
+        cls = code_point_at(text, first).cls;
+      }
+      if (cls != CharClass::space) {
         end = first;
-        while (end < n && pts[end].cls == pts[first].cls) ++end;
+        for (CodePoint c; end < n && (c = code_point_at(text, end)).cls == cls;) end += c.length;
       } else {
         // White space: the whole run at the end of the text, else all of it but its last
         // character (which goes with the word after it), or one character alone.
-        end = i;
-        while (end < n && pts[end].cls == CharClass::space) ++end;
-        if (end < n && end - i >= 2) --end;
+        std::size_t last = i, characters = 0;
+        for (CodePoint c; end < n && (c = code_point_at(text, end)).cls == CharClass::space; ++characters) {
+          last = end;
+          end += c.length;
+        }
+        if (end < n && characters >= 2) end = last;
       }
     }
-    word(at(i), at(end) - at(i));
+    word(i, end - i);
     i = end;
   }
 }
