@@ -36,80 +36,108 @@ std::size_t block_bytes() {
   static const std::size_t bytes = static_cast<std::size_t>(dtrain::env::get_int("DTRAIN_DATA_BLOCK_BYTES", 8L << 20, 16, 1L << 30));
   return bytes;
 }
-constexpr std::size_t kScanBytes = std::size_t{1} << 20;   // read at a time to find a share's start
+constexpr std::size_t kScanBytes = std::size_t{1} << 20;  // read at a time to find a share's start
+// A cut's test reads at most 5 bytes before it and 5 after it; windows that overlap by more
+// see every cut.
+constexpr std::size_t kCutContext = 16;
 
 struct Input {
   std::string path;
-  int fd = -1;
   std::int64_t size = 0;
   std::int64_t begin = 0;  // its first byte's place in the stream of all inputs
 };
 
-// The input files, open for the command's run.
+// The input files (opened one at a time when read: a corpus may have more files than a
+// process may hold open).
 struct Inputs {
   std::vector<Input> files;
   std::int64_t bytes = 0;
   explicit Inputs(const std::vector<std::string>& specs) {
     for (const std::string& spec : specs) {
       for (const std::string& path : dtrain::train::expand_data_files(spec)) {
-        Input in{path};
-        in.fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
-        DTRAIN_CHECK(in.fd >= 0, Errc::io, "cannot open '" << path << "': " << std::strerror(errno));
-        files.push_back(in);
         struct stat st {};
-        DTRAIN_CHECK(::fstat(in.fd, &st) == 0 && S_ISREG(st.st_mode), Errc::io, "'" << path << "' is not a readable regular file");
-        files.back().size = st.st_size;
-        files.back().begin = bytes;
+        DTRAIN_CHECK(::stat(path.c_str(), &st) == 0, Errc::io, "cannot open '" << path << "': " << std::strerror(errno));
+        DTRAIN_CHECK(S_ISREG(st.st_mode), Errc::io, "'" << path << "' is not a readable regular file");
+        files.push_back({path, st.st_size, bytes});
         bytes += st.st_size;
       }
     }
   }
-  ~Inputs() {
-    for (const Input& in : files) ::close(in.fd);
+  // Paths and sizes, in order, which the ranks compare.
+  std::uint64_t fingerprint() const {
+    std::uint64_t h = 1469598103934665603ULL;  // FNV-1a
+    const auto mix = [&](const void* data, std::size_t n) {
+      for (std::size_t i = 0; i < n; ++i) h = (h ^ static_cast<const unsigned char*>(data)[i]) * 1099511628211ULL;
+    };
+    for (const Input& in : files) {
+      mix(in.path.data(), in.path.size() + 1);
+      mix(&in.size, sizeof in.size);
+    }
+    return h;
   }
-  Inputs(const Inputs&) = delete;
-  Inputs& operator=(const Inputs&) = delete;
 };
 
-// Appends bytes [at, at + n) of the file to text.
-void read_at(const Input& in, std::int64_t at, std::size_t n, std::string& text) {
-  const std::size_t old = text.size();
-  text.resize(old + n);
-  for (std::size_t done = 0; done < n;) {
-    const ssize_t got = ::pread(in.fd, &text[old + done], n - done, static_cast<off_t>(at + done));
-    if (got < 0 && errno == EINTR) continue;
-    DTRAIN_CHECK(got > 0, Errc::io, "reading '" << in.path << "' at byte " << at + done << ": "
-                                                << (got == 0 ? "the file is shorter than it was" : std::strerror(errno)));
-    done += static_cast<std::size_t>(got);
+// An input file open for reading, closed when it goes.
+class OpenInput {
+ public:
+  explicit OpenInput(const Input& in) : in_(in), fd_(::open(in.path.c_str(), O_RDONLY | O_CLOEXEC)) {
+    DTRAIN_CHECK(fd_ >= 0, Errc::io, "cannot open '" << in.path << "': " << std::strerror(errno));
   }
-}
+  ~OpenInput() { ::close(fd_); }
+  OpenInput(const OpenInput&) = delete;
+  OpenInput& operator=(const OpenInput&) = delete;
+
+  // Appends bytes [at, at + n) of the file to text.
+  void read(std::int64_t at, std::size_t n, std::string& text) const {
+    const std::size_t old = text.size();
+    text.resize(old + n);
+    for (std::size_t done = 0; done < n;) {
+      const ssize_t got = ::pread(fd_, &text[old + done], n - done, static_cast<off_t>(at + done));
+      if (got < 0 && errno == EINTR) continue;
+      DTRAIN_CHECK(got > 0, Errc::io, "reading '" << in_.path << "' at byte " << at + done << ": "
+                                                  << (got == 0 ? "the file is shorter than it was" : std::strerror(errno)));
+      done += static_cast<std::size_t>(got);
+    }
+  }
+
+ private:
+  const Input& in_;
+  int fd_;
+};
 
 // The first place at or after `from` in the stream where a share may begin: a file's start,
-// or a cut inside a file. The stream's end where there is none.
+// or a cut inside a file. The stream's end where there is none. Every cut is seen (windows
+// overlap by kCutContext), so a later `from` never gives an earlier place.
 std::int64_t share_begin(const Inputs& inputs, std::int64_t from) {
+  const std::size_t window_bytes = std::clamp<std::size_t>(block_bytes(), 4 * kCutContext, kScanBytes);
   for (const Input& in : inputs.files) {
     if (from >= in.begin + in.size) continue;
     if (from <= in.begin) return in.begin;
+    const OpenInput file(in);
     std::string window;
-    for (std::int64_t w = std::max<std::int64_t>(0, from - in.begin - 2); w < in.size;) {
+    const std::int64_t first = from - in.begin;
+    for (std::int64_t w = std::max<std::int64_t>(0, first - static_cast<std::int64_t>(kCutContext));;) {
       window.clear();
-      read_at(in, w, static_cast<std::size_t>(std::min<std::int64_t>(kScanBytes, in.size - w)), window);
-      for (std::size_t p = 2; p < window.size(); ++p) {
-        if (w + static_cast<std::int64_t>(p) >= from - in.begin && dtrain::train::gpt2_can_cut(window, p)) {
-          return in.begin + w + static_cast<std::int64_t>(p);
-        }
+      file.read(w, static_cast<std::size_t>(std::min<std::int64_t>(static_cast<std::int64_t>(window_bytes), in.size - w)), window);
+      const bool last = w + static_cast<std::int64_t>(window.size()) >= in.size;
+      // The places whose context the window shows: not those near its start (the previous
+      // window's) nor near its end (the next one's), unless the file starts or ends there.
+      const std::int64_t lo = std::max<std::int64_t>(w == 0 ? 0 : static_cast<std::int64_t>(kCutContext), first - w);
+      const std::size_t hi = last ? window.size() : window.size() - kCutContext;
+      for (std::size_t p = static_cast<std::size_t>(lo); p < hi; ++p) {
+        if (dtrain::train::gpt2_can_cut(window, p)) return in.begin + w + static_cast<std::int64_t>(p);
       }
-      if (w + static_cast<std::int64_t>(window.size()) >= in.size) break;
-      w += static_cast<std::int64_t>(window.size()) - 2;  // a cut needs the two bytes before it
+      if (last) break;
+      w += static_cast<std::int64_t>(hi - kCutContext);
     }
     from = in.begin + in.size;  // none in this file: the next file's start
   }
   return inputs.bytes;
 }
 
-// The last cut in text, 0 where there is none.
-std::size_t last_cut(std::string_view text) {
-  for (std::size_t p = text.size(); p-- > 2;) {
+// The last cut in text at or after `from`, 0 where there is none.
+std::size_t last_cut(std::string_view text, std::size_t from) {
+  for (std::size_t p = text.size(); p-- > std::max<std::size_t>(from, 2);) {
     if (dtrain::train::gpt2_can_cut(text, p)) return p;
   }
   return 0;
@@ -125,17 +153,21 @@ std::vector<std::uint16_t> encode_share(const Inputs& inputs, std::int64_t begin
     const std::int64_t first = std::max(begin, in.begin) - in.begin, last = std::min(end, in.begin + in.size) - in.begin;
     if (first >= last) continue;
     if (first == 0 && eot >= 0) tokens.push_back(static_cast<std::uint16_t>(eot));
+    const OpenInput file(in);
     text.clear();
+    std::size_t searched = 0;  // text before it holds no cut (a file without any is held whole)
     for (std::int64_t at = first; at < last;) {
       const std::size_t n = static_cast<std::size_t>(std::min<std::int64_t>(static_cast<std::int64_t>(block_bytes()), last - at));
-      read_at(in, at, n, text);
+      file.read(at, n, text);
       at += static_cast<std::int64_t>(n);
-      const std::size_t cut = at < last ? last_cut(text) : text.size();
+      const std::size_t cut = at < last ? last_cut(text, searched) : text.size();
+      searched = text.size() > kCutContext ? text.size() - kCutContext : 0;
       if (cut == 0) continue;  // no cut yet: read on
       ids.clear();
       tokenizer.encode(std::string_view(text).substr(0, cut), ids);
       tokens.insert(tokens.end(), ids.begin(), ids.end());  // ids < 65536: checked up front
       text.erase(0, cut);
+      searched = 0;
     }
   }
   return tokens;
@@ -169,44 +201,68 @@ void check_output_free(const EncodeOptions& options) {
   }
 }
 
-void write_all_at(int fd, const void* data, std::size_t n, std::int64_t at, const std::string& path) {
-  const char* p = static_cast<const char*>(data);
-  for (std::size_t done = 0; done < n;) {
-    const ssize_t put = ::pwrite(fd, p + done, n - done, static_cast<off_t>(at + done));
-    if (put < 0 && errno == EINTR) continue;
-    DTRAIN_CHECK(put > 0, Errc::io, "writing '" << path << "': " << std::strerror(errno));
-    done += static_cast<std::size_t>(put);
+// A shard file open for writing; commit() flushes and closes it, reporting what the file
+// system says.
+class ShardFile {
+ public:
+  ShardFile(const std::string& path, int flags) : path_(path), fd_(::open(path.c_str(), flags | O_WRONLY | O_CLOEXEC, 0644)) {
+    DTRAIN_CHECK(fd_ >= 0, Errc::io, "cannot open '" << path << "' to write: " << std::strerror(errno));
   }
-}
+  ~ShardFile() {
+    if (fd_ >= 0) ::close(fd_);
+  }
+  ShardFile(const ShardFile&) = delete;
+  ShardFile& operator=(const ShardFile&) = delete;
 
-// Writes tokens [from, from + n) of shard file path at their place, then flushes it.
-void write_tokens(const std::string& path, const std::uint16_t* tokens, std::int64_t n, std::int64_t from) {
-  const int fd = ::open(path.c_str(), O_WRONLY | O_CLOEXEC);
-  DTRAIN_CHECK(fd >= 0, Errc::io, "cannot open '" << path << "' to write: " << std::strerror(errno));
-  try {
-    write_all_at(fd, tokens, static_cast<std::size_t>(n) * 2, static_cast<std::int64_t>(kShardHeaderBytes) + 2 * from, path);
-    DTRAIN_CHECK(::fsync(fd) == 0, Errc::io, "flushing '" << path << "': " << std::strerror(errno));
-  } catch (...) {
-    ::close(fd);
-    throw;
+  void write_at(const void* data, std::size_t n, std::int64_t at) {
+    const char* p = static_cast<const char*>(data);
+    for (std::size_t done = 0; done < n;) {
+      const ssize_t put = ::pwrite(fd_, p + done, n - done, static_cast<off_t>(at + done));
+      if (put < 0 && errno == EINTR) continue;
+      DTRAIN_CHECK(put > 0, Errc::io, "writing '" << path_ << "': " << std::strerror(errno));
+      done += static_cast<std::size_t>(put);
+    }
   }
-  ::close(fd);
-}
+  void resize(std::int64_t bytes) {
+    DTRAIN_CHECK(::ftruncate(fd_, static_cast<off_t>(bytes)) == 0, Errc::io,
+                 "cannot make '" << path_ << "' " << bytes << " bytes long: " << std::strerror(errno));
+  }
+  void commit() {
+    DTRAIN_CHECK(::fsync(fd_) == 0, Errc::io, "flushing '" << path_ << "': " << std::strerror(errno));
+    const int fd = fd_;
+    fd_ = -1;
+    DTRAIN_CHECK(::close(fd) == 0, Errc::io, "closing '" << path_ << "': " << std::strerror(errno));
+  }
+
+ private:
+  std::string path_;
+  int fd_;
+};
 
 // Creates shard file path holding a header for `count` tokens and room for them.
 void create_shard(const std::string& path, std::int64_t count) {
-  const int fd = ::open(path.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
-  DTRAIN_CHECK(fd >= 0, Errc::io, "cannot create '" << path << "': " << std::strerror(errno));
-  std::int32_t header[256] = {kShardMagic, kShardVersion, static_cast<std::int32_t>(count)};
-  try {
-    write_all_at(fd, header, sizeof header, 0, path);
-    DTRAIN_CHECK(::ftruncate(fd, static_cast<off_t>(kShardHeaderBytes + 2 * count)) == 0, Errc::io,
-                 "cannot size '" << path << "' for its " << count << " tokens: " << std::strerror(errno));
-  } catch (...) {
-    ::close(fd);
-    throw;
-  }
+  ShardFile file(path, O_CREAT | O_TRUNC);
+  const std::int32_t header[256] = {kShardMagic, kShardVersion, static_cast<std::int32_t>(count)};
+  file.write_at(header, sizeof header, 0);
+  file.resize(static_cast<std::int64_t>(kShardHeaderBytes) + 2 * count);
+  file.commit();
+}
+
+// Writes tokens [from, from + n) of the shard file at path at their place.
+void write_tokens(const std::string& path, const std::uint16_t* tokens, std::int64_t n, std::int64_t from) {
+  ShardFile file(path, 0);
+  file.write_at(tokens, static_cast<std::size_t>(n) * 2, static_cast<std::int64_t>(kShardHeaderBytes) + 2 * from);
+  file.commit();
+}
+
+// Makes the renames in a directory durable.
+void sync_directory(const fs::path& dir) {
+  const int fd = ::open(dir.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+  DTRAIN_CHECK(fd >= 0, Errc::io, "cannot open the directory '" << dir.string() << "': " << std::strerror(errno));
+  const bool synced = ::fsync(fd) == 0;
+  const int error = errno;
   ::close(fd);
+  DTRAIN_CHECK(synced, Errc::io, "flushing the directory '" << dir.string() << "': " << std::strerror(error));
 }
 
 // Runs `step` on this rank and agrees over world: every rank returns, or every rank throws
@@ -245,14 +301,16 @@ int encode(const EncodeOptions& options, dtrain::Communicator& world) {
     inputs = std::make_unique<Inputs>(options.inputs);
     if (world.rank() == 0) check_output_free(options);
   });
-  // Every rank must see the same inputs (a job over nodes reads its own copies).
-  std::int64_t seen[2] = {static_cast<std::int64_t>(inputs->files.size()), inputs->bytes};
-  std::int64_t lowest[2], highest[2];
-  world.all_reduce(seen, lowest, 2, DType::i64, ReduceOp::min);
-  world.all_reduce(seen, highest, 2, DType::i64, ReduceOp::max);
-  DTRAIN_CHECK(lowest[0] == highest[0] && lowest[1] == highest[1], Errc::io,
-               "the ranks see different inputs: " << lowest[0] << " to " << highest[0] << " files of "
-                                                  << lowest[1] << " to " << highest[1] << " bytes");
+  // Every rank must see the same inputs (a job over nodes may read its own copies): the same
+  // paths in the same order, of the same sizes.
+  std::int64_t seen[3] = {static_cast<std::int64_t>(inputs->files.size()), inputs->bytes,
+                          static_cast<std::int64_t>(inputs->fingerprint())};
+  std::int64_t lowest[3], highest[3];
+  world.all_reduce(seen, lowest, 3, DType::i64, ReduceOp::min);
+  world.all_reduce(seen, highest, 3, DType::i64, ReduceOp::max);
+  DTRAIN_CHECK(std::equal(lowest, lowest + 3, highest), Errc::io,
+               "the ranks see different inputs: " << lowest[0] << " to " << highest[0] << " files of " << lowest[1]
+                                                  << " to " << highest[1] << " bytes, or other paths or sizes");
 
   // This rank's share: from its place in the stream, moved on to where a share may begin.
   const auto started = std::chrono::steady_clock::now();
@@ -287,6 +345,7 @@ int encode(const EncodeOptions& options, dtrain::Communicator& world) {
   const std::int64_t per_shard = sharded ? options.shard_tokens : total;
   const std::int64_t shards = (total + per_shard - 1) / per_shard;
   const auto partial = [&](std::int64_t k) { return shard_name(options.output, sharded, k) + ".partial"; };
+  std::int64_t renamed = 0;  // shards under their names (on rank 0)
   try {
     agreed(world, [&] {
       if (world.rank() != 0) return;
@@ -300,12 +359,14 @@ int encode(const EncodeOptions& options, dtrain::Communicator& world) {
     });
     agreed(world, [&] {
       if (world.rank() != 0) return;
-      for (std::int64_t k = 0; k < shards; ++k) fs::rename(partial(k), shard_name(options.output, sharded, k));
+      for (; renamed < shards; ++renamed) fs::rename(partial(renamed), shard_name(options.output, sharded, renamed));
+      const fs::path dir = fs::path(options.output).parent_path();
+      sync_directory(dir.empty() ? fs::path(".") : dir);
     });
   } catch (...) {
-    if (world.rank() == 0) {
+    if (world.rank() == 0) {  // none of the shards stays, under either name
       std::error_code ignored;
-      for (std::int64_t k = 0; k < shards; ++k) fs::remove(partial(k), ignored);
+      for (std::int64_t k = 0; k < shards; ++k) fs::remove(k < renamed ? shard_name(options.output, sharded, k) : partial(k), ignored);
     }
     throw;
   }

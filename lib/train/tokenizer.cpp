@@ -144,6 +144,30 @@ void for_each_word(std::string_view text, Word&& word) {
   }
 }
 
+bool ascii_space(char c) { return c == ' ' || (c >= '\t' && c <= '\r'); }
+
+// Whether the character that ends at text[end - 1] is not white space. A byte that is not a
+// continuation byte always begins a character (or is one of its own, not UTF-8), so the
+// character is found by stepping back over continuation bytes. False where the text does not
+// show its beginning (a window that starts inside it).
+bool non_space_ends_at(std::string_view text, std::size_t end) {
+  const auto continuation = [&](std::size_t k) { return (static_cast<unsigned char>(text[k]) & 0xC0) == 0x80; };
+  if (end == 0) return false;
+  std::size_t begin = end - 1;
+  for (int back = 0; back < 3 && continuation(begin); ++back) {
+    if (begin == 0) return false;
+    --begin;
+  }
+  char32_t cp;
+  const std::size_t length = next_code_point(text, begin, cp);
+  // Not the character that ends there: text[end - 1] is a byte of its own, not UTF-8.
+  return begin + length != end || class_of(cp) != CharClass::space;
+}
+
+bool non_space_starts_at(std::string_view text, std::size_t begin) {
+  return begin < text.size() && code_point_at(text, begin).cls != CharClass::space;
+}
+
 }  // namespace
 
 std::vector<std::string> gpt2_words(const std::string& text) {
@@ -153,10 +177,11 @@ std::vector<std::string> gpt2_words(const std::string& text) {
 }
 
 bool gpt2_can_cut(std::string_view text, std::size_t p) {
-  if (p < 2 || p >= text.size() || text[p - 1] != '\n') return false;
-  const unsigned char before = static_cast<unsigned char>(text[p - 2]), after = static_cast<unsigned char>(text[p]);
-  const bool alnum = (after >= '0' && after <= '9') || (after >= 'A' && after <= 'Z') || (after >= 'a' && after <= 'z');
-  return before > ' ' && before < 0x7F && alnum;
+  if (p < 2 || p >= text.size() || !ascii_space(text[p - 1]) || !non_space_ends_at(text, p - 1)) return false;
+  // One white space character between two others: it is a word of its own. Two: the first
+  // ends the text before p, the second begins (with a space: " word") the text after it.
+  if (text[p - 1] != ' ' && non_space_starts_at(text, p)) return true;
+  return p + 1 < text.size() && ascii_space(text[p]) && non_space_starts_at(text, p + 1);
 }
 
 Tokenizer::Tokenizer(const std::string& path) : path_(path) {
@@ -216,9 +241,12 @@ Tokenizer::Tokenizer(const std::string& path) : path_(path) {
     const std::string where = "--tokenizer: '" + merges.string() + "'";
     const std::string left = token_bytes(line.substr(0, space), where), right = token_bytes(line.substr(space + 1), where);
     const std::int32_t l = id(left), r = id(right), merged = id(left + right);
-    DTRAIN_CHECK(l >= 0 && r >= 0 && merged >= 0, Errc::corrupt_data,
-                 where << ": the merge '" << line << "' makes or uses a token that '" << path_
-                       << "' does not have: its merges and vocabulary do not belong together");
+    if (l < 0 || r < 0 || merged < 0) {
+      // Not this vocabulary's merges (Hugging Face refuses them too): its tokens still decode.
+      merges_.clear();
+      kind_ = "GPT-2 BPE, decodes only: merges.txt's merge '" + line + "' makes or uses a token vocab.json does not have";
+      return;
+    }
     // A merge listed twice takes its later rank, as GPT-2's encoder reads the file.
     merges_[static_cast<std::uint64_t>(l) << 32 | static_cast<std::uint32_t>(r)] = Merge{rank++, merged};
   }

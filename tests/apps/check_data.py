@@ -3,7 +3,8 @@
 
 A small byte-level BPE is trained on a sample and written as Hugging Face writes GPT-2's. Input
 files mix prose, code, contractions, runs of spaces and newlines, digits, accented, Cyrillic and
-CJK letters, emoji, bytes that are not UTF-8, a file without a newline and an empty file.
+CJK letters, emoji, bytes that are not UTF-8, CRLF line ends, lines of CJK and Cyrillic text
+only, a file without a newline and an empty file.
 `dtrain-data encode` at 1, 2, 3 and 4 ranks, with small read blocks so that the ranks' shares
 and the blocks are cut inside the files, must write exactly the tokens of GPT-2's encoding
 (`bpe_files.encode`: its pattern applied by the `regex` module, byte pair merges by rank) with
@@ -39,13 +40,16 @@ texts = {
     "b.txt": ("One line without a newline, " * 40).encode() + b"\xff\xfe bytes that are not UTF-8 \xc3",
     "empty.txt": b"",
     "c.txt": ("\n".join(f"row {i} 'quoted' It'S x\u00a0y\u0085z \x1c w" for i in range(200)) + "\n").encode(),
+    "d.txt": "".join(f"CRLF line {i}, end.\r\n" + ("  \r\n" if i % 7 == 0 else "") for i in range(300)).encode(),
+    "e.txt": "".join(f"東京都の{i}番目の行です。\nМосква {i}\u3000строка\n" for i in range(150)).encode(),
 }
 for name, body in texts.items():
     with open(os.path.join(work, name), "wb") as f:
         f.write(body)
 inputs = [os.path.join(work, n) for n in texts]
 
-sample = prose * 3 + texts["c.txt"][:2000].decode() + " ".join(["One line without a newline,"] * 5)
+sample = (prose * 3 + texts["c.txt"][:2000].decode() + " ".join(["One line without a newline,"] * 5)
+          + texts["d.txt"][:500].decode() + texts["e.txt"][:1000].decode(errors="ignore"))
 pieces, merges = train(sample, 300)
 pieces.append(EOT)
 ids = {p: i for i, p in enumerate(pieces)}
@@ -97,7 +101,7 @@ for n in (1, 2, 3, 4):
 # Shards of 500 tokens at 3 ranks (a glob pattern for the inputs), read back as one stream.
 out = os.path.join(work, "sharded.bin")
 log, _ = run([data, "encode", "--tokenizer", tok, "--output", out, "--shard-tokens", "500",
-              os.path.join(work, "[a-c].txt"), inputs[2]], 3)
+              os.path.join(work, "[a-e].txt"), inputs[2]], 3)
 names = sorted(n for n in os.listdir(work) if n.startswith("sharded_"))
 shards = [read_shard(os.path.join(work, n)) for n in names]
 sizes = [len(s) for s in shards]
@@ -137,6 +141,7 @@ refusals = [
     ([data, "encode", "--tokenizer", tok, "--output", os.path.join(work, "x.bin"), os.path.join(work, "missing.txt")],
      1, "cannot open"),
     ([data, "encode", "--tokenizer", tok, "--output", os.path.join(work, "x.bin"), inputs[2]], 2, "hold no text"),
+    ([data, "encode", "--tokenizer", tok, "--output", os.path.join(work, "x.bin"), work], 1, "not a readable regular file"),
     ([data, "encode", "--tokenizer", tok, "--output", os.path.join(work, "no_dir", "x.bin")] + inputs, 1, "no directory"),
     ([data, "encode", "--tokenizer", os.path.join(work, "missing_tok"), "--output", os.path.join(work, "x.bin")] + inputs,
      1, "no such file"),

@@ -41,34 +41,46 @@ TEST(Gpt2Words, SplitsAsItsPattern) {
 }
 
 // Where gpt2_can_cut allows a cut, the two sides split into the whole text's words: checked
-// at every position of random texts of the characters the pattern treats differently.
+// at every position of random texts of the characters the pattern treats differently (white
+// space of one and several bytes, letters, digits, a contraction's, CJK, bytes that are not
+// UTF-8), and for windows of them that begin anywhere, as dtrain-data's reads do.
 TEST(Gpt2Words, CutsWhereTheWordsDoNotChange) {
-  const std::vector<std::string> alphabet = {" ", "\n", "\n", "\t", "a", "Z", "1", "'", "s", "!", "\xc3\xa9", "\xc2\xa0", "\xff"};
+  const std::vector<std::string> alphabet = {" ", " ", "\n", "\n", "\r", "\t", "a", "Z", "1", "'", "s", "!",
+                                             "\xc3\xa9", "\xc2\xa0", "\xc2\x85", "\xe3\x80\x80", "\xe3\x80\x82",
+                                             "\xe6\x9d\xb1", "\xff", "\x80", "\xe3\x80"};
   std::uint64_t state = 42;
   int cuts = 0;
-  for (int text_index = 0; text_index < 10000; ++text_index) {
+  for (int text_index = 0; text_index < 20000; ++text_index) {
     std::string text;
     for (int k = 0; k < 12; ++k) {
       state = state * 6364136223846793005ULL + 1442695040888963407ULL;
       text += alphabet[(state >> 33) % alphabet.size()];
     }
     const Words whole = gpt2_words(text);
-    for (std::size_t p = 0; p <= text.size(); ++p) {
-      if (!dtrain::train::gpt2_can_cut(text, p)) continue;
-      ++cuts;
+    const auto check = [&](std::size_t p) {
       Words parts = gpt2_words(text.substr(0, p));
       const Words rest = gpt2_words(text.substr(p));
       parts.insert(parts.end(), rest.begin(), rest.end());
-      ASSERT_EQ(parts, whole) << "cut at " << p << " of '" << text << "'";
+      return parts == whole;
+    };
+    for (std::size_t from = 0; from < text.size(); ++from) {
+      const std::string window = text.substr(from);
+      for (std::size_t p = 0; p <= window.size(); ++p) {
+        if (!dtrain::train::gpt2_can_cut(window, p)) continue;
+        if (from == 0) ++cuts;
+        ASSERT_TRUE(check(from + p)) << "cut at " << from + p << " of '" << text << "' (a window from " << from << ")";
+      }
     }
   }
-  EXPECT_GT(cuts, 1500);
-  // Not after white space before the newline, nor before what is not a letter or digit.
+  EXPECT_GT(cuts, 10000);
   EXPECT_TRUE(dtrain::train::gpt2_can_cut("x.\nab", 3));
+  EXPECT_TRUE(dtrain::train::gpt2_can_cut("x\r\nab", 2));                    // CRLF: between \r and \n
+  EXPECT_TRUE(dtrain::train::gpt2_can_cut("\xe3\x80\x82\n\xe6\x9d\xb1", 4));  // CJK lines
+  EXPECT_FALSE(dtrain::train::gpt2_can_cut("x\r\nab", 3));                   // after it, the run would differ
   EXPECT_FALSE(dtrain::train::gpt2_can_cut("x \nab", 3));
-  EXPECT_FALSE(dtrain::train::gpt2_can_cut("x\n\nab", 3));
-  EXPECT_FALSE(dtrain::train::gpt2_can_cut("x.\n ab", 3));
-  EXPECT_FALSE(dtrain::train::gpt2_can_cut("x.\n'sb", 3));
+  EXPECT_FALSE(dtrain::train::gpt2_can_cut("x\xc2\xa0\nab", 4));            // NBSP before the newline
+  EXPECT_FALSE(dtrain::train::gpt2_can_cut("\xa0\nab", 2));                  // where that character begins is not shown
+  EXPECT_FALSE(dtrain::train::gpt2_can_cut("x. ab", 3));                      // " ab" is one word
   EXPECT_FALSE(dtrain::train::gpt2_can_cut("x.\n", 3));
 }
 
@@ -124,8 +136,11 @@ TEST_F(TokenizerFiles, RefusesWhatIsNotATokenizer) {
   write("vocab.json", R"({"a":0,"b":1})");
   write("merges.txt", "#version: 0.2\na b c\n");
   EXPECT_THROW(Tokenizer{dir_.string()}, dtrain::Error);
-  write("merges.txt", "#version: 0.2\na b\n");  // makes "ab", which vocab.json does not have
-  EXPECT_THROW(Tokenizer{dir_.string()}, dtrain::Error);
+  write("merges.txt", "#version: 0.2\na b\n");  // makes "ab", which vocab.json does not have: decodes only
+  const Tokenizer mismatched(dir_.string());
+  EXPECT_FALSE(mismatched.encodes());
+  EXPECT_NE(mismatched.describe().find("does not have"), std::string::npos) << mismatched.describe();
+  EXPECT_EQ(mismatched.bytes(1), "b");
   EXPECT_THROW(Tokenizer{(dir_ / "missing.json").string()}, dtrain::Error);
 }
 

@@ -54,11 +54,13 @@ class DTRAIN_API Tokenizer {
 // valid UTF-8 counts as a symbol of its own.
 DTRAIN_API std::vector<std::string> gpt2_words(const std::string& text);
 
-// Whether text[0, p) and text[p, end) encode to the tokens the whole text does, as checked by
-// a rule simple enough to find cuts in a long file: text[p - 1] is a newline between a
-// printable ASCII character other than space and an ASCII letter or digit (then a word ends
-// before the newline, the newline is a word of its own and a word starts at p, whatever comes
-// before or after). dtrain-data encode cuts files there to share them over ranks.
+// Whether text[0, p) and text[p, end) encode to the tokens the whole text does, by a rule
+// simple enough to find cuts in a long file: before p a character that is not white space,
+// then one ASCII white space character other than a space, then at p one that is not white
+// space ("x\ny": the newline is a word of its own); or before p such a character and one
+// ASCII white space character, then at p another and one that is not white space ("x\r|\ny",
+// "x\n| y"). Only what text shows counts: a window that begins inside the character before
+// p has no cut there. dtrain-data encode cuts files there to share them over ranks.
 DTRAIN_API bool gpt2_can_cut(std::string_view text, std::size_t p);
 
 }  // namespace dtrain::train
