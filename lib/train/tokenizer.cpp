@@ -266,7 +266,20 @@ std::vector<std::int32_t> Tokenizer::encode(const std::string& text) const {
 
 void Tokenizer::encode(std::string_view text, std::vector<std::int32_t>& out) const {
   DTRAIN_CHECK(encodes(), Errc::invalid_argument, "--tokenizer '" << path_ << "' cannot encode text (" << kind_ << ")");
-  for_each_word(text, [&](std::size_t begin, std::size_t length) { encode_word(text.substr(begin, length), out); });
+  // A word met before in this text is copied from its first tokens: most words of a long
+  // text recur, and merging costs more than a lookup.
+  std::unordered_map<std::string_view, std::pair<std::size_t, std::size_t>> seen;  // word -> its tokens in out
+  for_each_word(text, [&](std::size_t begin, std::size_t length) {
+    const std::string_view word = text.substr(begin, length);
+    const auto [it, added] = seen.try_emplace(word, out.size(), 0);
+    if (!added) {
+      const std::size_t from = it->second.first, n = it->second.second;
+      for (std::size_t k = 0; k < n; ++k) out.push_back(out[from + k]);
+      return;
+    }
+    encode_word(word, out);
+    it->second.second = out.size() - it->second.first;
+  });
 }
 
 std::int32_t Tokenizer::id(const std::string& bytes) const {
