@@ -10,6 +10,7 @@
 #include "dtrain/comm/runtime.hpp"
 #include "dtrain/core/error.hpp"
 #include "dtrain/version.hpp"
+#include "shard_format.hpp"
 
 namespace {
 
@@ -38,26 +39,44 @@ long long count_value(const std::string& option, const char* text, long long low
   return v;
 }
 
+// A command's arguments, read one at a time.
+class Arguments {
+ public:
+  Arguments(int argc, char** argv) : argc_(argc), argv_(argv) {}
+  bool next(std::string& word) {
+    if (i_ >= argc_) return false;
+    word = argv_[i_++];
+    return true;
+  }
+  // The value after option `option`.
+  const char* value(const std::string& option) {
+    if (i_ >= argc_) throw Usage{option + " needs a value"};
+    return argv_[i_++];
+  }
+
+ private:
+  int argc_, i_ = 0;
+  char** argv_;
+};
+
 // Options before, between or after the files; "--" ends them.
 dtrain_data::EncodeOptions encode_options(int argc, char** argv) {
   dtrain_data::EncodeOptions o;
-  for (int i = 0; i < argc; ++i) {
-    const std::string a = argv[i];
-    const auto value = [&]() -> const char* {
-      if (i + 1 >= argc) throw Usage{a + " needs a value"};
-      return argv[++i];
-    };
-    if (a == "--tokenizer") {
-      o.tokenizer = value();
+  Arguments args(argc, argv);
+  bool options_end = false;
+  for (std::string a; args.next(a);) {
+    if (options_end) {
+      o.inputs.push_back(a);
+    } else if (a == "--tokenizer") {
+      o.tokenizer = args.value(a);
     } else if (a == "--output") {
-      o.output = value();
+      o.output = args.value(a);
     } else if (a == "--shard-tokens") {
-      o.shard_tokens = count_value(a, value(), 1);
+      o.shard_tokens = count_value(a, args.value(a), 1);
     } else if (a == "--no-eot") {
       o.eot = false;
     } else if (a == "--") {
-      o.inputs.insert(o.inputs.end(), argv + i + 1, argv + argc);
-      break;
+      options_end = true;
     } else if (a.rfind("--", 0) == 0) {
       throw Usage{"unknown option '" + a + "'"};
     } else {
@@ -68,7 +87,9 @@ dtrain_data::EncodeOptions encode_options(int argc, char** argv) {
   if (o.output.size() < 5 || o.output.compare(o.output.size() - 4, 4, ".bin") != 0) {
     throw Usage{"--output must name a .bin file (dtrain-gpt reads other names as text), not '" + o.output + "'"};
   }
-  if (o.shard_tokens > 2147483647LL) throw Usage{"--shard-tokens is at most 2147483647 (the header's count)"};
+  if (o.shard_tokens > dtrain_data::kMaxShardTokens) {
+    throw Usage{"--shard-tokens is at most " + std::to_string(dtrain_data::kMaxShardTokens) + " (the header's count)"};
+  }
   if (o.inputs.empty()) throw Usage{"encode needs input files"};
   return o;
 }
@@ -76,18 +97,14 @@ dtrain_data::EncodeOptions encode_options(int argc, char** argv) {
 int decode(int argc, char** argv) {
   std::string tokenizer, shard;
   long long first = 0, count = -1;
-  for (int i = 0; i < argc; ++i) {
-    const std::string a = argv[i];
-    const auto value = [&]() -> const char* {
-      if (i + 1 >= argc) throw Usage{a + " needs a value"};
-      return argv[++i];
-    };
+  Arguments args(argc, argv);
+  for (std::string a; args.next(a);) {
     if (a == "--tokenizer") {
-      tokenizer = value();
+      tokenizer = args.value(a);
     } else if (a == "--first") {
-      first = count_value(a, value(), 0);
+      first = count_value(a, args.value(a), 0);
     } else if (a == "--count") {
-      count = count_value(a, value(), 0);
+      count = count_value(a, args.value(a), 0);
     } else if (a.rfind("--", 0) == 0 || !shard.empty()) {
       throw Usage{a.rfind("--", 0) == 0 ? "unknown option '" + a + "'" : "decode reads one shard"};
     } else {

@@ -1,6 +1,7 @@
 #pragma once
 // llm.c's token shard, which dtrain-gpt --data reads (docs/dtrain-gpt.md): 256 int32 of
 // header (magic, version, token count), then the tokens as uint16, little-endian.
+#include <cstddef>
 #include <cstdint>
 
 namespace dtrain_data {
