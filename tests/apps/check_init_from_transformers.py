@@ -7,7 +7,10 @@ the loss depends on every tensor) is saved by save_pretrained as model.safetenso
 config.json. dtrain-gpt --eval-only --init-from must give the loss transformers computes on
 the validation window (in float64), at 1 rank and split by TP 2 with sequence parallelism and
 by PP 2, and --generate with --temperature 0 must give the tokens transformers' greedy
-generate() gives. Exits 77 (skipped) where torch or transformers is missing."""
+generate() gives. Then 6 training steps from the file (one window as the training data, a
+constant learning rate, no clipping) must give the losses and gradient norms of torch's
+AdamW on transformers' model in float64, at 1 rank, DP 2 (also with ZeRO 3), TP 2 and PP 2.
+Exits 77 (skipped) where torch or transformers is missing."""
 import json
 import os
 import re
@@ -83,6 +86,48 @@ for label, ranks, extra in [("1 rank", 1, []), ("tp 2 with sp", 2, ["--tp", "2",
     if tokens != greedy:
         failures.append(f"{label}: generated {tokens}, transformers {greedy}")
 
+# Fine-tuning from the file, against torch's AdamW on transformers' model (float64): the
+# training file is one window, so every sample is that window; a constant learning rate, no
+# clipping, weight decay on the matrices and embeddings only, as dtrain-gpt applies it.
+STEPS, LR, WD, BATCH = 6, 2e-3, 0.1, 2
+write_shard(os.path.join(work, "one_window.bin"), window)
+decay = [p for p in reference.parameters() if p.dim() >= 2]
+other = [p for p in reference.parameters() if p.dim() < 2]
+adamw = torch.optim.AdamW([{"params": decay, "weight_decay": WD}, {"params": other, "weight_decay": 0.0}],
+                          lr=LR, betas=(0.9, 0.95), eps=1e-8)
+inputs, targets = torch.tensor([window[:T]] * BATCH), torch.tensor([window[1:]] * BATCH)
+want_losses, want_norms = [], []
+for _ in range(STEPS):
+    adamw.zero_grad()
+    loss = torch.nn.functional.cross_entropy(reference(inputs).logits.reshape(-1, V), targets.reshape(-1))
+    loss.backward()
+    want_losses.append(loss.item())
+    want_norms.append(torch.sqrt(sum((p.grad ** 2).sum() for p in reference.parameters())).item())
+    adamw.step()
+train = ["--layers", str(L), "--heads", str(H), "--d-model", str(C), "--seq-len", str(T), "--vocab", str(V),
+         "--data", os.path.join(work, "one_window.bin"), "--val-data", os.path.join(work, "val.bin"),
+         "--init-from", hf_dir, "--steps", str(STEPS), "--warmup-steps", "1", "--lr", str(LR), "--min-lr", str(LR),
+         "--weight-decay", str(WD), "--clip-grad", "0", "--log-every", "1", "--eval-every", "0", "--eval-batches", "1"]
+for label, ranks, extra in [("1 rank", 1, ["--micro-batch", str(BATCH)]),
+                            ("dp 2", 2, ["--micro-batch", str(BATCH // 2)]),
+                            ("dp 2 with ZeRO 3", 2, ["--micro-batch", str(BATCH // 2), "--zero", "3"]),
+                            ("tp 2", 2, ["--micro-batch", str(BATCH), "--tp", "2"]),
+                            ("pp 2", 2, ["--micro-batch", str(BATCH), "--pp", "2"])]:
+    metrics = os.path.join(work, "train_" + re.sub(r"\W", "_", label) + ".jsonl")
+    r = subprocess.run([mpiexec, npflag, str(ranks), gpt] + train + extra + ["--metrics", metrics],
+                       capture_output=True, text=True, stdin=subprocess.DEVNULL, timeout=120)
+    if r.returncode != 0:
+        sys.exit(f"FAIL: training, {label}, exited {r.returncode}:\n{r.stderr[-3000:]}")
+    rows = [json.loads(line) for line in open(metrics)]
+    losses, norms = [row["loss"] for row in rows], [row["grad_norm"] for row in rows]
+    loss_gap = max(abs(a - b) / b for a, b in zip(losses, want_losses)) if len(losses) == STEPS else float("inf")
+    norm_gap = max(abs(a - b) / b for a, b in zip(norms, want_norms)) if len(norms) == STEPS else float("inf")
+    print(f"training {STEPS} steps, {label}: losses {losses[0]:.6f} .. {losses[-1]:.6f} (torch {want_losses[0]:.6f} .. "
+          f"{want_losses[-1]:.6f}), largest relative gap {loss_gap:.2e}; gradient norms {norm_gap:.2e}")
+    if not (loss_gap <= 1e-5 and norm_gap <= 1e-4):
+        failures.append(f"training, {label}: relative gaps {loss_gap:.3g} (losses, bound 1e-5), "
+                        f"{norm_gap:.3g} (gradient norms, bound 1e-4)")
+
 if failures:
     sys.exit("FAIL:\n" + "\n".join(failures))
-print("ok: --init-from reads transformers' GPT-2 and computes its loss and greedy tokens")
+print("ok: --init-from reads transformers' GPT-2 and computes its loss and greedy tokens, and trains as torch's AdamW")
