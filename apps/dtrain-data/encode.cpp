@@ -3,6 +3,7 @@
 // tokens do not change (gpt2_can_cut); each rank encodes its share and writes its tokens at
 // their place in the shards, which appear under their names only once every rank has written.
 #include <fcntl.h>
+#include <stdio.h>  // renameat2
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -40,6 +41,7 @@ constexpr std::size_t kScanBytes = std::size_t{1} << 20;  // read at a time to f
 // A cut's test reads at most 5 bytes before it and 5 after it; windows that overlap by more
 // see every cut.
 constexpr std::size_t kCutContext = 16;
+constexpr std::int64_t kMaxShards = 1000000;  // numbered _000000 to _999999
 
 struct Input {
   std::string path;
@@ -255,6 +257,19 @@ void write_tokens(const std::string& path, const std::uint16_t* tokens, std::int
   file.commit();
 }
 
+// Renames a written shard to its name, which must still be free: a file that appeared there
+// while the run encoded (another run's) is not replaced.
+void rename_new(const std::string& from, const std::string& to) {
+  if (::renameat2(AT_FDCWD, from.c_str(), AT_FDCWD, to.c_str(), RENAME_NOREPLACE) == 0) return;
+  const int error = errno;
+  DTRAIN_CHECK(error != EEXIST, Errc::io, "'" << to << "' appeared while this run encoded; not replaced");
+  DTRAIN_CHECK(error == EINVAL || error == ENOSYS, Errc::io,
+               "cannot rename '" << from << "' to '" << to << "': " << std::strerror(error));
+  // A file system without RENAME_NOREPLACE: the check and the rename are two steps.
+  DTRAIN_CHECK(!fs::exists(to), Errc::io, "'" << to << "' appeared while this run encoded; not replaced");
+  fs::rename(from, to);
+}
+
 // Makes the renames in a directory durable.
 void sync_directory(const fs::path& dir) {
   const int fd = ::open(dir.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
@@ -344,6 +359,9 @@ int encode(const EncodeOptions& options, dtrain::Communicator& world) {
                               << ": pass --shard-tokens (llm.c's FineWeb shards hold 100000000)");
   const std::int64_t per_shard = sharded ? options.shard_tokens : total;
   const std::int64_t shards = (total + per_shard - 1) / per_shard;
+  DTRAIN_CHECK(shards <= kMaxShards, Errc::invalid_argument,
+               "--shard-tokens " << per_shard << " makes " << shards << " shards of the " << total
+                                 << " tokens, more than the " << kMaxShards << " that six digits number");
   const auto partial = [&](std::int64_t k) { return shard_name(options.output, sharded, k) + ".partial"; };
   std::int64_t renamed = 0;  // shards under their names (on rank 0)
   try {
@@ -359,7 +377,7 @@ int encode(const EncodeOptions& options, dtrain::Communicator& world) {
     });
     agreed(world, [&] {
       if (world.rank() != 0) return;
-      for (; renamed < shards; ++renamed) fs::rename(partial(renamed), shard_name(options.output, sharded, renamed));
+      for (; renamed < shards; ++renamed) rename_new(partial(renamed), shard_name(options.output, sharded, renamed));
       const fs::path dir = fs::path(options.output).parent_path();
       sync_directory(dir.empty() ? fs::path(".") : dir);
     });

@@ -24,7 +24,7 @@ const char* const kUsage =
     "  decode [--tokenizer T] [--first K] [--count N] SHARD.bin\n"
     "         the shard's tokens as text (the tokenizer's bytes), or as ids without T\n"
     "  --version\n"
-    "exit status: 0 ok, 1 error, 2 usage\n";
+    "exit status: 0 ok, 2 usage or a command that cannot run as given, 1 other errors\n";
 
 struct Usage {
   std::string why;

@@ -164,8 +164,13 @@ bool non_space_ends_at(std::string_view text, std::size_t end) {
   return begin + length != end || class_of(cp) != CharClass::space;
 }
 
+// Whether the character that begins at text[begin] is not white space; false where the text
+// ends inside it (its first byte announces more bytes than there are), as a block does.
 bool non_space_starts_at(std::string_view text, std::size_t begin) {
-  return begin < text.size() && code_point_at(text, begin).cls != CharClass::space;
+  if (begin >= text.size()) return false;
+  const unsigned char lead = static_cast<unsigned char>(text[begin]);
+  const std::size_t announced = lead < 0xC0 ? 1 : lead < 0xE0 ? 2 : lead < 0xF0 ? 3 : 4;
+  return begin + announced <= text.size() && code_point_at(text, begin).cls != CharClass::space;
 }
 
 }  // namespace
@@ -273,8 +278,9 @@ void Tokenizer::encode(std::string_view text, std::vector<std::int32_t>& out) co
     const std::string_view word = text.substr(begin, length);
     const auto [it, added] = seen.try_emplace(word, out.size(), 0);
     if (!added) {
-      const std::size_t from = it->second.first, n = it->second.second;
-      for (std::size_t k = 0; k < n; ++k) out.push_back(out[from + k]);
+      const std::size_t from = it->second.first, n = it->second.second, at = out.size();
+      out.resize(at + n);
+      std::copy_n(out.begin() + static_cast<std::ptrdiff_t>(from), n, out.begin() + static_cast<std::ptrdiff_t>(at));
       return;
     }
     encode_word(word, out);

@@ -4,9 +4,9 @@
 A small byte-level BPE is trained on a sample and written as Hugging Face writes GPT-2's. Input
 files mix prose, code, contractions, runs of spaces and newlines, digits, accented, Cyrillic and
 CJK letters, emoji, bytes that are not UTF-8, CRLF line ends, lines of CJK and Cyrillic text
-only, a file without a newline and an empty file.
-`dtrain-data encode` at 1, 2, 3 and 4 ranks, with small read blocks so that the ranks' shares
-and the blocks are cut inside the files, must write exactly the tokens of GPT-2's encoding
+only, white space of several bytes after line breaks, a file without a newline and an empty
+file. `dtrain-data encode` at 1, 2, 3 and 4 ranks, with small read blocks (and at 17, 29 and
+61 bytes) so that the ranks' shares and the blocks are cut inside the files, must write exactly the tokens of GPT-2's encoding
 (`bpe_files.encode`: its pattern applied by the `regex` module, byte pair merges by rank) with
 <|endoftext|> before each non-empty file, and as many tokens a shard as --shard-tokens asks.
 `decode` must give the files' bytes back, dtrain-gpt must train on the shards, and refused
@@ -42,6 +42,8 @@ texts = {
     "c.txt": ("\n".join(f"row {i} 'quoted' It'S x\u00a0y\u0085z \x1c w" for i in range(200)) + "\n").encode(),
     "d.txt": "".join(f"CRLF line {i}, end.\r\n" + ("  \r\n" if i % 7 == 0 else "") for i in range(300)).encode(),
     "e.txt": "".join(f"東京都の{i}番目の行です。\nМосква {i}\u3000строка\n" for i in range(150)).encode(),
+    # White space of two and three bytes right after line breaks, which a block may end inside.
+    "f.txt": "".join(f"Paragraph {i}.\n\n\u00a0Para two.\nx\n\u00a0\u00a0b\r\n\u3000c\n" for i in range(80)).encode(),
 }
 for name, body in texts.items():
     with open(os.path.join(work, name), "wb") as f:
@@ -49,7 +51,7 @@ for name, body in texts.items():
 inputs = [os.path.join(work, n) for n in texts]
 
 sample = (prose * 3 + texts["c.txt"][:2000].decode() + " ".join(["One line without a newline,"] * 5)
-          + texts["d.txt"][:500].decode() + texts["e.txt"][:1000].decode(errors="ignore"))
+          + texts["d.txt"][:500].decode() + texts["e.txt"][:1000].decode(errors="ignore") + texts["f.txt"][:400].decode())
 pieces, merges = train(sample, 300)
 pieces.append(EOT)
 ids = {p: i for i, p in enumerate(pieces)}
@@ -87,21 +89,23 @@ def leftovers():
     return sorted(n for n in os.listdir(work) if n.endswith(".bin") or n.endswith(".partial"))
 
 
-# One file, at 1-4 ranks: the reference's tokens.
-for n in (1, 2, 3, 4):
-    out = os.path.join(work, f"all{n}.bin")
-    log, _ = run([data, "encode", "--tokenizer", tok, "--output", out] + inputs, n)
+# One file, at 1-4 ranks, and with blocks of other sizes: the reference's tokens.
+for n, block in ((1, 700), (2, 700), (3, 700), (4, 700), (2, 17), (2, 29), (1, 61)):
+    out = os.path.join(work, f"all{n}.bin" if block == 700 else f"all{n}_{block}.bin")
+    log, _ = run([data, "encode", "--tokenizer", tok, "--output", out] + inputs, n,
+                 env_extra={"DTRAIN_DATA_BLOCK_BYTES": str(block)})
     got = read_shard(out)
     if got != want:
         first = next((i for i, (g, w) in enumerate(zip(got, want)) if g != w), min(len(got), len(want)))
-        failures.append(f"{n} ranks: {len(got)} tokens, the reference {len(want)}; first difference at {first}")
+        failures.append(f"{n} ranks, {block}-byte blocks: {len(got)} tokens, the reference {len(want)}; "
+                        f"first difference at {first}")
     else:
-        print(f"{n} ranks: {len(got)} tokens as the reference encodes the {len(inputs)} files")
+        print(f"{n} ranks, {block}-byte blocks: {len(got)} tokens as the reference encodes the {len(inputs)} files")
 
 # Shards of 500 tokens at 3 ranks (a glob pattern for the inputs), read back as one stream.
 out = os.path.join(work, "sharded.bin")
 log, _ = run([data, "encode", "--tokenizer", tok, "--output", out, "--shard-tokens", "500",
-              os.path.join(work, "[a-e].txt"), inputs[2]], 3)
+              os.path.join(work, "[a-f].txt"), inputs[2]], 3)
 names = sorted(n for n in os.listdir(work) if n.startswith("sharded_"))
 shards = [read_shard(os.path.join(work, n)) for n in names]
 sizes = [len(s) for s in shards]

@@ -120,8 +120,11 @@ for label, ranks, extra in [("1 rank", 1, ["--micro-batch", str(BATCH)]),
         sys.exit(f"FAIL: training, {label}, exited {r.returncode}:\n{r.stderr[-3000:]}")
     rows = [json.loads(line) for line in open(metrics)]
     losses, norms = [row["loss"] for row in rows], [row["grad_norm"] for row in rows]
-    loss_gap = max(abs(a - b) / b for a, b in zip(losses, want_losses)) if len(losses) == STEPS else float("inf")
-    norm_gap = max(abs(a - b) / b for a, b in zip(norms, want_norms)) if len(norms) == STEPS else float("inf")
+    if len(losses) != STEPS:
+        failures.append(f"training, {label}: {len(losses)} steps logged, {STEPS} expected")
+        continue
+    loss_gap = max(abs(a - b) / b for a, b in zip(losses, want_losses))
+    norm_gap = max(abs(a - b) / b for a, b in zip(norms, want_norms))
     print(f"training {STEPS} steps, {label}: losses {losses[0]:.6f} .. {losses[-1]:.6f} (torch {want_losses[0]:.6f} .. "
           f"{want_losses[-1]:.6f}), largest relative gap {loss_gap:.2e}; gradient norms {norm_gap:.2e}")
     if not (loss_gap <= 1e-5 and norm_gap <= 1e-4):

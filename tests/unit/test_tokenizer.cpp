@@ -63,12 +63,19 @@ TEST(Gpt2Words, CutsWhereTheWordsDoNotChange) {
       parts.insert(parts.end(), rest.begin(), rest.end());
       return parts == whole;
     };
+    // Windows that begin anywhere, and windows that end anywhere (a block's end).
     for (std::size_t from = 0; from < text.size(); ++from) {
       const std::string window = text.substr(from);
       for (std::size_t p = 0; p <= window.size(); ++p) {
         if (!dtrain::train::gpt2_can_cut(window, p)) continue;
         if (from == 0) ++cuts;
         ASSERT_TRUE(check(from + p)) << "cut at " << from + p << " of '" << text << "' (a window from " << from << ")";
+      }
+    }
+    for (std::size_t to = 1; to < text.size(); ++to) {
+      const std::string window = text.substr(0, to);
+      for (std::size_t p = 0; p <= window.size(); ++p) {
+        if (dtrain::train::gpt2_can_cut(window, p)) ASSERT_TRUE(check(p)) << "cut at " << p << " of '" << text << "' (a window to " << to << ")";
       }
     }
   }
@@ -80,6 +87,7 @@ TEST(Gpt2Words, CutsWhereTheWordsDoNotChange) {
   EXPECT_FALSE(dtrain::train::gpt2_can_cut("x \nab", 3));
   EXPECT_FALSE(dtrain::train::gpt2_can_cut("x\xc2\xa0\nab", 4));            // NBSP before the newline
   EXPECT_FALSE(dtrain::train::gpt2_can_cut("\xa0\nab", 2));                  // where that character begins is not shown
+  EXPECT_FALSE(dtrain::train::gpt2_can_cut("x\n\xc2", 2));                    // nor where the one after it ends (NBSP?)
   EXPECT_FALSE(dtrain::train::gpt2_can_cut("x. ab", 3));                      // " ab" is one word
   EXPECT_FALSE(dtrain::train::gpt2_can_cut("x.\n", 3));
 }

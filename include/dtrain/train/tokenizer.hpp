@@ -60,7 +60,7 @@ DTRAIN_API std::vector<std::string> gpt2_words(const std::string& text);
 // space ("x\ny": the newline is a word of its own); or before p such a character and one
 // ASCII white space character, then at p another and one that is not white space ("x\r|\ny",
 // "x\n| y"). Only what text shows counts: a window that begins inside the character before
-// p has no cut there. dtrain-data encode cuts files there to share them over ranks.
+// p, or ends inside the one after it, has no cut there. dtrain-data encode cuts files there to share them over ranks.
 DTRAIN_API bool gpt2_can_cut(std::string_view text, std::size_t p);
 
 }  // namespace dtrain::train
