@@ -19,5 +19,7 @@ int inspect(const std::string& file);
 int verify(const std::string& file);
 int diff(const std::string& a, const std::string& b);
 int export_safetensors(const std::string& file, const std::string& out);
+// A GPT's tensors as transformers' GPT2LMHeadModel: dir/model.safetensors and dir/config.json.
+int export_hugging_face(const std::string& file, const std::string& dir);
 
 }  // namespace dtrain_ckpt

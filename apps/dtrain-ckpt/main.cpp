@@ -18,6 +18,9 @@ const char* const kUsage =
     "  diff A B           max abs difference per tensor, and tensors found in only one file;\n"
     "                     exit 1 when the files differ\n"
     "  export FILE OUT    model tensors to OUT in the safetensors format (PyTorch, numpy)\n"
+    "  export --hf FILE DIR\n"
+    "                     a GPT as Hugging Face's transformers reads GPT-2: DIR/model.safetensors\n"
+    "                     and DIR/config.json (GPT2LMHeadModel.from_pretrained(DIR))\n"
     "  --version          print the version\n"
     "exit status: 0 ok, 1 verify/diff found a problem, 2 usage or I/O error\n";
 
@@ -46,6 +49,9 @@ int main(int argc, char** argv) {
     if (cmd == "verify" && nargs == 1) return dtrain_ckpt::verify(argv[2]);
     if (cmd == "diff" && nargs == 2) return dtrain_ckpt::diff(argv[2], argv[3]);
     if (cmd == "export" && nargs == 2) return dtrain_ckpt::export_safetensors(argv[2], argv[3]);
+    if (cmd == "export" && nargs == 3 && std::strcmp(argv[2], "--hf") == 0) {
+      return dtrain_ckpt::export_hugging_face(argv[3], argv[4]);
+    }
   } catch (const dtrain::Error& e) {
     std::fprintf(stderr, "dtrain-ckpt %s: %s\n", cmd.c_str(), e.what());
     return 2;

@@ -1,5 +1,6 @@
 // export: the /model tensors of a checkpoint as one safetensors file, which PyTorch
-// (safetensors.torch.load_file) and plain numpy read without dtrain:
+// (safetensors.torch.load_file) and plain numpy read without dtrain; with --hf, a GPT's as
+// Hugging Face's transformers keeps GPT-2 (model.safetensors and config.json in a directory):
 //   8 bytes  little-endian u64: length N of the header
 //   N bytes  JSON {"__metadata__": {str: str}, name: {"dtype": "F32", "shape": [...],
 //            "data_offsets": [begin, end]}, ...}, padded with spaces to a multiple of 8
@@ -13,6 +14,7 @@
 #include <cstdio>
 #include <cstring>
 #include <filesystem>
+#include <map>
 #include <sstream>
 #include <string>
 #include <utility>
@@ -110,39 +112,54 @@ class NewFileNextTo {
   bool committed_ = false;
 };
 
-}  // namespace
+// One tensor of an export: a checkpoint dataset under the export's name, transposed where
+// Hugging Face's Conv1D keeps a linear layer's weight as [in, out].
+struct ExportedTensor {
+  std::string name;
+  const dtrain::ckpt::DatasetInfo* dataset;
+  bool transpose = false;
+};
 
-int export_safetensors(const std::string& file, const std::string& out) {
-  namespace ck = dtrain::ckpt;
-  const ck::CheckpointFile f(file);
-  std::vector<const ck::DatasetInfo*> tensors;
-  for (const ck::DatasetInfo& d : f.datasets()) {
-    if (d.path.rfind(kModelPrefix, 0) != 0) continue;
-    DTRAIN_CHECK(d.dtype == "float32", Errc::invalid_argument,
-                 "dataset " << d.path << " is " << d.dtype << ", not float32");
-    tensors.push_back(&d);
+// A checkpoint that this tool reads, with its /model tensors (float32 with checksums).
+struct ModelTensors {
+  dtrain::ckpt::CheckpointFile file;
+  std::vector<const dtrain::ckpt::DatasetInfo*> tensors;
+
+  explicit ModelTensors(const std::string& path) : file(path) {
+    for (const dtrain::ckpt::DatasetInfo& d : file.datasets()) {
+      if (d.path.rfind(kModelPrefix, 0) != 0) continue;
+      DTRAIN_CHECK(d.dtype == "float32", Errc::invalid_argument, "dataset " << d.path << " is " << d.dtype << ", not float32");
+      tensors.push_back(&d);
+    }
+    DTRAIN_CHECK(!tensors.empty(), Errc::invalid_argument, "'" << path << "' has no /model tensors");
+    // A damaged tensor is not exported as if it were the model's: each is checked against
+    // its checksum, in a format this tool knows.
+    const std::string problem = format_problem(file);
+    DTRAIN_CHECK(problem.empty(), Errc::invalid_argument, "'" << path << "': " << problem << ": nothing exported");
   }
-  DTRAIN_CHECK(!tensors.empty(), Errc::invalid_argument, "'" << file << "' has no /model tensors");
+  static std::string name(const dtrain::ckpt::DatasetInfo* d) { return d->path.substr(std::strlen(kModelPrefix)); }
+};
 
-  // Provenance as string metadata (safetensors allows only strings there).
+// Writes the tensors as one safetensors file at out, with metadata; returns the data's bytes.
+std::uint64_t write_safetensors(const ModelTensors& model, const std::string& checkpoint,
+                                const std::vector<ExportedTensor>& tensors, const dtrain::ckpt::AttributeList& metadata,
+                                const std::string& out) {
+  namespace ck = dtrain::ckpt;
   std::ostringstream json;
   json << "{\"__metadata__\":{";
-  bool first = true;
-  for (const char* object : {"/", "/model"}) {
-    for (const auto& [name, value] : f.attributes(object)) {
-      if (name == "run_config" || name == "checksum_algorithm") continue;
-      json << (first ? "" : ",") << json_string(name) << ":" << json_string(value);
-      first = false;
-    }
+  for (std::size_t i = 0; i < metadata.size(); ++i) {
+    json << (i ? "," : "") << json_string(metadata[i].first) << ":" << json_string(metadata[i].second);
   }
   json << "}";
   std::uint64_t offset = 0;
-  for (const ck::DatasetInfo* d : tensors) {
+  for (const ExportedTensor& t : tensors) {
+    std::vector<std::uint64_t> shape = t.dataset->shape;
+    if (t.transpose) std::swap(shape[0], shape[1]);
     std::uint64_t bytes = 4;
-    json << "," << json_string(d->path.substr(std::strlen(kModelPrefix))) << ":{\"dtype\":\"F32\",\"shape\":[";
-    for (std::size_t i = 0; i < d->shape.size(); ++i) {
-      json << (i ? "," : "") << d->shape[i];
-      bytes *= d->shape[i];
+    json << "," << json_string(t.name) << ":{\"dtype\":\"F32\",\"shape\":[";
+    for (std::size_t i = 0; i < shape.size(); ++i) {
+      json << (i ? "," : "") << shape[i];
+      bytes *= shape[i];
     }
     json << "],\"data_offsets\":[" << offset << "," << offset + bytes << "]}";
     offset += bytes;
@@ -151,33 +168,130 @@ int export_safetensors(const std::string& file, const std::string& out) {
   std::string header = json.str();
   header.append((8 - header.size() % 8) % 8, ' ');
 
-  namespace fs = std::filesystem;
-  std::error_code same_ec, type_ec;
-  DTRAIN_CHECK(!fs::equivalent(file, out, same_ec), Errc::invalid_argument,
-               "'" << out << "' is the checkpoint itself: export to another file");
-  const fs::file_status existing = fs::status(out, type_ec);
-  DTRAIN_CHECK(!fs::exists(existing) || fs::is_regular_file(existing), Errc::invalid_argument,
-               "'" << out << "' exists and is not a regular file: export to a file");
-  // A damaged tensor is not exported as if it were the model's: each is checked against its
-  // checksum, in a format this tool knows.
-  const std::string problem = format_problem(f);
-  DTRAIN_CHECK(problem.empty(), Errc::invalid_argument, "'" << file << "': " << problem << ": nothing exported");
   NewFileNextTo os(out);
   unsigned char len[8];
   for (int i = 0; i < 8; ++i) len[i] = static_cast<unsigned char>(static_cast<std::uint64_t>(header.size()) >> (8 * i));
   os.write(len, 8);
   os.write(header.data(), header.size());
-  for (const ck::DatasetInfo* d : tensors) {
-    std::vector<float> data = f.read(d->path);
+  std::vector<float> transposed;
+  for (const ExportedTensor& t : tensors) {
+    const ck::DatasetInfo* d = t.dataset;
+    std::vector<float> data = model.file.read(d->path);
     DTRAIN_CHECK(d->has_checksum && ck::checksum_run(data.data(), data.size(), 0) == d->checksum,
                  Errc::corrupt_data, "dataset " << d->path << (d->has_checksum ? " fails its" : " has no")
-                                                << " checksum: '" << file << "' is damaged, nothing exported");
+                                                << " checksum: '" << checkpoint << "' is damaged, nothing exported");
+    if (t.transpose) {
+      const std::size_t rows = d->shape[0], cols = d->shape[1];
+      transposed.resize(data.size());
+      for (std::size_t r = 0; r < rows; ++r) {
+        for (std::size_t c = 0; c < cols; ++c) transposed[c * rows + r] = data[r * cols + c];
+      }
+      data.swap(transposed);
+    }
     to_little_endian(data);
     os.write(data.data(), data.size() * sizeof(float));
   }
   os.commit();
-  std::printf("exported %zu tensors (%llu bytes of data) to %s\n", tensors.size(),
-              static_cast<unsigned long long>(offset), out.c_str());
+  return offset;
+}
+
+// Refuses an output that is the checkpoint itself or not a regular file.
+void check_output(const std::string& checkpoint, const std::string& out) {
+  namespace fs = std::filesystem;
+  std::error_code same_ec, type_ec;
+  DTRAIN_CHECK(!fs::equivalent(checkpoint, out, same_ec), Errc::invalid_argument,
+               "'" << out << "' is the checkpoint itself: export to another file");
+  const fs::file_status existing = fs::status(out, type_ec);
+  DTRAIN_CHECK(!fs::exists(existing) || fs::is_regular_file(existing), Errc::invalid_argument,
+               "'" << out << "' exists and is not a regular file: export to a file");
+}
+
+// The root's and /model's attributes (provenance: step, format_version, d_model, ...).
+dtrain::ckpt::AttributeList provenance(const dtrain::ckpt::CheckpointFile& f) {
+  dtrain::ckpt::AttributeList out;
+  for (const char* object : {"/", "/model"}) {
+    for (const auto& [name, value] : f.attributes(object)) {
+      if (name != "run_config" && name != "checksum_algorithm") out.emplace_back(name, value);
+    }
+  }
+  return out;
+}
+
+// Hugging Face's name for a dtrain GPT tensor, "" for a tensor GPT-2 does not have.
+std::string hugging_face_name(const std::string& name) {
+  if (name == "wte" || name == "wpe") return "transformer." + name + ".weight";
+  if (name == "lm_head.weight") return name;
+  if (name.rfind("h.", 0) == 0 || name.rfind("ln_f.", 0) == 0) return "transformer." + name;
+  return "";
+}
+
+bool is_linear_weight(const std::string& name) {
+  for (const char* suffix : {".c_attn.weight", ".c_proj.weight", ".c_fc.weight"}) {
+    const std::size_t n = std::strlen(suffix);
+    if (name.size() > n && name.compare(name.size() - n, n, suffix) == 0) return true;
+  }
+  return false;
+}
+
+}  // namespace
+
+int export_safetensors(const std::string& file, const std::string& out) {
+  const ModelTensors model(file);
+  check_output(file, out);
+  std::vector<ExportedTensor> tensors;
+  for (const dtrain::ckpt::DatasetInfo* d : model.tensors) tensors.push_back({ModelTensors::name(d), d});
+  const std::uint64_t bytes = write_safetensors(model, file, tensors, provenance(model.file), out);
+  std::printf("exported %zu tensors (%llu bytes of data) to %s\n", tensors.size(), static_cast<unsigned long long>(bytes),
+              out.c_str());
+  return 0;
+}
+
+int export_hugging_face(const std::string& file, const std::string& dir) {
+  namespace fs = std::filesystem;
+  const ModelTensors model(file);
+  std::map<std::string, std::string> shape;  // /model's attributes: layers, heads, d_model, ...
+  for (const auto& [name, value] : model.file.attributes("/model")) shape[name] = value;
+  for (const char* key : {"layers", "heads", "d_model", "seq_len", "vocab", "tie_embeddings"}) {
+    DTRAIN_CHECK(shape.count(key), Errc::invalid_argument,
+                 "'" << file << "' holds no GPT (its /model has no " << key << " attribute): --hf exports a GPT");
+  }
+  std::vector<ExportedTensor> tensors;
+  for (const dtrain::ckpt::DatasetInfo* d : model.tensors) {
+    const std::string name = ModelTensors::name(d);
+    const std::string hf = hugging_face_name(name);
+    DTRAIN_CHECK(!hf.empty(), Errc::invalid_argument, "'" << file << "': tensor '" << name << "' is not GPT-2's: --hf exports a GPT");
+    tensors.push_back({hf, d, d->shape.size() == 2 && is_linear_weight(name)});
+  }
+  std::error_code ec;
+  fs::create_directories(dir, ec);
+  DTRAIN_CHECK(fs::is_directory(dir), Errc::io, "cannot make the directory '" << dir << "'" << (ec ? ": " + ec.message() : ""));
+  const std::string weights = (fs::path(dir) / "model.safetensors").string(), config = (fs::path(dir) / "config.json").string();
+  check_output(file, weights);
+  check_output(file, config);
+  // transformers reads only files whose metadata says "format": "pt"; the checkpoint's own
+  // format name goes under another key.
+  dtrain::ckpt::AttributeList metadata = {{"format", "pt"}};
+  for (const auto& [name, value] : provenance(model.file)) metadata.emplace_back(name == "format" ? "checkpoint_format" : name, value);
+  const std::uint64_t bytes = write_safetensors(model, file, tensors, metadata, weights);
+
+  // GPT-2's settings, which dtrain's GPT shares (GELU's tanh form, LayerNorm eps 1e-5, a
+  // 4 x d-model MLP, attention scaled by 1/sqrt(head size)); dropout as GPT-2's.
+  const bool tied = shape.at("tie_embeddings") != "0";
+  std::ostringstream json;
+  json << "{\n  \"architectures\": [\"GPT2LMHeadModel\"],\n  \"model_type\": \"gpt2\",\n"
+       << "  \"n_layer\": " << shape.at("layers") << ",\n  \"n_head\": " << shape.at("heads") << ",\n"
+       << "  \"n_embd\": " << shape.at("d_model") << ",\n  \"n_positions\": " << shape.at("seq_len") << ",\n"
+       << "  \"n_ctx\": " << shape.at("seq_len") << ",\n  \"vocab_size\": " << shape.at("vocab") << ",\n"
+       << "  \"n_inner\": null,\n  \"activation_function\": \"gelu_new\",\n  \"layer_norm_epsilon\": 1e-05,\n"
+       << "  \"scale_attn_weights\": true,\n  \"resid_pdrop\": 0.1,\n  \"embd_pdrop\": 0.1,\n  \"attn_pdrop\": 0.1,\n"
+       << "  \"initializer_range\": 0.02,\n  \"tie_word_embeddings\": " << (tied ? "true" : "false") << ",\n"
+       << "  \"torch_dtype\": \"float32\"\n}\n";
+  NewFileNextTo config_file(config);
+  const std::string text = json.str();
+  config_file.write(text.data(), text.size());
+  config_file.commit();
+  std::printf("exported %zu tensors (%llu bytes of data) in Hugging Face's GPT-2 layout to %s (model.safetensors, config.json)\n",
+              tensors.size(), static_cast<unsigned long long>(bytes), dir.c_str());
   return 0;
 }
 

@@ -10,7 +10,8 @@ its head's name "_orig_mod.lm_head.weight" only, fp16 values). Its loss on one w
 computed here, in NumPy float64, from the Hugging Face tensors, following GPT-2's forward
 (x @ W + b for Conv1D). dtrain-gpt --eval-only --init-from must give that loss in several
 layouts, since every validation sample is that one window. Then: a checkpoint, its
-dtrain-ckpt export and --resume evaluate alike; a resumed run ignores --init-from; and
+dtrain-ckpt export and --resume evaluate alike, and its export --hf (Hugging Face's layout)
+gives the reference's loss and reads back alike; a resumed run ignores --init-from; and
 mismatched or damaged files are refused with a message naming the fix. With OPTIONs (e.g.
 --device cuda, on the CUDA emulator) only the layouts run, each given them too.
 Exits 77 (skipped) where NumPy is missing."""
@@ -52,6 +53,17 @@ def hf_tensors(C=C):
     t["ln_f.weight"] = 1 + rng.normal(0, 0.2, C)
     t["ln_f.bias"] = rng.normal(0, 0.1, C)
     return {k: v.astype(np.float32) for k, v in t.items()}
+
+
+def load_safetensors(path):
+    with open(path, "rb") as f:
+        blob = f.read()
+    n = int.from_bytes(blob[:8], "little")
+    header = json.loads(blob[8:8 + n])
+    if header.pop("__metadata__", {}).get("format") != "pt":  # transformers loads nothing else
+        failures.append(f"{path}: its metadata does not say format pt")
+    return {name: np.frombuffer(blob[8 + n + t["data_offsets"][0]:8 + n + t["data_offsets"][1]],
+                                dtype="<f4").reshape(t["shape"]) for name, t in header.items()}
 
 
 def write_safetensors(path, tensors, dtype="F32", metadata=None):
@@ -214,6 +226,28 @@ if not (from_resume and from_resume == from_ckpt == from_export):
     failures.append("a checkpoint, its export and --resume evaluate differently")
 if from_resume and abs(from_resume[-1] - expected) < 1e-6:
     failures.append("three steps of training did not change the loss")
+# dtrain-ckpt export --hf: the trained model as transformers keeps GPT-2. The reference's
+# GPT-2 forward (Conv1D layout) on its tensors gives the checkpoint's loss, its config.json
+# GPT-2's settings, and --init-from reads it back bit for bit.
+hf_export = os.path.join(work, "step3_hf")
+subprocess.run([tool, "export", "--hf", ckpt, hf_export], check=True, capture_output=True)
+exported = load_safetensors(os.path.join(hf_export, "model.safetensors"))
+exported_config = json.load(open(os.path.join(hf_export, "config.json")))
+want_config = {"model_type": "gpt2", "n_layer": L, "n_head": H, "n_embd": C, "n_positions": T, "vocab_size": V,
+               "activation_function": "gelu_new", "layer_norm_epsilon": 1e-05, "n_inner": None,
+               "tie_word_embeddings": True}
+if any(exported_config.get(k, "missing") != v for k, v in want_config.items()):
+    failures.append(f"export --hf: config.json {exported_config}, expected {want_config}")
+if "lm_head.weight" in exported or any(not k.startswith("transformer.") for k in exported):
+    failures.append(f"export --hf: tensors {sorted(exported)}")
+as_hf = {k[len("transformer."):]: v for k, v in exported.items()}
+hf_export_loss = reference_loss(as_hf, window[:T], window[1:]) if len(as_hf) == len(hf) else float("nan")
+_, _, from_hf_export = run(1, model + data + evaluate + ["--init-from", hf_export])
+gap = abs(hf_export_loss - from_resume[-1]) / from_resume[-1] if from_resume else float("nan")
+print(f"export --hf of step 3: the reference's loss {hf_export_loss:.7f}, relative gap {gap:.2e} to --resume's; "
+      f"--init-from it {from_hf_export}")
+if not gap <= 1e-5 or from_hf_export != from_resume:
+    failures.append(f"export --hf: reference loss gap {gap:.3g}, --init-from it {from_hf_export} against {from_resume}")
 # A resumed run takes the checkpoint's weights, not --init-from's, and does not need the file
 # (a preempted job whose scratch copy is gone).
 os.rename(hf_file, hf_file + ".away")

@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""check_init_from_transformers.py MPIEXEC NPFLAG GPT WORKDIR: dtrain-gpt --init-from on a
+"""check_init_from_transformers.py MPIEXEC NPFLAG GPT CKPT_TOOL WORKDIR: dtrain-gpt --init-from on a
 GPT-2 that Hugging Face's transformers itself wrote, against transformers' own forward pass.
 
 A small GPT2LMHeadModel with random weights (spread wider than GPT-2's initialisation, so that
@@ -10,7 +10,8 @@ by PP 2, and --generate with --temperature 0 must give the tokens transformers' 
 generate() gives. Then 6 training steps from the file (one window as the training data, a
 constant learning rate, no clipping) must give the losses and gradient norms of torch's
 AdamW on transformers' model in float64, at 1 rank, DP 2 (also with ZeRO 3), TP 2 and PP 2.
-Exits 77 (skipped) where torch or transformers is missing."""
+Last, the trained checkpoint exported by dtrain-ckpt export --hf must load with transformers'
+from_pretrained and give dtrain's final validation loss. Exits 77 (skipped) where torch or transformers is missing."""
 import json
 import os
 import re
@@ -26,7 +27,7 @@ except ImportError:
     print("torch or transformers is not available: skipped")
     sys.exit(77)
 
-mpiexec, npflag, gpt, work = sys.argv[1:5]
+mpiexec, npflag, gpt, tool, work = sys.argv[1:6]
 shutil.rmtree(work, ignore_errors=True)
 os.makedirs(work)
 L, H, C, V, P, T = 2, 4, 64, 300, 48, 32  # P positions in the model, T the run's --seq-len (V > 256: ids are printed)
@@ -114,7 +115,8 @@ for label, ranks, extra in [("1 rank", 1, ["--micro-batch", str(BATCH)]),
                             ("tp 2", 2, ["--micro-batch", str(BATCH), "--tp", "2"]),
                             ("pp 2", 2, ["--micro-batch", str(BATCH), "--pp", "2"])]:
     metrics = os.path.join(work, "train_" + re.sub(r"\W", "_", label) + ".jsonl")
-    r = subprocess.run([mpiexec, npflag, str(ranks), gpt] + train + extra + ["--metrics", metrics],
+    save = ["--save-dir", os.path.join(work, "trained")] if label == "tp 2" else []
+    r = subprocess.run([mpiexec, npflag, str(ranks), gpt] + train + extra + save + ["--metrics", metrics],
                        capture_output=True, text=True, stdin=subprocess.DEVNULL, timeout=120)
     if r.returncode != 0:
         sys.exit(f"FAIL: training, {label}, exited {r.returncode}:\n{r.stderr[-3000:]}")
@@ -130,6 +132,22 @@ for label, ranks, extra in [("1 rank", 1, ["--micro-batch", str(BATCH)]),
     if not (loss_gap <= 1e-5 and norm_gap <= 1e-4):
         failures.append(f"training, {label}: relative gaps {loss_gap:.3g} (losses, bound 1e-5), "
                         f"{norm_gap:.3g} (gradient norms, bound 1e-4)")
+    if save:
+        trained_val_loss = rows[-1].get("val_loss")
+
+# The model trained at TP 2, exported for transformers, loaded by it.
+exported = os.path.join(work, "trained_hf")
+subprocess.run([tool, "export", "--hf", os.path.join(work, "trained", f"step_{STEPS:08d}.h5"), exported],
+               check=True, capture_output=True)
+loaded = GPT2LMHeadModel.from_pretrained(exported).double().eval()
+with torch.no_grad():
+    hf_loss = torch.nn.functional.cross_entropy(loaded(torch.tensor([window[:T]])).logits[0],
+                                                torch.tensor(window[1:])).item()
+gap = abs(hf_loss - trained_val_loss) / trained_val_loss if trained_val_loss else float("nan")
+print(f"export --hf of the model trained at tp 2, loaded by transformers: loss {hf_loss:.9f}, dtrain's "
+      f"{trained_val_loss}, relative gap {gap:.2e}")
+if not gap <= 1e-5:
+    failures.append(f"export --hf: transformers' loss {hf_loss}, dtrain's {trained_val_loss}")
 
 if failures:
     sys.exit("FAIL:\n" + "\n".join(failures))
