@@ -2,13 +2,15 @@
 
 #include <algorithm>
 #include <array>
-#include <climits>
+#include <cstdint>
 #include <cstring>
 #include <filesystem>
 #include <fstream>
 #include <iterator>
 #include <map>
 #include <sstream>
+#include <unordered_map>
+#include <utility>
 
 #include "core/json_value.hpp"
 #include "dtrain/core/error.hpp"
