@@ -92,20 +92,38 @@ std::string holder_text() {
   return "process " + std::to_string(::getpid()) + " on host " + host + ", since " + since;
 }
 
-// The holder writes its name just after it locks: a claim that lost the race by a moment
-// waits up to a second for it.
-std::string read_holder(int fd) {
+// The holder's line, or "" while it has none: it writes the line just after it locks, and
+// truncates it as it releases.
+std::string holder_line(int fd) {
+  char text[512] = {};
+  const ssize_t n = ::pread(fd, text, sizeof text - 1, 0);
+  std::string s(text, n > 0 ? static_cast<std::size_t>(n) : 0);
+  if (s.empty() || s.back() != '\n') return "";
+  s.pop_back();
+  return s;
+}
+
+int try_flock(int fd) {
+  int rc;
+  do rc = ::flock(fd, LOCK_EX | LOCK_NB);
+  while (rc != 0 && errno == EINTR);
+  return rc != 0 ? errno : 0;
+}
+
+// A refused claim waits up to a second while the lock file names nobody: the holder may
+// have locked and not yet written its name, or be releasing it (a child it has just forked
+// still shares the lock until it closes its copy). Returns 0 once the lock is ours, or the
+// refusal's errno with the holder's line (or a placeholder) in `holder`.
+int claim_or_name_holder(int fd, std::string& holder) {
   for (int attempt = 0; attempt < 50; ++attempt) {
-    char text[512] = {};
-    const ssize_t n = ::pread(fd, text, sizeof text - 1, 0);
-    std::string s(text, n > 0 ? static_cast<std::size_t>(n) : 0);
-    if (!s.empty() && s.back() == '\n') {
-      s.pop_back();
-      return s;
-    }
+    holder = holder_line(fd);
+    if (!holder.empty()) return EWOULDBLOCK;
     std::this_thread::sleep_for(std::chrono::milliseconds(20));
+    const int err = try_flock(fd);
+    if (err != EWOULDBLOCK) return err;
   }
-  return "a process that has not written its name";
+  holder = "a process that has not written its name";
+  return EWOULDBLOCK;
 }
 
 bool no_locks_here(int err) { return err == ENOLCK || err == EOPNOTSUPP || err == ENOSYS || err == EINVAL; }
@@ -133,16 +151,14 @@ std::shared_ptr<DirectoryLock> lock_directory(const std::string& dir) {
   const int fd = ::open(path.c_str(), O_RDWR | O_CREAT | O_CLOEXEC, 0644);
   const int open_error = errno;
   DTRAIN_CHECK(fd >= 0, Errc::io, "cannot open the lock file '" << path << "': " << std::strerror(open_error));
-  int rc;
-  do rc = ::flock(fd, LOCK_EX | LOCK_NB);
-  while (rc != 0 && errno == EINTR);
-  const int err = rc != 0 ? errno : 0;
   auto lock = std::make_shared<DirectoryLock>(fd);  // closes fd on every path below
-  if (rc != 0) {
+  std::string holder;
+  int err = try_flock(fd);
+  if (err == EWOULDBLOCK) err = claim_or_name_holder(fd, holder);
+  if (err != 0) {
     if (err == EWOULDBLOCK) {
-      throw Error(Errc::io, "checkpoint directory '" + dir + "' is in use by another run (" +
-                                read_holder(fd) + "; lock file '" + path +
-                                "'): give each run its own directory");
+      throw Error(Errc::io, "checkpoint directory '" + dir + "' is in use by another run (" + holder +
+                                "; lock file '" + path + "'): give each run its own directory");
     }
     DTRAIN_CHECK(no_locks_here(err), Errc::io, "cannot lock '" << path << "': " << std::strerror(err));
     DTRAIN_LOG(warn, "checkpoint directory '" << dir << "' cannot be locked (" << std::strerror(err)

@@ -17,7 +17,8 @@ class DirectoryLock;
 // process shares one lock (paths compared after resolving links), released when the last
 // is dropped. The lock file records the holder's host, process and start time, which the
 // error names when another process holds it: Error(Errc::io). A child made by fork()
-// closes its copies of the locks (they would otherwise stay held while it lives). On a file
+// closes its copies of the locks (they would otherwise stay held while it lives); a claim
+// refused while the lock file names nobody retries for up to a second. On a file
 // system without flock support (ENOLCK, EOPNOTSUPP, ENOSYS, EINVAL) the claim holds
 // nothing, and each such claim logs a warning.
 std::shared_ptr<DirectoryLock> lock_directory(const std::string& dir);

@@ -2,12 +2,16 @@
 // one lock, another process is refused with the holder named, and a released or dead
 // holder leaves the directory free.
 #include <gtest/gtest.h>
+#include <fcntl.h>
+#include <sys/file.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
 #include <filesystem>
 #include <fstream>
 #include <string>
+#include <thread>
+#include <chrono>
 
 #include "ckpt/dir_lock.hpp"
 #include "dtrain/core/error.hpp"
@@ -99,23 +103,51 @@ TEST(DirectoryLock, ADeadHolderLeavesTheDirectoryFree) {
 
 TEST(DirectoryLock, AForkedChildDoesNotKeepItsParentsLock) {
   const fs::path dir = fresh_dir("fork");
-  int go[2];
+  int ready[2], go[2];
+  ASSERT_EQ(::pipe(ready), 0);
   ASSERT_EQ(::pipe(go), 0);
   pid_t sleeper = -1;
   {
     auto held = ckpt::lock_directory(dir.string());
     sleeper = ::fork();
     if (sleeper == 0) {  // lives on after the parent's release, until told to go
-      char c;
+      char c = 'r';
+      if (::write(ready[1], &c, 1) != 1) ::_exit(1);
       const ssize_t got = ::read(go[0], &c, 1);
       ::_exit(got == 1 ? 0 : 1);
     }
+    char c;
+    ASSERT_EQ(::read(ready[0], &c, 1), 1);  // the child runs: its fork handlers are done
   }
   EXPECT_EQ(claim_in_child(dir, ::getpid()), 0);  // free while the sleeper still runs
   ASSERT_EQ(::write(go[1], "x", 1), 1);
   int status = 0;
   ::waitpid(sleeper, &status, 0);
-  ::close(go[0]);
-  ::close(go[1]);
+  for (int fd : {ready[0], ready[1], go[0], go[1]}) ::close(fd);
+  fs::remove_all(dir);
+}
+
+// A holder that has not named itself (it has just locked, or is releasing) is waited for:
+// a claim made while it holds the lock succeeds once it lets go within the second.
+TEST(DirectoryLock, AClaimWaitsBrieflyForAHolderThatNamesNobody) {
+  const fs::path dir = fresh_dir("unnamed");
+  const int fd = ::open((dir / ckpt::kLockFileName).c_str(), O_RDWR | O_CREAT | O_CLOEXEC, 0644);
+  ASSERT_GE(fd, 0);
+  ASSERT_EQ(::flock(fd, LOCK_EX | LOCK_NB), 0);  // held, with an empty lock file
+  const pid_t child = ::fork();
+  if (child == 0) {
+    ::close(fd);  // its copy would hold the lock too
+    try {
+      auto lock = ckpt::lock_directory(dir.string());
+      ::_exit(0);
+    } catch (...) {
+      ::_exit(1);
+    }
+  }
+  std::this_thread::sleep_for(std::chrono::milliseconds(300));
+  ::close(fd);
+  int status = 0;
+  ::waitpid(child, &status, 0);
+  EXPECT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 0);
   fs::remove_all(dir);
 }
