@@ -13,7 +13,7 @@ seq 1 20000 > "$data"
 pid=$!
 trap 'kill -TERM "$pid" 2> /dev/null' EXIT
 source "$(dirname "$0")/wait_for_training.sh"
-wait_for_training "$dir/log"
+wait_for_training "$dir/log" || { cat "$dir/log"; echo "FAIL: the run did not start training"; exit 1; }
 sleep 0.5
 : > "$data"
 wait "$pid"

@@ -38,7 +38,7 @@ if [ "$mode" = stall ]; then
   [ "$status" -eq 124 ] || fail "exit status $status, expected the watchdog's 124"
   grep -q "watchdog: checkpoint write on group 'world' (world ranks 0,1) made no progress for 10 s" \
     "$dir.killed.log" || fail "no watchdog message naming the checkpoint write"
-  [ "$took" -lt 40 ] || fail "the watchdog took $took s to end a 10 s stall"
+  [ "$took" -lt 55 ] || fail "the watchdog took $took s to end a 10 s stall"
 fi
 [ -f "$dir/step_00000004.h5.tmp" ] || fail "no step_00000004.h5.tmp: the rank was not stopped mid-save"
 [ "$(cat "$dir/latest")" = step_00000002.h5 ] || fail "latest changed to $(cat "$dir/latest")"

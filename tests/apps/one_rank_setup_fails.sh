@@ -51,11 +51,11 @@ if [ "$address_limit" = none ]; then
 fi
 echo "ulimit -v $address_limit" > "$dir/r1/env.sh"
 start=$(date +%s)
-DTRAIN_COMM_TIMEOUT=6 DTRAIN_NUM_THREADS=1 OPENBLAS_NUM_THREADS=1 OMP_NUM_THREADS=1 MALLOC_ARENA_MAX=1 \
+DTRAIN_COMM_TIMEOUT=12 DTRAIN_NUM_THREADS=1 OPENBLAS_NUM_THREADS=1 OMP_NUM_THREADS=1 MALLOC_ARENA_MAX=1 \
   run out_of_memory --config run.ini --layers 2 --d-model 256 --heads 4 --seq-len 1024 --micro-batch 32
 status=$?
 oom_seconds=$(( $(date +%s) - start ))
 expect_rank1_ended_job $status "$dir/out_of_memory.log" \
   "cannot map [0-9]+ bytes \([0-9.]+ GiB\) of host memory: Cannot allocate memory, setting up the model.*--micro-batch"
-[ "$oom_seconds" -lt 20 ] || { echo "FAIL: the rank out of memory took $oom_seconds s to end the job"; exit 1; }
+[ "$oom_seconds" -lt 30 ] || { echo "FAIL: the rank out of memory took $oom_seconds s to end the job"; exit 1; }
 echo "ok: each ended with rank 1's message (the two settings in $seconds s, the memory in $oom_seconds s)"

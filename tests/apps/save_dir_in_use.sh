@@ -15,7 +15,7 @@ source "$(dirname "$0")/ranks_of.sh"
 name=$(basename "$gpt")
 trap 'kill -KILL $(ranks_of "$first" "$name") "$first" 2>/dev/null' EXIT
 source "$(dirname "$0")/wait_for_training.sh"
-wait_for_training "$dir.first.log"
+wait_for_training "$dir.first.log" || { cat "$dir.first.log"; fail "the first run did not start training"; }
 sleep 1
 grep -q "^process" "$dir/.dtrain-lock" 2>/dev/null || fail "the first run did not claim $dir"
 holder=$(head -n 1 "$dir/.dtrain-lock")

@@ -15,7 +15,7 @@ rm -rf "$dir" "$dir.jsonl"
 "$mpiexec" "$npflag" 2 "$program" "${args[@]}" "${long[@]}" > "$dir.log" 2>&1 &
 pid=$!
 source "$(dirname "$0")/wait_for_training.sh"
-wait_for_training "$dir.log"
+wait_for_training "$dir.log" || { kill -KILL "$pid"; cat "$dir.log"; echo "FAIL: the run did not start training"; exit 1; }
 sleep 1
 if [ "$target" = ranks ]; then
   source "$(dirname "$0")/ranks_of.sh"

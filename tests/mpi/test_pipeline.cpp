@@ -178,7 +178,7 @@ TEST(Pipeline, IdleTimerCountsBlockedReceives) {
   const int B = 1, T = cfg.seq_len, M = 2;
   GptModel stage(cfg, cpu_device(), 5, B, stage_chunks(cfg, grid, ScheduleKind::gpipe, M, 1));
   PipelineExecutor exec(stage, grid.pp(), ScheduleKind::gpipe, M, B, T);
-  const double delay = 0.3;
+  const double delay = 1.0;  // long enough that the last stage starts waiting well within it
   w.barrier();
   if (grid.is_first_stage()) std::this_thread::sleep_for(std::chrono::duration<double>(delay));
   exec.run_step(
