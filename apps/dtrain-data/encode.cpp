@@ -27,6 +27,7 @@
 #include "dtrain/train/data.hpp"
 #include "dtrain/train/tokenizer.hpp"
 #include "shard_format.hpp"
+#include "token_store.hpp"
 
 namespace dtrain_data {
 namespace {
@@ -38,6 +39,11 @@ using dtrain::Errc;
 std::size_t block_bytes() {
   static const std::size_t bytes = static_cast<std::size_t>(dtrain::env::get_int("DTRAIN_DATA_BLOCK_BYTES", 8L << 20, 16, 1L << 30));
   return bytes;
+}
+// Tokens a rank keeps in memory before it spills the rest to a file beside the output
+// (DTRAIN_DATA_MEMORY_BYTES, 2 bytes a token).
+std::size_t memory_tokens() {
+  return static_cast<std::size_t>(dtrain::env::get_int("DTRAIN_DATA_MEMORY_BYTES", 1L << 30, 2, 1L << 40)) / 2;
 }
 constexpr std::size_t kScanBytes = std::size_t{1} << 20;  // read at a time to find a share's start
 // A cut's test reads at most 5 bytes before it and 5 after it; windows that overlap by more
@@ -147,16 +153,16 @@ std::size_t last_cut(std::string_view text, std::size_t from) {
   return 0;
 }
 
-// Tokens of the stream's bytes [begin, end), with eot (unless -1) before each file's first.
-std::vector<std::uint16_t> encode_share(const Inputs& inputs, std::int64_t begin, std::int64_t end,
-                                        const dtrain::train::Tokenizer& tokenizer, std::int32_t eot) {
-  std::vector<std::uint16_t> tokens;
+// Appends the tokens of the stream's bytes [begin, end) to tokens, with eot (unless -1)
+// before each file's first.
+void encode_share(const Inputs& inputs, std::int64_t begin, std::int64_t end, const dtrain::train::Tokenizer& tokenizer,
+                  std::int32_t eot, TokenStore& tokens) {
   std::vector<std::int32_t> ids;
   std::string text;
   for (const Input& in : inputs.files) {
     const std::int64_t first = std::max(begin, in.begin) - in.begin, last = std::min(end, in.begin + in.size) - in.begin;
     if (first >= last) continue;
-    if (first == 0 && eot >= 0) tokens.push_back(static_cast<std::uint16_t>(eot));
+    if (first == 0 && eot >= 0) tokens.append(&eot, 1);
     const OpenInput file(in);
     text.clear();
     std::size_t searched = 0;  // text before it holds no cut (a file without any is held whole)
@@ -169,12 +175,12 @@ std::vector<std::uint16_t> encode_share(const Inputs& inputs, std::int64_t begin
       if (cut == 0) continue;  // no cut yet: read on
       ids.clear();
       tokenizer.encode(std::string_view(text).substr(0, cut), ids);
-      tokens.insert(tokens.end(), ids.begin(), ids.end());  // ids < 65536: checked up front
+      tokens.append(ids.data(), ids.size());  // ids < 65536: checked up front
       text.erase(0, cut);
       searched = 0;
     }
   }
-  return tokens;
+  tokens.finish();
 }
 
 // The shards' names: output itself, or with --shard-tokens output's stem and _000000, ... .
@@ -185,11 +191,16 @@ std::string shard_name(const std::string& output, bool sharded, std::int64_t k) 
   return output.substr(0, output.size() - 4) + index + ".bin";
 }
 
+fs::path output_directory(const std::string& output) {
+  const fs::path dir = fs::path(output).parent_path();
+  return dir.empty() ? fs::path(".") : dir;
+}
+
 // Refuses an output that is there already (all of a sharded output's names) or has no
 // directory to go in: encode never overwrites.
 void check_output_free(const EncodeOptions& options) {
   const fs::path out(options.output);
-  const fs::path dir = out.parent_path().empty() ? fs::path(".") : out.parent_path();
+  const fs::path dir = output_directory(options.output);
   DTRAIN_CHECK(fs::is_directory(dir), Errc::io, "--output '" << options.output << "': no directory '" << dir.string() << "'");
   if (options.shard_tokens == 0) {
     DTRAIN_CHECK(!fs::exists(out), Errc::invalid_argument,
@@ -252,10 +263,15 @@ void create_shard(const std::string& path, std::int64_t count) {
   file.commit();
 }
 
-// Writes tokens [from, from + n) of the shard file at path at their place.
-void write_tokens(const std::string& path, const std::uint16_t* tokens, std::int64_t n, std::int64_t from) {
+// Writes tokens [first, first + n) of the store into the shard file at path, from its token
+// `at` on.
+void write_tokens(const std::string& path, const TokenStore& tokens, std::int64_t first, std::int64_t n, std::int64_t at) {
   ShardFile file(path, 0);
-  file.write_at(tokens, static_cast<std::size_t>(n) * 2, static_cast<std::int64_t>(kShardHeaderBytes) + 2 * from);
+  std::int64_t place = static_cast<std::int64_t>(kShardHeaderBytes) + 2 * at;
+  tokens.read(first, n, [&](const std::uint16_t* piece, std::size_t count) {
+    file.write_at(piece, 2 * count, place);
+    place += static_cast<std::int64_t>(2 * count);
+  });
   file.commit();
 }
 
@@ -340,14 +356,15 @@ int encode(const EncodeOptions& options, dtrain::Communicator& world) {
   });
   world.all_gather(&begin, begins.data(), 1, DType::i64);
   const std::int64_t end = world.rank() + 1 < ranks ? begins[static_cast<std::size_t>(world.rank()) + 1] : inputs->bytes;
-  std::vector<std::uint16_t> tokens;
-  agreed(world, [&] { tokens = encode_share(*inputs, begin, end, *tokenizer, eot); });
+  const fs::path out_dir = output_directory(options.output);
+  TokenStore tokens(out_dir.string(), memory_tokens());
+  agreed(world, [&] { encode_share(*inputs, begin, end, *tokenizer, eot, tokens); });
   double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - started).count();
   world.all_reduce(&seconds, &seconds, 1, DType::f64, ReduceOp::max);
 
   // Where this rank's tokens go: the shards of --shard-tokens tokens each (the last holds
   // the rest), or one file.
-  std::int64_t count = static_cast<std::int64_t>(tokens.size());
+  std::int64_t count = tokens.size();
   std::vector<std::int64_t> counts(static_cast<std::size_t>(ranks));
   world.all_gather(&count, counts.data(), 1, DType::i64);
   std::int64_t offset = 0, total = 0;
@@ -374,14 +391,13 @@ int encode(const EncodeOptions& options, dtrain::Communicator& world) {
     agreed(world, [&] {
       for (std::int64_t k = offset / per_shard; k < shards && k * per_shard < offset + count; ++k) {
         const std::int64_t from = std::max(offset, k * per_shard), to = std::min(offset + count, (k + 1) * per_shard);
-        write_tokens(partial(k), tokens.data() + (from - offset), to - from, from - k * per_shard);
+        write_tokens(partial(k), tokens, from - offset, to - from, from - k * per_shard);
       }
     });
     agreed(world, [&] {
       if (world.rank() != 0) return;
       for (; renamed < shards; ++renamed) rename_new(partial(renamed), shard_name(options.output, sharded, renamed));
-      const fs::path dir = fs::path(options.output).parent_path();
-      sync_directory(dir.empty() ? fs::path(".") : dir);
+      sync_directory(out_dir);
     });
   } catch (...) {
     if (world.rank() == 0) {  // none of the shards stays, under either name

@@ -86,26 +86,31 @@ def read_shard(path):
 
 
 def leftovers():
-    return sorted(n for n in os.listdir(work) if n.endswith(".bin") or n.endswith(".partial"))
+    return sorted(n for n in os.listdir(work) if n.endswith(".bin") or n.endswith(".partial") or "spill" in n)
 
 
-# One file, at 1-4 ranks, and with blocks of other sizes: the reference's tokens.
-for n, block in ((1, 700), (2, 700), (3, 700), (4, 700), (2, 17), (2, 29), (1, 61)):
-    out = os.path.join(work, f"all{n}.bin" if block == 700 else f"all{n}_{block}.bin")
-    log, _ = run([data, "encode", "--tokenizer", tok, "--output", out] + inputs, n,
-                 env_extra={"DTRAIN_DATA_BLOCK_BYTES": str(block)})
+# One file, at 1-4 ranks, with blocks of other sizes, and with ranks that keep only some of
+# their tokens in memory (DTRAIN_DATA_MEMORY_BYTES: the rest spilled to a file and read back
+# in pieces): the reference's tokens.
+for n, block, memory in ((1, 700, None), (2, 700, None), (3, 700, None), (4, 700, None), (2, 17, None),
+                         (2, 29, 64), (1, 61, 2), (3, 700, 5000)):
+    out = os.path.join(work, f"all{n}.bin" if block == 700 and not memory else f"all{n}_{block}_{memory}.bin")
+    env = {"DTRAIN_DATA_BLOCK_BYTES": str(block)}
+    if memory:
+        env["DTRAIN_DATA_MEMORY_BYTES"] = str(memory)
+    log, _ = run([data, "encode", "--tokenizer", tok, "--output", out] + inputs, n, env_extra=env)
     got = read_shard(out)
+    what = f"{n} ranks, {block}-byte blocks" + (f", {memory} bytes of tokens in memory" if memory else "")
     if got != want:
         first = next((i for i, (g, w) in enumerate(zip(got, want)) if g != w), min(len(got), len(want)))
-        failures.append(f"{n} ranks, {block}-byte blocks: {len(got)} tokens, the reference {len(want)}; "
-                        f"first difference at {first}")
+        failures.append(f"{what}: {len(got)} tokens, the reference {len(want)}; first difference at {first}")
     else:
-        print(f"{n} ranks, {block}-byte blocks: {len(got)} tokens as the reference encodes the {len(inputs)} files")
+        print(f"{what}: {len(got)} tokens as the reference encodes the {len(inputs)} files")
 
 # Shards of 500 tokens at 3 ranks (a glob pattern for the inputs), read back as one stream.
 out = os.path.join(work, "sharded.bin")
 log, _ = run([data, "encode", "--tokenizer", tok, "--output", out, "--shard-tokens", "500",
-              os.path.join(work, "[a-f].txt"), inputs[2]], 3)
+              os.path.join(work, "[a-f].txt"), inputs[2]], 3, env_extra={"DTRAIN_DATA_MEMORY_BYTES": "300"})
 names = sorted(n for n in os.listdir(work) if n.startswith("sharded_"))
 shards = [read_shard(os.path.join(work, n)) for n in names]
 sizes = [len(s) for s in shards]
