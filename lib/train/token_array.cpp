@@ -26,7 +26,7 @@ bool ends_with(const std::string& s, const std::string& suffix) {
 
 // Opens a regular file for reading. O_NONBLOCK while opening: a FIFO must not wait for a
 // writer; it is cleared once the file is known to be regular (reads then block as usual).
-int open_regular_file(const std::string& path, std::size_t* bytes) {
+int open_regular_file(const std::string& path, std::size_t* bytes, std::pair<std::uint64_t, std::uint64_t>* identity) {
   const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC | O_NONBLOCK);
   if (fd < 0) {
     const int e = errno;
@@ -44,6 +44,7 @@ int open_regular_file(const std::string& path, std::size_t* bytes) {
     DTRAIN_FAIL(Errc::io, "data file '" << path << "': " << std::strerror(e));
   }
   *bytes = static_cast<std::size_t>(st.st_size);
+  *identity = {static_cast<std::uint64_t>(st.st_dev), static_cast<std::uint64_t>(st.st_ino)};
   if (*bytes == 0) {
     ::close(fd);
     DTRAIN_FAIL(Errc::io, "data file '" << path << "' is empty");
@@ -71,7 +72,7 @@ void reserve_descriptors(std::size_t files) {
 }
 
 TokenArray::TokenArray(const std::string& path) : path_(path) {
-  fd_ = open_regular_file(path, &file_bytes_);
+  fd_ = open_regular_file(path, &file_bytes_, &identity_);
   try {
     if (ends_with(path, ".bin")) {
       open_shard();

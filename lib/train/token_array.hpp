@@ -7,6 +7,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <string>
+#include <utility>
 
 namespace dtrain::train {
 
@@ -34,6 +35,8 @@ class TokenArray {
   // included (every token of a file of up to 4096): two copies whose sizes agree but whose
   // contents differ almost always differ here, for reading 64 pages.
   std::uint64_t fingerprint() const;
+  // The file itself (device, inode): one file under two names has one identity.
+  std::pair<std::uint64_t, std::uint64_t> identity() const { return identity_; }
 
  private:
   void open_shard();
@@ -46,6 +49,7 @@ class TokenArray {
   std::size_t data_offset_ = 0;  // a shard's header
   std::size_t token_bytes_ = 1;  // 2 in a shard
   std::size_t count_ = 0;
+  std::pair<std::uint64_t, std::uint64_t> identity_;
   mutable int vocab_ = 0;  // 0: not known yet
 };
 

@@ -3,6 +3,7 @@
 #include <glob.h>
 
 #include <algorithm>
+#include <map>
 #include <memory>
 #include <vector>
 
@@ -63,6 +64,8 @@ class TokenFiles final : public TokenSource {
     train_files_ = open_all(train_paths);
     val_files_ = open_all(val_paths);
     check_one_kind();
+    check_no_sample_is_validated_and_trained();
+    fingerprint_ = fingerprint_of_sets();
     if (val_files_.empty()) {
       split_by_fraction(val_fraction);
     } else {
@@ -124,13 +127,7 @@ class TokenFiles final : public TokenSource {
     return v;
   }
 
-  std::uint64_t fingerprint() const override {
-    std::uint64_t h = 0;
-    for (const Files* set : {&train_files_, &val_files_}) {
-      for (const auto& f : *set) h = h * 1099511628211ULL ^ f->fingerprint();
-    }
-    return h;
-  }
+  std::uint64_t fingerprint() const override { return fingerprint_; }
 
   std::string describe() const override {
     std::string s = describe(train_files_);
@@ -162,6 +159,38 @@ class TokenFiles final : public TokenSource {
     }
   }
 
+  // A file given twice, once as a training and once as a validation file (a glob over a
+  // directory that holds both), or twice among the training files whose end is held out,
+  // would be validated on tokens it trains on. (Twice among the training files with
+  // validation files of their own weighs it double, which may be meant.)
+  void check_no_sample_is_validated_and_trained() const {
+    std::map<std::pair<std::uint64_t, std::uint64_t>, const TokenArray*> training;
+    for (const auto& f : train_files_) {
+      const auto [at, fresh] = training.emplace(f->identity(), f.get());
+      DTRAIN_CHECK(fresh || !val_files_.empty(), Errc::invalid_config,
+                   "data file '" << f->path() << "' is given twice as training data (also as '" << at->second->path()
+                                 << "'), and the end of the training data is held out for validation: the "
+                                    "model would be validated on tokens it trains on");
+    }
+    for (const auto& f : val_files_) {
+      const auto same = training.find(f->identity());
+      DTRAIN_CHECK(same == training.end(), Errc::invalid_config,
+                   "data file '" << f->path() << "' is both a validation file and a training file (as '"
+                                 << same->second->path()
+                                 << "'): the model would be validated on tokens it trains on");
+    }
+  }
+
+  // The files' fingerprints in order; with validation files, a mark between the two sets,
+  // so that moving a file from one set to the other changes it.
+  std::uint64_t fingerprint_of_sets() const {
+    std::uint64_t h = 0;
+    for (const auto& f : train_files_) h = h * 1099511628211ULL ^ f->fingerprint();
+    if (!val_files_.empty()) h = h * 1099511628211ULL ^ 0x76616c6964617465ULL;  // "validate"
+    for (const auto& f : val_files_) h = h * 1099511628211ULL ^ f->fingerprint();
+    return h;
+  }
+
   // The last val_fraction of the stream's tokens is held out; a file may fall on both sides.
   void split_by_fraction(double val_fraction) {
     std::size_t total = 0;
@@ -177,6 +206,7 @@ class TokenFiles final : public TokenSource {
   }
 
   std::uint64_t seed_;
+  std::uint64_t fingerprint_ = 0;
   Files train_files_, val_files_;
   std::vector<Segment> train_, val_;  // val_ empty: validation samples the training tokens
 };

@@ -78,7 +78,8 @@ void warn_if_run_differs(const std::string& path, const ckpt::CheckpointInfo& in
   const bool contents_known = info.data_fingerprint != 0 && data_fingerprint != 0;
   if (contents_known && info.data_fingerprint != data_fingerprint) {
     DTRAIN_LOG(warn, "checkpoint " << path << " was written by a run whose data files (training or validation) "
-                     << "had other contents (content fingerprint " << std::hex << info.data_fingerprint
+                     << "had other contents, or were split otherwise between training and validation (content "
+                     << "fingerprint " << std::hex << info.data_fingerprint
                      << ", this run's " << data_fingerprint << std::dec << "): from here on it trains or "
                      << "evaluates on other samples than the run it continues would have");
   }

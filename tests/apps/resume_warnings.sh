@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # resume_warnings.sh GPT DIR OPTIONS [PYTHON]: a resume with other settings than the run it continues
 # says each kind of change once (the samples drawn, the learning-rate schedule, the clipping,
-# AdamW's settings, the global batch, other contents under the data's path, an fp16 run's
+# AdamW's settings, the global batch, other contents under the data's path or files moved
+# between training and validation, an fp16 run's
 # --loss-scale), numbers in their
 # shortest form; the same data under another spelling of its path or in a copy, and a resume
 # that trains nothing (the checkpoint at --steps), say nothing of it.
@@ -49,6 +50,15 @@ once contents.log "was written by a run whose data files (training or validation
 "$gpt" $options --data copy.txt --steps 6 --save-dir ckpt --resume ckpt/step_00000004.h5 --seed 5 --lr 0.001 \
   --clip-grad 0 --weight-decay 0 --micro-batch 4 > copy.log 2>&1 || fail "resume on a copy: $(cat copy.log)"
 [ "$(grep -c WARN copy.log)" -eq 1 ] || fail "expected 1 warning (steps): $(cat copy.log)"
+# The same files split otherwise: a validation file moved into the training files.
+head -c 4000 copy.txt > part_a.txt && tail -c 4000 copy.txt > part_b.txt
+# shellcheck disable=SC2086
+"$gpt" $options --data part_a.txt --val-data part_b.txt --steps 1 --save-dir ckpt_split > split1.log 2>&1 ||
+  fail "run with --val-data: $(cat split1.log)"
+# shellcheck disable=SC2086
+"$gpt" $options --data part_a.txt,part_b.txt --steps 2 --save-dir ckpt_split > split2.log 2>&1 ||
+  fail "resume with the validation file trained on: $(cat split2.log)"
+once split2.log "had other contents, or were split otherwise between training and validation"
 # A file from before data_fingerprint (removed with h5py, where PYTHON has it): the paths decide,
 # as the files they name: DIR/./corpus.txt is the corpus.txt that wrote it (whose contents
 # changed since, which the paths cannot tell), copy.txt is not.
