@@ -19,22 +19,28 @@ struct Outcome {
   std::string message;
 };
 
-// What running body ended in: success, or the code and message its exception maps to.
+// What running body ended in: success, or the code and message its exception maps to. Never
+// throws, so that a rank always goes on to the agreement: out of memory while taking the
+// message, the outcome says so in a string short enough to need no allocation.
 template <class F>
-Outcome capture(F&& body) {
+Outcome capture(F&& body) noexcept {
   try {
-    body();
-    return {};
-  } catch (const CError& e) {
-    return {e.code(), e.what()};
-  } catch (const Error& e) {
-    return {static_cast<int>(e.code()), e.what()};
-  } catch (const std::bad_alloc&) {
-    return {DT_ERR_OUT_OF_MEMORY, "out of memory"};
-  } catch (const std::exception& e) {  // never leave the other ranks waiting
-    return {DT_ERR_INTERNAL, std::string("internal error: ") + e.what()};
+    try {
+      body();
+      return {};
+    } catch (const CError& e) {
+      return {e.code(), e.what()};
+    } catch (const Error& e) {
+      return {static_cast<int>(e.code()), e.what()};
+    } catch (const std::bad_alloc&) {
+      return {DT_ERR_OUT_OF_MEMORY, "out of memory"};
+    } catch (const std::exception& e) {  // never leave the other ranks waiting
+      return {DT_ERR_INTERNAL, std::string("internal error: ") + e.what()};
+    } catch (...) {
+      return {DT_ERR_INTERNAL, "internal error: an exception of unknown type"};
+    }
   } catch (...) {
-    return {DT_ERR_INTERNAL, "internal error: an exception of unknown type"};
+    return {DT_ERR_OUT_OF_MEMORY, "out of memory"};
   }
 }
 

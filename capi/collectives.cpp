@@ -124,13 +124,15 @@ dt_result_t dt_barrier(dt_comm_t comm) {
 dt_result_t dt_comm_device(dt_comm_t comm, dt_comm_t* device_comm) {
   clear_output(device_comm);
   return call<dt_comm_s>(__func__, comm, Kind::comm, "comm", [&](dt_comm_s& c) {
-    need_ptr(device_comm, "device_comm");
     if (c.host) {  // already one: it is its own
+      need_ptr(device_comm, "device_comm");
       *device_comm = user_handle(&c);
       return;
     }
     if (!c.device_handle) {
       dtrain::Communicator& host = *c.comm;
+      // The first call is collective: a rank's NULL fails every rank, none waits below.
+      agreed_checks(host, true, [&] { need_ptr(device_comm, "device_comm"); });
       // Every rank answers, so that none waits in the set-up below for one that failed.
       const int here = dtrain::cuda_available() ? 1 : 0;
       int everywhere = here;
@@ -155,6 +157,7 @@ dt_result_t dt_comm_device(dt_comm_t comm, dt_comm_t* device_comm) {
       }
       c.device_handle = std::move(handle);
     }
+    need_ptr(device_comm, "device_comm");
     *device_comm = user_handle(c.device_handle.get());
   });
 }

@@ -31,9 +31,9 @@ void fail(dt_result_t code, const std::string& msg) { throw CError(code, msg); }
 
 std::uint64_t failures_recorded() noexcept { return failures_so_far.load(); }
 
-void record_error(dt_context_s* ctx, const char* func, const std::string& msg) noexcept {
+void record_error(dt_context_s* ctx, const char* func, const char* prefix, const char* msg) noexcept {
   try {
-    std::string text = std::string(func) + ": " + msg;
+    std::string text = std::string(func) + ": " + prefix + msg;
     if (ctx) {
       std::lock_guard<std::mutex> lock(ctx->error_mutex);  // numbered in the order stored
       ctx->last_error = text;
@@ -44,27 +44,43 @@ void record_error(dt_context_s* ctx, const char* func, const std::string& msg) n
     }
     thread_last_error = std::move(text);
   } catch (...) {
-    // Out of memory while recording: the code still reaches the caller.
+    // Out of memory while recording: a message that fits in any string's own storage (so
+    // storing it allocates nothing), rather than an older failure's message standing in.
+    static const char kOutOfMemory[] = "out of memory";
+    try {
+      if (ctx) {
+        std::lock_guard<std::mutex> lock(ctx->error_mutex);
+        ctx->last_error.assign(kOutOfMemory);
+        ctx->last_error_number = ++failures_so_far;
+      } else {
+        thread_contextless_error.assign(kOutOfMemory);
+        thread_contextless_number = ++failures_so_far;
+      }
+      thread_last_error.assign(kOutOfMemory);
+    } catch (...) {
+    }
   }
 }
 
+// (The messages go to record_error as they are: building a string here, outside its
+// try, could throw out of this noexcept function.)
 dt_result_t handle_exception(dt_context_s* ctx, const char* func) noexcept {
   try {
     throw;
   } catch (const CError& e) {
-    record_error(ctx, func, e.what());
+    record_error(ctx, func, "", e.what());
     return e.code();
   } catch (const Error& e) {
-    record_error(ctx, func, e.what());
+    record_error(ctx, func, "", e.what());
     return static_cast<dt_result_t>(static_cast<int>(e.code()));
   } catch (const std::bad_alloc&) {
-    record_error(ctx, func, "out of memory");
+    record_error(ctx, func, "", "out of memory");
     return DT_ERR_OUT_OF_MEMORY;
   } catch (const std::exception& e) {
-    record_error(ctx, func, std::string("internal error: ") + e.what());
+    record_error(ctx, func, "internal error: ", e.what());
     return DT_ERR_INTERNAL;
   } catch (...) {
-    record_error(ctx, func, "internal error: unknown exception");
+    record_error(ctx, func, "", "internal error: unknown exception");
     return DT_ERR_INTERNAL;
   }
 }

@@ -24,8 +24,9 @@ class CError : public std::runtime_error {
 
 [[noreturn]] void fail(dt_result_t code, const std::string& msg);
 
-// Stores msg as ctx's last error (when ctx is known) and the calling thread's.
-void record_error(dt_context_s* ctx, const char* func, const std::string& msg) noexcept;
+// Stores "func: prefix msg" as ctx's last error (when ctx is known) and the calling thread's;
+// "out of memory" where there is no memory for that.
+void record_error(dt_context_s* ctx, const char* func, const char* prefix, const char* msg) noexcept;
 // How many failures were recorded so far: a new context's messages start after them (a
 // failure before it existed is none of its own).
 std::uint64_t failures_recorded() noexcept;

@@ -19,6 +19,11 @@ void MlpConfig::validate() const {
                  "MLP size " << i << " must be positive, got " << sizes[i]);
   DTRAIN_CHECK(sizes.back() >= 2, Errc::invalid_config,
                "an MLP classifier needs at least 2 classes, got " << sizes.back());
+  double count = 0;  // weights and biases
+  for (std::size_t i = 0; i + 1 < sizes.size(); ++i)
+    count += (static_cast<double>(sizes[i]) + 1) * static_cast<double>(sizes[i + 1]);
+  DTRAIN_CHECK(count <= 0x1p50, Errc::invalid_config,
+               "the MLP would have " << count << " parameters: more than 2^50, beyond any machine's memory");
 }
 
 MlpSplit mlp_layer_split(int i, int layers) {

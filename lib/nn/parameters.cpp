@@ -125,6 +125,12 @@ std::size_t ParameterStore::add_slice(const std::string& name, std::vector<std::
   p.decay = decay;
   p.slice_blocks = slice_blocks;
   p.tp_sharded = tp_sharded;
+  // The arena's byte count must not wrap (a size_t product of int dimensions can).
+  double numel = 1;
+  for (auto d : p.storage_shape) numel *= static_cast<double>(d);
+  DTRAIN_CHECK(numel + static_cast<double>(total_) <= 0x1p58, Errc::invalid_config,
+               "parameter '" << name << "' (" << numel << " elements) takes the parameters past 2^58 elements, "
+                             "beyond any machine's memory");
   p.numel = product(p.storage_shape);
   p.offset = total_;
   total_ += (p.numel + kAlignFloats - 1) / kAlignFloats * kAlignFloats;

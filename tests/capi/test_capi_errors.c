@@ -193,8 +193,7 @@ static void null_pointers(handles_t h) {
   FAILS(DT_ERR_INVALID_ARGUMENT, ctx, "dt_model_steps: steps must not be NULL", dt_model_steps(h.model, NULL));
   FAILS(DT_ERR_INVALID_ARGUMENT, ctx, "dt_model_num_tensors: count must not be NULL",
         dt_model_num_tensors(h.model, NULL));
-  FAILS(DT_ERR_INVALID_ARGUMENT, ctx, "dt_comm_device: device_comm must not be NULL",
-        dt_comm_device(h.comm, NULL));
+  FAILS(DT_ERR_INVALID_ARGUMENT, ctx, "device_comm must not be NULL", dt_comm_device(h.comm, NULL));
   FAILS(DT_ERR_INVALID_ARGUMENT, ctx, "dt_model_device: length must not be NULL",
         dt_model_device(h.model, NULL, 0, NULL));
   FAILS(DT_ERR_INVALID_ARGUMENT, ctx, "dt_model_device: name must not be NULL",
@@ -256,6 +255,16 @@ static void wrong_sizes_and_names(handles_t h, int size) {
   FAILS(DT_ERR_INVALID_ARGUMENT, ctx, "initialise it with DT_GPT_CONFIG_INIT",
         dt_model_create_gpt(h.comm, &tc, NULL, &model));
   CHECK(grid == NULL && byom == NULL && model == NULL);
+  { /* Sizes whose parameter count (2^62, as bytes 0 modulo 2^64) no memory holds. */
+    int huge[4] = {2147483646, 1073741824, 1073741824, 1073741823};
+    dt_mlp_config_t big = DT_MLP_CONFIG_INIT;
+    big.num_sizes = 4;
+    big.sizes = huge;
+    big.max_batch = 1;
+    FAILS(DT_ERR_INVALID_CONFIG, ctx, "parameters: more than 2^50, beyond any machine's memory",
+          dt_model_create_mlp(h.comm, &big, NULL, &model));
+    CHECK(model == NULL);
+  }
 
   /* Capacities smaller than what is to be written. */
   if (size > 1)
@@ -347,6 +356,12 @@ static void wrong_sizes_and_names(handles_t h, int size) {
           dt_model_save_checkpoint(h.model, "never_written", my_rank == 0 ? -2 : 1));
     FAILS(DT_ERR_INVALID_ARGUMENT, ctx, "rank 0: source must not be empty",
           dt_model_load_checkpoint(h.model, my_rank == 0 ? "" : "nowhere"));
+    { /* The first dt_comm_device is collective: a NULL on one rank fails them all. */
+      dt_comm_t dc = NULL;
+      FAILS(DT_ERR_INVALID_ARGUMENT, ctx, "dt_comm_device: rank 1: device_comm must not be NULL",
+            dt_comm_device(h.comm, my_rank == 1 ? NULL : &dc));
+      CHECK(dc == NULL);
+    }
     /* Models and byoms whose settings differ between the ranks: every rank fails (their
      * reductions would not match, and would wait or mix up buffers). */
     {
