@@ -352,6 +352,8 @@ dt_result_t dt_byom_register(dt_byom_t byom, const char* name, int ndim, const i
       whole[d] *= tp;
       at[d] = dims[d] * (b.grid ? b.grid->grid.tp_rank() : 0);
     }
+    // Room first: the push below must not fail once the store holds the tensor.
+    if (b.buffers.size() == b.buffers.capacity()) b.buffers.reserve(std::max<std::size_t>(8, 2 * b.buffers.size()));
     b.store.add_slice(name, whole, dims, at, (flags & DT_PARAM_NO_DECAY) == 0u, split && tp > 1);
     const dtrain::DType format = dtype == DT_BF16 ? dtrain::DType::bf16
                                  : dtype == DT_F16  ? dtrain::DType::f16

@@ -370,6 +370,8 @@ DT_API dt_result_t dt_grid_create(dt_context_t ctx, const dt_grid_config_t* conf
 /**
  * @brief Releases a grid and its groups.
  *
+ * Call it on every rank of the grid: it frees the groups' MPI communicators, which the MPI
+ * standard counts as collective.
  * ::DT_ERR_INVALID_STATE while a model or byom handle still uses one of its groups.
  * @param grid a live grid.
  * @return ::DT_SUCCESS; ::DT_ERR_INVALID_HANDLE, ::DT_ERR_INVALID_STATE (groups still in use).
@@ -794,6 +796,9 @@ DT_API dt_result_t dt_model_create_mlp_grid(dt_grid_t grid, const dt_mlp_config_
 
 /**
  * @brief Releases a model and its optimiser state.
+ *
+ * Call it on every rank of the model, as ::dt_grid_destroy: communicators the model made
+ * for itself go with it.
  * @param model a live model.
  * @return ::DT_SUCCESS; ::DT_ERR_INVALID_HANDLE.
  */
