@@ -2,6 +2,7 @@
 // attributes of docs/checkpoint-format.md, and the verification on load.
 #include <array>
 #include <climits>
+#include <cstring>
 #include <csignal>
 #include <cstdio>
 #include <exception>
@@ -96,6 +97,9 @@ struct Checkpointer::Impl {
   // save's temporary file; -1 = never.
   long kill_after_datasets = env::get_int("DTRAIN_TEST_CKPT_KILL_AFTER_DATASETS", -1, -1, LONG_MAX);
   int kill_signal = static_cast<int>(env::get_int("DTRAIN_TEST_CKPT_KILL_SIGNAL", SIGKILL, 1, 64));
+  // Test hook: this world rank flips a bit of the first value it reads of each dataset, as
+  // a rank reading its node's own damaged copy would; -1 = none.
+  long flip_read_rank = env::get_int("DTRAIN_TEST_CKPT_FLIP_READ_RANK", -1, -1, INT_MAX);
   // Where this rank's parameter values are read from and loaded into (io_plan.hpp).
   ParamSource param_source = ParamSource::arena;
   // Loads go through host copies of the parameters and both moments, which live for one
@@ -273,12 +277,10 @@ struct Checkpointer::Impl {
   }
 
   // Every rank makes calls[] transfer calls for this dataset (collective I/O needs them all);
-  // a rank with fewer pieces selects nothing. Returns the checksum terms of `sum_over`
-  // (after the transfer, so a read is verified from what landed in memory). p may be null
-  // (a tensor of another pipeline stage) only when there are no pieces.
-  std::uint64_t transfer(bool write, hid_t dset, hid_t dxpl, const ParamInfo* p, float* base,
-                         const std::vector<Piece>& pieces, int n_calls,
-                         const std::vector<Piece>& sum_over, const std::string& path) {
+  // a rank with fewer pieces selects nothing. p may be null (a tensor of another pipeline
+  // stage) only when there are no pieces.
+  void transfer(bool write, hid_t dset, hid_t dxpl, const ParamInfo* p, float* base,
+                const std::vector<Piece>& pieces, int n_calls, const std::string& path) {
     h5::Handle fspace = h5::space_handle(H5Dget_space(dset), path + ": H5Dget_space");
     for (int k = 0; k < n_calls; ++k) {
       const bool mine = k < static_cast<int>(pieces.size()) && pieces[k].count > 0;
@@ -306,8 +308,14 @@ struct Checkpointer::Impl {
                               : H5Dread(dset, H5T_NATIVE_FLOAT, mspace, fspace, dxpl, data);
       h5::check_status(rc, path + (write ? ": write failed" : ": read failed"));
     }
+  }
+
+  // The checksum of pieces of a tensor as they are in memory (a read is verified from what
+  // landed there), keyed by their places in the tensor, so that pieces held by several ranks
+  // add up to the whole tensor's.
+  static std::uint64_t checksum_of(const ParamInfo* p, const float* base, const std::vector<Piece>& pieces) {
     std::uint64_t sum = 0;
-    for (const Piece& piece : sum_over) {
+    for (const Piece& piece : pieces) {
       sum += checksum_boxes(slice_boxes(*p, piece.first, piece.count), p->shape, base + piece.mem);
     }
     return sum;
@@ -399,7 +407,8 @@ void Checkpointer::Impl::write_file(const std::string& path, const CheckpointInf
             "cannot create dataset " + name);
         const auto& pieces = kind == kParam ? plan.param_write : plan.state_write;
         const int n_calls = calls[4 * t + (kind == kParam ? 1 : 3)];
-        sums.push_back(transfer(true, d, dxpl, plan.param, memory(kind), pieces, n_calls, pieces, name));
+        transfer(true, d, dxpl, plan.param, memory(kind), pieces, n_calls, name);
+        sums.push_back(checksum_of(plan.param, memory(kind), pieces));
       });
       dsets.push_back(std::move(d));
       if (static_cast<long>(dsets.size()) == kill_after_datasets &&
@@ -470,21 +479,48 @@ CheckpointInfo Checkpointer::Impl::read_file(const std::string& path) {
     const TensorPlan& plan = plans[t];
     const TensorEntry& e = *plan.entry;
     const std::vector<std::uint64_t> want(e.shape.begin(), e.shape.end());
+    std::size_t numel = 1;
+    for (auto n : e.shape) numel *= static_cast<std::size_t>(n);
     for (int kind : {kParam, kExpAvg, kExpAvgSq}) {
       const std::string name = dataset_path(e, kind);
-      DTRAIN_CHECK(link_exists(file, name, where), Errc::corrupt_data, where << " has no dataset " << name);
-      h5::Handle d = open_dataset(file, name, where);
-      h5::Handle s = h5::space_handle(H5Dget_space(d), name);
-      std::vector<std::uint64_t> dims(static_cast<std::size_t>(std::max(0, H5Sget_simple_extent_ndims(s))));
-      H5Sget_simple_extent_dims(s, reinterpret_cast<hsize_t*>(dims.data()), nullptr);
-      DTRAIN_CHECK(dims == want, Errc::corrupt_data, where << ": dataset " << name << " has shape "
-                   << shape_text(dims) << ", expected " << shape_text(want));
-      stored.push_back(h5::read_attr_u64(d, "checksum", where + " dataset " + name));
-      const bool is_param = kind == kParam;
-      sums.push_back(transfer(false, d, dxpl, plan.param, memory(kind), is_param ? plan.param_read : plan.state_read,
-                              calls[4 * t + (is_param ? 0 : 2)],
-                              is_param ? plan.param_write : plan.state_write, name));
-      names.push_back(name);
+      // Agreed per dataset, as the writes: a read that fails on one rank stops every rank
+      // here, instead of leaving the others in the next collective read.
+      h5::Handle d;  // (outlives the agreement, as in write_file)
+      agreed([&] {
+        DTRAIN_CHECK(link_exists(file, name, where), Errc::corrupt_data, where << " has no dataset " << name);
+        d = open_dataset(file, name, where);
+        h5::Handle s = h5::space_handle(H5Dget_space(d), name);
+        std::vector<std::uint64_t> dims(static_cast<std::size_t>(std::max(0, H5Sget_simple_extent_ndims(s))));
+        H5Sget_simple_extent_dims(s, reinterpret_cast<hsize_t*>(dims.data()), nullptr);
+        DTRAIN_CHECK(dims == want, Errc::corrupt_data, where << ": dataset " << name << " has shape "
+                     << shape_text(dims) << ", expected " << shape_text(want));
+        const std::uint64_t checksum = h5::read_attr_u64(d, "checksum", where + " dataset " + name);
+        const bool is_param = kind == kParam;
+        const std::vector<Piece>& read = is_param ? plan.param_read : plan.state_read;
+        transfer(false, d, dxpl, plan.param, memory(kind), read, calls[4 * t + (is_param ? 0 : 2)], name);
+        if (grid.world().rank() == flip_read_rank && !read.empty() && read.front().count > 0) {
+          std::uint32_t bits;
+          float* value = memory(kind) + read.front().mem;
+          std::memcpy(&bits, value, sizeof bits);
+          bits ^= 1u << 20;
+          std::memcpy(value, &bits, sizeof bits);
+        }
+        const std::uint64_t share = checksum_of(plan.param, memory(kind), is_param ? plan.param_write : plan.state_write);
+        // The shares add up to one check of every element over the ranks; a rank that read
+        // a whole copy (a replica over dp or tp, a tied copy) checks that copy itself too.
+        std::size_t read_count = 0;
+        for (const Piece& piece : read) read_count += piece.count;
+        if (read_count == numel) {
+          const std::uint64_t mine = checksum_of(plan.param, memory(kind), read);
+          DTRAIN_CHECK(mine == checksum, Errc::corrupt_data,
+                       where << ": dataset " << name << " fails its checksum as world rank " << grid.world().rank()
+                             << " read it (stored " << checksum << ", computed " << mine
+                             << "): the file is corrupt, or this rank reads another copy of it");
+        }
+        stored.push_back(checksum);
+        sums.push_back(share);
+        names.push_back(name);
+      });
       watch.progress();
     }
   }
