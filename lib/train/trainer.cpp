@@ -254,10 +254,13 @@ void Trainer::load_checkpoint(const std::string& path) {
   if (parallel::ParamResidency* r = s.residency()) r->release_all();
   const ckpt::CheckpointInfo info = s.checkpoints().load(path);
   if (s.optimizer.has_master_weights()) s.share_updated_parameters();
-  // fp16 goes on from the saved loss scale; a file without one (another precision) leaves
-  // --loss-scale.
+  // fp16 goes on from the saved loss scale; from a file without one (another precision) it
+  // starts again from --loss-scale, as a new run's would (and as the C ABI's load does), so
+  // that the state after a load does not depend on what came before it.
   if (s.scaler.enabled() && info.loss_scale > 0)
     s.scaler.set_scale(info.loss_scale, info.loss_scale_clean_steps, info.loss_scale_skipped_steps);
+  else if (s.scaler.enabled())
+    s.scaler.set_scale(s.scaler.config().initial_scale, 0);
   // What changes the run from here on, said only where there is a here: an evaluation, or a
   // checkpoint at or past --steps, trains nothing.
   if (!s.cfg.eval_only && info.step < s.cfg.steps) {

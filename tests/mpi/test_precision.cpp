@@ -480,6 +480,27 @@ TEST(Precision, Fp16CheckpointCarriesTheLossScale) {
   }
 }
 
+// A file without a loss scale (written in fp32) loaded part-way through an fp16 run starts the
+// scale again from --loss-scale, as a new run's: the state after a load does not depend on
+// what came before it.
+TEST(Precision, Fp16LoadOfAFileWithoutAScaleStartsTheScaleAgain) {
+  train::TrainConfig fp32 = config("fp32");
+  fp32.resume = "none";
+  const std::string file = checkpoint_after(fp32, 2, "fp32_for_fp16");
+  train::TrainConfig cfg = config("fp16");
+  cfg.steps = 14;
+  cfg.loss_scale = 1024;
+  cfg.loss_scale_window = 3;
+  cfg.resume = "none";
+  train::Trainer t(cfg, world());
+  for (int s = 0; s < 7; ++s) t.train_step();
+  ASSERT_EQ(t.loss_scaler().scale(), 4096.0) << "the schedule this test relies on changed";
+  t.load_checkpoint(file);
+  EXPECT_EQ(t.step(), 2);
+  EXPECT_EQ(t.loss_scaler().scale(), 1024.0);
+  EXPECT_EQ(t.loss_scaler().clean_steps_in_a_row(), 0);
+}
+
 // The count of skipped steps (the metrics' skipped_steps) goes on across a resume: from 2^32
 // the first steps overflow, and a checkpoint after 5 of them resumes at 5, not 0.
 TEST(Precision, Fp16CheckpointCarriesTheSkippedStepCount) {
