@@ -236,6 +236,9 @@ Parsed parse_options(int argc, char** argv) {
       }
     }
     po::notify(vm);
+    // (The library sees the value only, so it cannot tell --val-fraction 0.1 from none.)
+    DTRAIN_CHECK(vm["val-fraction"].defaulted() || !out.config.data.empty(), Errc::invalid_config,
+                 "--val-fraction needs --data (the built-in corpus has its own validation split)");
     if (vm["fp32-param-arena"].as<bool>()) {
       std::string& storage = out.config.param_storage;
       DTRAIN_CHECK(vm["param-storage"].defaulted() || storage == "fp32", Errc::invalid_config,
