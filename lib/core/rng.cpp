@@ -16,7 +16,8 @@ inline void mulhilo(std::uint32_t a, std::uint32_t b, std::uint32_t& hi, std::ui
 }
 
 inline float to_open_unit(std::uint32_t x) {
-  // 24 random bits, centred in their bucket: never 0, never 1.
+  // 24 random bits, centred in their bucket: never 0; 2^24 - 0.5 rounds to 2^24 in float, so
+  // the top bucket gives 1 (rng.hpp). Kept: every initialisation and corpus is made of it.
   return (static_cast<float>(x >> 8) + 0.5f) * (1.0f / 16777216.0f);
 }
 }  // namespace
@@ -48,6 +49,14 @@ std::uint64_t stream_id(std::string_view name) noexcept {
 
 float uniform(std::uint64_t seed, std::uint64_t stream, std::uint64_t index) noexcept {
   return to_open_unit(philox(seed, stream, index)[0]);
+}
+
+double uniform_open(std::uint64_t seed, std::uint64_t stream, std::uint64_t index) noexcept {
+  const Block b = philox(seed, stream, index);
+  // 52 bits centred in their bucket: below 2^52 a double holds every half, so the largest,
+  // 2^52 - 0.5, stays below 2^52.
+  const std::uint64_t bits = (static_cast<std::uint64_t>(b[0]) << 20) | (b[1] >> 12);
+  return (static_cast<double>(bits) + 0.5) * 0x1p-52;
 }
 
 float normal(std::uint64_t seed, std::uint64_t stream, std::uint64_t index) noexcept {

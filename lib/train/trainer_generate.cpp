@@ -68,7 +68,7 @@ std::vector<std::int32_t> Trainer::generate(std::vector<std::int32_t> context, i
       } else {
         logits = shard;
       }
-      const double u = rng::uniform(s.cfg.seed, stream, static_cast<std::uint64_t>(i));
+      const double u = rng::uniform_open(s.cfg.seed, stream, static_cast<std::uint64_t>(i));
       try {
         next = choose_token(logits.data(), vocab, sampling, u);
       } catch (const std::exception& e) {

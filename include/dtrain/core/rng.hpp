@@ -19,8 +19,12 @@ DTRAIN_API Block philox(std::uint64_t seed, std::uint64_t stream, std::uint64_t 
 // Stable 64-bit id of a name (FNV-1a), e.g. a parameter's global name.
 DTRAIN_API std::uint64_t stream_id(std::string_view name) noexcept;
 
-// Uniform in the open interval (0, 1).
+// Uniform in (0, 1]: 24 bits centred in their bucket, never 0; the top bucket's centre rounds
+// to 1 in float (once in 2^24). Initialisation and the synthetic corpus take it as it is.
 DTRAIN_API float uniform(std::uint64_t seed, std::uint64_t stream, std::uint64_t index) noexcept;
+// Uniform in the open interval (0, 1), 52 bits, every value exact: where a 1 would matter
+// (sampling a token: u < the cumulative probabilities). Its top 24 bits are uniform()'s.
+DTRAIN_API double uniform_open(std::uint64_t seed, std::uint64_t stream, std::uint64_t index) noexcept;
 // Standard normal (Box-Muller over the first two words of the block).
 DTRAIN_API float normal(std::uint64_t seed, std::uint64_t stream, std::uint64_t index) noexcept;
 
