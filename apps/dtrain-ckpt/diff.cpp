@@ -1,8 +1,10 @@
-// diff: per tensor, the largest absolute difference between two checkpoints; tensors whose
+// diff: per tensor, the largest absolute difference between two checkpoints (files equal bit
+// for bit, and only those, are identical); tensors whose
 // shapes differ or that exist in one file only are listed as such; then the attributes of the
 // file, /model and /optimizer that differ (the step, the loss scale, the run's settings).
 #include <cmath>
 #include <cstdio>
+#include <cstring>
 #include <string>
 
 #include "commands.hpp"
@@ -71,9 +73,19 @@ int diff(const std::string& a, const std::string& b) {
     }
     const std::vector<float> x = fa.read(da.path), y = fb.read(da.path);
     double max_abs = 0;
-    for (std::size_t i = 0; i < x.size(); ++i) max_abs = std::fmax(max_abs, distance(x[i], y[i]));
-    std::printf("%-44s max_abs_diff %.9g\n", da.path.c_str(), max_abs);
-    differ = differ || max_abs > 0;
+    std::size_t other_bits = 0;  // -0 against 0, NaNs of other payloads: equal values, other bits
+    for (std::size_t i = 0; i < x.size(); ++i) {
+      const double d = distance(x[i], y[i]);
+      max_abs = std::fmax(max_abs, d);
+      other_bits += d == 0 && std::memcmp(&x[i], &y[i], sizeof(float)) != 0;
+    }
+    if (other_bits > 0) {
+      std::printf("%-44s max_abs_diff %.9g (%zu equal values with other bits: -0 and 0, or NaNs)\n", da.path.c_str(),
+                  max_abs, other_bits);
+    } else {
+      std::printf("%-44s max_abs_diff %.9g\n", da.path.c_str(), max_abs);
+    }
+    differ = differ || max_abs > 0 || other_bits > 0;
     overall = std::fmax(overall, max_abs);
   }
   for (const ck::DatasetInfo& db : fb.datasets()) {

@@ -169,7 +169,8 @@ po::options_description describe(Parsed& p, std::string& config_file) {
 }
 
 // `--data ''` or `save-dir =` (an unset variable in a job script) would quietly mean the
-// default, training on the built-in corpus or saving nothing, and `deterministic =` in a
+// default, training on the built-in corpus, saving nothing, writing no metrics or starting
+// from random weights, and `deterministic =` in a
 // file would turn the switch on: those empty values are refused, naming the option. `file`:
 // the --config file the options came from, empty for the command line. (Other options take
 // '' as their default, as before.)
@@ -179,7 +180,8 @@ void refuse_empty_values(const po::parsed_options& parsed, const po::options_des
     if (o.value.empty() || !o.value.front().empty()) continue;
     const po::option_description* d = all.find_nothrow(o.string_key, false);
     const bool is_switch = d && dynamic_cast<const po::typed_value<bool>*>(d->semantic().get());
-    const bool a_path = o.string_key == "data" || o.string_key == "val-data" || o.string_key == "save-dir";
+    const bool a_path = o.string_key == "data" || o.string_key == "val-data" || o.string_key == "save-dir" ||
+                        o.string_key == "metrics" || o.string_key == "init-from" || o.string_key == "tokenizer";
     if (!a_path && !(is_switch && !file.empty())) continue;
     if (file.empty())
       DTRAIN_FAIL(Errc::invalid_config, "--" << o.string_key << " was given an empty value: give "
@@ -187,6 +189,23 @@ void refuse_empty_values(const po::parsed_options& parsed, const po::options_des
     DTRAIN_FAIL(Errc::invalid_config, "--config file '" << file << "': '" << o.string_key
                                       << " =' has no value: give one, or leave the line out "
                                          "for its default");
+  }
+}
+
+// What Boost's reader would take otherwise than written: it ends a value at a '#' anywhere
+// (`save-dir = runs#2` saves into `runs`), and takes `help = no` for --help.
+void check_config_text(const std::string& text, const std::string& in_file) {
+  std::istringstream lines(text);
+  std::string line;
+  for (int number = 1; std::getline(lines, line); ++number) {
+    const std::size_t first = line.find_first_not_of(" \t\r");
+    if (first == std::string::npos || line[first] == '#' || line[first] == ';') continue;  // blank, comment
+    DTRAIN_CHECK(line.find('#') == std::string::npos, Errc::invalid_config,
+                 in_file << "line " << number << " has a '#' after its start, which would end the value there ('"
+                         << line << "'): give that option on the command line");
+    const std::string key = line.substr(first, line.find_first_of(" \t=", first) - first);
+    DTRAIN_CHECK(key != "help" && key != "version", Errc::invalid_config,
+                 in_file << "line " << number << ": " << key << " is for the command line (--" << key << ")");
   }
 }
 
@@ -219,9 +238,12 @@ Parsed parse_options(int argc, char** argv) {
       std::error_code ec;
       DTRAIN_CHECK(!std::filesystem::is_directory(path, ec), Errc::invalid_config,
                    "--config '" << path << "' is a directory, not a file");
-      std::ifstream in(path);
-      DTRAIN_CHECK(in.good(), Errc::invalid_config, "cannot read --config file '" << path << "'");
+      std::ifstream file(path);
+      DTRAIN_CHECK(file.good(), Errc::invalid_config, "cannot read --config file '" << path << "'");
       const std::string in_file = "--config file '" + path + "': ";
+      std::stringstream in;
+      in << file.rdbuf();
+      check_config_text(in.str(), in_file);
       try {
         const po::parsed_options from_file = po::parse_config_file(in, all);
         for (const po::option& o : from_file.options)
@@ -260,10 +282,12 @@ Parsed parse_options(int argc, char** argv) {
                  "--tokenizer " << out.tokenizer->describe() << " has more tokens than --vocab "
                                 << out.config.vocab << ": it is another model's");
   }
-  out.prompt_tokens = prompt_tokens(out.prompt, out.config.vocab, out.tokenizer.get());
-  DTRAIN_CHECK(!vm.count("prompt") || !out.prompt_tokens.empty(), Errc::invalid_config,
-               "--prompt holds no tokens: give some, or leave it out to start from the first token "
-               "of validation sample 0");
+  if (out.generate > 0) {  // (without --generate the prompt is not read: one file may serve both commands)
+    out.prompt_tokens = prompt_tokens(out.prompt, out.config.vocab, out.tokenizer.get());
+    DTRAIN_CHECK(!vm.count("prompt") || !out.prompt_tokens.empty(), Errc::invalid_config,
+                 "--prompt holds no tokens: give some, or leave it out to start from the first token "
+                 "of validation sample 0");
+  }
   if (vm.count("help")) out.action = Action::help;
   else if (vm.count("version")) out.action = Action::version;
   return out;
