@@ -80,7 +80,7 @@ int diff(const std::string& a, const std::string& b) {
       other_bits += d == 0 && std::memcmp(&x[i], &y[i], sizeof(float)) != 0;
     }
     if (other_bits > 0) {
-      std::printf("%-44s max_abs_diff %.9g (%zu equal values with other bits: -0 and 0, or NaNs)\n", da.path.c_str(),
+      std::printf("%-44s max_abs_diff %.9g (values equal but stored as other bits: %zu; -0 and 0, or NaNs)\n", da.path.c_str(),
                   max_abs, other_bits);
     } else {
       std::printf("%-44s max_abs_diff %.9g\n", da.path.c_str(), max_abs);
