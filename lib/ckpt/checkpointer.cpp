@@ -67,7 +67,9 @@ h5::Handle open_dataset(hid_t file, const std::string& path, const std::string& 
   }
   const hid_t id = H5Dopen2(file, path.c_str(), H5P_DEFAULT);
   if (id < 0) h5::fail_damaged(where + ": cannot open dataset " + path);
-  return h5::Handle(id, H5Dclose);
+  h5::Handle d(id, H5Dclose);
+  h5::check_stored_in_file(d, where + ": dataset " + path);
+  return d;
 }
 
 }  // namespace

@@ -4,6 +4,7 @@
 #include <algorithm>
 #include <cstdio>
 #include <filesystem>
+#include <new>
 
 #include "ckpt/h5.hpp"
 #include "ckpt/header.hpp"
@@ -179,6 +180,7 @@ std::vector<float> CheckpointFile::read(const std::string& dataset) const {
                "dataset " << dataset << " is " << info->dtype << ", not float32");
   h5::Handle d = h5::dataset_handle(H5Dopen2(impl_->file, dataset.c_str(), H5P_DEFAULT),
                                     "cannot open dataset " + dataset);
+  h5::check_stored_in_file(d, "'" + impl_->path + "': dataset " + dataset);
   // A made-up shape must neither wrap to a small buffer H5Dread overruns nor ask for more
   // memory than the file holds data. Only contiguous data (what dtrain writes) has a known
   // size: a file repacked with compression (h5repack) stores chunks of any size.
@@ -189,7 +191,13 @@ std::vector<float> CheckpointFile::read(const std::string& dataset) const {
   const bool contiguous = H5Pget_layout(dcpl) == H5D_CONTIGUOUS;
   DTRAIN_CHECK(!wraps && (!contiguous || n <= H5Dget_storage_size(d) / sizeof(float)), Errc::corrupt_data,
                "'" << impl_->path << "': dataset " << dataset << " holds fewer values than its shape");
-  std::vector<float> out(n);
+  std::vector<float> out;
+  try {
+    out.resize(n);
+  } catch (const std::bad_alloc&) {
+    DTRAIN_FAIL(Errc::out_of_memory, "'" << impl_->path << "': dataset " << dataset << " has " << n
+                                         << " values, more than this process can hold in memory");
+  }
   h5::check_status(H5Dread(d, H5T_NATIVE_FLOAT, H5S_ALL, H5S_ALL, H5P_DEFAULT, out.data()),
                    "'" + impl_->path + "': cannot read dataset " + dataset);
   return out;

@@ -123,6 +123,16 @@ void fail_damaged(const std::string& what) {
   DTRAIN_FAIL(Errc::corrupt_data, what << " (a damaged file?): " << hdf5_message());
 }
 
+void check_stored_in_file(hid_t dataset, const std::string& what) {
+  Handle dcpl = plist_handle(H5Dget_create_plist(dataset), what + ": H5Dget_create_plist");
+  const H5D_layout_t layout = H5Pget_layout(dcpl);
+  DTRAIN_CHECK(layout != H5D_VIRTUAL, Errc::corrupt_data,
+               what << " is a virtual dataset (its values are in other files); a checkpoint holds its data itself");
+  const int external = H5Pget_external_count(dcpl);
+  DTRAIN_CHECK(external == 0, Errc::corrupt_data,
+               what << " keeps its values in " << external << " external file(s); a checkpoint holds its data itself");
+}
+
 std::string read_attr_string(hid_t obj, const char* name, const std::string& where) {
   Handle attr = open_single(obj, name, where);
   Handle type = type_handle(H5Aget_type(attr), "H5Aget_type");

@@ -68,6 +68,10 @@ void write_attr(hid_t obj, const char* name, double value);
 // Errc::corrupt_data: `what` (a damaged file?) and HDF5's innermost message, for a call that
 // failed on metadata HDF5 could not read.
 [[noreturn]] void fail_damaged(const std::string& what);
+// Errc::corrupt_data naming `what` unless the dataset's values are stored in this file: not
+// in external raw files, nor a virtual dataset's view of other files (a checkpoint holds its
+// data itself, as it holds its datasets: no soft or external links either).
+void check_stored_in_file(hid_t dataset, const std::string& what);
 // Whether obj has the attribute; Errc::corrupt_data (after `where`) when HDF5 cannot tell.
 bool has_attr(hid_t obj, const char* name, const std::string& where);
 // Read with conversion to the requested type; a missing attribute throws Errc::corrupt_data.
