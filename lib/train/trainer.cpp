@@ -422,6 +422,7 @@ TrainSummary Trainer::run() {
     sum.final_loss = loss;
     const double step_s = watch.seconds();
     if (s.step == s.start_step + 1) {
+      if (s.residency()) s.count_param_peaks();  // (the same on every rank: the model's layout)
       allocations_before = AlignedBuffer::allocation_count();
     } else {
       timed_seconds += step_s;

@@ -508,6 +508,13 @@ std::size_t Trainer::State::peak_param_bytes() const {
   return packed ? packed->bytes() + packed->peak_numel() * sizeof(float) : 0;
 }
 
+void Trainer::State::count_param_peaks() {
+  std::uint64_t mine = std::max<std::uint64_t>(memory.params, residency() ? peak_param_bytes() : 0);
+  std::vector<std::uint64_t> all(static_cast<std::size_t>(world.size()));
+  world.all_gather(&mine, all.data(), 1, DType::i64);
+  for (std::size_t r = 0; r < all.size(); ++r) memory_per_rank[r].params = all[r];
+}
+
 // Whether a parameter's gradient counts toward the global norm on this rank, when norms
 // are summed over TP and PP ranks: one replicated over the TP group counts on TP rank 0
 // only, and the last stage's copy of a tied wte not at all (the first stage counts it).

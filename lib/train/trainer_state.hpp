@@ -117,6 +117,9 @@ struct Trainer::State {
     return gather ? static_cast<parallel::ParamResidency*>(gather.get()) : packed.get();
   }
   std::size_t peak_param_bytes() const;  // in a pass, when residency() is not null
+  // Collective over world, after a first step: the units a pass held are known, and
+  // memory_per_rank's parameter bytes become the peak (held between steps + in a pass).
+  void count_param_peaks();
   // Errc::invalid_argument when a Trainer::whole_parameters() scope is open: `what` would
   // change the stored parameters, which the held arena does not follow.
   void check_not_held(const char* what) const;
