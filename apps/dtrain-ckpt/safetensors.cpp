@@ -15,6 +15,7 @@
 #include <cstring>
 #include <filesystem>
 #include <map>
+#include <set>
 #include <sstream>
 #include <string>
 #include <utility>
@@ -246,6 +247,39 @@ int export_safetensors(const std::string& file, const std::string& out) {
   return 0;
 }
 
+// /model's attributes against its tensors: config.json is written from the attributes,
+// which a crafted or damaged file could set to anything (n_head 0, a vocabulary of 2^40).
+void check_gpt_attributes(const std::string& file, const std::map<std::string, std::string>& attr,
+                          const ModelTensors& model) {
+  std::map<std::string, long long> v;
+  for (const char* key : {"layers", "heads", "d_model", "seq_len", "vocab"}) {
+    const std::string& text = attr.at(key);
+    char* end = nullptr;
+    errno = 0;
+    const long long n = std::strtoll(text.c_str(), &end, 10);
+    DTRAIN_CHECK(!text.empty() && *end == '\0' && errno == 0 && n > 0, Errc::invalid_argument,
+                 "'" << file << "': /model's " << key << " is '" << text << "', not a positive count");
+    v[key] = n;
+  }
+  DTRAIN_CHECK(v["d_model"] % v["heads"] == 0, Errc::invalid_argument,
+               "'" << file << "': /model's heads (" << v["heads"] << ") do not divide its d_model (" << v["d_model"] << ")");
+  std::set<long long> blocks;
+  for (const dtrain::ckpt::DatasetInfo* d : model.tensors) {
+    const std::string name = ModelTensors::name(d);
+    const std::vector<std::uint64_t> want_wte = {static_cast<std::uint64_t>(v["vocab"]), static_cast<std::uint64_t>(v["d_model"])};
+    const std::vector<std::uint64_t> want_wpe = {static_cast<std::uint64_t>(v["seq_len"]), static_cast<std::uint64_t>(v["d_model"])};
+    DTRAIN_CHECK(name != "wte" || d->shape == want_wte, Errc::invalid_argument,
+                 "'" << file << "': wte is not [vocab, d_model] = [" << v["vocab"] << ", " << v["d_model"] << "] as /model says");
+    DTRAIN_CHECK(name != "wpe" || d->shape == want_wpe, Errc::invalid_argument,
+                 "'" << file << "': wpe is not [seq_len, d_model] = [" << v["seq_len"] << ", " << v["d_model"] << "] as /model says");
+    if (name.rfind("h.", 0) == 0) blocks.insert(std::strtoll(name.c_str() + 2, nullptr, 10));
+  }
+  DTRAIN_CHECK(static_cast<long long>(blocks.size()) == v["layers"] && !blocks.empty() && *blocks.begin() == 0 &&
+                   *blocks.rbegin() == v["layers"] - 1,
+               Errc::invalid_argument,
+               "'" << file << "': /model says " << v["layers"] << " layers, its tensors hold " << blocks.size() << " blocks");
+}
+
 int export_hugging_face(const std::string& file, const std::string& dir) {
   namespace fs = std::filesystem;
   const ModelTensors model(file);
@@ -262,6 +296,7 @@ int export_hugging_face(const std::string& file, const std::string& dir) {
     DTRAIN_CHECK(!hf.empty(), Errc::invalid_argument, "'" << file << "': tensor '" << name << "' is not GPT-2's: --hf exports a GPT");
     tensors.push_back({hf, d, d->shape.size() == 2 && is_linear_weight(name)});
   }
+  check_gpt_attributes(file, shape, model);
   std::error_code ec;
   fs::create_directories(dir, ec);
   DTRAIN_CHECK(fs::is_directory(dir), Errc::io, "cannot make the directory '" << dir << "'" << (ec ? ": " + ec.message() : ""));
@@ -286,10 +321,15 @@ int export_hugging_face(const std::string& file, const std::string& dir) {
        << "  \"scale_attn_weights\": true,\n  \"resid_pdrop\": 0.1,\n  \"embd_pdrop\": 0.1,\n  \"attn_pdrop\": 0.1,\n"
        << "  \"initializer_range\": 0.02,\n  \"tie_word_embeddings\": " << (tied ? "true" : "false") << ",\n"
        << "  \"torch_dtype\": \"float32\"\n}\n";
-  NewFileNextTo config_file(config);
-  const std::string text = json.str();
-  config_file.write(text.data(), text.size());
-  config_file.commit();
+  try {  // the pair or neither: no weights without their config
+    NewFileNextTo config_file(config);
+    const std::string text = json.str();
+    config_file.write(text.data(), text.size());
+    config_file.commit();
+  } catch (...) {
+    fs::remove(weights, ec);
+    throw;
+  }
   std::printf("exported %zu tensors (%llu bytes of data) in Hugging Face's GPT-2 layout to %s (model.safetensors, config.json)\n",
               tensors.size(), static_cast<unsigned long long>(bytes), dir.c_str());
   return 0;
