@@ -154,6 +154,12 @@ Trainer::Trainer(const TrainConfig& cfg, Communicator& world)
   if (s_->grid.pp_size() == 1 && cfg.schedule != defaults.schedule) {
     DTRAIN_LOG(warn, "--schedule " << cfg.schedule << " has no effect without a pipeline (--pp 1)");
   }
+  if (cfg.eval_only && cfg.save_every != defaults.save_every) {
+    DTRAIN_LOG(warn, "--save-every has no effect with --eval-only (it trains nothing)");
+  }
+  if (cfg.save_dir.empty() && cfg.keep != defaults.keep) {
+    DTRAIN_LOG(warn, "--keep has no effect without --save-dir");
+  }
   const char* peak_from = s_->peak_flops_given                   ? "DTRAIN_PEAK_FLOPS "
                           : s_->dev.kind() == DeviceKind::cpu ? "measured SGEMM "
                                                               : "measured GEMM ";
@@ -165,6 +171,11 @@ Trainer::Trainer(const TrainConfig& cfg, Communicator& world)
   DTRAIN_CHECK(!from.empty() || s_->resume_from.empty(), Errc::io,
                "checkpoint " << s_->resume_from << " went away during the set-up");
   if (!from.empty()) load_checkpoint(from);
+  if (cfg.eval_only && from.empty() && cfg.init_from.empty()) {
+    DTRAIN_LOG(warn, "--eval-only: no checkpoint to evaluate"
+                     << (cfg.save_dir.empty() ? "" : " in --save-dir '" + cfg.save_dir + "'")
+                     << " and no --init-from: evaluating freshly initialised weights");
+  }
 }
 
 Trainer::~Trainer() = default;
