@@ -15,7 +15,6 @@ namespace {
 
 using dtrain::Errc;
 
-
 // A file in dir that no name refers to: O_TMPFILE, or on a file system without it a named
 // file unlinked at once.
 int anonymous_file(const std::string& dir) {

@@ -22,7 +22,6 @@ class TokenStore {
   void append(const std::int32_t* ids, std::size_t n);  // ids < 65536: the caller's check
   void finish();  // flushes what waits to be spilled; before the reads
   std::int64_t size() const { return count_; }
-  bool spilled() const { return spill_fd_ >= 0; }
 
   // Hands tokens [from, from + n) to `take` in order, in pieces (pointer, count).
   void read(std::int64_t from, std::int64_t n, const std::function<void(const std::uint16_t*, std::size_t)>& take) const;
