@@ -99,9 +99,11 @@ struct Checkpointer::Impl {
   // save's temporary file; -1 = never.
   long kill_after_datasets = env::get_int("DTRAIN_TEST_CKPT_KILL_AFTER_DATASETS", -1, -1, LONG_MAX);
   int kill_signal = static_cast<int>(env::get_int("DTRAIN_TEST_CKPT_KILL_SIGNAL", SIGKILL, 1, 64));
-  // Test hook: this world rank flips a bit of the first value it reads of each dataset, as
-  // a rank reading its node's own damaged copy would; -1 = none.
+  // Test hook: this world rank flips a bit of the first value it reads of each dataset (or
+  // only of the one DTRAIN_TEST_CKPT_FLIP_READ_DATASET names), as a rank reading its node's
+  // own damaged copy would; -1 = none.
   long flip_read_rank = env::get_int("DTRAIN_TEST_CKPT_FLIP_READ_RANK", -1, -1, INT_MAX);
+  std::string flip_read_dataset = env::get_string("DTRAIN_TEST_CKPT_FLIP_READ_DATASET", "");
   // Where this rank's parameter values are read from and loaded into (io_plan.hpp).
   ParamSource param_source = ParamSource::arena;
   // Loads go through host copies of the parameters and both moments, which live for one
@@ -323,6 +325,27 @@ struct Checkpointer::Impl {
     return sum;
   }
 
+  // Collective over world. Where the slices a tensor-parallel group read cover a tensor
+  // once (a split tensor's slices, each read whole), their sums must add up to its checksum:
+  // the copies of a split tensor that data-parallel replicas read, which the write shares
+  // check on one replica only. Every rank fails alike on the first dataset that does not.
+  void check_tensor_parallel_reads(const std::string& where, const std::vector<std::string>& names,
+                                   const std::vector<std::uint64_t>& numels, const std::vector<std::uint64_t>& stored,
+                                   std::vector<std::uint64_t>& counts, std::vector<std::uint64_t>& sums) {
+    if (grid.tp_size() == 1) return;
+    grid.tp().all_reduce(counts.data(), counts.data(), counts.size(), DType::i64, ReduceOp::sum);
+    grid.tp().all_reduce(sums.data(), sums.data(), sums.size(), DType::i64, ReduceOp::sum);
+    int first_bad = INT_MAX;
+    for (std::size_t i = 0; i < counts.size() && first_bad == INT_MAX; ++i) {
+      if (counts[i] == numels[i] && sums[i] != stored[i]) first_bad = static_cast<int>(i);
+    }
+    grid.world().all_reduce(&first_bad, &first_bad, 1, DType::i32, ReduceOp::min);
+    DTRAIN_CHECK(first_bad == INT_MAX, Errc::corrupt_data,
+                 where << ": dataset " << names[static_cast<std::size_t>(first_bad)]
+                       << " fails its checksum as a tensor-parallel group read it: the file is corrupt, or a rank "
+                          "reads another copy of it");
+  }
+
   void write_file(const std::string& path, const CheckpointInfo& info);
   void check_free_space(const std::string& dir, LocalFailure& f) const;
   // World rank 0: creates dir and claims it (dir_lock.hpp); failures go to f.
@@ -477,12 +500,15 @@ CheckpointInfo Checkpointer::Impl::read_file(const std::string& path) {
   h5::check_status(H5Pset_dxpl_mpio(dxpl, H5FD_MPIO_COLLECTIVE), "H5Pset_dxpl_mpio");
   std::vector<std::uint64_t> sums, stored;
   std::vector<std::string> names;
+  // Per dataset, this rank's read of its tensor-parallel slice: the values and their sum.
+  std::vector<std::uint64_t> numels, slice_counts, slice_sums;
   for (std::size_t t = 0; t < plans.size(); ++t) {
     const TensorPlan& plan = plans[t];
     const TensorEntry& e = *plan.entry;
     const std::vector<std::uint64_t> want(e.shape.begin(), e.shape.end());
     std::size_t numel = 1;
     for (auto n : e.shape) numel *= static_cast<std::size_t>(n);
+    const bool tp_slice = plan.param && plan.param->tp_sharded;
     for (int kind : {kParam, kExpAvg, kExpAvgSq}) {
       const std::string name = dataset_path(e, kind);
       // Agreed per dataset, as the writes: a read that fails on one rank stops every rank
@@ -500,7 +526,8 @@ CheckpointInfo Checkpointer::Impl::read_file(const std::string& path) {
         const bool is_param = kind == kParam;
         const std::vector<Piece>& read = is_param ? plan.param_read : plan.state_read;
         transfer(false, d, dxpl, plan.param, memory(kind), read, calls[4 * t + (is_param ? 0 : 2)], name);
-        if (grid.world().rank() == flip_read_rank && !read.empty() && read.front().count > 0) {
+        if (grid.world().rank() == flip_read_rank && !read.empty() && read.front().count > 0 &&
+            (flip_read_dataset.empty() || flip_read_dataset == name)) {
           std::uint32_t bits;
           float* value = memory(kind) + read.front().mem;
           std::memcpy(&bits, value, sizeof bits);
@@ -522,10 +549,14 @@ CheckpointInfo Checkpointer::Impl::read_file(const std::string& path) {
         stored.push_back(checksum);
         sums.push_back(share);
         names.push_back(name);
+        numels.push_back(numel);
+        slice_counts.push_back(tp_slice ? read_count : 0);
+        slice_sums.push_back(tp_slice && read_count > 0 ? checksum_of(plan.param, memory(kind), read) : 0);
       });
       watch.progress();
     }
   }
+  check_tensor_parallel_reads(where, names, numels, stored, slice_counts, slice_sums);
   grid.world().all_reduce(sums.data(), sums.data(), sums.size(), DType::i64, ReduceOp::sum);
   for (std::size_t i = 0; i < sums.size(); ++i) {
     DTRAIN_CHECK(sums[i] == stored[i], Errc::corrupt_data,
