@@ -175,6 +175,11 @@ void compare_one_step(const GptConfig& cfg, bool sp) {
                  tag + ": grad " + p.name);
     EXPECT_TRUE(same) << tag << ": replicated gradient of " << p.name
                       << " differs between TP ranks";
+    // a vocabulary shard's padding rows hold zeros and get none (the norm counts them)
+    for (std::size_t i = p.local_numel(); i < p.numel; ++i) {
+      ASSERT_EQ(par.parameters().params()[p.offset + i], 0.0f) << tag << ": padding of " << p.name;
+      ASSERT_EQ(par.parameters().grads()[p.offset + i], 0.0f) << tag << ": padding of " << p.name;
+    }
   }
   const double n2p = nn::grad_sum_squares(par.parameters(), dev, &world());
   const double n2r = nn::grad_sum_squares(ref.parameters(), dev, nullptr);
@@ -197,6 +202,7 @@ TEST(TensorParallel, PaddedVocabularyNeverChangesTheLoss) {
   // 257 rows split 129/128 (TP=2) or 65/64/64/64 (TP=4), each padded to 192 / 128 columns
   compare_one_step(tiny(257), false);
   compare_one_step(tiny(257), true);
+  compare_one_step(tiny(257, false), false);  // lm_head padded as well
   const nn::VocabShard s = nn::vocab_shard(257, world().size(), world().rank());
   EXPECT_GE(s.rows, 257 / world().size());
   EXPECT_EQ(s.padded_rows % 64, 0);
@@ -292,6 +298,23 @@ TEST(TensorParallel, TwoAllReducesPerBlockInEachDirection) {
   EXPECT_EQ(bs.all_gathers, 4u);
   EXPECT_EQ(bs.reduce_scatters, 2u);
   EXPECT_EQ(bs.all_reduces, 1u);  // LayerNorm gradients of the block (4 * C floats)
+  // backward moves half as much again as without SP, plus the LayerNorm gradients
+  const std::uint64_t C4 = 32 * sizeof(float);
+  EXPECT_EQ(bs.tensor_bytes, 6 * NC4 + 4 * C4);
+  auto ring = [&](std::uint64_t bytes, double fraction) {  // as TpGroup rounds each call
+    const int p = world().size();
+    return static_cast<std::uint64_t>(static_cast<double>(bytes) * fraction * (p - 1) / p + 0.5);
+  };
+  EXPECT_EQ(bb.ring_bytes, 2 * ring(NC4, 2.0));
+  EXPECT_EQ(bs.ring_bytes, 6 * ring(NC4, 1.0) + ring(4 * C4, 2.0));
+  // outside the blocks: the loss's two all-reduces, the embedding's reduce-scatter and the
+  // LM head input's all-gather forward; backward the mirror images and ln_f's gradients
+  EXPECT_EQ(g2.all_reduces, 2u);
+  EXPECT_EQ(g2.all_gathers, 2u * 2 + 1);
+  EXPECT_EQ(g2.reduce_scatters, 2u * 2 + 1);
+  EXPECT_EQ(c2.all_reduces, 2u * 1 + 1);
+  EXPECT_EQ(c2.all_gathers, 2u * 4 + 1);
+  EXPECT_EQ(c2.reduce_scatters, 2u * 2 + 1);
 }
 
 TEST(TensorParallel, InvalidSplitsThrowOnEveryRankBeforeCommunicating) {
@@ -315,6 +338,16 @@ TEST(TensorParallel, InvalidSplitsThrowOnEveryRankBeforeCommunicating) {
   seq.seq_len = P + 1;
   expect_invalid(seq, true, "seq-len");
   EXPECT_THROW(tiny().validate_tp(3 * P, false), Error);  // 4 heads over 3P ranks
+  // under SP, rows that do not split evenly over the group are refused before any collective
+  GptModel sp(tiny(), cpu_device(), kSeed, 2, &world(), true);
+  const Batch odd = make_batch(0, 0, 1, 3, 128);  // 3 rows over P = 2 or 4 ranks
+  try {
+    sp.forward(odd.tokens.data(), odd.targets.data(), 1, 3);
+    ADD_FAILURE() << "no error for 3 rows under sequence parallelism";
+  } catch (const Error& e) {
+    EXPECT_EQ(e.code(), Errc::invalid_argument);
+    EXPECT_NE(std::string(e.what()).find("divisible by --tp"), std::string::npos) << e.what();
+  }
   // Nobody hung in a collective: all ranks get here.
   world().barrier();
 }

@@ -54,7 +54,8 @@ void check_shards(int P) {
   for (int r = 0; r < P; ++r) {
     sh.push_back(nn::vocab_shard(V, P, r));
     const int ld = sh[r].padded_rows;
-    vector<double> z(static_cast<std::size_t>(N) * ld, -1e9);
+    // +1e9 in the padding: a kernel reading past sh[r].rows would change the max and the sums
+    vector<double> z(static_cast<std::size_t>(N) * ld, 1e9);
     for (int n = 0; n < N; ++n)
       for (int j = 0; j < sh[r].rows; ++j) z[n * ld + j] = full[n * V + sh[r].start + j];
     logits.push_back(z);
