@@ -84,6 +84,18 @@ void run(ScheduleKind kind, int pp, int V = 1) {
   GptModel whole(cfg, dev, 3, B);
   std::vector<std::int32_t> tok(n), tgt(n);
 
+  // What the executor holds: the micro-batch's ids on the end stages, an input gradient
+  // being sent per slot of each chunk with a previous piece (not the embedding's chunk), and
+  // the output gradient received.
+  const bool first = grid.is_first_stage(), last = grid.is_last_stage();
+  const std::size_t act = stage.boundary_floats(B, T) * sizeof(float);
+  const auto slots = chunk_slots(kind, pp, grid.pp_rank(), M, V);
+  std::size_t held = first || last ? 2 * n * sizeof(std::int32_t) : 0;
+  for (int c = 0; c < V; ++c)
+    if (!(first && c == 0)) held += act * static_cast<std::size_t>(slots[c]);
+  if (!(last && V == 1)) held += act;
+  EXPECT_EQ(exec.buffer_bytes(), held);
+
   for (int step = 0; step < steps; ++step) {
     // reference: every replica's micro-batches, mean loss over all of them
     whole.parameters().zero_grads();

@@ -237,11 +237,26 @@ TEST(PipelineSchedule, InvalidArgumentsAreClearErrors) {
   };
   EXPECT_EQ(code_of([] { build_schedule(ScheduleKind::interleaved, 4, 0, 6, 2); }),
             Errc::invalid_config);
-  try {
-    validate_schedule(ScheduleKind::interleaved, 4, 6, 2);
-  } catch (const Error& e) {
-    EXPECT_NE(std::string(e.what()).find("multiple of --pp"), std::string::npos) << e.what();
-  }
+  auto message_of = [](auto&& f) {
+    try {
+      f();
+    } catch (const Error& e) {
+      return std::string(e.what());
+    }
+    return std::string("no error");
+  };
+  EXPECT_NE(message_of([] { validate_schedule(ScheduleKind::interleaved, 4, 6, 2); })
+                .find("multiple of --pp"),
+            std::string::npos);
+  // a step of more micro-batches than a schedule is built for: refused before the list is
+  // built (its size overflowed an int from 2^29 micro-batches)
+  EXPECT_NE(message_of([] { build_schedule(ScheduleKind::gpipe, 2, 0, 1 << 29, 1); })
+                .find("a smaller --global-batch"),
+            std::string::npos);
+  EXPECT_NE(message_of([] { validate_schedule(ScheduleKind::interleaved, 2, 1 << 19, 4); })
+                .find("at most 1048576"),
+            std::string::npos);
+  EXPECT_NO_THROW(validate_schedule(ScheduleKind::interleaved, 2, 1 << 19, 2));
   EXPECT_EQ(code_of([] { build_schedule(ScheduleKind::one_f_one_b, 2, 0, 4, 2); }),
             Errc::invalid_config);
   EXPECT_EQ(code_of([] { build_schedule(ScheduleKind::gpipe, 2, 0, 0, 1); }),

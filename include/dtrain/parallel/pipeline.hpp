@@ -92,6 +92,9 @@ class DTRAIN_API PipelineExecutor {
   Communicator& pp_;
   std::vector<PipelineAction> actions_;
   std::vector<int> slots_, slot_base_;  // per chunk: slot count, first index of its slots
+  // per chunk: first index of its gradient-send slots; -1 for the embedding's chunk, which
+  // has no input gradient to send
+  std::vector<int> grad_slot_base_;
   int micro_batch_, seq_len_, virtual_stages_;
   int max_micro_batch_, max_seq_len_;  // the constructor's: what the buffers hold
   std::size_t boundary_;  // floats of one activation (= its gradient)
@@ -100,9 +103,10 @@ class DTRAIN_API PipelineExecutor {
   std::vector<double> losses_;  // per micro-batch
   std::size_t buffer_bytes_ = 0;
   AlignedBuffer tokens_, targets_;  // the micro-batch being loaded (host)
-  DeviceBuffer grad_out_;           // per slot: the input gradient being sent
+  DeviceBuffer grad_out_;           // per gradient-send slot: the input gradient being sent
   DeviceBuffer grad_in_;            // the output gradient just received
-  std::vector<Request> act_sends_, grad_sends_;  // per slot
+  std::vector<Request> act_sends_;  // per slot
+  std::vector<Request> grad_sends_; // per gradient-send slot
   Request recv_;
 };
 

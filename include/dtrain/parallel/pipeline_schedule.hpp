@@ -55,9 +55,13 @@ struct DTRAIN_API PipelineAction {
 DTRAIN_API ScheduleKind parse_schedule_kind(const std::string& name);
 DTRAIN_API const char* schedule_kind_name(ScheduleKind kind) noexcept;
 
+// Most micro-batches times virtual stages of one step (a schedule of 4 million actions).
+inline constexpr long long kMaxPipelineMicroSteps = 1 << 20;
+
 // Throws Error(Errc::invalid_config) with a message naming the option when the arguments
 // do not make a schedule: stages, micro_batches, virtual_stages < 1; virtual_stages > 1 with
-// a schedule other than interleaved; interleaved with micro_batches % stages != 0.
+// a schedule other than interleaved; interleaved with micro_batches % stages != 0;
+// micro_batches * virtual_stages above kMaxPipelineMicroSteps.
 DTRAIN_API void validate_schedule(ScheduleKind kind, int stages, int micro_batches,
                                   int virtual_stages);
 

@@ -37,7 +37,7 @@ PipelineExecutor::PipelineExecutor(GptModel& model, Communicator& pp, ScheduleKi
   DTRAIN_CHECK(model.chunks() == V, Errc::invalid_argument,
                "pipeline rank " << stage << " holds " << model.chunks()
                                 << " model chunks, --virtual-stages is " << V);
-  int total_slots = 0;
+  int total_slots = 0, grad_slots = 0;
   for (int c = 0; c < V; ++c) {
     const GptStage& ch = model.chunk(c);
     DTRAIN_CHECK(ch.embedding == embeds(c) && ch.head == heads(c), Errc::invalid_argument,
@@ -48,6 +48,8 @@ PipelineExecutor::PipelineExecutor(GptModel& model, Communicator& pp, ScheduleKi
                           << schedule_kind_name(kind) << " schedule needs " << slots_[c]);
     slot_base_.push_back(total_slots);
     total_slots += slots_[c];
+    grad_slot_base_.push_back(embeds(c) ? -1 : grad_slots);
+    if (!embeds(c)) grad_slots += slots_[c];
   }
   boundary_ = model.boundary_floats(micro_batch, seq_len);
   const std::size_t ids = static_cast<std::size_t>(micro_batch) * seq_len * sizeof(std::int32_t);
@@ -58,16 +60,16 @@ PipelineExecutor::PipelineExecutor(GptModel& model, Communicator& pp, ScheduleKi
     targets_ = AlignedBuffer(ids);
     buffer_bytes_ += 2 * ids;
   }
-  if (!(first_ && V == 1)) {  // some chunk sends input gradients
-    grad_out_ = DeviceBuffer(dev, act_bytes * static_cast<std::size_t>(total_slots));
-    buffer_bytes_ += act_bytes * static_cast<std::size_t>(total_slots);
+  if (grad_slots > 0) {  // some chunk sends input gradients
+    grad_out_ = DeviceBuffer(dev, act_bytes * static_cast<std::size_t>(grad_slots));
+    buffer_bytes_ += act_bytes * static_cast<std::size_t>(grad_slots);
   }
   if (!(last_ && V == 1)) {  // some chunk receives output gradients
     grad_in_ = DeviceBuffer(dev, act_bytes);
     buffer_bytes_ += act_bytes;
   }
   act_sends_.resize(static_cast<std::size_t>(total_slots));
-  grad_sends_.resize(static_cast<std::size_t>(total_slots));
+  grad_sends_.resize(static_cast<std::size_t>(grad_slots));
   losses_.assign(static_cast<std::size_t>(micro_batches), 0.0);
 }
 
@@ -138,7 +140,10 @@ double PipelineExecutor::run_step(const Loader& load, float dloss, const Backwar
       case ActionType::backward:
         poll_sends();
         model_.backward_stage(dloss, heads(c) ? nullptr : grad_in_.as<float>(), c, slot);
-        if (done) done(a.micro_batch);
+        // the input gradient goes out first: the previous stage waits for it, and done
+        // (under --deterministic, an exchange over data parallelism) touches only the
+        // parameters' gradients
+        if (done && embeds(c)) done(a.micro_batch);
         break;
       case ActionType::send_activation:  // right after the forward: its output is current
         act_sends_[k] = pp_.isend(model_.stage_output(), boundary_, DType::f32, a.peer,
@@ -146,11 +151,14 @@ double PipelineExecutor::run_step(const Loader& load, float dloss, const Backwar
         push_sends();
         break;
       case ActionType::send_grad: {
-        wait(grad_sends_[k]);
-        float* g = grad_out_.as<float>() + k * boundary_;
+        const auto kg =
+            static_cast<std::size_t>(grad_slot_base_[static_cast<std::size_t>(c)] + slot);
+        wait(grad_sends_[kg]);
+        float* g = grad_out_.as<float>() + kg * boundary_;
         dev.copy_floats(g, model_.input_grad(), n);
-        grad_sends_[k] = pp_.isend(g, boundary_, DType::f32, a.peer, grad_tag(a.peer_chunk));
+        grad_sends_[kg] = pp_.isend(g, boundary_, DType::f32, a.peer, grad_tag(a.peer_chunk));
         push_sends();
+        if (done) done(a.micro_batch);  // this backward's gradients, after its send is posted
         break;
       }
       case ActionType::recv_activation:

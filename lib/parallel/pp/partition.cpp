@@ -22,7 +22,7 @@ std::vector<LayerRange> partition_layers(int layers, int pieces,
     DTRAIN_CHECK(static_cast<int>(counts.size()) == pieces, Errc::invalid_config,
                  "--pipeline-layers lists " << counts.size() << " stages, the pipeline has "
                                             << pieces << " (--pp x --virtual-stages)");
-    int sum = 0;
+    long long sum = 0;  // up to 65536 counts under 10^6 each: no overflow
     for (int c : counts) {
       DTRAIN_CHECK(c >= 1, Errc::invalid_config,
                    "--pipeline-layers: every stage needs at least one layer, got " << c);

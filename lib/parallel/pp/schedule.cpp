@@ -35,6 +35,13 @@ void validate_schedule(ScheduleKind kind, int stages, int micro_batches, int vir
   DTRAIN_CHECK(virtual_stages == 1 || kind == ScheduleKind::interleaved, Errc::invalid_config,
                "--virtual-stages " << virtual_stages << " needs --schedule interleaved (got "
                                    << schedule_kind_name(kind) << ")");
+  // The schedule is a list of about 4 actions per micro-batch and chunk, built each run.
+  DTRAIN_CHECK(static_cast<long long>(micro_batches) * virtual_stages <= kMaxPipelineMicroSteps,
+               Errc::invalid_config,
+               "the pipeline would run " << micro_batches
+                   << " micro-batches a step (x --virtual-stages " << virtual_stages
+                   << "); at most " << kMaxPipelineMicroSteps
+                   << ": a smaller --global-batch or a larger --micro-batch");
   DTRAIN_CHECK(kind != ScheduleKind::interleaved || micro_batches % stages == 0,
                Errc::invalid_config,
                "--schedule interleaved needs the micro-batches per step ("
@@ -71,7 +78,7 @@ struct Compute {
 
 std::vector<Compute> compute_order(ScheduleKind kind, int N, int stage, int M, int V) {
   std::vector<Compute> order;
-  order.reserve(static_cast<std::size_t>(2 * M * V));
+  order.reserve(2 * static_cast<std::size_t>(M) * static_cast<std::size_t>(V));
   switch (kind) {
     case ScheduleKind::gpipe:
       for (int m = 0; m < M; ++m) order.push_back({true, m, 0});
@@ -119,7 +126,7 @@ std::vector<PipelineAction> build_schedule(ScheduleKind kind, int stages, int st
                "pipeline stage " << stage << " out of range [0, " << stages << ")");
   const int N = stages, V = virtual_stages;
   std::vector<PipelineAction> actions;
-  actions.reserve(static_cast<std::size_t>(4 * micro_batches * V));
+  actions.reserve(4 * static_cast<std::size_t>(micro_batches) * static_cast<std::size_t>(V));
   // Neighbours on this rank exchange in memory: only other ranks get actions.
   auto remote = [&](const pp::ChunkLocation& at) { return at.stage >= 0 && at.stage != stage; };
   for (const auto& c : pp::compute_order(kind, N, stage, micro_batches, V)) {
