@@ -4,7 +4,9 @@
 # records its arguments), and checks when it requeues: after SLURM's warning signal reached
 # the script, on status 3, or on a signal status (> 128: a site that kills the other ranks
 # when the first exits) when `latest` moved; never after an error or success, nor when the
-# signal reached the ranks but not the script (scancel --signal to the steps).
+# signal reached the ranks but not the script (scancel --signal to the steps). Also that a
+# warning during the set-up reaches srun, and that srun's status survives srun ending while
+# the trap runs.
 set -u
 script=$1
 fail() { echo "FAIL: $*"; exit 1; }
@@ -20,23 +22,40 @@ on_usr1() {
 }
 trap on_usr1 USR1
 echo $$ > "$READY"
-for _ in $(seq 1 300); do sleep 0.1; done
+sleep 30 &  # in the background: the signal ends this process at once, as a quick rank would
+wait $!
 exit 0
 STUB
-printf '#!/bin/sh\necho "$@" >> "%s/requeued"\n' "$work" > "$work/bin/scontrol"
+# scontrol records its arguments; "show config" (the set-up) also says the script is there
+cat > "$work/bin/scontrol" <<STUB
+#!/bin/sh
+echo "\$@" >> "$work/requeued"
+[ "\$1" = show ] && echo \$PPID > "$work/setup" && sleep 0.5
+exit 0
+STUB
 chmod +x "$work/bin/srun" "$work/bin/scontrol"
 
-# run STATUS SAVES [direct]: runs the script and signals it (with "direct": the stand-in
-# rank instead); its status must be srun's; $work/result says whether it requeued (y/n).
+# run STATUS SAVES [direct|early]: runs the script and signals it (with "direct": the
+# stand-in rank instead; with "early": the script during its set-up, before srun starts);
+# its status must be srun's; $work/result says whether it requeued (y/n).
 run() {
-  rm -f "$work/requeued" "$work/ready"
+  rm -f "$work/requeued" "$work/ready" "$work/setup"
   echo step_00000001.h5 > "$work/ckpt/latest"
   PATH="$work/bin:$PATH" CKPT_DIR="$work/ckpt" READY="$work/ready" FAKE_STATUS=$1 FAKE_SAVES=$2 \
     SLURM_CPUS_PER_TASK=2 SLURM_JOB_NAME=test SLURM_JOB_ID=42 bash "$script" > "$work/log" 2>&1 &
   local pid=$!
+  if [ "${3:-}" = early ]; then
+    for _ in $(seq 1 100); do [ -s "$work/setup" ] && break; sleep 0.1; done
+    [ -s "$work/setup" ] || fail "the script did not reach its set-up: $(cat "$work/log")"
+    kill -USR1 "$pid"
+  fi
   for _ in $(seq 1 100); do [ -s "$work/ready" ] && break; sleep 0.1; done
   [ -s "$work/ready" ] || fail "the stand-in srun did not start: $(cat "$work/log")"
-  if [ "${3:-}" = direct ]; then kill -USR1 "$(cat "$work/ready")"; else kill -USR1 "$pid"; fi
+  case "${3:-}" in
+    direct) kill -USR1 "$(cat "$work/ready")" ;;
+    early) ;;
+    *) kill -USR1 "$pid" ;;
+  esac
   wait "$pid"
   local status=$?
   [ "$status" -eq "$1" ] || fail "the script exited $status, srun $1"
@@ -50,4 +69,9 @@ run 1 0; requeued && fail "an error requeued"
 run 1 1; requeued && fail "an error after a regular save requeued"
 run 0 1; requeued && fail "a finished run requeued"
 run 3 1 direct; requeued && fail "a stop the script did not ask for requeued"
+run 3 1 early; requeued || fail "a warning during the set-up did not reach srun"
+# srun ending the moment the warning interrupts the script's wait: its status, every time
+for _ in 1 2 3 4 5 6 7 8; do
+  run 0 1; requeued && fail "a run that finished as the warning came requeued"
+done
 echo "ok: requeued after the warning signal on 3 and on a signal status with a save, not otherwise"
