@@ -95,7 +95,8 @@ contains
   !> @param[in] byom a live byom.
   !> @param[in] name unique name; the checkpoint dataset is /model/name.
   !> @param[inout] param real(c_float) array of any rank, updated in place by each step.
-  !> @param[in] grad real(c_float) array of the same shape, read by each step.
+  !> @param[inout] grad real(c_float) array of the same shape, read by each step (a variable
+  !>            the program keeps: an expression does not compile).
   !> @param[out] ierr DT_SUCCESS; DT_ERR_INVALID_ARGUMENT (a scalar, shapes differ, a strided
   !>             section, a name used twice); DT_ERR_INVALID_STATE (after the first step or
   !>             checkpoint).
@@ -109,14 +110,26 @@ contains
     ! Not declared contiguous: that would let the compiler pass a temporary copy whose
     ! address dies with the call. Contiguity is checked instead.
     real(c_float), dimension(..), target, intent(inout) :: param
-    real(c_float), dimension(..), target, intent(in) :: grad
+    ! inout: a variable the program keeps (an expression's temporary dies with the call)
+    real(c_float), dimension(..), target, intent(inout) :: grad
     integer, intent(out) :: ierr
     logical, intent(in), optional :: no_decay
     integer, intent(in), optional :: tp_split
+    logical :: usable
+    type(c_ptr) :: p, g
+    ! c_loc is defined only for a contiguous array of nonzero size: the checks come first
+    usable = is_contiguous(param) .and. is_contiguous(grad) .and. size(param) > 0 .and. &
+             size(grad) > 0
+    p = c_null_ptr
+    g = c_null_ptr
+    if (usable) then
+      p = c_loc(param)
+      g = c_loc(grad)
+    end if
     call register_arrays(byom, name, rank(param), shape(param, kind=c_int64_t), &
                          shape(grad, kind=c_int64_t), rank(grad), &
-                         is_contiguous(param) .and. is_contiguous(grad), DT_F32, c_loc(param), &
-                         c_loc(grad), ierr, no_decay, tp_split)
+                         is_contiguous(param) .and. is_contiguous(grad), DT_F32, p, g, ierr, &
+                         no_decay, tp_split)
   end subroutine
 
   !> As the real(c_float) form, for arrays of 16-bit words: bf16 (default) or fp16. dtrain
@@ -127,7 +140,8 @@ contains
   !> @param[in] byom a live byom.
   !> @param[in] name unique name; the checkpoint dataset is /model/name (fp32 masters).
   !> @param[inout] param integer(c_int16_t) array of any rank, updated in place by each step.
-  !> @param[in] grad integer(c_int16_t) array of the same shape and format, read by each step.
+  !> @param[inout] grad integer(c_int16_t) array of the same shape and format, read by each
+  !>            step (a variable, as the real(c_float) form).
   !> @param[out] ierr as the real(c_float) form; DT_ERR_INVALID_ARGUMENT also for a dtype
   !>             other than DT_BF16 and DT_F16.
   !> @param[in] no_decay optional; .true. excludes the array from weight decay (biases).
@@ -137,11 +151,21 @@ contains
     type(dt_byom), intent(in) :: byom
     character(len=*), intent(in) :: name
     integer(c_int16_t), dimension(..), target, intent(inout) :: param
-    integer(c_int16_t), dimension(..), target, intent(in) :: grad
+    integer(c_int16_t), dimension(..), target, intent(inout) :: grad
     integer, intent(out) :: ierr
     logical, intent(in), optional :: no_decay
     integer, intent(in), optional :: dtype, tp_split
     integer :: format
+    logical :: usable
+    type(c_ptr) :: p, g
+    usable = is_contiguous(param) .and. is_contiguous(grad) .and. size(param) > 0 .and. &
+             size(grad) > 0
+    p = c_null_ptr
+    g = c_null_ptr
+    if (usable) then
+      p = c_loc(param)
+      g = c_loc(grad)
+    end if
     format = DT_BF16
     if (present(dtype)) format = dtype
     if (format /= DT_BF16 .and. format /= DT_F16) then
@@ -151,8 +175,8 @@ contains
     end if
     call register_arrays(byom, name, rank(param), shape(param, kind=c_int64_t), &
                          shape(grad, kind=c_int64_t), rank(grad), &
-                         is_contiguous(param) .and. is_contiguous(grad), format, c_loc(param), &
-                         c_loc(grad), ierr, no_decay, tp_split)
+                         is_contiguous(param) .and. is_contiguous(grad), format, p, g, ierr, &
+                         no_decay, tp_split)
   end subroutine
 
   ! The checks and the C call of both forms: nd, pshape, gshape are the arrays' ranks and
@@ -188,6 +212,11 @@ contains
     if (.not. contiguous) then
       call fail_here(ierr, DT_ERR_INVALID_ARGUMENT, 'dt_byom_register', &
                      'param and grad must be contiguous (whole arrays, not strided sections)')
+      return
+    end if
+    if (any(pshape <= 0)) then  ! as C refuses it, before a null address reaches C
+      call fail_here(ierr, DT_ERR_INVALID_ARGUMENT, 'dt_byom_register', &
+                     'every extent of shape must be positive')
       return
     end if
     do d = 1, nd

@@ -17,6 +17,21 @@ module dtrain_core
             dt_comm_device
   public :: dt_grid_create, dt_grid_destroy, dt_grid_shape, dt_grid_coords, dt_grid_comm
 
+  ! The collectives take a count of either kind: a default integer, or integer(c_int64_t)
+  ! for 2^31 elements or more.
+  interface dt_all_reduce
+    module procedure all_reduce_count32, all_reduce_count64
+  end interface
+  interface dt_all_gather
+    module procedure all_gather_count32, all_gather_count64
+  end interface
+  interface dt_reduce_scatter
+    module procedure reduce_scatter_count32, reduce_scatter_count64
+  end interface
+  interface dt_broadcast
+    module procedure broadcast_count32, broadcast_count64
+  end interface
+
 contains
 
   !> Version of the loaded library.
@@ -186,18 +201,30 @@ contains
   !> @param[in] comm a live group.
   !> @param[in] sendbuf count elements of any type and rank (type(*), dimension(*)).
   !> @param[out] recvbuf count elements; a distinct array (use dt_broadcast for in place).
-  !> @param[in] count elements per rank.
+  !> @param[in] count elements per rank: a default integer, or integer(c_int64_t) for 2^31
+  !>            elements or more (every collective below takes either).
   !> @param[in] dtype DT_F32 for real(c_float), DT_F64 for real(c_double), DT_I32 for
   !>            integer(c_int), ...
   !> @param[in] op DT_SUM, DT_AVG, DT_MAX or DT_MIN.
-  !> @param[out] ierr DT_SUCCESS; DT_ERR_INVALID_HANDLE, DT_ERR_INVALID_ARGUMENT (dtype, op).
-  subroutine dt_all_reduce(comm, sendbuf, recvbuf, count, dtype, op, ierr)
+  !> @param[out] ierr DT_SUCCESS; DT_ERR_INVALID_HANDLE, DT_ERR_INVALID_ARGUMENT (dtype, op,
+  !>             a negative count).
+  subroutine all_reduce_count64(comm, sendbuf, recvbuf, count, dtype, op, ierr)
+    type(dt_comm), intent(in) :: comm
+    type(*), dimension(*) :: sendbuf, recvbuf
+    integer(c_int64_t), intent(in) :: count
+    integer, intent(in) :: dtype, op
+    integer, intent(out) :: ierr
+    if (negative(count, 'dt_all_reduce', ierr)) return
+    ierr = ret(c_all_reduce(comm, sendbuf, recvbuf, int(count, c_size_t), int(dtype, c_int), &
+                            int(op, c_int)))
+  end subroutine
+
+  subroutine all_reduce_count32(comm, sendbuf, recvbuf, count, dtype, op, ierr)
     type(dt_comm), intent(in) :: comm
     type(*), dimension(*) :: sendbuf, recvbuf
     integer, intent(in) :: count, dtype, op
     integer, intent(out) :: ierr
-    ierr = ret(c_all_reduce(comm, sendbuf, recvbuf, int(count, c_size_t), int(dtype, c_int), &
-                            int(op, c_int)))
+    call all_reduce_count64(comm, sendbuf, recvbuf, int(count, c_int64_t), dtype, op, ierr)
   end subroutine
 
   !> recvbuf(count*size) receives count elements from each rank, rank r's from r*count + 1.
@@ -208,12 +235,22 @@ contains
   !> @param[in] count elements each rank contributes.
   !> @param[in] dtype element type (DT_F32, ...).
   !> @param[out] ierr DT_SUCCESS; DT_ERR_INVALID_HANDLE, DT_ERR_INVALID_ARGUMENT.
-  subroutine dt_all_gather(comm, sendbuf, recvbuf, count, dtype, ierr)
+  subroutine all_gather_count64(comm, sendbuf, recvbuf, count, dtype, ierr)
+    type(dt_comm), intent(in) :: comm
+    type(*), dimension(*) :: sendbuf, recvbuf
+    integer(c_int64_t), intent(in) :: count
+    integer, intent(in) :: dtype
+    integer, intent(out) :: ierr
+    if (negative(count, 'dt_all_gather', ierr)) return
+    ierr = ret(c_all_gather(comm, sendbuf, recvbuf, int(count, c_size_t), int(dtype, c_int)))
+  end subroutine
+
+  subroutine all_gather_count32(comm, sendbuf, recvbuf, count, dtype, ierr)
     type(dt_comm), intent(in) :: comm
     type(*), dimension(*) :: sendbuf, recvbuf
     integer, intent(in) :: count, dtype
     integer, intent(out) :: ierr
-    ierr = ret(c_all_gather(comm, sendbuf, recvbuf, int(count, c_size_t), int(dtype, c_int)))
+    call all_gather_count64(comm, sendbuf, recvbuf, int(count, c_int64_t), dtype, ierr)
   end subroutine
 
   !> Rank r receives block r (elements r*count+1 .. (r+1)*count) of sendbuf, reduced over
@@ -225,13 +262,23 @@ contains
   !> @param[in] dtype element type.
   !> @param[in] op reduction.
   !> @param[out] ierr DT_SUCCESS; DT_ERR_INVALID_HANDLE, DT_ERR_INVALID_ARGUMENT.
-  subroutine dt_reduce_scatter(comm, sendbuf, recvbuf, count, dtype, op, ierr)
+  subroutine reduce_scatter_count64(comm, sendbuf, recvbuf, count, dtype, op, ierr)
+    type(dt_comm), intent(in) :: comm
+    type(*), dimension(*) :: sendbuf, recvbuf
+    integer(c_int64_t), intent(in) :: count
+    integer, intent(in) :: dtype, op
+    integer, intent(out) :: ierr
+    if (negative(count, 'dt_reduce_scatter', ierr)) return
+    ierr = ret(c_reduce_scatter(comm, sendbuf, recvbuf, int(count, c_size_t), int(dtype, c_int), &
+                                int(op, c_int)))
+  end subroutine
+
+  subroutine reduce_scatter_count32(comm, sendbuf, recvbuf, count, dtype, op, ierr)
     type(dt_comm), intent(in) :: comm
     type(*), dimension(*) :: sendbuf, recvbuf
     integer, intent(in) :: count, dtype, op
     integer, intent(out) :: ierr
-    ierr = ret(c_reduce_scatter(comm, sendbuf, recvbuf, int(count, c_size_t), int(dtype, c_int), &
-                                int(op, c_int)))
+    call reduce_scatter_count64(comm, sendbuf, recvbuf, int(count, c_int64_t), dtype, op, ierr)
   end subroutine
 
   !> buf = root's buf on every rank, in place. Blocking; collective.
@@ -241,13 +288,38 @@ contains
   !> @param[in] dtype element type.
   !> @param[in] root 0-based rank in comm, as in MPI.
   !> @param[out] ierr DT_SUCCESS; DT_ERR_INVALID_HANDLE, DT_ERR_INVALID_ARGUMENT (root).
-  subroutine dt_broadcast(comm, buf, count, dtype, root, ierr)
+  subroutine broadcast_count64(comm, buf, count, dtype, root, ierr)
+    type(dt_comm), intent(in) :: comm
+    type(*), dimension(*) :: buf
+    integer(c_int64_t), intent(in) :: count
+    integer, intent(in) :: dtype, root
+    integer, intent(out) :: ierr
+    if (negative(count, 'dt_broadcast', ierr)) return
+    ierr = ret(c_broadcast(comm, buf, buf, int(count, c_size_t), int(dtype, c_int), int(root, c_int)))
+  end subroutine
+
+  subroutine broadcast_count32(comm, buf, count, dtype, root, ierr)
     type(dt_comm), intent(in) :: comm
     type(*), dimension(*) :: buf
     integer, intent(in) :: count, dtype, root
     integer, intent(out) :: ierr
-    ierr = ret(c_broadcast(comm, buf, buf, int(count, c_size_t), int(dtype, c_int), int(root, c_int)))
+    call broadcast_count64(comm, buf, int(count, c_int64_t), dtype, root, ierr)
   end subroutine
+
+  ! A negative count (a size that wrapped past 2^31, say) would reach C as a huge size_t:
+  ! refused here with its value. Every rank has the same count, so every rank refuses it.
+  logical function negative(count, procedure, ierr)
+    integer(c_int64_t), intent(in) :: count
+    character(len=*), intent(in) :: procedure
+    integer, intent(out) :: ierr
+    character(len=24) :: text
+    negative = count < 0
+    if (negative) then
+      write(text, '(i0)') count
+      call fail_here(ierr, DT_ERR_INVALID_ARGUMENT, procedure, 'count must not be negative, got ' &
+                     //trim(text))
+    end if
+  end function
 
   !> Returns when every rank of comm has called it. Collective.
   !> @param[in] comm a live group.

@@ -340,6 +340,8 @@ contains
     real(c_float), intent(out) :: scale
     integer(c_long), intent(out) :: skipped
     integer, intent(out) :: ierr
+    scale = 1  ! what a failed call leaves, as dt_byom_loss_scale
+    skipped = 0
     ierr = ret(c_model_loss_scale(model, scale, skipped))
   end subroutine
 

@@ -92,19 +92,40 @@ contains
   subroutine test_collectives()
     type(dt_comm) :: dworld
     real(c_float) :: v(3), s(3)
-    integer(c_int) :: one(1), bc(1)
-    integer(c_int), allocatable :: all(:)
+    integer(c_int) :: one(1), bc(1), r
+    integer(c_int), allocatable :: gathered(:)
+    real(c_double), allocatable :: blocks(:)
+    real(c_double) :: block(2)
     v = [real(rank), 1.0, 2.0]
     call dt_all_reduce(world, v, s, 3, DT_F32, DT_SUM, ierr)
     call expect(ierr, DT_SUCCESS, 'dt_all_reduce')
     call check(abs(s(1) - nranks * (nranks - 1) / 2.0) < 1e-6 .and. s(3) == 2.0 * nranks, 'all_reduce')
+    s = -1
+    call dt_all_reduce(world, v, s, 3_c_int64_t, DT_F32, DT_SUM, ierr)  ! a 64-bit count
+    call expect(ierr, DT_SUCCESS, 'dt_all_reduce with an integer(c_int64_t) count')
+    call check(s(3) == 2.0 * nranks, 'all_reduce with an integer(c_int64_t) count')
     one(1) = rank
-    allocate(all(nranks))
-    call dt_all_gather(world, one, all, 1, DT_I32, ierr)
-    call check(all(nranks) == nranks - 1, 'all_gather')
+    allocate(gathered(nranks))
+    gathered = -1
+    call dt_all_gather(world, one, gathered, 1, DT_I32, ierr)
+    call expect(ierr, DT_SUCCESS, 'dt_all_gather')
+    call check(all(gathered == [(r, r = 0, nranks - 1)]), 'all_gather')
+    ! block r of every rank's [r*10 + rank + 1, ...] summed: rank r gets sum over ranks
+    allocate(blocks(2 * nranks))
+    do r = 0, nranks - 1
+      blocks(2 * r + 1:2 * r + 2) = [real(10 * r + rank, c_double), 1.0_c_double]
+    end do
+    call dt_reduce_scatter(world, blocks, block, 2, DT_F64, DT_SUM, ierr)
+    call expect(ierr, DT_SUCCESS, 'dt_reduce_scatter')
+    call check(block(1) == 10.0_c_double * rank * nranks + nranks * (nranks - 1) / 2 .and. &
+               block(2) == nranks, 'reduce_scatter')
     bc(1) = merge(7, -1, rank == 0)
     call dt_broadcast(world, bc, 1, DT_I32, 0, ierr)
     call check(bc(1) == 7, 'broadcast from rank 0')
+    ! a count that wrapped past 2^31: refused by every rank before C sees a huge size
+    call dt_broadcast(world, bc, -5, DT_I32, 0, ierr)
+    call expect_message(ierr, DT_ERR_INVALID_ARGUMENT, ctx, &
+                        'dt_broadcast: count must not be negative, got -5', 'negative count')
     call dt_all_reduce(world, v, s, 3, 99, DT_SUM, ierr)
     call expect(ierr, DT_ERR_INVALID_ARGUMENT, 'unknown dtype')
     call check(index(dt_get_last_error(ctx), 'unknown dtype 99') > 0, 'dtype message')

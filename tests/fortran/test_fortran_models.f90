@@ -22,6 +22,7 @@ program test_fortran_models
   call dt_context_size(ctx, nranks, ierr)
   call get_command_argument(1, arg)
   scratch = trim(arg)//'/np'//achar(iachar('0') + nranks)
+  call empty_scratch()
 
   if (mod(batch, nranks) == 0) then
     call test_gpt_data_parallel()
@@ -41,6 +42,17 @@ program test_fortran_models
   call MPI_Finalize(ierr)
 
 contains
+
+  ! A previous run's checkpoints would hide a save that failed: rank 0 removes them first.
+  subroutine empty_scratch()
+    integer :: rank, status
+    call dt_comm_rank(world, rank, ierr)
+    if (rank == 0) then
+      call execute_command_line('rm -rf "'//scratch//'"', exitstat=status)
+      call check(status == 0, 'scratch directory emptied')
+    end if
+    call dt_barrier(world, ierr)
+  end subroutine empty_scratch
 
   ! This rank's loss on its columns of the batch, averaged over `comm` (the ranks that split
   ! the batch), equals the single rank's loss on the whole batch within 1e-5 relative.
@@ -511,6 +523,9 @@ contains
     call dt_byom_create(world, bad, ierr)
     call dt_byom_register(bad, 'strided', w(1:3:2, :), gw(1:3:2, :), ierr)
     call expect_message(ierr, DT_ERR_INVALID_ARGUMENT, ctx, 'param and grad must be contiguous', 'strided section')
+    call dt_byom_register(bad, 'empty', e(1:0), ge(1:0), ierr)
+    call expect_message(ierr, DT_ERR_INVALID_ARGUMENT, ctx, 'every extent of shape must be positive', &
+                        'empty array')
     call dt_byom_destroy(bad, ierr)
     call open_linear(a, w, b, gw, gb, 0.1)
     do t = 1, 3
@@ -637,6 +652,7 @@ contains
     call dt_gpt_forward_backward(gpt, tokens, targets, loss, ierr)
     call dt_model_step(gpt, 1e-2, ierr)
     call dt_model_save_checkpoint(gpt, gpt_dir, ierr, keep=1)
+    call expect(ierr, DT_SUCCESS, 'dt_model_save_checkpoint (gpt)')
     call dt_model_load_checkpoint(gpt2, gpt_dir, ierr)
     call expect(ierr, DT_SUCCESS, 'dt_model_load_checkpoint (gpt)')
     call dt_gpt_evaluate(gpt, tokens, targets, loss, ierr)
