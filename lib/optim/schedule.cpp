@@ -17,7 +17,7 @@ double LrSchedule::at(long step) const {
 }
 
 void LrSchedule::validate() const {
-  DTRAIN_CHECK(lr > 0 && std::isfinite(lr), Errc::invalid_config, "--lr must be positive, got " << lr);
+  DTRAIN_CHECK(lr > 0 && std::isfinite(lr), Errc::invalid_config, "--lr must be positive and finite, got " << lr);
   DTRAIN_CHECK(min_lr >= 0 && min_lr <= lr, Errc::invalid_config,
                "--min-lr must be in [0, lr], got " << min_lr << " with lr " << lr);
   DTRAIN_CHECK(warmup_steps >= 0, Errc::invalid_config,

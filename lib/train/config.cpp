@@ -100,7 +100,7 @@ void TrainConfig::validate(int world_size) const {
   DTRAIN_CHECK(eps > 0 && std::isfinite(eps), Errc::invalid_config,
                "eps must be positive and finite, got " << eps);
   DTRAIN_CHECK(val_fraction >= 0 && val_fraction < 1, Errc::invalid_config,
-               "validation fraction must be in [0, 1)");
+               "--val-fraction must be in [0, 1), got " << val_fraction);
   DTRAIN_CHECK(val_data.empty() || !data.empty(), Errc::invalid_config,
                "--val-data needs --data (the built-in corpus has its own validation split)");
   DTRAIN_CHECK(!data.empty() || val_fraction == TrainConfig().val_fraction, Errc::invalid_config,

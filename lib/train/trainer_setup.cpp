@@ -280,7 +280,9 @@ Trainer::State::State(const TrainConfig& c, Communicator& w)
         model, grid.pp(), parallel::parse_schedule_kind(cfg.schedule), accum(), cfg.micro_batch,
         cfg.seq_len, cfg.virtual_stages);
   }
-  losses.reserve(static_cast<std::size_t>(std::max(0L, cfg.steps)));  // no growth in the loop
+  // No growth in the loop for runs up to 2^20 steps (8 MiB; --steps may be 2^31 - 1, whose
+  // 16 GiB would fail a small model's set-up), then a doubling now and then.
+  losses.reserve(static_cast<std::size_t>(std::clamp(cfg.steps, 0L, 1L << 20)));
 
   // Held between steps: ZeRO 2 keeps only this rank's gradient pieces, ZeRO 3 also only its
   // parameter pieces (docs/data-parallel.md: the transient units during a pass come on top),

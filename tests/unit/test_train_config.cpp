@@ -125,6 +125,15 @@ TEST(Schedule, WarmupThenCosine) {
   for (long t = 11; t < 110; ++t) EXPECT_LE(s.at(t), s.at(t - 1));
 }
 
+TEST(Schedule, EdgesOfTheWarmUp) {
+  EXPECT_DOUBLE_EQ((optim::LrSchedule{1.0, 0.1, 0, 5}).at(0), 1.0);  // no warm-up
+  EXPECT_NEAR((optim::LrSchedule{1.0, 0.1, 0, 5}).at(4), 0.1, 1e-12);
+  EXPECT_DOUBLE_EQ((optim::LrSchedule{1.0, 0.1, 3, 4}).at(3), 1.0);  // one step after: no decay
+  EXPECT_DOUBLE_EQ((optim::LrSchedule{1.0, 0.1, 3, 5}).at(3), 1.0);  // two: lr, then min-lr
+  EXPECT_NEAR((optim::LrSchedule{1.0, 0.1, 3, 5}).at(4), 0.1, 1e-12);
+  EXPECT_DOUBLE_EQ((optim::LrSchedule{1.0, 0.1, 10, 5}).at(4), 0.5);  // the run ends warming up
+}
+
 TEST(Clip, Factor) {
   EXPECT_FLOAT_EQ(optim::clip_factor(0.5, 1.0), 1.0f);
   EXPECT_NEAR(optim::clip_factor(4.0, 1.0), 0.25f, 1e-6);
