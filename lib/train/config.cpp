@@ -87,7 +87,7 @@ void TrainConfig::validate(int world_size) const {
                "--deterministic with --virtual-stages " << virtual_stages
                                                         << " is not implemented (use gpipe or 1f1b)");
 
-  DTRAIN_CHECK(lr > 0 && std::isfinite(lr), Errc::invalid_config, "--lr must be positive, got " << lr);
+  DTRAIN_CHECK(lr > 0 && std::isfinite(lr), Errc::invalid_config, "--lr must be positive and finite, got " << lr);
   DTRAIN_CHECK(min_lr >= 0 && min_lr <= lr, Errc::invalid_config,
                "--min-lr must be in [0, --lr], got " << min_lr);
   DTRAIN_CHECK(warmup_steps >= 0, Errc::invalid_config, "--warmup-steps must be >= 0");
