@@ -217,6 +217,7 @@ double StepEngine::step(float lr) {
                       "the gradients hold an inf or NaN (global norm " + std::to_string(norm) +
                           "): the step is not taken, the parameters and the optimizer state are as they were");
   const float clip = optim::clip_factor(norm, cfg_.clip_grad) * unscale;
+  if (gather_) gather_->drop_unheld();
   optimizer_->step(params_.params(), params_.grads(), lr, clip);
   // ZeRO 1/2: every rank's updated piece to all. ZeRO 3 keeps the pieces; passes gather them.
   share_parameters();

@@ -1,6 +1,7 @@
 #include "dtrain/parallel/buckets.hpp"
 
 #include <algorithm>
+#include <numeric>
 
 #include "dtrain/core/error.hpp"
 
@@ -47,6 +48,19 @@ Range piece_of(const Range& whole, const std::vector<std::size_t>& counts, int r
   std::size_t first = whole.first;
   for (int r = 0; r < rank; ++r) first += counts[static_cast<std::size_t>(r)];
   return {first, first + counts[static_cast<std::size_t>(rank)]};
+}
+
+void check_split(const std::vector<Range>& units,
+                 const std::vector<std::vector<std::size_t>>& counts, int ranks, const char* who) {
+  DTRAIN_CHECK(units.size() == counts.size(), Errc::invalid_argument,
+               who << ": " << units.size() << " units but " << counts.size() << " splits");
+  for (std::size_t u = 0; u < units.size(); ++u) {
+    const auto& c = counts[u];
+    DTRAIN_CHECK(c.size() == static_cast<std::size_t>(ranks) &&
+                     std::accumulate(c.begin(), c.end(), std::size_t{0}) ==
+                         units[u].second - units[u].first,
+                 Errc::invalid_argument, who << ": unit " << u << " is split wrongly");
+  }
 }
 
 std::vector<std::size_t> split_aligned(std::size_t n, int parts, std::size_t align,

@@ -15,8 +15,7 @@ FixedOrderSum::FixedOrderSum(Device& dev, Communicator& dp, std::vector<Range> u
       local_(local_micro_batches),
       all_losses_(static_cast<std::size_t>(local_micro_batches) * dp.size()) {
   DTRAIN_CHECK(local_micro_batches > 0, Errc::invalid_argument, "no micro-batches to sum");
-  DTRAIN_CHECK(units_.size() == counts_.size(), Errc::invalid_argument,
-               "FixedOrderSum: one count list per unit");
+  check_split(units_, counts_, dp.size(), "FixedOrderSum");
   for (std::size_t u = 0; u < units_.size(); ++u) {
     owned_.push_back(piece_of(units_[u], counts_[u], dp.rank()));
     owned_numel_ += owned_.back().second - owned_.back().first;

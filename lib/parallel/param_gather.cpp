@@ -1,7 +1,6 @@
 #include "dtrain/parallel/param_gather.hpp"
 
 #include <algorithm>
-#include <numeric>
 
 #include "dtrain/core/error.hpp"
 #include "dtrain/core/log.hpp"
@@ -12,17 +11,11 @@ namespace dtrain::parallel {
 ParamGather::ParamGather(Communicator& dp, Device& dev, float* params, std::vector<Range> units,
                          std::vector<std::vector<std::size_t>> counts)
     : dp_(dp), dev_(dev), params_(params), units_(std::move(units)), counts_(std::move(counts)) {
-  DTRAIN_CHECK(units_.size() == counts_.size(), Errc::invalid_argument,
-               "ParamGather: " << units_.size() << " units but " << counts_.size() << " splits");
+  check_split(units_, counts_, dp.size(), "ParamGather");
   const std::size_t n = units_.size();
   for (std::size_t u = 0; u < n; ++u) {
-    const auto& c = counts_[u];
-    DTRAIN_CHECK(c.size() == static_cast<std::size_t>(dp.size()) &&
-                     std::accumulate(c.begin(), c.end(), std::size_t{0}) ==
-                         units_[u].second - units_[u].first,
-                 Errc::invalid_argument, "ParamGather: unit " << u << " is split wrongly");
-    owned_.push_back(piece_of(units_[u], c, dp.rank()));
-    owned_numel_ += c[dp.rank()];
+    owned_.push_back(piece_of(units_[u], counts_[u], dp.rank()));
+    owned_numel_ += counts_[u][dp.rank()];
   }
   holders_.assign(n, 0);
   gathered_.assign(n, true);  // the arena starts full: drop what this rank does not own
@@ -121,7 +114,7 @@ void ParamGather::release(int unit) {
   DTRAIN_CHECK(unit >= 0 && static_cast<std::size_t>(unit) < units_.size() && holders_[unit] > 0,
                Errc::internal, "ParamGather: unit " << unit << " released but not held");
   if (--holders_[unit] == 0) {
-    // A prefetched unit that no pass acquires stays until release_all(); this one is done.
+    // A prefetched unit that no pass acquires stays until release_all() or drop_unheld().
     drop(unit);
   }
 }
@@ -141,6 +134,14 @@ void ParamGather::acquire_all() {
 void ParamGather::release_all() {
   for (std::size_t u = 0; u < units_.size(); ++u) {
     holders_[u] = 0;
+    drop(static_cast<int>(u));
+  }
+}
+
+void ParamGather::drop_unheld() {
+  for (std::size_t u = 0; u < units_.size(); ++u) {
+    DTRAIN_CHECK(holders_[u] == 0, Errc::internal,
+                 "ParamGather: unit " << u << " is still held when the parameters change");
     drop(static_cast<int>(u));
   }
 }

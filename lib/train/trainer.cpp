@@ -324,6 +324,7 @@ double Trainer::train_step() {
   s.last_grad_norm = s.gradient_norm() * static_cast<double>(unscale);
   s.check_finite("gradient norm", s.last_grad_norm);  // a finite loss can still have inf gradients
   const float clip = optim::clip_factor(s.last_grad_norm, s.cfg.clip_grad) * unscale;
+  if (s.gather) s.gather->drop_unheld();
   s.optimizer.step(params.params(), params.grads(), static_cast<float>(s.last_lr), clip);
   s.share_updated_parameters();
   ++s.step;

@@ -99,7 +99,7 @@ TEST(Trainer, SmallBucketsAndZeroOneMatchSingleRank) {
   train::TrainConfig cfg = tiny_config();
   cfg.global_batch = static_cast<long>(cfg.micro_batch) * dp * 2;
   const std::vector<double> single = single_rank_losses(cfg);
-  cfg.bucket_mb = 0.004;  // about 1000 floats: many buckets, reduced while backward runs
+  cfg.bucket_mb = 0.004;  // one bucket per block, each reduced while backward runs
   expect_close(train_losses(cfg, world()), single, 1e-5);
   cfg.zero = 1;
   expect_close(train_losses(cfg, world()), single, 1e-5);

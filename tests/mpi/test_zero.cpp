@@ -16,6 +16,7 @@
 #include <vector>
 
 #include "dtrain/nn/gpt.hpp"
+#include "dtrain/parallel/param_gather.hpp"
 #include "dtrain/train/trainer.hpp"
 #include "emulator_probe.hpp"
 #include "test_support.hpp"
@@ -71,8 +72,15 @@ TEST(Zero, StagesTwoAndThreeMatchSingleRankWithAccumulation) {
   EXPECT_LT(single.back(), single.front());
   cfg.zero = 2;
   expect_close(train_losses(cfg, world()), single, 1e-5, "zero 2");
-  cfg.bucket_mb = 0.004;  // about 1000 floats: many buckets, several per block
+  cfg.bucket_mb = 0.004;  // one bucket per block (a block's gradients are never split)
   expect_close(train_losses(cfg, world()), single, 1e-5, "zero 2, small buckets");
+  {  // buckets of about two blocks: each holds several of the ranges backward readies
+    train::TrainConfig deep = cfg;
+    deep.layers = 5;
+    deep.bucket_mb = 0.1;
+    expect_close(train_losses(deep, world()), single_rank_losses(deep), 1e-5,
+                 "zero 2, buckets of two blocks");
+  }
   cfg.zero = 3;  // one bucket per unit whatever --bucket-mb says
   expect_close(train_losses(cfg, world()), single, 1e-5, "zero 3");
   cfg.tie_embeddings = false;  // the LM head is a unit of its own
@@ -95,6 +103,40 @@ TEST(Zero, StagesTwoAndThreeComposeWithTensorParallelism) {
     cfg.sequence_parallel = true;
     expect_close(train_losses(cfg, world()), single, 1e-5, zero == 2 ? "tp 2 sp, zero 2" : "tp 2 sp, zero 3");
   }
+}
+
+// A unit prefetched by a pass that never acquires it would keep the other ranks' pieces from
+// before an update: drop_unheld() (before every optimiser step) drops it, and refuses to run
+// while a unit is held.
+TEST(Zero, APrefetchedUnitIsDroppedBeforeTheParametersChange) {
+  const std::size_t P = static_cast<std::size_t>(world().size()), per = 1024, unit = per * P;
+  const std::size_t r = static_cast<std::size_t>(world().rank());
+  DeviceBuffer arena(cpu_device(), 2 * unit * sizeof(float));
+  float* a = arena.as<float>();
+  for (std::size_t u = 0; u < 2; ++u)
+    for (std::size_t i = u * unit + r * per; i < u * unit + (r + 1) * per; ++i) a[i] = 1.0f + i;
+  parallel::ParamGather gather(world(), cpu_device(), a, {{0, unit}, {unit, 2 * unit}},
+                               {std::vector<std::size_t>(P, per), std::vector<std::size_t>(P, per)});
+  gather.acquire(0, 1);  // unit 1 prefetched, then never acquired
+  gather.release(0);
+  gather.poll();
+  if (P > 1) {
+    EXPECT_THROW(
+        {
+          gather.acquire(0, -1);
+          gather.drop_unheld();
+        },
+        Error);
+    gather.release(0);
+  }
+  gather.drop_unheld();
+  for (std::size_t i = unit; i < 2 * unit; ++i) {  // unit 1: this rank's piece only
+    const bool mine = i >= unit + r * per && i < unit + (r + 1) * per;
+    ASSERT_EQ(a[i], mine ? 1.0f + i : 0.0f) << "element " << i;
+  }
+  gather.acquire(1, -1);  // gathered again: every piece as its rank holds it
+  for (std::size_t i = unit; i < 2 * unit; ++i) ASSERT_EQ(a[i], 1.0f + i) << "element " << i;
+  gather.release(1);
 }
 
 TEST(Zero, AccumulatedMicroBatchesEqualOneBigBatch) {

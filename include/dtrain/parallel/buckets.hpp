@@ -35,11 +35,17 @@ DTRAIN_API std::vector<std::size_t> split_evenly(std::size_t n, int parts);
 // by page (ZeRO 2/3). Pieces are balanced in units of `align`; the one-unit-longer pieces
 // start at part `rotate` (mod parts), so that splitting many buckets with rotate = bucket
 // index spreads the extra pages over the ranks.
+DTRAIN_API std::vector<std::size_t> split_aligned(std::size_t n, int parts, std::size_t align,
+                                                  std::size_t rotate = 0);
+
 // The piece of arena range `whole` that rank `rank` holds when it is split into `counts`
 // (in rank order): [whole.first + counts before rank, + counts[rank]).
 DTRAIN_API Range piece_of(const Range& whole, const std::vector<std::size_t>& counts, int rank);
 
-DTRAIN_API std::vector<std::size_t> split_aligned(std::size_t n, int parts, std::size_t align,
-                                                  std::size_t rotate = 0);
+// Throws Error(invalid_argument) naming `who` unless there is one count list per unit, each
+// with one count per rank, adding up to the unit's size.
+DTRAIN_API void check_split(const std::vector<Range>& units,
+                            const std::vector<std::vector<std::size_t>>& counts, int ranks,
+                            const char* who);
 
 }  // namespace dtrain::parallel

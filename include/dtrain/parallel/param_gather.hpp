@@ -33,6 +33,10 @@ class DTRAIN_API ParamGather final : public ParamResidency {
   void poll() override;
   void acquire_all() override;  // gathers in fp32
   void release_all() override;
+  // Before the parameters change (the optimiser step): drops every gathered unit, so that
+  // one prefetched by a pass that never acquired it cannot keep the other ranks' pieces from
+  // before the update. A unit still held then is an internal error.
+  void drop_unheld();
 
   // Elements held between passes (the owned pieces), and the most held at once so far.
   std::size_t owned_numel() const noexcept { return owned_numel_; }
