@@ -343,7 +343,8 @@ TEST_F(CudaKernels, CrossEntropy) {
 // The forward reads a row once (a running maximum and sum), four floats at a time where the
 // row is 16-byte aligned: a vocabulary with a tail of single floats, rows of every alignment
 // (ld 303), and rows where each column is a new maximum (every step rescales the sum) or
-// whose maximum comes first.
+// whose maximum comes first, and a row masked with -inf (where a thread's first element is
+// -inf, exp(-inf - -inf) made the sum NaN).
 TEST_F(CudaKernels, CrossEntropyForwardOfAnyRowLayout) {
   const int N = 24;
   for (const auto& [V, ld] : {std::pair{301, 320}, std::pair{301, 303}, std::pair{7, 9}}) {
@@ -351,8 +352,10 @@ TEST_F(CudaKernels, CrossEntropyForwardOfAnyRowLayout) {
     for (int j = 0; j < V; ++j) {
       logits[j] = 0.25f * j;               // row 0 rises
       logits[ld + j] = 40.0f - 0.25f * j;  // row 1 falls
+      if (j % 3 != 1) logits[2 * ld + j] = -INFINITY;  // row 2: two thirds masked
     }
     auto targets = random_ints(N, 5, 0, V);
+    targets[2] = 1;
     std::vector<float> losses(N), lse(N);
     auto d_logits = up(logits);
     auto d_targets = up(targets);

@@ -28,7 +28,7 @@ struct MaxSumExp {
     if (z > m) {  // a new maximum rescales what was summed (nothing at the start)
       s = s * expf(m - z) + 1.0f;
       m = z;
-    } else {
+    } else if (z != -INFINITY) {  // (-inf first: exp(-inf - -inf) would be NaN; it adds 0)
       s += expf(z - m);  // NaN stays NaN, as it must for a diverged run
     }
   }
