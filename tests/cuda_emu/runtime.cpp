@@ -84,6 +84,13 @@ int device_count() {
   return v && *v ? std::atoi(v) : 1;
 }
 
+// The compute capability reported, major * 10 + minor (DTRAIN_CUDA_EMU_SM, 90 by default):
+// an older one shows how the plugin refuses GPUs its kernels are not built for.
+int compute_capability() {
+  const char* v = std::getenv("DTRAIN_CUDA_EMU_SM");
+  return v && *v ? std::atoi(v) : 90;
+}
+
 // The L2 size reported (DTRAIN_CUDA_EMU_L2_BYTES, 96 KiB by default): small, so that test
 // shapes are cut into several groups where the plugin sizes work to the cache.
 int l2_bytes() {
@@ -272,8 +279,8 @@ cudaError_t cudaGetDeviceProperties(cudaDeviceProp* prop, int device) {
   prop->maxThreadsDim[2] = 64;
   prop->maxGridSize[0] = 0x7fffffff;
   prop->maxGridSize[1] = prop->maxGridSize[2] = 65535;
-  prop->major = 9;
-  prop->minor = 0;
+  prop->major = compute_capability() / 10;
+  prop->minor = compute_capability() % 10;
   prop->multiProcessorCount = 1;
   prop->l2CacheSize = l2_bytes();
   return cudaSuccess;

@@ -5,6 +5,8 @@
 //   present          DTRAIN_CUDA_PLUGIN names the plugin built here
 //   no-driver        DTRAIN_CUDA_PLUGIN unset, on a machine without NVIDIA's driver library:
 //                    the plugin beside libdtrain.so is not even opened
+//   old-gpu          the plugin finds only GPUs older than its kernels (the emulator with
+//                    DTRAIN_CUDA_EMU_SM=70)
 // In every scenario without a usable GPU: "auto" gives the CPU, "cuda" throws
 // Errc::unavailable with a message that names --device cuda and the reason. With a GPU and
 // the plugin, "cuda" and "auto" give a working CUDA device.
@@ -76,6 +78,9 @@ int main(int argc, char** argv) {
     if (dlopen("libdtrain_cuda.so", RTLD_NOW | RTLD_NOLOAD)) return fail("the plugin was loaded");
     return 0;
   }
+  if (mode == "old-gpu") {
+    return expect_cpu_fallback({"no CUDA device of compute capability 8.0 or newer (device 0: "});
+  }
   if (mode == "no-entry-points") {
     return expect_cpu_fallback({"lacks the dtrain plugin entry points"});
   }
@@ -97,5 +102,5 @@ int main(int argc, char** argv) {
     std::printf("plugin loaded: %s\n", gpu.name().c_str());
     return 0;
   }
-  return fail("usage: test_plugin_loader missing|no-entry-points|present|no-driver");
+  return fail("usage: test_plugin_loader missing|no-entry-points|present|no-driver|old-gpu");
 }

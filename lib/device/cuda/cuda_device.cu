@@ -33,6 +33,10 @@ CudaDevice::CudaDevice(int ordinal) : ordinal_(ordinal), raw_(ordinal), alloc_(r
   DTRAIN_CUDA(cudaSetDevice(ordinal_));
   cudaDeviceProp prop{};
   DTRAIN_CUDA(cudaGetDeviceProperties(&prop, ordinal_));
+  DTRAIN_CHECK(prop.major >= kOldestComputeMajor, Errc::unavailable,
+               "CUDA device " << ordinal_ << " (" << prop.name << ") has compute capability "
+                              << prop.major << "." << prop.minor << "; the CUDA plugin's kernels need "
+                              << kOldestComputeMajor << ".0 or newer");
   tf32_ = env::get_bool(env::cuda::kTf32, true);
   fused_attention_ = env::get_bool(env::cuda::kFusedAttention, true);
   l2_bytes_ = static_cast<std::size_t>(std::max(0, prop.l2CacheSize));

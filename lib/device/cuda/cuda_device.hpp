@@ -27,6 +27,9 @@
 
 namespace dtrain::cuda {
 
+// The oldest GPUs the kernels are built for: compute capability 8.0 (CMake's arches 80;90).
+inline constexpr int kOldestComputeMajor = 8;
+
 // cudaMalloc/cudaFree on one device.
 class DeviceMemory final : public RawMemory {
  public:

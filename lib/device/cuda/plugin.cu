@@ -29,7 +29,22 @@ DTRAIN_PLUGIN_EXPORT int dtrain_cuda_device_count(char* msg, unsigned long msg_l
     return 0;
   }
   if (count == 0 && msg && msg_len) std::snprintf(msg, msg_len, "no CUDA device present");
-  return count;
+  // The kernels are built for sm_80 and newer (bf16 mma.sync, cp.async): older GPUs would
+  // fail at their first kernel. Where none is new enough there is no usable device.
+  cudaDeviceProp prop{};
+  for (int d = 0; d < count; ++d) {
+    if (cudaGetDeviceProperties(&prop, d) == cudaSuccess &&
+        prop.major >= dtrain::cuda::kOldestComputeMajor)
+      return count;
+  }
+  if (count > 0 && msg && msg_len) {
+    if (cudaGetDeviceProperties(&prop, 0) != cudaSuccess) prop = cudaDeviceProp{};
+    std::snprintf(msg, msg_len,
+                  "no CUDA device of compute capability %d.0 or newer (device 0: %s, sm_%d%d), "
+                  "which the CUDA plugin's kernels are built for",
+                  dtrain::cuda::kOldestComputeMajor, prop.name, prop.major, prop.minor);
+  }
+  return 0;
 }
 
 // One CudaDevice per GPU ordinal, created on first request. `ordinal` is relative to this
