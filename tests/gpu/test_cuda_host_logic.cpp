@@ -28,8 +28,9 @@ class FakeMemory final : public RawMemory {
   ~FakeMemory() override {
     for (auto& b : blocks_) std::free(b.first);
   }
-  void* allocate(std::size_t bytes) noexcept override {
+  void* allocate(std::size_t bytes) override {
     ++calls;
+    if (faulted) throw dtrain::Error(dtrain::Errc::internal, "illegal address (a kernel's fault)");
     if (used_ + bytes > capacity_) return nullptr;
     void* p = std::malloc(bytes);
     blocks_[p] = bytes;
@@ -42,9 +43,13 @@ class FakeMemory final : public RawMemory {
     blocks_.erase(ptr);
     std::free(ptr);
   }
-  void wait_idle() noexcept override { ++waits; }
+  void wait_idle() override {
+    ++waits;
+    if (faulted) throw dtrain::Error(dtrain::Errc::internal, "illegal address (a kernel's fault)");
+  }
   std::size_t used() const { return used_; }
   int calls = 0, releases = 0, waits = 0;
+  bool faulted = false;  // as after a kernel's illegal address: every call fails
 
  private:
   std::size_t capacity_, used_ = 0;
@@ -100,6 +105,23 @@ TEST(CudaAllocator, EmptiesTheCacheBeforeRunningOutOfMemory) {
     EXPECT_NE(std::string(e.what()).find("out of memory"), std::string::npos);
   }
   alloc.free(b);
+}
+
+// A device fault is said as itself, not as out of memory, and the cache still empties.
+TEST(CudaAllocator, AFaultIsNotOutOfMemory) {
+  FakeMemory raw(4 << 20);
+  CachingAllocator alloc(raw);
+  alloc.free(alloc.allocate(1 << 20));
+  raw.faulted = true;
+  try {
+    alloc.allocate(2 << 20);
+    FAIL() << "no error";
+  } catch (const dtrain::Error& e) {
+    EXPECT_EQ(e.code(), dtrain::Errc::internal) << e.what();
+    EXPECT_NE(std::string(e.what()).find("illegal address"), std::string::npos);
+  }
+  alloc.release_cached();  // no throw
+  EXPECT_EQ(alloc.stats().bytes_cached, 0u);
 }
 
 TEST(CudaAllocator, IgnoresNullAndForeignPointersAndReleasesTheCache) {

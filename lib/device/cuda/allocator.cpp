@@ -65,7 +65,12 @@ void CachingAllocator::free(void* ptr) noexcept {
 
 void CachingAllocator::release_cached() noexcept {
   std::lock_guard<std::mutex> lock(mutex_);
-  if (!cached_.empty()) raw_.wait_idle();
+  if (!cached_.empty()) {
+    try {
+      raw_.wait_idle();
+    } catch (...) {  // a faulted device: its blocks go back all the same
+    }
+  }
   release_cached_locked();
 }
 

@@ -17,9 +17,11 @@ namespace dtrain::cuda {
 class RawMemory {
  public:
   virtual ~RawMemory() = default;
-  virtual void* allocate(std::size_t bytes) noexcept = 0;  // null when out of memory
+  // Null when out of memory; any other failure (a fault an earlier kernel left) throws, so
+  // that it is not reported as out of memory.
+  virtual void* allocate(std::size_t bytes) = 0;
   virtual void release(void* ptr) noexcept = 0;
-  virtual void wait_idle() noexcept = 0;  // returns when no queued work uses any block
+  virtual void wait_idle() = 0;  // returns when no queued work uses any block; throws on a fault
 };
 
 struct AllocatorStats {

@@ -13,13 +13,15 @@ namespace {
 constexpr std::size_t kBlasWorkspaceBytes = 32u << 20;  // what cuBLAS recommends on Hopper
 }  // namespace
 
-void* DeviceMemory::allocate(std::size_t bytes) noexcept {
+void* DeviceMemory::allocate(std::size_t bytes) {
   void* p = nullptr;
-  if (cudaSetDevice(ordinal_) != cudaSuccess) return nullptr;
-  if (cudaMalloc(&p, bytes) != cudaSuccess) {
+  DTRAIN_CUDA(cudaSetDevice(ordinal_));
+  const cudaError_t err = cudaMalloc(&p, bytes);
+  if (err == cudaErrorMemoryAllocation) {
     (void)cudaGetLastError();  // out of memory is not sticky: clear it for later checks
     return nullptr;
   }
+  DTRAIN_CUDA(err);  // anything else (a fault left by a kernel) is not out of memory
   return p;
 }
 
@@ -27,7 +29,7 @@ void DeviceMemory::release(void* ptr) noexcept {
   if (ptr) (void)cudaFree(ptr);
 }
 
-void DeviceMemory::wait_idle() noexcept { (void)cudaDeviceSynchronize(); }
+void DeviceMemory::wait_idle() { DTRAIN_CUDA(cudaDeviceSynchronize()); }
 
 CudaDevice::CudaDevice(int ordinal) : ordinal_(ordinal), raw_(ordinal), alloc_(raw_) {
   DTRAIN_CUDA(cudaSetDevice(ordinal_));

@@ -34,9 +34,9 @@ inline constexpr int kOldestComputeMajor = 8;
 class DeviceMemory final : public RawMemory {
  public:
   explicit DeviceMemory(int ordinal) : ordinal_(ordinal) {}
-  void* allocate(std::size_t bytes) noexcept override;
+  void* allocate(std::size_t bytes) override;
   void release(void* ptr) noexcept override;
-  void wait_idle() noexcept override;
+  void wait_idle() override;
 
  private:
   int ordinal_;
