@@ -66,7 +66,12 @@ const CommPlugin& plugin() {
 class PluginTransports final : public DeviceTransports {
  public:
   bool on_device(const void* p) const override {
-    return plugin().on_device && plugin().on_device(p) != 0;
+    if (!plugin().on_device) return false;
+    const int where = plugin().on_device(p);
+    DTRAIN_CHECK(where >= 0, Errc::internal,
+                 "the GPU reports an error where a buffer's memory was looked up (a fault an "
+                 "earlier kernel left; the CUDA plugin's log line says which)");
+    return where == 1;
   }
   std::unique_ptr<DeviceBackend> make(Backend& host, DeviceTransport t) const override {
     const CommPlugin& p = plugin();

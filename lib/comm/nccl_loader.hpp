@@ -140,7 +140,8 @@ typedef int (*dtrain_cuda_comm_abi_fn)(void);
 // msg and a dtrain::Errc value in *errc. Collective over host. Never throws.
 typedef dtrain::comm::DeviceBackend* (*dtrain_cuda_make_comm_backend_fn)(
     dtrain::comm::Backend* host, int transport, int* errc, char* msg, unsigned long msg_len);
-// 1 when p is device (or managed) memory, 0 for host memory. Never throws.
+// 1 when p is device (or managed) memory, 0 for host memory, -1 when CUDA reports another
+// error (a fault an earlier kernel left; logged). Never throws.
 typedef int (*dtrain_cuda_pointer_on_device_fn)(const void* p);
 // 1 when the plugin was built with NCCL and this process has a GPU, whose 16-byte UUID it then
 // writes to uuid; else 0. Never throws.

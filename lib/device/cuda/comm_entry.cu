@@ -11,6 +11,7 @@
 #include "comm/nccl_loader.hpp"
 #include "device/cuda/cuda_device.hpp"
 #include "device/cuda/staged_backend.hpp"
+#include "dtrain/core/log.hpp"
 #ifdef DTRAIN_HAVE_NCCL
 #include "comm/nccl_backend.hpp"
 #endif
@@ -23,9 +24,15 @@ DTRAIN_PLUGIN_EXPORT int dtrain_cuda_comm_abi(void) { return dtrain::comm::kComm
 
 DTRAIN_PLUGIN_EXPORT int dtrain_cuda_pointer_on_device(const void* p) {
   cudaPointerAttributes attr{};
-  if (cudaPointerGetAttributes(&attr, p) != cudaSuccess) {
+  const cudaError_t err = cudaPointerGetAttributes(&attr, p);
+  if (err == cudaErrorInvalidValue) {
     (void)cudaGetLastError();  // memory CUDA does not know of: host memory, and no sticky error
     return 0;
+  }
+  if (err != cudaSuccess) {  // e.g. a fault an earlier kernel left: not a reason to call MPI
+    DTRAIN_LOG(error, "CUDA plugin: cudaPointerGetAttributes failed: " << cudaGetErrorString(err)
+                          << " (error " << static_cast<int>(err) << ")");
+    return -1;
   }
   return attr.type == cudaMemoryTypeDevice || attr.type == cudaMemoryTypeManaged ? 1 : 0;
 }
