@@ -201,6 +201,7 @@ class NcclBackend final : public DeviceBackend {
     (void)cudaSetDevice(device_);
     if (stream_) finish_pending();
     if (scratch_) (void)cudaFree(scratch_);
+    for (void* p : outgrown_) (void)cudaFree(p);
     if (barrier_word_) (void)cudaFree(barrier_word_);
     if (inputs_ready_) (void)cudaEventDestroy(inputs_ready_);
     if (stream_) (void)cudaStreamDestroy(stream_);
@@ -407,18 +408,19 @@ class NcclBackend final : public DeviceBackend {
     return std::make_unique<NcclRequest>(shared_, done, device_);
   }
 
-  // Device scratch for the in-place forms NCCL lacks; grows, never shrinks. Only the NCCL
-  // stream uses it, so its operations never overlap in it.
+  // Device scratch for the in-place forms NCCL lacks; grows to powers of two, never shrinks.
+  // Only the NCCL stream uses it, so its operations never overlap in it. An outgrown buffer
+  // is kept until the end rather than freed: cudaFree waits for the whole device, and so for
+  // other communicators' kernels, which may wait for peers that are themselves held up.
   void* scratch(std::size_t bytes) {
     if (bytes > scratch_bytes_) {
-      if (scratch_) {
-        check_cuda(cudaStreamSynchronize(stream_), "cudaStreamSynchronize");
-        check_cuda(cudaFree(scratch_), "cudaFree");
-        scratch_ = nullptr;
-        scratch_bytes_ = 0;
-      }
-      check_cuda(cudaMalloc(&scratch_, bytes), "cudaMalloc (NCCL scratch)");
-      scratch_bytes_ = bytes;
+      std::size_t size = 1u << 20;
+      while (size < bytes) size *= 2;
+      void* grown = nullptr;
+      check_cuda(cudaMalloc(&grown, size), "cudaMalloc (NCCL scratch)");
+      if (scratch_) outgrown_.push_back(scratch_);  // at most the last size again, in all
+      scratch_ = grown;
+      scratch_bytes_ = size;
     }
     return scratch_;
   }
@@ -539,6 +541,7 @@ class NcclBackend final : public DeviceBackend {
   void* barrier_word_ = nullptr;
   void* scratch_ = nullptr;
   std::size_t scratch_bytes_ = 0;
+  std::vector<void*> outgrown_;  // earlier scratch buffers, freed with the backend
 };
 
 }  // namespace

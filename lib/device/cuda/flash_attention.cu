@@ -366,6 +366,14 @@ __global__ void __launch_bounds__(kBlockThreads)
 
 int blocks_of_rows(int T) { return (T + kRows - 1) / kRows; }
 
+// The grid is (row blocks, heads, sequences): CUDA's third grid dimension ends at 65535.
+void check_grid(int B, int NH) {
+  DTRAIN_CHECK(B <= 65535 && NH <= 65535, Errc::invalid_argument,
+               "the fused attention runs at most 65535 sequences and heads at once, got "
+                   << B << " sequences of " << NH << " heads: a smaller --micro-batch, or "
+                   << "DTRAIN_CUDA_FUSED_ATTENTION=0");
+}
+
 template <int HS, class H> struct Forward {
   static void run(cudaStream_t stream, float* out, std::uint16_t* out16, float* lse,
                   const float* qkv, const std::uint16_t* qkv16, int B, int T, int C, int NH) {
@@ -469,6 +477,7 @@ std::size_t flash_attention_saved_floats(int B, int T, int NH) {
 void flash_attention_forward(cudaStream_t stream, DType fmt, float* out, std::uint16_t* out16,
                              float* lse, const float* qkv, const std::uint16_t* qkv16, int B,
                              int T, int C, int NH) {
+  check_grid(B, NH);
   instance<Forward>(fmt, C / NH)(stream, out, out16, lse, qkv, qkv16, B, T, C, NH);
 }
 
@@ -480,6 +489,7 @@ void flash_attention_backward(cudaStream_t stream, DType fmt, float* dqkv, float
                               const float* dout, const std::uint16_t* dout16,
                               const AttentionInput& in, const float* lse, int B, int T, int C,
                               int NH, bool accumulate) {
+  check_grid(B, NH);
   GradOut grad;
   grad.dqkv = dqkv;
   grad.accumulate = accumulate;
@@ -494,6 +504,7 @@ void flash_attention_backward_rounded(cudaStream_t stream, DType fmt, std::uint1
                                       float* dbias, float* scratch, const float* dout,
                                       const std::uint16_t* dout16, const AttentionInput& in,
                                       const float* lse, int B, int T, int C, int NH) {
+  check_grid(B, NH);
   GradOut grad;
   grad.dqkv16 = dqkv16;
   grad.partials = scratch + flash_attention_backward_scratch_floats(B, T, C, NH);
