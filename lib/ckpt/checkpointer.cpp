@@ -2,6 +2,7 @@
 // attributes of docs/checkpoint-format.md, and the verification on load.
 #include <array>
 #include <climits>
+#include <cmath>
 #include <cstring>
 #include <csignal>
 #include <cstdio>
@@ -381,6 +382,7 @@ void Checkpointer::Impl::write_file(const std::string& path, const CheckpointInf
   h5::write_attr(file, "data_position", static_cast<std::uint64_t>(info.data_position));
   h5::write_attr(file, "run_config", info.run_config);
   if (info.data_fingerprint != 0) h5::write_attr(file, "data_fingerprint", info.data_fingerprint);
+  if (std::isfinite(info.val_loss)) h5::write_attr(file, "val_loss", info.val_loss);
   if (info.loss_scale > 0) {
     h5::write_attr(file, "loss_scale", info.loss_scale);
     h5::write_attr(file, "loss_scale_clean_steps", static_cast<std::int64_t>(info.loss_scale_clean_steps));

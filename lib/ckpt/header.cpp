@@ -44,6 +44,8 @@ Header read_header(hid_t file, const std::string& where) {
   info.run_config = h5::read_attr_string(file, "run_config", where);
   if (h5::has_attr(file, "data_fingerprint", where))  // files of a run with token files only
     info.data_fingerprint = h5::read_attr_u64(file, "data_fingerprint", where);
+  if (h5::has_attr(file, "val_loss", where))  // the step's evaluation finished
+    info.val_loss = h5::read_attr_f64(file, "val_loss", where);
   if (h5::has_attr(file, "loss_scale", where)) {  // written by fp16 runs only
     info.loss_scale = h5::read_attr_f64(file, "loss_scale", where);
     info.loss_scale_clean_steps = h5::read_attr_i64(file, "loss_scale_clean_steps", where);

@@ -241,6 +241,7 @@ std::string Trainer::save_checkpoint() {
   info.data_position = static_cast<std::uint64_t>(s.step) * global_batch;
   info.run_config = s.cfg.to_ini();
   info.data_fingerprint = s.data_fingerprint;
+  if (s.last_val_step == s.step) info.val_loss = s.last_val_loss;
   if (s.scaler.enabled()) {
     info.loss_scale = s.scaler.scale();
     info.loss_scale_clean_steps = s.scaler.clean_steps_in_a_row();
@@ -294,6 +295,8 @@ void Trainer::load_checkpoint(const std::string& path) {
   s.step = info.step;
   s.start_step = info.step;
   s.last_saved_step = info.step;
+  s.last_val_step = std::isfinite(info.val_loss) ? info.step : -1;
+  s.last_val_loss = info.val_loss;
   DTRAIN_LOG(info, "checkpoint: resumed from " << path << " at step " << info.step << " ("
                    << watch.seconds() << " s)");
 }
@@ -407,6 +410,20 @@ TrainSummary Trainer::run() {
   if (s.step > 0 && s.step >= s.cfg.steps) {
     DTRAIN_LOG(info, "nothing to train: the run is at step " << s.step << " and --steps is "
                      << s.cfg.steps);
+    if (s.step == s.cfg.steps && s.last_val_step != s.step) {
+      // The run stopped during its last step's evaluation (or was trained by train_step()):
+      // the final validation loss is still owed.
+      const double val = evaluate();
+      if (!s.stopped) {
+        s.check_finite_val_loss(val);
+        s.last_val_step = s.step;
+        s.last_val_loss = val;
+        DTRAIN_LOG(info, "eval: val loss " << shortest_text(val) << " at step " << s.step
+                         << " (the evaluation the run's last step did not finish)");
+      }
+    }
+    if (s.last_val_step == s.step) sum.final_val_loss = s.last_val_loss;
+    sum.stopped_by_signal = s.stopped;
     // Steps trained by train_step() are saved as a run's would be.
     if (!s.cfg.save_dir.empty() && s.last_saved_step != s.step) sum.last_checkpoint = save_checkpoint();
     sum.steps = s.step;
@@ -448,8 +465,13 @@ TrainSummary Trainer::run() {
     double val = -1;
     if (eval_due && !stop_after_step) val = evaluate();
     if (eval_due && !s.stopped) s.check_finite_val_loss(val);
-    if (eval_due && !s.stopped) sum.final_val_loss = val;
-    else val = -1;  // not evaluated, or stopped part-way
+    if (eval_due && !s.stopped) {
+      sum.final_val_loss = val;
+      s.last_val_step = s.step;
+      s.last_val_loss = val;
+    } else {
+      val = -1;  // not evaluated, or stopped part-way
+    }
     if (eval_due || s.step % s.cfg.log_every == 0) {  // eval_due: also the last step
       StepMetrics m = progress.metrics(s.step, loss, val, s.last_lr, s.last_grad_norm, step_s,
                                        loop.seconds());

@@ -96,6 +96,10 @@ struct Trainer::State {
   std::string resume_from;
   long start_step = 0;
   long last_saved_step = -1;
+  // The last finished evaluation (a checkpoint of its step records it): a run that stopped
+  // during its last step's evaluation evaluates when it is resumed with nothing to train.
+  long last_val_step = -1;
+  double last_val_loss = 0;
   // Training sequences consumed up to step consumed_before_step (the checkpoint resumed from).
   std::uint64_t consumed_before = 0;
   long consumed_before_step = 0;

@@ -499,6 +499,53 @@ std::uint64_t u64_attribute(const std::string& path, const char* name) {
   return v;
 }
 
+// A checkpoint of a step whose evaluation finished records its validation loss; resumed with
+// nothing left to train, a run whose last step's evaluation never finished (it stopped during
+// it, or the steps came from train_step()) evaluates then, and one that finished takes the
+// recorded loss.
+TEST(Checkpoint, TheLastStepsValidationLossIsRecordedOrEvaluatedOnResume) {
+  train::TrainConfig cfg = tiny_config();
+  cfg.steps = 2;
+  cfg.save_dir = test_dir("val_loss");
+  std::string path;
+  {
+    train::Trainer t(cfg, world());
+    t.train_step();
+    t.train_step();
+    path = t.save_checkpoint();
+  }
+  auto has_val_loss = [](const std::string& file) {
+    hid_t f = H5Fopen(file.c_str(), H5F_ACC_RDONLY, H5P_DEFAULT);
+    const htri_t has = H5Aexists(f, "val_loss");
+    H5Fclose(f);
+    return has > 0;
+  };
+  EXPECT_FALSE(has_val_loss(path));
+  cfg.resume = "auto";
+  double evaluated = 0;
+  {
+    train::Trainer t(cfg, world());
+    const train::TrainSummary sum = t.run();
+    EXPECT_EQ(sum.steps, 2);
+    EXPECT_FALSE(sum.stopped_by_signal);
+    evaluated = sum.final_val_loss;
+    EXPECT_TRUE(std::isfinite(evaluated)) << evaluated;
+  }
+  // A whole run: its last checkpoint holds the loss it logged, which a resume reports.
+  cfg.save_dir = test_dir("val_loss_whole");
+  cfg.resume = "none";
+  train::TrainSummary whole;
+  {
+    train::Trainer t(cfg, world());
+    whole = t.run();
+  }
+  EXPECT_EQ(whole.final_val_loss, evaluated) << "the same weights, the same batches";
+  ASSERT_TRUE(has_val_loss(whole.last_checkpoint));
+  cfg.resume = "auto";
+  train::Trainer t(cfg, world());
+  EXPECT_EQ(t.run().final_val_loss, whole.final_val_loss);
+}
+
 // consumed_samples counts the sequences trained on across resumes at other global batches;
 // data_position is the next sample's index at the current one.
 TEST(Checkpoint, ConsumedSamplesAddUpAcrossResumesAtAnotherGlobalBatch) {

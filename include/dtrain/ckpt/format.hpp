@@ -28,6 +28,8 @@ struct DTRAIN_API CheckpointInfo {
   double eps = std::numeric_limits<double>::quiet_NaN();
   double weight_decay = std::numeric_limits<double>::quiet_NaN();
   std::uint64_t data_fingerprint = 0;   // the data's content hash (TokenSource::fingerprint; 0: none)
+  // The validation loss at `step`, where that step's evaluation finished (NaN: none was).
+  double val_loss = std::numeric_limits<double>::quiet_NaN();
 };
 
 }  // namespace dtrain::ckpt
