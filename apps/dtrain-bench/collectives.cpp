@@ -54,7 +54,7 @@ class Bench {
  public:
   Bench(dtrain::Communicator& comm, const std::string& op, const Options& o)
       : comm_(comm), op_(op), o_(o), es_(dtrain::dtype_size(o.dtype)),
-        send_(o.max_bytes + 64), recv_(o.max_bytes + 64) {
+        send_(buffer_bytes(o)), recv_(buffer_bytes(o)) {
     if (o.baseline) {
       raw_type_ = mpi_type(o.dtype);
       raw_op_ = mpi_op(o.redop);

@@ -11,8 +11,8 @@
 namespace bench {
 
 void run_memcpy(const Options& o) {
-  dtrain::AlignedBuffer src(o.max_bytes), dst(o.max_bytes);  // touched once, here
-  std::memset(src.data(), 1, o.max_bytes);
+  dtrain::AlignedBuffer src(buffer_bytes(o)), dst(buffer_bytes(o));  // touched once, here
+  std::memset(src.data(), 1, buffer_bytes(o));
   std::printf("# memcpy on one core: median of %d copies after %d warm-up copies\n", o.iters,
               o.warmup);
   std::printf("#%11s %10s %10s\n", "size(B)", "time_us", "GB/s");

@@ -42,6 +42,10 @@ std::size_t largest_stepped_size(const Options& o) {
   return static_cast<std::size_t>(size * std::pow(o.step_factor, std::max(steps, 0.0)));
 }
 
+std::size_t buffer_bytes(const Options& o) {
+  return static_cast<std::size_t>(std::ceil(static_cast<double>(o.max_bytes) * kSizeSlack)) + 64;
+}
+
 namespace {
 dtrain::ReduceOp parse_redop(const std::string& s) {
   for (auto op : {dtrain::ReduceOp::sum, dtrain::ReduceOp::avg, dtrain::ReduceOp::max,

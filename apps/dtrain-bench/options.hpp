@@ -32,6 +32,9 @@ std::size_t parse_bytes(const std::string& text);
 constexpr double kSizeSlack = 1.0000001;
 // The last of them.
 std::size_t largest_stepped_size(const Options& o);
+// Room for the largest message the size loops reach: up to max_bytes * kSizeSlack (past
+// --max-bytes by up to 1e-7 of it, for the steps' rounding), plus a little.
+std::size_t buffer_bytes(const Options& o);
 
 enum class ParseResult { run, help, error };
 // ranks: the world's size (for --root). print: whether this rank writes help and errors

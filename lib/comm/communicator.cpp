@@ -219,7 +219,11 @@ Request Communicator::ireduce_scatter(const void* send, void* recv, std::size_t 
 Request Communicator::ireduce_scatter_v(const void* send, void* recv,
                                         const std::size_t* recv_counts, DType type, ReduceOp op) {
   comm::CommState& s = checked(state_);
-  auto req = s.backend->ireduce_scatter_v(send, recv, recv_counts, type, op, nullptr);
+  comm::RequestPtr req;
+  {  // watched: blocks too large for one MPI call take the blocking path here
+    WatchScope watch("ireduce_scatter_v", s.label);
+    req = s.backend->ireduce_scatter_v(send, recv, recv_counts, type, op, nullptr);
+  }
   std::size_t total = 0;
   for (int r = 0; r < size_; ++r) total += recv_counts[r];
   count_bytes(s, total, type);
@@ -244,7 +248,11 @@ RequestPtr Backend::iall_gather_v(const void*, void*, const std::size_t*, DType,
 Request Communicator::iall_gather_v(const void* send, void* recv,
                                     const std::size_t* recv_counts, DType type) {
   comm::CommState& s = checked(state_);
-  auto req = s.backend->iall_gather_v(send, recv, recv_counts, type, nullptr);
+  comm::RequestPtr req;
+  {  // watched: blocks too large for one MPI call take the blocking path here
+    WatchScope watch("iall_gather_v", s.label);
+    req = s.backend->iall_gather_v(send, recv, recv_counts, type, nullptr);
+  }
   count_bytes(s, recv_counts[rank_], type);
   return make_request(std::move(req), "iall_gather_v", s);
 }

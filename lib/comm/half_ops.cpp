@@ -13,11 +13,12 @@ namespace {
 struct Sum {
   static float apply(float a, float b) { return a + b; }
 };
+// A NaN on any rank wins, wherever it is in the reduction order (a + b is NaN then).
 struct Max {
-  static float apply(float a, float b) { return b > a ? b : a; }
+  static float apply(float a, float b) { return a != a || b != b ? a + b : (b > a ? b : a); }
 };
 struct Min {
-  static float apply(float a, float b) { return b < a ? b : a; }
+  static float apply(float a, float b) { return a != a || b != b ? a + b : (b < a ? b : a); }
 };
 
 // MPI user function: inout[i] = in[i] (op) inout[i].
@@ -66,7 +67,9 @@ void free_half_ops() {
 MPI_Op mpi_op(ReduceOp op, DType type) {
   if (type == DType::bf16 || type == DType::f16) {
     MPI_Op o = g_ops[type == DType::bf16 ? 0 : 1][op_index(op)];
-    DTRAIN_CHECK(o != MPI_OP_NULL, Errc::internal, "16-bit float MPI ops used before creation");
+    DTRAIN_CHECK(o != MPI_OP_NULL, Errc::invalid_argument,
+                 "bf16 and f16 reductions need a live dtrain::Runtime (it makes their MPI "
+                 "operators), also for a communicator made from the program's own MPI one");
     return o;
   }
   switch (op) {

@@ -221,7 +221,8 @@ void MpiBackend::reduce_scatter(const void* send, void* recv, std::size_t recv_c
   const bool in_place = overlaps(recv, block, send, block * size_);
   void* input = const_cast<void*>(send);  // in-place: the caller's buffer is writable
   const void* result = recv;
-  if (fits_one_call(recv_count)) {
+  // The whole input must fit too: MPI libraries add the blocks up in an int.
+  if (fits_one_call(recv_count * static_cast<std::size_t>(size_))) {
     // In place, MPI reads the whole input from recvbuf and leaves the result at its start.
     mpi_check(MPI_Reduce_scatter_block(in_place ? MPI_IN_PLACE : send, in_place ? input : recv,
                                        static_cast<int>(recv_count), mpi_datatype(type),
@@ -241,12 +242,11 @@ void MpiBackend::reduce_scatter_v(const void* send, void* recv, const std::size_
                                   DType type, ReduceOp op, void*) {
   const std::size_t es = dtype_size(type);
   std::size_t total = 0, my_displ = 0;
-  bool fits = true;
   for (int r = 0; r < size_; ++r) {
     if (r == rank_) my_displ = total;
     total += recv_counts[r];
-    fits = fits && fits_one_call(recv_counts[r]);
   }
+  const bool fits = fits_one_call(total);  // each block and their sum, which MPI keeps in an int
   if (total == 0) return;
   const std::size_t block = recv_counts[rank_] * es;
   const bool in_place = send == recv || overlaps(recv, block, send, total * es);

@@ -83,8 +83,20 @@ void MpiRequest::finish() {
   types.clear();
 }
 
+namespace {
+// A request outliving MPI (the program finalised it, or the last Runtime ended): MPI would
+// abort the job on the wait, so it is an error instead, as for a communicator.
+void check_not_finalized() {
+  int finalized = 0;
+  MPI_Finalized(&finalized);
+  DTRAIN_CHECK(!finalized, Errc::comm,
+               "waiting for a non-blocking operation after MPI_Finalize: finish it first");
+}
+}  // namespace
+
 void MpiRequest::wait() {
   if (done_) return;
+  check_not_finalized();
   mpi_check(MPI_Waitall(static_cast<int>(requests.size()), requests.data(), MPI_STATUSES_IGNORE),
             "MPI_Waitall");
   finish();
@@ -92,6 +104,7 @@ void MpiRequest::wait() {
 
 bool MpiRequest::test() {
   if (done_) return true;
+  check_not_finalized();
   int flag = 0;
   mpi_check(MPI_Testall(static_cast<int>(requests.size()), requests.data(), &flag,
                         MPI_STATUSES_IGNORE),
@@ -137,7 +150,8 @@ RequestPtr MpiBackend::ireduce_scatter(const void* send, void* recv, std::size_t
   const std::size_t block = recv_count * dtype_size(type);
   const bool in_place = overlaps(recv, block, send, block * size_);
   void* input = const_cast<void*>(send);
-  if (fits_one_call(recv_count)) {
+  // The whole input must fit too: Open MPI's libnbc adds the blocks up in an int.
+  if (fits_one_call(recv_count * static_cast<std::size_t>(size_))) {
     req->requests.emplace_back();
     mpi_check(MPI_Ireduce_scatter_block(in_place ? MPI_IN_PLACE : send, in_place ? input : recv,
                                         static_cast<int>(recv_count), mpi_datatype(type),
@@ -163,11 +177,8 @@ RequestPtr MpiBackend::ireduce_scatter_v(const void* send, void* recv,
   auto req = std::make_unique<MpiRequest>();
   const std::size_t es = dtype_size(type);
   std::size_t total = 0;
-  bool fits = true;
-  for (int r = 0; r < size_; ++r) {
-    total += recv_counts[r];
-    fits = fits && fits_one_call(recv_counts[r]);
-  }
+  for (int r = 0; r < size_; ++r) total += recv_counts[r];
+  const bool fits = fits_one_call(total);  // each block and their sum, which MPI keeps in an int
   if (total == 0) return req;
   if (!fits) {  // huge blocks: the blocking path splits them; the request is complete at once
     reduce_scatter_v(send, recv, recv_counts, type, op, stream);

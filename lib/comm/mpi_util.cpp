@@ -114,8 +114,8 @@ namespace {
 template <class T>
 void divide_values(void* buf, std::size_t count, int divisor) {
   T* p = static_cast<T*>(buf);
-  const T d = static_cast<T>(divisor);
-  for (std::size_t i = 0; i < count; ++i) p[i] = static_cast<T>(p[i] / d);
+  // By the int itself: a u8 of the divisor would wrap (256 ranks made it 0).
+  for (std::size_t i = 0; i < count; ++i) p[i] = static_cast<T>(p[i] / divisor);
 }
 
 template <float (*Load)(std::uint16_t), std::uint16_t (*Store)(float)>

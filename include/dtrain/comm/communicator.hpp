@@ -11,7 +11,7 @@
 //  - Counts may exceed INT_MAX; the library splits or wraps them for MPI.
 //  - Every call is watched: no progress for DTRAIN_COMM_TIMEOUT seconds aborts the job with
 //    a message naming the operation, the group and its world ranks.
-//  - Errors reported by MPI throw dtrain::Error(Errc::comm).
+//  - Errors reported by MPI throw dtrain::Error(Errc::comm) (MPI_ERR_NO_MEM: out_of_memory).
 #include <cstddef>
 #include <cstdint>
 #include <memory>
@@ -62,7 +62,8 @@ class DTRAIN_API Communicator {
   Communicator& operator=(const Communicator&) = delete;
 
   // A communicator over a duplicate of the MPI communicator whose Fortran handle is given
-  // (MPI_Comm_c2f). MPI must be initialised. See dtrain/comm/mpi_interop.hpp.
+  // (MPI_Comm_c2f). MPI must be initialised. See dtrain/comm/mpi_interop.hpp. Its bf16/f16
+  // reductions and the watchdog need a live Runtime: use it while one exists.
   static Communicator from_fortran_comm(int fortran_comm_handle, const std::string& name);
 
   bool valid() const noexcept { return state_ != nullptr; }

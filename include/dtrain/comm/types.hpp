@@ -6,7 +6,10 @@ namespace dtrain {
 
 // Values are part of the C ABI: append only.
 // avg = sum, then divide by the group size. Integer types use integer division (truncating
-// toward zero); u8 sums wrap modulo 256 as in MPI.
+// toward zero); u8 sums wrap modulo 256 as in MPI, and a 16-bit float sum can overflow its
+// type before the division (f16: beyond 65504) over MPI, where NCCL's avg scales first.
+// max/min of bf16/f16 give NaN where any rank holds one; for f32/f64 they are MPI's own,
+// whose NaN handling depends on the order (Open MPI at 2-3 ranks kept rank 0's NaN only).
 enum class ReduceOp : int { sum = 0, avg = 1, max = 2, min = 3 };
 
 // Which library moves the bytes of a communicator. Only mpi (host memory) exists today;
