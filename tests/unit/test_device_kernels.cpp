@@ -510,6 +510,19 @@ TEST(Kernels, Elementwise) {
   EXPECT_NEAR(cpu::sum_squares<float>(big.data(), big.size()), expect, expect * 1e-5);
 }
 
+// The global norm's kernel against a plain sum: every element counted once, with its own
+// value, at lengths that end inside a group of four.
+TEST(Kernels, SumSquaresOfEveryLength) {
+  const auto x = random_vec<float>(4101, 72);
+  for (const std::int64_t n : {0, 1, 2, 3, 5, 7, 8, 4097, 4101}) {
+    long double want = 0;
+    for (std::int64_t i = 0; i < n; ++i) want += static_cast<long double>(x[i]) * x[i];
+    EXPECT_NEAR(cpu::sum_squares<float>(x.data(), n), static_cast<double>(want),
+                1e-14 * static_cast<double>(want) + 1e-300)
+        << "n = " << n;
+  }
+}
+
 // ---- cross-entropy ----------------------------------------------------------------------
 TEST(KernelGrad, CrossEntropyPaddedVocab) {
   const int N = 4, V = 7, Vp = 10;
@@ -568,6 +581,32 @@ TEST(KernelGrad, CrossEntropyStableForHugeLogits) {
   }
 }
 
+// A masked (-inf) logit counts for nothing and gets no gradient; a NaN logit makes the loss
+// NaN (divergence detection and loss scaling rely on it); fp32 agrees with double.
+TEST(KernelGrad, CrossEntropyMaskedNaNAndSinglePrecision) {
+  const int N = 3, V = 301, Vp = 320;
+  auto wide = random_vec<double>(N * Vp, 82, 4.0);
+  const std::int32_t t[N] = {5, 300, 17};
+  vector<float> z(wide.begin(), wide.end()), losses(N), lse(N), dl = {0.5f, -1.5f, 2.0f};
+  for (int j = 0; j < V; j += 3) z[j] = -std::numeric_limits<float>::infinity();  // row 0
+  z[Vp + 40] = std::numeric_limits<float>::quiet_NaN();                             // row 1
+  cpu::crossentropy_forward<float>(losses.data(), lse.data(), z.data(), t, N, V, Vp);
+  double sum = 0;  // row 0 over its unmasked logits, in double
+  for (int j = 0; j < V; ++j)
+    if (j % 3 != 0) sum += std::exp(static_cast<double>(z[j]));
+  EXPECT_NEAR(losses[0], std::log(sum) - z[t[0]], 1e-5);
+  EXPECT_TRUE(std::isnan(losses[1]));
+  vector<double> l2(N), lse2(N), d2(N * Vp), dl2(dl.begin(), dl.end());
+  cpu::crossentropy_forward<double>(l2.data(), lse2.data(), wide.data(), t, N, V, Vp);
+  EXPECT_NEAR(losses[2], l2[2], 1e-5 * std::fabs(l2[2]));  // row 2 unmasked in both
+  vector<float> d(N * Vp);
+  cpu::crossentropy_backward<float>(d.data(), z.data(), lse.data(), t, dl.data(), N, V, Vp);
+  for (int j = 0; j < V; j += 3) EXPECT_EQ(d[j], 0.0f) << "masked logit " << j;
+  cpu::crossentropy_backward<double>(d2.data(), wide.data(), lse2.data(), t, dl2.data(), N, V, Vp);
+  for (int j = 0; j < V; ++j)
+    EXPECT_NEAR(d[2 * Vp + j], d2[2 * Vp + j], 1e-6) << "row 2, logit " << j;
+}
+
 // ---- optimisers ----------------------------------------------------------------------
 TEST(Kernels, AdamWMatchesScalarReference) {
   const int n = 50;
@@ -587,7 +626,34 @@ TEST(Kernels, AdamWMatchesScalarReference) {
     }
   }
   for (int i = 0; i < n; ++i) EXPECT_NEAR(p[i], rp[i], 1e-12);
-  // the first step moves every weight by about lr (Adam's sign-like first step)
+}
+
+// Single precision against the double reference over enough elements for the threaded path,
+// late in a run (bias correction near 1); Adam's first step moves each weight by about lr.
+TEST(Kernels, AdamWSinglePrecisionFollowsTheReference) {
+  const int n = 65536 + 3;
+  const auto g0 = random_vec<float>(n, 96);
+  auto p = random_vec<float>(n, 97);
+  vector<float> m(n, 0.0f), v(n, 0.0f);
+  vector<double> rp(p.begin(), p.end()), rm(n, 0.0), rv(n, 0.0);
+  const float lr = 1e-3f, b1 = 0.9f, b2 = 0.95f, eps = 1e-8f, wd = 0.1f;
+  const vector<float> start = p;
+  for (const long step : {1L, 2L, 1000L}) {
+    vector<float> g(g0);
+    for (int i = 0; i < n; i += 7) g[i] *= -3.0f;  // some gradients change sign and size
+    cpu::adamw<float>(p.data(), g.data(), m.data(), v.data(), n, lr, b1, b2, eps, wd, step, 1.0f);
+    for (int i = 0; i < n; ++i) {
+      rm[i] = b1 * rm[i] + (1.0 - b1) * g[i];
+      rv[i] = b2 * rv[i] + (1.0 - b2) * double(g[i]) * g[i];
+      const double mh = rm[i] / (1 - std::pow(double(b1), step));
+      const double vh = rv[i] / (1 - std::pow(double(b2), step));
+      rp[i] -= lr * (mh / (std::sqrt(vh) + eps) + wd * rp[i]);
+    }
+    if (step == 1)
+      for (int i = 0; i < n; i += 97)
+        EXPECT_NEAR(std::fabs(p[i] - start[i]), lr, 0.05 * lr + lr * wd * std::fabs(start[i]));
+  }
+  for (int i = 0; i < n; ++i) ASSERT_NEAR(p[i], rp[i], 1e-6 * (1 + std::fabs(rp[i]))) << i;
 }
 
 // adamw_ranges: each range updated as its own adamw() would, at its offsets, with its decay;

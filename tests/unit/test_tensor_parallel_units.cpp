@@ -43,7 +43,8 @@ void check_shards(int P) {
   vector<double> padded(static_cast<std::size_t>(N) * Vp, 1e9);  // padding must be ignored
   for (int n = 0; n < N; ++n)
     for (int j = 0; j < V; ++j) padded[n * Vp + j] = full[n * V + j];
-  vector<double> ref_loss(N), ref_lse(N), ref_d(padded.size()), dl(N, 0.25);
+  vector<double> ref_loss(N), ref_lse(N), ref_d(padded.size());
+  const vector<double> dl = random_vec<double>(N, 12);  // a row reading another's would show
   cpu::crossentropy_forward<double>(ref_loss.data(), ref_lse.data(), padded.data(), targets, N, V,
                                     Vp);
   cpu::crossentropy_backward<double>(ref_d.data(), padded.data(), ref_lse.data(), targets,
@@ -98,6 +99,24 @@ void check_shards(int P) {
 
 TEST(VocabParallelCrossEntropy, ShardsReducedByHandEqualTheFusedKernel) {
   for (int P : {1, 2, 3, 4, 8}) check_shards(P);
+}
+
+// A shard of no rows (vocabulary smaller than the group) has maximum -inf and sum 0, which
+// the reduction over shards ignores.
+TEST(VocabParallelCrossEntropy, AnEmptyShardAddsNothing) {
+  const int N = 2, ld = 64;
+  const vector<float> z(static_cast<std::size_t>(N) * ld, 5.0f);
+  const std::int32_t targets[N] = {0, 3};
+  vector<float> mx(N, 0.0f), tl(N, 7.0f), se(N, 7.0f);
+  cpu::crossentropy_shard_stats<float>(mx.data(), tl.data(), z.data(), targets, N, 0, ld, 10);
+  const float neg_inf = -std::numeric_limits<float>::infinity();
+  for (int n = 0; n < N; ++n) {
+    EXPECT_EQ(mx[n], neg_inf);
+    EXPECT_EQ(tl[n], 0.0f);  // the target is another shard's
+  }
+  const vector<float> global_max(N, 1.0f);
+  cpu::crossentropy_shard_sumexp<float>(se.data(), z.data(), global_max.data(), N, 0, ld);
+  for (int n = 0; n < N; ++n) EXPECT_EQ(se[n], 0.0f);
 }
 
 TEST(ParamInfo, LogicalIndexOfBlockedAndColumnSlices) {

@@ -15,8 +15,10 @@ inline float bits_to_float(std::int32_t i) {
   return f;
 }
 
-// exp(x), x clamped to [-87, 88] (results stay normal floats).
+// exp(x), x clamped to [-87, 88] (results stay normal floats), and 0 where exp(x) is below
+// the smallest normal float (x < -87.34: -inf gives 0, as a masked logit must).
 inline float fast_exp(float x) {
+  const bool underflows = x < -87.3365447f;
   x = x < -87.0f ? -87.0f : (x > 88.0f ? 88.0f : x);
   // n = round(x / ln 2) with the 1.5*2^23 trick (no rounding call, so the loop vectorises)
   const float shifter = 12582912.0f;
@@ -36,7 +38,8 @@ inline float fast_exp(float x) {
   // times 2^n, built in the exponent field. A NaN x has a NaN n, which no integer holds:
   // any exponent will do there, since p is NaN too.
   const std::int32_t biased = static_cast<std::int32_t>(n == n ? n : 0.0f) + 127;
-  return p * bits_to_float(static_cast<std::int32_t>(static_cast<std::uint32_t>(biased) << 23));
+  const float e = p * bits_to_float(static_cast<std::int32_t>(static_cast<std::uint32_t>(biased) << 23));
+  return underflows ? 0.0f : e;
 }
 
 // tanh(u) = sign(u) (1 - e^{-2|u|}) / (1 + e^{-2|u|})
