@@ -49,30 +49,39 @@ TEST_P(CollectiveTest, AllGather) {
 TEST_P(CollectiveTest, AllGatherV) {
   Communicator& c = world();
   const int n = c.size(), r = c.rank();
-  for (const auto& counts : uneven_count_sets(n))
+  // also counts that are whole multiples of the lowered per-call limit (5)
+  std::vector<std::vector<std::size_t>> count_sets = uneven_count_sets(n);
+  count_sets.push_back(std::vector<std::size_t>(static_cast<std::size_t>(n), 10));
+  for (const auto& counts : count_sets)
     for (DType t : all_dtypes())
-      for (Placement place : kPlacements) {
-        std::vector<std::size_t> offsets(n + 1, 0);
-        std::partial_sum(counts.begin(), counts.end(), offsets.begin() + 1);
-        Buffer mine(counts[r], t), recv(offsets[n], t);
-        const void* send = mine.data();
-        for (std::size_t i = 0; i < counts[r]; ++i) {
-          const double v = gather_input(r, i);
-          if (place == Placement::separate) mine.set(i, v);
-          if (place == Placement::in_place_nccl) recv.set(offsets[r] + i, v);
-          if (place == Placement::in_place_start) recv.set(i, v);
+      for (Placement place : kPlacements)
+        for (const bool blocking : {true, false}) {
+          std::vector<std::size_t> offsets(n + 1, 0);
+          std::partial_sum(counts.begin(), counts.end(), offsets.begin() + 1);
+          Buffer mine(counts[r], t), recv(offsets[n], t);
+          const void* send = mine.data();
+          for (std::size_t i = 0; i < counts[r]; ++i) {
+            const double v = gather_input(r, i);
+            if (place == Placement::separate) mine.set(i, v);
+            if (place == Placement::in_place_nccl) recv.set(offsets[r] + i, v);
+            if (place == Placement::in_place_start) recv.set(i, v);
+          }
+          if (place == Placement::in_place_nccl) send = recv.at(offsets[r]);
+          if (place == Placement::in_place_start) send = recv.data();
+          if (blocking)
+            c.all_gather_v(send, recv.data(), counts.data(), t);
+          else
+            c.iall_gather_v(send, recv.data(), counts.data(), t).wait();  // ZeRO 3's gathers
+          expect_elements(
+              recv.data(), t, offsets[n],
+              [&](std::size_t j) {
+                int q = 0;
+                while (j >= offsets[q + 1]) ++q;
+                return gather_input(q, j - offsets[q]);
+              },
+              std::string(blocking ? "all_gather_v " : "iall_gather_v ") + dtype_name(t) + " " +
+                  placement_name(place));
         }
-        if (place == Placement::in_place_nccl) send = recv.at(offsets[r]);
-        if (place == Placement::in_place_start) send = recv.data();
-        c.all_gather_v(send, recv.data(), counts.data(), t);
-        expect_elements(recv.data(), t, offsets[n],
-                        [&](std::size_t j) {
-                          int q = 0;
-                          while (j >= offsets[q + 1]) ++q;
-                          return gather_input(q, j - offsets[q]);
-                        },
-                        std::string("all_gather_v ") + dtype_name(t) + " " + placement_name(place));
-      }
 }
 
 TEST_P(CollectiveTest, Broadcast) {
