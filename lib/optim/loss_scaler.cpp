@@ -36,7 +36,8 @@ bool LossScaler::update(bool overflow) {
                  "gradients overflow (inf/NaN) even at the minimum loss scale "
                      << cfg_.min_scale << " after " << skipped_
                      << " skipped steps; training cannot continue at this precision (train in bf16 or fp32, "
-                        "dtrain-gpt's --precision, or at a lower learning rate)");
+                        "dtrain-gpt's --precision, or at a lower learning rate; or a lower minimum, "
+                        "dtrain-gpt's --min-loss-scale)");
     scale_ = std::max(cfg_.min_scale, scale_ * cfg_.backoff);
     clean_ = 0;
     ++skipped_;

@@ -115,9 +115,15 @@ void TrainConfig::validate(int world_size) const {
   DTRAIN_CHECK(param_storage == "auto" || param_storage == "16bit" || param_storage == "fp32",
                Errc::invalid_config,
                "--param-storage must be auto, 16bit or fp32, got '" << param_storage << "'");
-  DTRAIN_CHECK(min_loss_scale > 0 && std::isfinite(min_loss_scale), Errc::invalid_config,
-               "--min-loss-scale must be positive, got " << min_loss_scale);
-  DTRAIN_CHECK(loss_scale >= min_loss_scale && std::isfinite(loss_scale), Errc::invalid_config,
+  // The scale multiplies fp32 losses and its inverse the gradients: beyond 2^64 it overflows
+  // (a float ends near 2^128) and below 2^-24 every fp16 gradient rounds to 0.
+  constexpr double kLowestScale = 0x1p-24, kHighestScale = 0x1p64;
+  DTRAIN_CHECK(min_loss_scale >= kLowestScale && min_loss_scale <= kHighestScale,
+               Errc::invalid_config,
+               "--min-loss-scale must be in [2^-24, 2^64], got " << min_loss_scale);
+  DTRAIN_CHECK(loss_scale >= kLowestScale && loss_scale <= kHighestScale, Errc::invalid_config,
+               "--loss-scale must be in [2^-24, 2^64], got " << loss_scale);
+  DTRAIN_CHECK(loss_scale >= min_loss_scale, Errc::invalid_config,
                "--loss-scale must be at least --min-loss-scale (" << min_loss_scale << "), got "
                                                                    << loss_scale);
   DTRAIN_CHECK(loss_scale_window > 0, Errc::invalid_config,

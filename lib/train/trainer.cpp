@@ -118,7 +118,12 @@ void warn_if_run_differs(const std::string& path, const ckpt::CheckpointInfo& in
   if (info.loss_scale > 0 && cfg.precision == "fp16" && !changed_settings(saved_ini, now, {"loss-scale"}).empty()) {
     DTRAIN_LOG(warn, "checkpoint " << path << " holds the dynamic loss scale " << shortest_text(info.loss_scale)
                      << ", which goes on: this run's --loss-scale " << shortest_text(cfg.loss_scale)
-                     << " sets the scale of a fresh run only");
+                     << " sets the scale of a fresh run only (and, above 2^24, how far the scale may grow)");
+  }
+  const std::string scaling = changed_settings(saved_ini, now, {"loss-scale-window", "min-loss-scale"});
+  if (info.loss_scale > 0 && cfg.precision == "fp16" && !scaling.empty()) {
+    DTRAIN_LOG(warn, "checkpoint " << path << " was written by a run with other loss scaling (" << scaling
+                     << "): the scale from here on moves differently from the run it continues");
   }
 }
 

@@ -6,6 +6,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstring>
 #include <cstdio>
 #include <cstdlib>
 #include <fstream>
@@ -81,6 +82,17 @@ std::vector<float> arena(train::Trainer& t) {
   const parallel::HeldParameters whole = t.whole_parameters();  // 16-bit storage on the CPU
   const ParameterStore& p = t.model().parameters();
   return std::vector<float>(p.params(), p.params() + p.numel());
+}
+
+// This rank's optimiser state as bytes: fp32 masters, then both moments.
+std::vector<unsigned char> optimizer_state(train::Trainer& t) {
+  optim::AdamW& o = t.optimizer();
+  const std::size_t n = o.state_numel() * sizeof(float);
+  std::vector<unsigned char> bytes(3 * n);
+  std::memcpy(bytes.data(), o.master_weights(), n);
+  std::memcpy(bytes.data() + n, o.exp_avg(), n);
+  std::memcpy(bytes.data() + 2 * n, o.exp_avg_sq(), n);
+  return bytes;
 }
 
 TEST(Precision, LossCurvesTrackFp32) {
@@ -356,6 +368,7 @@ TEST(Precision, Fp16OverflowSkipsTheStepOnEveryRankAndHalvesTheScale) {
     long applied = 0, skipped = 0, skipped_first = 0;  // all skips, and those before any update
     while (t.step() < cfg.steps) {
       const std::vector<float> before = arena(t);
+      const std::vector<unsigned char> state_before = optimizer_state(t);
       const long taken = t.optimizer().steps_taken();
       t.train_step();
       const double now = t.loss_scaler().scale();
@@ -365,6 +378,8 @@ TEST(Precision, Fp16OverflowSkipsTheStepOnEveryRankAndHalvesTheScale) {
         if (applied == 0) ++skipped_first;
         EXPECT_EQ(now, scale / 2) << "step " << t.step();
         EXPECT_TRUE(arena(t) == before) << "a skipped step changed parameters";
+        EXPECT_TRUE(optimizer_state(t) == state_before)
+            << "a skipped step changed the masters or the moments";
       } else {
         ++applied;
         EXPECT_EQ(now, scale) << "step " << t.step();  // no growth: the interval is 2000
@@ -445,7 +460,7 @@ TEST(Precision, Bf16CheckpointResumesLikeTheUninterruptedRun) {
     const std::vector<double>& tail = second.loss_history();
     ASSERT_EQ(tail.size(), 6u);
     for (std::size_t i = 0; i < tail.size(); ++i)
-      EXPECT_NEAR(tail[i], whole[6 + i], 1e-6 * whole[6 + i]) << "step " << 7 + i;
+      EXPECT_EQ(tail[i], whole[6 + i]) << "step " << 7 + i;  // the same layout: bit for bit
   }
 }
 
@@ -475,7 +490,7 @@ TEST(Precision, Fp16CheckpointCarriesTheLossScale) {
   EXPECT_EQ(second.loss_scaler().clean_steps_in_a_row(), 1);
   for (std::size_t i = 7; i < losses.size(); ++i) {
     const double loss = second.train_step();
-    EXPECT_NEAR(loss, losses[i], 1e-6 * losses[i]) << "step " << i + 1;
+    EXPECT_EQ(loss, losses[i]) << "step " << i + 1;  // the same layout: bit for bit
     EXPECT_EQ(second.loss_scaler().scale(), scales[i]) << "step " << i + 1;
   }
 }

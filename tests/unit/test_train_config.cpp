@@ -95,7 +95,17 @@ TEST(TrainConfig, BadValuesNameTheOption) {
   expect_config_error(c, 1, "--loss-scale-window must be positive");
   c = {};
   c.min_loss_scale = 0;
-  expect_config_error(c, 1, "--min-loss-scale must be positive");
+  expect_config_error(c, 1, "--min-loss-scale must be in [2^-24, 2^64], got 0");
+  // a float scale of inf (every step skipped, a checkpoint no resume reads) or of 0
+  c = {};
+  c.loss_scale = 1e39;
+  expect_config_error(c, 1, "--loss-scale must be in [2^-24, 2^64], got 1e+39");
+  c = {};
+  c.loss_scale = c.min_loss_scale = 1e-50;
+  expect_config_error(c, 1, "--min-loss-scale must be in [2^-24, 2^64]");
+  c = {};
+  c.loss_scale = 0x1p64;  // the largest allowed
+  EXPECT_NO_THROW(c.validate(1));
 }
 
 TEST(TrainConfig, MixedPrecisionIsAccepted) {
