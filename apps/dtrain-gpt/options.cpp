@@ -8,6 +8,7 @@
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
+#include <iomanip>
 #include <sstream>
 #include <vector>
 
@@ -37,7 +38,7 @@ void check_generation(const Parsed& p) {
                "--temperature must be finite and >= 0, got " << p.sampling.temperature);
   DTRAIN_CHECK(p.sampling.top_k >= 0, Errc::invalid_config, "--top-k must be >= 0, got " << p.sampling.top_k);
   DTRAIN_CHECK(p.sampling.top_p > 0 && p.sampling.top_p <= 1, Errc::invalid_config,
-               "--top-p must be in (0, 1], got " << p.sampling.top_p);
+               "--top-p must be in (0, 1], got " << std::setprecision(17) << p.sampling.top_p);
 }
 
 // --prompt as tokens: encoded by a tokenizer that encodes, else its bytes where they are the

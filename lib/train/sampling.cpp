@@ -19,6 +19,12 @@ int choose_token(const float* logits, int vocab, const SamplingConfig& cfg, doub
   DTRAIN_CHECK(vocab >= 1, Errc::invalid_argument, "choose_token: vocab must be >= 1, got " << vocab);
   DTRAIN_CHECK(cfg.top_p > 0 && cfg.top_p <= 1, Errc::invalid_argument,
                "choose_token: top_p must be in (0, 1], got " << cfg.top_p);
+  DTRAIN_CHECK(cfg.temperature >= 0 && std::isfinite(cfg.temperature), Errc::invalid_argument,
+               "choose_token: temperature must be finite and >= 0, got " << cfg.temperature);
+  DTRAIN_CHECK(cfg.top_k >= 0, Errc::invalid_argument,
+               "choose_token: top_k must be >= 0, got " << cfg.top_k);
+  DTRAIN_CHECK(uniform >= 0 && uniform < 1, Errc::invalid_argument,
+               "choose_token: uniform must be in [0, 1), got " << uniform);
   // A NaN breaks the ordering the sorts need, and an infinite maximum makes every weight NaN
   // (a diverged model's logits); -inf alone is a token ruled out.
   DTRAIN_CHECK(std::none_of(logits, logits + vocab, [](float v) { return std::isnan(v); }),
@@ -75,11 +81,16 @@ int choose_token(const float* logits, int vocab, const SamplingConfig& cfg, doub
     total = kept;
   }
   double cumulative = 0;
+  std::size_t last_possible = 0;  // the first candidate's weight is exp(0) = 1
   for (std::size_t i = 0; i < n; ++i) {
-    cumulative += weight_at(i) / total;
+    const double w = weight_at(i);
+    if (w > 0) last_possible = i;
+    cumulative += w / total;
     if (uniform < cumulative) return token(i);
   }
-  return token(n - 1);  // uniform within rounding of 1
+  // uniform within rounding of 1: the least likely candidate that can be drawn at all (not
+  // one whose weight is 0, a -inf logit or one that underflowed)
+  return token(last_possible);
 }
 
 }  // namespace dtrain::train

@@ -18,11 +18,21 @@ std::vector<std::int32_t> Trainer::generate(std::vector<std::int32_t> context, i
   State& s = *s_;
   DTRAIN_CHECK(count >= 0, Errc::invalid_argument, "generate: count must be >= 0, got " << count);
   const int vocab = s.cfg.vocab, T = s.cfg.seq_len;
-  for (const std::int32_t t : context) {
-    DTRAIN_CHECK(t >= 0 && t < vocab, Errc::invalid_argument,
-                 "prompt token " << t << " is outside the vocabulary [0, " << vocab << ")");
-  }
   if (count == 0) return {};
+  {  // before the first collective: a bad prompt or no memory for the key/value cache on one
+     // rank fails every rank instead of leaving the others waiting in a decode
+    LocalFailure failed;
+    try {
+      for (const std::int32_t t : context) {
+        DTRAIN_CHECK(t >= 0 && t < vocab, Errc::invalid_argument,
+                     "prompt token " << t << " is outside the vocabulary [0, " << vocab << ")");
+      }
+      s.model.reserve_decode(true);
+    } catch (const std::exception& e) {
+      failed.record(e);
+    }
+    failed.agree(s.world, "generate");
+  }
   // A token is one row's forward: without this, five times the time a token on the CPU for
   // GPT-2 124M under 16-bit parameter storage.
   const auto held = s.hold_parameters_if_they_fit();

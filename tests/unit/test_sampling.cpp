@@ -83,4 +83,28 @@ TEST(Sampling, BadArgumentsAreErrors) {
     cfg.top_p = p;
     EXPECT_THROW(choose_token(kLogits.data(), 5, cfg, 0.5), Error) << p;
   }
+  // a NaN or infinite temperature drew the -inf token every time; a negative one was greedy
+  for (const double t : {std::nan(""), static_cast<double>(INFINITY), -1.0}) {
+    SamplingConfig cfg;
+    cfg.temperature = t;
+    EXPECT_THROW(choose_token(kLogits.data(), 5, cfg, 0.5), Error) << t;
+  }
+  SamplingConfig negative_k;
+  negative_k.top_k = -5;
+  EXPECT_THROW(choose_token(kLogits.data(), 5, negative_k, 0.5), Error);
+  for (const double u : {-0.1, 1.0, std::nan("")})
+    EXPECT_THROW(choose_token(kLogits.data(), 5, {}, u), Error) << u;
+}
+
+// Rounding can leave the cumulative sum a little below 1: a draw above it takes the least
+// likely token that can be drawn, never a -inf logit or one whose weight underflowed to 0.
+TEST(Sampling, ADrawAboveTheRoundedSumNeverTakesAnImpossibleToken) {
+  std::vector<float> logits(54, 1.0f);  // 54 equal weights add up to just below 1
+  logits.push_back(-INFINITY);
+  const double last = std::nextafter(1.0, 0.0);
+  EXPECT_EQ(choose_token(logits.data(), 55, {}, last), 53);
+  SamplingConfig cold;
+  cold.temperature = 0.01;  // a gap of 20 underflows: exp(-2000) is 0
+  const std::vector<float> gap = {0.0f, 0.0f, -20.0f};
+  EXPECT_EQ(choose_token(gap.data(), 3, cold, last), 1);
 }

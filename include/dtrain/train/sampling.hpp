@@ -15,8 +15,10 @@ struct DTRAIN_API SamplingConfig {
 // drawn from softmax(logits / temperature), restricted to the top_k most likely tokens when
 // top_k > 0, then to the fewest most likely of those whose probabilities (renormalised over
 // them) add up to at least top_p: the first token, in decreasing probability, at which the
-// cumulative probability of the kept tokens exceeds uniform (a number in [0, 1)). Throws
-// Error(Errc::invalid_argument) for vocab < 1 or top_p outside (0, 1].
+// cumulative probability of the kept tokens exceeds uniform (a number in [0, 1)); a token
+// of probability 0 (a -inf logit) is never drawn. Throws Error(Errc::invalid_argument) for
+// vocab < 1, top_p outside (0, 1], a temperature that is negative or not finite, top_k < 0,
+// uniform outside [0, 1), a NaN logit or an infinite largest one.
 DTRAIN_API int choose_token(const float* logits, int vocab, const SamplingConfig& cfg,
                             double uniform);
 
