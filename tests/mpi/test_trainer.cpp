@@ -10,6 +10,7 @@
 #include <map>
 #include <set>
 
+#include "dtrain/core/rng.hpp"
 #include "dtrain/nn/gpt.hpp"
 #include "dtrain/train/data.hpp"
 #include "dtrain/train/trainer.hpp"
@@ -298,6 +299,35 @@ TEST(Trainer, GenerationIsTheSameOnEveryRankAndRepeats) {
   expect_same_on_every_rank(tokens);
   for (const std::int32_t tok : tokens) EXPECT_TRUE(tok >= 0 && tok < cfg.vocab) << tok;
   EXPECT_THROW(t.generate({cfg.vocab}, 1, sampling), Error);
+}
+
+// Past seq-len the window slides: each token is the one drawn (with generate's random number
+// for it) from the logits of the last seq-len tokens of the text so far, decoded from scratch
+// here (generate restarts its cache only when the window moves, and decodes one token at a
+// time in between).
+TEST(Trainer, GenerationPastSeqLenReadsTheLastWindow) {
+  train::TrainConfig cfg = tiny_config();
+  cfg.steps = 3;
+  train::Trainer t(cfg, world());
+  t.run();
+  const std::vector<std::int32_t> prompt = {'a', 'b', 'c'};
+  const train::SamplingConfig sampling{1.0, 0};
+  const int count = 2 * cfg.seq_len + 5;
+  const std::vector<std::int32_t> tokens = t.generate(prompt, count, sampling);
+  ASSERT_EQ(tokens.size(), static_cast<std::size_t>(count));
+  const std::set<std::int32_t> distinct(tokens.begin(), tokens.end());
+  ASSERT_GE(distinct.size(), 4u) << "a text of one repeated token would hide a shifted window";
+  std::vector<std::int32_t> text = prompt;
+  GptModel& m = t.model();
+  for (int i = 0; i < count; ++i) {
+    const std::size_t n = std::min<std::size_t>(text.size(), static_cast<std::size_t>(cfg.seq_len));
+    m.decode_reset();
+    const float* logits = m.decode(text.data() + text.size() - n, static_cast<int>(n));
+    const double u = rng::uniform_open(cfg.seed, rng::stream_id("generate"), static_cast<std::uint64_t>(i));
+    const std::int32_t drawn = train::choose_token(logits, cfg.vocab, sampling, u);
+    ASSERT_EQ(tokens[static_cast<std::size_t>(i)], drawn) << "token " << i << " of a text of " << text.size();
+    text.push_back(drawn);
+  }
 }
 
 // Under 16-bit parameter storage generation holds the whole parameters for the text (one
