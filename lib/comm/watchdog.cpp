@@ -13,6 +13,7 @@
 #include <thread>
 
 #include "comm/group_label.hpp"
+#include "comm/mpi_session.hpp"
 #include "dtrain/core/env.hpp"
 #include "dtrain/core/log.hpp"
 #include "dtrain/core/timer.hpp"
@@ -68,7 +69,10 @@ struct Seen {
       << "' (world ranks " << (group ? group->ranks : "?") << ") made no progress for "
       << std::setprecision(6) << timeout_s << " s; aborting";
   log::write(log::Level::error, msg.str());
-  MPI_Abort(MPI_COMM_WORLD, kAbortCode);
+  // MPI may be called from this thread only under MPI_THREAD_MULTIPLE. Below, the process
+  // ends alone; the launcher ends the job (mpiexec), or the other ranks' watchdogs, stuck
+  // in the same operation, end theirs.
+  if (session::thread_level() >= MPI_THREAD_MULTIPLE) MPI_Abort(MPI_COMM_WORLD, kAbortCode);
   std::_Exit(kAbortCode);  // MPI_Abort should not return; never hang if it does
 }
 
