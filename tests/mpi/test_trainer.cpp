@@ -319,12 +319,14 @@ TEST(Trainer, GenerationPastSeqLenReadsTheLastWindow) {
   ASSERT_GE(distinct.size(), 4u) << "a text of one repeated token would hide a shifted window";
   std::vector<std::int32_t> text = prompt;
   GptModel& m = t.model();
+  std::vector<float> logits(static_cast<std::size_t>(cfg.vocab));
   for (int i = 0; i < count; ++i) {
     const std::size_t n = std::min<std::size_t>(text.size(), static_cast<std::size_t>(cfg.seq_len));
     m.decode_reset();
-    const float* logits = m.decode(text.data() + text.size() - n, static_cast<int>(n));
+    const float* row = m.decode(text.data() + text.size() - n, static_cast<int>(n));  // device
+    m.device().copy(logits.data(), row, logits.size() * sizeof(float), CopyKind::device_to_host);
     const double u = rng::uniform_open(cfg.seed, rng::stream_id("generate"), static_cast<std::uint64_t>(i));
-    const std::int32_t drawn = train::choose_token(logits, cfg.vocab, sampling, u);
+    const std::int32_t drawn = train::choose_token(logits.data(), cfg.vocab, sampling, u);
     ASSERT_EQ(tokens[static_cast<std::size_t>(i)], drawn) << "token " << i << " of a text of " << text.size();
     text.push_back(drawn);
   }
