@@ -178,7 +178,9 @@ Outcome dt_byom_s::check_split() {
   const auto count = static_cast<std::int64_t>(mine.size());
   g.pp().all_gather(&count, counts.data(), 1, dtrain::DType::i64);
   std::copy(counts.begin(), counts.end(), sizes.begin());
-  std::vector<std::int64_t> names(std::accumulate(sizes.begin(), sizes.end(), std::size_t{0}));
+  // Agreed: a rank out of memory here would leave its stage waiting in all_gather_v.
+  std::vector<std::int64_t> names;
+  agreed_checks(g.pp(), true, [&] { names.resize(std::accumulate(sizes.begin(), sizes.end(), std::size_t{0})); });
   g.pp().all_gather_v(mine.data(), names.data(), sizes.data(), dtrain::DType::i64);
 
   if (!same_settings)

@@ -1,4 +1,5 @@
 // Communicator queries, the blocking collectives, and communicators for device buffers.
+#include <algorithm>
 #include <cstdint>
 #include <string>
 
@@ -68,15 +69,22 @@ dt_result_t dt_comm_size(dt_comm_t comm, int* size) {
   });
 }
 
+// "World" in the C API is the context's world (dt_context_rank), which dt_init_mpi_comm may
+// make a part of MPI_COMM_WORLD: the communicator's MPI_COMM_WORLD ranks are translated.
 dt_result_t dt_comm_world_ranks(dt_comm_t comm, int* ranks, int capacity, int* count) {
-  return with_comm(__func__, comm, [&](dtrain::Communicator& c) {
+  return call<dt_comm_s>(__func__, comm, Kind::comm, "comm", [&](dt_comm_s& c) {
     need_ptr(count, "count");
-    const auto& members = c.world_ranks();
+    const auto& members = c.comm->world_ranks();
     *count = static_cast<int>(members.size());
     if (capacity == 0 && !ranks) return;  // size query
     need_ptr(ranks, "ranks");
     need(capacity >= *count, "capacity is smaller than the group size");
-    for (int i = 0; i < *count; ++i) ranks[i] = members[static_cast<std::size_t>(i)];
+    const auto& world = c.ctx->world->comm->world_ranks();
+    for (int i = 0; i < *count; ++i) {
+      const auto at = std::find(world.begin(), world.end(), members[static_cast<std::size_t>(i)]);
+      if (at == world.end()) fail(DT_ERR_INTERNAL, "a group member is outside the context's world");
+      ranks[i] = static_cast<int>(at - world.begin());
+    }
   });
 }
 
@@ -143,15 +151,18 @@ dt_result_t dt_comm_device(dt_comm_t comm, dt_comm_t* device_comm) {
       dtrain::Device& dev = dtrain::select_device("cuda");
       c.device_comm = std::make_unique<dtrain::Communicator>(
           dtrain::parallel::device_world(host, dev, host.name() + ".device"));
-      auto handle = std::make_unique<dt_comm_s>(c.ctx, c.device_comm.get(), c.grid);
-      handle->host = &c;
-      handle->device = &dev;
-      // Out of memory on some rank: no rank keeps the handle or its group, so that all make
-      // them again together at the next call.
+      // Out of memory on some rank (making or registering the handle): no rank keeps the
+      // handle or its group, so that all make them again together at the next call.
+      std::unique_ptr<dt_comm_s> handle;
       try {
-        agreed_checks(host, true, [&] { register_handle(handle.get()); });
+        agreed_checks(host, true, [&] {
+          handle = std::make_unique<dt_comm_s>(c.ctx, c.device_comm.get(), c.grid);
+          handle->host = &c;
+          handle->device = &dev;
+          register_handle(handle.get());
+        });
       } catch (...) {
-        unregister_handle(handle.get());
+        if (handle) unregister_handle(handle.get());
         c.device_comm.reset();
         throw;
       }

@@ -245,7 +245,8 @@ DT_API dt_result_t dt_comm_rank(dt_comm_t comm, int* rank);
 DT_API dt_result_t dt_comm_size(dt_comm_t comm, int* size);
 
 /**
- * @brief World ranks of the members of a group, in group-rank order.
+ * @brief Ranks in the context's world (as ::dt_context_rank numbers them) of the members of a
+ *        group, in group-rank order; under dt_init_mpi_comm() they are not MPI_COMM_WORLD's.
  * @param comm a live group.
  * @param[out] ranks capacity ints; may be NULL with capacity 0 to ask for the count only.
  * @param capacity length of ranks; smaller than the group size: ::DT_ERR_INVALID_ARGUMENT.

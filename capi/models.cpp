@@ -534,7 +534,10 @@ dt_result_t dt_model_step(dt_model_t model, float lr, float* grad_norm) {
     double norm = 0;
     try {
       norm = m.engine->step(lr);
-    } catch (const dtrain::AgreedError&) {  // a step not taken (non-finite gradients): dropped
+    } catch (...) {
+      // A step not taken (non-finite gradients, or fp16 overflowing at the minimum scale)
+      // may have reduced, divided or rounded the gradients already: they are dropped, so
+      // the next backward starts from zero as after a step.
       m.engine->zero_grads();
       throw;
     }

@@ -67,7 +67,8 @@ PipelineSettings pipeline_settings(const dt_gpt_config_t* config, int pp) {
   if (config->layers < static_cast<long long>(pp) * p.virtual_stages)
     fail(DT_ERR_INVALID_CONFIG, "config->layers (" + std::to_string(config->layers) +
                                     ") is fewer than the pipeline's stages x virtual_stages (" +
-                                    std::to_string(pp * p.virtual_stages) + "): every chunk needs a layer");
+                                    std::to_string(static_cast<long long>(pp) * p.virtual_stages) +
+                                    "): every chunk needs a layer");
   if (layers) p.layer_counts = layer_counts(layers, pp * p.virtual_stages, config->layers);
   return p;
 }

@@ -29,6 +29,13 @@ MPI_Comm communicator_of_fortran_handle(int fortran_handle) {
   }
   DTRAIN_CHECK(rc == MPI_SUCCESS && size > 0, Errc::invalid_argument,
                "Fortran handle " << fortran_handle << " names no MPI communicator");
+  // The set-up's in-place collectives are erroneous on an intercommunicator, and its
+  // handler is still the program's (MPI's default aborts the job).
+  int inter = 0;
+  mpi_check(MPI_Comm_test_inter(c, &inter), "MPI_Comm_test_inter");
+  DTRAIN_CHECK(!inter, Errc::invalid_argument,
+               "user communicator is an intercommunicator; dtrain needs an intracommunicator "
+               "(MPI_Intercomm_merge makes one)");
   return c;
 }
 

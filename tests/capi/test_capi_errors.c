@@ -475,6 +475,29 @@ static void wrong_sizes_and_names(handles_t h, int size) {
     CHECK(strcmp(dt_get_last_error(other), "") == 0);
     OK(NULL, dt_finalize(other));
   }
+  if (size >= 2) {
+    /* An intercommunicator between the even and the odd ranks is refused (MPI would abort
+     * at the set-up's first in-place collective); over the even ranks' own communicator,
+     * dt_comm_world_ranks numbers the members in that context's world, not MPI_COMM_WORLD. */
+    dt_context_t other = NULL;
+    dt_comm_t other_world = NULL;
+    MPI_Comm half = MPI_COMM_NULL, inter = MPI_COMM_NULL;
+    int world_rank = 0, members[2] = {-1, -1}, count = 0;
+    MPI_Comm_rank(MPI_COMM_WORLD, &world_rank);
+    MPI_Comm_split(MPI_COMM_WORLD, world_rank % 2, world_rank, &half);
+    MPI_Intercomm_create(half, 0, MPI_COMM_WORLD, world_rank % 2 ? 0 : 1, 7, &inter);
+    FAILS(DT_ERR_INVALID_ARGUMENT, NULL, "user communicator is an intercommunicator",
+          dt_init_mpi_comm(inter, &other));
+    CHECK(other == NULL);
+    OK(NULL, dt_init_mpi_comm(half, &other));
+    OK(other, dt_context_world(other, &other_world));
+    OK(other, dt_comm_world_ranks(other_world, members, 2, &count));
+    CHECK(count == (size - world_rank % 2 + 1) / 2 && count <= 2);
+    for (int r = 0; r < count && r < 2; ++r) CHECK(members[r] == r);
+    OK(NULL, dt_finalize(other));
+    MPI_Comm_free(&inter);
+    MPI_Comm_free(&half);
+  }
 
   /* Element counts beyond any memory (they would wrap), and a dtype that does not exist. */
   {

@@ -7,6 +7,7 @@
  *    2000 clean steps in a row double it; a checkpoint carries the scale and the count of
  *    clean steps (a file without them starts the scale again); an overflow at scale 1 is
  *    refused on every rank, changing nothing.
+ *  - A built-in fp16 model that fails at scale 1 drops that step's gradients: it steps on.
  *  - Ranks that disagree on scaling are refused at the first step; the scale can only be set
  *    before it.
  *   mpiexec -n N test_capi_loss_scale SCRATCH_DIR */
@@ -225,6 +226,59 @@ static void test_minimum(dt_context_t ctx, dt_comm_t world, int size) {
   OK(ctx, dt_byom_destroy(b));
 }
 
+/* A built-in fp16 model whose gradients overflow down to scale 1 fails that step on every
+ * rank and drops its gradients (reduced already under ZeRO 1): once its inputs are good
+ * again it steps as a fresh model with the same parameters does. */
+static const float mlp_x[16] = {0.1f, -0.2f, 0.3f, 0.0f, -0.1f, 0.2f, 0.1f, 0.1f,
+                                -0.3f, 0.2f, 0.0f, 0.1f, 0.2f, -0.1f, 0.1f, -0.2f};
+static const int32_t mlp_y[4] = {0, 1, 2, 0};
+
+static float model_step_norm(dt_context_t ctx, dt_model_t m, const float* bias) {
+  float loss = 0, norm = 0;
+  OK(ctx, dt_model_set_tensor(m, "layers.0.bias", bias, 8));
+  OK(ctx, dt_mlp_forward_backward(m, mlp_x, mlp_y, 4, &loss));
+  OK(ctx, dt_model_step(m, 0.0f, &norm));
+  return norm;
+}
+
+static void test_model_minimum(dt_context_t ctx, dt_comm_t world) {
+  static const int sizes[3] = {4, 8, 3};
+  dt_mlp_config_t mc = DT_MLP_CONFIG_INIT;
+  dt_optimizer_config_t oc = DT_OPTIMIZER_CONFIG_INIT;
+  dt_model_t stuck = NULL, fresh = NULL;
+  float good[8], huge[8], loss = 0, norm = 0, scale = 0;
+  long skipped = 0;
+  int step;
+  mc.num_sizes = 3;
+  mc.sizes = sizes;
+  mc.max_batch = 4;
+  mc.device = "cpu";
+  mc.precision = "fp16";
+  oc.zero_stage = 1;
+  OK(ctx, dt_model_create_mlp(world, &mc, &oc, &stuck));
+  OK(ctx, dt_model_create_mlp(world, &mc, &oc, &fresh));
+  OK(ctx, dt_model_get_tensor(stuck, "layers.0.bias", good, 8));
+  for (int i = 0; i < 8; ++i) huge[i] = 1e10f;
+  OK(ctx, dt_model_set_tensor(stuck, "layers.0.bias", huge, 8));
+  for (step = 0; step < 40; ++step) {
+    OK(ctx, dt_mlp_forward_backward(stuck, mlp_x, mlp_y, 4, &loss));
+    if (dt_model_step(stuck, 1e-3f, &norm) != DT_SUCCESS) break;
+    CHECK(isnan(norm));
+  }
+  CHECK(step < 40 && strstr(dt_get_last_error(ctx), "minimum loss scale") != NULL);
+  OK(ctx, dt_model_loss_scale(stuck, &scale, &skipped));
+  CHECK(scale == 1.0f && skipped == step);
+  {
+    const float after = model_step_norm(ctx, stuck, good);
+    const float expected = model_step_norm(ctx, fresh, good);
+    CHECK(isfinite(after) && fabsf(after - expected) <= 1e-6f * expected);
+    printf("rank %d: fp16 model after failing at scale 1 (%d skipped steps): norm %.9g, "
+           "a fresh model's %.9g\n", my_rank, step, (double)after, (double)expected);
+  }
+  OK(ctx, dt_model_destroy(stuck));
+  OK(ctx, dt_model_destroy(fresh));
+}
+
 /* Ranks that disagree on scaling fail together at the first step (they would unscale
  * differently); they agree and step after destroying it. */
 static void test_disagreement(dt_context_t ctx, dt_comm_t world) {
@@ -246,6 +300,7 @@ int main(int argc, char** argv) {
   test_underflow(ctx, world);
   test_dynamics(ctx, world, size);
   test_minimum(ctx, world, size);
+  test_model_minimum(ctx, world);
   if (size > 1) test_disagreement(ctx, world);
   status = finish("capi_loss_scale", ctx, world);
   OK(ctx, dt_finalize(ctx));
