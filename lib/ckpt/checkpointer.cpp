@@ -330,23 +330,6 @@ struct Checkpointer::Impl {
   // once (a split tensor's slices, each read whole), their sums must add up to its checksum:
   // the copies of a split tensor that data-parallel replicas read, which the write shares
   // check on one replica only. Every rank fails alike on the first dataset that does not.
-  void check_tensor_parallel_reads(const std::string& where, const std::vector<std::string>& names,
-                                   const std::vector<std::uint64_t>& numels, const std::vector<std::uint64_t>& stored,
-                                   std::vector<std::uint64_t>& counts, std::vector<std::uint64_t>& sums) {
-    if (grid.tp_size() == 1) return;
-    grid.tp().all_reduce(counts.data(), counts.data(), counts.size(), DType::i64, ReduceOp::sum);
-    grid.tp().all_reduce(sums.data(), sums.data(), sums.size(), DType::i64, ReduceOp::sum);
-    int first_bad = INT_MAX;
-    for (std::size_t i = 0; i < counts.size() && first_bad == INT_MAX; ++i) {
-      if (counts[i] == numels[i] && sums[i] != stored[i]) first_bad = static_cast<int>(i);
-    }
-    grid.world().all_reduce(&first_bad, &first_bad, 1, DType::i32, ReduceOp::min);
-    DTRAIN_CHECK(first_bad == INT_MAX, Errc::corrupt_data,
-                 where << ": dataset " << names[static_cast<std::size_t>(first_bad)]
-                       << " fails its checksum as a tensor-parallel group read it: the file is corrupt, or a rank "
-                          "reads another copy of it");
-  }
-
   void write_file(const std::string& path, const CheckpointInfo& info);
   void check_free_space(const std::string& dir, LocalFailure& f) const;
   // World rank 0: creates dir and claims it (dir_lock.hpp); failures go to f.
@@ -502,15 +485,15 @@ CheckpointInfo Checkpointer::Impl::read_file(const std::string& path) {
   h5::check_status(H5Pset_dxpl_mpio(dxpl, H5FD_MPIO_COLLECTIVE), "H5Pset_dxpl_mpio");
   std::vector<std::uint64_t> sums, stored;
   std::vector<std::string> names;
-  // Per dataset, this rank's read of its tensor-parallel slice: the values and their sum.
-  std::vector<std::uint64_t> numels, slice_counts, slice_sums;
+  // Per dataset, the elements this rank read and their sum: over the world, the ranks read
+  // whole copies (replicas over dp, a tied copy on the last stage), each in pieces or not.
+  std::vector<std::uint64_t> numels, read_counts, read_sums;
   for (std::size_t t = 0; t < plans.size(); ++t) {
     const TensorPlan& plan = plans[t];
     const TensorEntry& e = *plan.entry;
     const std::vector<std::uint64_t> want(e.shape.begin(), e.shape.end());
     std::size_t numel = 1;
     for (auto n : e.shape) numel *= static_cast<std::size_t>(n);
-    const bool tp_slice = plan.param && plan.param->tp_sharded;
     for (int kind : {kParam, kExpAvg, kExpAvgSq}) {
       const std::string name = dataset_path(e, kind);
       // Agreed per dataset, as the writes: a read that fails on one rank stops every rank
@@ -552,18 +535,29 @@ CheckpointInfo Checkpointer::Impl::read_file(const std::string& path) {
         sums.push_back(share);
         names.push_back(name);
         numels.push_back(numel);
-        slice_counts.push_back(tp_slice ? read_count : 0);
-        slice_sums.push_back(tp_slice && read_count > 0 ? checksum_of(plan.param, memory(kind), read) : 0);
+        read_counts.push_back(read_count);
+        read_sums.push_back(read_count > 0 ? checksum_of(plan.param, memory(kind), read) : 0);
       });
       watch.progress();
     }
   }
-  check_tensor_parallel_reads(where, names, numels, stored, slice_counts, slice_sums);
+  // One all-reduce: the write shares, which add up to one check of every element, and every
+  // rank's reads, which add up to k whole copies: k times the checksum (mod 2^64) when each
+  // rank read the file's bytes (a rank with its own damaged copy of the file fails it).
+  const std::size_t n = sums.size();
+  sums.insert(sums.end(), read_counts.begin(), read_counts.end());
+  sums.insert(sums.end(), read_sums.begin(), read_sums.end());
   grid.world().all_reduce(sums.data(), sums.data(), sums.size(), DType::i64, ReduceOp::sum);
-  for (std::size_t i = 0; i < sums.size(); ++i) {
+  for (std::size_t i = 0; i < n; ++i) {
     DTRAIN_CHECK(sums[i] == stored[i], Errc::corrupt_data,
                  where << ": dataset " << names[i] << " fails its checksum (stored " << stored[i]
                        << ", computed " << sums[i] << "): the file is corrupt");
+  }
+  for (std::size_t i = 0; i < n; ++i) {
+    const std::uint64_t copies = sums[n + i] / numels[i];
+    DTRAIN_CHECK(sums[n + i] % numels[i] != 0 || sums[2 * n + i] == copies * stored[i], Errc::corrupt_data,
+                 where << ": dataset " << names[i] << " fails its checksum over the " << copies
+                       << " copies the ranks read: the file is corrupt, or a rank reads another copy of it");
   }
   copy_back_to_device();
   // The loaded masters, rounded, become the parameters this rank updates (the arena's
