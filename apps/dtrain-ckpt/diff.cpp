@@ -1,7 +1,8 @@
 // diff: per tensor, the largest absolute difference between two checkpoints (files equal bit
 // for bit, and only those, are identical); tensors whose
-// shapes differ or that exist in one file only are listed as such; then the attributes of the
-// file, /model and /optimizer that differ (the step, the loss scale, the run's settings).
+// shapes differ or that exist in one file only are listed as such, and the attributes of each
+// dataset that differ (its checksum); then the attributes of the file, /model and /optimizer
+// that differ (the step, the loss scale, the run's settings).
 #include <cmath>
 #include <cstdio>
 #include <cstring>
@@ -87,6 +88,7 @@ int diff(const std::string& a, const std::string& b) {
     }
     differ = differ || max_abs > 0 || other_bits > 0;
     overall = std::fmax(overall, max_abs);
+    differ = attributes_differ(fa, fb, da.path) || differ;  // its checksum: a copy may be damaged there
   }
   for (const ck::DatasetInfo& db : fb.datasets()) {
     if (!fa.find(db.path)) {

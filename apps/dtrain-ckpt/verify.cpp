@@ -3,6 +3,7 @@
 #include <cstdio>
 #include <cstring>
 #include <string>
+#include <vector>
 
 #include "commands.hpp"
 #include "dtrain/ckpt/checkpoint.hpp"
@@ -45,6 +46,31 @@ namespace {
 bool is_count(const std::string& text) {
   return !text.empty() && text.size() <= 19 &&
          std::all_of(text.begin(), text.end(), [](char c) { return c >= '0' && c <= '9'; });
+}
+
+// A GPT's file (its /model attributes are positive; other models' are 0) must hold every
+// tensor of the model they describe: the first one missing, "" when none is. (A resume
+// reads the tensors its own model has; an export writes what the file holds.)
+std::string missing_gpt_tensor(const dtrain::ckpt::CheckpointFile& f) {
+  const dtrain::ckpt::AttributeList model = f.attributes("/model");
+  const std::string layers = attribute(model, "layers");
+  for (const char* key : {"layers", "heads", "d_model", "seq_len", "vocab"}) {
+    const std::string v = attribute(model, key);
+    if (!is_count(v) || std::stoll(v) == 0) return "";
+  }
+  std::vector<std::string> names = {"wte", "wpe", "ln_f.weight", "ln_f.bias"};
+  if (attribute(model, "tie_embeddings") == "0") names.emplace_back("lm_head.weight");
+  const long long blocks = std::stoll(layers);
+  for (long long i = 0; i < blocks; ++i) {
+    for (const char* part : {"ln_1.weight", "ln_1.bias", "attn.c_attn.weight", "attn.c_attn.bias",
+                             "attn.c_proj.weight", "attn.c_proj.bias", "ln_2.weight", "ln_2.bias",
+                             "mlp.c_fc.weight", "mlp.c_fc.bias", "mlp.c_proj.weight", "mlp.c_proj.bias"})
+      names.push_back("h." + std::to_string(i) + "." + part);
+  }
+  for (const std::string& name : names)
+    if (!f.find("/model/" + name))
+      return "no dataset /model/" + name + " (/model describes a GPT of " + layers + " layers, which has one)";
+  return "";
 }
 
 // What a resume reads besides the tensors' data: the step counters and, for each /model
@@ -103,6 +129,8 @@ int verify(const std::string& file) {
     }
     return bad(file, why);
   }
+  problem = missing_gpt_tensor(f);  // after the header: its attributes are integers
+  if (!problem.empty()) return bad(file, problem);
   for (const ck::DatasetInfo& d : f.datasets()) {
     if (!d.has_checksum) return bad(file, "dataset " + d.path + " has no checksum attribute");
     if (d.dtype != "float32") return bad(file, "dataset " + d.path + " is " + d.dtype + ", not float32");

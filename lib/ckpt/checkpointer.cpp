@@ -70,6 +70,10 @@ h5::Handle open_dataset(hid_t file, const std::string& path, const std::string& 
   if (id < 0) h5::fail_damaged(where + ": cannot open dataset " + path);
   h5::Handle d(id, H5Dclose);
   h5::check_stored_in_file(d, where + ": dataset " + path);
+  // As dtrain-ckpt verify: HDF5 would convert another type silently (a float64 copy loads).
+  h5::Handle type = h5::type_handle(H5Dget_type(d), where + ": dataset " + path);
+  DTRAIN_CHECK(h5::type_name(type) == "float32", Errc::corrupt_data,
+               where << ": dataset " << path << " is " << h5::type_name(type) << ", not float32");
   return d;
 }
 

@@ -13,16 +13,6 @@
 namespace dtrain::ckpt {
 namespace {
 
-std::string dtype_name(hid_t type) {
-  const H5T_class_t cls = H5Tget_class(type);
-  const std::size_t bits = 8 * H5Tget_size(type);
-  if (cls == H5T_FLOAT) return "float" + std::to_string(bits);
-  if (cls == H5T_INTEGER)
-    return (H5Tget_sign(type) == H5T_SGN_NONE ? "uint" : "int") + std::to_string(bits);
-  if (cls == H5T_STRING) return "string";
-  return "other";
-}
-
 struct Listing {
   std::vector<std::string> datasets;
   std::vector<std::string> links;  // soft and external: not part of a checkpoint
@@ -52,7 +42,7 @@ DatasetInfo describe(hid_t file, const std::string& path) {
   info.shape.resize(static_cast<std::size_t>(std::max(0, H5Sget_simple_extent_ndims(space))));
   H5Sget_simple_extent_dims(space, reinterpret_cast<hsize_t*>(info.shape.data()), nullptr);
   h5::Handle type = h5::type_handle(H5Dget_type(d), path);
-  info.dtype = dtype_name(type);
+  info.dtype = h5::type_name(type);
   info.has_checksum = h5::has_attr(d, "checksum", path);
   if (info.has_checksum) info.checksum = h5::read_attr_u64(d, "checksum", path);
   const haddr_t offset = H5Dget_offset(d);

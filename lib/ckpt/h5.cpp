@@ -1,5 +1,7 @@
 #include "ckpt/h5.hpp"
 
+#include <cstddef>
+#include <type_traits>
 #include <vector>
 
 #include "dtrain/core/error.hpp"
@@ -56,6 +58,17 @@ T read_scalar(hid_t obj, const char* name, hid_t mem_type, H5T_class_t kind, con
   Handle type = type_handle(H5Aget_type(attr), "H5Aget_type");
   DTRAIN_CHECK(H5Tget_class(type) == kind, Errc::corrupt_data,
                where << ": attribute '" << name << "' is not " << (kind == H5T_INTEGER ? "an integer" : "a number"));
+  if (kind == H5T_INTEGER) {
+    // HDF5 clamps an integer out of T's range without an error (-7 read as unsigned is 0):
+    // only stored types whose every value T holds are read.
+    const bool stored_signed = H5Tget_sign(type) == H5T_SGN_2;
+    const std::size_t bytes = H5Tget_size(type);
+    const bool fits = std::is_signed<T>::value ? bytes < sizeof(T) || (stored_signed && bytes == sizeof(T))
+                                               : !stored_signed && bytes <= sizeof(T);
+    DTRAIN_CHECK(fits, Errc::corrupt_data,
+                 where << ": attribute '" << name << "' is " << type_name(type) << ", whose values "
+                       << (std::is_signed<T>::value ? "int" : "uint") << 8 * sizeof(T) << " cannot all hold");
+  }
   T v{};
   check_status(H5Aread(attr, mem_type, &v), where + ": cannot read attribute " + name);
   return v;
@@ -131,6 +144,15 @@ void check_stored_in_file(hid_t dataset, const std::string& what) {
   const int external = H5Pget_external_count(dcpl);
   DTRAIN_CHECK(external == 0, Errc::corrupt_data,
                what << " keeps its values in " << external << " external file(s); a checkpoint holds its data itself");
+}
+
+std::string type_name(hid_t type) {
+  const H5T_class_t cls = H5Tget_class(type);
+  const std::size_t bits = 8 * H5Tget_size(type);
+  if (cls == H5T_FLOAT) return "float" + std::to_string(bits);
+  if (cls == H5T_INTEGER) return (H5Tget_sign(type) == H5T_SGN_NONE ? "uint" : "int") + std::to_string(bits);
+  if (cls == H5T_STRING) return "string";
+  return "other";
 }
 
 std::string read_attr_string(hid_t obj, const char* name, const std::string& where) {

@@ -72,6 +72,8 @@ void write_attr(hid_t obj, const char* name, double value);
 // in external raw files, nor a virtual dataset's view of other files (a checkpoint holds its
 // data itself, as it holds its datasets: no soft or external links either).
 void check_stored_in_file(hid_t dataset, const std::string& what);
+// A dataset's or attribute's type as h5py names it: "float32", "int64", "uint8", "string".
+std::string type_name(hid_t type);
 // Whether obj has the attribute; Errc::corrupt_data (after `where`) when HDF5 cannot tell.
 bool has_attr(hid_t obj, const char* name, const std::string& where);
 // Read with conversion to the requested type; a missing attribute throws Errc::corrupt_data.

@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """`dtrain-ckpt verify` and `export` on copies of a checkpoint that h5py edited so that a
 resume could not use it although every dataset still matches its checksum: a missing moment,
-tensor or step counter, an attribute of another HDF5 type or out of range, a dataset replaced
+tensor (with its moments too) or step counter, an attribute of another HDF5 type or out of range, a dataset replaced
 by a link, no checksum metadata. Each must fail
 with the status given and a message naming the problem; the unedited copy verifies.
 
@@ -49,6 +49,8 @@ cases = [  # (edit, command, status, text)
     (drop("/model/wpe"), "verify", 1, "/optimizer/wpe/exp_avg belongs to no /model/wpe"),
     (lambda f: [f.__delitem__("/model/wpe"), f.__delitem__("/optimizer/wpe/exp_avg")], "verify", 1,
      "/optimizer/wpe/exp_avg_sq belongs to no /model/wpe"),
+    (lambda f: [f.__delitem__(p) for p in ("/model/wpe", "/optimizer/wpe/exp_avg", "/optimizer/wpe/exp_avg_sq")],
+     "verify", 1, "no dataset /model/wpe (/model describes a GPT of 1 layers, which has one)"),
     (drop_attr("/", "step"), "verify", 1, "attribute 'step' is missing"),
     (drop_attr("/optimizer", "step"), "verify", 1, "attribute /optimizer 'step' is missing"),
     (soft_link, "verify", 2, "/model/wpe is a soft or external link"),

@@ -1,0 +1,63 @@
+#!/usr/bin/env python3
+"""check_resume_refuses.py TOOL GPT CONFIG FILE DIR: copies of the checkpoint FILE that h5py
+edited into values HDF5 would convert without a word (an unsigned step past int64, a negative
+sample count, /model/wpe stored as float64 with its checksum intact). A resume must refuse
+each (exit 1) naming the problem, where it used to clamp the counts or convert the values,
+and `TOOL verify` must refuse it too (exit 1). Exits 77 (skipped) without h5py."""
+import os
+import shutil
+import subprocess
+import sys
+
+try:
+    import h5py
+    import numpy
+except ImportError:
+    print("h5py is not available: skipped")
+    sys.exit(77)
+
+tool, gpt, config, src, work = sys.argv[1:6]
+shutil.rmtree(work, ignore_errors=True)
+os.makedirs(work)
+
+
+def set_attr(obj, name, value):
+    def edit(f):
+        del f[obj].attrs[name]
+        f[obj].attrs[name] = value
+    return edit
+
+
+def wpe_as_float64(f):
+    values, checksum = f["model/wpe"][()], f["model/wpe"].attrs["checksum"]
+    del f["model/wpe"]
+    f.create_dataset("model/wpe", data=values.astype("<f8"))
+    f["model/wpe"].attrs["checksum"] = checksum
+
+
+cases = [  # (name, edit, what the resume says)
+    ("step_uint64", set_attr("/optimizer", "step", numpy.uint64(2**64 - 1)),
+     "/optimizer: attribute 'step' is uint64, whose values int64 cannot all hold"),
+    ("negative_samples", set_attr("/", "consumed_samples", numpy.int64(-7)),
+     "attribute 'consumed_samples' is int64, whose values uint64 cannot all hold"),
+    ("wpe_float64", wpe_as_float64, "dataset /model/wpe is float64, not float32"),
+]
+failures = []
+for name, edit, says in cases:
+    path = os.path.join(work, name + ".h5")
+    shutil.copy(src, path)
+    with h5py.File(path, "r+") as f:
+        edit(f)
+    for what, cmd, text in (("verify", [tool, "verify", path], "FAILED"),
+                            ("resume", [gpt, "--config", config, "--steps", "6", "--resume", path], says)):
+        r = subprocess.run(cmd, capture_output=True, text=True, timeout=60)
+        out = r.stdout + r.stderr
+        if r.returncode != 1 or text not in out:
+            failures.append(f"{what} of {name}: exit {r.returncode}, expected 1 with '{text}':\n{out[-800:]}")
+        else:
+            print(f"{what} refused {name}")
+
+if failures:
+    print("FAIL:\n" + "\n".join(failures))
+    sys.exit(1)
+print("ok: counts and values HDF5 would convert are refused")
