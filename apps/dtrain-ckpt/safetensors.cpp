@@ -100,8 +100,12 @@ class NewFileNextTo {
   void commit() {
     std::FILE* f = file_;
     file_ = nullptr;
-    // Buffered data reaches the file only here: a full disk shows up now.
-    DTRAIN_CHECK(std::fclose(f) == 0, Errc::io, "cannot write '" << out_ << "': " << std::strerror(errno));
+    // Buffered data reaches the file only here: a full disk shows up now. On the disk before
+    // the rename, so that a crash leaves the old file or the whole new one.
+    const bool synced = std::fflush(f) == 0 && ::fsync(fileno(f)) == 0;
+    const int err = errno;
+    DTRAIN_CHECK(std::fclose(f) == 0 && synced, Errc::io,
+                 "cannot write '" << out_ << "': " << std::strerror(synced ? errno : err));
     DTRAIN_CHECK(std::rename(tmp_.c_str(), out_.c_str()) == 0, Errc::io,
                  "cannot rename '" << tmp_ << "' to '" << out_ << "': " << std::strerror(errno));
     committed_ = true;

@@ -633,6 +633,13 @@ void Checkpointer::Impl::make_and_lock(const std::string& dir, LocalFailure& f) 
     f.record(Errc::io, "cannot create checkpoint directory '" + dir + "': " + ec.message());
     return;
   }
+  try {
+    sync_made_dirs(missing.path.empty() ? dir : missing.path, missing.levels);
+  } catch (const std::exception& e) {
+    remove_made(missing);
+    f.record(e);
+    return;
+  }
   if (dir_lock && dir == locked_dir) return;
   try {
     // The new claim first: a refused one keeps the old, and the same directory spelt

@@ -85,6 +85,15 @@ void publish(const std::string& tmp, const std::string& final_path) {
   fsync_path(parent_of(final_path), true);
 }
 
+void sync_made_dirs(const std::string& path, int levels) {
+  std::string dir = path;
+  for (int i = 0; i < levels; ++i) {
+    const std::string parent = parent_of(dir);
+    fsync_path(parent, true);
+    dir = parent;
+  }
+}
+
 void write_latest(const std::string& dir, const std::string& name) {
   const std::string latest = (fs::path(dir) / "latest").string();
   try {

@@ -12,6 +12,9 @@ long step_of_name(const std::string& name);
 std::vector<std::string> list_checkpoints(const std::string& dir);
 // fsync tmp, rename it to final_path, fsync the directory: all or nothing.
 void publish(const std::string& tmp, const std::string& final_path);
+// fsyncs the parent of path and of each directory above it, `levels` of them: directories
+// just made, whose entries a crash could otherwise lose with everything saved into them.
+void sync_made_dirs(const std::string& path, int levels);
 // Points dir/latest at name (written to a temporary file, then renamed over it).
 void write_latest(const std::string& dir, const std::string& name);
 // The name in dir/latest, "" when there is none.

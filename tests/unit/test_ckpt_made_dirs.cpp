@@ -7,7 +7,9 @@
 #include <fstream>
 #include <string>
 
+#include "ckpt/commit.hpp"
 #include "ckpt/made_dirs.hpp"
+#include "dtrain/core/error.hpp"
 
 namespace fs = std::filesystem;
 using dtrain::ckpt::missing_dirs;
@@ -66,3 +68,19 @@ TEST_F(MadeDirs, RelativeLinkedAndDotDotPathsAreFixedWhenMeasured) {
 }
 
 }  // namespace
+
+// The entries of directories just made are synced up to the first that existed: each level's
+// parent is opened (one that cannot be is an error, not a silent skip).
+TEST_F(MadeDirs, MadeLevelsAreSyncedInTheirParents) {
+  const auto made = missing_dirs((base_ / "existing/a/b").string());
+  fs::create_directories(made.path);
+  EXPECT_NO_THROW(dtrain::ckpt::sync_made_dirs(made.path, made.levels));
+  EXPECT_NO_THROW(dtrain::ckpt::sync_made_dirs(made.path, 0));
+  try {
+    dtrain::ckpt::sync_made_dirs((base_ / "gone/a/b").string(), 1);
+    FAIL() << "a parent that is not there was synced";
+  } catch (const dtrain::Error& e) {
+    EXPECT_EQ(e.code(), dtrain::Errc::io);
+    EXPECT_NE(std::string(e.what()).find("gone/a"), std::string::npos) << e.what();
+  }
+}
