@@ -3,6 +3,7 @@
 #include <glob.h>
 
 #include <algorithm>
+#include <climits>
 #include <map>
 #include <memory>
 #include <vector>
@@ -107,12 +108,20 @@ class TokenFiles final : public TokenSource {
       const std::size_t w = windows_of(s, len);
       if (k < w) {
         s.file->copy(s.begin + k, length, out);
+        for (int t = 0; t < length; ++t) {
+          DTRAIN_CHECK(out[t] < vocab_limit_, Errc::corrupt_data,
+                       "data file '" << s.file->path() << "' holds token " << out[t] << " at token "
+                                     << s.begin + k + static_cast<std::size_t>(t) << ", outside --vocab "
+                                     << vocab_limit_ << " (it held none at start-up: was it changed since, "
+                                     << "or is this node's copy another?)");
+        }
         return;
       }
       k -= w;
     }
   }
 
+  void limit_vocab(int vocab) override { vocab_limit_ = vocab; }
   int vocab_needed() const override { return vocab_needed(0, 1); }
   int vocab_needed(int part, int parts) const override {
     int v = 0;
@@ -207,6 +216,7 @@ class TokenFiles final : public TokenSource {
 
   std::uint64_t seed_;
   std::uint64_t fingerprint_ = 0;
+  int vocab_limit_ = INT_MAX;  // limit_vocab()
   Files train_files_, val_files_;
   std::vector<Segment> train_, val_;  // val_ empty: validation samples the training tokens
 };

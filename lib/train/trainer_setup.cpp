@@ -103,11 +103,13 @@ std::unique_ptr<TokenSource> open_source_on_every_rank(const TrainConfig& cfg, C
                "the ranks see different data (every node must see the same files with the same "
                "contents); rank " << world.rank() << " sees " << seen << ", content fingerprint "
                                   << std::hex << content);
-  int needed = src->vocab_needed(world.rank(), world.size());
+  int needed = 0;
+  agreed(world, "reading the data", [&] { needed = src->vocab_needed(world.rank(), world.size()); });
   world.all_reduce(&needed, &needed, 1, DType::i32, ReduceOp::max);
   DTRAIN_CHECK(needed <= cfg.vocab, Errc::invalid_config,
                "--vocab " << cfg.vocab << " is too small for " << seen << ", which needs at least "
                           << needed);
+  src->limit_vocab(cfg.vocab);
   return src;
 }
 

@@ -248,6 +248,32 @@ TEST(TokenFile, AFileThatShrankDuringTheRunFailsTheReadNamingIt) {
   }
 }
 
+// A token past the vocabulary the ranks agreed on (a file changed since start-up, or another
+// node's copy that the start-up scan did not read) fails the sample naming the file, not the
+// model's embedding lookup with no file named.
+TEST(TokenFile, ATokenPastTheAgreedVocabularyFailsNamingTheFile) {
+  const std::string path = temp_path("past_vocab.bin");
+  write_counting_shard(path, 0, 3000);
+  auto s = open_token_file(path, 32, 0.0, 1);
+  std::vector<std::int32_t> seq(33);
+  s->limit_vocab(3000);
+  s->sample(Split::train, 0, 33, seq.data());  // every token is below 3000
+  s->limit_vocab(1000);
+  int refused = 0;
+  for (std::uint64_t i = 0; i < 20; ++i) {
+    try {
+      s->sample(Split::train, i, 33, seq.data());
+      for (std::int32_t t : seq) EXPECT_LT(t, 1000);
+    } catch (const Error& e) {
+      ++refused;
+      EXPECT_EQ(e.code(), Errc::corrupt_data);
+      EXPECT_NE(std::string(e.what()).find("data file '" + path + "' holds token "), std::string::npos) << e.what();
+      EXPECT_NE(std::string(e.what()).find(", outside --vocab 1000"), std::string::npos) << e.what();
+    }
+  }
+  EXPECT_GT(refused, 0);
+}
+
 // Opening a FIFO would wait for a writer: it is refused at once.
 TEST(TokenFile, AFifoIsRefusedWithoutWaitingForAWriter) {
   const std::string path = temp_path("fifo.txt");

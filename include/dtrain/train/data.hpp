@@ -27,6 +27,10 @@ class DTRAIN_API TokenSource {
   // files once on every rank costs start-up time. The default: all in share 0. (A source
   // that overrides only vocab_needed() hides this one: `using TokenSource::vocab_needed;`.)
   virtual int vocab_needed(int part, int /*parts*/) const { return part == 0 ? vocab_needed() : 0; }
+  // The vocabulary the ranks agreed on (every token file was read once then, each by one
+  // rank): a source of files checks each sample against it, so that a token another copy of
+  // a file holds (a node's own, changed or damaged) fails naming the file (Errc::corrupt_data).
+  virtual void limit_vocab(int /*vocab*/) {}
   virtual std::string describe() const = 0;
   // A hash of samples of the content, which ranks compare at start-up besides describe()
   // (0: nothing to compare beyond the description, as for the built-in corpus, a function of
