@@ -6,6 +6,7 @@
 #include <climits>
 #include <map>
 #include <memory>
+#include <set>
 #include <vector>
 
 #include "dtrain/core/error.hpp"
@@ -65,7 +66,6 @@ class TokenFiles final : public TokenSource {
     train_files_ = open_all(train_paths);
     val_files_ = open_all(val_paths);
     check_one_kind();
-    check_no_sample_is_validated_and_trained();
     fingerprint_ = fingerprint_of_sets();
     if (val_files_.empty()) {
       split_by_fraction(val_fraction);
@@ -73,6 +73,7 @@ class TokenFiles final : public TokenSource {
       for (const auto& f : train_files_) train_.push_back({f.get(), 0, f->size()});
       for (const auto& f : val_files_) val_.push_back({f.get(), 0, f->size()});
     }
+    check_no_sample_is_validated_and_trained();
     const std::size_t need = static_cast<std::size_t>(seq_len) + 1;
     if (windows_of(train_, need) == 0) {
       if (train_files_.size() == 1) {
@@ -172,13 +173,17 @@ class TokenFiles final : public TokenSource {
   // directory that holds both), or twice among the training files whose end is held out,
   // would be validated on tokens it trains on. (Twice among the training files with
   // validation files of their own weighs it double, which may be meant.)
+  // After the split: a file given twice in --data is refused only where a part of it is
+  // held out (its first copy trains on what the second validates).
   void check_no_sample_is_validated_and_trained() const {
+    std::set<std::pair<std::uint64_t, std::uint64_t>> validated;
+    for (const Segment& s : val_) validated.insert(s.file->identity());
     std::map<std::pair<std::uint64_t, std::uint64_t>, const TokenArray*> training;
     for (const auto& f : train_files_) {
       const auto [at, fresh] = training.emplace(f->identity(), f.get());
-      DTRAIN_CHECK(fresh || !val_files_.empty(), Errc::invalid_config,
+      DTRAIN_CHECK(fresh || validated.count(f->identity()) == 0, Errc::invalid_config,
                    "data file '" << f->path() << "' is given twice as training data (also as '" << at->second->path()
-                                 << "'), and the end of the training data is held out for validation: the "
+                                 << "'), and its end is held out for validation: the "
                                     "model would be validated on tokens it trains on");
     }
     for (const auto& f : val_files_) {

@@ -429,3 +429,26 @@ TEST(TokenFiles, BadSetsAreAClearError) {
   expect_error({temp_path("ok.bin")}, {temp_path("tiny1.bin")}, "the validation split (10 tokens)");
   expect_error({}, {}, "no training data file");
 }
+
+// A file given twice in --data trains twice; refused only where part of it is held out for
+// validation (its other copy would train on those tokens).
+TEST(TokenFiles, AFileGivenTwiceIsRefusedOnlyWhereItsEndIsHeldOut) {
+  const std::string a = temp_path("twice_a.bin"), big = temp_path("twice_big.bin");
+  write_counting_shard(a, 0, 100);
+  write_counting_shard(big, 1000, 2000);
+  try {
+    open_token_files({a, a}, {}, 32, 0.1, 1);
+    ADD_FAILURE() << "a file given twice whose end is held out was accepted";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("is given twice as training data"), std::string::npos) << e.what();
+    EXPECT_NE(std::string(e.what()).find("and its end is held out for validation"), std::string::npos) << e.what();
+  }
+  EXPECT_NO_THROW(open_token_files({a, a}, {}, 32, 0.0, 1));  // nothing held out
+  // 10% of 2200 tokens, all of them in the last file.
+  auto s = open_token_files({a, a, big}, {}, 32, 0.1, 1);
+  std::vector<std::int32_t> seq(33);
+  for (std::uint64_t i = 0; i < 50; ++i) {
+    s->sample(Split::val, i, 33, seq.data());
+    EXPECT_GE(seq[0], 1000);
+  }
+}
