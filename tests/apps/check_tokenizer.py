@@ -6,7 +6,7 @@ Face writes GPT-2's (vocab.json in GPT-2's byte characters, merges.txt) and as l
 its tokenizer file. The reference encoder is GPT-2's: the text split by its pattern with the
 `regex` module, as OpenAI's encoder.py does, then byte pair merges by rank. For prompts with
 contractions, runs of spaces, tabs and newlines, digits, accented, Cyrillic and CJK letters,
-superscript digits, emoji and the separators that are not white space (U+001C), the ids
+superscript digits, letters new in Unicode 15.0, emoji and the separators that are not white space (U+001C), the ids
 dtrain-gpt encodes must be the reference's, and the text it prints for the tokens it
 generates must be the reference's decoding of the same tokens (generated again without the
 tokenizer, as ids, greedily). Exits 77 (skipped) where the `regex` module is missing."""
@@ -31,7 +31,8 @@ os.makedirs(work)
 
 prompts = ["Hello world, it's the world", "they'll  see\n\n  123 apples?!", "Über café naïve",
            "東京都 and Москва", "x² ½ 4567", "smile 🙂 ok", " 'quoted' text  ", "a\n\n\nb  \t c   ",
-           "a \x1cb x\u00a0y\u0085z It'S"]
+           "a \x1cb x\u00a0y\u0085z It'S",
+           "x\U00031350 a\U0001E030b"]  # letters of Unicode 15.0 (CJK Ext. H, a modifier letter)
 # Merges trained on a sample and the prompts (so that merges of a space with what follows
 # it decide how words are cut): the most frequent adjacent pair inside words, 100 times.
 sample = ("Hello world, it's the hello of the world. Über café naïve 東京 東京都 Москва москва "
