@@ -401,6 +401,14 @@ TrainSummary Trainer::run() {
       clear_stop_request();
     }
   } unwatch{s};
+  // A signal after the run's last look at it (during a final evaluation or save, or before a
+  // run with nothing to train) still stops what the program does after the run (generation):
+  // agreed before Unwatch drops it, so that the program exits as preempted.
+  const auto stop_at_the_end = [&] {
+    if (!s.stopped && s.agree_stop())
+      DTRAIN_LOG(info, s.stop_cause() << " at the end of the run (at step " << s.step << "): stopping");
+    sum.stopped_by_signal = s.stopped;
+  };
   if (s.cfg.eval_only) {
     sum.final_val_loss = evaluate();
     if (!s.stopped) s.check_finite_val_loss(sum.final_val_loss);
@@ -428,9 +436,9 @@ TrainSummary Trainer::run() {
       }
     }
     if (s.last_val_step == s.step) sum.final_val_loss = s.last_val_loss;
-    sum.stopped_by_signal = s.stopped;
     // Steps trained by train_step() are saved as a run's would be.
     if (!s.cfg.save_dir.empty() && s.last_saved_step != s.step) sum.last_checkpoint = save_checkpoint();
+    stop_at_the_end();
     sum.steps = s.step;
     return sum;
   }
@@ -497,8 +505,8 @@ TrainSummary Trainer::run() {
     }
     if (s.cfg.save_every > 0 && s.step % s.cfg.save_every == 0) sum.last_checkpoint = save_checkpoint();
   }
-  sum.stopped_by_signal = s.stopped;
   if (!s.cfg.save_dir.empty() && s.last_saved_step != s.step) sum.last_checkpoint = save_checkpoint();
+  stop_at_the_end();
   if (s.stopped && s.cfg.save_dir.empty()) {
     DTRAIN_LOG(warn, "stopped by a signal without --save-dir: nothing was saved");
   }

@@ -402,6 +402,14 @@ TEST(Checkpoint, AStopRequestedBeforeRunStopsBeforeTheFirstStepAndIsConsumed) {
   const train::TrainSummary done = t.run();
   EXPECT_FALSE(done.stopped_by_signal);
   EXPECT_EQ(done.steps, cfg.steps);
+  // A run with nothing left to train still reports a stop (dtrain-gpt then exits as
+  // preempted instead of generating), and consumes it.
+  if (world().rank() == 0) train::request_stop(SIGTERM);
+  const train::TrainSummary nothing = t.run();
+  EXPECT_TRUE(nothing.stopped_by_signal);
+  EXPECT_EQ(nothing.steps, cfg.steps);
+  EXPECT_EQ(train::stop_requested(), 0);
+  EXPECT_FALSE(t.run().stopped_by_signal);
 }
 
 // Asks for a stop on the last rank, as a signal would, once this rank's traffic on the world
