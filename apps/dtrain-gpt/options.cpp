@@ -9,6 +9,7 @@
 #include <filesystem>
 #include <fstream>
 #include <iomanip>
+#include <set>
 #include <sstream>
 #include <vector>
 
@@ -19,6 +20,13 @@ using dtrain::Errc;
 
 namespace dtrain_gpt {
 namespace {
+
+// A float default as --help shows it: "0.003", not Boost's "0.0030000000000000001".
+po::typed_value<double>* real_value(double* target) {
+  std::ostringstream shown;
+  shown << *target;
+  return po::value(target)->default_value(*target, shown.str());
+}
 
 // Boost reads "-1" into an unsigned 64-bit value as 2^64 - 1: digits only, and in range.
 std::uint64_t parse_seed(const std::string& text) {
@@ -110,17 +118,17 @@ po::options_description describe(Parsed& p, std::string& config_file) {
 
   po::options_description optim("Optimiser (AdamW)");
   optim.add_options()
-      ("lr", po::value(&c.lr)->default_value(c.lr), "peak learning rate")
-      ("min-lr", po::value(&c.min_lr)->default_value(c.min_lr), "final learning rate of the cosine decay")
+      ("lr", real_value(&c.lr), "peak learning rate")
+      ("min-lr", real_value(&c.min_lr), "final learning rate of the cosine decay")
       ("warmup-steps", po::value(&c.warmup_steps)->default_value(c.warmup_steps), "linear warm-up steps")
-      ("weight-decay", po::value(&c.weight_decay)->default_value(c.weight_decay), "decoupled weight decay (matrices and embeddings)")
+      ("weight-decay", real_value(&c.weight_decay), "decoupled weight decay (matrices and embeddings)")
       ("clip-grad", po::value(&c.clip_grad)->default_value(c.clip_grad), "global gradient-norm clip (0: off)");
 
   po::options_description data("Data");
   data.add_options()
       ("data", po::value(&c.data), "token files: .bin llm.c shards or plain text; paths and glob patterns separated by commas (absent: built-in synthetic corpus)")
       ("val-data", po::value(&c.val_data), "validation token files, named as --data (absent: hold out --val-fraction of --data)")
-      ("val-fraction", po::value(&c.val_fraction)->default_value(c.val_fraction), "share of --data's tokens (its end) held out for validation when --val-data is absent");
+      ("val-fraction", real_value(&c.val_fraction), "share of --data's tokens (its end) held out for validation when --val-data is absent");
 
   po::options_description run("Run");
   run.add_options()
@@ -171,10 +179,10 @@ po::options_description describe(Parsed& p, std::string& config_file) {
 
 // `--data ''` or `save-dir =` (an unset variable in a job script) would quietly mean the
 // default, training on the built-in corpus, saving nothing, writing no metrics or starting
-// from random weights, and `deterministic =` in a
-// file would turn the switch on: those empty values are refused, naming the option. `file`:
-// the --config file the options came from, empty for the command line. (Other options take
-// '' as their default, as before.)
+// from random weights, and `--eval-only ''` or `deterministic =` would turn the switch on:
+// those empty values are refused, naming the option (a bare `--eval-only` has no value at
+// all). `file`: the --config file the options came from, empty for the command line. (Other
+// options take '' as their default, as before.)
 void refuse_empty_values(const po::parsed_options& parsed, const po::options_description& all,
                          const std::string& file) {
   for (const po::option& o : parsed.options) {
@@ -183,7 +191,7 @@ void refuse_empty_values(const po::parsed_options& parsed, const po::options_des
     const bool is_switch = d && dynamic_cast<const po::typed_value<bool>*>(d->semantic().get());
     const bool a_path = o.string_key == "data" || o.string_key == "val-data" || o.string_key == "save-dir" ||
                         o.string_key == "metrics" || o.string_key == "init-from" || o.string_key == "tokenizer";
-    if (!a_path && !(is_switch && !file.empty())) continue;
+    if (!a_path && !is_switch) continue;
     if (file.empty())
       DTRAIN_FAIL(Errc::invalid_config, "--" << o.string_key << " was given an empty value: give "
                                         "one, or leave the option out for its default");
@@ -231,14 +239,25 @@ Parsed parse_options(int argc, char** argv) {
         po::command_line_parser(argc, argv).options(with_stray).positional(stray).style(style).run();
     refuse_empty_values(from_command_line, all, "");
     po::store(from_command_line, vm);
+    std::set<std::string> from_command_line_keys;
+    for (const po::option& o : from_command_line.options) from_command_line_keys.insert(o.string_key);
+    po::variables_map from_config_file;  // the --config file's values, where one is given
     DTRAIN_CHECK(!vm.count("stray"), Errc::invalid_config,
                  "unexpected argument '" << vm["stray"].as<std::vector<std::string>>().front()
                      << "': options are --name value (see --help)");
     if (vm.count("config")) {
       const std::string path = vm["config"].as<std::string>();
+      // A FIFO would wait for a writer, a device (/dev/zero) never end.
       std::error_code ec;
       DTRAIN_CHECK(!std::filesystem::is_directory(path, ec), Errc::invalid_config,
                    "--config '" << path << "' is a directory, not a file");
+      DTRAIN_CHECK(!std::filesystem::exists(path, ec) || std::filesystem::is_regular_file(path, ec),
+                   Errc::invalid_config, "--config '" << path << "' is not a regular file");
+      constexpr std::uintmax_t kMaxConfigBytes = 1 << 20;
+      const std::uintmax_t bytes = std::filesystem::file_size(path, ec);
+      DTRAIN_CHECK(ec || bytes <= kMaxConfigBytes, Errc::invalid_config,
+                   "--config file '" << path << "' has " << bytes << " bytes; a config file has at most "
+                                     << kMaxConfigBytes);
       std::ifstream file(path);
       DTRAIN_CHECK(file.good(), Errc::invalid_config, "cannot read --config file '" << path << "'");
       const std::string in_file = "--config file '" + path + "': ";
@@ -252,8 +271,13 @@ Parsed parse_options(int argc, char** argv) {
                        in_file << "it names another (config = ...): files do not nest; give the "
                                   "options of both in one file");
         refuse_empty_values(from_file, all, path);
+        // Every value of the file is read, also those the command line overrides (storing
+        // into vm skips an option already there, with its errors: `lr = abc`, a repeat).
+        po::variables_map file_only;
+        po::store(from_file, file_only);
         // Command-line values were stored first and take precedence over the file.
         po::store(from_file, vm);
+        from_config_file = std::move(file_only);
       } catch (const po::error& e) {
         DTRAIN_FAIL(Errc::invalid_config, in_file << e.what() << " (see --help)");
       }
@@ -263,10 +287,22 @@ Parsed parse_options(int argc, char** argv) {
     DTRAIN_CHECK(vm["val-fraction"].defaulted() || !out.config.data.empty(), Errc::invalid_config,
                  "--val-fraction needs --data (the built-in corpus has its own validation split)");
     if (vm["fp32-param-arena"].as<bool>()) {
+      // Given in the same place, they contradict each other; else the command line's wins.
+      const auto given_in_file = [&](const char* name) {
+        return from_config_file.count(name) && !from_config_file[name].defaulted() &&
+               !from_command_line_keys.count(name);
+      };
       std::string& storage = out.config.param_storage;
-      DTRAIN_CHECK(vm["param-storage"].defaulted() || storage == "fp32", Errc::invalid_config,
-                   "--fp32-param-arena contradicts --param-storage " << storage);
-      storage = "fp32";
+      const bool arena_in_file = given_in_file("fp32-param-arena");
+      const bool storage_in_file = given_in_file("param-storage");
+      const bool storage_given = !vm["param-storage"].defaulted();
+      if (storage_given && arena_in_file != storage_in_file) {
+        if (storage_in_file) storage = "fp32";  // the command line's --fp32-param-arena wins
+      } else {
+        DTRAIN_CHECK(!storage_given || storage == "fp32", Errc::invalid_config,
+                     "--fp32-param-arena contradicts --param-storage " << storage);
+        storage = "fp32";
+      }
     }
   } catch (const po::error& e) {
     DTRAIN_FAIL(Errc::invalid_config, e.what() << " (see --help)");
