@@ -1,8 +1,10 @@
 #include "dtrain/core/env.hpp"
 
-#include <cerrno>
+#include <charconv>
 #include <cstdlib>
+#include <cstring>
 #include <mutex>
+#include <system_error>
 
 #include "dtrain/core/error.hpp"
 
@@ -61,30 +63,34 @@ std::string get_string(const char* name, const std::string& fallback) {
   return (v && *v) ? std::string(v) : fallback;
 }
 
+namespace {
+
+// Decimal text only, as a whole: no leading spaces, '+' or hexadecimal (which strtol and
+// strtod accept); a value past the type's range is out of range, not "not a number".
+template <class T>
+T parse_setting(const char* name, const char* text, T min_value, T max_value, const char* kind) {
+  const char* end = text + std::strlen(text);
+  T x{};
+  const std::from_chars_result r = std::from_chars(text, end, x);
+  DTRAIN_CHECK(r.ptr == end && r.ec != std::errc::invalid_argument, Errc::invalid_config,
+               name << "='" << text << "' is not " << kind);
+  DTRAIN_CHECK(r.ec == std::errc() && x >= min_value && x <= max_value, Errc::invalid_config,
+               name << "=" << text << " is out of range [" << min_value << ", " << max_value << "]");
+  return x;
+}
+
+}  // namespace
+
 long get_int(const char* name, long fallback, long min_value, long max_value) {
   const char* v = std::getenv(name);
   if (!v || !*v) return fallback;
-  char* end = nullptr;
-  errno = 0;
-  long x = std::strtol(v, &end, 10);
-  DTRAIN_CHECK(errno == 0 && end && *end == '\0', Errc::invalid_config,
-               name << "='" << v << "' is not an integer");
-  DTRAIN_CHECK(x >= min_value && x <= max_value, Errc::invalid_config,
-               name << "=" << x << " is out of range [" << min_value << ", " << max_value << "]");
-  return x;
+  return parse_setting(name, v, min_value, max_value, "an integer");
 }
 
 double get_double(const char* name, double fallback, double min_value, double max_value) {
   const char* v = std::getenv(name);
   if (!v || !*v) return fallback;
-  char* end = nullptr;
-  errno = 0;
-  double x = std::strtod(v, &end);
-  DTRAIN_CHECK(errno == 0 && end && *end == '\0', Errc::invalid_config,
-               name << "='" << v << "' is not a number");
-  DTRAIN_CHECK(x >= min_value && x <= max_value, Errc::invalid_config,
-               name << "=" << x << " is out of range [" << min_value << ", " << max_value << "]");
-  return x;
+  return parse_setting(name, v, min_value, max_value, "a number");
 }
 
 bool get_bool(const char* name, bool fallback) {

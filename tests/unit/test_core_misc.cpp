@@ -43,6 +43,43 @@ TEST(Env, ParsesAndValidates) {
   EXPECT_DOUBLE_EQ(env::params().comm_timeout_s, 600.0);
 }
 
+// Settings are decimal text as a whole: what strtol/strtod would also take (leading spaces,
+// '+', hexadecimal) is refused, and a value past the type's range is out of range.
+TEST(Env, NumbersAreDecimalTextOnly) {
+  const auto message = [](const char* name, auto read) {
+    try {
+      read(name);
+      return std::string("accepted");
+    } catch (const Error& e) {
+      EXPECT_EQ(e.code(), Errc::invalid_config);
+      return std::string(e.what());
+    }
+  };
+  const auto as_int = [](const char* name) { return env::get_int(name, 1, 0, 100); };
+  const auto as_double = [](const char* name) { return env::get_double(name, 1, 0.001, 100); };
+  const char* name = "DTRAIN_TEST_ENV_NUMBER";
+  for (const char* text : {" 2", "+2", "0x10", "2 ", "2x"}) {
+    setenv(name, text, 1);
+    EXPECT_EQ(message(name, as_int), std::string(name) + "='" + text + "' is not an integer");
+  }
+  for (const char* text : {" 2.5", "+2.5", "0x1p3", "2.5 ", "abc"}) {
+    setenv(name, text, 1);
+    EXPECT_EQ(message(name, as_double), std::string(name) + "='" + text + "' is not a number");
+  }
+  setenv(name, "1e-400", 1);
+  EXPECT_EQ(message(name, as_double), std::string(name) + "=1e-400 is out of range [0.001, 100]");
+  setenv(name, "99999999999999999999", 1);
+  EXPECT_EQ(message(name, as_int), std::string(name) + "=99999999999999999999 is out of range [0, 100]");
+  setenv(name, "nan", 1);
+  EXPECT_EQ(message(name, as_double), std::string(name) + "=nan is out of range [0.001, 100]");
+  setenv(name, "42", 1);
+  EXPECT_EQ(env::get_int(name, 1, 0, 100), 42);
+  setenv(name, "2.5e1", 1);
+  EXPECT_EQ(env::get_double(name, 1, 0.001, 100), 25.0);
+  unsetenv(name);
+  EXPECT_EQ(env::get_int(name, 7, 0, 100), 7);
+}
+
 TEST(Log, PrefixAndRankFilter) {
   log::set_rank(3, 8);
   log::set_level(log::Level::info);
