@@ -25,6 +25,7 @@ LossScaler::LossScaler(const LossScalerConfig& cfg) : enabled_(true), cfg_(cfg) 
   DTRAIN_CHECK(cfg.growth_interval > 0, Errc::invalid_config,
                "loss scale growth interval must be positive, got " << cfg.growth_interval);
   scale_ = cfg.initial_scale;
+  configured_max_ = cfg.max_scale;
 }
 
 bool LossScaler::update(bool overflow) {
@@ -53,8 +54,9 @@ bool LossScaler::update(bool overflow) {
 void LossScaler::set_scale(double scale, long clean_steps_in_a_row, long skipped_steps) {
   if (!enabled_) return;  // a disabled scaler stays at 1
   // A restored scale above the ceiling came from a run whose --loss-scale set a higher one:
-  // the ceiling follows it, so the run goes on as it would have without the resume.
-  if (std::isfinite(scale) && scale > cfg_.max_scale) cfg_.max_scale = scale;
+  // the ceiling follows it, so the run goes on as it would have without the resume. From the
+  // configured one each time: a load does not depend on what an earlier one restored.
+  cfg_.max_scale = std::isfinite(scale) ? std::max(configured_max_, scale) : configured_max_;
   scale_ = std::min(cfg_.max_scale, std::max(cfg_.min_scale, scale));
   clean_ = std::max(0L, clean_steps_in_a_row);
   skipped_ = std::max(0L, skipped_steps);

@@ -1,6 +1,7 @@
 #include "dtrain/optim/optimizer.hpp"
 
 #include <algorithm>
+#include <climits>
 #include <cmath>
 
 #include "dtrain/core/error.hpp"
@@ -45,12 +46,19 @@ void AdamW::plan_ranges() {
   }
 }
 
+namespace {
+// The kernels take the step as an int. Past INT_MAX the bias corrections 1 - beta^step are
+// 1 in double for every float beta < 1 ((1 - 2^-24)^(2^31 - 1) is about 1e-56), so
+// INT_MAX stands for any later step exactly (a wrapped step made every update 0).
+int kernel_step(long step) { return static_cast<int>(std::min<long>(step, INT_MAX)); }
+}  // namespace
+
 void AdamW::step(float* params, const float* grads, float lr, float grad_scale) {
   ++step_;
   // every segment in one device call (a GPU batches them into few launches)
   dev_.adamw_ranges(has_master_weights() ? master_weights() : params, grads, exp_avg(),
                     exp_avg_sq(), ranges_.data(), ranges_.size(), lr, cfg_.beta1, cfg_.beta2,
-                    cfg_.eps, static_cast<int>(step_), grad_scale);
+                    cfg_.eps, kernel_step(step_), grad_scale);
   round_params(params);
 }
 

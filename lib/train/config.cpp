@@ -3,6 +3,7 @@
 #include <climits>
 #include <cmath>
 
+#include "core/number_text.hpp"
 #include "dtrain/core/error.hpp"
 #include "dtrain/parallel/pipeline_partition.hpp"
 #include "dtrain/parallel/pipeline_schedule.hpp"
@@ -95,10 +96,14 @@ void TrainConfig::validate(int world_size) const {
                "--weight-decay must be finite and >= 0, got " << weight_decay);
   DTRAIN_CHECK(clip_grad >= 0 && std::isfinite(clip_grad), Errc::invalid_config,
                "--clip-grad must be finite and >= 0 (0 disables), got " << clip_grad);
-  DTRAIN_CHECK(beta1 >= 0 && beta1 < 1, Errc::invalid_config, "beta1 must be in [0, 1), got " << beta1);
-  DTRAIN_CHECK(beta2 >= 0 && beta2 < 1, Errc::invalid_config, "beta2 must be in [0, 1), got " << beta2);
-  DTRAIN_CHECK(eps > 0 && std::isfinite(eps), Errc::invalid_config,
-               "eps must be positive and finite, got " << eps);
+  // As AdamW uses them, in float: 0.99999999 rounds to 1 (an infinite bias correction),
+  // 1e-50 to 0 (0/0 where a gradient is always 0).
+  DTRAIN_CHECK(beta1 >= 0 && static_cast<float>(beta1) < 1.0f, Errc::invalid_config,
+               "beta1 must be in [0, 1) as a float, got " << shortest_text(beta1));
+  DTRAIN_CHECK(beta2 >= 0 && static_cast<float>(beta2) < 1.0f, Errc::invalid_config,
+               "beta2 must be in [0, 1) as a float, got " << shortest_text(beta2));
+  DTRAIN_CHECK(static_cast<float>(eps) > 0 && std::isfinite(static_cast<float>(eps)), Errc::invalid_config,
+               "eps must be positive and finite as a float, got " << shortest_text(eps));
   DTRAIN_CHECK(val_fraction >= 0 && val_fraction < 1, Errc::invalid_config,
                "--val-fraction must be in [0, 1), got " << val_fraction);
   DTRAIN_CHECK(val_data.empty() || !data.empty(), Errc::invalid_config,

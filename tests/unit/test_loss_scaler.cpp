@@ -140,6 +140,12 @@ TEST(LossScaler, SetScaleKeepsARestoredScaleAboveTheCeilingAndRestartsTheCount) 
   EXPECT_EQ(s.scale(), 1e30f);
   s.set_scale(0.25);
   EXPECT_EQ(s.scale(), 1.0f);
+  // The ceiling comes from the configuration at each restore, not from an earlier one: a
+  // scale within it (a file of another run, or none: the initial scale) restores 2^24.
+  s.set_scale(8);
+  EXPECT_EQ(s.config().max_scale, LossScalerConfig{}.max_scale);
+  for (int i = 0; i < 200; ++i) EXPECT_TRUE(s.update(false));
+  EXPECT_EQ(s.scale(), static_cast<float>(LossScalerConfig{}.max_scale));
 }
 
 }  // namespace

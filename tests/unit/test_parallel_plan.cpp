@@ -1,5 +1,6 @@
 #include <gtest/gtest.h>
 
+#include <climits>
 #include <cmath>
 #include <numeric>
 #include <vector>
@@ -132,4 +133,21 @@ TEST(AdamW, MatchesTheReferenceFormulaOnCompactState) {
   }
   for (int i : {0, 1, 2, 4, 5}) EXPECT_NEAR(p[i], ref[i], 1e-6) << i;
   EXPECT_EQ(p[3], 9.0f);
+}
+
+// Past 2^31 steps (a C ABI program's, or a checkpoint's count) the bias corrections are 1:
+// the update is lr * g / (|g| + eps), as at step INT_MAX, not 0 (a step wrapped to a
+// negative int made every update 0).
+TEST(AdamW, StepsPastIntMaxUpdateAsAtIntMax) {
+  optim::AdamWConfig cfg{0.9f, 0.999f, 1e-8f, 0.0f};
+  for (long taken : {long{INT_MAX} - 1, long{INT_MAX}, long{INT_MAX} + 1, 1L << 40}) {
+    std::vector<float> p = {1.0f}, g = {0.5f};
+    optim::AdamW opt(cpu_device(), {{0, 1, false}}, 1, cfg);
+    opt.set_steps_taken(taken);
+    opt.step(p.data(), g.data(), 0.01f, 1.0f);
+    // m = 0.1 g, v = 0.001 g^2, corrections 1: p - lr * 0.1 g / (sqrt(0.001) g + eps).
+    const double expected = 1.0 - 0.01 * (0.1 * 0.5) / (std::sqrt(0.001) * 0.5 + 1e-8);
+    EXPECT_NEAR(p[0], expected, 1e-6) << "after " << taken << " steps";
+    EXPECT_EQ(opt.steps_taken(), taken + 1);
+  }
 }

@@ -42,6 +42,16 @@ TEST(TrainConfig, BadValuesNameTheOption) {
   c = {};
   c.seq_len = 0;
   expect_config_error(c, 1, "--seq-len must be positive");
+  // AdamW's settings as the float it uses: 0.99999999 is 1, 1e-50 is 0.
+  c = {};
+  c.beta2 = 0.99999999;
+  expect_config_error(c, 1, "beta2 must be in [0, 1) as a float, got 0.99999999");
+  c = {};
+  c.beta1 = 1.0 - 1e-9;
+  expect_config_error(c, 1, "beta1 must be in [0, 1) as a float");
+  c = {};
+  c.eps = 1e-50;
+  expect_config_error(c, 1, "eps must be positive and finite as a float, got 1e-50");
   c = {};
   c.global_batch = 10;
   expect_config_error(c, 2, "--global-batch (10) must be a multiple");

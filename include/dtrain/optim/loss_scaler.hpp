@@ -48,6 +48,7 @@ class DTRAIN_API LossScaler {
  private:
   bool enabled_ = false;
   LossScalerConfig cfg_;
+  double configured_max_ = 0;  // cfg_.max_scale as constructed (set_scale may raise cfg_'s)
   double scale_ = 1.0;
   long clean_ = 0;
   long skipped_ = 0;
