@@ -43,7 +43,7 @@ static float mean_loss(dt_comm_t world, dt_comm_t tp, mlp_tensors_t p, long firs
                        const mlp_tensors_t* g) {
   float x[EVAL_SAMPLES * DATA_INPUTS], y[EVAL_SAMPLES * DATA_OUTPUTS], loss, mean = 0;
   for (int s = 0; s < n; ++s) data_sample(first + s, x + s * DATA_INPUTS, y + s * DATA_OUTPUTS);
-  loss = mlp_loss(p, x, y, n, g, tp);
+  check(mlp_loss(p, x, y, n, g, tp, &loss), "dt_all_reduce over the tensor-parallel group");
   check(dt_all_reduce(world, &loss, &mean, 1, DT_F32, DT_AVG), "dt_all_reduce");
   return mean;
 }

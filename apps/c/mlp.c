@@ -63,8 +63,8 @@ static void linear_backward(const float* w, const float* in, const float* dout, 
   }
 }
 
-float mlp_loss(mlp_tensors_t p, const float* x, const float* y, int n, const mlp_tensors_t* g,
-               dt_comm_t tp) {
+dt_result_t mlp_loss(mlp_tensors_t p, const float* x, const float* y, int n, const mlp_tensors_t* g,
+                     dt_comm_t tp, float* loss) {
   static float h[MLP_MAX_SAMPLES * MLP_HIDDEN], out[MLP_MAX_SAMPLES * MLP_OUT];
   float dout[MLP_OUT], dh[MLP_HIDDEN];
   double total = 0;
@@ -76,7 +76,10 @@ float mlp_loss(mlp_tensors_t p, const float* x, const float* y, int n, const mlp
     for (int j = 0; j < H; ++j) hs[j] = tanhf(hs[j]);
     linear(p.w2, NULL, hs, H, MLP_OUT, out + s * MLP_OUT);
   }
-  if (tp && dt_all_reduce(tp, out, out, (size_t)n * MLP_OUT, DT_F32, DT_SUM) != DT_SUCCESS) return NAN;
+  if (tp) {
+    const dt_result_t rc = dt_all_reduce(tp, out, out, (size_t)n * MLP_OUT, DT_F32, DT_SUM);
+    if (rc != DT_SUCCESS) return rc;
+  }
   for (int s = 0; s < n; ++s) {
     const float* hs = h + s * H;
     for (int o = 0; o < MLP_OUT; ++o) {
@@ -89,5 +92,6 @@ float mlp_loss(mlp_tensors_t p, const float* x, const float* y, int n, const mlp
     for (int j = 0; j < H; ++j) dh[j] *= 1.0f - hs[j] * hs[j];
     linear_backward(p.w1, x + s * MLP_IN, dh, MLP_IN, H, g->w1, g->b1, NULL);
   }
-  return (float)(total / n);
+  *loss = (float)(total / n);
+  return DT_SUCCESS;
 }

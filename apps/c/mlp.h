@@ -32,11 +32,12 @@ mlp_tensors_t mlp_view(float* flat, int hidden, int first);
  * 1/sqrt(fan-in), of which p holds its units. */
 void mlp_init(mlp_tensors_t p);
 
-/* Mean over n <= MLP_MAX_SAMPLES samples of 0.5 * |f(x) - y|^2 (x[n][IN], y[n][OUT]). When g
- * is not NULL its tensors receive (+=) the gradient of that mean. tp: the group the hidden
- * units are split over (NULL: p holds them all). */
-float mlp_loss(mlp_tensors_t p, const float* x, const float* y, int n, const mlp_tensors_t* g,
-               dt_comm_t tp);
+/* *loss = the mean over n <= MLP_MAX_SAMPLES samples of 0.5 * |f(x) - y|^2 (x[n][IN],
+ * y[n][OUT]). When g is not NULL its tensors receive (+=) the gradient of that mean. tp: the
+ * group the hidden units are split over (NULL: p holds them all). Returns the all-reduce's
+ * result over tp (DT_SUCCESS without one); on failure nothing is computed. */
+dt_result_t mlp_loss(mlp_tensors_t p, const float* x, const float* y, int n, const mlp_tensors_t* g,
+                     dt_comm_t tp, float* loss);
 
 /* Registered names, and the shapes of p's part (the split tensors' slices), in
  * mlp_tensors_t order; the flags say how each is split (DT_PARAM_TP_ROWS, DT_PARAM_TP_COLS). */

@@ -62,9 +62,11 @@ class Bench {
     }
   }
 
-  void run() {
+  // Returns the wrong elements over every size (0 without --check), the same on every rank.
+  long run() {
     const int n = comm_.size();
     print_header();
+    long wrong = 0;
     std::size_t last_count = 0;
     for (double size = static_cast<double>(o_.min_bytes); size <= o_.max_bytes * kSizeSlack;
          size *= o_.step_factor) {
@@ -80,9 +82,11 @@ class Bench {
         Result& r = line.forms[in_place];
         time_form(count, in_place != 0, r);
         if (o_.check) r.wrong = check(count, in_place != 0);
+        wrong += r.wrong;
       }
       print_line(line);
     }
+    return wrong;
   }
 
  private:
@@ -232,8 +236,8 @@ class Bench {
 
 }  // namespace
 
-void run_collective(dtrain::Communicator& comm, const std::string& op, const Options& options) {
-  Bench(comm, op, options).run();
+long run_collective(dtrain::Communicator& comm, const std::string& op, const Options& options) {
+  return Bench(comm, op, options).run();
 }
 
 }  // namespace bench

@@ -21,8 +21,11 @@ int main(int argc, char** argv) {
       runtime.world().barrier();
       return 0;
     }
-    for (const std::string& op : options.ops) bench::run_collective(runtime.world(), op, options);
-    return 0;
+    long wrong = 0;
+    for (const std::string& op : options.ops) wrong += bench::run_collective(runtime.world(), op, options);
+    if (wrong > 0 && runtime.rank() == 0)
+      std::fprintf(stderr, "dtrain-bench: --check found %ld wrong elements\n", wrong);
+    return wrong > 0 ? 1 : 0;
   } catch (const std::exception& e) {
     std::fprintf(stderr, "dtrain-bench: %s\n", e.what());
     return 1;

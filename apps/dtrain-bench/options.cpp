@@ -102,7 +102,7 @@ ParseResult parse_options(int argc, char** argv, Options& out, int ranks, bool p
       ("root,r", po::value(&out.root)->default_value(out.root), "broadcast root")
       ("check,c", po::bool_switch(&out.check),
        "verify the results and print a #wrong column (elements that differ from the expected "
-       "values, summed over the ranks)")
+       "values, summed over the ranks); exit status 1 if any")
       ("baseline", po::bool_switch(&out.baseline),
        "all_reduce: also time raw MPI_Allreduce on the same buffers, interleaved, and print "
        "the ratio t_mpi / t_dtrain (median of per-iteration pairs)")

@@ -46,7 +46,9 @@ program fortran_byom
     stop
   end if
   call dt_context_size(ctx, nranks, ierr)
+  call check('dt_context_size')
   call dt_context_world(ctx, world, ierr)
+  call check('dt_context_world')
   if (mod(global_batch, nranks) /= 0) call quit(ctx, rank, 'dtrain-fortran-byom: the number of ranks must divide 32', 2)
   if (opt%out /= '') then
     if (.not. writable_by_rank_0(opt%out, rank)) call quit(ctx, rank, 'dtrain-fortran-byom: cannot write '//opt%out, 1)
@@ -86,6 +88,7 @@ program fortran_byom
     call dt_byom_load_checkpoint(byom, source, ierr)
     call check('dt_byom_load_checkpoint')
     call dt_byom_steps(byom, start, ierr)
+    call check('dt_byom_steps')
     if (rank == 0) print '(3a,i0)', 'resumed from ', source, ' at step ', start
   end if
 

@@ -46,7 +46,9 @@ program fortran_mlp
     stop
   end if
   call dt_context_size(ctx, nranks, ierr)
+  call check('dt_context_size')
   call dt_context_world(ctx, world, ierr)
+  call check('dt_context_world')
   if (mod(global_batch, nranks) /= 0) call quit(ctx, rank, 'dtrain-fortran-mlp: the number of ranks must divide 32', 2)
   if (opt%out /= '') then
     if (.not. writable_by_rank_0(opt%out, rank)) call quit(ctx, rank, 'dtrain-fortran-mlp: cannot write '//opt%out, 1)
@@ -66,6 +68,7 @@ program fortran_mlp
     call dt_model_load_checkpoint(model, source, ierr)
     call check('dt_model_load_checkpoint')
     call dt_model_steps(model, start, ierr)
+    call check('dt_model_steps')
     if (rank == 0) print '(3a,i0)', 'resumed from ', source, ' at step ', start
   end if
 
@@ -96,6 +99,7 @@ program fortran_mlp
       nranks, ' ranks'
     if (opt%out /= '') then
       call dt_model_num_parameters(model, n, ierr)
+      call check('dt_model_num_parameters')
       allocate(params(n))
       call dt_model_get_parameters(model, params, ierr)
       call check('dt_model_get_parameters')

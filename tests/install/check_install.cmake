@@ -88,8 +88,12 @@ if(NOT so)
   message(FATAL_ERROR "libdtrain.so.<major> (the SONAME link) is missing")
 endif()
 # The installed programs start as they are, without a library path (their run path names
-# the installed library).
-foreach(program dtrain-gpt dtrain-ckpt)
+# the installed library). (None are installed by a build with DTRAIN_BUILD_APPS off.)
+set(programs dtrain-gpt dtrain-ckpt)
+if(NOT APPS_BUILT)
+  set(programs "")
+endif()
+foreach(program IN LISTS programs)
   execute_process(COMMAND ${CMAKE_COMMAND} -E env --unset=LD_LIBRARY_PATH ${prefix}/bin/${program} --help
                   RESULT_VARIABLE rc OUTPUT_VARIABLE out ERROR_VARIABLE err)
   if(NOT rc EQUAL 0)
