@@ -209,9 +209,10 @@ double StepEngine::step(float lr) {
   if (scaler_.enabled() && !scaler_.update(overflowed()))
     return std::numeric_limits<double>::quiet_NaN();  // skipped: nothing changes but the scale
   const double norm = gradient_norm() * static_cast<double>(unscale);
-  // The norm's sum covers every rank's gradients, so every rank sees the same non-finite
-  // value: agreed. AdamW would write NaNs into the parameters and moments (clipping passes
-  // a non-finite norm by).
+  // The norm's sum covers every gradient once, so every rank sees the same non-finite value:
+  // agreed. AdamW would write NaNs into the parameters and moments (clipping passes a
+  // non-finite norm by). (A tensor replicated over a grid's TP group counts on its TP rank 0
+  // only: a byom program whose other replicas hold an inf there is not caught.)
   if (!std::isfinite(norm))
     throw AgreedError(Errc::invalid_argument,
                       "the gradients hold an inf or NaN (global norm " + std::to_string(norm) +

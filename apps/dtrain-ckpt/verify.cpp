@@ -58,18 +58,22 @@ std::string missing_gpt_tensor(const dtrain::ckpt::CheckpointFile& f) {
     const std::string v = attribute(model, key);
     if (!is_count(v) || std::stoll(v) == 0) return "";
   }
+  const auto missing = [&](const std::string& name) {
+    return f.find("/model/" + name) ? "" : "no dataset /model/" + name + " (/model describes a GPT of " + layers +
+                                               " layers, which has one)";
+  };
+  // Name by name, to the first missing: a damaged `layers` (10^15) lists nothing in memory.
   std::vector<std::string> names = {"wte", "wpe", "ln_f.weight", "ln_f.bias"};
   if (attribute(model, "tie_embeddings") == "0") names.emplace_back("lm_head.weight");
+  for (const std::string& name : names)
+    if (const std::string problem = missing(name); !problem.empty()) return problem;
   const long long blocks = std::stoll(layers);
   for (long long i = 0; i < blocks; ++i) {
     for (const char* part : {"ln_1.weight", "ln_1.bias", "attn.c_attn.weight", "attn.c_attn.bias",
                              "attn.c_proj.weight", "attn.c_proj.bias", "ln_2.weight", "ln_2.bias",
                              "mlp.c_fc.weight", "mlp.c_fc.bias", "mlp.c_proj.weight", "mlp.c_proj.bias"})
-      names.push_back("h." + std::to_string(i) + "." + part);
+      if (const std::string problem = missing("h." + std::to_string(i) + "." + part); !problem.empty()) return problem;
   }
-  for (const std::string& name : names)
-    if (!f.find("/model/" + name))
-      return "no dataset /model/" + name + " (/model describes a GPT of " + layers + " layers, which has one)";
   return "";
 }
 

@@ -247,22 +247,21 @@ Parsed parse_options(int argc, char** argv) {
                      << "': options are --name value (see --help)");
     if (vm.count("config")) {
       const std::string path = vm["config"].as<std::string>();
-      // A FIFO would wait for a writer, a device (/dev/zero) never end.
       std::error_code ec;
       DTRAIN_CHECK(!std::filesystem::is_directory(path, ec), Errc::invalid_config,
                    "--config '" << path << "' is a directory, not a file");
-      DTRAIN_CHECK(!std::filesystem::exists(path, ec) || std::filesystem::is_regular_file(path, ec),
-                   Errc::invalid_config, "--config '" << path << "' is not a regular file");
-      constexpr std::uintmax_t kMaxConfigBytes = 1 << 20;
-      const std::uintmax_t bytes = std::filesystem::file_size(path, ec);
-      DTRAIN_CHECK(ec || bytes <= kMaxConfigBytes, Errc::invalid_config,
-                   "--config file '" << path << "' has " << bytes << " bytes; a config file has at most "
-                                     << kMaxConfigBytes);
-      std::ifstream file(path);
+      std::ifstream file(path, std::ios::binary);
       DTRAIN_CHECK(file.good(), Errc::invalid_config, "cannot read --config file '" << path << "'");
       const std::string in_file = "--config file '" + path + "': ";
-      std::stringstream in;
-      in << file.rdbuf();
+      // At most 1 MiB, read as far as one byte more: a pipe (`--config <(...)`) is a file
+      // too, and a device such as /dev/zero must not fill the memory.
+      constexpr std::size_t kMaxConfigBytes = std::size_t{1} << 20;
+      std::string text(kMaxConfigBytes + 1, '\0');
+      file.read(&text[0], static_cast<std::streamsize>(text.size()));
+      text.resize(static_cast<std::size_t>(file.gcount()));
+      DTRAIN_CHECK(text.size() <= kMaxConfigBytes, Errc::invalid_config,
+                   in_file << "longer than " << kMaxConfigBytes << " bytes, which no config file is");
+      std::stringstream in(text);
       check_config_text(in.str(), in_file);
       try {
         const po::parsed_options from_file = po::parse_config_file(in, all);

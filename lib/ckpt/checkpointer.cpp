@@ -330,10 +330,6 @@ struct Checkpointer::Impl {
     return sum;
   }
 
-  // Collective over world. Where the slices a tensor-parallel group read cover a tensor
-  // once (a split tensor's slices, each read whole), their sums must add up to its checksum:
-  // the copies of a split tensor that data-parallel replicas read, which the write shares
-  // check on one replica only. Every rank fails alike on the first dataset that does not.
   void write_file(const std::string& path, const CheckpointInfo& info);
   void check_free_space(const std::string& dir, LocalFailure& f) const;
   // World rank 0: creates dir and claims it (dir_lock.hpp); failures go to f.
@@ -528,8 +524,8 @@ CheckpointInfo Checkpointer::Impl::read_file(const std::string& path) {
         // a whole copy (a replica over dp or tp, a tied copy) checks that copy itself too.
         std::size_t read_count = 0;
         for (const Piece& piece : read) read_count += piece.count;
+        const std::uint64_t mine = read_count > 0 ? checksum_of(plan.param, memory(kind), read) : 0;
         if (read_count == numel) {
-          const std::uint64_t mine = checksum_of(plan.param, memory(kind), read);
           DTRAIN_CHECK(mine == checksum, Errc::corrupt_data,
                        where << ": dataset " << name << " fails its checksum as world rank " << grid.world().rank()
                              << " read it (stored " << checksum << ", computed " << mine
@@ -540,7 +536,7 @@ CheckpointInfo Checkpointer::Impl::read_file(const std::string& path) {
         names.push_back(name);
         numels.push_back(numel);
         read_counts.push_back(read_count);
-        read_sums.push_back(read_count > 0 ? checksum_of(plan.param, memory(kind), read) : 0);
+        read_sums.push_back(mine);
       });
       watch.progress();
     }

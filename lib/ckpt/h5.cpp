@@ -1,6 +1,8 @@
 #include "ckpt/h5.hpp"
 
 #include <cstddef>
+#include <cstdint>
+#include <string>
 #include <type_traits>
 #include <vector>
 
@@ -58,20 +60,29 @@ T read_scalar(hid_t obj, const char* name, hid_t mem_type, H5T_class_t kind, con
   Handle type = type_handle(H5Aget_type(attr), "H5Aget_type");
   DTRAIN_CHECK(H5Tget_class(type) == kind, Errc::corrupt_data,
                where << ": attribute '" << name << "' is not " << (kind == H5T_INTEGER ? "an integer" : "a number"));
-  if (kind == H5T_INTEGER) {
+  if constexpr (std::is_integral<T>::value) {
     // HDF5 clamps an integer out of T's range without an error (-7 read as unsigned is 0):
-    // only stored types whose every value T holds are read.
+    // read in the stored sign's 64-bit type, then the value must fit T (a uint64 3 is a
+    // fine step, a -7 no sample count).
     const bool stored_signed = H5Tget_sign(type) == H5T_SGN_2;
-    const std::size_t bytes = H5Tget_size(type);
-    const bool fits = std::is_signed<T>::value ? bytes < sizeof(T) || (stored_signed && bytes == sizeof(T))
-                                               : !stored_signed && bytes <= sizeof(T);
+    DTRAIN_CHECK(H5Tget_size(type) <= 8, Errc::corrupt_data,
+                 where << ": attribute '" << name << "' is a " << 8 * H5Tget_size(type) << "-bit integer");
+    std::int64_t as_signed = 0;
+    std::uint64_t as_unsigned = 0;
+    check_status(stored_signed ? H5Aread(attr, H5T_NATIVE_INT64, &as_signed) : H5Aread(attr, H5T_NATIVE_UINT64, &as_unsigned),
+                 where + ": cannot read attribute " + name);
+    const bool fits = std::is_signed<T>::value ? stored_signed || as_unsigned <= static_cast<std::uint64_t>(INT64_MAX)
+                                               : !stored_signed || as_signed >= 0;
     DTRAIN_CHECK(fits, Errc::corrupt_data,
-                 where << ": attribute '" << name << "' is " << type_name(type) << ", whose values "
-                       << (std::is_signed<T>::value ? "int" : "uint") << 8 * sizeof(T) << " cannot all hold");
+                 where << ": attribute '" << name << "' is "
+                       << (stored_signed ? std::to_string(as_signed) : std::to_string(as_unsigned)) << ", outside "
+                       << (std::is_signed<T>::value ? "int64" : "uint64"));
+    return stored_signed ? static_cast<T>(as_signed) : static_cast<T>(as_unsigned);
+  } else {
+    T v{};
+    check_status(H5Aread(attr, mem_type, &v), where + ": cannot read attribute " + name);
+    return v;
   }
-  T v{};
-  check_status(H5Aread(attr, mem_type, &v), where + ": cannot read attribute " + name);
-  return v;
 }
 
 }  // namespace

@@ -418,6 +418,7 @@ TrainSummary Trainer::run() {
                        "micro-batches so far: val loss " << sum.final_val_loss << ")");
     else
       DTRAIN_LOG(info, "eval: val loss " << shortest_text(sum.final_val_loss));  // every digit it has
+    stop_at_the_end();
     return sum;
   }
   if (s.step > 0 && s.step >= s.cfg.steps) {

@@ -51,6 +51,9 @@ cases = [  # (edit, command, status, text)
      "/optimizer/wpe/exp_avg_sq belongs to no /model/wpe"),
     (lambda f: [f.__delitem__(p) for p in ("/model/wpe", "/optimizer/wpe/exp_avg", "/optimizer/wpe/exp_avg_sq")],
      "verify", 1, "no dataset /model/wpe (/model describes a GPT of 1 layers, which has one)"),
+    # A damaged layer count names the first block missing (it listed 12 x 10^15 names first).
+    (set_attr("/model", "layers", numpy.int64(10**15)), "verify", 1,
+     "no dataset /model/h.1.ln_1.weight (/model describes a GPT of 1000000000000000 layers"),
     (drop_attr("/", "step"), "verify", 1, "attribute 'step' is missing"),
     (drop_attr("/optimizer", "step"), "verify", 1, "attribute /optimizer 'step' is missing"),
     (soft_link, "verify", 2, "/model/wpe is a soft or external link"),
