@@ -228,7 +228,7 @@ void GptModel::init_weights(std::uint64_t seed, const ParameterStore::ArenaRange
     if (is_ln && ends_with(".weight")) {
       params_.init_constant(p, 1.0f, only);
     } else if (ends_with(".bias")) {
-      // arenas are zero-filled at allocation
+      params_.init_constant(p, 0.0f, only);  // also when called again on trained values
     } else if (ends_with("attn.c_proj.weight") || ends_with("mlp.c_proj.weight")) {
       params_.init_normal(p, seed, 0.0f, std_res, only);
     } else {
@@ -494,12 +494,15 @@ void GptModel::block_forward(Block& b, const float* residual, int B, int T, bool
 }
 
 void GptModel::backward_stage(float dloss, const float* doutput, int chunk, int slot) {
-  const SlotUse use = bind_slot(chunk, slot);
+  SlotUse& slot_use = bind_slot(chunk, slot);
+  const SlotUse use = slot_use;
   const bool emb = chunks_[chunk].embedding, head = chunks_[chunk].head;
   const int l0 = chunk_begin_[chunk], l1 = chunk_begin_[chunk + 1];  // this chunk's blocks
   DTRAIN_CHECK(head ? use.targets : (use.B > 0 && doutput != nullptr), Errc::invalid_argument,
                "backward needs a forward() " << (head ? "with targets" : "and doutput")
-                                             << " first");
+                                             << " first (one backward a forward: the loss's "
+                                                "gradient overwrites the logits)");
+  if (head) slot_use.targets = false;  // consumed: a second backward would read gradients as logits
   check_operand_format_unchanged();
   const int B = use.B, T = use.T, N = B * T, C = cfg_.d_model, P = tp_.size();
   const int R = sp_ ? N / P : N, Vl = ce_.shard.padded_rows;

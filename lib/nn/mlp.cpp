@@ -151,7 +151,9 @@ float MlpModel::forward(const float* x, const std::int32_t* labels, int B) {
 
 void MlpModel::backward(float dloss) {
   DTRAIN_CHECK(have_labels_, Errc::invalid_argument,
-               "backward() needs a forward() with labels first");
+               "backward() needs a forward() with labels first (one backward a forward: the "
+               "loss's gradient overwrites the logits)");
+  have_labels_ = false;  // consumed: a second backward would read gradients as logits
   Device& d = *dev_;
   const int B = last_B_, classes = cfg_.sizes.back();
   const int L = static_cast<int>(layers_.size());

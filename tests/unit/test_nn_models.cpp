@@ -268,6 +268,13 @@ TEST(GptModel, InitIsKeyedByNameAndLogicalIndex) {
     for (int i = 0; i < cfg.d_model; ++i) EXPECT_EQ(ps.param(ps.at(n))[i], 1.0f);
   for (const char* n : {"h.0.ln_1.bias", "h.1.attn.c_attn.bias", "h.0.mlp.c_proj.bias"})
     for (int i = 0; i < cfg.d_model; ++i) EXPECT_EQ(ps.param(ps.at(n))[i], 0.0f);
+  // Initialised again over trained values: every tensor as a fresh model's, biases too.
+  for (std::size_t i = 0; i < ps.numel(); ++i) ps.params()[i] += 0.5f;
+  m.init_weights(seed);
+  GptModel fresh(cfg, cpu_device(), seed, 1);
+  for (const ParamInfo& p : ps)
+    for (std::size_t i = 0; i < p.logical_numel(); ++i)
+      ASSERT_EQ(ps.param(p)[i], fresh.parameters().param(fresh.parameters().at(p.name))[i]) << p.name << "[" << i << "]";
 }
 
 // ---- behaviour --------------------------------------------------------------------------
@@ -340,6 +347,8 @@ TEST(GptModel, BackwardAccumulatesAndStepsDoNotAllocate) {
   for (std::size_t i = 0; i < ps.numel(); ++i)  // sums re-associate: allow rounding
     ASSERT_NEAR(ps.grads()[i], 2 * once[i], 1e-5 * std::abs(once[i]) + 1e-9);
   EXPECT_GT(m.activation_bytes(), 0u);
+  // One backward a forward: a second would read the first's logit gradients as logits.
+  EXPECT_THROW(m.backward(1.0f), Error);
   EXPECT_THROW(m.forward(tok.data(), tgt.data(), 3, T), Error);  // more than max_batch
   tok[0] = cfg.vocab;                                             // out-of-range token
   EXPECT_THROW(m.forward(tok.data(), tgt.data(), B, T), Error);
@@ -460,6 +469,7 @@ TEST(MlpModel, FiniteDifferenceGradientsAndNames) {
   ps.zero_grads();
   m.forward(x.data(), y.data(), B);
   m.backward(1.0f);
+  EXPECT_THROW(m.backward(1.0f), Error);  // one backward a forward
   auto loss = [&] { return static_cast<double>(m.forward(x.data(), y.data(), B)); };
   FdSummary s = fd_whole_model(m, loss, 3e-3f);
   EXPECT_EQ(s.checked, 7u * 5 + 7 + 6 * 7 + 6 + 4 * 6 + 4);

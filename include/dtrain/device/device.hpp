@@ -48,8 +48,9 @@ class DTRAIN_API Device {
   virtual int num_threads() const = 0;
 
   // ---- memory --------------------------------------------------------------
-  // allocate: at least 64-byte aligned, zero-filled (pre-faulted on the CPU). Call it at
-  // set-up, never inside a step.
+  // allocate: at least 64-byte aligned, zero-filled (on the CPU small blocks pre-faulted,
+  // blocks of 1 MiB and up faulted in where first written). Call it at set-up, never inside
+  // a step.
   virtual void* allocate(std::size_t bytes) = 0;
   virtual void free(void* ptr) noexcept = 0;
   virtual void copy(void* dst, const void* src, std::size_t bytes, CopyKind kind) = 0;

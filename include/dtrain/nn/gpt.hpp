@@ -50,8 +50,9 @@ struct DTRAIN_API GptConfig {
   // and the column count of the logits. Padding never affects the loss.
   static constexpr int kVocabPad = 64;
   int padded_vocab() const { return (vocab + kVocabPad - 1) / kVocabPad * kVocabPad; }
-  // Parameters of the whole model on one rank (no tensor or pipeline split): an upper bound
-  // of what a rank's arena holds, known before any model is built.
+  // Parameters of the whole model on one rank (no tensor or pipeline split; the vocabulary
+  // padded), known before any model is built: a rank's arena holds at most these plus the
+  // alignment between its tensors and units (a few KiB a unit).
   std::size_t parameter_count() const;
   // The model's parameters as docs/model.md counts them (the vocabulary unpadded): 124 439 808
   // for GPT-2 124M.

@@ -88,8 +88,10 @@ void causal_softmax_backward_rows(T* dP, int ld_dP, const T* P, int ld_P, int t0
 // within the noise of it, from T = 256 to 2048 (bench/cpu_attention, docs/performance.md).
 int attention_row_block(int block, int T_) { return std::min(block > 0 ? block : 256, T_); }
 
-// Workspace rows are padded by 64 bytes, and its two row blocks 64 bytes apart beyond that:
-// rows a multiple of 4 KiB apart share cache sets and make loads wait on unrelated stores.
+// Workspace rows are padded by 64 bytes, and its two row blocks 64 bytes apart beyond that,
+// so that at the usual power-of-two T consecutive rows are not a multiple of 4 KiB apart
+// (those share cache sets and make loads wait on unrelated stores). Some T still give such
+// strides (T = 1008: rows 4096 B apart); no difference was measured there.
 constexpr int kPad = 16;
 int workspace_ld(int T_) { return T_ + kPad; }
 
@@ -124,13 +126,14 @@ void attention_forward(T* out, T* saved, T* workspace, const T* qkv, int B, int 
       T* Y = out + static_cast<std::int64_t>(b) * T_ * C + h * hs;
       for (int r0 = 0; r0 < T_; r0 += block) {
         const int r1 = std::min(T_, r0 + block), rb = r1 - r0;
+        const std::int64_t row0 = r0;  // r0 * 3C passes 2^31 at long sequences of a wide model
         T* P = keep_probabilities ? saved + (head * T_ + r0) * T_ : workspace;
         const int ld = keep_probabilities ? T_ : workspace_ld(T_);
         // S[r0:r1, 0:r1] = scale * Q[r0:r1] · K[0:r1]^T
-        gemm<T>(false, true, rb, r1, hs, scale, Q + r0 * C3, C3, K, C3, T(0), P, ld);
+        gemm<T>(false, true, rb, r1, hs, scale, Q + row0 * C3, C3, K, C3, T(0), P, ld);
         causal_softmax_rows(P, ld, r0, r1, keep_probabilities ? T_ : r1, lse);
         // Y[r0:r1] = P[r0:r1, 0:r1] · V[0:r1]
-        gemm<T>(false, false, rb, hs, r1, T(1), P, ld, V, C3, T(0), Y + r0 * C, C);
+        gemm<T>(false, false, rb, hs, r1, T(1), P, ld, V, C3, T(0), Y + row0 * C, C);
       }
     }
   }
@@ -165,24 +168,25 @@ void attention_backward(T* dqkv, T* workspace, const T* dout, const T* qkv, cons
       const T* dY = dout + static_cast<std::int64_t>(b) * T_ * C + h * hs;
       for (int r0 = 0; r0 < T_; r0 += block) {
         const int r1 = std::min(T_, r0 + block), rb = r1 - r0;
+        const std::int64_t row0 = r0;  // as in forward
         const T* P = recomputed;
         int ldP = ldw;
         if (kept_probabilities) {
           P = saved + (head * T_ + r0) * T_;
           ldP = T_;
         } else {  // P[r0:r1, 0:r1] = exp(scale * Q[r0:r1] · K[0:r1]^T - lse)
-          gemm<T>(false, true, rb, r1, hs, scale, Q + r0 * C3, C3, K, C3, T(0), recomputed, ldw);
+          gemm<T>(false, true, rb, r1, hs, scale, Q + row0 * C3, C3, K, C3, T(0), recomputed, ldw);
           causal_probabilities_rows(recomputed, ldw, r0, r1, saved + 2 * head * T_);
         }
         // dP[r0:r1, 0:r1] = dY[r0:r1] · V[0:r1]^T
-        gemm<T>(false, true, rb, r1, hs, T(1), dY + r0 * C, C, V, C3, T(0), dP, ldw);
+        gemm<T>(false, true, rb, r1, hs, T(1), dY + row0 * C, C, V, C3, T(0), dP, ldw);
         // dV[0:r1] += P[r0:r1, 0:r1]^T · dY[r0:r1]
-        gemm<T>(true, false, r1, hs, rb, T(1), P, ldP, dY + r0 * C, C, T(1), dV, C3);
+        gemm<T>(true, false, r1, hs, rb, T(1), P, ldP, dY + row0 * C, C, T(1), dV, C3);
         // dS = softmax backward, with the 1/sqrt(hs) of the forward folded in
         causal_softmax_backward_rows(dP, ldw, P, ldP, r0, r1, scale);
         // dQ[r0:r1] += dS[r0:r1, 0:r1] · K[0:r1];  dK[0:r1] += dS[r0:r1, 0:r1]^T · Q[r0:r1]
-        gemm<T>(false, false, rb, hs, r1, T(1), dP, ldw, K, C3, T(1), dQ + r0 * C3, C3);
-        gemm<T>(true, false, r1, hs, rb, T(1), dP, ldw, Q + r0 * C3, C3, T(1), dK, C3);
+        gemm<T>(false, false, rb, hs, r1, T(1), dP, ldw, K, C3, T(1), dQ + row0 * C3, C3);
+        gemm<T>(true, false, r1, hs, rb, T(1), dP, ldw, Q + row0 * C3, C3, T(1), dK, C3);
       }
     }
   }
