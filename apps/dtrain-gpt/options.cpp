@@ -250,14 +250,24 @@ Parsed parse_options(int argc, char** argv) {
       std::error_code ec;
       DTRAIN_CHECK(!std::filesystem::is_directory(path, ec), Errc::invalid_config,
                    "--config '" << path << "' is a directory, not a file");
+      // Besides regular files, the shell's pipes (`--config <(...)`: /dev/fd/N): a named FIFO
+      // would wait for a writer (its open outlasting SIGTERM, which the stop handler takes),
+      // a device such as /dev/zero never end.
+      const bool shell_pipe = path.rfind("/dev/fd/", 0) == 0 || path.rfind("/proc/self/fd/", 0) == 0;
+      DTRAIN_CHECK(shell_pipe || !std::filesystem::exists(path, ec) || std::filesystem::is_regular_file(path, ec),
+                   Errc::invalid_config, "--config '" << path << "' is not a regular file");
       std::ifstream file(path, std::ios::binary);
-      DTRAIN_CHECK(file.good(), Errc::invalid_config, "cannot read --config file '" << path << "'");
+      DTRAIN_CHECK(file.good(), Errc::invalid_config,
+                   "cannot read --config file '" << path << "'"
+                       << (shell_pipe ? " (a shell's pipe reaches the processes of that shell only: under "
+                                        "mpiexec, each rank's own shell must make it)"
+                                      : ""));
       const std::string in_file = "--config file '" + path + "': ";
-      // At most 1 MiB, read as far as one byte more: a pipe (`--config <(...)`) is a file
-      // too, and a device such as /dev/zero must not fill the memory.
+      // At most 1 MiB, read as far as one byte more.
       constexpr std::size_t kMaxConfigBytes = std::size_t{1} << 20;
       std::string text(kMaxConfigBytes + 1, '\0');
       file.read(&text[0], static_cast<std::streamsize>(text.size()));
+      DTRAIN_CHECK(!file.bad(), Errc::invalid_config, "cannot read --config file '" << path << "'");
       text.resize(static_cast<std::size_t>(file.gcount()));
       DTRAIN_CHECK(text.size() <= kMaxConfigBytes, Errc::invalid_config,
                    in_file << "longer than " << kMaxConfigBytes << " bytes, which no config file is");

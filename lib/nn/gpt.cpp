@@ -502,7 +502,6 @@ void GptModel::backward_stage(float dloss, const float* doutput, int chunk, int 
                "backward needs a forward() " << (head ? "with targets" : "and doutput")
                                              << " first (one backward a forward: the loss's "
                                                 "gradient overwrites the logits)");
-  if (head) slot_use.targets = false;  // consumed: a second backward would read gradients as logits
   check_operand_format_unchanged();
   const int B = use.B, T = use.T, N = B * T, C = cfg_.d_model, P = tp_.size();
   const int R = sp_ ? N / P : N, Vl = ce_.shard.padded_rows;
@@ -520,6 +519,7 @@ void GptModel::backward_stage(float dloss, const float* doutput, int chunk, int 
     if (tied >= 0) grads_writing(ready_index_.size() - 1);  // head_dw_ is the wte gradient
     // loss = mean over N positions, so each position's loss gets dloss / N
     d.fill(dlosses_, dloss / static_cast<float>(N), N);
+    slot_use.targets = false;  // the logits become their gradient below: a second backward would read those
     // dlogits overwrite the logits in place (they are not needed any more): their 16-bit
     // words with the words' gradient (head_writes_logits16), or fp32 with fp32, or they go
     // straight into 16-bit words where the GEMMs below read those (head_reads_dlogits16)

@@ -116,8 +116,9 @@ class DTRAIN_API GptModel {
   // parallelism B*T must be divisible by the TP size.
   float forward(const std::int32_t* tokens, const std::int32_t* targets, int B, int T);
   // Accumulates (+=) d(objective)/d(params) into parameters().grads(), where dloss is
-  // d(objective)/d(mean loss of the last forward). The caller zeroes the gradients.
-  // Collective over the TP group. Afterwards (and for each range when the grad-ready hook
+  // d(objective)/d(mean loss of the last forward), which must have had targets: one backward
+  // a forward (it overwrites the logits with their gradient; a second throws invalid_argument).
+  // The caller zeroes the gradients. Collective over the TP group. Afterwards (and for each range when the grad-ready hook
   // reports it) every replicated parameter (tp_sharded false) has the same complete gradient
   // on every TP rank, and every sharded one the complete gradient of its slice: only the
   // data-parallel reduction is left to the caller.

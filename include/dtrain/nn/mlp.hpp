@@ -52,7 +52,8 @@ class DTRAIN_API MlpModel {
   // forward()'s argument checks on their own (batch size, labels in range; labels may be
   // null): Error(Errc::invalid_argument). For callers that must agree on them first.
   void check_inputs(const std::int32_t* labels, int B) const;
-  // Accumulates (+=) d(objective)/d(params) given dloss = d(objective)/d(mean loss).
+  // Accumulates (+=) d(objective)/d(params) given dloss = d(objective)/d(mean loss), of the
+  // last forward, which must have had labels: one backward a forward (a second throws).
   void backward(float dloss);
   // Logits of the last forward, device memory [B, classes] (whole on every rank of the TP
   // group); valid until backward().
