@@ -74,16 +74,17 @@ function(dtrain_add_mpi_test name)
   endforeach()
 endfunction()
 
-# dtrain_one_rank_env_failure(NAME VAR=VALUE REGEX PROGRAM ARGS...): two ranks of PROGRAM
-# ARGS, the second with VAR=VALUE in its environment only (MPMD), must fail (not by
-# `timeout`'s 30 s) and print a line matching REGEX. LABELS and the like are set by the caller.
-function(dtrain_one_rank_env_failure name setting regex program)
+# dtrain_one_rank_env_failure(NAME VAR=VALUE CODE REGEX PROGRAM ARGS...): two ranks of
+# PROGRAM ARGS, the second with VAR=VALUE in its environment only (MPMD), must exit with
+# status CODE (not a crash, nor `timeout`'s 30 s) and print a line matching REGEX. LABELS and
+# the like are set by the caller.
+function(dtrain_one_rank_env_failure name setting code regex program)
   string(REPLACE ";" " " args "${ARGN}")
   add_test(NAME ${name}
-           COMMAND bash -c "timeout -k 5 30 \"$0\" \"$1\" 1 \"$2\" $4 : \"$1\" 1 env \"$3\" \"$2\" $4; echo \"exit status $?\""
-                   ${MPIEXEC_EXECUTABLE} ${MPIEXEC_NUMPROC_FLAG} ${program} ${setting} "${args}")
+           COMMAND bash -c "timeout -k 5 30 \"$0\" \"$1\" 1 \"$2\" $4 : \"$1\" 1 env \"$3\" \"$2\" $4; s=$?; echo \"exit status $s\"; [ $s -eq $5 ] || echo \"wrong exit status: wanted $5\""
+                   ${MPIEXEC_EXECUTABLE} ${MPIEXEC_NUMPROC_FLAG} ${program} ${setting} "${args}" ${code})
   set_tests_properties(${name} PROPERTIES PROCESSORS 2 TIMEOUT 60 ENVIRONMENT "${DTRAIN_TEST_ENV}"
-                       PASS_REGULAR_EXPRESSION "${regex}" FAIL_REGULAR_EXPRESSION "exit status (0|124|137)\n")
+                       PASS_REGULAR_EXPRESSION "${regex}" FAIL_REGULAR_EXPRESSION "wrong exit status")
 endfunction()
 
 # dtrain_expect_failure(NAME NP CODE REGEX PROGRAM ARGS...): NP ranks of PROGRAM ARGS end

@@ -129,17 +129,19 @@ void generate(dtrain::train::Trainer& trainer, const dtrain_gpt::Parsed& parsed,
                                    << from << ":");
   }
   bool first = true;
+  int printed = 0;  // what the log line reports: the tokens that reached stdout
   const auto start = std::chrono::steady_clock::now();
   trainer.generate(prompt, parsed.generate, sampling, [&](std::int32_t token) {
     if (rank != 0) return;
     std::cout << show_tokens({token}, vocab, tok, first) << std::flush;
     first = false;
+    ++printed;
   });
   if (rank != 0) return;
   std::cout << std::endl;
   const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
-  DTRAIN_LOG(info, "generated " << parsed.generate << " tokens in " << seconds << " s ("
-                                << 1e3 * seconds / parsed.generate << " ms a token, the prompt included)");
+  DTRAIN_LOG(info, "generated " << printed << " tokens in " << seconds << " s ("
+                                << 1e3 * seconds / std::max(printed, 1) << " ms a token, the prompt included)");
 }
 
 // What --generate does after training, as "key = value" lines: every rank must be given the

@@ -98,8 +98,8 @@ po::options_description describe(Parsed& p, std::string& config_file) {
       ("d-model", po::value(&c.d_model)->default_value(c.d_model), "embedding width")
       ("seq-len", po::value(&c.seq_len)->default_value(c.seq_len), "context length in tokens")
       ("vocab", po::value(&c.vocab)->default_value(c.vocab), "vocabulary size")
-      ("tie-embeddings", po::value(&c.tie_embeddings)->default_value(c.tie_embeddings),
-       "share the LM head with the token embedding (true/false)");
+      ("tie-embeddings", po::value(&c.tie_embeddings)->default_value(c.tie_embeddings)->implicit_value(true),
+       "share the LM head with the token embedding (a bare --tie-embeddings is true; false unties)");
 
   po::options_description parallel("Parallelism");
   parallel.add_options()

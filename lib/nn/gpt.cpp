@@ -352,19 +352,22 @@ std::size_t GptModel::boundary_floats(int B, int T) const noexcept {
   return (sp_ ? N / tp_.size() : N) * cfg_.d_model;
 }
 
-float GptModel::forward_stage(const std::int32_t* tokens, const std::int32_t* targets,
-                              const float* input, int B, int T, int chunk, int slot) {
+void GptModel::check_batch_shape(int B, int T) const {
   DTRAIN_CHECK(B > 0 && B <= max_batch_, Errc::invalid_argument,
                "batch " << B << " outside [1, " << max_batch_ << "]");
   DTRAIN_CHECK(T > 0 && T <= cfg_.seq_len, Errc::invalid_argument,
                "sequence length " << T << " outside [1, " << cfg_.seq_len << "]");
+  DTRAIN_CHECK(!sp_ || (B * T) % tp_.size() == 0, Errc::invalid_argument,
+               "sequence parallelism needs batch * sequence length (" << B * T
+                   << ") divisible by --tp (" << tp_.size() << ")");
+}
+
+float GptModel::forward_stage(const std::int32_t* tokens, const std::int32_t* targets,
+                              const float* input, int B, int T, int chunk, int slot) {
+  check_batch_shape(B, T);
   check_operand_format_unchanged();
   const int P = tp_.size();
   const int N = B * T, C = cfg_.d_model, V = cfg_.vocab, Vl = ce_.shard.padded_rows;
-  DTRAIN_CHECK(!sp_ || N % P == 0, Errc::invalid_argument,
-               "sequence parallelism needs batch * sequence length (" << N
-                                                                      << ") divisible by --tp ("
-                                                                      << P << ")");
   const int R = sp_ ? N / P : N;
   const std::int64_t RC = static_cast<std::int64_t>(R) * C;
   SlotUse& use = bind_slot(chunk, slot);

@@ -7,12 +7,24 @@ set -u
 shim=$1
 shift
 name=$(basename "$1")
+log=$(mktemp)
+trap 'rm -f "$log"' EXIT
+# The count at exit of a run that must train all its steps: the shim prints a count on any
+# exit, so a refused or stopped run would otherwise compare two start-ups and pass.
 count() {
-  OMP_NUM_THREADS=1 LD_PRELOAD="$shim" "$@" 2>&1 >/dev/null | grep -E "^allocations of $name: [0-9]+\$" |
-    tail -1 | awk '{print $NF}'
+  local steps=$1
+  shift
+  OMP_NUM_THREADS=1 LD_PRELOAD="$shim" "$@" --steps "$steps" >"$log" 2>&1
+  local status=$?
+  if [ $status -ne 0 ] || ! grep -q "done: $steps steps" "$log"; then
+    echo "FAIL: the $steps-step run exited with $status without training all its steps:" >&2
+    tail -5 "$log" >&2
+    return 1
+  fi
+  grep -E "^allocations of $name: [0-9]+\$" "$log" | tail -1 | awk '{print $NF}'
 }
-ten=$(count "$@" --steps 10)
-forty=$(count "$@" --steps 40)
+ten=$(count 10 "$@") || exit 1
+forty=$(count 40 "$@") || exit 1
 echo "allocations at exit: $ten after 10 steps, $forty after 40"
 [ -n "$ten" ] && [ -n "$forty" ] || { echo "FAIL: no count printed"; exit 1; }
 extra=$(( forty - ten ))

@@ -183,7 +183,7 @@ def check_loss(label, np_, args, want, tol):
         return None
     gap = abs(losses[-1] - want) / want
     print(f"{label}: val_loss {losses[-1]:.7f}, reference {want:.7f}, relative gap {gap:.2e} (bound {tol})")
-    if gap > tol:
+    if not gap <= tol:  # a NaN gap fails too
         failures.append(f"{label}: relative gap {gap:.3g} > {tol}")
     if "init: weights from" not in out:
         failures.append(f"{label}: no 'init: weights from' line")

@@ -74,6 +74,9 @@ for prompt in prompts:
     # The same tokens generated without the tokenizer, printed as ids; with it, as text.
     as_ids, _ = run(["--prompt", " ".join(map(str, want))])
     generated = [int(x) for x in as_ids.split()]
+    if len(generated) != 12:  # --generate 12: an empty stdout would print as an empty text
+        failures.append(f"{prompt!r}: {len(generated)} tokens printed as ids, not 12: {as_ids!r}")
+        continue
     as_text, _ = run(["--tokenizer", os.path.join(tok_dir, "vocab.json"), "--prompt", prompt])
     from_llmc, _ = run(["--tokenizer", llmc, "--prompt", " ".join(map(str, want))])
     expected = b"".join(pieces[t] if t < len(pieces) else f"<|{t}|>".encode() for t in generated) + b"\n"

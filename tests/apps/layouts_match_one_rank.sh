@@ -56,7 +56,7 @@ for step, r in one.items():
         if key in r:
             gap = abs(split[step][key] - r[key]) / abs(r[key])
             worst, compared = max(worst, gap), compared + 1
-            if gap > tol:
+            if not gap <= tol:  # a NaN gap fails too
                 sys.exit(f"FAIL {name}: step {step} {key} {split[step][key]} against one rank's {r[key]} "
                          f"(relative gap {gap:.3g} > {tol})")
 print(f"{name}: {compared} losses and norms within {worst:.3g} of one rank (bound {tol})")

@@ -60,7 +60,7 @@ static inline float train_pair(dt_context_t ctx, const pair_t* p, int from, int 
     OK(ctx, dt_all_reduce(p->dp, &ls, &mean, 1, DT_F32, DT_AVG));
     CHECK(within(mean, lr, p->tol));
     CHECK(within(ns, nr, p->tol));
-    worst = fmaxf(worst, fmaxf(fabsf(mean - lr) / lr, fabsf(ns - nr) / nr));
+    worst = worse(worst, worse(fabsf(mean - lr) / lr, fabsf(ns - nr) / nr));
   }
   free(tokens);
   free(targets);

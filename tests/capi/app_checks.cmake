@@ -11,6 +11,7 @@
 #  * resumed at 1 rank from that 2-rank (ZeRO-1 sharded) checkpoint, it ends where the 1-rank
 #    run ended, within TOLERANCE;
 #  * `--resume auto` finds the newest checkpoint (the last step: nothing left to train);
+#  * each resumed run says which checkpoint and step it resumed from;
 # and with TP (an app whose model splits over a tensor-parallel group, `--tp N`):
 #  * at 2 ranks with `--tp 2` it ends where the 1-rank run did, within TOLERANCE;
 #  * resumed with `--tp 2` from the first (data-parallel) checkpoint, where the 2-rank run did.
@@ -48,10 +49,23 @@ function(dtrain_check_app)
   run_app(2 --out ${A_WORK}/np2.txt --save-dir ${ckpt} --save-every ${A_SAVE_EVERY})
   compare(np1.txt np2.txt ${A_TOLERANCE})
 
-  string(LENGTH "${A_SAVE_EVERY}" digits)
-  math(EXPR zeros "8 - ${digits}")
-  string(REPEAT "0" ${zeros} pad)
-  set(first ${ckpt}/step_${pad}${A_SAVE_EVERY}.h5)
+  # step_<8 digits>.h5 of a step
+  function(checkpoint_name step out)
+    string(LENGTH "${step}" digits)
+    math(EXPR zeros "8 - ${digits}")
+    string(REPEAT "0" ${zeros} pad)
+    set(${out} step_${pad}${step}.h5 PARENT_SCOPE)
+  endfunction()
+  # The last run_app said it resumed from `file` at `step` (a run that found nothing, or
+  # another checkpoint, can end exactly where an uninterrupted run does).
+  macro(expect_resumed file step)
+    if(NOT out MATCHES "resumed from [^\n]*${file} at step ${step}\n")
+      message(FATAL_ERROR "the app did not say it resumed from ${file} at step ${step}:\n${out}")
+    endif()
+  endmacro()
+  checkpoint_name(${A_SAVE_EVERY} first_name)
+  checkpoint_name(${A_STEPS} last_name)
+  set(first ${ckpt}/${first_name})
   foreach(f ${first} ${ckpt}/latest)
     if(NOT EXISTS ${f})
       message(FATAL_ERROR "the app did not write ${f}")
@@ -64,15 +78,19 @@ function(dtrain_check_app)
     endif()
   endif()
   run_app(2 --out ${A_WORK}/resumed.txt --resume ${first})
+  expect_resumed(${first_name} ${A_SAVE_EVERY})
   compare(np2.txt resumed.txt 0)
   run_app(1 --out ${A_WORK}/resumed1.txt --resume ${first})
+  expect_resumed(${first_name} ${A_SAVE_EVERY})
   compare(np1.txt resumed1.txt ${A_TOLERANCE})
   run_app(2 --out ${A_WORK}/auto.txt --save-dir ${ckpt} --resume auto)
+  expect_resumed(${last_name} ${A_STEPS})
   compare(np2.txt auto.txt 0)
   if(A_TP)
     run_app(2 --tp 2 --out ${A_WORK}/tp2.txt)
     compare(np1.txt tp2.txt ${A_TOLERANCE})
     run_app(2 --tp 2 --out ${A_WORK}/tp2_resumed.txt --resume ${first})
+    expect_resumed(${first_name} ${A_SAVE_EVERY})
     compare(np2.txt tp2_resumed.txt ${A_TOLERANCE})
   endif()
 endfunction()

@@ -4,6 +4,7 @@
 #ifndef DTRAIN_TEST_CHECK_H
 #define DTRAIN_TEST_CHECK_H
 
+#include <math.h>
 #include <stdio.h>
 #include <string.h>
 
@@ -22,6 +23,10 @@ static int my_rank = 0;
               #cond);                                                                      \
     }                                                                                      \
   } while (0)
+
+/* The larger of two errors, NaN if either is: fmaxf drops a NaN, which would let a NaN
+ * result pass every "error < bound" check. */
+static inline float worse(float a, float b) { return isnan(a) || isnan(b) ? NAN : fmaxf(a, b); }
 
 /* Call must return `want`; on mismatch print the library's message. */
 #define EXPECT(want, ctx, call)                                                             \

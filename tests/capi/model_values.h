@@ -31,13 +31,13 @@ static inline int same_parameters(dt_context_t ctx, dt_model_t a, dt_model_t b) 
 
 static inline float max_diff(const float* a, const float* b, size_t n) {
   float d = 0;
-  for (size_t i = 0; i < n; ++i) d = fmaxf(d, fabsf(a[i] - b[i]));
+  for (size_t i = 0; i < n; ++i) d = worse(d, fabsf(a[i] - b[i]));
   return d;
 }
 
 static inline float max_abs(const float* a, size_t n) {
   float m = 0;
-  for (size_t i = 0; i < n; ++i) m = fmaxf(m, fabsf(a[i]));
+  for (size_t i = 0; i < n; ++i) m = worse(m, fabsf(a[i]));
   return m;
 }
 

@@ -233,8 +233,8 @@ static void test_byom(dt_context_t ctx, dt_comm_t world, int size, int zero_stag
     reference_adamw(rW, rgW, mW, vW, OUT * IN, lr, scale, oc.weight_decay, step, &oc);
     reference_adamw(rb, rgb, mb, vb, OUT, lr, scale, 0.0f, step, &oc);
   }
-  for (int i = 0; i < OUT * IN; ++i) max_diff = fmaxf(max_diff, fabsf(W[i] - rW[i]));
-  for (int o = 0; o < OUT; ++o) max_diff = fmaxf(max_diff, fabsf(b[o] - rb[o]));
+  for (int i = 0; i < OUT * IN; ++i) max_diff = worse(max_diff, fabsf(W[i] - rW[i]));
+  for (int o = 0; o < OUT; ++o) max_diff = worse(max_diff, fabsf(b[o] - rb[o]));
   if (my_rank == 0)
     printf("byom zero=%d: max |dtrain - single-rank reference| = %.3g after %d steps\n",
            zero_stage, max_diff, STEPS);
@@ -341,7 +341,7 @@ static void test_mlp(dt_context_t ctx, dt_comm_t world, int size) {
     float diff = 0;
     OK(ctx, dt_model_get_parameters(dp_model, a, n));
     OK(ctx, dt_model_get_parameters(ref_model, r, n));
-    for (size_t i = 0; i < n; ++i) diff = fmaxf(diff, fabsf(a[i] - r[i]));
+    for (size_t i = 0; i < n; ++i) diff = worse(diff, fabsf(a[i] - r[i]));
     if (my_rank == 0)
       printf("mlp: loss %.4f -> %.4f; max |dp - single rank| = %.3g\n", first_loss, last_loss, diff);
     CHECK(diff < 1e-4f);

@@ -127,7 +127,7 @@ static float slice_gap(const coords_t* c, const buffers_t* split, const buffers_
     if (!split->w[t]) continue;
     for (size_t k = 0; k < slice_numel(&TENSORS[t], c); ++k) {
       const float a = split->w[t][k], b = whole->w[t][logical_index(&TENSORS[t], c, k)];
-      worst = fmaxf(worst, fabsf(a - b) / fmaxf(fabsf(b), 1e-3f));
+      worst = worse(worst, fabsf(a - b) / fmaxf(fabsf(b), 1e-3f));
       if (a != b) *bits = 0;
     }
   }
@@ -179,7 +179,7 @@ static void test_layout(dt_context_t ctx, dt_comm_t world, int tp, int pp, int z
     OK(ctx, dt_byom_step(w, 1e-2f, &nw));
     CHECK(fabsf(ns - nw) <= TOL * nw);
     CHECK(nw > oc.clip_grad);
-    worst = fmaxf(worst, fabsf(ns - nw) / nw);
+    worst = worse(worst, fabsf(ns - nw) / nw);
   }
   gap = slice_gap(&c, &split, &whole, &bits);
   CHECK(gap < TOL);

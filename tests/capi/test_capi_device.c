@@ -99,7 +99,7 @@ static void test_gpt(dt_context_t ctx, dt_comm_t world, int zero) {
   for (int s = 0; s < STEPS; ++s) {
     CHECK(relative_ok(lg[s], lc[s]));
     CHECK(relative_ok(ng[s], nc[s]));
-    worst = fmaxf(worst, fmaxf(fabsf(lg[s] - lc[s]) / lc[s], fabsf(ng[s] - nc[s]) / nc[s]));
+    worst = worse(worst, worse(fabsf(lg[s] - lc[s]) / lc[s], fabsf(ng[s] - nc[s]) / nc[s]));
   }
   CHECK(lc[STEPS - 1] / 2 < lc[0]); /* it learns (the last step has 2 backward calls) */
   pc = parameters(ctx, cpu, &n);
@@ -112,7 +112,7 @@ static void test_gpt(dt_context_t ctx, dt_comm_t world, int zero) {
   CHECK(relative_ok(eg, ec));
   gpt_decode(ctx, cpu, dc[0], dc[1]);
   gpt_decode(ctx, gpu, dg[0], dg[1]);
-  ld = fmaxf(max_diff(dc[0], dg[0], VOCAB), max_diff(dc[1], dg[1], VOCAB));
+  ld = worse(max_diff(dc[0], dg[0], VOCAB), max_diff(dc[1], dg[1], VOCAB));
   CHECK(ld <= TOL * max_abs(&dc[0][0], 2 * VOCAB));
   if (my_rank == 0)
     printf("gpt zero=%d: cuda vs cpu over %d steps: max relative loss/norm diff %.3g, max |param "
@@ -187,7 +187,7 @@ static void test_mlp(dt_context_t ctx, dt_comm_t world, int zero) {
     OK(ctx, dt_model_step(gpu, 1e-2f, &nb));
     CHECK(relative_ok(b, a));
     CHECK(relative_ok(nb, na));
-    worst = fmaxf(worst, fmaxf(fabsf(b - a) / a, fabsf(nb - na) / na));
+    worst = worse(worst, worse(fabsf(b - a) / a, fabsf(nb - na) / na));
   }
   mlp_batch(STEPS, x, labels);
   OK(ctx, dt_mlp_predict(cpu, x, MB, lc));

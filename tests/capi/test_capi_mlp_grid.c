@@ -99,7 +99,7 @@ static float train(dt_context_t ctx, const layout_t* l, int from, int to) {
     OK(ctx, dt_all_reduce(l->dp, &ls, &mean, 1, DT_F32, DT_AVG));
     CHECK(within(mean, lr, tol));
     CHECK(within(ns, nr, tol));
-    worst = fmaxf(worst, fmaxf(fabsf(mean - lr) / lr, fabsf(ns - nr) / nr));
+    worst = worse(worst, worse(fabsf(mean - lr) / lr, fabsf(ns - nr) / nr));
   }
   return worst;
 }

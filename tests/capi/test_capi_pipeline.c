@@ -135,7 +135,7 @@ static float stage_tensor_gap(dt_context_t ctx, dt_model_t staged, dt_model_t re
     b = malloc(count * sizeof *b);
     OK(ctx, dt_model_get_tensor(staged, name, a, count));
     OK(ctx, dt_model_get_tensor(ref, name, b, count));
-    worst = fmaxf(worst, max_diff(a, b, count));
+    worst = worse(worst, max_diff(a, b, count));
     if (memcmp(a, b, count * sizeof *a) != 0) *bits = 0;
     free(a);
     free(b);

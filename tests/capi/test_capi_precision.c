@@ -73,7 +73,7 @@ static void test_curves(dt_context_t ctx, dt_comm_t world, const char* precision
     const float lr = train_step(ctx, ref, step, &nr), ll = train_step(ctx, low, step, &nl);
     CHECK(fabsf(ll - lr) <= BOUND * lr);
     CHECK(isfinite(nl));
-    worst = fmaxf(worst, fabsf(ll - lr) / lr);
+    worst = worse(worst, fabsf(ll - lr) / lr);
   }
   {
     float scale = 0;
@@ -227,8 +227,8 @@ static void test_mlp(dt_context_t ctx, dt_comm_t world, const char* precision, i
     const float lr = mlp_step(ctx, ref, step, &nr), ll = mlp_step(ctx, low, step, &nl);
     CHECK(fabsf(ll - lr) <= BOUND * lr);
     CHECK(fabsf(nl - nr) <= NORM_BOUND * nr); /* fp16: the norm of the unscaled gradients */
-    worst = fmaxf(worst, fabsf(ll - lr) / lr);
-    worst_norm = fmaxf(worst_norm, fabsf(nl - nr) / nr);
+    worst = worse(worst, fabsf(ll - lr) / lr);
+    worst_norm = worse(worst_norm, fabsf(nl - nr) / nr);
   }
   OK(ctx, dt_model_loss_scale(low, &scale, NULL));
   CHECK(scale == (strcmp(precision, "fp16") == 0 ? 65536.0f : 1.0f));

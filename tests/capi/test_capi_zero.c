@@ -33,8 +33,8 @@ static float curve_diff(const curve_t* a, const curve_t* b, int* ok) {
   float worst = 0;
   *ok = 1;
   for (int s = 0; s < STEPS; ++s) {
-    worst = fmaxf(worst, fabsf(a->loss[s] - b->loss[s]) / fabsf(b->loss[s]));
-    worst = fmaxf(worst, fabsf(a->norm[s] - b->norm[s]) / fabsf(b->norm[s]));
+    worst = worse(worst, fabsf(a->loss[s] - b->loss[s]) / fabsf(b->loss[s]));
+    worst = worse(worst, fabsf(a->norm[s] - b->norm[s]) / fabsf(b->norm[s]));
     *ok = *ok && relative_ok(a->loss[s], b->loss[s]) && relative_ok(a->norm[s], b->norm[s]);
   }
   return worst;
@@ -177,7 +177,7 @@ static void test_gpt_checkpoint(dt_context_t ctx, dt_comm_t world) {
   for (int s = SAVE; s < STEPS; ++s) {
     CHECK(relative_ok(r0.loss[s], whole.loss[s]));
     CHECK(r3.loss[s] == whole.loss[s]);
-    worst = fmaxf(worst, fabsf(r0.loss[s] - whole.loss[s]) / whole.loss[s]);
+    worst = worse(worst, fabsf(r0.loss[s] - whole.loss[s]) / whole.loss[s]);
   }
   if (my_rank == 0)
     printf("gpt: zero 3 checkpoint at step %d resumed under zero 0: max relative loss diff = %.3g\n",

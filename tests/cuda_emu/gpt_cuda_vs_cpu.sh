@@ -5,7 +5,9 @@
 # With OPTIONS containing "resume", the cuda run is split: 3 steps saved to a checkpoint,
 # then resumed to the end by a second cuda run. With "nccl", device buffers move over the
 # (emulated) NCCL transport instead of MPI staging; with "reorder", the emulator runs every
-# other stream's queued work before a stream's own (DTRAIN_CUDA_EMU_OTHER_STREAMS_FIRST).
+# other stream's queued work before a stream's own (DTRAIN_CUDA_EMU_OTHER_STREAMS_FIRST); with
+# "unfused", attention runs as GEMMs around a softmax (DTRAIN_CUDA_FUSED_ATTENTION=0). Each must
+# show in the cuda run's log, so that a setting ignored cannot pass as another run.
 # With "generate", both runs then sample 48 tokens (the same random numbers; past seq-len 32,
 # so the key/value cache restarts too), and the two texts must be the same. With
 # "last-rank-without-vmm", the cuda run's last rank has DTRAIN_CUDA_VMM=0 (a GPU without
@@ -19,13 +21,14 @@ trap 'rm -rf "$work"' EXIT
 common=(--layers 4 --d-model 64 --heads 4 --seq-len 32 --micro-batch 2
         --log-every 1 --eval-every 0 --eval-batches 1)
 split=0 transport=mpi_staged generate=0 last_without_vmm=0
-opts=()
+opts=() in_cuda_log=()  # lines the cuda run must log: a setting that took effect
 for o in "$@"; do
   case "$o" in
     resume) split=1 ;;
     generate) generate=1; opts+=(--generate 48 --prompt ab) ;;
     nccl) transport=nccl ;;
-    reorder) export DTRAIN_CUDA_EMU_OTHER_STREAMS_FIRST=1 ;;
+    reorder) export DTRAIN_CUDA_EMU_OTHER_STREAMS_FIRST=1; in_cuda_log+=("other streams' queued work runs first") ;;
+    unfused) export DTRAIN_CUDA_FUSED_ATTENTION=0; in_cuda_log+=("GEMMs, attention unfused)") ;;
     last-rank-without-vmm) last_without_vmm=1 ;;
     *) opts+=("$o") ;;
   esac
@@ -62,6 +65,10 @@ if [ "$np" -gt 1 ] && ! grep -q "device buffers move over $transport" "$work/cud
   cat "$work/cuda.log"; echo "FAIL: device buffers did not move over $transport"; exit 1
 fi
 
+for line in "${in_cuda_log[@]}"; do
+  grep -qF -- "$line" "$work/cuda.log" || { cat "$work/cuda.log"; echo "FAIL: the cuda run did not log: $line"; exit 1; }
+done
+
 if [ "$last_without_vmm" = 1 ] && ! grep -q -- "--param-storage 16bit: the parameters stay" "$work/cuda.log"; then
   cat "$work/cuda.log"; echo "FAIL: no warning about the rank without virtual memory management"; exit 1
 fi
@@ -69,8 +76,9 @@ fi
 if [ "$generate" = 1 ]; then
   echo "generated on the cpu:  $(cat "$work/cpu.out")"
   echo "generated on the cuda: $(cat "$work/cuda.out")"
-  [ -s "$work/cpu.out" ] && cmp -s "$work/cpu.out" "$work/cuda.out" ||
-    { echo "FAIL: the generated texts differ"; exit 1; }
+  # 48 tokens print at least a byte each (an empty generation would compare equal too)
+  [ "$(wc -c <"$work/cpu.out")" -ge 48 ] || { echo "FAIL: fewer than 48 tokens printed"; exit 1; }
+  cmp -s "$work/cpu.out" "$work/cuda.out" || { echo "FAIL: the generated texts differ"; exit 1; }
 fi
 
 python3 - "$work/cpu.jsonl" "$work/cuda.jsonl" "$tol" <<'PY'

@@ -176,7 +176,9 @@ CUstream_st* stream_of(cudaStream_t s) { return s ? s : &g_legacy_stream; }
 bool other_streams_first() {
   static const bool on = [] {
     const char* v = std::getenv("DTRAIN_CUDA_EMU_OTHER_STREAMS_FIRST");
-    return v && std::strcmp(v, "1") == 0;
+    const bool set = v && std::strcmp(v, "1") == 0;
+    if (set) std::fprintf(stderr, "cuda emulator: other streams' queued work runs first\n");  // tests check it
+    return set;
   }();
   return on;
 }

@@ -70,15 +70,20 @@ template <class T> class OnDevice {
   dtrain::DeviceBuffer buf_;
 };
 
+// The larger of two errors, NaN if either is (std::max keeps its first argument against a
+// NaN, which would let a NaN result pass an "error < bound" check).
+inline double worse(double a, double b) { return std::isnan(a) || std::isnan(b) ? NAN : std::max(a, b); }
+
 // max |got - want| / max |want|: the error relative to the largest reference value, so that
 // entries which are (near) zero, or cancel, do not make a relative bound meaningless.
 inline double relative_error(const std::vector<float>& got, const std::vector<float>& want) {
   double diff = 0, scale = 0;
   for (std::size_t i = 0; i < want.size(); ++i) {
-    diff = std::max(diff, std::fabs(static_cast<double>(got[i]) - want[i]));
+    const double d = std::fabs(static_cast<double>(got[i]) - want[i]);
+    if (std::isnan(d)) return d;  // std::max would keep the old value: a NaN must fail
+    diff = std::max(diff, d);
     scale = std::max(scale, std::fabs(static_cast<double>(want[i])));
   }
-  if (std::isnan(diff)) return diff;
   return scale > 0 ? diff / scale : diff;
 }
 

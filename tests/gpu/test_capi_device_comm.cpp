@@ -35,6 +35,9 @@ void expect(dt_result_t got, dt_result_t want, const std::string& what) {
   check(got == want, what + " returned " + dt_get_error_string(got) + ", wanted " + dt_get_error_string(want));
 }
 
+// The larger of two errors, NaN if either is (std::max would keep the first against a NaN).
+float worse(float a, float b) { return std::isnan(a) || std::isnan(b) ? NAN : std::max(a, b); }
+
 // Host values in, a device buffer, host values out.
 class DeviceFloats {
  public:
@@ -151,8 +154,8 @@ void byom_on_device(dt_comm_t world, dt_comm_t dc, dtrain::Device& dev, const st
   check(norms_agree, g + "gradient norms agree");
   float worst = 0;
   const std::vector<float> w = dw.values(), b = db.values();
-  for (std::size_t i = 0; i < nw; ++i) worst = std::max(worst, std::fabs(w[i] - hw[i]));
-  for (std::size_t i = 0; i < nb; ++i) worst = std::max(worst, std::fabs(b[i] - hb[i]));
+  for (std::size_t i = 0; i < nw; ++i) worst = worse(worst, std::fabs(w[i] - hw[i]));
+  for (std::size_t i = 0; i < nb; ++i) worst = worse(worst, std::fabs(b[i] - hb[i]));
   check(worst <= 1e-6f, g + "parameters agree");
   check(w != w0, g + "the steps moved the parameters");
 
@@ -206,7 +209,7 @@ void byom16_on_device(dt_comm_t world, dt_comm_t dc, dtrain::Device& dev) {
   cpu.convert_from_16bit(a.data(), from_gpu.data(), static_cast<std::int64_t>(n), dtrain::DType::bf16);
   cpu.convert_from_16bit(b.data(), hw.data(), static_cast<std::int64_t>(n), dtrain::DType::bf16);
   float worst = 0;
-  for (std::size_t i = 0; i < n; ++i) worst = std::max(worst, std::fabs(a[i] - b[i]) / std::fabs(b[i]));
+  for (std::size_t i = 0; i < n; ++i) worst = worse(worst, std::fabs(a[i] - b[i]) / std::fabs(b[i]));
   check(worst <= 1.0f / 128, g + "GPU and host words within a bf16 step");
   bool all_moved = true;
   for (std::size_t i = 0; i < n; ++i) all_moved = all_moved && from_gpu[i] != w0[i] && hw[i] != w0[i];

@@ -209,10 +209,12 @@ TEST(Pipeline, ModelMustFitTheSchedule) {
   shape.pp = w.size();
   ProcessGrid grid(w, shape);
   const GptConfig cfg = tiny();
-  auto code_of = [&](const std::vector<GptStage>& chunks, ScheduleKind kind, int V) {
+  auto code_of = [&](const std::vector<GptStage>& chunks, ScheduleKind kind, int V,
+                     int micro_batch = 1, int seq_len = 0) {
+    if (seq_len == 0) seq_len = cfg.seq_len;
     GptModel m(cfg, cpu_device(), 1, 1, chunks);
     try {
-      PipelineExecutor e(m, grid.pp(), kind, 2 * w.size(), 1, cfg.seq_len, V);
+      PipelineExecutor e(m, grid.pp(), kind, 2 * w.size(), micro_batch, seq_len, V);
     } catch (const Error& e) {
       return e.code();
     }
@@ -226,4 +228,8 @@ TEST(Pipeline, ModelMustFitTheSchedule) {
   chunks = stage_chunks(cfg, grid, ScheduleKind::one_f_one_b, 2 * w.size(), 1);
   EXPECT_EQ(code_of(chunks, ScheduleKind::interleaved, 2), Errc::invalid_argument);
   EXPECT_EQ(code_of(chunks, ScheduleKind::one_f_one_b, 1), Errc::ok);
+  // micro-batches the model has no room for: refused here, on every rank, not in stage 0's
+  // first forward (the other stages would wait for its activations)
+  EXPECT_EQ(code_of(chunks, ScheduleKind::one_f_one_b, 1, 2), Errc::invalid_argument);
+  EXPECT_EQ(code_of(chunks, ScheduleKind::one_f_one_b, 1, 1, cfg.seq_len + 1), Errc::invalid_argument);
 }

@@ -48,6 +48,10 @@ FdStats fd_check(const std::string& what, std::vector<T>& x, const std::vector<T
   return s;
 }
 
+// The larger of two errors, NaN if either is (std::max keeps its first argument against a
+// NaN, which would let a NaN result pass an "error < bound" check).
+inline double worse(double a, double b) { return std::isnan(a) || std::isnan(b) ? NAN : std::max(a, b); }
+
 // sum_i out[i] * w[i]: a scalar objective with a generic upstream gradient w.
 template <class T> double dot(const std::vector<T>& out, const std::vector<T>& w) {
   double s = 0;

@@ -380,7 +380,7 @@ TEST(KernelGrad, AttentionLogSumExpAtLargeScores) {
   double largest = 0, worst = 0;
   for (std::size_t i = 0; i < q.size(); ++i) {
     largest = std::max(largest, std::fabs(double(grads[0][i])));
-    worst = std::max(worst, std::fabs(double(grads[1][i]) - grads[0][i]));
+    worst = worse(worst, std::fabs(double(grads[1][i]) - grads[0][i]));
   }
   EXPECT_LT(worst, 1e-4 * largest) << "largest gradient " << largest << ", largest difference " << worst;
   std::printf("large scores: gradients of the two saved forms %.3g apart, largest %.3g\n", worst, largest);
@@ -427,7 +427,7 @@ TEST(KernelGrad, AttentionLogSumExpSurvives16BitStorage) {
     double scale = 0, worst = 0;
     for (std::size_t i = 0; i < g.size(); ++i) {
       scale = std::max(scale, double(std::fabs(exact[i])));
-      worst = std::max(worst, double(std::fabs(g[i] - exact[i])));
+      worst = worse(worst, double(std::fabs(g[i] - exact[i])));
     }
     return worst / scale;
   };

@@ -263,6 +263,8 @@ TEST(PipelineSchedule, InvalidArgumentsAreClearErrors) {
             Errc::invalid_config);
   EXPECT_EQ(code_of([] { build_schedule(ScheduleKind::gpipe, 2, 2, 4, 1); }),
             Errc::invalid_argument);
+  EXPECT_EQ(code_of([] { max_in_flight(ScheduleKind::one_f_one_b, 2, 3, 4, 1); }),
+            Errc::invalid_argument);  // was min(4, 2 - 3) = -1
   EXPECT_EQ(code_of([] { parse_schedule_kind("zigzag"); }), Errc::invalid_config);
   EXPECT_EQ(parse_schedule_kind("1f1b"), ScheduleKind::one_f_one_b);
   EXPECT_EQ(bubble_fraction(ScheduleKind::gpipe, 1, 4, 1), 0.0);

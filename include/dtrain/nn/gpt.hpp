@@ -225,6 +225,9 @@ class DTRAIN_API GptModel {
   double flops_per_token() const noexcept;
   const GptConfig& config() const noexcept { return cfg_; }
   int max_batch() const noexcept { return max_batch_; }
+  // Throws invalid_argument unless a forward of B x T tokens fits: B in [1, max_batch], T in
+  // [1, seq_len], B*T divisible by the TP size under sequence parallelism.
+  void check_batch_shape(int B, int T) const;
   Device& device() const noexcept { return *dev_; }
 
   int tp_size() const noexcept { return tp_.size(); }

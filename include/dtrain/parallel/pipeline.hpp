@@ -30,7 +30,8 @@ class DTRAIN_API PipelineExecutor {
   // head on the last chunk of the last rank, each chunk with at least chunk_slots()
   // activation slots. pp: the pipeline group, rank = stage, borrowed. Throws
   // Error(Errc::invalid_config) for a schedule that does not validate and
-  // Error(Errc::invalid_argument) for a model that does not fit it.
+  // Error(Errc::invalid_argument) for a model that does not fit it or a micro-batch shape it
+  // cannot run (GptModel::check_batch_shape), on every rank before any message.
   PipelineExecutor(GptModel& model, Communicator& pp, ScheduleKind kind, int micro_batches,
                    int micro_batch, int seq_len, int virtual_stages = 1);
   PipelineExecutor(const PipelineExecutor&) = delete;
@@ -38,7 +39,7 @@ class DTRAIN_API PipelineExecutor {
 
   // The micro-batch shape of the passes from now on: micro_batch sequences of seq_len tokens,
   // at most the constructor's of each (its buffers are reused). Throws
-  // Error(Errc::invalid_argument) for a larger or empty shape.
+  // Error(Errc::invalid_argument) for a larger or empty shape, or one the model cannot run.
   void use_shape(int micro_batch, int seq_len);
 
   // Fills tokens and targets ([micro_batch, seq_len] int32, host) of micro-batch mb.
@@ -50,7 +51,11 @@ class DTRAIN_API PipelineExecutor {
   // model's arena, each micro-batch's mean loss scaled by dloss. load is called on the first
   // and the last stage only. Returns the sum of the micro-batches' mean losses on the last
   // stage, 0 elsewhere. Collective over the pipeline group. With virtual stages, `done`
-  // must be empty (a micro-batch's backward is spread over several actions).
+  // must be empty (a micro-batch's backward is spread over several actions). A failure on
+  // one rank inside a step (a throwing load, a device error) cannot be recovered: the other
+  // stages wait in their receives, and so would this rank's pending sends, were the executor
+  // destroyed; the job must end (dtrain-gpt aborts it; otherwise the communicator's
+  // watchdog does, after DTRAIN_COMM_TIMEOUT).
   double run_step(const Loader& load, float dloss, const BackwardDone& done = {});
   // Mean loss of each micro-batch of the last run_step (last stage; 0 elsewhere).
   const std::vector<double>& last_losses() const noexcept { return losses_; }
@@ -73,7 +78,7 @@ class DTRAIN_API PipelineExecutor {
   double last_step_seconds() const noexcept { return step_seconds_; }
   double last_idle_seconds() const noexcept { return idle_seconds_; }
   // Bytes of the executor's own buffers (gradient copies in flight, one received gradient,
-  // one micro-batch of token ids), besides the model's activations.
+  // one micro-batch of token ids and one of targets), besides the model's activations.
   std::size_t buffer_bytes() const noexcept { return buffer_bytes_; }
 
  private:
@@ -84,7 +89,8 @@ class DTRAIN_API PipelineExecutor {
   // Without a single-copy transport a large message advances only while its sender is
   // inside MPI: poll_sends lets pending sends move on (true when none is left), push_sends
   // keeps them moving for up to a millisecond (counted as idle), so a message to a peer
-  // that already waits for it arrives now rather than after this rank's next computation.
+  // that already waits for it arrives now rather than after this rank's next computation
+  // (run_step spins only where a computation comes next, on every transport).
   bool poll_sends();
   void push_sends();
 

@@ -72,7 +72,9 @@ DTRAIN_API std::vector<PipelineAction> build_schedule(ScheduleKind kind, int sta
 
 // Most activations of (micro-batch, chunk) pairs a rank keeps at once under the schedule:
 // micro_batches for gpipe, min(M, N - stage) for 1f1b, Megatron's warm-up + 1 (at most
-// M * V) for interleaved. The executor sizes its activation slots by it.
+// M * V) for interleaved: the sum over chunks of what the rank holds, where chunk_slots()
+// (what the executor sizes its slots by) counts each chunk's own most. Validates as
+// build_schedule.
 DTRAIN_API int max_in_flight(ScheduleKind kind, int stages, int stage, int micro_batches,
                              int virtual_stages);
 

@@ -24,7 +24,7 @@ std::string CudaDevice::name() const {
                       : gemm_operands_ == DType::f16 ? "fp16"
                       : tf32_                        ? "TF32"
                                                      : "fp32";
-  return name_ + ", " + gemms + " GEMMs)";
+  return name_ + ", " + gemms + " GEMMs" + (fused_attention_ ? "" : ", attention unfused") + ")";
 }
 
 cublasComputeType_t CudaDevice::compute_type() const noexcept {

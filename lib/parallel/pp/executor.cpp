@@ -37,6 +37,9 @@ PipelineExecutor::PipelineExecutor(GptModel& model, Communicator& pp, ScheduleKi
   DTRAIN_CHECK(model.chunks() == V, Errc::invalid_argument,
                "pipeline rank " << stage << " holds " << model.chunks()
                                 << " model chunks, --virtual-stages is " << V);
+  // Here, on every rank, rather than in the first forward of stage 0 alone, which would
+  // leave the other stages waiting for its activations.
+  model.check_batch_shape(micro_batch, seq_len);
   int total_slots = 0, grad_slots = 0;
   for (int c = 0; c < V; ++c) {
     const GptStage& ch = model.chunk(c);
@@ -74,6 +77,7 @@ PipelineExecutor::PipelineExecutor(GptModel& model, Communicator& pp, ScheduleKi
 }
 
 void PipelineExecutor::use_shape(int micro_batch, int seq_len) {
+  model_.check_batch_shape(micro_batch, seq_len);
   DTRAIN_CHECK(micro_batch >= 1 && micro_batch <= max_micro_batch_ && seq_len >= 1 &&
                    seq_len <= max_seq_len_,
                Errc::invalid_argument,
@@ -118,7 +122,17 @@ double PipelineExecutor::run_step(const Loader& load, float dloss, const Backwar
   idle_seconds_ = 0;
   Device& dev = model_.device();
   const auto n = static_cast<std::int64_t>(boundary_);
-  for (const PipelineAction& a : actions_) {
+  for (std::size_t i = 0; i < actions_.size(); ++i) {
+    const PipelineAction& a = actions_[i];
+    // Pending sends are pushed before a computation only: a blocking receive, or the waits
+    // at the end of the step, keep them moving anyway, without the spin.
+    const bool computes_next = i + 1 < actions_.size() &&
+                               (actions_[i + 1].type == ActionType::forward ||
+                                actions_[i + 1].type == ActionType::backward ||
+                                actions_[i + 1].type == ActionType::send_grad);
+    auto push_before_computing = [&] {
+      if (computes_next) push_sends();
+    };
     const int c = a.chunk, slot = a.micro_batch % slots_[static_cast<std::size_t>(c)];
     const std::size_t k = slot_index(c, a.micro_batch);
     switch (a.type) {
@@ -148,7 +162,7 @@ double PipelineExecutor::run_step(const Loader& load, float dloss, const Backwar
       case ActionType::send_activation:  // right after the forward: its output is current
         act_sends_[k] = pp_.isend(model_.stage_output(), boundary_, DType::f32, a.peer,
                                   activation_tag(a.peer_chunk));
-        push_sends();
+        push_before_computing();
         break;
       case ActionType::send_grad: {
         const auto kg =
@@ -157,7 +171,7 @@ double PipelineExecutor::run_step(const Loader& load, float dloss, const Backwar
         float* g = grad_out_.as<float>() + kg * boundary_;
         dev.copy_floats(g, model_.input_grad(), n);
         grad_sends_[kg] = pp_.isend(g, boundary_, DType::f32, a.peer, grad_tag(a.peer_chunk));
-        push_sends();
+        push_before_computing();
         if (done) done(a.micro_batch);  // this backward's gradients, after its send is posted
         break;
       }
@@ -165,12 +179,12 @@ double PipelineExecutor::run_step(const Loader& load, float dloss, const Backwar
         recv_ = pp_.irecv(model_.stage_input(c, slot), boundary_, DType::f32, a.peer,
                           activation_tag(c));
         wait(recv_);
-        push_sends();
+        push_before_computing();
         break;
       case ActionType::recv_grad:
         recv_ = pp_.irecv(grad_in_.as<float>(), boundary_, DType::f32, a.peer, grad_tag(c));
         wait(recv_);
-        push_sends();
+        push_before_computing();
         break;
     }
   }

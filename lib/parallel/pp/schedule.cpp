@@ -119,11 +119,17 @@ std::vector<Compute> compute_order(ScheduleKind kind, int N, int stage, int M, i
 }  // namespace
 }  // namespace pp
 
-std::vector<PipelineAction> build_schedule(ScheduleKind kind, int stages, int stage,
-                                           int micro_batches, int virtual_stages) {
+namespace {
+void validate_stage(ScheduleKind kind, int stages, int stage, int micro_batches, int virtual_stages) {
   validate_schedule(kind, stages, micro_batches, virtual_stages);
   DTRAIN_CHECK(stage >= 0 && stage < stages, Errc::invalid_argument,
                "pipeline stage " << stage << " out of range [0, " << stages << ")");
+}
+}  // namespace
+
+std::vector<PipelineAction> build_schedule(ScheduleKind kind, int stages, int stage,
+                                           int micro_batches, int virtual_stages) {
+  validate_stage(kind, stages, stage, micro_batches, virtual_stages);
   const int N = stages, V = virtual_stages;
   std::vector<PipelineAction> actions;
   actions.reserve(4 * static_cast<std::size_t>(micro_batches) * static_cast<std::size_t>(V));
@@ -155,7 +161,7 @@ std::vector<PipelineAction> build_schedule(ScheduleKind kind, int stages, int st
 
 int max_in_flight(ScheduleKind kind, int stages, int stage, int micro_batches,
                   int virtual_stages) {
-  validate_schedule(kind, stages, micro_batches, virtual_stages);
+  validate_stage(kind, stages, stage, micro_batches, virtual_stages);
   switch (kind) {
     case ScheduleKind::gpipe: return micro_batches;
     case ScheduleKind::one_f_one_b: return std::min(micro_batches, stages - stage);
