@@ -2,9 +2,11 @@
 # layouts_match_one_rank.sh MPIEXEC NPFLAG NP GPT: dtrain-gpt, as a user runs it, trains the same
 # model on one rank and then in each layout of NP ranks below (data, tensor and pipeline
 # parallelism, ZeRO, and their mixes); every logged step's loss and gradient norm, and every
-# validation loss, must agree with the one-rank run within 1e-5 relative (bf16: 1e-4, against
-# one rank in bf16). Each layout's checkpoint at step 3 is then resumed in another layout
-# (bf16: on one rank), whose steps 4-6 must agree with the one-rank run's in the same way.
+# validation loss, must agree with the one-rank run within 1e-5 relative (bf16 and fp16:
+# 1e-4, against one rank in the same precision: a reduced gradient summed in another order
+# may round to the neighbouring 16-bit value). Each layout's checkpoint at step 3 is then
+# resumed in another layout (16-bit: on one rank), whose steps 4-6 must agree with the
+# one-rank run's in the same way.
 set -u
 mpiexec=$1 npflag=$2 np=$3 gpt=$4
 work=$(mktemp -d)
@@ -13,19 +15,24 @@ common=(--layers 4 --d-model 64 --heads 4 --seq-len 32 --vocab 256 --micro-batch
         --global-batch 8 --steps 6 --log-every 1 --eval-every 3 --eval-batches 2)
 
 if [ "$np" = 2 ]; then
-  layouts=("--zero 3"
+  layouts=("--zero 1"
+           "--zero 3"
            "--tp 2 --sequence-parallel"
            "--pp 2"
-           "--pp 2 --schedule interleaved --virtual-stages 2"
+           "--pp 2 --schedule gpipe --deterministic"
+           "--pp 2 --schedule interleaved --virtual-stages 2 --recompute"
            "--precision bf16 --zero 1")
 else
   layouts=("--zero 2"
+           "--zero 3"
            "--tp 4 --sequence-parallel"
            "--tp 2 --zero 1 --sequence-parallel"
            "--tp 2 --pp 2"
+           "--tp 2 --pp 2 --sequence-parallel --schedule gpipe"
            "--pp 2 --zero 1 --schedule interleaved --virtual-stages 2"
            "--pp 4 --schedule gpipe"
-           "--precision bf16 --tp 2 --zero 1")
+           "--precision bf16 --tp 2 --zero 1"
+           "--precision fp16 --zero 1")
 fi
 
 run() {  # run NAME NP [OPTIONS...]
@@ -63,22 +70,26 @@ print(f"{name}: {compared} losses and norms within {worst:.3g} of one rank (boun
 PY
 }
 
+precision_of() {  # the --precision a layout asks for
+  case "$1" in *bf16*) echo bf16 ;; *fp16*) echo fp16 ;; *) echo fp32 ;; esac
+}
 run fp32 1 --resume none
 run bf16 1 --precision bf16 --resume none
+[[ " ${layouts[*]} " == *fp16* ]] && run fp16 1 --precision fp16 --resume none
 fp32_layouts=()
 for i in "${!layouts[@]}"; do
-  case "${layouts[$i]}" in *bf16*) ;; *) fp32_layouts+=("$i") ;; esac
+  [ "$(precision_of "${layouts[$i]}")" = fp32 ] && fp32_layouts+=("$i")
 done
 status=0
 for i in "${!layouts[@]}"; do
   read -r -a opts <<< "${layouts[$i]}"
   run "layout$i" "$np" "${opts[@]}" --resume none --save-dir "$work/ckpt$i" --save-every 3
-  reference=fp32 tol=1e-5
-  case "${layouts[$i]}" in *bf16*) reference=bf16 tol=1e-4 ;; esac
+  reference=$(precision_of "${layouts[$i]}") tol=1e-4
+  [ $reference = fp32 ] && tol=1e-5
   compare $reference "layout$i" $tol 1 "$np ranks: ${layouts[$i]}" || status=1
-  # Its step-3 checkpoint resumed in the next fp32 layout (bf16: on one rank) trains steps
+  # Its step-3 checkpoint resumed in the next fp32 layout (16-bit: on one rank) trains steps
   # 4-6 as one rank does.
-  resumer=(1 --precision bf16)
+  resumer=(1 --precision $reference)
   if [ $reference = fp32 ]; then
     for k in "${!fp32_layouts[@]}"; do
       [ "${fp32_layouts[$k]}" = "$i" ] && next=${fp32_layouts[$(((k + 1) % ${#fp32_layouts[@]}))]}

@@ -214,14 +214,20 @@ TEST(Precision, TensorAndPipelineParallelMatchTheSingleRank16BitRun) {
                             {1, 2, false, "1f1b", 0, "pp 2 1f1b"},
                             {1, 2, false, "gpipe", 0, "pp 2 gpipe"},
                             {1, 2, false, "interleaved", 0, "pp 2 interleaved"},
-                            {1, 2, false, "1f1b", 1, "pp 2 1f1b, zero 1"}};
+                            {1, 2, false, "1f1b", 1, "pp 2 1f1b, zero 1"},
+                            {2, 1, true, "1f1b", 3, "tp 2, sequence parallel, zero 3"},
+                            {4, 1, true, "1f1b", 0, "tp 4, sequence parallel"},
+                            {1, 4, false, "1f1b", 0, "pp 4 1f1b"},
+                            {2, 2, true, "1f1b", 0, "tp 2 x pp 2, sequence parallel"}};
   for (const char* precision : {"bf16", "fp16"}) {
     train::TrainConfig cfg = config(precision);
-    cfg.layers = 4;  // two chunks of one layer a stage when interleaved
+    cfg.heads = 4;   // split 4 ways under tp 4
+    cfg.layers = 4;  // two chunks of one layer a stage when interleaved; a layer a stage at pp 4
     cfg.global_batch = static_cast<long>(cfg.micro_batch) * (world().size() / 2) * 2;
     const std::vector<double> single = single_rank_losses(cfg);
     for (const Layout& l : layouts) {
-      if (l.zero > 0 && world().size() == 2) continue;  // dp 1: nothing to shard
+      if (world().size() % (l.tp * l.pp) != 0) continue;
+      if (l.zero > 0 && world().size() == l.tp * l.pp) continue;  // dp 1: nothing to shard
       train::TrainConfig split = cfg;
       split.tp = l.tp;
       split.pp = l.pp;

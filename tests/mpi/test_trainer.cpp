@@ -207,18 +207,27 @@ TEST(Trainer, RecomputationGivesTheSameLossesBitForBit) {
   // activations: the same arithmetic on the same inputs, so the same losses bit for bit, in
   // every layout (deterministic mode, so reruns repeat too); under bf16 the same as keeping
   // the activations in fp32.
+  // The pipeline schedules each keep another number of micro-batches in flight, whose
+  // recomputed activations must not mix.
   struct Layout {
     const char* name;
     int tp, pp, zero;
     bool sp;
     const char* precision;
+    const char* schedule;
   };
-  const Layout layouts[] = {{"dp", 1, 1, 0, false, "fp32"},       {"dp, zero 3", 1, 1, 3, false, "fp32"},
-                            {"tp 2, sp", 2, 1, 0, true, "fp32"},  {"pp 2, 1f1b", 1, 2, 0, false, "fp32"},
-                            {"dp, bf16", 1, 1, 1, false, "bf16"}};
+  const Layout layouts[] = {{"dp", 1, 1, 0, false, "fp32", ""},
+                            {"dp, zero 3", 1, 1, 3, false, "fp32", ""},
+                            {"tp 2, sp", 2, 1, 0, true, "fp32", ""},
+                            {"pp 2, 1f1b", 1, 2, 0, false, "fp32", "1f1b"},
+                            {"pp 2, gpipe", 1, 2, 0, false, "fp32", "gpipe"},
+                            {"pp 4, 1f1b", 1, 4, 0, false, "fp32", "1f1b"},
+                            {"tp 2 x pp 2, sp, 1f1b", 2, 2, 0, true, "fp32", "1f1b"},
+                            {"dp, bf16", 1, 1, 1, false, "bf16", ""}};
   for (const Layout& l : layouts) {
     if (world().size() % (l.tp * l.pp) != 0) continue;
     train::TrainConfig cfg = tiny_config();
+    cfg.layers = 4;  // a block for each of 4 stages
     cfg.steps = 4;
     cfg.deterministic = true;
     cfg.tp = l.tp;
@@ -229,8 +238,8 @@ TEST(Trainer, RecomputationGivesTheSameLossesBitForBit) {
     cfg.fp32_activations = true;  // what recomputation keeps: fp32 values
     const int dp = world().size() / (l.tp * l.pp);
     if (l.pp > 1) {
-      cfg.schedule = "1f1b";
-      cfg.global_batch = static_cast<long>(cfg.micro_batch) * dp * 2;
+      cfg.schedule = l.schedule;
+      cfg.global_batch = static_cast<long>(cfg.micro_batch) * dp * 2 * l.pp;  // 2 micro-batches a stage
     }
     const std::vector<double> kept = train_losses(cfg, world());
     cfg.fp32_activations = false;

@@ -321,24 +321,36 @@ TEST(Zero, DeterministicModeIsBitwiseIdenticalAcrossDegreesAndStages) {
 }
 
 TEST(Zero, DeterministicModeWithTensorParallelism) {
-  // TP 2 x DP (ranks / 2) at each ZeRO stage against TP 2 x DP 1, bit for bit: the norm
-  // counts a TP-replicated parameter once whatever the data-parallel split.
-  if (world().size() < 4 || world().size() % 2 != 0) GTEST_SKIP() << "needs 2 x dp >= 2 ranks";
+  // TP 2 (with and without sequence parallelism) against one rank within 1e-5 (the TP
+  // reductions sum in another order), and TP 2 x DP (ranks / 2) at each ZeRO stage against
+  // TP 2 x DP 1, bit for bit: the norm counts a TP-replicated parameter once whatever the
+  // data-parallel split.
+  if (world().size() % 2 != 0) GTEST_SKIP() << "needs 2 x dp ranks";
   const int dp = world().size() / 2;
   train::TrainConfig cfg = test::tiny_train_config();
   cfg.heads = 4;
-  cfg.tp = 2;
   cfg.deterministic = true;
   cfg.clip_grad = 0.05;
   cfg.global_batch = static_cast<long>(cfg.micro_batch) * dp * 2;
+  Communicator self = world().split(world().rank(), 0, "self");
+  const std::vector<double> one_rank = train_losses(cfg, self);
+  cfg.tp = 2;
   Communicator pair = world().split(world().rank() / 2, 0, "tp pair");
-  const std::vector<double> one_replica = train_losses(cfg, pair);
-  for (int zero : {0, 1, 2, 3}) {
-    cfg.zero = zero;
-    const std::vector<double> parallel = train_losses(cfg, world());
-    ASSERT_EQ(parallel.size(), one_replica.size());
-    for (std::size_t i = 0; i < parallel.size(); ++i)
-      EXPECT_EQ(parallel[i], one_replica[i]) << "zero " << zero << ", step " << i + 1;
+  for (bool sp : {false, true}) {
+    cfg.sequence_parallel = sp;
+    cfg.zero = 0;
+    const std::vector<double> one_replica = train_losses(cfg, pair);
+    ASSERT_EQ(one_replica.size(), one_rank.size());
+    for (std::size_t i = 0; i < one_rank.size(); ++i)
+      EXPECT_NEAR(one_replica[i], one_rank[i], 1e-5 * one_rank[i]) << "sp " << sp << ", step " << i + 1;
+    if (dp == 1) continue;
+    for (int zero : {0, 1, 2, 3}) {
+      cfg.zero = zero;
+      const std::vector<double> parallel = train_losses(cfg, world());
+      ASSERT_EQ(parallel.size(), one_replica.size());
+      for (std::size_t i = 0; i < parallel.size(); ++i)
+        EXPECT_EQ(parallel[i], one_replica[i]) << "sp " << sp << ", zero " << zero << ", step " << i + 1;
+    }
   }
 }
 
