@@ -20,8 +20,9 @@ list(LENGTH matches n)
 if(NOT n EQUAL 1)
   message(FATAL_ERROR "expected the message '${REGEX}' exactly once, saw it ${n} times:\n${all}")
 endif()
-# Whatever the message, never a crash's or a runtime's traces.
-if(all MATCHES "Backtrace|ERROR STOP|Segmentation fault|terminate called|core dumped")
+# Whatever the message, never a crash's or a runtime's traces, nor an MPI_Abort (the ranks agree
+# on a failure and exit; an abort is for a rank that fails alone).
+if(all MATCHES "Backtrace|ERROR STOP|Segmentation fault|terminate called|core dumped|MPI_ABORT was invoked")
   message(FATAL_ERROR "a crash or runtime trace in the output:\n${all}")
 endif()
 if(seconds GREATER 20)
