@@ -154,39 +154,63 @@ class DeviceChoice : public ::testing::Test {
                                           "SLURM_LOCALID",             "LOCAL_RANK"};
 };
 
+namespace {
+std::vector<bool> all_usable(int n) { return std::vector<bool>(static_cast<std::size_t>(n), true); }
+}  // namespace
+
 TEST_F(DeviceChoice, NodeLocalRankSpreadsRanksOverGpus) {
   using dtrain::cuda::choose_device;
   EXPECT_EQ(dtrain::cuda::local_rank_from_environment(), -1);
-  EXPECT_EQ(choose_device(0, 4), 0);
+  EXPECT_EQ(choose_device(0, all_usable(4)), 0);
   setenv("SLURM_LOCALID", "5", 1);
-  EXPECT_EQ(choose_device(0, 4), 1);
+  EXPECT_EQ(choose_device(0, all_usable(4)), 1);
   setenv("OMPI_COMM_WORLD_LOCAL_RANK", "2", 1);  // the MPI launcher's variable wins
   EXPECT_EQ(dtrain::cuda::local_rank_from_environment(), 2);
-  EXPECT_EQ(choose_device(0, 4), 2);
-  EXPECT_EQ(choose_device(1, 4), 3);
-  EXPECT_EQ(choose_device(0, 1), 0) << "ranks share the only GPU";
+  EXPECT_EQ(choose_device(0, all_usable(4)), 2);
+  EXPECT_EQ(choose_device(1, all_usable(4)), 3);
+  EXPECT_EQ(choose_device(0, all_usable(1)), 0) << "ranks share the only GPU";
   setenv("OMPI_COMM_WORLD_LOCAL_RANK", "not-a-number", 1);  // skipped, next variable used
   EXPECT_EQ(dtrain::cuda::local_rank_from_environment(), 5);
+}
+
+TEST_F(DeviceChoice, RanksSpreadOverTheGpusTheKernelsRunOn) {
+  // A node with an older GPU (ordinal 0) beside two new ones: local ranks 0, 1, 2 get 1, 2, 1.
+  using dtrain::cuda::choose_device;
+  const std::vector<bool> mixed = {false, true, true};
+  for (const auto& [local, want] : std::vector<std::pair<const char*, int>>{{"0", 1}, {"1", 2}, {"2", 1}}) {
+    setenv("OMPI_COMM_WORLD_LOCAL_RANK", local, 1);
+    EXPECT_EQ(choose_device(0, mixed), want) << "local rank " << local;
+  }
+  setenv("DTRAIN_CUDA_DEVICE", "0", 1);  // asked for by ordinal: the device refuses it itself
+  EXPECT_EQ(choose_device(0, mixed), 0);
+  unsetenv("DTRAIN_CUDA_DEVICE");
+  try {
+    choose_device(0, {false, false});
+    FAIL() << "no usable device accepted";
+  } catch (const dtrain::Error& e) {
+    EXPECT_EQ(e.code(), dtrain::Errc::unavailable);
+    EXPECT_NE(std::string(e.what()).find("none of the 2 visible CUDA devices"), std::string::npos) << e.what();
+  }
 }
 
 TEST_F(DeviceChoice, ExplicitDeviceAndErrors) {
   using dtrain::cuda::choose_device;
   setenv("OMPI_COMM_WORLD_LOCAL_RANK", "3", 1);
   setenv("DTRAIN_CUDA_DEVICE", "1", 1);
-  EXPECT_EQ(choose_device(0, 2), 1);
+  EXPECT_EQ(choose_device(0, all_usable(2)), 1);
   setenv("DTRAIN_CUDA_DEVICE", "2", 1);
   try {
-    choose_device(0, 2);
+    choose_device(0, all_usable(2));
     FAIL() << "device 2 of 2 accepted";
   } catch (const dtrain::Error& e) {
     EXPECT_EQ(e.code(), dtrain::Errc::invalid_config);
     EXPECT_NE(std::string(e.what()).find("DTRAIN_CUDA_DEVICE"), std::string::npos);
   }
   setenv("DTRAIN_CUDA_DEVICE", "one", 1);
-  EXPECT_THROW(choose_device(0, 2), dtrain::Error);
+  EXPECT_THROW(choose_device(0, all_usable(2)), dtrain::Error);
   unsetenv("DTRAIN_CUDA_DEVICE");
   try {
-    choose_device(0, 0);
+    choose_device(0, {});
     FAIL() << "no device accepted";
   } catch (const dtrain::Error& e) {
     EXPECT_EQ(e.code(), dtrain::Errc::unavailable);

@@ -36,7 +36,8 @@ int local_rank_from_environment() {
   return -1;
 }
 
-int choose_device(int requested, int visible) {
+int choose_device(int requested, const std::vector<bool>& usable) {
+  const auto visible = static_cast<long>(usable.size());
   DTRAIN_CHECK(visible > 0, Errc::unavailable, "no CUDA device is visible to this process");
   const long forced = env::get_int(env::cuda::kDevice, -1, 0, env::cuda::kMaxDevice);
   if (forced >= 0) {
@@ -45,10 +46,15 @@ int choose_device(int requested, int visible) {
                                        << " CUDA device(s) are visible");
     return static_cast<int>(forced);
   }
+  std::vector<int> ordinals;
+  for (int d = 0; d < visible; ++d)
+    if (usable[static_cast<std::size_t>(d)]) ordinals.push_back(d);
+  DTRAIN_CHECK(!ordinals.empty(), Errc::unavailable,
+               "none of the " << visible << " visible CUDA devices can run the CUDA plugin's kernels");
   const int local = local_rank_from_environment();
   const long base = local < 0 ? 0 : local;
   const long r = requested < 0 ? 0 : requested;
-  return static_cast<int>((base + r) % visible);
+  return ordinals[static_cast<std::size_t>((base + r) % static_cast<long>(ordinals.size()))];
 }
 
 }  // namespace dtrain::cuda

@@ -75,6 +75,8 @@ std::int64_t vector_part(const void* floats, const void* halves, std::int64_t n)
 void convert_to_16bit(cudaStream_t s, std::uint16_t* dst, const float* src, std::int64_t n,
                       bool bf16) {
   if (n <= 0) return;
+  const auto count = static_cast<std::size_t>(n);
+  require_apart(dst, count * sizeof *dst, src, count * sizeof *src, "convert_to_16bit");
   const std::int64_t v = vector_part(src, dst, n);
   if (v > 0) {
     to_16bit_x4_kernel<<<blocks_for(v / 4), kThreads, 0, s>>>(
@@ -90,6 +92,8 @@ void convert_to_16bit(cudaStream_t s, std::uint16_t* dst, const float* src, std:
 void convert_from_16bit(cudaStream_t s, float* dst, const std::uint16_t* src, std::int64_t n,
                         bool bf16) {
   if (n <= 0) return;
+  const auto count = static_cast<std::size_t>(n);
+  require_apart(dst, count * sizeof *dst, src, count * sizeof *src, "convert_from_16bit");
   const std::int64_t v = vector_part(dst, src, n);
   if (v > 0) {
     from_16bit_x4_kernel<<<blocks_for(v / 4), kThreads, 0, s>>>(

@@ -304,6 +304,10 @@ void crossentropy_backward_16bit(cudaStream_t s, std::uint16_t* dlogits16, bool 
                                  const float* dlosses, int N, int V, int ld, int vocab_start) {
   if (N <= 0) return;
   using U = std::uint16_t;
+  if (!logits16) {  // 16-bit words over the fp32 logits they come from: not in place
+    const std::size_t rows = static_cast<std::size_t>(N) * static_cast<std::size_t>(ld);
+    require_apart(dlogits16, rows * sizeof(U), logits, rows * sizeof(float), "crossentropy_backward_16bit");
+  }
   if (bf16 && logits16) {
     crossentropy_backward_kernel<Bf16Row, U, StoreBf16><<<N, kThreads, 0, s>>>(
         dlogits16, logits16, lse, targets, dlosses, V, ld, vocab_start, StoreBf16{});

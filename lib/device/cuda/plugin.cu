@@ -3,10 +3,12 @@
 // never aborts, also without a driver) and takes its Device from dtrain_cuda_get_device.
 #include <cuda_runtime.h>
 
+#include <algorithm>
 #include <cstdio>
 #include <exception>
 #include <map>
 #include <mutex>
+#include <vector>
 
 #include "device/cuda/cuda_device.hpp"
 #include "device/cuda/device_choice.hpp"
@@ -14,6 +16,20 @@
 #include "dtrain/core/log.hpp"
 
 #define DTRAIN_PLUGIN_EXPORT extern "C" __attribute__((visibility("default")))
+
+namespace {
+// Which of the `count` visible GPUs can run the kernels: they are built for sm_80 and newer
+// (bf16 mma.sync, cp.async), and an older GPU would fail at its first kernel. On a node with
+// both, ranks spread over the new ones only (choose_device).
+std::vector<bool> usable_devices(int count) {
+  std::vector<bool> usable(static_cast<std::size_t>(count > 0 ? count : 0), false);
+  cudaDeviceProp prop{};
+  for (int d = 0; d < count; ++d)
+    usable[static_cast<std::size_t>(d)] = cudaGetDeviceProperties(&prop, d) == cudaSuccess &&
+                                          prop.major >= dtrain::cuda::kOldestComputeMajor;
+  return usable;
+}
+}  // namespace
 
 DTRAIN_PLUGIN_EXPORT int dtrain_cuda_plugin_abi(void) { return dtrain::kCudaPluginAbi; }
 
@@ -29,14 +45,10 @@ DTRAIN_PLUGIN_EXPORT int dtrain_cuda_device_count(char* msg, unsigned long msg_l
     return 0;
   }
   if (count == 0 && msg && msg_len) std::snprintf(msg, msg_len, "no CUDA device present");
-  // The kernels are built for sm_80 and newer (bf16 mma.sync, cp.async): older GPUs would
-  // fail at their first kernel. Where none is new enough there is no usable device.
+  const std::vector<bool> usable = usable_devices(count);
+  const auto usable_count = static_cast<int>(std::count(usable.begin(), usable.end(), true));
+  if (usable_count > 0) return usable_count;
   cudaDeviceProp prop{};
-  for (int d = 0; d < count; ++d) {
-    if (cudaGetDeviceProperties(&prop, d) == cudaSuccess &&
-        prop.major >= dtrain::cuda::kOldestComputeMajor)
-      return count;
-  }
   if (count > 0 && msg && msg_len) {
     if (cudaGetDeviceProperties(&prop, 0) != cudaSuccess) prop = cudaDeviceProp{};
     std::snprintf(msg, msg_len,
@@ -56,7 +68,7 @@ DTRAIN_PLUGIN_EXPORT dtrain::Device* dtrain_cuda_get_device(int ordinal) {
   try {
     int visible = 0;
     if (cudaGetDeviceCount(&visible) != cudaSuccess) return nullptr;
-    const int chosen = dtrain::cuda::choose_device(ordinal, visible);
+    const int chosen = dtrain::cuda::choose_device(ordinal, usable_devices(visible));
     std::lock_guard<std::mutex> lock(mutex);
     dtrain::cuda::CudaDevice*& dev = devices[chosen];
     if (!dev) {

@@ -81,10 +81,6 @@ class PinnedPool {
   std::vector<Block> blocks_;
 };
 
-bool overlaps(const char* a, std::size_t a_bytes, const char* b, std::size_t b_bytes) {
-  return a_bytes && b_bytes && a < b + b_bytes && b < a + a_bytes;
-}
-
 // One operation's host copies: host views of send and recv inside a pinned block.
 class Staging {
  public:
