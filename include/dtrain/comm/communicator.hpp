@@ -8,6 +8,9 @@
 //    their notes). count == 0 is legal and does nothing.
 //  - Blocking calls return when the local buffers may be reused. Non-blocking calls
 //    ("i" prefix) return a Request; the buffers must stay untouched until it completes.
+//    On a GPU that includes device work: the compute stream is not made to wait for the
+//    operation, so a kernel queued before wait() (or a true test()) that reads recv or
+//    writes send races with it.
 //  - Counts may exceed INT_MAX; the library splits or wraps them for MPI.
 //  - Every call is watched: no progress for DTRAIN_COMM_TIMEOUT seconds aborts the job with
 //    a message naming the operation, the group and its world ranks.
