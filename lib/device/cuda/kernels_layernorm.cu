@@ -159,6 +159,9 @@ constexpr int kBackwardRowsPerBlock = 64;  // 8 a warp
 // second pass over both summed them again.
 // Two blocks a multiprocessor: at most 128 registers a thread, which GPT-2's rows (C = 768,
 // Q = 6) fit without spilling (ptxas, sm_90); without the bound they took 138, one block.
+// Wider rows keep 16 Q floats a lane live: at Q = 7 and 8 (C up to 1024) ptxas spills 12 and
+// 132 bytes a thread on sm_90, and one block a multiprocessor (Q <= 6 ? 2 : 1) spills none
+// with 140 and 168 registers; which is faster is not measured (docs/cuda.md).
 // dout16 (or null): dout as bf16 (or fp16) words, read instead.
 template <int Q>
 __global__ void __launch_bounds__(kThreads, 2)
