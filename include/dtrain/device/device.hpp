@@ -271,10 +271,10 @@ class DTRAIN_API Device {
   // Rounding is to nearest, ties to even, with subnormals; f16 values of magnitude 65520 and
   // above become +-inf; NaN stays NaN (quiet), inf stays inf. Results are bit for bit the
   // same on every device.
-  // dst[i] = the 16-bit encoding of src[i]. dst and src may not overlap (nor below).
+  // dst[i] = the 16-bit encoding of src[i]; dst and src may not overlap.
   virtual void convert_to_16bit(std::uint16_t* dst, const float* src, std::int64_t n,
                                 DType fmt) = 0;
-  // dst[i] = the fp32 value of the 16-bit encoding src[i] (exact).
+  // dst[i] = the fp32 value of the 16-bit encoding src[i] (exact); dst and src may not overlap.
   virtual void convert_from_16bit(float* dst, const std::uint16_t* src, std::int64_t n,
                                   DType fmt) = 0;
   // dst[i] = src[i] rounded to the nearest value of fmt, kept in fp32; dst may equal src.
@@ -326,8 +326,8 @@ class DTRAIN_API Device {
   // gradient written rounded to a 16-bit gemm_operand_format(), dlogits16[N,ld], as
   // linear_backward's dout16: never fp32 in memory. logits16 (optional): the logits as words
   // of that format (crossentropy_forward_16bit's), read instead of logits (which may then be
-  // null); dlogits16 may alias it, but not the fp32 logits. Only a device with 16-bit GEMM operands has it; the
-  // default throws Error(Errc::unavailable).
+  // null); dlogits16 may alias it, but not the fp32 logits. Only a device with 16-bit GEMM
+  // operands has it; the default throws Error(Errc::unavailable).
   virtual void crossentropy_backward_16bit(std::uint16_t* dlogits16, const float* logits,
                                            const float* lse, const std::int32_t* targets,
                                            const float* dlosses, int N, int V, int ld,
