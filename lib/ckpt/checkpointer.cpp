@@ -19,6 +19,7 @@
 #include "ckpt/io_plan.hpp"
 #include "ckpt/made_dirs.hpp"
 #include "ckpt/mpi_io_path.hpp"
+#include "ckpt/same_file.hpp"
 #include "ckpt/slice_boxes.hpp"
 #include "ckpt/tensor_directory.hpp"
 #include "comm/comm_state.hpp"
@@ -468,12 +469,15 @@ void Checkpointer::Impl::check_model(hid_t file, const std::string& path) {
 CheckpointInfo Checkpointer::Impl::read_file(const std::string& path) {
   comm::WatchScope watch("checkpoint read", grid.world().state()->label);  // as write_file's
   std::optional<HostStaging> stage;  // a corrupt file changes nothing
+  FileFingerprint seen;
   agreed([&] {
     check_param_source();
     DTRAIN_CHECK(std::filesystem::is_regular_file(path), Errc::io, "no checkpoint file '" << path << "'");
     check_mpi_io_path(path, grid.world().size());
+    seen = file_fingerprint(path);
     stage.emplace(*this, /*active=*/true);
   });
+  require_same_file(grid.world(), path, seen);
   h5::Handle fapl = file_access();
   h5::Handle file = h5::file_handle(H5Fopen(path.c_str(), H5F_ACC_RDONLY, fapl),
                                     "cannot open checkpoint '" + path + "' (not an HDF5 file, or truncated)");
