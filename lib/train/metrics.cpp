@@ -1,5 +1,8 @@
 #include "dtrain/train/metrics.hpp"
 
+#include <fcntl.h>
+#include <unistd.h>
+
 #include <cerrno>
 #include <cmath>
 #include <cstring>
@@ -61,9 +64,18 @@ std::string to_json(const StepMetrics& m) {
 
 void MetricsWriter::open(const std::string& path) {
   if (file_) std::fclose(file_);
-  file_ = std::fopen(path.c_str(), "a");
-  DTRAIN_CHECK(file_ != nullptr, Errc::io,
-               "cannot open metrics file '" << path << "': " << std::strerror(errno));
+  file_ = nullptr;
+  // Non-blocking: a named FIFO with no reader yet fails at once (ENXIO) instead of blocking
+  // this rank while the others wait for it; one with a reader streams the lines.
+  const int fd = ::open(path.c_str(), O_WRONLY | O_APPEND | O_CREAT | O_NONBLOCK | O_CLOEXEC, 0666);
+  DTRAIN_CHECK(fd >= 0, Errc::io,
+               "cannot open metrics file '" << path << "': "
+                   << (errno == ENXIO ? "a FIFO that no process reads" : std::strerror(errno)));
+  const int flags = ::fcntl(fd, F_GETFL);
+  if (flags >= 0) ::fcntl(fd, F_SETFL, flags & ~O_NONBLOCK);  // writes wait for a slow reader
+  file_ = ::fdopen(fd, "a");
+  if (!file_) ::close(fd);
+  DTRAIN_CHECK(file_ != nullptr, Errc::io, "cannot open metrics file '" << path << "': " << std::strerror(errno));
 }
 
 MetricsWriter::~MetricsWriter() {

@@ -78,6 +78,8 @@ std::string token_bytes(const std::string& text, const std::string& where) {
 }
 
 std::string read_file(const fs::path& path) {
+  // (a FIFO would block the open until some process writes it)
+  DTRAIN_CHECK(fs::is_regular_file(path), Errc::io, "--tokenizer: '" << path.string() << "' is not a regular file");
   std::ifstream in(path, std::ios::binary);
   DTRAIN_CHECK(in, Errc::io, "--tokenizer: cannot open '" << path.string() << "'");
   std::ostringstream text;
