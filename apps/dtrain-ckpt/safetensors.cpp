@@ -8,12 +8,15 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <algorithm>
+#include <cctype>
 #include <cerrno>
 #include <cstdint>
 #include <cstdlib>
 #include <cstdio>
 #include <cstring>
 #include <filesystem>
+#include <fstream>
 #include <map>
 #include <set>
 #include <sstream>
@@ -200,7 +203,26 @@ std::uint64_t write_safetensors(const ModelTensors& model, const std::string& ch
   return offset;
 }
 
-// Refuses an output that is the checkpoint itself or not a regular file.
+// Whether an existing file is what an export writes: a safetensors file (a little-endian
+// 8-byte header length, then its JSON header) or a JSON object (config.json).
+bool looks_like_an_export(const std::string& path) {
+  std::ifstream in(path, std::ios::binary | std::ios::ate);
+  const auto size = static_cast<std::uint64_t>(std::max<std::streamoff>(0, in.tellg()));
+  in.seekg(0);
+  unsigned char head[9] = {0};
+  in.read(reinterpret_cast<char*>(head), sizeof head);
+  const auto got = static_cast<std::size_t>(in.gcount());
+  std::uint64_t header = 0;
+  for (int i = 7; i >= 0; --i) header = header << 8 | head[i];
+  const bool safetensors = got == 9 && head[8] == '{' && header <= size - 8;
+  std::size_t first = 0;
+  while (first < got && std::isspace(head[first])) ++first;
+  return safetensors || (first < got && head[first] == '{');
+}
+
+// Refuses an output that is the checkpoint itself, not a regular file, or an existing file
+// that no export wrote (another checkpoint, `latest`, a text file): export overwrites only
+// its own earlier output.
 void check_output(const std::string& checkpoint, const std::string& out) {
   namespace fs = std::filesystem;
   std::error_code same_ec, type_ec;
@@ -209,6 +231,9 @@ void check_output(const std::string& checkpoint, const std::string& out) {
   const fs::file_status existing = fs::status(out, type_ec);
   DTRAIN_CHECK(!fs::exists(existing) || fs::is_regular_file(existing), Errc::invalid_argument,
                "'" << out << "' exists and is not a regular file: export to a file");
+  DTRAIN_CHECK(!fs::exists(existing) || looks_like_an_export(out), Errc::invalid_argument,
+               "'" << out << "' exists and is not an earlier export (safetensors or JSON): export "
+                   "overwrites only its own output; remove it or export elsewhere");
 }
 
 // The root's and /model's attributes (provenance: step, format_version, d_model, ...).

@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # ckpt_export_safety.sh TOOL FILE DIR: `TOOL export` never writes into an existing file:
 # not an input named like its temporary, nor one a link there points to, nor a FIFO or a
-# directory given as OUT (refused, status 2, nothing left behind).
+# directory given as OUT, nor an existing file that no export wrote (another checkpoint, a
+# `latest`: refused, status 2, nothing left behind); its own earlier output it overwrites.
 set -u
 tool=$1 file=$2 dir=$3
 fail() { echo "FAIL: $*"; exit 1; }
@@ -20,6 +21,17 @@ mkfifo "$dir/fifo"
 mkdir "$dir/sub"
 out=$("$tool" export "$file" "$dir/sub" 2>&1)
 [ $? -eq 2 ] || fail "export onto a directory: expected status 2: $out"
+cp "$file" "$dir/other.h5" && echo step_00000004.h5 > "$dir/latest"
+for kept in other.h5 latest; do
+  out=$("$tool" export "$file" "$dir/$kept" 2>&1)
+  [ $? -eq 2 ] || fail "export onto $kept: expected status 2: $out"
+  echo "$out" | grep -q "exists and is not an earlier export" || fail "export onto $kept: $out"
+done
+"$tool" verify "$dir/other.h5" >/dev/null || fail "the other checkpoint was overwritten"
+[ "$(cat "$dir/latest")" = step_00000004.h5 ] || fail "latest was overwritten"
+"$tool" export "$file" "$dir/in.st" >/dev/null || fail "export over its own earlier output failed"
+"$tool" export --hf "$file" "$dir/hf" >/dev/null && "$tool" export --hf "$file" "$dir/hf" >/dev/null ||
+  fail "--hf export over its own earlier output failed"
 left=$(ls "$dir" | grep -c '^sub\.\|^fifo\.')
 [ "$left" -eq 0 ] || fail "temporary files left behind: $(ls "$dir")"
 echo "ok: export wrote only its own new files"
