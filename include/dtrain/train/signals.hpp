@@ -22,8 +22,8 @@ DTRAIN_API void request_stop(int signal_number) noexcept;
 DTRAIN_API int stop_requested() noexcept;
 DTRAIN_API void clear_stop_request() noexcept;
 
-// Installs the SIGTERM and SIGUSR1 handlers for its lifetime and restores the previous
-// ones afterwards (Trainer::run() holds one).
+// Installs the SIGTERM, SIGUSR1 and SIGINT handlers for its lifetime (a second SIGINT ends
+// the process at once) and restores the previous ones afterwards (Trainer::run() holds one).
 class DTRAIN_API StopSignalScope {
  public:
   StopSignalScope();
