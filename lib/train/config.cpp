@@ -90,10 +90,17 @@ void TrainConfig::validate(int world_size) const {
 
   DTRAIN_CHECK(lr > 0 && std::isfinite(lr), Errc::invalid_config, "--lr must be positive and finite, got " << lr);
   DTRAIN_CHECK(min_lr >= 0 && min_lr <= lr, Errc::invalid_config,
-               "--min-lr must be in [0, --lr], got " << min_lr);
-  DTRAIN_CHECK(warmup_steps >= 0, Errc::invalid_config, "--warmup-steps must be >= 0");
+               "--min-lr must be in [0, --lr " << lr << "], got " << min_lr << " (its default is "
+                                               << TrainConfig{}.min_lr << ": with a smaller --lr, give a smaller --min-lr)");
+  DTRAIN_CHECK(warmup_steps >= 0 && warmup_steps <= INT_MAX, Errc::invalid_config,
+               "--warmup-steps must be in [0, " << INT_MAX << "], got " << warmup_steps);
   DTRAIN_CHECK(weight_decay >= 0 && std::isfinite(weight_decay), Errc::invalid_config,
                "--weight-decay must be finite and >= 0, got " << weight_decay);
+  // AdamW's decay multiplies the weights by 1 - lr x weight-decay a step: at 1 or more it
+  // zeroes or flips them every step.
+  DTRAIN_CHECK(lr * weight_decay < 1, Errc::invalid_config,
+               "--weight-decay " << weight_decay << " with --lr " << lr << " multiplies the weights by 1 - "
+                                 << lr * weight_decay << " a step: lr x weight-decay must be below 1");
   DTRAIN_CHECK(clip_grad >= 0 && std::isfinite(clip_grad), Errc::invalid_config,
                "--clip-grad must be finite and >= 0 (0 disables), got " << clip_grad);
   // As AdamW uses them, in float: 0.99999999 rounds to 1 (an infinite bias correction),
