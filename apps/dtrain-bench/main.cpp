@@ -3,7 +3,9 @@
 #include <exception>
 
 #include "collectives.hpp"
+#include "dtrain/comm/agreed_failure.hpp"
 #include "dtrain/comm/runtime.hpp"
+#include "dtrain/train/same_settings.hpp"
 #include "memcpy_bench.hpp"
 #include "options.hpp"
 
@@ -15,6 +17,12 @@ int main(int argc, char** argv) {
       case bench::ParseResult::help: return 0;
       case bench::ParseResult::error: return 2;
       case bench::ParseResult::run: break;
+    }
+    try {
+      dtrain::train::agree_same_settings(bench::settings_text(options), runtime.world());
+    } catch (const dtrain::AgreedError& e) {  // every rank has it: one reports
+      if (runtime.rank() == 0) std::fprintf(stderr, "dtrain-bench: %s\n", e.what());
+      return 2;
     }
     if (options.memcpy_only) {
       if (runtime.rank() == 0) bench::run_memcpy(options);

@@ -7,6 +7,7 @@
 #include <cmath>
 #include <iostream>
 #include <limits>
+#include <sstream>
 #include <stdexcept>
 #include <string>
 #include <vector>
@@ -20,16 +21,48 @@ std::size_t parse_bytes(const std::string& text) {
   if (text.empty() || !std::isdigit(static_cast<unsigned char>(text[0])))
     throw std::invalid_argument("bad size '" + text + "'");
   std::size_t pos = 0;
-  const unsigned long long value = std::stoull(text, &pos);
+  unsigned long long value = 0;
+  try {
+    value = std::stoull(text, &pos);
+  } catch (const std::out_of_range&) {
+    throw std::invalid_argument("size '" + text + "' is too large (at most 1024G)");
+  }
   std::string suffix = text.substr(pos);
   unsigned shift = 0;
   if (suffix == "K" || suffix == "k" || suffix == "KiB") shift = 10;
   else if (suffix == "M" || suffix == "m" || suffix == "MiB") shift = 20;
   else if (suffix == "G" || suffix == "g" || suffix == "GiB") shift = 30;
   else if (!suffix.empty() && suffix != "B") throw std::invalid_argument("bad size '" + text + "'");
-  if (value > (std::numeric_limits<std::size_t>::max() >> shift))
-    throw std::invalid_argument("size '" + text + "' is too large");
+  // (beyond any host's memory, and where the size steps' doubles stay exact)
+  constexpr unsigned kLargestShift = 40;
+  if (value > (1ull << (kLargestShift - shift)))
+    throw std::invalid_argument("size '" + text + "' is too large (at most 1024G)");
   return static_cast<std::size_t>(value) << shift;
+}
+
+namespace {
+const char* redop_name(dtrain::ReduceOp op) {
+  switch (op) {
+    case dtrain::ReduceOp::sum: return "sum";
+    case dtrain::ReduceOp::avg: return "avg";
+    case dtrain::ReduceOp::max: return "max";
+    case dtrain::ReduceOp::min: return "min";
+  }
+  return "?";
+}
+}  // namespace
+
+std::string settings_text(const Options& o) {
+  std::ostringstream os;
+  os.precision(17);
+  os << "op = ";
+  for (const std::string& op : o.ops) os << op << " ";
+  os << "\nmin-bytes = " << o.min_bytes << "\nmax-bytes = " << o.max_bytes
+     << "\nstep-factor = " << o.step_factor << "\niters = " << o.iters << "\nwarmup = " << o.warmup
+     << "\ndtype = " << dtrain::dtype_name(o.dtype) << "\nredop = " << redop_name(o.redop)
+     << "\nroot = " << o.root << "\ncheck = " << o.check << "\nbaseline = " << o.baseline
+     << "\nmemcpy = " << o.memcpy_only << "\n";
+  return os.str();
 }
 
 std::size_t largest_stepped_size(const Options& o) {

@@ -24,7 +24,7 @@ struct Options {
   dtrain::ReduceOp redop = dtrain::ReduceOp::sum;
 };
 
-// "4", "64K", "1M", "2G" (binary multiples).
+// "4", "64K", "1M", "2G" (binary multiples), at most 2^40 bytes.
 std::size_t parse_bytes(const std::string& text);
 
 // The sizes a run steps through: min_bytes, min_bytes * step_factor, ... up to max_bytes
@@ -35,6 +35,11 @@ std::size_t largest_stepped_size(const Options& o);
 // Room for the largest message the size loops reach: up to max_bytes * kSizeSlack (past
 // --max-bytes by up to 1e-7 of it, for the steps' rounding), plus a little.
 std::size_t buffer_bytes(const Options& o);
+
+// The options as "key = value" lines, keys named as the options: every rank must run the
+// same sizes, type and operations (dtrain::train::agree_same_settings), or the collectives
+// would not match.
+std::string settings_text(const Options& o);
 
 enum class ParseResult { run, help, error };
 // ranks: the world's size (for --root). print: whether this rank writes help and errors
