@@ -16,6 +16,7 @@
 #include <filesystem>
 #include <memory>
 #include <regex>
+#include <sstream>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -25,6 +26,7 @@
 #include "dtrain/core/env.hpp"
 #include "dtrain/core/error.hpp"
 #include "dtrain/train/data.hpp"
+#include "dtrain/train/same_settings.hpp"
 #include "dtrain/train/tokenizer.hpp"
 #include "shard_format.hpp"
 #include "token_store.hpp"
@@ -320,6 +322,12 @@ int encode(const EncodeOptions& options, dtrain::Communicator& world) {
   std::unique_ptr<dtrain::train::Tokenizer> tokenizer;
   std::unique_ptr<Inputs> inputs;
   std::int32_t eot = -1;
+  // The same options on every rank (a --no-eot on some ranks made shards with end-of-text
+  // tokens before some files only); the inputs are compared below, as the ranks see them.
+  std::ostringstream settings;
+  settings << "tokenizer = " << options.tokenizer << "\noutput = " << options.output
+           << "\nshard-tokens = " << options.shard_tokens << "\nno-eot = " << !options.eot << "\n";
+  dtrain::train::agree_same_settings(settings.str(), world);
   agreed(world, [&] {
     tokenizer = std::make_unique<dtrain::train::Tokenizer>(options.tokenizer);
     DTRAIN_CHECK(tokenizer->encodes(), Errc::invalid_argument,

@@ -123,6 +123,14 @@ int exit_code(dtrain::Errc code) {
 
 int main(int argc, char** argv) {
   const std::string cmd = argc > 1 ? argv[1] : "";
+  // Every rank parses the same command line, so a usage error stops every rank alike; rank 0
+  // prints it (the launcher's rank, before MPI starts). The one-process commands (decode,
+  // help, version) run on rank 0 only when started under a launcher.
+  const char* rank_env = std::getenv("OMPI_COMM_WORLD_RANK");
+  if (!rank_env) rank_env = std::getenv("PMI_RANK");
+  if (!rank_env) rank_env = std::getenv("SLURM_PROCID");
+  const bool first_rank = !rank_env || std::atoi(rank_env) == 0;
+  if (!first_rank && cmd != "encode") return 0;
   if (cmd == "--help" || cmd == "-h" || cmd == "help") {
     std::fputs(kUsage, stdout);
     return 0;
@@ -150,12 +158,6 @@ int main(int argc, char** argv) {
                  kUsage);
     return 2;
   }
-  // Every rank parses the same command line, so a usage error stops every rank alike; rank 0
-  // prints it (the launcher's rank, before MPI starts).
-  const char* rank_env = std::getenv("OMPI_COMM_WORLD_RANK");
-  if (!rank_env) rank_env = std::getenv("PMI_RANK");
-  if (!rank_env) rank_env = std::getenv("SLURM_PROCID");
-  const bool first_rank = !rank_env || std::atoi(rank_env) == 0;
   dtrain_data::EncodeOptions options;
   try {
     options = encode_options(argc - 2, argv + 2);

@@ -124,6 +124,17 @@ out = os.path.join(work, "noeot.bin")
 run([data, "encode", "--tokenizer", tok, "--output", out, "--no-eot"] + inputs, 2)
 if read_shard(out) != [t for t in want if t != eot]:
     failures.append("--no-eot: not the tokens without <|endoftext|>")
+# --no-eot given to one rank only: refused by every rank (status 2), nothing written.
+mixed = os.path.join(work, "mixed.bin")
+_, log = run([data, "encode", "--tokenizer", tok, "--output", mixed] + inputs +
+             [":", npflag, "1", data, "encode", "--tokenizer", tok, "--output", mixed, "--no-eot"] + inputs, 1,
+             expect=2)
+if log.count("--no-eot is '1' on rank 1, '0' on rank 0") != 1 or os.path.exists(mixed):
+    failures.append(f"--no-eot on one rank: not refused once, or {mixed} written:\n{log}")
+# decode under a launcher runs on its first rank only
+text3, _ = run([data, "decode", "--tokenizer", tok, os.path.join(work, "all2.bin")], 3)
+if text3 != b"".join(EOT + b for b in texts.values() if b):
+    failures.append("decode at 3 ranks: not the files' bytes once")
 text, _ = run([data, "decode", "--tokenizer", tok, os.path.join(work, "all2.bin")])
 if text != b"".join(EOT + b for b in texts.values() if b):
     failures.append("decode --tokenizer: not the files' bytes")
