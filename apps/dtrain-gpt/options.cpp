@@ -207,6 +207,16 @@ void check_config_text(const std::string& text, const std::string& in_file) {
   std::istringstream lines(text);
   std::string line;
   for (int number = 1; std::getline(lines, line); ++number) {
+    // Text only: a NUL would cut the messages that quote a value short, an escape sequence
+    // would act on the terminal that shows them.
+    const auto control = std::find_if(line.begin(), line.end(), [](char c) {
+      const auto u = static_cast<unsigned char>(c);
+      return (u < 0x20 && c != '\t' && c != '\r') || u == 0x7f;
+    });
+    DTRAIN_CHECK(control == line.end(), Errc::invalid_config,
+                 in_file << "line " << number << " holds the control byte 0x" << std::hex
+                         << static_cast<int>(static_cast<unsigned char>(*control)) << std::dec
+                         << " at column " << (control - line.begin()) + 1 << ": a config file is text");
     const std::size_t first = line.find_first_not_of(" \t\r");
     if (first == std::string::npos || line[first] == '#' || line[first] == ';') continue;  // blank, comment
     DTRAIN_CHECK(line.find('#') == std::string::npos, Errc::invalid_config,

@@ -1,5 +1,7 @@
 #include "dtrain/core/error.hpp"
 
+#include <string>
+
 namespace dtrain {
 
 const char* errc_name(Errc code) noexcept {
@@ -19,7 +21,29 @@ const char* errc_name(Errc code) noexcept {
   return "unknown error";
 }
 
-Error::Error(Errc code, const std::string& message) : std::runtime_error(message), code_(code) {}
+namespace {
+// Control bytes other than newline and tab as \xNN: a message quotes values as given (a file
+// name, an option's text), and a NUL would cut what() short, an escape sequence act on the
+// terminal that shows it.
+std::string printable(const std::string& message) {
+  static const char kHex[] = "0123456789abcdef";
+  std::string out;
+  out.reserve(message.size());
+  for (const char c : message) {
+    const auto u = static_cast<unsigned char>(c);
+    if ((u < 0x20 && c != '\n' && c != '\t') || u == 0x7f) {
+      out += "\\x";
+      out += kHex[u >> 4];
+      out += kHex[u & 15];
+    } else {
+      out += c;
+    }
+  }
+  return out;
+}
+}  // namespace
+
+Error::Error(Errc code, const std::string& message) : std::runtime_error(printable(message)), code_(code) {}
 
 namespace detail {
 void throw_error(Errc code, const std::string& message, const char* file, int line) {

@@ -24,6 +24,13 @@ TEST(Error, CarriesCodeAndMessage) {
   EXPECT_STREQ(errc_name(Errc::timeout), "timeout");
 }
 
+TEST(Error, ControlBytesOfAQuotedValueArePrinted) {
+  // a NUL cut what() short; an escape sequence reached the terminal
+  const char text[] = "value 'a\0b\x1b[31m'\n\tnext";
+  const Error e(Errc::invalid_config, std::string(text, sizeof text - 1));
+  EXPECT_STREQ(e.what(), "value 'a\\x00b\\x1b[31m'\n\tnext");
+}
+
 TEST(Env, ParsesAndValidates) {
   setenv("DTRAIN_COMM_TIMEOUT", "2.5", 1);
   setenv("DTRAIN_LOG_LEVEL", "debug", 1);
