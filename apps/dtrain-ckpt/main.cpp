@@ -48,7 +48,8 @@ int main(int argc, char** argv) {
     if (cmd == "inspect" && nargs == 1) return dtrain_ckpt::inspect(argv[2]);
     if (cmd == "verify" && nargs == 1) return dtrain_ckpt::verify(argv[2]);
     if (cmd == "diff" && nargs == 2) return dtrain_ckpt::diff(argv[2], argv[3]);
-    if (cmd == "export" && nargs == 2) return dtrain_ckpt::export_safetensors(argv[2], argv[3]);
+    if (cmd == "export" && nargs == 2 && std::strcmp(argv[2], "--hf") != 0)  // (--hf FILE lacks its DIR)
+      return dtrain_ckpt::export_safetensors(argv[2], argv[3]);
     if (cmd == "export" && nargs == 3 && std::strcmp(argv[2], "--hf") == 0) {
       return dtrain_ckpt::export_hugging_face(argv[3], argv[4]);
     }

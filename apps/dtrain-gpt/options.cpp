@@ -6,6 +6,7 @@
 #include <cmath>
 #include <cstdint>
 #include <cstdlib>
+#include <cstring>
 #include <filesystem>
 #include <fstream>
 #include <iomanip>
@@ -266,9 +267,12 @@ Parsed parse_options(int argc, char** argv) {
       const bool shell_pipe = path.rfind("/dev/fd/", 0) == 0 || path.rfind("/proc/self/fd/", 0) == 0;
       DTRAIN_CHECK(shell_pipe || !std::filesystem::exists(path, ec) || std::filesystem::is_regular_file(path, ec),
                    Errc::invalid_config, "--config '" << path << "' is not a regular file");
+      errno = 0;
       std::ifstream file(path, std::ios::binary);
+      const int open_error = errno;
       DTRAIN_CHECK(file.good(), Errc::invalid_config,
                    "cannot read --config file '" << path << "'"
+                       << (open_error ? std::string(": ") + std::strerror(open_error) : std::string())
                        << (shell_pipe ? " (a shell's pipe reaches the processes of that shell only: under "
                                         "mpiexec, each rank's own shell must make it)"
                                       : ""));

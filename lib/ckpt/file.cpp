@@ -100,7 +100,10 @@ struct CheckpointFile::Impl {
 CheckpointFile::CheckpointFile(const std::string& path) : impl_(std::make_unique<Impl>()) {
   h5::QuietErrors quiet;
   impl_->path = path;
-  DTRAIN_CHECK(std::filesystem::is_regular_file(path), Errc::io, "no checkpoint file '" << path << "'");
+  DTRAIN_CHECK(std::filesystem::is_regular_file(path), Errc::io,
+               (std::filesystem::exists(path) ? "not a checkpoint file (a directory, FIFO or device): '"
+                                              : "no checkpoint file '")
+                   << path << "'");
   impl_->file = h5::file_handle(H5Fopen(path.c_str(), H5F_ACC_RDONLY, H5P_DEFAULT),
                                 "cannot open '" + path + "' (not an HDF5 file, or truncated)");
   Listing listing;

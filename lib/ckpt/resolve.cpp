@@ -53,7 +53,9 @@ std::string resolve_on_root(const std::string& resume, const std::string& save_d
     DTRAIN_CHECK(!path.empty(), Errc::io, "--resume " << resume << ": no checkpoint in that directory");
     return path;
   }
-  DTRAIN_CHECK(fs::is_regular_file(resume), Errc::io, "--resume " << resume << ": no such checkpoint file");
+  DTRAIN_CHECK(fs::is_regular_file(resume), Errc::io,
+               "--resume " << resume << (fs::exists(resume) ? ": not a regular file, which a checkpoint is"
+                                                            : ": no such checkpoint file"));
   return resume;
 }
 

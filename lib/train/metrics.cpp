@@ -1,6 +1,7 @@
 #include "dtrain/train/metrics.hpp"
 
 #include <fcntl.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include <cerrno>
@@ -71,6 +72,19 @@ void MetricsWriter::open(const std::string& path) {
   DTRAIN_CHECK(fd >= 0, Errc::io,
                "cannot open metrics file '" << path << "': "
                    << (errno == ENXIO ? "a FIFO that no process reads" : std::strerror(errno)));
+  // JSON lines appended to a checkpoint (`--metrics` given a step_*.h5) would leave it
+  // unreadable to tools that check its end: refused.
+  struct stat st {};
+  if (::fstat(fd, &st) == 0 && S_ISREG(st.st_mode) && st.st_size >= 8) {
+    char head[8] = {0};
+    const int reader = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
+    const bool hdf5 = reader >= 0 && ::pread(reader, head, sizeof head, 0) == static_cast<ssize_t>(sizeof head) &&
+                      std::memcmp(head, "\x89HDF\r\n\x1a\n", sizeof head) == 0;
+    if (reader >= 0) ::close(reader);
+    if (hdf5) ::close(fd);
+    DTRAIN_CHECK(!hdf5, Errc::io,
+                 "metrics file '" << path << "' is an HDF5 file (a checkpoint?): give --metrics a file of its own");
+  }
   const int flags = ::fcntl(fd, F_GETFL);
   if (flags >= 0) ::fcntl(fd, F_SETFL, flags & ~O_NONBLOCK);  // writes wait for a slow reader
   file_ = ::fdopen(fd, "a");

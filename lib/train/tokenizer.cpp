@@ -197,7 +197,8 @@ Tokenizer::Tokenizer(const std::string& path) : path_(path) {
   std::fill(std::begin(byte_id_), std::end(byte_id_), -1);
   fs::path vocab = path;
   if (fs::is_directory(vocab)) vocab /= "vocab.json";
-  DTRAIN_CHECK(fs::is_regular_file(vocab), Errc::io, "--tokenizer '" << vocab.string() << "': no such file");
+  DTRAIN_CHECK(fs::is_regular_file(vocab), Errc::io,
+               "--tokenizer '" << vocab.string() << "': " << (fs::exists(vocab) ? "not a regular file" : "no such file"));
   path_ = vocab.string();
   const std::string text = read_file(vocab);
   std::uint32_t header[4] = {};
