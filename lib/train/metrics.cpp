@@ -88,8 +88,9 @@ void MetricsWriter::open(const std::string& path) {
   const int flags = ::fcntl(fd, F_GETFL);
   if (flags >= 0) ::fcntl(fd, F_SETFL, flags & ~O_NONBLOCK);  // writes wait for a slow reader
   file_ = ::fdopen(fd, "a");
+  const int fdopen_error = errno;
   if (!file_) ::close(fd);
-  DTRAIN_CHECK(file_ != nullptr, Errc::io, "cannot open metrics file '" << path << "': " << std::strerror(errno));
+  DTRAIN_CHECK(file_ != nullptr, Errc::io, "cannot open metrics file '" << path << "': " << std::strerror(fdopen_error));
 }
 
 MetricsWriter::~MetricsWriter() {
