@@ -10,6 +10,7 @@
 
 #include "dtrain/comm/communicator.hpp"
 #include "dtrain/core/error.hpp"
+#include "dtrain/core/hash.hpp"
 #include "guard.hpp"
 
 namespace dtrain::capi {
@@ -72,13 +73,7 @@ void agreed_checks(Communicator& comm, bool collective, F&& checks) {
   share_failure(comm, o, first, "rank " + std::to_string(first) + ": ");
 }
 
-// FNV-1a over `bytes` bytes, continuing from h: the fingerprints the ranks compare.
-inline std::uint64_t fnv1a(const void* data, std::size_t bytes,
-                           std::uint64_t h = 1469598103934665603ull) noexcept {
-  const auto* p = static_cast<const unsigned char*>(data);
-  for (std::size_t i = 0; i < bytes; ++i) h = (h ^ p[i]) * 1099511628211ull;
-  return h;
-}
+using dtrain::fnv1a;  // the fingerprints the ranks compare (files here say dtrain::capi)
 
 // h continued over one value's bytes (a scalar without padding).
 template <class T>

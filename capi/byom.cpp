@@ -269,9 +269,9 @@ Checkpoints& dt_byom_s::checkpoint_io() {
   std::unique_ptr<Checkpoints> made;
   agreed_checks(everyone(), true, [&] {
     if (grid)  // every stage writes its tensors, the TP slices whole
-      made = std::make_unique<Checkpoints>(grid->grid, store, *engine, nullptr);
+      made = std::make_unique<Checkpoints>(grid->grid, store, *engine, Checkpoints::Owner::byom, nullptr);
     else
-      made = std::make_unique<Checkpoints>(*comm->comm, store, *engine, nullptr);
+      made = std::make_unique<Checkpoints>(*comm->comm, store, *engine, Checkpoints::Owner::byom, nullptr);
   });
   checkpoints = std::move(made);
   return *checkpoints;

@@ -99,6 +99,7 @@ dt_result_t dt_model_load_checkpoint(dt_model_t model, const char* source) {
     m.checkpoint_io().load(s);
     m.tied_written = {};  // the file's wte replaces values set before
     m.engine->zero_grads();
+    m.decoded_text_stale = true;
   });
 }
 
@@ -150,6 +151,7 @@ dt_result_t dt_model_load_weights(dt_model_t model, const char* source) {
     });
     m.tied_written = {};  // both ends of a tied wte read the file's
     m.engine->zero_grads();  // gradients of other values, as after a checkpoint load
+    m.decoded_text_stale = true;
   });
 }
 

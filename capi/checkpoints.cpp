@@ -1,5 +1,6 @@
 #include "checkpoints.hpp"
 
+#include <algorithm>
 #include <climits>
 #include <filesystem>
 #include <new>
@@ -24,22 +25,24 @@ GptConfig not_a_gpt() {
 
 }  // namespace
 
-Checkpoints::Checkpoints(Communicator& dp, ParameterStore& params, StepEngine& engine,
+Checkpoints::Checkpoints(Communicator& dp, ParameterStore& params, StepEngine& engine, Owner owner,
                          const GptConfig* gpt)
     : own_grid_(std::make_unique<ProcessGrid>(dp, GridShape{})),
       grid_(*own_grid_),
       params_(params),
       engine_(engine),
-      is_gpt_(gpt != nullptr),
-      checkpointer_(grid_, params, engine.optimizer(), engine.zero_stage(), gpt ? *gpt : not_a_gpt()) {}
+      owner_(owner),
+      checkpointer_(grid_, params, engine.optimizer(), engine.zero_stage(),
+                    owner == Owner::gpt ? *gpt : not_a_gpt()) {}
 
-Checkpoints::Checkpoints(ProcessGrid& layout, ParameterStore& params, StepEngine& engine,
+Checkpoints::Checkpoints(ProcessGrid& layout, ParameterStore& params, StepEngine& engine, Owner owner,
                          const GptConfig* gpt)
     : grid_(layout),
       params_(params),
       engine_(engine),
-      is_gpt_(gpt != nullptr),
-      checkpointer_(grid_, params, engine.optimizer(), engine.zero_stage(), gpt ? *gpt : not_a_gpt()) {}
+      owner_(owner),
+      checkpointer_(grid_, params, engine.optimizer(), engine.zero_stage(),
+                    owner == Owner::gpt ? *gpt : not_a_gpt()) {}
 
 std::string Checkpoints::save(const std::string& dir, int keep) {
   ckpt::CheckpointInfo info;
@@ -81,12 +84,22 @@ void Checkpoints::check_tensors(const std::string& path) {
         fail(DT_ERR_INVALID_CONFIG, "tensor '" + p.name + "' has shape " + ckpt::shape_text(d->shape) +
                                         " in checkpoint '" + path + "' but " + ckpt::shape_text(want) + " here");
     }
+    if (owner_ == Owner::byom) return;
+    const std::string model = "/model/";
+    for (const ckpt::DatasetInfo& d : file.datasets()) {
+      if (d.path.compare(0, model.size(), model) != 0) continue;
+      const std::string name = d.path.substr(model.size());
+      const bool held = std::any_of(params_.begin(), params_.end(), [&](const ParamInfo& p) { return p.name == name; });
+      if (!held)
+        fail(DT_ERR_INVALID_CONFIG, "checkpoint '" + path + "' holds tensor '" + name +
+                                        "', which this model has not: it was written for another configuration");
+    }
   });
 }
 
 void Checkpoints::load(const std::string& source) {
   const std::string path = resolve(source);
-  if (!is_gpt_) check_tensors(path);
+  if (owner_ != Owner::gpt) check_tensors(path);
   const ckpt::CheckpointInfo info = checkpointer_.load(path);
   const std::string changed = checkpointer_.adamw_changes(info);
   if (!changed.empty()) {

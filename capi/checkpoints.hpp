@@ -14,14 +14,16 @@ namespace dtrain::capi {
 
 class Checkpoints {
  public:
-  // Collective over dp. gpt: the GPT's configuration (checked on load by the checkpoint
-  // layer); null for byom and MLP, whose tensors are checked by name and shape instead.
-  // Every argument is borrowed for the object's lifetime.
-  Checkpoints(Communicator& dp, ParameterStore& params, StepEngine& engine, const GptConfig* gpt);
-  // A GPT, or an MLP or byom (gpt null), laid out over `layout` (its TP, PP and DP groups;
-  // borrowed).
-  // Collective over its world.
-  Checkpoints(ProcessGrid& layout, ParameterStore& params, StepEngine& engine, const GptConfig* gpt);
+  // What a load checks the file against: a GPT's configuration (by the checkpoint layer);
+  // an MLP's tensors, by name and shape, none missing and none more (another configuration);
+  // a byom's, by name and shape, where the file may hold more (a program may register a part).
+  enum class Owner { gpt, mlp, byom };
+  // Collective over dp. gpt: the GPT's configuration, for Owner::gpt alone. Every argument is
+  // borrowed for the object's lifetime.
+  Checkpoints(Communicator& dp, ParameterStore& params, StepEngine& engine, Owner owner, const GptConfig* gpt);
+  // The same laid out over `layout` (its TP, PP and DP groups; borrowed). Collective over its
+  // world.
+  Checkpoints(ProcessGrid& layout, ParameterStore& params, StepEngine& engine, Owner owner, const GptConfig* gpt);
   Checkpoints(const Checkpoints&) = delete;
   Checkpoints& operator=(const Checkpoints&) = delete;
 
@@ -38,7 +40,7 @@ class Checkpoints {
   ProcessGrid& grid_;
   ParameterStore& params_;
   StepEngine& engine_;
-  bool is_gpt_;
+  Owner owner_;
   ckpt::Checkpointer checkpointer_;
 };
 

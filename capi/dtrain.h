@@ -900,7 +900,9 @@ DT_API dt_result_t dt_gpt_evaluate(dt_model_t model, const int32_t* tokens,
  * follows. The model keeps every block's query, key and value rows of the text, so each
  * call costs a forward pass over its tokens only; the logits are those of a forward pass
  * over the whole text, up to rounding. A text holds at most seq_len tokens (to go on past
- * that, start a new text with its last tokens). The first call allocates the cache (per
+ * that, start a new text with its last tokens). A call that changes the parameters (a step,
+ * a tensor set, a checkpoint or weights load) leaves the text's keys and values of the old
+ * ones: only a new text may follow (else ::DT_ERR_INVALID_STATE). The first call allocates the cache (per
  * block seq_len x 3 d_model floats). Gradients are untouched. Collective over dp under
  * zero_stage 3 (the parameters are gathered), over the model's replica under tensor or
  * pipeline parallelism (every stage gets the logits), else not.
@@ -910,7 +912,8 @@ DT_API dt_result_t dt_gpt_evaluate(dt_model_t model, const int32_t* tokens,
  * @param new_text nonzero: forget the text held and start a new one with these tokens.
  * @param[out] logits [vocab] floats.
  * @return ::DT_SUCCESS; ::DT_ERR_INVALID_HANDLE, ::DT_ERR_INVALID_ARGUMENT (not a GPT, NULL
- *         pointer, count < 1, the text longer than seq_len, a token out of range).
+ *         pointer, count < 1, the text longer than seq_len, a token out of range),
+ *         ::DT_ERR_INVALID_STATE (appending after the parameters changed).
  */
 DT_API dt_result_t dt_gpt_decode(dt_model_t model, const int32_t* tokens, int count,
                                  int new_text, float* logits);

@@ -42,6 +42,9 @@ struct dt_model_s : dtrain::capi::CommUser {
   // next pass, step or save, which gives them to the other end (share_tied_embedding()).
   dtrain::Communicator* tied = nullptr;
   std::vector<float> tied_written;
+  // A step, a tensor set or a load since dt_gpt_decode() began its text: the keys and values
+  // it keeps came from other parameters, so only a new text may follow.
+  bool decoded_text_stale = false;
 
   dtrain::ParameterStore& params() { return mlp ? mlp->parameters() : gpt->parameters(); }
   dtrain::Device& device() { return params().device(); }

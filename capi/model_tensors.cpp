@@ -238,6 +238,7 @@ dt_result_t dt_model_set_tensor(dt_model_t model, const char* name, const float*
     write_arena(m, arena_writes(m, p, src));
     m.engine->parameters_written(p.offset, p.offset + p.local_numel());  // mixed precision
     if (!for_other_end.empty()) m.tied_written.swap(for_other_end);
+    m.decoded_text_stale = true;
   });
 }
 

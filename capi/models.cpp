@@ -34,7 +34,8 @@ void dtrain::capi::need_same_inputs(dt_model_s& m, std::uint64_t hash, const cha
 
 Checkpoints& dt_model_s::checkpoint_io() {
   if (checkpoints) return *checkpoints;
-  const dtrain::GptConfig* g = gpt ? &gpt->config() : nullptr;  // MLP: checked by names
+  const dtrain::GptConfig* g = gpt ? &gpt->config() : nullptr;
+  const Checkpoints::Owner owner = gpt ? Checkpoints::Owner::gpt : Checkpoints::Owner::mlp;
   // Made together: a rank that fails after the making's collectives (allocating its plans)
   // fails every rank instead of leaving them in the first save or load.
   // Kept only once every rank has made it: a rank that kept its own would skip the making's
@@ -42,9 +43,9 @@ Checkpoints& dt_model_s::checkpoint_io() {
   std::unique_ptr<Checkpoints> made;
   agreed_checks(group(), true, [&] {
     if (layout)
-      made = std::make_unique<Checkpoints>(*layout, params(), *engine, g);
+      made = std::make_unique<Checkpoints>(*layout, params(), *engine, owner, g);
     else
-      made = std::make_unique<Checkpoints>(dp(), params(), *engine, g);
+      made = std::make_unique<Checkpoints>(dp(), params(), *engine, owner, g);
   });
   checkpoints = std::move(made);
   return *checkpoints;
@@ -487,6 +488,9 @@ dt_result_t dt_gpt_decode(dt_model_t model, const int32_t* tokens, int count, in
     agreed_model_checks(m, collective_over_dp, [&] {
       need_ptr(logits, "logits");
       need(count >= 1, "count must be at least 1");
+      if (!new_text && m.decoded_text_stale && g.decoded_length() > 0)
+        fail(DT_ERR_INVALID_STATE, "the parameters changed (a step, a tensor set or a load) since the text "
+                                   "began: start a new text (new_text) with all its tokens");
       const int held = new_text ? 0 : g.decoded_length();
       need(count <= seq_len - held, "the text would be longer than seq_len: start a new text "
                                     "(new_text) with its last tokens");
@@ -496,7 +500,10 @@ dt_result_t dt_gpt_decode(dt_model_t model, const int32_t* tokens, int count, in
     const std::uint64_t text = mix(mix(fnv1a(tokens, sizeof(int32_t) * static_cast<std::size_t>(count)), count), new_text != 0);
     need_same_inputs(m, text, "tokens", collective_over_dp, true);
     share_tied_embedding(m);
-    if (new_text) g.decode_reset();
+    if (new_text) {
+      g.decode_reset();
+      m.decoded_text_stale = false;
+    }
     const float* out = m.pipeline ? m.pipeline->decode(tokens, count) : g.decode(tokens, count);
     dtrain::Communicator* tp = m.tp();
     if (out && !tp) {
@@ -542,6 +549,7 @@ dt_result_t dt_model_step(dt_model_t model, float lr, float* grad_norm) {
       throw;
     }
     m.engine->zero_grads();
+    m.decoded_text_stale = true;
     if (grad_norm) *grad_norm = static_cast<float>(norm);
   });
 }

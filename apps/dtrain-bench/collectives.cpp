@@ -5,9 +5,11 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
+#include <memory>
 #include <stdexcept>
 #include <vector>
 
+#include "dtrain/comm/agreed_failure.hpp"
 #include "dtrain/core/buffer.hpp"
 #include "dtrain/core/timer.hpp"
 #include "values.hpp"
@@ -237,7 +239,16 @@ class Bench {
 }  // namespace
 
 long run_collective(dtrain::Communicator& comm, const std::string& op, const Options& options) {
-  return Bench(comm, op, options).run();
+  // Buffers that one rank cannot allocate fail every rank, which would otherwise wait for it.
+  dtrain::LocalFailure failure;
+  std::unique_ptr<Bench> bench;
+  try {
+    bench = std::make_unique<Bench>(comm, op, options);
+  } catch (const std::exception& e) {
+    failure.record(e);
+  }
+  failure.agree(comm, "setting up " + op);
+  return bench->run();
 }
 
 }  // namespace bench

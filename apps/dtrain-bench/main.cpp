@@ -1,6 +1,9 @@
 // dtrain-bench: collectives benchmark in the style of nccl-tests. See --help.
+#include <chrono>
 #include <cstdio>
 #include <exception>
+#include <optional>
+#include <thread>
 
 #include "collectives.hpp"
 #include "dtrain/comm/agreed_failure.hpp"
@@ -10,10 +13,24 @@
 #include "options.hpp"
 
 int main(int argc, char** argv) {
+  std::optional<dtrain::Runtime> started;
   try {
-    dtrain::Runtime runtime(&argc, &argv);
+    started.emplace(&argc, &argv);
+  } catch (const dtrain::AgreedError& e) {  // every rank alike, before the world exists
+    if (dtrain::Runtime::launcher_rank() <= 0)
+      std::fprintf(stderr, "dtrain-bench: %s\n", e.what());
+    else  // the launcher may end the job when one rank exits: time for the first to report
+      std::this_thread::sleep_for(std::chrono::seconds(2));
+    return 1;
+  } catch (const std::exception& e) {
+    std::fprintf(stderr, "dtrain-bench: %s\n", e.what());
+    return 1;
+  }
+  dtrain::Runtime& runtime = *started;
+  const int rank = runtime.rank();
+  try {
     bench::Options options;
-    switch (bench::parse_options(argc, argv, options, runtime.size(), runtime.rank() == 0)) {
+    switch (bench::parse_options(argc, argv, options, runtime.size(), rank == 0)) {
       case bench::ParseResult::help: return 0;
       case bench::ParseResult::error: return 2;
       case bench::ParseResult::run: break;
@@ -21,19 +38,26 @@ int main(int argc, char** argv) {
     try {
       dtrain::train::agree_same_settings(bench::settings_text(options), runtime.world());
     } catch (const dtrain::AgreedError& e) {  // every rank has it: one reports
-      if (runtime.rank() == 0) std::fprintf(stderr, "dtrain-bench: %s\n", e.what());
+      if (rank == 0) std::fprintf(stderr, "dtrain-bench: %s\n", e.what());
       return 2;
     }
     if (options.memcpy_only) {
-      if (runtime.rank() == 0) bench::run_memcpy(options);
-      runtime.world().barrier();
+      dtrain::LocalFailure failure;  // the other ranks wait for the first's result
+      try {
+        if (rank == 0) bench::run_memcpy(options);
+      } catch (const std::exception& e) {
+        failure.record(e);
+      }
+      failure.agree(runtime.world());
       return 0;
     }
     long wrong = 0;
     for (const std::string& op : options.ops) wrong += bench::run_collective(runtime.world(), op, options);
-    if (wrong > 0 && runtime.rank() == 0)
-      std::fprintf(stderr, "dtrain-bench: --check found %ld wrong elements\n", wrong);
+    if (wrong > 0 && rank == 0) std::fprintf(stderr, "dtrain-bench: --check found %ld wrong elements\n", wrong);
     return wrong > 0 ? 1 : 0;
+  } catch (const dtrain::AgreedError& e) {  // every rank has it: one reports
+    if (rank == 0) std::fprintf(stderr, "dtrain-bench: %s\n", e.what());
+    return 1;
   } catch (const std::exception& e) {
     std::fprintf(stderr, "dtrain-bench: %s\n", e.what());
     return 1;

@@ -25,6 +25,7 @@
 #include "dtrain/comm/agreed_failure.hpp"
 #include "dtrain/core/env.hpp"
 #include "dtrain/core/error.hpp"
+#include "dtrain/core/hash.hpp"
 #include "dtrain/train/data.hpp"
 #include "dtrain/train/same_settings.hpp"
 #include "dtrain/train/tokenizer.hpp"
@@ -77,13 +78,10 @@ struct Inputs {
   }
   // Paths and sizes, in order, which the ranks compare.
   std::uint64_t fingerprint() const {
-    std::uint64_t h = 1469598103934665603ULL;  // FNV-1a
-    const auto mix = [&](const void* data, std::size_t n) {
-      for (std::size_t i = 0; i < n; ++i) h = (h ^ static_cast<const unsigned char*>(data)[i]) * 1099511628211ULL;
-    };
+    std::uint64_t h = dtrain::kFnvOffset;
     for (const Input& in : files) {
-      mix(in.path.data(), in.path.size() + 1);
-      mix(&in.size, sizeof in.size);
+      h = dtrain::fnv1a(in.path.data(), in.path.size() + 1, h);
+      h = dtrain::fnv1a(&in.size, sizeof in.size, h);
     }
     return h;
   }

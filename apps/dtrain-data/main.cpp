@@ -1,9 +1,11 @@
 // dtrain-data: text to token shards for dtrain-gpt --data, and back (docs/data.md).
 // `encode` runs under mpiexec/srun, every rank encoding a share; `decode` is one process.
 // Exit codes: 0 success, 2 invalid command line, 1 any other error.
+#include <chrono>
 #include <cstdio>
 #include <cstdlib>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "commands.hpp"
@@ -126,10 +128,7 @@ int main(int argc, char** argv) {
   // Every rank parses the same command line, so a usage error stops every rank alike; rank 0
   // prints it (the launcher's rank, before MPI starts). The one-process commands (decode,
   // help, version) run on rank 0 only when started under a launcher.
-  const char* rank_env = std::getenv("OMPI_COMM_WORLD_RANK");
-  if (!rank_env) rank_env = std::getenv("PMI_RANK");
-  if (!rank_env) rank_env = std::getenv("SLURM_PROCID");
-  const bool first_rank = !rank_env || std::atoi(rank_env) == 0;
+  const bool first_rank = dtrain::Runtime::launcher_rank() <= 0;
   if (!first_rank && cmd != "encode") return 0;
   if (cmd == "--help" || cmd == "-h" || cmd == "help") {
     std::fputs(kUsage, stdout);
@@ -173,6 +172,12 @@ int main(int argc, char** argv) {
       if (runtime.rank() == 0) std::fprintf(stderr, "dtrain-data encode: %s\n", e.what());
       return exit_code(e.code());
     }
+  } catch (const dtrain::AgreedError& e) {  // starting MPI, on every rank alike
+    if (first_rank)
+      std::fprintf(stderr, "dtrain-data encode: %s\n", e.what());
+    else  // the launcher may end the job when one rank exits: time for the first to report
+      std::this_thread::sleep_for(std::chrono::seconds(2));
+    return exit_code(e.code());
   } catch (const std::exception& e) {
     std::fprintf(stderr, "dtrain-data encode: %s\n", e.what());
     return 1;

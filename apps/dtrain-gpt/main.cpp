@@ -6,7 +6,6 @@
 #include <cstdint>
 #include <cstdio>
 #include <cstdlib>
-#include <initializer_list>
 #include <limits>
 #include <new>
 #include <optional>
@@ -53,15 +52,6 @@ int announce(dtrain::Communicator& ranks, int first, bool failed, const std::str
 // every rank must get here (no collective since the last agreement).
 int report(dtrain::Communicator& ranks, bool failed, const std::string& message, int code) {
   return announce(ranks, dtrain::train::first_failed_rank(ranks, failed), failed, message, code);
-}
-
-// This process's rank or the job's size as the launcher tells it (Open MPI, MPICH/Hydra,
-// PMIx, srun), before any communicator exists; -1 when none does.
-int from_launcher(std::initializer_list<const char*> names) {
-  for (const char* name : names) {
-    if (const char* v = std::getenv(name)) return std::atoi(v);
-  }
-  return -1;
 }
 
 // Tokens as text where a --tokenizer decodes them (its bytes; an id it has none for as
@@ -194,9 +184,6 @@ int report_or_end_job(dtrain::Runtime& runtime, dtrain::Communicator& control, b
   return announce(control, first == std::numeric_limits<int>::max() ? -1 : first, failed, message, code);
 }
 
-int launcher_rank() { return from_launcher({"OMPI_COMM_WORLD_RANK", "PMI_RANK", "PMIX_RANK", "SLURM_PROCID"}); }
-int launcher_size() { return from_launcher({"OMPI_COMM_WORLD_SIZE", "PMI_SIZE", "PMIX_SIZE", "SLURM_NTASKS"}); }
-
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -211,7 +198,7 @@ int main(int argc, char** argv) {
   } catch (const dtrain::Error& e) {
     // Before the world exists (a malformed DTRAIN_* variable): every rank fails alike, and
     // the launcher's rank 0 reports it.
-    const int rank = launcher_rank(), size = launcher_size();
+    const int rank = dtrain::Runtime::launcher_rank(), size = dtrain::Runtime::launcher_size();
     if (rank >= 0 && size > 0) dtrain::log::set_rank(rank, size);
     if (rank <= 0) {
       dtrain::log::write(dtrain::log::Level::error, e.what());

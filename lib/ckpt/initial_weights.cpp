@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cerrno>
+#include <climits>
 #include <cmath>
 #include <cstdlib>
 #include <cstring>
@@ -40,6 +41,13 @@ long whole_number(const std::string& text, const std::string& what) {
   const long n = std::strtol(text.c_str(), &end, 10);
   DTRAIN_CHECK(!text.empty() && *end == '\0' && errno == 0, Errc::corrupt_data,
                what << " is '" << text << "', not a whole number");
+  return n;
+}
+
+// A recorded head count: 1 to INT_MAX, else the file is damaged (a refusal would otherwise
+// suggest "heads = -1" as the setting that fits).
+long head_count(long n, const std::string& what) {
+  DTRAIN_CHECK(n >= 1 && n <= INT_MAX, Errc::corrupt_data, what << " is " << n << ", not a number of heads");
   return n;
 }
 
@@ -126,12 +134,18 @@ class SafetensorsSource : public Source {
   void read_recorded_heads(const std::string& path) {
     for (const auto& [key, value] : file_.metadata())
       if (key == "heads") {
-        heads_ = whole_number(value, "'" + path + "': its metadata 'heads'");
+        const std::string what = "'" + path + "': its metadata 'heads'";
+        heads_ = head_count(whole_number(value, what), what);
         return;
       }
     const std::filesystem::path config = std::filesystem::path(path).parent_path() / "config.json";
+    std::error_code ec;
+    const std::filesystem::file_status status = std::filesystem::status(config, ec);
+    if (!std::filesystem::exists(status)) return;
+    DTRAIN_CHECK(std::filesystem::is_regular_file(status), Errc::io,
+                 "'" << config.string() << "' next to the weights is not a regular file");
     std::ifstream in(config);
-    if (!in) return;
+    DTRAIN_CHECK(in, Errc::io, "cannot read '" << config.string() << "': " << std::strerror(errno));
     std::stringstream text;
     text << in.rdbuf();
     const std::string where = "'" + config.string() + "'";
@@ -139,7 +153,12 @@ class SafetensorsSource : public Source {
     DTRAIN_CHECK(root.kind == json::Value::Kind::object, Errc::corrupt_data, where << " is not a JSON object");
     const SafetensorsTensor* wte = find("wte");
     check_gpt2_settings(root, where, wte && wte->shape.size() == 2 ? wte->shape[1] : 0);
-    if (const json::Value* n = root.find("n_head")) heads_ = static_cast<long>(json::to_u64(*n, where + ": n_head"));
+    if (const json::Value* n = root.find("n_head")) {
+      const std::uint64_t count = json::to_u64(*n, where + ": n_head");
+      DTRAIN_CHECK(count >= 1 && count <= INT_MAX, Errc::corrupt_data,
+                   where << ": n_head is " << count << ", not a number of heads");
+      heads_ = static_cast<long>(count);
+    }
   }
 
   // What dtrain's GPT computes: tanh GELU, LayerNorm eps 1e-5, a 4C hidden layer, attention
@@ -181,7 +200,10 @@ class CheckpointSource : public Source {
       if (d.path.compare(0, kModel.size(), kModel) == 0) layers_ = std::max(layers_, block_index(d.path.substr(kModel.size())));
     ++layers_;
     for (const auto& [key, value] : file_.attributes("/model"))
-      if (key == "heads") heads_ = whole_number(value, "checkpoint '" + path + "': /model's heads");
+      if (key == "heads") {
+        const std::string what = "checkpoint '" + path + "': /model's heads";
+        heads_ = head_count(whole_number(value, what), what);
+      }
   }
   std::optional<Shape> shape(const std::string& name) const override {
     const DatasetInfo* d = file_.find(kModel + name);

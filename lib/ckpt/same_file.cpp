@@ -8,19 +8,11 @@
 
 #include "dtrain/comm/communicator.hpp"
 #include "dtrain/core/error.hpp"
+#include "dtrain/core/hash.hpp"
 
 namespace dtrain::ckpt {
 namespace {
 constexpr std::uint64_t kEndBytes = 64 * 1024;
-
-// FNV-1a over bytes, continued from h.
-std::uint64_t fnv1a(const char* data, std::size_t n, std::uint64_t h) {
-  for (std::size_t i = 0; i < n; ++i) {
-    h ^= static_cast<unsigned char>(data[i]);
-    h *= 1099511628211ull;
-  }
-  return h;
-}
 }  // namespace
 
 FileFingerprint file_fingerprint(const std::string& path) {
@@ -29,7 +21,7 @@ FileFingerprint file_fingerprint(const std::string& path) {
   FileFingerprint f;
   f.bytes = static_cast<std::uint64_t>(in.tellg());
   std::vector<char> buf(static_cast<std::size_t>(std::min(f.bytes, kEndBytes)));
-  std::uint64_t h = 14695981039346656037ull;
+  std::uint64_t h = kFnvOffset;
   for (const std::uint64_t at : {std::uint64_t{0}, f.bytes - buf.size()}) {
     in.seekg(static_cast<std::streamoff>(at));
     in.read(buf.data(), static_cast<std::streamsize>(buf.size()));

@@ -15,6 +15,7 @@
 #include "core/host_name.hpp"
 #include "dtrain/core/env.hpp"
 #include "dtrain/core/error.hpp"
+#include "dtrain/core/hash.hpp"
 #include "dtrain/core/log.hpp"
 
 namespace dtrain::comm {
@@ -307,14 +308,7 @@ DeviceTransport choose_device_transport(Communicator& world) {
   std::uint8_t uuid[16] = {};
   const bool usable = active_transports()->nccl_gpu(uuid);
   const std::string host = host_name();
-  std::uint64_t seat = 14695981039346656037ull;  // FNV-1a over the node name, then the UUID
-  auto mix = [&seat](const void* bytes, std::size_t n) {
-    for (std::size_t i = 0; i < n; ++i) {
-      seat = (seat ^ static_cast<const unsigned char*>(bytes)[i]) * 1099511628211ull;
-    }
-  };
-  mix(host.c_str(), host.size() + 1);
-  mix(uuid, sizeof uuid);
+  const std::uint64_t seat = fnv1a(uuid, sizeof uuid, fnv1a(host.c_str(), host.size() + 1));
   // One gather, also when the transport is asked for: every rank checks that all asked alike
   // (an environment not passed to every rank must fail everywhere, not hang some).
   const std::int64_t mine[3] = {code, usable ? 1 : 0, static_cast<std::int64_t>(seat)};

@@ -4,12 +4,14 @@
 
 #include <climits>
 #include <cstdlib>
+#include <initializer_list>
 #include <string>
 
 #include "comm/comm_state.hpp"
 #include "comm/mpi_backend.hpp"
 #include "comm/mpi_session.hpp"
 #include "comm/mpi_util.hpp"
+#include "comm/watchdog.hpp"
 #include "dtrain/core/env.hpp"
 #include "dtrain/core/error.hpp"
 #include "dtrain/core/log.hpp"
@@ -17,32 +19,42 @@
 namespace dtrain {
 namespace {
 
-// The DTRAIN_* variables every rank reads (env::params()), checked by all ranks together over
-// `comm` before anything else uses them: a value malformed on one node only would otherwise
-// fail that rank alone while the others wait for it in the world's first collective. Throws
-// the first failing rank's message on every rank. Raw MPI on the base communicator (the
-// program's own one under dt_init_mpi_comm, whose initialisation is collective over it): a
-// Communicator's collectives start the watchdog, which reads these very variables.
-void agree_on_environment(MPI_Comm comm) {
-  std::string problem;
-  try {
-    env::params();
-  } catch (const std::exception& e) {  // an Error; anything else must not skip the agreement
-    problem = e.what();
-  }
+// What each rank sets up alone before its first collective, checked by all ranks together
+// over `comm`: the DTRAIN_* variables every rank reads (env::params()), where a value
+// malformed on one node only would otherwise fail that rank alone while the others wait for
+// it, and the watchdog's thread, which a rank short of memory or threads cannot start (its
+// MPI_Finalize would then wait for the others). Throws the first failing rank's message on
+// every rank. Raw MPI on the base communicator (the program's own one under
+// dt_init_mpi_comm, whose initialisation is collective over it): a Communicator's
+// collectives start the watchdog, which reads these very variables.
+void agree_on_start(MPI_Comm comm) {
   int rank = 0, world_rank = 0;
   comm::mpi_check(MPI_Comm_rank(comm, &rank), "MPI_Comm_rank");
   comm::mpi_check(MPI_Comm_rank(MPI_COMM_WORLD, &world_rank), "MPI_Comm_rank");
-  if (!problem.empty() && world_rank != 0)
-    problem += " (in world rank " + std::to_string(world_rank) + "'s environment)";
+  const std::string where = world_rank == 0 ? "" : " (in world rank " + std::to_string(world_rank);
+  std::string problem;
+  Errc code = Errc::invalid_config;
+  try {
+    env::params();
+  } catch (const std::exception& e) {  // an Error; anything else must not skip the agreement
+    problem = e.what() + (where.empty() ? "" : where + "'s environment)");
+  }
+  if (problem.empty()) {
+    try {
+      comm::watchdog::ensure_running();
+    } catch (const std::exception& e) {  // std::system_error
+      problem = "cannot start the watchdog's thread: " + std::string(e.what()) + (where.empty() ? "" : where + ")");
+      code = Errc::out_of_memory;
+    }
+  }
   int first = problem.empty() ? INT_MAX : rank;
   comm::mpi_check(MPI_Allreduce(MPI_IN_PLACE, &first, 1, MPI_INT, MPI_MIN, comm), "MPI_Allreduce");
   if (first == INT_MAX) return;
-  int length = static_cast<int>(problem.size());
-  comm::mpi_check(MPI_Bcast(&length, 1, MPI_INT, first, comm), "MPI_Bcast");
-  problem.resize(static_cast<std::size_t>(length));
-  comm::mpi_check(MPI_Bcast(&problem[0], length, MPI_CHAR, first, comm), "MPI_Bcast");
-  throw AgreedError(Errc::invalid_config, problem);
+  int length_and_code[2] = {static_cast<int>(problem.size()), static_cast<int>(code)};
+  comm::mpi_check(MPI_Bcast(length_and_code, 2, MPI_INT, first, comm), "MPI_Bcast");
+  problem.resize(static_cast<std::size_t>(length_and_code[0]));
+  comm::mpi_check(MPI_Bcast(&problem[0], length_and_code[0], MPI_CHAR, first, comm), "MPI_Bcast");
+  throw AgreedError(static_cast<Errc>(length_and_code[1]), problem);
 }
 
 }  // namespace
@@ -60,7 +72,7 @@ struct Runtime::Impl {
     session = std::make_unique<SessionGuard>();
     MPI_Comm base = MPI_COMM_WORLD;
     if (!may_initialize) base = comm::communicator_of_fortran_handle(user_fortran_comm);
-    agree_on_environment(base);
+    agree_on_start(base);
     // Communicator::from_fortran_comm duplicates, so dtrain's traffic (all but the agreement
     // above, a start-up collective of its own) never mixes with the user's.
     world = Communicator::from_fortran_comm(static_cast<int>(MPI_Comm_c2f(base)), "world");
@@ -91,6 +103,22 @@ int Runtime::rank() const { return impl().world.rank(); }
 void Runtime::abort_job(int code) noexcept {
   MPI_Abort(MPI_COMM_WORLD, code);
   std::_Exit(code);  // MPI_Abort should not return; never go on if it does
+}
+
+namespace {
+int from_launcher(std::initializer_list<const char*> names) {
+  for (const char* name : names) {
+    if (const char* v = std::getenv(name)) return std::atoi(v);
+  }
+  return -1;
+}
+}  // namespace
+
+int Runtime::launcher_rank() noexcept {
+  return from_launcher({"OMPI_COMM_WORLD_RANK", "PMI_RANK", "PMIX_RANK", "SLURM_PROCID"});
+}
+int Runtime::launcher_size() noexcept {
+  return from_launcher({"OMPI_COMM_WORLD_SIZE", "PMI_SIZE", "PMIX_SIZE", "SLURM_NTASKS"});
 }
 
 int Runtime::size() const { return impl().world.size(); }

@@ -2,6 +2,8 @@
 
 #include <cmath>
 
+#include "dtrain/core/hash.hpp"
+
 namespace dtrain::rng {
 namespace {
 constexpr std::uint32_t kMul0 = 0xD2511F53u;
@@ -38,14 +40,7 @@ Block philox(std::uint64_t seed, std::uint64_t stream, std::uint64_t index) noex
   return c;
 }
 
-std::uint64_t stream_id(std::string_view name) noexcept {
-  std::uint64_t h = 0xcbf29ce484222325ull;
-  for (unsigned char ch : name) {
-    h ^= ch;
-    h *= 0x100000001b3ull;
-  }
-  return h;
-}
+std::uint64_t stream_id(std::string_view name) noexcept { return fnv1a(name.data(), name.size()); }
 
 float uniform(std::uint64_t seed, std::uint64_t stream, std::uint64_t index) noexcept {
   return to_open_unit(philox(seed, stream, index)[0]);

@@ -12,6 +12,7 @@
 
 #include "core/pread_all.hpp"
 #include "dtrain/core/error.hpp"
+#include "dtrain/core/hash.hpp"
 
 namespace dtrain::train {
 namespace {
@@ -163,14 +164,14 @@ void TokenArray::copy(std::size_t start, int length, std::int32_t* out) const {
 
 std::uint64_t TokenArray::fingerprint() const {
   constexpr std::size_t kRuns = 64, kRunTokens = 64;
-  std::uint64_t h = 14695981039346656037ULL;  // FNV-1a over the tokens' values
+  std::uint64_t h = kFnvOffset;  // FNV-1a a token (not a byte) at a time; checkpoints keep it
   const std::size_t run = std::min(kRunTokens, count_);
   std::int32_t tokens[kRunTokens];
   for (std::size_t r = 0; r < kRuns; ++r) {
     copy((count_ - run) * r / (kRuns - 1), static_cast<int>(run), tokens);
     for (std::size_t t = 0; t < run; ++t) {
       h ^= static_cast<std::uint64_t>(tokens[t]);
-      h *= 1099511628211ULL;
+      h *= kFnvPrime;
     }
   }
   return h;

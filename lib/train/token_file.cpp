@@ -10,6 +10,7 @@
 #include <vector>
 
 #include "dtrain/core/error.hpp"
+#include "dtrain/core/hash.hpp"
 #include "dtrain/core/rng.hpp"
 #include "dtrain/train/data.hpp"
 #include "token_array.hpp"
@@ -199,9 +200,9 @@ class TokenFiles final : public TokenSource {
   // so that moving a file from one set to the other changes it.
   std::uint64_t fingerprint_of_sets() const {
     std::uint64_t h = 0;
-    for (const auto& f : train_files_) h = h * 1099511628211ULL ^ f->fingerprint();
-    if (!val_files_.empty()) h = h * 1099511628211ULL ^ 0x76616c6964617465ULL;  // "validate"
-    for (const auto& f : val_files_) h = h * 1099511628211ULL ^ f->fingerprint();
+    for (const auto& f : train_files_) h = h * kFnvPrime ^ f->fingerprint();
+    if (!val_files_.empty()) h = h * kFnvPrime ^ 0x76616c6964617465ULL;  // "validate"
+    for (const auto& f : val_files_) h = h * kFnvPrime ^ f->fingerprint();
     return h;
   }
 

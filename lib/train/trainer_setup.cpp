@@ -276,7 +276,7 @@ Trainer::State::State(const TrainConfig& c, Communicator& w)
     checkpoints().claim(cfg.save_dir);  // a second run into it fails now, not at a save
     check_save_dir_shared(w, cfg.save_dir);
   }
-  micro_losses.resize(static_cast<std::size_t>(accum()));
+  if (cfg.deterministic && grid.pp_size() == 1) micro_losses.resize(static_cast<std::size_t>(accum()));
   if (grid.pp_size() > 1) {
     pipeline = std::make_unique<parallel::PipelineExecutor>(
         model, grid.pp(), parallel::parse_schedule_kind(cfg.schedule), accum(), cfg.micro_batch,

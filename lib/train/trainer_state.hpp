@@ -88,7 +88,7 @@ struct Trainer::State {
   double last_grad_norm = 0;
   double last_lr = 0;
   std::vector<double> losses;
-  std::vector<double> micro_losses;  // per local micro-batch (deterministic mode)
+  std::vector<double> micro_losses;  // per local micro-batch (deterministic mode, no pipeline)
   std::unique_ptr<ckpt::Checkpointer> checkpointer;  // made at the first save or load
   std::unique_ptr<ckpt::InitialWeights> initial;     // --init-from, during set-up only
   // The checkpoint the run continues from as set-up found it ("": a fresh run), which decides

@@ -274,6 +274,16 @@ os.makedirs(other_gelu, exist_ok=True)
 write_safetensors(os.path.join(other_gelu, "model.safetensors"), hf)
 with open(os.path.join(other_gelu, "config.json"), "w") as f:
     json.dump({**config, "activation_function": "gelu"}, f)
+# A head count no model has (it was wrapped to -1 and offered as "--heads -1"), and a
+# config.json that is a directory (it read as a file with a JSON error at byte 0).
+huge_heads = os.path.join(work, "huge_heads")
+os.makedirs(huge_heads, exist_ok=True)
+write_safetensors(os.path.join(huge_heads, "model.safetensors"), hf)
+with open(os.path.join(huge_heads, "config.json"), "w") as f:
+    json.dump({**config, "n_head": 2 ** 64 - 1}, f)
+config_dir = os.path.join(work, "config_dir")
+os.makedirs(os.path.join(config_dir, "config.json"), exist_ok=True)
+write_safetensors(os.path.join(config_dir, "model.safetensors"), hf)
 with open(os.path.join(work, "text.txt"), "w") as f:
     f.write("not a model at all\n")
 
@@ -289,6 +299,8 @@ refusals = [(options + ["--init-from", hf_file], pattern) for options, pattern i
         ("cut.safetensors", r"lie outside the .* bytes of data \(a truncated file\?\)"),
         ("untied.safetensors", r"its lm_head.weight is not its wte"),
         ("erf_gelu/model.safetensors", r"activation_function \"gelu\""),
+        ("huge_heads", r"n_head is 18446744073709551615, not a number of heads"),
+        ("config_dir", r"config.json' next to the weights is not a regular file"),
         ("text.txt", r"neither a dtrain checkpoint \(HDF5\) nor a safetensors file"),
         ("missing.safetensors", r"no such file"))] + [
     (model + ["--init-from", hf_file, "--resume", ckpt], r"--init-from starts a fresh run and --resume \S+ continues one"),

@@ -415,6 +415,21 @@ static void test_gpt_decode(dt_context_t ctx, dt_model_t gpt, const int32_t* tok
     CHECK(fabs(next_token_loss(one_by_one, vocab, targets[T - 1]) -
                next_token_loss(logits, vocab, targets[T - 1])) < 1e-5);
   }
+  { /* A tensor set (or a step, or a load) after the text began: its keys and values are of
+     * the parameters before, so only a new text may follow (appending mixed the two). A
+     * refused set changes nothing and the text goes on. The values set are wpe's own. */
+    enum { WPE = 8 * 16 };
+    float wpe[WPE];
+    CHECK(T == 8);
+    OK(ctx, dt_model_get_tensor(gpt, "wpe", wpe, WPE));
+    OK(ctx, dt_gpt_decode(gpt, tokens, 2, 1, logits));
+    EXPECT(DT_ERR_INVALID_ARGUMENT, ctx, dt_model_set_tensor(gpt, "wpe", wpe, WPE - 1));
+    OK(ctx, dt_gpt_decode(gpt, tokens + 2, 1, 0, logits));
+    OK(ctx, dt_model_set_tensor(gpt, "wpe", wpe, WPE));
+    FAILS(DT_ERR_INVALID_STATE, ctx, "the parameters changed", dt_gpt_decode(gpt, tokens + 3, 1, 0, logits));
+    OK(ctx, dt_gpt_decode(gpt, tokens, 4, 1, logits));
+    OK(ctx, dt_gpt_decode(gpt, tokens + 4, 1, 0, logits));
+  }
   EXPECT(DT_ERR_INVALID_ARGUMENT, ctx, dt_gpt_decode(gpt, tokens, 0, 1, logits));
   MESSAGE(ctx, "count must be at least 1");
   EXPECT(DT_ERR_INVALID_ARGUMENT, ctx, dt_gpt_decode(gpt, tokens, 1, 1, NULL));

@@ -494,6 +494,22 @@ static void test_gpt_checkpoint(dt_context_t ctx, dt_comm_t world, const char* m
   FAILS(DT_ERR_INVALID_CONFIG, ctx, "has no tensor 'layers.0.weight'", dt_model_load_checkpoint(mlp, dir));
   FAILS(DT_ERR_INVALID_CONFIG, ctx, "tensor 'layers.0.weight' has shape [16, 4] in checkpoint",
         dt_model_load_checkpoint(wider, mlp_dir));
+  { /* An MLP of one layer, the file's first: every tensor it has is there, but the file's
+     * second layer says it was written for another configuration. */
+    const int sizes[2] = {MIN, MHID};
+    dt_mlp_config_t mc = DT_MLP_CONFIG_INIT;
+    dt_model_t shorter = NULL;
+    long steps = -1;
+    mc.num_sizes = 2;
+    mc.sizes = sizes;
+    mc.max_batch = MBATCH;
+    OK(ctx, dt_model_create_mlp(world, &mc, NULL, &shorter));
+    FAILS(DT_ERR_INVALID_CONFIG, ctx, "holds tensor 'layers.1.bias', which this model has not",
+          dt_model_load_checkpoint(shorter, mlp_dir));
+    OK(ctx, dt_model_steps(shorter, &steps));
+    CHECK(steps == 0);
+    OK(ctx, dt_model_destroy(shorter));
+  }
   OK(ctx, dt_model_destroy(a));
   OK(ctx, dt_model_destroy(b));
   OK(ctx, dt_model_destroy(mlp));

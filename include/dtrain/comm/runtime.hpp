@@ -37,6 +37,11 @@ class DTRAIN_API Runtime {
   // MPI_COMM_WORLD): after a failure on some ranks only, in the middle of collectives the
   // others wait in, which no agreement can reach any more.
   [[noreturn]] static void abort_job(int code) noexcept;
+  // This process's rank and the job's size as its launcher (mpiexec, srun) set them in the
+  // environment, readable before MPI starts: which rank reports a failure of the constructor.
+  // -1 where no launcher known here set them (a process started alone).
+  static int launcher_rank() noexcept;
+  static int launcher_size() noexcept;
 
  private:
   struct Impl;
