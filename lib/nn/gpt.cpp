@@ -136,8 +136,10 @@ GptModel::GptModel(const GptConfig& cfg, Device& dev, std::uint64_t seed, int ma
   const bool write_weights = weights != Weights::deferred;
   params_.allocate(/*hold_params=*/write_weights, /*hold_grads=*/weights == Weights::init);
   bind_parameters();
-  if (write_weights) init_weights(seed);
+  // Activations first: a model too large to map fails at once, not after initialising
+  // parameters it cannot use (tens of seconds for tens of thousands of layers).
   allocate_activations();
+  if (write_weights) init_weights(seed);
   bind_layernorm_grads();
   plan_grad_ready_ranges();
 }
