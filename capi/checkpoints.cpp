@@ -89,8 +89,8 @@ void Checkpoints::check_tensors(const std::string& path) {
     for (const ckpt::DatasetInfo& d : file.datasets()) {
       if (d.path.compare(0, model.size(), model) != 0) continue;
       const std::string name = d.path.substr(model.size());
-      const bool held = std::any_of(params_.begin(), params_.end(), [&](const ParamInfo& p) { return p.name == name; });
-      if (!held)
+      const auto named = [&](const ParamInfo& p) { return p.name == name; };
+      if (std::none_of(params_.begin(), params_.end(), named))
         fail(DT_ERR_INVALID_CONFIG, "checkpoint '" + path + "' holds tensor '" + name +
                                         "', which this model has not: it was written for another configuration");
     }

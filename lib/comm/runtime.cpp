@@ -31,19 +31,21 @@ void agree_on_start(MPI_Comm comm) {
   int rank = 0, world_rank = 0;
   comm::mpi_check(MPI_Comm_rank(comm, &rank), "MPI_Comm_rank");
   comm::mpi_check(MPI_Comm_rank(MPI_COMM_WORLD, &world_rank), "MPI_Comm_rank");
-  const std::string where = world_rank == 0 ? "" : " (in world rank " + std::to_string(world_rank);
+  const std::string which = "world rank " + std::to_string(world_rank);
   std::string problem;
   Errc code = Errc::invalid_config;
   try {
     env::params();
   } catch (const std::exception& e) {  // an Error; anything else must not skip the agreement
-    problem = e.what() + (where.empty() ? "" : where + "'s environment)");
+    problem = e.what();
+    if (world_rank != 0) problem += " (in " + which + "'s environment)";
   }
   if (problem.empty()) {
     try {
       comm::watchdog::ensure_running();
     } catch (const std::exception& e) {  // std::system_error
-      problem = "cannot start the watchdog's thread: " + std::string(e.what()) + (where.empty() ? "" : where + ")");
+      problem = "cannot start the watchdog's thread: " + std::string(e.what());
+      if (world_rank != 0) problem += " (on " + which + ")";
       code = Errc::out_of_memory;
     }
   }
