@@ -279,7 +279,7 @@ contains
   !> @param[in] byom a live byom.
   !> @param[out] ierr DT_SUCCESS; DT_ERR_INVALID_ARGUMENT (initial_scale);
   !>             DT_ERR_INVALID_STATE (after the first step or checkpoint call).
-  !> @param[in] initial_scale optional first scale, in [1, 16777216] (default 65536).
+  !> @param[in] initial_scale optional first scale, in [1, 16777216]; absent or 0: 65536.
   subroutine dt_byom_scale_loss(byom, ierr, initial_scale)
     type(dt_byom), intent(in) :: byom
     integer, intent(out) :: ierr

@@ -51,6 +51,9 @@ module dtrain_c_binding
   public :: from_c, c_string, c_chars, optimizer_config, ret, fail_here, fail_in_c_too, &
             fortran_error
 
+  ! Scalar outputs are intent(inout), not intent(out): the wrappers set what a failed call
+  ! leaves (-1 for a rank, 0 for a count or a norm), and under intent(out) the compiler may drop
+  ! that store as dead, so a failed call handed back whatever was on the stack.
   interface
     ! The message of the calling thread's last failure found by this module's own checks
     ! (shapes of Fortran arrays the C library cannot see); cleared by every call into C.
@@ -77,12 +80,12 @@ module dtrain_c_binding
     integer(c_int) function c_init(argc, argv, ctx) bind(C, name="dt_init")
       import :: c_int, c_ptr, dt_context
       type(c_ptr), value :: argc, argv
-      type(dt_context), intent(out) :: ctx
+      type(dt_context), intent(inout) :: ctx
     end function
     integer(c_int) function c_init_fortran_comm(fcomm, ctx) bind(C, name="dt_init_fortran_comm")
       import :: c_int, dt_context
       integer(c_int), value :: fcomm
-      type(dt_context), intent(out) :: ctx
+      type(dt_context), intent(inout) :: ctx
     end function
     integer(c_int) function c_finalize(ctx) bind(C, name="dt_finalize")
       import :: c_int, dt_context
@@ -91,32 +94,32 @@ module dtrain_c_binding
     integer(c_int) function c_context_rank(ctx, v) bind(C, name="dt_context_rank")
       import :: c_int, dt_context
       type(dt_context), value :: ctx
-      integer(c_int), intent(out) :: v
+      integer(c_int), intent(inout) :: v
     end function
     integer(c_int) function c_context_size(ctx, v) bind(C, name="dt_context_size")
       import :: c_int, dt_context
       type(dt_context), value :: ctx
-      integer(c_int), intent(out) :: v
+      integer(c_int), intent(inout) :: v
     end function
     integer(c_int) function c_context_cpu_threads(ctx, v) bind(C, name="dt_context_cpu_threads")
       import :: c_int, dt_context
       type(dt_context), value :: ctx
-      integer(c_int), intent(out) :: v
+      integer(c_int), intent(inout) :: v
     end function
     integer(c_int) function c_context_world(ctx, comm) bind(C, name="dt_context_world")
       import :: c_int, dt_context, dt_comm
       type(dt_context), value :: ctx
-      type(dt_comm), intent(out) :: comm
+      type(dt_comm), intent(inout) :: comm
     end function
     integer(c_int) function c_comm_rank(comm, v) bind(C, name="dt_comm_rank")
       import :: c_int, dt_comm
       type(dt_comm), value :: comm
-      integer(c_int), intent(out) :: v
+      integer(c_int), intent(inout) :: v
     end function
     integer(c_int) function c_comm_size(comm, v) bind(C, name="dt_comm_size")
       import :: c_int, dt_comm
       type(dt_comm), value :: comm
-      integer(c_int), intent(out) :: v
+      integer(c_int), intent(inout) :: v
     end function
     integer(c_int) function c_comm_world_ranks(comm, ranks, capacity, count) &
         bind(C, name="dt_comm_world_ranks")
@@ -124,7 +127,7 @@ module dtrain_c_binding
       type(dt_comm), value :: comm
       type(c_ptr), value :: ranks
       integer(c_int), value :: capacity
-      integer(c_int), intent(out) :: count
+      integer(c_int), intent(inout) :: count
     end function
     integer(c_int) function c_all_reduce(comm, send, recv, count, dtype, op) bind(C, name="dt_all_reduce")
       import :: c_int, c_size_t, dt_comm
@@ -162,13 +165,13 @@ module dtrain_c_binding
     integer(c_int) function c_comm_device(comm, device_comm) bind(C, name="dt_comm_device")
       import :: c_int, dt_comm
       type(dt_comm), value :: comm
-      type(dt_comm), intent(out) :: device_comm
+      type(dt_comm), intent(inout) :: device_comm
     end function
     integer(c_int) function c_grid_create(ctx, cfg, grid) bind(C, name="dt_grid_create")
       import :: c_int, dt_context, grid_config_c, dt_grid
       type(dt_context), value :: ctx
       type(grid_config_c), intent(in) :: cfg
-      type(dt_grid), intent(out) :: grid
+      type(dt_grid), intent(inout) :: grid
     end function
     integer(c_int) function c_grid_destroy(grid) bind(C, name="dt_grid_destroy")
       import :: c_int, dt_grid
@@ -177,30 +180,30 @@ module dtrain_c_binding
     integer(c_int) function c_grid_shape(grid, tp, pp, dp) bind(C, name="dt_grid_shape")
       import :: c_int, dt_grid
       type(dt_grid), value :: grid
-      integer(c_int), intent(out) :: tp, pp, dp
+      integer(c_int), intent(inout) :: tp, pp, dp
     end function
     integer(c_int) function c_grid_coords(grid, tp, pp, dp) bind(C, name="dt_grid_coords")
       import :: c_int, dt_grid
       type(dt_grid), value :: grid
-      integer(c_int), intent(out) :: tp, pp, dp
+      integer(c_int), intent(inout) :: tp, pp, dp
     end function
     integer(c_int) function c_grid_comm(grid, group, comm) bind(C, name="dt_grid_comm")
       import :: c_int, dt_grid, dt_comm
       type(dt_grid), value :: grid
       integer(c_int), value :: group
-      type(dt_comm), intent(out) :: comm
+      type(dt_comm), intent(inout) :: comm
     end function
     integer(c_int) function c_byom_create(dp, cfg, byom) bind(C, name="dt_byom_create")
       import :: c_int, dt_comm, optimizer_config_c, dt_byom
       type(dt_comm), value :: dp
       type(optimizer_config_c), intent(in) :: cfg
-      type(dt_byom), intent(out) :: byom
+      type(dt_byom), intent(inout) :: byom
     end function
     integer(c_int) function c_byom_create_grid(grid, cfg, byom) bind(C, name="dt_byom_create_grid")
       import :: c_int, dt_grid, optimizer_config_c, dt_byom
       type(dt_grid), value :: grid
       type(optimizer_config_c), intent(in) :: cfg
-      type(dt_byom), intent(out) :: byom
+      type(dt_byom), intent(inout) :: byom
     end function
     integer(c_int) function c_byom_destroy(byom) bind(C, name="dt_byom_destroy")
       import :: c_int, dt_byom
@@ -221,12 +224,12 @@ module dtrain_c_binding
       import :: c_int, c_float, dt_byom
       type(dt_byom), value :: byom
       real(c_float), value :: lr
-      real(c_float), intent(out) :: norm
+      real(c_float), intent(inout) :: norm
     end function
     integer(c_int) function c_byom_steps(byom, steps) bind(C, name="dt_byom_steps")
       import :: c_int, c_long, dt_byom
       type(dt_byom), value :: byom
-      integer(c_long), intent(out) :: steps
+      integer(c_long), intent(inout) :: steps
     end function
     integer(c_int) function c_byom_scale_loss(byom, initial_scale) bind(C, name="dt_byom_scale_loss")
       import :: c_int, c_float, dt_byom
@@ -236,15 +239,15 @@ module dtrain_c_binding
     integer(c_int) function c_byom_loss_scale(byom, scale, skipped) bind(C, name="dt_byom_loss_scale")
       import :: c_int, c_float, c_long, dt_byom
       type(dt_byom), value :: byom
-      real(c_float), intent(out) :: scale
-      integer(c_long), intent(out) :: skipped
+      real(c_float), intent(inout) :: scale
+      integer(c_long), intent(inout) :: skipped
     end function
     integer(c_int) function c_model_create_mlp(dp, cfg, opt, model) bind(C, name="dt_model_create_mlp")
       import :: c_int, dt_comm, mlp_config_c, optimizer_config_c, dt_model
       type(dt_comm), value :: dp
       type(mlp_config_c), intent(in) :: cfg
       type(optimizer_config_c), intent(in) :: opt
-      type(dt_model), intent(out) :: model
+      type(dt_model), intent(inout) :: model
     end function
     integer(c_int) function c_model_create_mlp_grid(grid, cfg, opt, model) &
         bind(C, name="dt_model_create_mlp_grid")
@@ -252,14 +255,14 @@ module dtrain_c_binding
       type(dt_grid), value :: grid
       type(mlp_config_c), intent(in) :: cfg
       type(optimizer_config_c), intent(in) :: opt
-      type(dt_model), intent(out) :: model
+      type(dt_model), intent(inout) :: model
     end function
     integer(c_int) function c_model_create_gpt(dp, cfg, opt, model) bind(C, name="dt_model_create_gpt")
       import :: c_int, dt_comm, gpt_config_c, optimizer_config_c, dt_model
       type(dt_comm), value :: dp
       type(gpt_config_c), intent(in) :: cfg
       type(optimizer_config_c), intent(in) :: opt
-      type(dt_model), intent(out) :: model
+      type(dt_model), intent(inout) :: model
     end function
     integer(c_int) function c_model_create_gpt_grid(grid, cfg, opt, model) &
         bind(C, name="dt_model_create_gpt_grid")
@@ -267,7 +270,7 @@ module dtrain_c_binding
       type(dt_grid), value :: grid
       type(gpt_config_c), intent(in) :: cfg
       type(optimizer_config_c), intent(in) :: opt
-      type(dt_model), intent(out) :: model
+      type(dt_model), intent(inout) :: model
     end function
     integer(c_int) function c_sample_token(logits, vocab, cfg, uniform, token) &
         bind(C, name="dt_sample_token")
@@ -276,14 +279,14 @@ module dtrain_c_binding
       integer(c_int), value :: vocab
       type(sampling_config_c), intent(in) :: cfg
       real(c_double), value :: uniform
-      integer(c_int32_t), intent(out) :: token
+      integer(c_int32_t), intent(inout) :: token
     end function
     integer(c_int) function c_model_loss_scale(model, scale, skipped) &
         bind(C, name="dt_model_loss_scale")
       import :: c_int, c_float, c_long, dt_model
       type(dt_model), value :: model
-      real(c_float), intent(out) :: scale
-      integer(c_long), intent(out) :: skipped
+      real(c_float), intent(inout) :: scale
+      integer(c_long), intent(inout) :: skipped
     end function
     integer(c_int) function c_model_destroy(model) bind(C, name="dt_model_destroy")
       import :: c_int, dt_model
@@ -296,7 +299,7 @@ module dtrain_c_binding
       real(c_float), dimension(*), intent(in) :: x
       integer(c_int), dimension(*), intent(in) :: labels
       integer(c_int), value :: batch
-      real(c_float), intent(out) :: loss
+      real(c_float), intent(inout) :: loss
     end function
     integer(c_int) function c_mlp_evaluate(model, x, labels, batch, loss) bind(C, name="dt_mlp_evaluate")
       import :: c_int, c_float, dt_model
@@ -304,7 +307,7 @@ module dtrain_c_binding
       real(c_float), dimension(*), intent(in) :: x
       integer(c_int), dimension(*), intent(in) :: labels
       integer(c_int), value :: batch
-      real(c_float), intent(out) :: loss
+      real(c_float), intent(inout) :: loss
     end function
     integer(c_int) function c_mlp_predict(model, x, batch, logits) bind(C, name="dt_mlp_predict")
       import :: c_int, c_float, dt_model
@@ -319,7 +322,7 @@ module dtrain_c_binding
       type(dt_model), value :: model
       integer(c_int32_t), dimension(*), intent(in) :: tokens, targets
       integer(c_int), value :: batch, seq
-      real(c_float), intent(out) :: loss
+      real(c_float), intent(inout) :: loss
     end function
     integer(c_int) function c_gpt_decode(model, tokens, count, new_text, logits) &
         bind(C, name="dt_gpt_decode")
@@ -335,28 +338,28 @@ module dtrain_c_binding
       type(dt_model), value :: model
       integer(c_int32_t), dimension(*), intent(in) :: tokens, targets
       integer(c_int), value :: batch, seq
-      real(c_float), intent(out) :: loss
+      real(c_float), intent(inout) :: loss
     end function
     integer(c_int) function c_model_step(model, lr, norm) bind(C, name="dt_model_step")
       import :: c_int, c_float, dt_model
       type(dt_model), value :: model
       real(c_float), value :: lr
-      real(c_float), intent(out) :: norm
+      real(c_float), intent(inout) :: norm
     end function
     integer(c_int) function c_model_steps(model, steps) bind(C, name="dt_model_steps")
       import :: c_int, c_long, dt_model
       type(dt_model), value :: model
-      integer(c_long), intent(out) :: steps
+      integer(c_long), intent(inout) :: steps
     end function
     integer(c_int) function c_model_num_logits(model, n) bind(C, name="dt_model_num_logits")
       import :: c_int, dt_model
       type(dt_model), value :: model
-      integer(c_int), intent(out) :: n
+      integer(c_int), intent(inout) :: n
     end function
     integer(c_int) function c_model_num_parameters(model, n) bind(C, name="dt_model_num_parameters")
       import :: c_int, c_size_t, dt_model
       type(dt_model), value :: model
-      integer(c_size_t), intent(out) :: n
+      integer(c_size_t), intent(inout) :: n
     end function
     integer(c_int) function c_model_get_parameters(model, dst, capacity) &
         bind(C, name="dt_model_get_parameters")
@@ -368,7 +371,7 @@ module dtrain_c_binding
     integer(c_int) function c_model_num_tensors(model, n) bind(C, name="dt_model_num_tensors")
       import :: c_int, dt_model
       type(dt_model), value :: model
-      integer(c_int), intent(out) :: n
+      integer(c_int), intent(inout) :: n
     end function
     integer(c_int) function c_model_device(model, name, capacity, length) &
         bind(C, name="dt_model_device")
@@ -376,7 +379,7 @@ module dtrain_c_binding
       type(dt_model), value :: model
       type(c_ptr), value :: name
       integer(c_size_t), value :: capacity
-      integer(c_size_t), intent(out) :: length
+      integer(c_size_t), intent(inout) :: length
     end function
     integer(c_int) function c_model_tensor_name(model, index, name, capacity, length) &
         bind(C, name="dt_model_tensor_name")
@@ -385,7 +388,7 @@ module dtrain_c_binding
       integer(c_int), value :: index
       type(c_ptr), value :: name
       integer(c_size_t), value :: capacity
-      integer(c_size_t), intent(out) :: length
+      integer(c_size_t), intent(inout) :: length
     end function
     integer(c_int) function c_model_tensor_shape(model, name, shape, capacity, ndim) &
         bind(C, name="dt_model_tensor_shape")
@@ -394,7 +397,7 @@ module dtrain_c_binding
       character(kind=c_char), dimension(*), intent(in) :: name
       type(c_ptr), value :: shape
       integer(c_int), value :: capacity
-      integer(c_int), intent(out) :: ndim
+      integer(c_int), intent(inout) :: ndim
     end function
     integer(c_int) function c_model_get_tensor(model, name, dst, capacity) &
         bind(C, name="dt_model_get_tensor")
@@ -446,7 +449,7 @@ module dtrain_c_binding
       character(kind=c_char), dimension(*), intent(in) :: dir
       type(c_ptr), value :: path
       integer(c_size_t), value :: capacity
-      integer(c_size_t), intent(out) :: length
+      integer(c_size_t), intent(inout) :: length
     end function
     pure integer(c_size_t) function c_strlen(s) bind(C, name="strlen")
       import :: c_size_t, c_ptr

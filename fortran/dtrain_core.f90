@@ -189,6 +189,7 @@ contains
     integer(c_int), allocatable, target :: buf(:)
     integer(c_int) :: n, capacity
     n = 0
+    allocate(ranks(0))  ! what a failed call leaves, as the other allocatable outputs
     ierr = ret(c_comm_world_ranks(comm, c_null_ptr, 0_c_int, n))
     if (ierr /= DT_SUCCESS) return
     capacity = n

@@ -77,9 +77,19 @@ contains
     integer, intent(out) :: ierr
     character(kind=c_char), allocatable, target :: buf(:)
     integer(c_size_t) :: n, capacity
+    integer(c_int) :: count
     integer :: i
+    character(len=48) :: text
     name = ''
     n = 0
+    count = 0
+    ierr = ret(c_model_num_tensors(model, count))  ! the range in this module's numbering
+    if (ierr /= DT_SUCCESS) return
+    if (index < 1 .or. index > count) then
+      write(text, '(a, i0, a, i0, a)') 'index ', index, ' is not in [1, ', count, ']'
+      call fail_here(ierr, DT_ERR_INVALID_ARGUMENT, 'dt_model_tensor_name', trim(text)//' (dt_model_num_tensors)')
+      return
+    end if
     ierr = ret(c_model_tensor_name(model, int(index - 1, c_int), c_null_ptr, 0_c_size_t, n))
     if (ierr /= DT_SUCCESS) return
     capacity = n + 1

@@ -417,11 +417,33 @@ contains
     type(dt_model) :: null_model, m
     real(c_float) :: x(4, 1), w(2), gw(2)
     integer(c_int) :: labels(1)
-    integer :: n
-    real :: loss
+    integer :: n, tp, pp, dp
+    integer, allocatable :: members(:)
+    real :: loss, norm
+    n = 777
     call dt_comm_size(null_comm, n, ierr)
     call expect_message(ierr, DT_ERR_INVALID_HANDLE, null_ctx, 'dt_comm_size: comm is not a live dt_comm_t (NULL)', &
                         'null comm')
+    ! What a failed call leaves in its outputs: -1 for a rank or coordinate, 0 for a count or
+    ! a norm, an empty array (the compiler once dropped these stores, leaving stack contents).
+    call check(n == 0, 'dt_comm_size leaves 0')
+    n = 777
+    call dt_comm_rank(null_comm, n, ierr)
+    call check(ierr == DT_ERR_INVALID_HANDLE .and. n == -1, 'dt_comm_rank leaves -1')
+    tp = 777
+    pp = 777
+    dp = 777
+    call dt_grid_coords(null_grid, tp, pp, dp, ierr)
+    call check(ierr == DT_ERR_INVALID_HANDLE .and. all([tp, pp, dp] == -1), 'dt_grid_coords leaves -1')
+    norm = 777
+    call dt_byom_step(null_byom, 0.1, ierr, grad_norm=norm)
+    call check(ierr == DT_ERR_INVALID_HANDLE .and. norm == 0, 'dt_byom_step leaves a norm of 0')
+    norm = 777
+    call dt_model_step(null_model, 0.1, ierr, grad_norm=norm)
+    call check(ierr == DT_ERR_INVALID_HANDLE .and. norm == 0, 'dt_model_step leaves a norm of 0')
+    call dt_comm_world_ranks(null_comm, members, ierr)
+    call check(ierr == DT_ERR_INVALID_HANDLE .and. allocated(members), 'dt_comm_world_ranks leaves an array')
+    if (allocated(members)) call check(size(members) == 0, 'dt_comm_world_ranks leaves it empty')
     call dt_grid_comm(null_grid, DT_GROUP_DP, null_comm, ierr)
     call expect_message(ierr, DT_ERR_INVALID_HANDLE, null_ctx, 'dt_grid_comm: grid is not a live dt_grid_t', 'null grid')
     call dt_byom_step(null_byom, 0.1, ierr)

@@ -460,7 +460,9 @@ contains
     call dt_model_tensor_name(gpt, 1, name, ierr)
     call check(ierr == DT_SUCCESS .and. name == 'wte', 'first tensor is wte')
     call dt_model_tensor_name(gpt, n + 1, name, ierr)
-    call expect_message(ierr, DT_ERR_INVALID_ARGUMENT, ctx, 'index must be in', 'index past the end')
+    call expect_message(ierr, DT_ERR_INVALID_ARGUMENT, ctx, 'is not in [1, ', 'index past the end')
+    call dt_model_tensor_name(gpt, 0, name, ierr)  ! counted from 1 here, and so in the message
+    call expect_message(ierr, DT_ERR_INVALID_ARGUMENT, ctx, 'dt_model_tensor_name: index 0 is not in [1, ', 'index 0')
     call dt_model_tensor_shape(gpt, 'wte', s, ierr)
     call check(ierr == DT_SUCCESS .and. size(s) == 2, 'wte has two dimensions')
     call check(s(1) == d_model .and. s(2) == vocab, 'wte is (d_model, vocab) in Fortran order')
