@@ -697,6 +697,19 @@ std::string Checkpointer::save(const std::string& dir, const CheckpointInfo& inf
   return final_path;
 }
 
+void Checkpointer::republish_latest(const std::string& dir) {
+  LocalFailure f;
+  if (impl_->grid.world().rank() == 0) {
+    try {
+      const std::string name = read_latest(dir);
+      if (!name.empty()) write_latest(dir, name);
+    } catch (const std::exception& e) {
+      f.record(e);
+    }
+  }
+  f.agree(impl_->grid.world(), "checkpoint");
+}
+
 CheckpointInfo Checkpointer::load(const std::string& path) {
   h5::QuietErrors quiet;
   CheckpointInfo info;

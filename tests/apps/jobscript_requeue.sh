@@ -3,7 +3,8 @@
 # that, on SIGUSR1, moves `latest` or not and exits with a given status) and scontrol (which
 # records its arguments), and checks when it requeues: after SLURM's warning signal reached
 # the script, on status 3, or on a signal status (> 128: a site that kills the other ranks
-# when the first exits) when `latest` moved; never after an error or success, nor when the
+# when the first exits) when `latest` was written anew (a save, or the rewrite of a stop with
+# nothing new to save); never after an error or success, nor when the
 # signal reached the ranks but not the script (scancel --signal to the steps). Also that a
 # warning during the set-up reaches srun, and that srun's status survives srun ending while
 # the trap runs.
@@ -15,9 +16,12 @@ trap 'rm -rf "$work"' EXIT
 mkdir -p "$work/bin" "$work/ckpt"
 cat > "$work/bin/srun" <<'STUB'
 #!/usr/bin/env bash
-# The stand-in rank: waits for SIGUSR1, then saves (or not) and exits with $FAKE_STATUS.
+# The stand-in rank: waits for SIGUSR1, then saves (1), writes `latest` anew naming the
+# same checkpoint as a stop with nothing new to save does (same), or neither (0), and exits
+# with $FAKE_STATUS.
 on_usr1() {
   [ "$FAKE_SAVES" = 1 ] && echo step_00000009.h5 > "$CKPT_DIR/latest"
+  [ "$FAKE_SAVES" = same ] && echo step_00000001.h5 > "$CKPT_DIR/latest.tmp" && mv "$CKPT_DIR/latest.tmp" "$CKPT_DIR/latest"
   exit "$FAKE_STATUS"
 }
 trap on_usr1 USR1
@@ -65,6 +69,7 @@ requeued() { [ "$(cat "$work/result")" = y ]; }
 run 3 1; requeued || fail "status 3 after a save did not requeue"
 run 143 1; requeued || fail "status 143 after a save the script asked for did not requeue"
 run 143 0; requeued && fail "status 143 without a save requeued"
+run 143 same; requeued || fail "status 143 after a stop with nothing new to save did not requeue"
 run 1 0; requeued && fail "an error requeued"
 run 1 1; requeued && fail "an error after a regular save requeued"
 run 0 1; requeued && fail "a finished run requeued"

@@ -3,6 +3,7 @@
 // resuming is exact; corrupt, mismatched and half-written files are handled as documented.
 #include <gtest/gtest.h>
 #include <hdf5.h>
+#include <sys/stat.h>
 
 #include <atomic>
 #include <cmath>
@@ -379,6 +380,20 @@ TEST(Checkpoint, ALatestThatCannotMoveFailsTheSaveNamingTheCompleteFile) {
   EXPECT_EQ(resumed.step(), 2);
 }
 
+// `latest` as a file: its inode and modification time, which writing it anew changes.
+std::pair<ino_t, long long> latest_identity(const std::string& dir) {
+  struct stat st {};
+  if (::stat((dir + "/latest").c_str(), &st) != 0) return {0, 0};
+  return {st.st_ino, st.st_mtim.tv_sec * 1000000000LL + st.st_mtim.tv_nsec};
+}
+
+std::string latest_text(const std::string& dir) {
+  std::ifstream in(dir + "/latest");
+  std::string name;
+  std::getline(in, name);
+  return name;
+}
+
 TEST(Checkpoint, AStopRequestedBeforeRunStopsBeforeTheFirstStepAndIsConsumed) {
   const std::string dir = test_dir("early_stop");
   train::TrainConfig cfg = tiny_config();
@@ -391,6 +406,7 @@ TEST(Checkpoint, AStopRequestedBeforeRunStopsBeforeTheFirstStepAndIsConsumed) {
   }
   cfg.resume = "auto";
   train::Trainer t(cfg, world());
+  const auto saved = latest_identity(dir);
   // A signal during the set-up, seen by one rank: every rank stops before training.
   if (world().rank() == world().size() - 1) train::request_stop(SIGUSR1);
   const train::TrainSummary stopped = t.run();
@@ -398,17 +414,25 @@ TEST(Checkpoint, AStopRequestedBeforeRunStopsBeforeTheFirstStepAndIsConsumed) {
   EXPECT_EQ(stopped.steps, 2);
   EXPECT_EQ(t.step(), 2);
   EXPECT_EQ(train::stop_requested(), 0);
+  // Nothing new to save, yet `latest` is written anew, naming the same checkpoint: a job
+  // script whose srun reports the ranks' signal tells by it that they stopped with one.
+  if (world().rank() == 0) {
+    EXPECT_NE(latest_identity(dir), saved);
+    EXPECT_EQ(latest_text(dir), "step_00000002.h5");
+  }
   // Consumed: the next run trains to the end.
   const train::TrainSummary done = t.run();
   EXPECT_FALSE(done.stopped_by_signal);
   EXPECT_EQ(done.steps, cfg.steps);
   // A run with nothing left to train still reports a stop (dtrain-gpt then exits as
   // preempted instead of generating), and consumes it.
+  const auto at_the_end = latest_identity(dir);
   if (world().rank() == 0) train::request_stop(SIGTERM);
   const train::TrainSummary nothing = t.run();
   EXPECT_TRUE(nothing.stopped_by_signal);
   EXPECT_EQ(nothing.steps, cfg.steps);
   EXPECT_EQ(train::stop_requested(), 0);
+  if (world().rank() == 0) EXPECT_NE(latest_identity(dir), at_the_end);
   EXPECT_FALSE(t.run().stopped_by_signal);
 }
 

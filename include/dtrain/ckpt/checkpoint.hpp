@@ -60,6 +60,11 @@ class DTRAIN_API Checkpointer {
   // newest `keep` checkpoints. Returns the path written. Errors throw Error(Errc::io) on
   // every rank.
   std::string save(const std::string& dir, const CheckpointInfo& info, int keep);
+  // Collective. Writes dir/latest anew, naming the checkpoint it names (nothing where it is
+  // missing): a run stopped by a signal with its newest checkpoint already written shows
+  // its job script, which tells by `latest` whether the ranks stopped after a save, that they
+  // did (jobscripts/README.md).
+  void republish_latest(const std::string& dir);
 
   // Collective. Loads path into the parameters and optimiser (moments and step count)
   // after checking the format, the model configuration and every dataset's shape and
