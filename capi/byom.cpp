@@ -146,7 +146,7 @@ Outcome dt_byom_s::check_split() {
   const std::uint64_t settings = settings_fingerprint();
   // A TP group holds slices of the same tensors: the same names, formats, whole shapes and
   // slice shapes (so the same split), decay.
-  std::uint64_t tensors = 1469598103934665603ull;
+  std::uint64_t tensors = dtrain::kFnvOffset;
   for (std::size_t i = 0; i < store.size(); ++i) {
     const dtrain::ParamInfo& p = store[i];
     tensors = mix(mix(fnv1a(p.name.data(), p.name.size(), tensors), p.tp_sharded), p.decay);

@@ -500,10 +500,8 @@ dt_result_t dt_gpt_decode(dt_model_t model, const int32_t* tokens, int count, in
     const std::uint64_t text = mix(mix(fnv1a(tokens, sizeof(int32_t) * static_cast<std::size_t>(count)), count), new_text != 0);
     need_same_inputs(m, text, "tokens", collective_over_dp, true);
     share_tied_embedding(m);
-    if (new_text) {
-      g.decode_reset();
-      m.decoded_text_stale = false;
-    }
+    if (new_text) g.decode_reset();
+    if (g.decoded_length() == 0) m.decoded_text_stale = false;  // a text of these parameters begins
     const float* out = m.pipeline ? m.pipeline->decode(tokens, count) : g.decode(tokens, count);
     dtrain::Communicator* tp = m.tp();
     if (out && !tp) {

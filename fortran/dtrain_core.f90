@@ -195,6 +195,7 @@ contains
     capacity = n
     allocate(buf(max(capacity, 1)))
     ierr = ret(c_comm_world_ranks(comm, c_loc(buf), capacity, n))
+    if (ierr /= DT_SUCCESS) return  ! ranks stays empty
     ranks = buf(1:min(n, capacity))
   end subroutine
 

@@ -551,7 +551,9 @@ contains
   !> @param[out] logits real(c_float) logits(vocab); the most likely next token is
   !>             maxloc(logits, 1) - 1.
   !> @param[out] ierr DT_SUCCESS; DT_ERR_INVALID_ARGUMENT (not a GPT, no tokens, the text
-  !>             longer than seq_len, a token out of range, logits other than vocab long).
+  !>             longer than seq_len, a token out of range, logits other than vocab long);
+  !>             DT_ERR_INVALID_STATE (appending after a step, a tensor set or a load: start
+  !>             a new text).
   subroutine dt_gpt_decode(model, tokens, new_text, logits, ierr)
     type(dt_model), intent(in) :: model
     integer(c_int32_t), dimension(:), contiguous, intent(in) :: tokens

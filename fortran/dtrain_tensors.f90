@@ -84,7 +84,10 @@ contains
     n = 0
     count = 0
     ierr = ret(c_model_num_tensors(model, count))  ! the range in this module's numbering
-    if (ierr /= DT_SUCCESS) return
+    if (ierr /= DT_SUCCESS) then  ! a bad handle: refused again under this procedure's name
+      ierr = ret(c_model_tensor_name(model, 0_c_int, c_null_ptr, 0_c_size_t, n))
+      return
+    end if
     if (index < 1 .or. index > count) then
       write(text, '(a, i0, a, i0, a)') 'index ', index, ' is not in [1, ', count, ']'
       call fail_here(ierr, DT_ERR_INVALID_ARGUMENT, 'dt_model_tensor_name', trim(text)//' (dt_model_num_tensors)')
@@ -115,14 +118,13 @@ contains
     integer(c_int64_t), allocatable, target :: c_shape(:)
     integer(c_int) :: nd, capacity
     nd = 0
+    allocate(shape(0))  ! what a failed call leaves
     ierr = ret(c_model_tensor_shape(model, c_string(name), c_null_ptr, 0_c_int, nd))
-    if (ierr /= DT_SUCCESS) then
-      allocate(shape(0))
-      return
-    end if
+    if (ierr /= DT_SUCCESS) return
     capacity = nd
     allocate(c_shape(capacity))
     ierr = ret(c_model_tensor_shape(model, c_string(name), c_loc(c_shape), capacity, nd))
+    if (ierr /= DT_SUCCESS) return
     shape = c_shape(capacity:1:-1)
   end subroutine
 

@@ -404,9 +404,9 @@ TrainSummary Trainer::run() {
   // A signal after the run's last look at it (during a final evaluation or save, or before a
   // run with nothing to train) still stops what the program does after the run (generation):
   // agreed before Unwatch drops it, so that the program exits as preempted.
-  // A stop with nothing new to save (a resumed run stopped during its set-up, or just after a
-  // save) writes `latest` anew all the same: the job script tells by it that the ranks
-  // stopped with a checkpoint where SLURM reports their signal instead of status 3.
+  // A stop of a run that saved nothing (a resumed run stopped during its set-up) writes
+  // `latest` anew all the same: the job script tells by it that the ranks stopped with a
+  // checkpoint where SLURM reports their signal instead of status 3.
   const auto stop_at_the_end = [&] {
     if (!s.stopped && s.agree_stop())
       DTRAIN_LOG(info, s.stop_cause() << " at the end of the run (at step " << s.step << "): stopping");

@@ -20,8 +20,11 @@ cat > "$work/bin/srun" <<'STUB'
 # same checkpoint as a stop with nothing new to save does (same), or neither (0), and exits
 # with $FAKE_STATUS.
 on_usr1() {
-  [ "$FAKE_SAVES" = 1 ] && echo step_00000009.h5 > "$CKPT_DIR/latest"
-  [ "$FAKE_SAVES" = same ] && echo step_00000001.h5 > "$CKPT_DIR/latest.tmp" && mv "$CKPT_DIR/latest.tmp" "$CKPT_DIR/latest"
+  local name=
+  [ "$FAKE_SAVES" = 1 ] && name=step_00000009.h5
+  [ "$FAKE_SAVES" = same ] && name=step_00000001.h5
+  # as dtrain-gpt writes it: a new file renamed over the old
+  [ -n "$name" ] && echo "$name" > "$CKPT_DIR/latest.tmp" && mv "$CKPT_DIR/latest.tmp" "$CKPT_DIR/latest"
   exit "$FAKE_STATUS"
 }
 trap on_usr1 USR1

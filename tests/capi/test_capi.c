@@ -482,6 +482,13 @@ static void test_gpt(dt_context_t ctx, dt_comm_t world) {
     }
     OK(ctx, dt_gpt_evaluate(again, tokens, targets, B, T, &loss3));
     CHECK(loss3 == loss2);
+    {
+      /* Steps before its first text: a text begun by appending to none (new_text 0) is of
+       * these parameters, and goes on. */
+      float logits[32];
+      OK(ctx, dt_gpt_decode(again, tokens, 2, 0, logits));
+      OK(ctx, dt_gpt_decode(again, tokens + 2, 1, 0, logits));
+    }
     OK(ctx, dt_model_destroy(again));
   }
   tokens[3] = 32;

@@ -63,7 +63,7 @@ class DTRAIN_API Checkpointer {
   // Collective. Writes dir/latest anew, naming the checkpoint it names (nothing where it is
   // missing): a run stopped by a signal with its newest checkpoint already written shows
   // its job script, which tells by `latest` whether the ranks stopped after a save, that they
-  // did (jobscripts/README.md).
+  // did (jobscripts/README.md). Best effort: a failure is a warning, not an error.
   void republish_latest(const std::string& dir);
 
   // Collective. Loads path into the parameters and optimiser (moments and step count)
