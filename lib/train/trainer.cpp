@@ -350,7 +350,16 @@ double Trainer::evaluate() {
   double total = 0;
   int done = 0;
   bool stop = false;
+  // A long pass (many --eval-batches of a large model) says how far it is, once a minute.
+  constexpr double kReportSeconds = 60;
+  Stopwatch since_start;
+  double next_report = kReportSeconds;
   for (int b = 0; b < s.cfg.eval_batches && !stop; ++b) {
+    if (s.world.rank() == 0 && since_start.seconds() >= next_report) {
+      DTRAIN_LOG(info, "eval: " << b << " of " << s.cfg.eval_batches << " batches in "
+                       << static_cast<long>(since_start.seconds()) << " s");
+      next_report = since_start.seconds() + kReportSeconds;
+    }
     for (int micro = 0; micro < plan.accum_steps; ++micro, ++done) {
       // Preemption inside run(): between micro-batches, counted over all the batches; with
       // pipeline stages, whose micro-batches overlap, between batches.
