@@ -8,13 +8,11 @@
 // count trains the same model (to rounding). --out writes the final loss and parameters.
 // Exits non-zero unless the loss falls.
 #include <cerrno>
-#include <chrono>
 #include <cmath>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
 #include <string>
-#include <thread>
 #include <vector>
 
 #include "dtrain/comm/process_grid.hpp"
@@ -150,10 +148,7 @@ int main(int argc, char** argv) {
       return 1;
     }
   } catch (const dtrain::AgreedError& e) {  // starting: every rank alike (its environment)
-    if (dtrain::Runtime::launcher_rank() <= 0)
-      std::fprintf(stderr, "dtrain-cpp-example: %s\n", e.what());
-    else  // the launcher may end the job when one rank exits: time for the first to report
-      std::this_thread::sleep_for(std::chrono::seconds(2));
+    if (dtrain::Runtime::reports_start_failure()) std::fprintf(stderr, "dtrain-cpp-example: %s\n", e.what());
     return 1;
   } catch (const std::exception& e) {  // the Runtime itself (MPI_Init)
     std::fprintf(stderr, "dtrain-cpp-example: %s\n", e.what());

@@ -1,9 +1,7 @@
 // dtrain-bench: collectives benchmark in the style of nccl-tests. See --help.
-#include <chrono>
 #include <cstdio>
 #include <exception>
 #include <optional>
-#include <thread>
 
 #include "collectives.hpp"
 #include "dtrain/comm/agreed_failure.hpp"
@@ -17,10 +15,7 @@ int main(int argc, char** argv) {
   try {
     started.emplace(&argc, &argv);
   } catch (const dtrain::AgreedError& e) {  // every rank alike, before the world exists
-    if (dtrain::Runtime::launcher_rank() <= 0)
-      std::fprintf(stderr, "dtrain-bench: %s\n", e.what());
-    else  // the launcher may end the job when one rank exits: time for the first to report
-      std::this_thread::sleep_for(std::chrono::seconds(2));
+    if (dtrain::Runtime::reports_start_failure()) std::fprintf(stderr, "dtrain-bench: %s\n", e.what());
     return 1;
   } catch (const std::exception& e) {
     std::fprintf(stderr, "dtrain-bench: %s\n", e.what());

@@ -1,11 +1,9 @@
 // dtrain-data: text to token shards for dtrain-gpt --data, and back (docs/data.md).
 // `encode` runs under mpiexec/srun, every rank encoding a share; `decode` is one process.
 // Exit codes: 0 success, 2 invalid command line, 1 any other error.
-#include <chrono>
 #include <cstdio>
 #include <cstdlib>
 #include <string>
-#include <thread>
 #include <vector>
 
 #include "commands.hpp"
@@ -173,10 +171,7 @@ int main(int argc, char** argv) {
       return exit_code(e.code());
     }
   } catch (const dtrain::AgreedError& e) {  // starting MPI, on every rank alike
-    if (first_rank)
-      std::fprintf(stderr, "dtrain-data encode: %s\n", e.what());
-    else  // the launcher may end the job when one rank exits: time for the first to report
-      std::this_thread::sleep_for(std::chrono::seconds(2));
+    if (dtrain::Runtime::reports_start_failure()) std::fprintf(stderr, "dtrain-data encode: %s\n", e.what());
     return exit_code(e.code());
   } catch (const std::exception& e) {
     std::fprintf(stderr, "dtrain-data encode: %s\n", e.what());

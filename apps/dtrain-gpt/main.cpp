@@ -200,13 +200,7 @@ int main(int argc, char** argv) {
     // the launcher's rank 0 reports it.
     const int rank = dtrain::Runtime::launcher_rank(), size = dtrain::Runtime::launcher_size();
     if (rank >= 0 && size > 0) dtrain::log::set_rank(rank, size);
-    if (rank <= 0) {
-      dtrain::log::write(dtrain::log::Level::error, e.what());
-    } else {
-      // The launcher ends the job when the first rank exits with an error, maybe before rank 0
-      // has written the message (seen in CI): the other ranks give it time to.
-      std::this_thread::sleep_for(std::chrono::seconds(2));
-    }
+    if (dtrain::Runtime::reports_start_failure()) dtrain::log::write(dtrain::log::Level::error, e.what());
     return exit_code(e.code());
   } catch (const std::exception& e) {
     dtrain::log::write(dtrain::log::Level::error, e.what());

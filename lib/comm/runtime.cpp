@@ -2,10 +2,12 @@
 
 #include <mpi.h>
 
+#include <chrono>
 #include <climits>
 #include <cstdlib>
 #include <initializer_list>
 #include <string>
+#include <thread>
 
 #include "comm/comm_state.hpp"
 #include "comm/mpi_backend.hpp"
@@ -121,6 +123,12 @@ int Runtime::launcher_rank() noexcept {
 }
 int Runtime::launcher_size() noexcept {
   return from_launcher({"OMPI_COMM_WORLD_SIZE", "PMI_SIZE", "PMIX_SIZE", "SLURM_NTASKS"});
+}
+
+bool Runtime::reports_start_failure() noexcept {
+  if (launcher_rank() <= 0) return true;
+  std::this_thread::sleep_for(std::chrono::seconds(2));
+  return false;
 }
 
 int Runtime::size() const { return impl().world.size(); }

@@ -42,6 +42,11 @@ class DTRAIN_API Runtime {
   // -1 where no launcher known here set them (a process started alone).
   static int launcher_rank() noexcept;
   static int launcher_size() noexcept;
+  // After the constructor threw an AgreedError (every rank has it): true on the launcher's
+  // first rank, which reports it; the others return false after 2 s, time for that report
+  // to come out before the launcher, seeing a rank exit with an error, ends the job (seen in
+  // CI).
+  static bool reports_start_failure() noexcept;
 
  private:
   struct Impl;
