@@ -279,6 +279,12 @@ int main(int argc, char** argv) {
       dtrain::train::agree_same_settings(generation_settings(parsed), world);
       const dtrain::train::TrainSummary summary = trainer->run();
       signals.reset();  // generation, and the end, take signals as usual
+      // A stop that came once the training was done (during its final save) leaves only the
+      // generation to a resumed run: without one, the run is complete.
+      if (summary.stopped_by_signal && summary.finished && parsed.generate == 0) {
+        if (world.rank() == 0) DTRAIN_LOG(info, "the run had finished when the stop signal came: nothing to resume");
+        return 0;
+      }
       if (summary.stopped_by_signal) return dtrain::train::kExitPreempted;
       if (parsed.generate > 0) generate(*trainer, parsed, world.rank());
       return 0;

@@ -420,6 +420,7 @@ TrainSummary Trainer::run() {
     if (!s.stopped && s.agree_stop())
       DTRAIN_LOG(info, s.stop_cause() << " at the end of the run (at step " << s.step << "): stopping");
     sum.stopped_by_signal = s.stopped;
+    sum.finished = !s.cfg.eval_only && s.step >= s.cfg.steps && s.last_val_step == s.step;
     if (s.stopped && !s.cfg.save_dir.empty() && !s.cfg.eval_only && sum.last_checkpoint.empty())
       s.checkpoints().republish_latest(s.cfg.save_dir);
   };

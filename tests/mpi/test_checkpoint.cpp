@@ -411,6 +411,7 @@ TEST(Checkpoint, AStopRequestedBeforeRunStopsBeforeTheFirstStepAndIsConsumed) {
   if (world().rank() == world().size() - 1) train::request_stop(SIGUSR1);
   const train::TrainSummary stopped = t.run();
   EXPECT_TRUE(stopped.stopped_by_signal);
+  EXPECT_FALSE(stopped.finished);
   EXPECT_EQ(stopped.steps, 2);
   EXPECT_EQ(t.step(), 2);
   EXPECT_EQ(train::stop_requested(), 0);
@@ -423,6 +424,7 @@ TEST(Checkpoint, AStopRequestedBeforeRunStopsBeforeTheFirstStepAndIsConsumed) {
   // Consumed: the next run trains to the end.
   const train::TrainSummary done = t.run();
   EXPECT_FALSE(done.stopped_by_signal);
+  EXPECT_TRUE(done.finished);
   EXPECT_EQ(done.steps, cfg.steps);
   // A run with nothing left to train still reports a stop (dtrain-gpt then exits as
   // preempted instead of generating), and consumes it.
@@ -430,6 +432,7 @@ TEST(Checkpoint, AStopRequestedBeforeRunStopsBeforeTheFirstStepAndIsConsumed) {
   if (world().rank() == 0) train::request_stop(SIGTERM);
   const train::TrainSummary nothing = t.run();
   EXPECT_TRUE(nothing.stopped_by_signal);
+  EXPECT_TRUE(nothing.finished);  // dtrain-gpt exits 0 then, unless it has text to generate
   EXPECT_EQ(nothing.steps, cfg.steps);
   EXPECT_EQ(train::stop_requested(), 0);
   if (world().rank() == 0) EXPECT_NE(latest_identity(dir), at_the_end);

@@ -4,7 +4,8 @@
 // flag; at the next step boundary or micro-batch (not inside a pipeline's schedule) all ranks
 // agree on it with one all-reduce, write a checkpoint and return with
 // TrainSummary::stopped_by_signal set. A step stopped part-way is dropped, not applied.
-// dtrain-gpt then exits with kExitPreempted. A stop requested before run() (a signal during
+// dtrain-gpt then exits with kExitPreempted (0 where the training had finished and it has no
+// text to generate: TrainSummary::finished). A stop requested before run() (a signal during
 // the program's set-up under its own StopSignalScope) stops it before the first step; run()
 // clears the request when it returns.
 #include "dtrain/export.hpp"

@@ -43,6 +43,9 @@ struct DTRAIN_API TrainSummary {
   double timed_step_seconds = 0;
   long start_step = 0;          // step this run started from (a resume, or where training had got to)
   bool stopped_by_signal = false;  // SIGTERM/SIGUSR1 ended the loop early (see signals.hpp)
+  // Every step trained and the last one evaluated (not --eval-only): a stop signal that came
+  // at the end (during the final save) left nothing of the training undone.
+  bool finished = false;
   std::string last_checkpoint;  // path of the last checkpoint written by run(), if any
 };
 
