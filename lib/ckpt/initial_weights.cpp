@@ -44,11 +44,13 @@ long whole_number(const std::string& text, const std::string& what) {
   return n;
 }
 
-// A recorded head count: 1 to INT_MAX, else the file is damaged (a refusal would otherwise
-// suggest "heads = -1" as the setting that fits).
-long head_count(long n, const std::string& what) {
-  DTRAIN_CHECK(n >= 1 && n <= INT_MAX, Errc::corrupt_data, what << " is " << n << ", not a number of heads");
-  return n;
+// A recorded head count (metadata text as a long, config.json's as a u64): 1 to INT_MAX, else
+// the file is damaged (a refusal would otherwise suggest "heads = -1" as the setting that fits).
+template <class N>
+long head_count(N n, const std::string& what) {
+  DTRAIN_CHECK(n >= 1 && n <= static_cast<N>(INT_MAX), Errc::corrupt_data,
+               what << " is " << n << ", not a number of heads");
+  return static_cast<long>(n);
 }
 
 // "h.<i>.": the block index of a model name, -1 for a name outside the blocks.
@@ -153,12 +155,8 @@ class SafetensorsSource : public Source {
     DTRAIN_CHECK(root.kind == json::Value::Kind::object, Errc::corrupt_data, where << " is not a JSON object");
     const SafetensorsTensor* wte = find("wte");
     check_gpt2_settings(root, where, wte && wte->shape.size() == 2 ? wte->shape[1] : 0);
-    if (const json::Value* n = root.find("n_head")) {
-      const std::uint64_t count = json::to_u64(*n, where + ": n_head");
-      DTRAIN_CHECK(count >= 1 && count <= INT_MAX, Errc::corrupt_data,
-                   where << ": n_head is " << count << ", not a number of heads");
-      heads_ = static_cast<long>(count);
-    }
+    if (const json::Value* n = root.find("n_head"))
+      heads_ = head_count(json::to_u64(*n, where + ": n_head"), where + ": n_head");
   }
 
   // What dtrain's GPT computes: tanh GELU, LayerNorm eps 1e-5, a 4C hidden layer, attention
