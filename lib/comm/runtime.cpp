@@ -127,7 +127,7 @@ int Runtime::launcher_size() noexcept {
 
 bool Runtime::reports_start_failure() noexcept {
   if (launcher_rank() <= 0) return true;
-  std::this_thread::sleep_for(std::chrono::seconds(2));
+  std::this_thread::sleep_for(std::chrono::seconds(5));
   return false;
 }
 

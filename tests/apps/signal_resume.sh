@@ -16,7 +16,14 @@ rm -rf "$dir" "$dir.jsonl"
 pid=$!
 source "$(dirname "$0")/wait_for_training.sh"
 wait_for_training "$dir.log" || { kill -KILL "$pid"; cat "$dir.log"; echo "FAIL: the run did not start training"; exit 1; }
-sleep 1
+if [ "$mode" = mid-step ]; then
+  sleep 1
+else
+  # Signal after a step is done (its metrics record written): a signal during step 1 would
+  # rightly stop at step 0, which this mode does not expect.
+  for _ in $(seq 600); do [ -s "$dir.jsonl" ] && break; sleep 0.1; done
+  [ -s "$dir.jsonl" ] || { kill -KILL "$pid"; cat "$dir.log"; echo "FAIL: no step finished in 60 s"; exit 1; }
+fi
 if [ "$target" = ranks ]; then
   source "$(dirname "$0")/ranks_of.sh"
   ranks=$(ranks_of "$pid" "$(basename "$program")")

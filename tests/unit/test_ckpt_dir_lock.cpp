@@ -134,9 +134,13 @@ TEST(DirectoryLock, AClaimWaitsBrieflyForAHolderThatNamesNobody) {
   const int fd = ::open((dir / ckpt::kLockFileName).c_str(), O_RDWR | O_CREAT | O_CLOEXEC, 0644);
   ASSERT_GE(fd, 0);
   ASSERT_EQ(::flock(fd, LOCK_EX | LOCK_NB), 0);  // held, with an empty lock file
+  int claiming[2];
+  ASSERT_EQ(::pipe(claiming), 0);
   const pid_t child = ::fork();
   if (child == 0) {
     ::close(fd);  // its copy would hold the lock too
+    const char byte = 1;
+    if (::write(claiming[1], &byte, 1) != 1) ::_exit(2);
     try {
       auto lock = ckpt::lock_directory(dir.string());
       ::_exit(0);
@@ -144,10 +148,15 @@ TEST(DirectoryLock, AClaimWaitsBrieflyForAHolderThatNamesNobody) {
       ::_exit(1);
     }
   }
-  std::this_thread::sleep_for(std::chrono::milliseconds(300));
+  // Let go 100 ms after the child starts its claim: well inside the second it waits, even on
+  // a loaded machine (a fixed sleep from the fork could outlast the child's wait).
+  char byte = 0;
+  ASSERT_EQ(::read(claiming[0], &byte, 1), 1);
+  std::this_thread::sleep_for(std::chrono::milliseconds(100));
   ::close(fd);
   int status = 0;
   ::waitpid(child, &status, 0);
+  for (int end : claiming) ::close(end);
   EXPECT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 0);
   fs::remove_all(dir);
 }

@@ -43,9 +43,9 @@ class DTRAIN_API Runtime {
   static int launcher_rank() noexcept;
   static int launcher_size() noexcept;
   // After the constructor threw an AgreedError (every rank has it): true on the launcher's
-  // first rank, which reports it; the others return false after 2 s, time for that report
-  // to come out before the launcher, seeing a rank exit with an error, ends the job (seen in
-  // CI).
+  // first rank, which reports it; the others return false after 5 s, time for that report
+  // to come out on a loaded node before the launcher, seeing a rank exit with an error, ends
+  // the job (seen in CI). mpiexec ends the waiting ranks as soon as the first one exits.
   static bool reports_start_failure() noexcept;
 
  private:
