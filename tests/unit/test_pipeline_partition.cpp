@@ -50,8 +50,9 @@ TEST(PipelinePartition, ExplicitSplit) {
             std::string::npos);
   EXPECT_NE(error_of([] { partition_layers(6, 3, {1, 3, 1}); }).find("adds up to 5"),
             std::string::npos);
-  EXPECT_NE(error_of([] { partition_layers(6, 3, {0, 4, 2}); }).find("at least one layer"),
+  EXPECT_NE(error_of([] { partition_layers(6, 3, {0, 4, 2}); }).find("entry 1 is 0; every chunk"),
             std::string::npos);
+  EXPECT_NE(error_of([] { partition_layers(6, 3, {4, 2, 0}); }).find("entry 3 is 0"), std::string::npos);
   for (const char* bad : {"1,,2", "1,2,", "a", "-1,2", "1 2"})
     EXPECT_NE(error_of([&] { parse_pipeline_layers(bad); }).find("comma-separated"),
               std::string::npos)

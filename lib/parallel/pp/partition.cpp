@@ -23,10 +23,12 @@ std::vector<LayerRange> partition_layers(int layers, int pieces,
                  "--pipeline-layers lists " << counts.size() << " stages, the pipeline has "
                                             << pieces << " (--pp x --virtual-stages)");
     long long sum = 0;  // up to 65536 counts under 10^6 each: no overflow
-    for (int c : counts) {
-      DTRAIN_CHECK(c >= 1, Errc::invalid_config,
-                   "--pipeline-layers: every stage needs at least one layer, got " << c);
-      sum += c;
+    for (std::size_t i = 0; i < counts.size(); ++i) {
+      DTRAIN_CHECK(counts[i] >= 1, Errc::invalid_config,
+                   "--pipeline-layers: entry " << i + 1 << " is " << counts[i]
+                                               << "; every chunk (one per stage and virtual "
+                                                  "stage) needs at least one layer");
+      sum += counts[i];
     }
     DTRAIN_CHECK(sum == layers, Errc::invalid_config,
                  "--pipeline-layers adds up to " << sum << " layers, the model has --layers "
