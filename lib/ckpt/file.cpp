@@ -107,9 +107,12 @@ CheckpointFile::CheckpointFile(const std::string& path) : impl_(std::make_unique
   impl_->file = h5::file_handle(H5Fopen(path.c_str(), H5F_ACC_RDONLY, H5P_DEFAULT),
                                 "cannot open '" + path + "' (not an HDF5 file, or truncated)");
   Listing listing;
-  // The file opened, so a failure to walk it is damage to its metadata.
-  if (H5Lvisit(impl_->file, H5_INDEX_NAME, H5_ITER_INC, collect_dataset, &listing) < 0)
+  // The file opened, so a failure to walk it is damage to its metadata. Native order, sorted
+  // below: increasing order makes HDF5 (1.10) build a table of a large group's links, and
+  // damage met while building it frees the table's unset entries (a crash, not an error).
+  if (H5Lvisit(impl_->file, H5_INDEX_NAME, H5_ITER_NATIVE, collect_dataset, &listing) < 0)
     h5::fail_damaged("cannot list the datasets of '" + path + "'");
+  std::sort(listing.links.begin(), listing.links.end());
   DTRAIN_CHECK(listing.links.empty(), Errc::corrupt_data,
                "'" << path << "': " << listing.links.front()
                    << " is a soft or external link; a checkpoint holds its datasets itself");
@@ -155,8 +158,10 @@ AttributeList CheckpointFile::attributes(const std::string& object) const {
   h5::Handle obj(id, H5Oclose);
   std::vector<std::string> names;
   hsize_t idx = 0;
-  h5::check_status(H5Aiterate2(obj, H5_INDEX_NAME, H5_ITER_INC, &idx, collect_attr_name, &names),
+  // Native order, sorted here, for the reason the constructor's listing gives.
+  h5::check_status(H5Aiterate2(obj, H5_INDEX_NAME, H5_ITER_NATIVE, &idx, collect_attr_name, &names),
                    "cannot list the attributes of " + object);
+  std::sort(names.begin(), names.end());
   AttributeList out;
   for (const std::string& name : names) {
     h5::Handle attr = h5::attr_handle(H5Aopen(obj, name.c_str(), H5P_DEFAULT), object + ": " + name);
