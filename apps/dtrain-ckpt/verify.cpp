@@ -20,6 +20,17 @@ std::string attribute(const dtrain::ckpt::AttributeList& attrs, const std::strin
   return "";
 }
 
+// A header error's message without its leading "checkpoint '<file>'": the callers name it.
+std::string reason(const dtrain::Error& e, const std::string& file) {
+  std::string why = e.what();
+  const std::string where = "checkpoint '" + file + "'";
+  if (why.rfind(where, 0) == 0) {
+    why.erase(0, where.size());
+    why.erase(0, why.rfind(": ", 0) == 0 ? 2 : why.rfind(' ', 0) == 0 ? 1 : 0);
+  }
+  return why;
+}
+
 int bad(const std::string& file, const std::string& why) {
   std::fprintf(stderr, "FAILED %s: %s\n", file.c_str(), why.c_str());
   return 1;
@@ -38,6 +49,12 @@ std::string format_problem(const dtrain::ckpt::CheckpointFile& f) {
     return "format version '" + version + "' is not one this tool reads";
   if (attribute(root, "checksum_algorithm") != ck::kChecksumAlgorithm)
     return "unknown checksum algorithm '" + attribute(root, "checksum_algorithm") + "'";
+  try {  // the same three as a resume reads them: their HDF5 types too ("1" is not 1)
+    f.check_format();
+  } catch (const dtrain::Error& e) {
+    if (e.code() != dtrain::Errc::corrupt_data) throw;
+    return reason(e, f.path());
+  }
   return "";
 }
 
@@ -125,13 +142,7 @@ int verify(const std::string& file) {
   try {
     f.header();
   } catch (const dtrain::Error& e) {
-    std::string why = e.what();
-    const std::string where = "checkpoint '" + file + "'";  // bad() names the file itself
-    if (why.rfind(where, 0) == 0) {
-      why.erase(0, where.size());
-      why.erase(0, why.rfind(": ", 0) == 0 ? 2 : why.rfind(' ', 0) == 0 ? 1 : 0);
-    }
-    return bad(file, why);
+    return bad(file, reason(e, file));
   }
   problem = missing_gpt_tensor(f);  // after the header: its attributes are integers
   if (!problem.empty()) return bad(file, problem);

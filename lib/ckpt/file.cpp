@@ -141,6 +141,11 @@ CheckpointInfo CheckpointFile::header() const {
   return h.info;
 }
 
+void CheckpointFile::check_format() const {
+  h5::QuietErrors quiet;
+  ckpt::check_format(impl_->file, "checkpoint '" + impl_->path + "'");
+}
+
 bool CheckpointFile::has_object(const std::string& object) const {
   if (object == "/") return true;
   h5::QuietErrors quiet;

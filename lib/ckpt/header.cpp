@@ -25,7 +25,7 @@ h5::Handle open_group(hid_t file, const std::string& path, const std::string& wh
   return h5::Handle(id, H5Gclose);
 }
 
-Header read_header(hid_t file, const std::string& where) {
+void check_format(hid_t file, const std::string& where) {
   const std::string format = h5::read_attr_string(file, "format", where);
   DTRAIN_CHECK(format == kFormatName, Errc::corrupt_data,
                where << " is not a dtrain checkpoint (format '" << format << "')");
@@ -35,6 +35,10 @@ Header read_header(hid_t file, const std::string& where) {
   const std::string algo = h5::read_attr_string(file, "checksum_algorithm", where);
   DTRAIN_CHECK(algo == kChecksumAlgorithm, Errc::corrupt_data,
                where << " uses checksum algorithm '" << algo << "', expected '" << kChecksumAlgorithm << "'");
+}
+
+Header read_header(hid_t file, const std::string& where) {
+  check_format(file, where);
   Header h;
   CheckpointInfo& info = h.info;
   info.step = h5::read_attr_i64(file, "step", where);

@@ -14,9 +14,12 @@ struct Header {
   long optimizer_step = 0;  // /optimizer's `step`: AdamW's bias-correction count
 };
 
-// The root's format, version and checksum algorithm, the run's position and /optimizer's
-// step: Errc::corrupt_data for one missing, of another HDF5 type or out of range. where:
-// "checkpoint '<path>'", the start of every message.
+// The root's format, version and checksum algorithm: Errc::corrupt_data for one missing, of
+// another HDF5 type or a value this library does not read. where: "checkpoint '<path>'",
+// the start of every message.
+void check_format(hid_t file, const std::string& where);
+
+// check_format, then the run's position and /optimizer's step: Errc::corrupt_data as there.
 Header read_header(hid_t file, const std::string& where);
 
 // /model's attributes: the shape of the built-in model the file was written for (zeros for

@@ -46,6 +46,8 @@ class DTRAIN_API CheckpointFile {
   // version, checksum algorithm, step counters, loss scale), and /model's six integers;
   // Errc::corrupt_data naming the first one missing, of another HDF5 type or out of range.
   CheckpointInfo header() const;
+  // header()'s first checks alone: the format, its version and the checksum algorithm.
+  void check_format() const;
   // Whether the file has a group or dataset at that path (an absolute one, "/" included).
   bool has_object(const std::string& object) const;
   // A float32 dataset, whole and row-major; Errc::invalid_argument for another dtype.
