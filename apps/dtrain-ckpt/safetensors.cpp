@@ -72,7 +72,8 @@ void to_little_endian(std::vector<float>& data) {
 
 // A new file next to `out` (mkstemp: never an existing file, never through a link, so OUT.tmp
 // or a link there is not written into), renamed over `out` by commit() and removed unless
-// committed: a failed export leaves no half-written file.
+// committed: a failed export leaves no half-written file. commit() is finish() (the data on
+// the disk) then publish() (the rename), which an export of two files calls apart.
 class NewFileNextTo {
  public:
   explicit NewFileNextTo(const std::string& out) : out_(out), tmp_(out + ".XXXXXX") {
@@ -101,6 +102,10 @@ class NewFileNextTo {
                  "cannot write '" << out_ << "': " << std::strerror(errno));
   }
   void commit() {
+    finish();
+    publish();
+  }
+  void finish() {
     std::FILE* f = file_;
     file_ = nullptr;
     // Buffered data reaches the file only here: a full disk shows up now. On the disk before
@@ -109,6 +114,8 @@ class NewFileNextTo {
     const int err = errno;
     DTRAIN_CHECK(std::fclose(f) == 0 && synced, Errc::io,
                  "cannot write '" << out_ << "': " << std::strerror(synced ? errno : err));
+  }
+  void publish() {
     DTRAIN_CHECK(std::rename(tmp_.c_str(), out_.c_str()) == 0, Errc::io,
                  "cannot rename '" << tmp_ << "' to '" << out_ << "': " << std::strerror(errno));
     committed_ = true;
@@ -148,10 +155,11 @@ struct ModelTensors {
   static std::string name(const dtrain::ckpt::DatasetInfo* d) { return d->path.substr(std::strlen(kModelPrefix)); }
 };
 
-// Writes the tensors as one safetensors file at out, with metadata; returns the data's bytes.
+// Writes the tensors as one safetensors file into os, with metadata (the caller commits it);
+// returns the data's bytes.
 std::uint64_t write_safetensors(const ModelTensors& model, const std::string& checkpoint,
                                 const std::vector<ExportedTensor>& tensors, const dtrain::ckpt::AttributeList& metadata,
-                                const std::string& out) {
+                                NewFileNextTo& os) {
   namespace ck = dtrain::ckpt;
   std::ostringstream json;
   json << "{\"__metadata__\":{";
@@ -176,7 +184,6 @@ std::uint64_t write_safetensors(const ModelTensors& model, const std::string& ch
   std::string header = json.str();
   header.append((8 - header.size() % 8) % 8, ' ');
 
-  NewFileNextTo os(out);
   unsigned char len[8];
   for (int i = 0; i < 8; ++i) len[i] = static_cast<unsigned char>(static_cast<std::uint64_t>(header.size()) >> (8 * i));
   os.write(len, 8);
@@ -199,7 +206,6 @@ std::uint64_t write_safetensors(const ModelTensors& model, const std::string& ch
     to_little_endian(data);
     os.write(data.data(), data.size() * sizeof(float));
   }
-  os.commit();
   return offset;
 }
 
@@ -270,11 +276,42 @@ int export_safetensors(const std::string& file, const std::string& out) {
   check_output(file, out);
   std::vector<ExportedTensor> tensors;
   for (const dtrain::ckpt::DatasetInfo* d : model.tensors) tensors.push_back({ModelTensors::name(d), d});
-  const std::uint64_t bytes = write_safetensors(model, file, tensors, provenance(model.file), out);
+  NewFileNextTo os(out);
+  const std::uint64_t bytes = write_safetensors(model, file, tensors, provenance(model.file), os);
+  os.commit();
   std::printf("exported %zu tensors (%llu bytes of data) to %s\n", tensors.size(), static_cast<unsigned long long>(bytes),
               out.c_str());
   return 0;
 }
+
+// The directories an export makes for its output, deepest first: removed again (when still
+// empty) unless keep() is called, so that a failed export leaves no new directory behind.
+class MadeDirectories {
+ public:
+  explicit MadeDirectories(const std::string& dir) {
+    namespace fs = std::filesystem;
+    std::error_code ec;
+    for (fs::path p = fs::absolute(dir, ec); !ec && !p.empty() && !fs::exists(p, ec); p = p.parent_path()) {
+      made_.push_back(p);
+      if (p == p.parent_path()) break;
+    }
+    fs::create_directories(dir, ec);
+    if (fs::is_directory(dir)) return;
+    remove_made();
+    DTRAIN_FAIL(Errc::io, "cannot make the directory '" << dir << "'" << (ec ? ": " + ec.message() : ""));
+  }
+  ~MadeDirectories() { remove_made(); }
+  MadeDirectories(const MadeDirectories&) = delete;
+  MadeDirectories& operator=(const MadeDirectories&) = delete;
+  void keep() { made_.clear(); }
+
+ private:
+  void remove_made() {
+    std::error_code ec;
+    for (const auto& p : made_) std::filesystem::remove(p, ec);  // fails on a non-empty one
+  }
+  std::vector<std::filesystem::path> made_;
+};
 
 // /model's attributes against its tensors: config.json is written from the attributes,
 // which a crafted or damaged file could set to anything (n_head 0, a vocabulary of 2^40).
@@ -290,6 +327,16 @@ void check_gpt_attributes(const std::string& file, const std::map<std::string, s
                  "'" << file << "': /model's " << key << " is '" << text << "', not a positive count");
     v[key] = n;
   }
+  // transformers ties the head to wte or loads lm_head.weight as config.json's flag says.
+  const std::string& tie = attr.at("tie_embeddings");
+  DTRAIN_CHECK(tie == "0" || tie == "1", Errc::invalid_argument,
+               "'" << file << "': /model's tie_embeddings is '" << tie << "', not 0 or 1");
+  const bool has_head = std::any_of(model.tensors.begin(), model.tensors.end(), [](const dtrain::ckpt::DatasetInfo* d) {
+    return ModelTensors::name(d) == "lm_head.weight";
+  });
+  DTRAIN_CHECK(has_head == (tie == "0"), Errc::invalid_argument,
+               "'" << file << "': /model's tie_embeddings is " << tie << ", yet the file holds "
+                   << (has_head ? "a separate head, lm_head.weight" : "no lm_head.weight"));
   DTRAIN_CHECK(v["d_model"] % v["heads"] == 0, Errc::invalid_argument,
                "'" << file << "': /model's heads (" << v["heads"] << ") do not divide its d_model (" << v["d_model"] << ")");
   std::set<long long> blocks;
@@ -326,21 +373,14 @@ int export_hugging_face(const std::string& file, const std::string& dir) {
     tensors.push_back({hf, d, d->shape.size() == 2 && is_linear_weight(name)});
   }
   check_gpt_attributes(file, shape, model);
-  std::error_code ec;
-  fs::create_directories(dir, ec);
-  DTRAIN_CHECK(fs::is_directory(dir), Errc::io, "cannot make the directory '" << dir << "'" << (ec ? ": " + ec.message() : ""));
+  MadeDirectories made(dir);
   const std::string weights = (fs::path(dir) / "model.safetensors").string(), config = (fs::path(dir) / "config.json").string();
   check_output(file, weights);
   check_output(file, config);
-  // transformers reads only files whose metadata says "format": "pt"; the checkpoint's own
-  // format name goes under another key.
-  dtrain::ckpt::AttributeList metadata = {{"format", "pt"}};
-  for (const auto& [name, value] : provenance(model.file)) metadata.emplace_back(name == "format" ? "checkpoint_format" : name, value);
-  const std::uint64_t bytes = write_safetensors(model, file, tensors, metadata, weights);
 
   // GPT-2's settings, which dtrain's GPT shares (GELU's tanh form, LayerNorm eps 1e-5, a
   // 4 x d-model MLP, attention scaled by 1/sqrt(head size)); dropout as GPT-2's.
-  const bool tied = shape.at("tie_embeddings") != "0";
+  const bool tied = shape.at("tie_embeddings") == "1";
   std::ostringstream json;
   json << "{\n  \"architectures\": [\"GPT2LMHeadModel\"],\n  \"model_type\": \"gpt2\",\n"
        << "  \"n_layer\": " << shape.at("layers") << ",\n  \"n_head\": " << shape.at("heads") << ",\n"
@@ -350,15 +390,27 @@ int export_hugging_face(const std::string& file, const std::string& dir) {
        << "  \"scale_attn_weights\": true,\n  \"resid_pdrop\": 0.1,\n  \"embd_pdrop\": 0.1,\n  \"attn_pdrop\": 0.1,\n"
        << "  \"initializer_range\": 0.02,\n  \"tie_word_embeddings\": " << (tied ? "true" : "false") << ",\n"
        << "  \"torch_dtype\": \"float32\"\n}\n";
-  try {  // the pair or neither: no weights without their config
-    NewFileNextTo config_file(config);
-    const std::string text = json.str();
-    config_file.write(text.data(), text.size());
-    config_file.commit();
+  // Both files whole on the disk before either replaces an earlier export in DIR: a failure
+  // to write leaves that export as it was.
+  NewFileNextTo weights_file(weights), config_file(config);
+  const std::string text = json.str();
+  config_file.write(text.data(), text.size());
+  config_file.finish();
+  // transformers reads only files whose metadata says "format": "pt"; the checkpoint's own
+  // format name goes under another key.
+  dtrain::ckpt::AttributeList metadata = {{"format", "pt"}};
+  for (const auto& [name, value] : provenance(model.file)) metadata.emplace_back(name == "format" ? "checkpoint_format" : name, value);
+  const std::uint64_t bytes = write_safetensors(model, file, tensors, metadata, weights_file);
+  weights_file.finish();
+  weights_file.publish();
+  try {  // a rename within DIR, after one succeeded: no weights without their config
+    config_file.publish();
   } catch (...) {
+    std::error_code ec;
     fs::remove(weights, ec);
     throw;
   }
+  made.keep();
   std::printf("exported %zu tensors (%llu bytes of data) in Hugging Face's GPT-2 layout to %s (model.safetensors, config.json)\n",
               tensors.size(), static_cast<unsigned long long>(bytes), dir.c_str());
   return 0;
