@@ -231,6 +231,7 @@ bool looks_like_an_export(const std::string& path) {
 // its own earlier output.
 void check_output(const std::string& checkpoint, const std::string& out) {
   namespace fs = std::filesystem;
+  DTRAIN_CHECK(!out.empty(), Errc::invalid_argument, "the output file name is empty");
   std::error_code same_ec, type_ec;
   DTRAIN_CHECK(!fs::equivalent(checkpoint, out, same_ec), Errc::invalid_argument,
                "'" << out << "' is the checkpoint itself: export to another file");

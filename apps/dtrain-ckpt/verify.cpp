@@ -42,6 +42,10 @@ std::string format_problem(const dtrain::ckpt::CheckpointFile& f) {
   namespace ck = dtrain::ckpt;
   const ck::AttributeList root = f.attributes("/");
   if (attribute(root, "format") != ck::kFormatName) return "not a dtrain checkpoint";
+  for (const char* name : {"format_version", "checksum_algorithm"}) {
+    if (std::none_of(root.begin(), root.end(), [&](const auto& a) { return a.first == name; }))
+      return std::string("no ") + name + " attribute";
+  }
   const std::string version = attribute(root, "format_version");
   const bool integer = !version.empty() && version.size() <= 9 &&
                        std::all_of(version.begin(), version.end(), [](char c) { return c >= '0' && c <= '9'; });

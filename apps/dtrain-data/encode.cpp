@@ -329,7 +329,7 @@ int encode(const EncodeOptions& options, dtrain::Communicator& world) {
   agreed(world, [&] {
     tokenizer = std::make_unique<dtrain::train::Tokenizer>(options.tokenizer);
     DTRAIN_CHECK(tokenizer->encodes(), Errc::invalid_argument,
-                 "--tokenizer " << tokenizer->describe() << " cannot encode: it needs merges.txt beside vocab.json");
+                 "--tokenizer " << tokenizer->describe() << " cannot encode: encoding needs GPT-2's vocab.json with a merges.txt that fits it");
     DTRAIN_CHECK(tokenizer->size() <= kMaxShardVocab, Errc::invalid_argument,
                  "--tokenizer " << tokenizer->describe() << ": shards hold 16-bit tokens, at most " << kMaxShardVocab);
     if (options.eot) {

@@ -65,7 +65,8 @@ cases = [  # (edit, command, status, text)
     (lambda f: [set_attr("/", "loss_scale", numpy.float64(-2.0))(f),
                 set_attr("/", "loss_scale_clean_steps", numpy.int64(0))(f)], "verify", 1,
      "has a loss scale of -2 after 0 clean steps"),
-    (drop_attr("/", "checksum_algorithm"), "export", 2, "unknown checksum algorithm"),
+    (drop_attr("/", "checksum_algorithm"), "export", 2, "no checksum_algorithm attribute"),
+    (drop_attr("/", "format_version"), "verify", 1, "no format_version attribute"),
     (drop_attr("/model/wte", "checksum"), "export", 2, "dataset /model/wte has no checksum"),
 ]
 failed = False
