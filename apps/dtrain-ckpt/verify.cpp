@@ -70,9 +70,10 @@ bool is_count(const std::string& text) {
 }
 
 // A GPT's file (its /model attributes are positive; other models' are 0) must hold every
-// tensor of the model they describe: the first one missing, "" when none is. (A resume
-// reads the tensors its own model has; an export writes what the file holds.)
-std::string missing_gpt_tensor(const dtrain::ckpt::CheckpointFile& f) {
+// tensor of the model they describe, and a separate head exactly when it is not tied: the
+// first problem, "" when none. (A resume reads the tensors its own model has; an export
+// writes what the file holds.)
+std::string gpt_tensor_problem(const dtrain::ckpt::CheckpointFile& f) {
   const dtrain::ckpt::AttributeList model = f.attributes("/model");
   const std::string layers = attribute(model, "layers");
   for (const char* key : {"layers", "heads", "d_model", "seq_len", "vocab"}) {
@@ -84,8 +85,12 @@ std::string missing_gpt_tensor(const dtrain::ckpt::CheckpointFile& f) {
                                                " layers, which has one)";
   };
   // Name by name, to the first missing: a damaged `layers` (10^15) lists nothing in memory.
+  const std::string tie = attribute(model, "tie_embeddings");
+  if (tie != "0" && tie != "1") return "/model's tie_embeddings is '" + tie + "', not 0 or 1";
+  if (tie == "1" && f.find("/model/lm_head.weight"))
+    return "/model/lm_head.weight in a file whose /model says the head is tied to wte (tie_embeddings 1)";
   std::vector<std::string> names = {"wte", "wpe", "ln_f.weight", "ln_f.bias"};
-  if (attribute(model, "tie_embeddings") == "0") names.emplace_back("lm_head.weight");
+  if (tie == "0") names.emplace_back("lm_head.weight");
   for (const std::string& name : names)
     if (const std::string problem = missing(name); !problem.empty()) return problem;
   const long long blocks = std::stoll(layers);
@@ -148,7 +153,7 @@ int verify(const std::string& file) {
   } catch (const dtrain::Error& e) {
     return bad(file, reason(e, file));
   }
-  problem = missing_gpt_tensor(f);  // after the header: its attributes are integers
+  problem = gpt_tensor_problem(f);  // after the header: its attributes are integers
   if (!problem.empty()) return bad(file, problem);
   for (const ck::DatasetInfo& d : f.datasets()) {
     if (!d.has_checksum) return bad(file, "dataset " + d.path + " has no checksum attribute");

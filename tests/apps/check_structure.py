@@ -38,6 +38,13 @@ def set_attr(obj, name, value):
     return edit
 
 
+def add_head(f):  # a separate head, copied from wte with its checksum and moments
+    f.copy("/model/wte", "/model/lm_head.weight")
+    f.require_group("/optimizer/lm_head.weight")
+    for moment in ("exp_avg", "exp_avg_sq"):
+        f.copy("/optimizer/wte/" + moment, "/optimizer/lm_head.weight/" + moment)
+
+
 def soft_link(f):
     del f["/model/wpe"]
     f["/model/wpe"] = h5py.SoftLink("/optimizer/wpe/exp_avg")
@@ -65,6 +72,12 @@ cases = [  # (edit, command, status, text)
     (lambda f: [set_attr("/", "loss_scale", numpy.float64(-2.0))(f),
                 set_attr("/", "loss_scale_clean_steps", numpy.int64(0))(f)], "verify", 1,
      "has a loss scale of -2 after 0 clean steps"),
+    # The head agrees with the tying flag, which is 0 or 1 (a resume compares it as such).
+    (set_attr("/model", "tie_embeddings", numpy.int64(7)), "verify", 1, "tie_embeddings is '7', not 0 or 1"),
+    (set_attr("/model", "tie_embeddings", numpy.int64(0)), "verify", 1, "no dataset /model/lm_head.weight"),
+    (add_head, "verify", 1, "/model/lm_head.weight in a file whose /model says the head is tied"),
+    (lambda f: [add_head(f), set_attr("/model", "tie_embeddings", numpy.int64(0))(f)], "verify", 0,
+     "datasets match their checksums"),
     (drop_attr("/", "checksum_algorithm"), "export", 2, "no checksum_algorithm attribute"),
     (drop_attr("/", "format_version"), "verify", 1, "no format_version attribute"),
     (drop_attr("/model/wte", "checksum"), "export", 2, "dataset /model/wte has no checksum"),
