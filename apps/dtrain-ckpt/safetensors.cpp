@@ -292,12 +292,17 @@ class MadeDirectories {
   explicit MadeDirectories(const std::string& dir) {
     namespace fs = std::filesystem;
     std::error_code ec;
-    for (fs::path p = fs::absolute(dir, ec); !ec && !p.empty() && !fs::exists(p, ec); p = p.parent_path()) {
+    // symlink_status: a dangling link in the path is the user's, never one to remove. (It
+    // sets its error code for a path that is not there.)
+    std::error_code status_ec;
+    for (fs::path p = fs::absolute(dir, ec); !ec && !p.empty() && !fs::exists(fs::symlink_status(p, status_ec));
+         p = p.parent_path()) {
       made_.push_back(p);
       if (p == p.parent_path()) break;
     }
     fs::create_directories(dir, ec);
-    if (fs::is_directory(dir)) return;
+    std::error_code type_ec;
+    if (fs::is_directory(dir, type_ec)) return;
     remove_made();
     DTRAIN_FAIL(Errc::io, "cannot make the directory '" << dir << "'" << (ec ? ": " + ec.message() : ""));
   }

@@ -84,11 +84,11 @@ std::string gpt_tensor_problem(const dtrain::ckpt::CheckpointFile& f) {
     return f.find("/model/" + name) ? "" : "no dataset /model/" + name + " (/model describes a GPT of " + layers +
                                                " layers, which has one)";
   };
-  // Name by name, to the first missing: a damaged `layers` (10^15) lists nothing in memory.
   const std::string tie = attribute(model, "tie_embeddings");
   if (tie != "0" && tie != "1") return "/model's tie_embeddings is '" + tie + "', not 0 or 1";
   if (tie == "1" && f.find("/model/lm_head.weight"))
     return "/model/lm_head.weight in a file whose /model says the head is tied to wte (tie_embeddings 1)";
+  // Name by name, to the first missing: a damaged `layers` (10^15) lists nothing in memory.
   std::vector<std::string> names = {"wte", "wpe", "ln_f.weight", "ln_f.bias"};
   if (tie == "0") names.emplace_back("lm_head.weight");
   for (const std::string& name : names)

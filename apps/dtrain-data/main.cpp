@@ -1,6 +1,7 @@
 // dtrain-data: text to token shards for dtrain-gpt --data, and back (docs/data.md).
 // `encode` runs under mpiexec/srun, every rank encoding a share; `decode` is one process.
 // Exit codes: 0 success, 2 invalid command line, 1 any other error.
+#include <cerrno>
 #include <cstdio>
 #include <cstdlib>
 #include <string>
@@ -32,10 +33,12 @@ struct Usage {
 
 long long count_value(const std::string& option, const char* text, long long lowest) {
   char* end = nullptr;
+  errno = 0;
   const long long v = std::strtoll(text, &end, 10);
   if (end == text || *end != '\0' || v < lowest) {
     throw Usage{option + " needs a whole number of at least " + std::to_string(lowest) + ", not '" + text + "'"};
   }
+  if (errno == ERANGE) throw Usage{option + " " + text + " is too large (at most " + std::to_string(v) + ")"};
   return v;
 }
 

@@ -222,7 +222,8 @@ Tokenizer::Tokenizer(const std::string& path) : path_(path) {
   }
   // Hugging Face: {"token": id, ...} in GPT-2's characters, and merges.txt: "#version" then
   // one merge a line, "left right", highest priority first.
-  const json::Value root = json::parse(text, "--tokenizer '" + path_ + "'");
+  const json::Value root =
+      json::parse(text, "--tokenizer '" + path_ + "' is neither llm.c's tokenizer nor a vocab.json (JSON)");
   DTRAIN_CHECK(root.kind == json::Value::Kind::object && !root.members.empty(), Errc::corrupt_data,
                "--tokenizer '" << path_ << "' is neither a vocab.json (a JSON object of tokens) nor llm.c's tokenizer");
   for (const auto& [token, id_value] : root.members) {

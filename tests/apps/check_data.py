@@ -170,6 +170,7 @@ refusals = [
      2, "at least 1"),
     ([data, "decode", inputs[0]], 1, "not a token shard"),
     ([data, "decode", "--first", "99999", os.path.join(work, "all1.bin")], 2, "past the shard"),
+    ([data, "decode", "--first", "9" * 20, os.path.join(work, "all1.bin")], 2, "--first " + "9" * 20 + " is too large"),
 ]
 for args, code, message in refusals:
     for n in (1, 2):

@@ -3,8 +3,9 @@
 # not an input named like its temporary, nor one a link there points to, nor a FIFO or a
 # directory given as OUT, nor an existing file that no export wrote (another checkpoint, a
 # `latest`: refused, status 2, nothing left behind); its own earlier output it overwrites.
-# A failed `export --hf` (a file size limit below the weights' size) leaves an earlier export
-# in its directory as it was, and no directory it made.
+# A failed `export --hf` (a file size limit below the weights' size: the weights fail, not
+# config.json, which is smaller) leaves an earlier export in its directory as it was (the
+# same files, not replaced), and no directory it made.
 set -u
 tool=$1 file=$2 dir=$3
 fail() { echo "FAIL: $*"; exit 1; }
@@ -34,11 +35,11 @@ done
 "$tool" export "$file" "$dir/in.st" >/dev/null || fail "export over its own earlier output failed"
 "$tool" export --hf "$file" "$dir/hf" >/dev/null && "$tool" export --hf "$file" "$dir/hf" >/dev/null ||
   fail "--hf export over its own earlier output failed"
-sums=$(cd "$dir/hf" && md5sum *)
+sums=$(cd "$dir/hf" && md5sum * && ls -i)
 small_files() { bash -c 'trap "" XFSZ; ulimit -f 16; exec "$@"' _ "$@"; }
 out=$(small_files "$tool" export --hf "$file" "$dir/hf" 2>&1)
 [ $? -eq 2 ] || fail "--hf export under a file size limit: expected status 2: $out"
-[ "$(cd "$dir/hf" && md5sum *)" = "$sums" ] || fail "a failed --hf export changed the earlier one: $(ls -l "$dir/hf")"
+[ "$(cd "$dir/hf" && md5sum * && ls -i)" = "$sums" ] || fail "a failed --hf export changed the earlier one: $(ls -l "$dir/hf")"
 out=$(small_files "$tool" export --hf "$file" "$dir/new/hf" 2>&1)
 [ $? -eq 2 ] || fail "--hf export to a new directory under a file size limit: expected status 2: $out"
 [ ! -e "$dir/new" ] || fail "a failed --hf export left the directory it made: $(ls -R "$dir/new")"

@@ -139,6 +139,7 @@ TEST(DirectoryLock, AClaimWaitsBrieflyForAHolderThatNamesNobody) {
   const pid_t child = ::fork();
   if (child == 0) {
     ::close(fd);  // its copy would hold the lock too
+    ::close(claiming[0]);
     const char byte = 1;
     if (::write(claiming[1], &byte, 1) != 1) ::_exit(2);
     try {
@@ -150,13 +151,15 @@ TEST(DirectoryLock, AClaimWaitsBrieflyForAHolderThatNamesNobody) {
   }
   // Let go 100 ms after the child starts its claim: well inside the second it waits, even on
   // a loaded machine (a fixed sleep from the fork could outlast the child's wait).
+  ::close(claiming[1]);  // a child that dies before writing ends the read
   char byte = 0;
-  ASSERT_EQ(::read(claiming[0], &byte, 1), 1);
+  const bool claimed = ::read(claiming[0], &byte, 1) == 1;
+  ::close(claiming[0]);
   std::this_thread::sleep_for(std::chrono::milliseconds(100));
   ::close(fd);
   int status = 0;
   ::waitpid(child, &status, 0);
-  for (int end : claiming) ::close(end);
+  EXPECT_TRUE(claimed);
   EXPECT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 0);
   fs::remove_all(dir);
 }
