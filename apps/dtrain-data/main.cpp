@@ -4,6 +4,7 @@
 #include <cerrno>
 #include <cstdio>
 #include <cstdlib>
+#include <set>
 #include <string>
 #include <vector>
 
@@ -53,13 +54,19 @@ class Arguments {
   }
   // The value after option `option`.
   const char* value(const std::string& option) {
+    once(option);
     if (i_ >= argc_) throw Usage{option + " needs a value"};
     return argv_[i_++];
+  }
+  // Refuses an option given twice (as dtrain-gpt does): which one was meant is not known.
+  void once(const std::string& option) {
+    if (!seen_.insert(option).second) throw Usage{"option '" + option + "' is given more than once"};
   }
 
  private:
   int argc_, i_ = 0;
   char** argv_;
+  std::set<std::string> seen_;
 };
 
 // Options before, between or after the files; "--" ends them.
@@ -77,6 +84,7 @@ dtrain_data::EncodeOptions encode_options(int argc, char** argv) {
     } else if (a == "--shard-tokens") {
       o.shard_tokens = count_value(a, args.value(a), 1);
     } else if (a == "--no-eot") {
+      args.once(a);
       o.eot = false;
     } else if (a == "--") {
       options_end = true;

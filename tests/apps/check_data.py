@@ -171,6 +171,10 @@ refusals = [
     ([data, "decode", inputs[0]], 1, "not a token shard"),
     ([data, "decode", "--first", "99999", os.path.join(work, "all1.bin")], 2, "past the shard"),
     ([data, "decode", "--first", "9" * 20, os.path.join(work, "all1.bin")], 2, "--first " + "9" * 20 + " is too large"),
+    ([data, "decode", "--count", "1", "--count", "2", os.path.join(work, "all1.bin")], 2,
+     "option '--count' is given more than once"),
+    ([data, "encode", "--tokenizer", tok, "--no-eot", "--no-eot", "--output", os.path.join(work, "x.bin")] + inputs,
+     2, "option '--no-eot' is given more than once"),
 ]
 for args, code, message in refusals:
     for n in (1, 2):
