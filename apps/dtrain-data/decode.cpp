@@ -26,9 +26,11 @@ int decode(const std::string& shard, const std::string& tokenizer_path, long lon
   DTRAIN_CHECK(in && header[0] == kShardMagic && header[1] == kShardVersion, Errc::corrupt_data,
                "'" << shard << "' is not a token shard (magic " << kShardMagic << ", version " << kShardVersion << ")");
   const long long tokens = header[2];
-  DTRAIN_CHECK(tokens >= 0 && bytes == static_cast<long long>(kShardHeaderBytes) + 2 * tokens, Errc::corrupt_data,
+  DTRAIN_CHECK(tokens >= 0, Errc::corrupt_data,
+               "'" << shard << "' is damaged: its header counts " << tokens << " tokens");
+  DTRAIN_CHECK(bytes == static_cast<long long>(kShardHeaderBytes) + 2 * tokens, Errc::corrupt_data,
                "'" << shard << "' has " << bytes << " bytes where its header's " << tokens << " tokens need "
-                   << kShardHeaderBytes + 2 * static_cast<std::size_t>(tokens > 0 ? tokens : 0));
+                   << kShardHeaderBytes + 2 * static_cast<std::size_t>(tokens));
   DTRAIN_CHECK(first >= 0 && first <= tokens, Errc::invalid_argument,
                "--first " << first << " is past the shard's " << tokens << " tokens");
   const long long n = count < 0 ? tokens - first : std::min(count, tokens - first);
