@@ -14,6 +14,9 @@ namespace dtrain_ckpt {
 // What keeps f from being a checkpoint this tool reads (format name, version, checksum
 // algorithm); "" when nothing does.
 std::string format_problem(const dtrain::ckpt::CheckpointFile& f);
+// In a GPT's file (/model's sizes positive): the first tensor of the GPT /model describes that
+// is missing, or a head that disagrees with tie_embeddings (0 or 1); "" when none.
+std::string gpt_tensor_problem(const dtrain::ckpt::CheckpointFile& f);
 
 int inspect(const std::string& file);
 int verify(const std::string& file);

@@ -333,16 +333,6 @@ void check_gpt_attributes(const std::string& file, const std::map<std::string, s
                  "'" << file << "': /model's " << key << " is '" << text << "', not a positive count");
     v[key] = n;
   }
-  // transformers ties the head to wte or loads lm_head.weight as config.json's flag says.
-  const std::string& tie = attr.at("tie_embeddings");
-  DTRAIN_CHECK(tie == "0" || tie == "1", Errc::invalid_argument,
-               "'" << file << "': /model's tie_embeddings is '" << tie << "', not 0 or 1");
-  const bool has_head = std::any_of(model.tensors.begin(), model.tensors.end(), [](const dtrain::ckpt::DatasetInfo* d) {
-    return ModelTensors::name(d) == "lm_head.weight";
-  });
-  DTRAIN_CHECK(has_head == (tie == "0"), Errc::invalid_argument,
-               "'" << file << "': /model's tie_embeddings is " << tie << ", yet the file holds "
-                   << (has_head ? "a separate head, lm_head.weight" : "no lm_head.weight"));
   DTRAIN_CHECK(v["d_model"] % v["heads"] == 0, Errc::invalid_argument,
                "'" << file << "': /model's heads (" << v["heads"] << ") do not divide its d_model (" << v["d_model"] << ")");
   std::set<long long> blocks;
@@ -360,6 +350,10 @@ void check_gpt_attributes(const std::string& file, const std::map<std::string, s
                    *blocks.rbegin() == v["layers"] - 1,
                Errc::invalid_argument,
                "'" << file << "': /model says " << v["layers"] << " layers, its tensors hold " << blocks.size() << " blocks");
+  // Every tensor there, and the head as tie_embeddings says: transformers ties the head to wte
+  // or loads lm_head.weight as config.json's flag says.
+  const std::string problem = gpt_tensor_problem(model.file);
+  DTRAIN_CHECK(problem.empty(), Errc::invalid_argument, "'" << file << "': " << problem);
 }
 
 int export_hugging_face(const std::string& file, const std::string& dir) {

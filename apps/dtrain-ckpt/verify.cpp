@@ -69,40 +69,6 @@ bool is_count(const std::string& text) {
          std::all_of(text.begin(), text.end(), [](char c) { return c >= '0' && c <= '9'; });
 }
 
-// A GPT's file (its /model attributes are positive; other models' are 0) must hold every
-// tensor of the model they describe, and a separate head exactly when it is not tied: the
-// first problem, "" when none. (A resume reads the tensors its own model has; an export
-// writes what the file holds.)
-std::string gpt_tensor_problem(const dtrain::ckpt::CheckpointFile& f) {
-  const dtrain::ckpt::AttributeList model = f.attributes("/model");
-  const std::string layers = attribute(model, "layers");
-  for (const char* key : {"layers", "heads", "d_model", "seq_len", "vocab"}) {
-    const std::string v = attribute(model, key);
-    if (!is_count(v) || std::stoll(v) == 0) return "";
-  }
-  const auto missing = [&](const std::string& name) {
-    return f.find("/model/" + name) ? "" : "no dataset /model/" + name + " (/model describes a GPT of " + layers +
-                                               " layers, which has one)";
-  };
-  const std::string tie = attribute(model, "tie_embeddings");
-  if (tie != "0" && tie != "1") return "/model's tie_embeddings is '" + tie + "', not 0 or 1";
-  if (tie == "1" && f.find("/model/lm_head.weight"))
-    return "/model/lm_head.weight in a file whose /model says the head is tied to wte (tie_embeddings 1)";
-  // Name by name, to the first missing: a damaged `layers` (10^15) lists nothing in memory.
-  std::vector<std::string> names = {"wte", "wpe", "ln_f.weight", "ln_f.bias"};
-  if (tie == "0") names.emplace_back("lm_head.weight");
-  for (const std::string& name : names)
-    if (const std::string problem = missing(name); !problem.empty()) return problem;
-  const long long blocks = std::stoll(layers);
-  for (long long i = 0; i < blocks; ++i) {
-    for (const char* part : {"ln_1.weight", "ln_1.bias", "attn.c_attn.weight", "attn.c_attn.bias",
-                             "attn.c_proj.weight", "attn.c_proj.bias", "ln_2.weight", "ln_2.bias",
-                             "mlp.c_fc.weight", "mlp.c_fc.bias", "mlp.c_proj.weight", "mlp.c_proj.bias"})
-      if (const std::string problem = missing("h." + std::to_string(i) + "." + part); !problem.empty()) return problem;
-  }
-  return "";
-}
-
 // What a resume reads besides the tensors' data: the step counters and, for each /model
 // tensor, its two optimizer moments of the same shape; "" when all are there.
 std::string structure_problem(const dtrain::ckpt::CheckpointFile& f) {
@@ -139,6 +105,40 @@ std::string structure_problem(const dtrain::ckpt::CheckpointFile& f) {
 }
 
 }  // namespace
+
+// A GPT's file (its /model attributes are positive; other models' are 0) must hold every
+// tensor of the model they describe, and a separate head exactly when it is not tied: the
+// first problem, "" when none. (A resume reads the tensors its own model has; an export
+// writes what the file holds.)
+std::string gpt_tensor_problem(const dtrain::ckpt::CheckpointFile& f) {
+  const dtrain::ckpt::AttributeList model = f.attributes("/model");
+  const std::string layers = attribute(model, "layers");
+  for (const char* key : {"layers", "heads", "d_model", "seq_len", "vocab"}) {
+    const std::string v = attribute(model, key);
+    if (!is_count(v) || std::stoll(v) == 0) return "";
+  }
+  const auto missing = [&](const std::string& name) {
+    return f.find("/model/" + name) ? "" : "no dataset /model/" + name + " (/model describes a GPT of " + layers +
+                                               " layers, which has one)";
+  };
+  const std::string tie = attribute(model, "tie_embeddings");
+  if (tie != "0" && tie != "1") return "/model's tie_embeddings is '" + tie + "', not 0 or 1";
+  if (tie == "1" && f.find("/model/lm_head.weight"))
+    return "/model/lm_head.weight in a file whose /model says the head is tied to wte (tie_embeddings 1)";
+  // Name by name, to the first missing: a damaged `layers` (10^15) lists nothing in memory.
+  std::vector<std::string> names = {"wte", "wpe", "ln_f.weight", "ln_f.bias"};
+  if (tie == "0") names.emplace_back("lm_head.weight");
+  for (const std::string& name : names)
+    if (const std::string problem = missing(name); !problem.empty()) return problem;
+  const long long blocks = std::stoll(layers);
+  for (long long i = 0; i < blocks; ++i) {
+    for (const char* part : {"ln_1.weight", "ln_1.bias", "attn.c_attn.weight", "attn.c_attn.bias",
+                             "attn.c_proj.weight", "attn.c_proj.bias", "ln_2.weight", "ln_2.bias",
+                             "mlp.c_fc.weight", "mlp.c_fc.bias", "mlp.c_proj.weight", "mlp.c_proj.bias"})
+      if (const std::string problem = missing("h." + std::to_string(i) + "." + part); !problem.empty()) return problem;
+  }
+  return "";
+}
 
 int verify(const std::string& file) {
   namespace ck = dtrain::ckpt;
