@@ -3,6 +3,7 @@
 # in a copy of FILE; `TOOL verify` must then fail (exit 1) naming /model/wte, and `TOOL
 # export` refuse it (exit 2) without writing anything.
 set -u
+source "$(dirname "$0")/flip_bits.sh"
 tool=$1 file=$2 copy=$3
 fail() { echo "FAIL: $*"; exit 1; }
 cp "$file" "$copy" || fail "cannot copy $file"
@@ -10,8 +11,7 @@ cp "$file" "$copy" || fail "cannot copy $file"
 offset=$("$tool" inspect "$copy" | awk '$1 == "/model/wte" { for (i = 1; i < NF; ++i) if ($i == "offset") print $(i + 1) }')
 [ -n "$offset" ] || fail "no offset for /model/wte in the inspect output"
 at=$((offset + 100))
-byte=$(od -An -tu1 -j "$at" -N1 "$copy" | tr -d ' ')
-printf "$(printf '\\%03o' $((byte ^ 1)))" | dd of="$copy" bs=1 seek="$at" conv=notrunc status=none
+flip_bits "$copy" "$at" 1
 out=$("$tool" verify "$copy" 2>&1)
 status=$?
 echo "$out"

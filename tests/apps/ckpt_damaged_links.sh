@@ -8,6 +8,7 @@
 # been read (diff's second file). This model's file crashed that way (flips at 169510 and
 # later, every run); others' did not, as the crash depends on what the heap held before.
 set -u
+source "$(dirname "$0")/flip_bits.sh"
 tool=$1 dir=$2
 shift 2
 fail() { echo "FAIL: $*"; exit 1; }
@@ -23,8 +24,7 @@ for block in $blocks; do
   for at in $(seq $((block + 8)) 29 $((block + 900))); do
     [ "$at" -lt "$size" ] || break
     cp "$file" "$copy" || fail "cannot copy $file"
-    byte=$(od -An -tu1 -j "$at" -N1 "$copy" | tr -d ' ')
-    printf "$(printf '\\%03o' $((byte ^ 16)))" | dd of="$copy" bs=1 seek="$at" conv=notrunc status=none
+    flip_bits "$copy" "$at" 16
     flips=$((flips + 1))
     for command in diff verify; do
       if [ "$command" = diff ]; then

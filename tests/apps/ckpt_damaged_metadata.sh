@@ -4,13 +4,13 @@
 # `TOOL verify` must refuse each copy with status 1 or 2 and one line, and nothing from HDF5
 # itself (which printed "HDF5: infinite loop closing library" at exit after such a read).
 set -u
+source "$(dirname "$0")/flip_bits.sh"
 tool=$1 file=$2 copy=$3
 fail() { echo "FAIL: $*"; exit 1; }
 refused=0
 for at in $(seq 48 4 140); do
   cp "$file" "$copy" || fail "cannot copy $file"
-  byte=$(od -An -tu1 -j "$at" -N1 "$copy" | tr -d ' ')
-  printf "$(printf '\\%03o' $((byte ^ 1)))" | dd of="$copy" bs=1 seek="$at" conv=notrunc status=none
+  flip_bits "$copy" "$at" 1
   out=$("$tool" verify "$copy" 2>&1)
   status=$?
   [ "$status" -le 2 ] || fail "verify exited $status after a flip at byte $at: $out"
