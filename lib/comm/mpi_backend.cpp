@@ -32,6 +32,11 @@ MpiBackend::MpiBackend(MPI_Comm owned) : comm_(owned) {
             "MPI_Group_translate_ranks");
   MPI_Group_free(&mine);
   MPI_Group_free(&world);
+
+  int* tag_ub = nullptr;
+  int found = 0;
+  mpi_check(MPI_Comm_get_attr(MPI_COMM_WORLD, MPI_TAG_UB, &tag_ub, &found), "MPI_Comm_get_attr");
+  if (found && tag_ub) tag_ub_ = *tag_ub;
 }
 
 MpiBackend::~MpiBackend() {
@@ -56,6 +61,14 @@ std::unique_ptr<Backend> MpiBackend::dup() const {
 void MpiBackend::check_rank(int r, const char* what) const {
   DTRAIN_CHECK(r >= 0 && r < size_, Errc::invalid_argument,
                what << " " << r << " is not a rank of a group of " << size_);
+}
+
+// Tags are dtrain's own counters (a parameter unit's index, a pipeline chunk's): the largest
+// tag an MPI takes varies (MPI_TAG_UB, 32767 at least), so say which limit was passed.
+void MpiBackend::check_tag(int tag) const {
+  DTRAIN_CHECK(tag >= 0 && tag <= tag_ub_, Errc::invalid_argument,
+               "message tag " << tag << " is outside this MPI's range [0, " << tag_ub_
+                              << "] (MPI_TAG_UB)");
 }
 
 void MpiBackend::all_reduce(const void* send, void* recv, std::size_t count, DType type,
@@ -270,6 +283,7 @@ void MpiBackend::reduce_scatter_v(const void* send, void* recv, const std::size_
 
 void MpiBackend::send(const void* buf, std::size_t count, DType type, int peer, int tag, void*) {
   check_rank(peer, "send peer");
+  check_tag(tag);
   const MPI_Datatype dt = mpi_datatype(type);
   const std::size_t es = dtype_size(type), step = max_elements_per_call();
   std::size_t off = 0;
@@ -282,6 +296,7 @@ void MpiBackend::send(const void* buf, std::size_t count, DType type, int peer, 
 
 void MpiBackend::recv(void* buf, std::size_t count, DType type, int peer, int tag, void*) {
   check_rank(peer, "recv peer");
+  check_tag(tag);
   const MPI_Datatype dt = mpi_datatype(type);
   const std::size_t es = dtype_size(type), step = max_elements_per_call();
   std::size_t off = 0;

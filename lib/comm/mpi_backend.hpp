@@ -109,6 +109,7 @@ class MpiBackend final : public Backend {
 
  private:
   void check_rank(int r, const char* what) const;
+  void check_tag(int tag) const;
   // Reduction of block r of `send` to root r for every r, in chunks (counts beyond INT_MAX).
   void reduce_blocks_to_roots(const void* send, void* result, const std::size_t* counts,
                               DType type, ReduceOp op, bool in_place,
@@ -116,6 +117,7 @@ class MpiBackend final : public Backend {
 
   MPI_Comm comm_ = MPI_COMM_NULL;
   int rank_ = 0, size_ = 0, local_rank_ = 0, local_size_ = 1;
+  int tag_ub_ = 32767;  // MPI_TAG_UB: MPI promises at least this much
   std::vector<int> world_ranks_;
   std::vector<int> counts_scratch_, displs_scratch_;  // for blocking v-collectives
   std::vector<std::size_t> offsets_scratch_;           // all_gather_v's block offsets

@@ -305,6 +305,7 @@ RequestPtr post_chunked(Buf* buf, std::size_t count, DType type, std::size_t ste
 RequestPtr MpiBackend::isend(const void* buf, std::size_t count, DType type, int peer, int tag,
                              void*) {
   check_rank(peer, "send peer");
+  check_tag(tag);
   const MPI_Datatype dt = mpi_datatype(type);
   return post_chunked(buf, count, type, max_elements_per_call(),
                       [&](const void* p, int n, MPI_Request* r) {
@@ -314,6 +315,7 @@ RequestPtr MpiBackend::isend(const void* buf, std::size_t count, DType type, int
 
 RequestPtr MpiBackend::irecv(void* buf, std::size_t count, DType type, int peer, int tag, void*) {
   check_rank(peer, "recv peer");
+  check_tag(tag);
   const MPI_Datatype dt = mpi_datatype(type);
   return post_chunked(buf, count, type, max_elements_per_call(),
                       [&](void* p, int n, MPI_Request* r) {

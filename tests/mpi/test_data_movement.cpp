@@ -1,8 +1,10 @@
 // all_gather(_v), broadcast and point-to-point: every dtype, in-place and not, uneven and
 // zero counts, blocking and non-blocking.
+#include <climits>
 #include <numeric>
 
 #include "collective_checks.hpp"
+#include "dtrain/core/error.hpp"
 
 namespace dtrain::test {
 namespace {
@@ -138,6 +140,24 @@ TEST_P(CollectiveTest, SendRecvRing) {
       }
       expect_elements(in2.data(), t, count, from_prev, "send/recv ring " + what);
     }
+  c.barrier();
+}
+
+// A tag MPI would refuse is refused before MPI sees it, with the range in the message, and
+// the communicator still works after.
+TEST(PointToPoint, TagOutsideMpiRangeIsRefused) {
+  Communicator& c = world();
+  const int peer = (c.rank() + 1) % c.size();
+  float x = 1;
+  for (int tag : {-1, INT_MIN}) {
+    try {
+      c.isend(&x, 1, DType::f32, peer, tag);
+      ADD_FAILURE() << "tag " << tag << " was accepted";
+    } catch (const Error& e) {
+      EXPECT_NE(std::string(e.what()).find("MPI_TAG_UB"), std::string::npos) << e.what();
+    }
+    EXPECT_THROW(c.recv(&x, 1, DType::f32, peer, tag), Error);
+  }
   c.barrier();
 }
 
