@@ -22,7 +22,12 @@
  *         ::DT_ERR_INVALID_CONFIG (MPI not initialised, or finalized), ::DT_ERR_COMM.
  */
 static inline dt_result_t dt_init_mpi_comm(MPI_Comm comm, dt_context_t* ctx) {
-  return dt_init_fortran_comm((int)MPI_Comm_c2f(comm), ctx);
+  /* MPI_Comm_c2f may be called only while MPI is up (elsewhere MPI aborts the job): outside
+   * that, the library is handed no communicator and reports why. */
+  int up = 0, down = 0;
+  MPI_Initialized(&up);
+  MPI_Finalized(&down);
+  return dt_init_fortran_comm(up && !down ? (int)MPI_Comm_c2f(comm) : 0, ctx);
 }
 
 #endif /* DTRAIN_MPI_H */

@@ -676,6 +676,8 @@ int main(int argc, char** argv) {
   handles_t null_handles = {NULL, NULL, NULL, NULL, NULL};
   handles_t h, wrong_kind;
 
+  /* Outside MPI's lifetime the bridge refuses; MPI_Comm_c2f there would abort the job. */
+  FAILS(DT_ERR_INVALID_CONFIG, NULL, "MPI is not initialised", dt_init_mpi_comm(MPI_COMM_WORLD, &ctx));
   MPI_Init_thread(&argc, &argv, MPI_THREAD_MULTIPLE, &provided);
   MPI_Comm_rank(MPI_COMM_WORLD, &my_rank);
   OK(NULL, dt_init_mpi_comm(MPI_COMM_WORLD, &ctx));
@@ -721,6 +723,7 @@ int main(int argc, char** argv) {
   MESSAGE(ctx, "dt_model_destroy: model is not a live dt_model_t"); /* the thread's last error */
 
   MPI_Finalize();
+  FAILS(DT_ERR_INVALID_CONFIG, NULL, "MPI was already finalized", dt_init_mpi_comm(MPI_COMM_WORLD, &ctx));
   if (status != 0 || failures > 0) {
     fprintf(stderr, "[rank %d] capi_errors: %d of %d checks failed\n", my_rank, failures, checks);
     return 1;
