@@ -1,6 +1,7 @@
 #include "dtrain/parallel/device_world.hpp"
 
 #include "comm/nccl_loader.hpp"
+#include "dtrain/comm/agreed_failure.hpp"
 #include "dtrain/core/error.hpp"
 #include "dtrain/core/log.hpp"
 
@@ -8,24 +9,21 @@ namespace dtrain::parallel {
 
 Device& agreed_device(const std::string& which, Communicator& comm, const std::string& option) {
   Device* chosen = nullptr;
-  Errc code = Errc::unavailable;
-  std::string why;
+  LocalFailure failure;
   try {
     DTRAIN_CHECK(which == "auto" || which == "cpu" || which == "cuda", Errc::invalid_config,
                  option << " must be auto, cpu or cuda, got '" << which << "'");
     chosen = &select_device(which, option);
-  } catch (const Error& e) {
-    code = e.code();
-    why = e.what();
+  } catch (const std::exception& e) {
+    failure.record(e);
   }
-  // One agreement: did any rank fail, did any find a GPU, did any not (max over ranks).
-  const bool on_gpu = chosen && chosen->kind() != DeviceKind::cpu;
-  int any[3] = {chosen ? 0 : 1, on_gpu ? 1 : 0, on_gpu ? 0 : 1};
-  comm.all_reduce(any, any, 3, DType::i32, ReduceOp::max);
-  if (!chosen) throw Error(code, why);
-  DTRAIN_CHECK(any[0] == 0, Errc::unavailable,
-               option << " " << which << ": another rank could not open the device it was given");
-  DTRAIN_CHECK(any[1] == 0 || any[2] == 0, Errc::unavailable,
+  // The failing rank's own reason on every rank (a typo, no GPU there), not a guess.
+  failure.agree(comm, "the device choice");
+  // Did any rank find a GPU, did any not (max over ranks).
+  const bool on_gpu = chosen->kind() != DeviceKind::cpu;
+  int any[2] = {on_gpu ? 1 : 0, on_gpu ? 0 : 1};
+  comm.all_reduce(any, any, 2, DType::i32, ReduceOp::max);
+  DTRAIN_CHECK(any[0] == 0 || any[1] == 0, Errc::unavailable,
                option << " " << which << " found a GPU on some ranks but not on others; "
                       << "every rank must train on the same kind of device");
   return *chosen;

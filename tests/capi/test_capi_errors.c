@@ -626,6 +626,12 @@ static void device_choice(handles_t h) {
       EXPECT(DT_ERR_UNAVAILABLE, ctx, dt_model_create_gpt(h.comm, &tc, NULL, &model));
       MESSAGE(ctx, "config->device");
       CHECK(model == NULL);
+      /* A typo on one rank: every rank fails with its code and reason, named by rank. */
+      mc.device = my_rank == size - 1 ? "bogus" : "cpu";
+      FAILS(DT_ERR_INVALID_CONFIG, ctx, "config->device must be auto, cpu or cuda, got 'bogus'",
+            dt_model_create_mlp(h.comm, &mc, NULL, &model));
+      if (my_rank != size - 1) MESSAGE(ctx, "the device choice failed on world rank");
+      CHECK(model == NULL);
     }
   }
 

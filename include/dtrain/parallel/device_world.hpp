@@ -10,11 +10,12 @@
 namespace dtrain::parallel {
 
 // Collective over comm: the device `which` names (auto, cpu or cuda; select_device) on this
-// rank, once every rank has opened one of the same kind. A rank that cannot open it (cuda
-// without a GPU there), or a GPU on some ranks but not on others, fails every rank with
-// Errc::unavailable (an unknown name: Errc::invalid_config on its rank), so none waits for
-// the others in a later collective. `option` names the setting in the messages ("--device",
-// "config->device").
+// rank, once every rank has opened one of the same kind. Where a rank cannot (an unknown
+// name: Errc::invalid_config; cuda without a GPU there: Errc::unavailable), every rank throws
+// AgreedError with the lowest such rank's code and message (the others' prefixed "the device
+// choice failed on world rank R: "); a GPU on some ranks but not on others fails every rank
+// with Errc::unavailable. So none waits for the others in a later collective. `option` names
+// the setting in the messages ("--device", "config->device").
 DTRAIN_API Device& agreed_device(const std::string& which, Communicator& comm,
                                  const std::string& option);
 
