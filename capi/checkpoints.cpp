@@ -119,6 +119,13 @@ void Checkpoints::load(const std::string& source) {
 }
 
 std::string find_checkpoint(Communicator& comm, const std::string& dir) {
+  // A missing directory is a fresh start; a file there is a mistake, not one.
+  on_root_for_all(comm, [&] {
+    std::error_code ec;
+    const auto status = std::filesystem::status(dir, ec);
+    if (std::filesystem::exists(status) && !std::filesystem::is_directory(status))
+      fail(DT_ERR_IO, "'" + dir + "' is not a directory, where checkpoints are looked for");
+  });
   return ckpt::resolve_resume(comm, "auto", dir);
 }
 

@@ -1235,15 +1235,16 @@ DT_API dt_result_t dt_model_load_checkpoint(dt_model_t model, const char* source
  * Rank 0 of comm decides, so every rank gets the same answer. Collective over comm, whose
  * ranks all pass the same dir; a bad argument on one rank fails every rank.
  * @param comm a live group.
- * @param dir the checkpoint directory; a missing directory has no checkpoint.
+ * @param dir the checkpoint directory; a missing directory has no checkpoint, a file there
+ *            is ::DT_ERR_IO.
  * @param[out] path capacity chars for the NUL-terminated path, "" when there is none; may be
  *             NULL with capacity 0 to ask the length only.
  * @param capacity length of path; not more than *length: ::DT_ERR_INVALID_ARGUMENT.
  * @param[out] length strlen of the path (0: none); set even when capacity is too small.
  * @return ::DT_SUCCESS (also when there is none); ::DT_ERR_INVALID_HANDLE,
  *         ::DT_ERR_INVALID_ARGUMENT (NULL pointer, empty dir, dirs that differ between the
- *         ranks, capacity too small), ::DT_ERR_IO (dir/latest names a missing file, or is
- *         a dangling link or a directory), ::DT_ERR_CORRUPT_DATA (dir/latest holds something
+ *         ranks, capacity too small), ::DT_ERR_IO (dir is not a directory; dir/latest names
+ *         a missing file, or is a dangling link or a directory), ::DT_ERR_CORRUPT_DATA (dir/latest holds something
  *         other than the name of a checkpoint file there).
  */
 DT_API dt_result_t dt_checkpoint_find(dt_comm_t comm, const char* dir, char* path,

@@ -152,6 +152,9 @@ static void test_keep_and_find(dt_context_t ctx, dt_comm_t world) {
   snprintf(path, sizeof path, "%s/no_such_dir", dir);
   OK(ctx, dt_checkpoint_find(world, path, tiny, sizeof tiny, &len));
   CHECK(len == 0 && tiny[0] == '\0');
+  /* A file where the directory should be is a mistake, not a fresh start. */
+  snprintf(path, sizeof path, "%s/step_00000003.h5", dir);
+  FAILS(DT_ERR_IO, ctx, "not a directory", dt_checkpoint_find(world, path, tiny, sizeof tiny, &len));
   /* Names that only look like checkpoints are passed over, also by pruning. */
   if (my_rank == 0) {
     FILE* f;
