@@ -136,7 +136,7 @@ dt_result_t dt_model_load_weights(dt_model_t model, const char* source) {
     // slices, its ZeRO 3 pieces) first: a refused file changes nothing.
     std::vector<std::vector<ArenaWrite>> writes;
     agreed_checks(m.group(), true, [&] {
-      dtrain::ckpt::InitialWeights file(s, m.gpt->config(), "dt_model_load_weights(): source");
+      dtrain::ckpt::InitialWeights file(s, m.gpt->config(), "source");
       file.check_shapes(m.params());
       for (const dtrain::ParamInfo& p : m.params()) writes.push_back(arena_writes(m, p, file.values(p)));
     });

@@ -16,22 +16,22 @@
 namespace dtrain::train {
 
 int choose_token(const float* logits, int vocab, const SamplingConfig& cfg, double uniform) {
-  DTRAIN_CHECK(vocab >= 1, Errc::invalid_argument, "choose_token: vocab must be >= 1, got " << vocab);
+  DTRAIN_CHECK(vocab >= 1, Errc::invalid_argument, "vocab must be >= 1, got " << vocab);
   DTRAIN_CHECK(cfg.top_p > 0 && cfg.top_p <= 1, Errc::invalid_argument,
-               "choose_token: top_p must be in (0, 1], got " << cfg.top_p);
+               "top_p must be in (0, 1], got " << cfg.top_p);
   DTRAIN_CHECK(cfg.temperature >= 0 && std::isfinite(cfg.temperature), Errc::invalid_argument,
-               "choose_token: temperature must be finite and >= 0, got " << cfg.temperature);
+               "temperature must be finite and >= 0, got " << cfg.temperature);
   DTRAIN_CHECK(cfg.top_k >= 0, Errc::invalid_argument,
-               "choose_token: top_k must be >= 0, got " << cfg.top_k);
+               "top_k must be >= 0, got " << cfg.top_k);
   DTRAIN_CHECK(uniform >= 0 && uniform < 1, Errc::invalid_argument,
-               "choose_token: uniform must be in [0, 1), got " << uniform);
+               "uniform must be in [0, 1), got " << uniform);
   // A NaN breaks the ordering the sorts need, and an infinite maximum makes every weight NaN
   // (a diverged model's logits); -inf alone is a token ruled out.
   DTRAIN_CHECK(std::none_of(logits, logits + vocab, [](float v) { return std::isnan(v); }),
-               Errc::invalid_argument, "choose_token: the logits hold a NaN");
+               Errc::invalid_argument, "the logits hold a NaN");
   const float top = *std::max_element(logits, logits + vocab);
   DTRAIN_CHECK(std::isfinite(top), Errc::invalid_argument,
-               "choose_token: the largest logit is " << top << "; it must be finite");
+               "the largest logit is " << top << "; it must be finite");
   if (cfg.temperature <= 0) return static_cast<int>(std::max_element(logits, logits + vocab) - logits);
 
   // Token order: decreasing logit, the lower id first among equals.
