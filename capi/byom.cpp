@@ -325,7 +325,8 @@ dt_result_t dt_byom_register(dt_byom_t byom, const char* name, int ndim, const i
     need((flags & ~(DT_PARAM_NO_DECAY | DT_PARAM_TP_ROWS | DT_PARAM_TP_COLS)) == 0u, "unknown flags");
     need((flags & DT_PARAM_TP_ROWS) == 0u || (flags & DT_PARAM_TP_COLS) == 0u,
          "flags: DT_PARAM_TP_ROWS and DT_PARAM_TP_COLS exclude each other");
-    need(dtype >= DT_F32 && dtype <= DT_U8, "unknown dtype");
+    if (dtype < DT_F32 || dtype > DT_U8)
+      fail(DT_ERR_INVALID_ARGUMENT, "unknown dtype " + std::to_string(static_cast<int>(dtype)));
     if (dtype != DT_F32 && dtype != DT_BF16 && dtype != DT_F16)
       fail(DT_ERR_NOT_IMPLEMENTED, "only DT_F32, DT_BF16 and DT_F16 tensors can be registered "
                                    "(parameters and gradients of one format)");

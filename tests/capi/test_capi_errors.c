@@ -506,7 +506,7 @@ static void wrong_sizes_and_names(handles_t h, int size) {
           dt_byom_register(h.byom, "wraps", 2, wraps, DT_F32, f, f, 0));
     FAILS(DT_ERR_INVALID_ARGUMENT, ctx, "shape has too many elements",
           dt_byom_register(h.byom, "huge", 1, huge, DT_F32, f, f, 0));
-    FAILS(DT_ERR_INVALID_ARGUMENT, ctx, "unknown dtype",
+    FAILS(DT_ERR_INVALID_ARGUMENT, ctx, "unknown dtype 99",
           dt_byom_register(h.byom, "v", 1, shape2, (dt_dtype_t)99, f, f, 0));
   }
 
