@@ -152,7 +152,9 @@ DT_API const char* dt_get_last_error(dt_context_t ctx);
  * @brief Starts dtrain over a duplicate of MPI_COMM_WORLD.
  *
  * Initialises MPI (MPI_THREAD_MULTIPLE requested) when the program has not; then
- * dt_finalize() finalises it. Collective over MPI_COMM_WORLD.
+ * dt_finalize() finalises it, with the last of the process's contexts (a second context,
+ * from dt_init() or dt_init_fortran_comm(), keeps MPI up until it is finalized too).
+ * Collective over MPI_COMM_WORLD.
  * @param argc, argv the program's arguments for MPI_Init_thread; both may be NULL.
  * @param[out] ctx the new context; NULL on failure.
  * @return ::DT_SUCCESS; ::DT_ERR_INVALID_ARGUMENT (ctx NULL), ::DT_ERR_INVALID_CONFIG (MPI
@@ -168,8 +170,9 @@ DT_API dt_result_t dt_init(int* argc, char*** argv, dt_context_t* ctx);
  * communicator. From C with an MPI_Comm, use dt_init_mpi_comm() in dtrain_mpi.h.
  * @param fortran_comm the communicator's MPI_Fint handle.
  * @param[out] ctx the new context; NULL on failure.
- * @return ::DT_SUCCESS; ::DT_ERR_INVALID_ARGUMENT (ctx NULL, or the handle is MPI_COMM_NULL),
- *         ::DT_ERR_INVALID_CONFIG (MPI not initialised), ::DT_ERR_COMM.
+ * @return ::DT_SUCCESS; ::DT_ERR_INVALID_ARGUMENT (ctx NULL; the handle is MPI_COMM_NULL or
+ *         names no communicator), ::DT_ERR_INVALID_CONFIG (MPI not initialised, or
+ *         finalized), ::DT_ERR_COMM.
  */
 DT_API dt_result_t dt_init_fortran_comm(int fortran_comm, dt_context_t* ctx);
 
@@ -177,7 +180,7 @@ DT_API dt_result_t dt_init_fortran_comm(int fortran_comm, dt_context_t* ctx);
  * @brief Releases every handle of ctx still alive, then the context.
  *
  * Models and byoms go first (newest first), then grids and their groups; MPI is finalised
- * when dt_init() initialised it. Collective. Afterwards any use of ctx or its handles returns
+ * when dt_init() initialised it and this is the process's last context. Collective. Afterwards any use of ctx or its handles returns
  * ::DT_ERR_INVALID_HANDLE.
  * @param ctx the context to finalize.
  * @return ::DT_SUCCESS; ::DT_ERR_INVALID_HANDLE.

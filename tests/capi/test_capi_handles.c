@@ -83,6 +83,15 @@ int main(int argc, char** argv) {
   stale_handles_stay_refused(ctx, world);
   threads_share_a_context(ctx, world);
   const int status = finish("capi_handles", ctx, world);
-  OK(NULL, dt_finalize(ctx));
-  return status;
+  {
+    /* A second context keeps MPI up after the first, which initialised it, is finalized. */
+    dt_context_t second = NULL;
+    dt_comm_t second_world = NULL;
+    OK(NULL, dt_init(&argc, &argv, &second));
+    OK(second, dt_context_world(second, &second_world));
+    OK(NULL, dt_finalize(ctx));
+    OK(second, dt_barrier(second_world));
+    OK(NULL, dt_finalize(second));
+  }
+  return status != 0 || failures > 0;
 }
