@@ -74,6 +74,17 @@ Request make_request(comm::RequestPtr impl, const char* op, const comm::CommStat
 std::size_t sum_counts(const std::size_t* counts, int n) {
   return std::accumulate(counts, counts + n, std::size_t{0});
 }
+
+// A null buffer with elements to move would crash inside MPI (or NCCL), on some ranks only:
+// refused first. `send_used` / `recv_used`: whether this rank reads / writes that buffer.
+void need_buffers(const char* op, const void* send, bool send_used, const void* recv, bool recv_used) {
+  DTRAIN_CHECK((send || !send_used) && (recv || !recv_used), Errc::invalid_argument,
+               op << ": a null " << (send || !send_used ? "recv" : "send")
+                  << " buffer with elements to move");
+}
+void need_counts(const std::size_t* counts, const char* op) {
+  DTRAIN_CHECK(counts != nullptr, Errc::invalid_argument, op << ": null counts");
+}
 }  // namespace
 
 Communicator Communicator::from_fortran_comm(int fortran_comm_handle, const std::string& name) {
@@ -113,6 +124,7 @@ Communicator Communicator::dup(const std::string& name) const {
 void Communicator::all_reduce(const void* send, void* recv, std::size_t count, DType type,
                               ReduceOp op) {
   comm::CommState& s = checked(state_);
+  need_buffers("all_reduce", send, count > 0, recv, count > 0);
   {
     WatchScope watch("all_reduce", s.label);
     s.backend->all_reduce(send, recv, count, type, op, nullptr);
@@ -123,6 +135,7 @@ void Communicator::all_reduce(const void* send, void* recv, std::size_t count, D
 void Communicator::reduce_scatter(const void* send, void* recv, std::size_t recv_count,
                                   DType type, ReduceOp op) {
   comm::CommState& s = checked(state_);
+  need_buffers("reduce_scatter", send, recv_count > 0, recv, recv_count > 0);
   {
     WatchScope watch("reduce_scatter", s.label);
     s.backend->reduce_scatter(send, recv, recv_count, type, op, nullptr);
@@ -133,6 +146,8 @@ void Communicator::reduce_scatter(const void* send, void* recv, std::size_t recv
 void Communicator::reduce_scatter_v(const void* send, void* recv, const std::size_t* recv_counts,
                                     DType type, ReduceOp op) {
   comm::CommState& s = checked(state_);
+  need_counts(recv_counts, "reduce_scatter_v");
+  need_buffers("reduce_scatter_v", send, sum_counts(recv_counts, size_) > 0, recv, recv_counts[rank_] > 0);
   {
     WatchScope watch("reduce_scatter_v", s.label);
     s.backend->reduce_scatter_v(send, recv, recv_counts, type, op, nullptr);
@@ -142,6 +157,7 @@ void Communicator::reduce_scatter_v(const void* send, void* recv, const std::siz
 
 void Communicator::all_gather(const void* send, void* recv, std::size_t send_count, DType type) {
   comm::CommState& s = checked(state_);
+  need_buffers("all_gather", send, send_count > 0, recv, send_count > 0);
   {
     WatchScope watch("all_gather", s.label);
     s.backend->all_gather(send, recv, send_count, type, nullptr);
@@ -152,6 +168,8 @@ void Communicator::all_gather(const void* send, void* recv, std::size_t send_cou
 void Communicator::all_gather_v(const void* send, void* recv, const std::size_t* recv_counts,
                                 DType type) {
   comm::CommState& s = checked(state_);
+  need_counts(recv_counts, "all_gather_v");
+  need_buffers("all_gather_v", send, recv_counts[rank_] > 0, recv, sum_counts(recv_counts, size_) > 0);
   {
     WatchScope watch("all_gather_v", s.label);
     s.backend->all_gather_v(send, recv, recv_counts, type, nullptr);
@@ -162,6 +180,7 @@ void Communicator::all_gather_v(const void* send, void* recv, const std::size_t*
 void Communicator::broadcast(const void* send, void* recv, std::size_t count, DType type,
                              int root) {
   comm::CommState& s = checked(state_);
+  need_buffers("broadcast", send, count > 0 && rank_ == root, recv, count > 0);
   {
     WatchScope watch("broadcast", s.label);
     s.backend->broadcast(send, recv, count, type, root, nullptr);
@@ -172,6 +191,7 @@ void Communicator::broadcast(const void* send, void* recv, std::size_t count, DT
 void Communicator::reduce(const void* send, void* recv, std::size_t count, DType type,
                           ReduceOp op, int root) {
   comm::CommState& s = checked(state_);
+  need_buffers("reduce", send, count > 0, recv, count > 0 && rank_ == root);
   {
     WatchScope watch("reduce", s.label);
     s.backend->reduce(send, recv, count, type, op, root, nullptr);
@@ -181,6 +201,7 @@ void Communicator::reduce(const void* send, void* recv, std::size_t count, DType
 
 void Communicator::send(const void* buf, std::size_t count, DType type, int peer, int tag) {
   comm::CommState& s = checked(state_);
+  need_buffers("send", buf, count > 0, nullptr, false);
   {
     WatchScope watch("send", s.label);
     s.backend->send(buf, count, type, peer, tag, nullptr);
@@ -190,6 +211,7 @@ void Communicator::send(const void* buf, std::size_t count, DType type, int peer
 
 void Communicator::recv(void* buf, std::size_t count, DType type, int peer, int tag) {
   comm::CommState& s = checked(state_);
+  need_buffers("recv", nullptr, false, buf, count > 0);
   WatchScope watch("recv", s.label);
   s.backend->recv(buf, count, type, peer, tag, nullptr);
 }
@@ -203,6 +225,7 @@ void Communicator::barrier() {
 Request Communicator::iall_reduce(const void* send, void* recv, std::size_t count, DType type,
                                   ReduceOp op) {
   comm::CommState& s = checked(state_);
+  need_buffers("iall_reduce", send, count > 0, recv, count > 0);
   auto req = s.backend->iall_reduce(send, recv, count, type, op, nullptr);
   count_bytes(s, count, type);
   return make_request(std::move(req), "iall_reduce", s);
@@ -211,6 +234,7 @@ Request Communicator::iall_reduce(const void* send, void* recv, std::size_t coun
 Request Communicator::ireduce_scatter(const void* send, void* recv, std::size_t recv_count,
                                       DType type, ReduceOp op) {
   comm::CommState& s = checked(state_);
+  need_buffers("ireduce_scatter", send, recv_count > 0, recv, recv_count > 0);
   auto req = s.backend->ireduce_scatter(send, recv, recv_count, type, op, nullptr);
   count_bytes(s, recv_count * static_cast<std::size_t>(size_), type);
   return make_request(std::move(req), "ireduce_scatter", s);
@@ -219,6 +243,8 @@ Request Communicator::ireduce_scatter(const void* send, void* recv, std::size_t 
 Request Communicator::ireduce_scatter_v(const void* send, void* recv,
                                         const std::size_t* recv_counts, DType type, ReduceOp op) {
   comm::CommState& s = checked(state_);
+  need_counts(recv_counts, "ireduce_scatter_v");
+  need_buffers("ireduce_scatter_v", send, sum_counts(recv_counts, size_) > 0, recv, recv_counts[rank_] > 0);
   comm::RequestPtr req;
   {  // watched: blocks too large for one MPI call take the blocking path here
     WatchScope watch("ireduce_scatter_v", s.label);
@@ -233,6 +259,7 @@ Request Communicator::ireduce_scatter_v(const void* send, void* recv,
 Request Communicator::iall_gather(const void* send, void* recv, std::size_t send_count,
                                   DType type) {
   comm::CommState& s = checked(state_);
+  need_buffers("iall_gather", send, send_count > 0, recv, send_count > 0);
   auto req = s.backend->iall_gather(send, recv, send_count, type, nullptr);
   count_bytes(s, send_count, type);
   return make_request(std::move(req), "iall_gather", s);
@@ -248,6 +275,8 @@ RequestPtr Backend::iall_gather_v(const void*, void*, const std::size_t*, DType,
 Request Communicator::iall_gather_v(const void* send, void* recv,
                                     const std::size_t* recv_counts, DType type) {
   comm::CommState& s = checked(state_);
+  need_counts(recv_counts, "iall_gather_v");
+  need_buffers("iall_gather_v", send, recv_counts[rank_] > 0, recv, sum_counts(recv_counts, size_) > 0);
   comm::RequestPtr req;
   {  // watched: blocks too large for one MPI call take the blocking path here
     WatchScope watch("iall_gather_v", s.label);
@@ -260,6 +289,7 @@ Request Communicator::iall_gather_v(const void* send, void* recv,
 Request Communicator::ibroadcast(const void* send, void* recv, std::size_t count, DType type,
                                  int root) {
   comm::CommState& s = checked(state_);
+  need_buffers("ibroadcast", send, count > 0 && rank_ == root, recv, count > 0);
   auto req = s.backend->ibroadcast(send, recv, count, type, root, nullptr);
   if (rank_ == root) count_bytes(s, count, type);
   return make_request(std::move(req), "ibroadcast", s);
@@ -267,6 +297,7 @@ Request Communicator::ibroadcast(const void* send, void* recv, std::size_t count
 
 Request Communicator::isend(const void* buf, std::size_t count, DType type, int peer, int tag) {
   comm::CommState& s = checked(state_);
+  need_buffers("isend", buf, count > 0, nullptr, false);
   auto req = s.backend->isend(buf, count, type, peer, tag, nullptr);
   count_bytes(s, count, type);
   return make_request(std::move(req), "isend", s);
@@ -274,6 +305,7 @@ Request Communicator::isend(const void* buf, std::size_t count, DType type, int 
 
 Request Communicator::irecv(void* buf, std::size_t count, DType type, int peer, int tag) {
   comm::CommState& s = checked(state_);
+  need_buffers("irecv", nullptr, false, buf, count > 0);
   auto req = s.backend->irecv(buf, count, type, peer, tag, nullptr);
   return make_request(std::move(req), "irecv", s);
 }

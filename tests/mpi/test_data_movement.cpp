@@ -161,6 +161,40 @@ TEST(PointToPoint, TagOutsideMpiRangeIsRefused) {
   c.barrier();
 }
 
+// Null buffers with elements to move are refused on every rank (MPI would crash); with
+// none to move they are fine.
+TEST(CollectiveArguments, NullBuffersWithElementsAreRefused) {
+  Communicator& c = world();
+  const int n = c.size(), peer = (c.rank() + 1) % n;
+  float x[8] = {};
+  std::vector<std::size_t> counts(static_cast<std::size_t>(n), 1);
+  const auto refused = [](auto&& call, const char* what) {
+    try {
+      call();
+      ADD_FAILURE() << what << " accepted a null buffer";
+    } catch (const Error& e) {
+      EXPECT_NE(std::string(e.what()).find("null"), std::string::npos) << what << ": " << e.what();
+    }
+  };
+  refused([&] { c.all_reduce(nullptr, x, 1, DType::f32, ReduceOp::sum); }, "all_reduce");
+  refused([&] { c.all_reduce(x, nullptr, 1, DType::f32, ReduceOp::sum); }, "all_reduce recv");
+  refused([&] { c.reduce_scatter(x, nullptr, 1, DType::f32, ReduceOp::sum); }, "reduce_scatter");
+  refused([&] { c.reduce_scatter_v(x, x, nullptr, DType::f32, ReduceOp::sum); }, "reduce_scatter_v counts");
+  refused([&] { c.all_gather(nullptr, x, 1, DType::f32); }, "all_gather");
+  refused([&] { c.all_gather_v(x, nullptr, counts.data(), DType::f32); }, "all_gather_v");
+  refused([&] { c.broadcast(x, nullptr, 1, DType::f32, 0); }, "broadcast");
+  refused([&] { c.reduce(nullptr, x, 1, DType::f32, ReduceOp::sum, 0); }, "reduce");
+  refused([&] { c.iall_reduce(x, nullptr, 1, DType::f32, ReduceOp::sum); }, "iall_reduce");
+  refused([&] { c.iall_gather_v(nullptr, x, counts.data(), DType::f32); }, "iall_gather_v");
+  refused([&] { c.isend(nullptr, 1, DType::f32, peer, 0); }, "isend");
+  refused([&] { c.recv(nullptr, 1, DType::f32, peer, 0); }, "recv");
+  // Nothing to move: null is fine (and the root's recv is all a reduce writes).
+  c.all_reduce(nullptr, nullptr, 0, DType::f32, ReduceOp::sum);
+  c.reduce(x, c.rank() == 0 ? x : nullptr, 1, DType::f32, ReduceOp::sum, 0);
+  c.broadcast(c.rank() == 0 ? x : nullptr, x, 1, DType::f32, 0);
+  c.barrier();
+}
+
 TEST_P(CollectiveTest, RequestTestPollsToCompletion) {
   Communicator& c = world();
   Buffer value(1, DType::i64);

@@ -5,7 +5,8 @@
 //  - Buffers are host memory (MPI backend). Every rank of the group must call the same
 //    collective in the same order with matching counts.
 //  - In-place: pass the same pointer as send and recv (for all_gather / reduce_scatter see
-//    their notes). count == 0 is legal and does nothing.
+//    their notes). count == 0 is legal and does nothing; a null buffer this rank would
+//    read or write elements of (or null counts) throws Errc::invalid_argument first.
 //  - Blocking calls return when the local buffers may be reused. Non-blocking calls
 //    ("i" prefix) return a Request; the buffers must stay untouched until it completes.
 //    On a GPU that includes device work: the compute stream is not made to wait for the
