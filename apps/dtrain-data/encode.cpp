@@ -327,6 +327,8 @@ int encode(const EncodeOptions& options, dtrain::Communicator& world) {
            << "\nshard-tokens = " << options.shard_tokens << "\nno-eot = " << !options.eot << "\n";
   dtrain::train::agree_same_settings(settings.str(), world);
   agreed(world, [&] {
+    block_bytes();  // a malformed setting fails before the tokenizer loads
+    memory_tokens();
     tokenizer = std::make_unique<dtrain::train::Tokenizer>(options.tokenizer);
     DTRAIN_CHECK(tokenizer->encodes(), Errc::invalid_argument,
                  "--tokenizer " << tokenizer->describe() << " cannot encode: encoding needs GPT-2's vocab.json with a merges.txt that fits it");

@@ -99,7 +99,7 @@ bool get_bool(const char* name, bool fallback) {
   std::string s(v);
   if (s == "1" || s == "true" || s == "yes" || s == "on") return true;
   if (s == "0" || s == "false" || s == "no" || s == "off") return false;
-  DTRAIN_FAIL(Errc::invalid_config, name << "='" << v << "' is not a boolean (use 0 or 1)");
+  DTRAIN_FAIL(Errc::invalid_config, name << "='" << v << "' is not a boolean (use 1, true, yes or on; 0, false, no or off)");
 }
 
 }  // namespace dtrain::env

@@ -184,6 +184,13 @@ for args, code, message in refusals:
         lines = [l for l in err.splitlines() if "dtrain-data" in l]
         if len(lines) != 1 or message not in lines[0]:
             failures.append(f"{args[1:]} at {n} ranks: {err!r} (expected one line with {message!r})")
+# A malformed setting is refused before the tokenizer is read (here: a missing one).
+for n in (1, 2):
+    _, err = run([data, "encode", "--tokenizer", os.path.join(work, "missing_tok"), "--output",
+                  os.path.join(work, "x.bin")] + inputs, n, env_extra={"DTRAIN_DATA_BLOCK_BYTES": "abc"}, expect=2)
+    lines = [l for l in err.splitlines() if "dtrain-data" in l]
+    if len(lines) != 1 or "DTRAIN_DATA_BLOCK_BYTES='abc' is not an integer" not in lines[0]:
+        failures.append(f"a malformed DTRAIN_DATA_BLOCK_BYTES at {n} ranks: {err!r}")
 if leftovers() != before:
     failures.append(f"refused commands left files: {sorted(set(leftovers()) - set(before))}")
 print(f"{len(refusals)} refusals, each one message at 1 and 2 ranks, no file left")
