@@ -1,3 +1,4 @@
+# shellcheck shell=bash
 # Shared by scripts/main.sh and scripts/test.sh: install missing packages, configure, build.
 # Sourced, not run.
 set -euo pipefail
@@ -34,11 +35,12 @@ install_packages() {
   $sudo env DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends "${missing[@]}"
 }
 
+# Arguments go to cmake's configure step; BUILD_TARGET, when set, is all that is built.
 configure_and_build() {
   local generator=()
   command -v ninja >/dev/null && generator=(-G Ninja)
   cmake -S "$DTRAIN_ROOT" -B "$BUILD_DIR" "${generator[@]}" -DCMAKE_BUILD_TYPE=Release "$@"
-  cmake --build "$BUILD_DIR" -j "$JOBS"
+  cmake --build "$BUILD_DIR" -j "$JOBS" ${BUILD_TARGET:+--target "$BUILD_TARGET"}
 }
 
 # What Open MPI needs in this environment (never set by the library itself).
