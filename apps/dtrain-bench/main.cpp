@@ -2,10 +2,12 @@
 #include <cstdio>
 #include <exception>
 #include <optional>
+#include <string>
 
 #include "collectives.hpp"
 #include "dtrain/comm/agreed_failure.hpp"
 #include "dtrain/comm/runtime.hpp"
+#include "dtrain/core/error.hpp"
 #include "dtrain/train/same_settings.hpp"
 #include "memcpy_bench.hpp"
 #include "options.hpp"
@@ -25,16 +27,31 @@ int main(int argc, char** argv) {
   const int rank = runtime.rank();
   try {
     bench::Options options;
-    switch (bench::parse_options(argc, argv, options, runtime.size(), rank == 0)) {
-      case bench::ParseResult::help: return 0;
-      case bench::ParseResult::error: return 2;
-      case bench::ParseResult::run: break;
-    }
+    std::string help;
+    bool helps = false, read = false;
+    // Each rank reads its own command line; a mistake on any rank stops every rank, with
+    // that rank's reason, before the first collective that would wait for it.
     try {
-      dtrain::train::agree_same_settings(bench::settings_text(options), runtime.world());
-    } catch (const dtrain::AgreedError& e) {  // every rank has it: one reports
-      if (rank == 0) std::fprintf(stderr, "dtrain-bench: %s\n", e.what());
+      dtrain::LocalFailure mistake;
+      try {
+        helps = bench::parse_options(argc, argv, options, runtime.size(), help) == bench::ParseResult::help;
+      } catch (const std::exception& e) {
+        mistake.record(dtrain::Errc::invalid_config, e.what());
+      }
+      mistake.agree(runtime.world(), "reading the options");
+      read = true;
+      int asked[2] = {helps ? 1 : 0, helps ? 0 : 1};  // some ranks, or every rank?
+      runtime.world().all_reduce(asked, asked, 2, dtrain::DType::i32, dtrain::ReduceOp::max);
+      DTRAIN_CHECK(asked[0] == 0 || asked[1] == 0, Errc::invalid_config,
+                   "--help was given to some ranks only: start every rank with the same options");
+      if (!helps) dtrain::train::agree_same_settings(bench::settings_text(options), runtime.world());
+    } catch (const dtrain::Error& e) {  // every rank has it: one reports
+      if (rank == 0) std::fprintf(stderr, "dtrain-bench: %s%s\n", e.what(), read ? "" : "\n(--help lists the options)");
       return 2;
+    }
+    if (helps) {
+      if (rank == 0) std::fputs(help.c_str(), stdout);
+      return 0;
     }
     if (options.memcpy_only) {
       dtrain::LocalFailure failure;  // the other ranks wait for the first's result

@@ -5,6 +5,7 @@
 #include <algorithm>
 #include <cctype>
 #include <cmath>
+#include <iomanip>
 #include <iostream>
 #include <limits>
 #include <sstream>
@@ -113,7 +114,7 @@ void check_exact(const Options& o, int ranks) {
 
 }  // namespace
 
-ParseResult parse_options(int argc, char** argv, Options& out, int ranks, bool print) {
+ParseResult parse_options(int argc, char** argv, Options& out, int ranks, std::string& help_text) {
   std::string op = "all_reduce", min_bytes = "4", max_bytes = "256M", dtype = "f32",
               redop = "sum";
   po::options_description desc(
@@ -141,7 +142,7 @@ ParseResult parse_options(int argc, char** argv, Options& out, int ranks, bool p
        "the ratio t_mpi / t_dtrain (median of per-iteration pairs)")
       ("memcpy", po::bool_switch(&out.memcpy_only),
        "only measure one core's memcpy bandwidth over the size range (the physical ceiling)");
-  try {
+  {
     po::variables_map vm;
     // Words that are not options are collected, to be refused by name (not ignored).
     std::vector<std::string> stray;
@@ -153,7 +154,9 @@ ParseResult parse_options(int argc, char** argv, Options& out, int ranks, bool p
     const int style = po::command_line_style::default_style & ~po::command_line_style::allow_guessing;
     po::store(po::command_line_parser(argc, argv).options(all).positional(words).style(style).run(), vm);
     if (vm.count("help")) {
-      if (print) std::cout << desc << "\n";
+      std::ostringstream text;
+      text << desc << "\n";
+      help_text = text.str();
       return ParseResult::help;
     }
     po::notify(vm);
@@ -172,6 +175,17 @@ ParseResult parse_options(int argc, char** argv, Options& out, int ranks, bool p
       throw std::invalid_argument("need 0 < --min-bytes <= --max-bytes");
     if (!(out.step_factor > 1.0) || !std::isfinite(out.step_factor))
       throw std::invalid_argument("--step-factor must be a finite number above 1");
+    const double steps = std::log(static_cast<double>(out.max_bytes) / static_cast<double>(out.min_bytes)) /
+                         std::log1p(out.step_factor - 1.0);
+    if (steps > kMaxSizes) {
+      std::ostringstream why;
+      why << "--step-factor " << std::setprecision(17) << out.step_factor << " takes about "
+          << std::setprecision(3) << steps << " steps from --min-bytes to --max-bytes; at most "
+          << static_cast<long>(kMaxSizes) << " (use a larger factor)";
+      throw std::invalid_argument(why.str());
+    }
+    if (out.memcpy_only && (out.check || out.baseline || !vm["op"].defaulted()))
+      throw std::invalid_argument("--memcpy times memcpy alone: --op, --check and --baseline do not apply");
     const std::size_t element = dtrain::dtype_size(out.dtype);
     // Each collective's message: all_gather and reduce_scatter need one element a rank, and
     // some size of the range (as the runs step through it) must hold one.
@@ -195,9 +209,6 @@ ParseResult parse_options(int argc, char** argv, Options& out, int ranks, bool p
         throw std::invalid_argument("--baseline: MPI has no 16-bit float type");
       if (out.redop == dtrain::ReduceOp::avg) throw std::invalid_argument("--baseline: MPI has no avg reduction");
     }
-  } catch (const std::exception& e) {
-    if (print) std::cerr << "dtrain-bench: " << e.what() << "\n(--help lists the options)\n";
-    return ParseResult::error;
   }
   return ParseResult::run;
 }

@@ -41,9 +41,12 @@ std::size_t buffer_bytes(const Options& o);
 // would not match.
 std::string settings_text(const Options& o);
 
-enum class ParseResult { run, help, error };
-// ranks: the world's size (for --root). print: whether this rank writes help and errors
-// (rank 0 only, to avoid N copies).
-ParseResult parse_options(int argc, char** argv, Options& out, int ranks, bool print);
+// At most this many sizes a run: a --step-factor just above 1 would step (almost) forever.
+constexpr double kMaxSizes = 10000;
+
+enum class ParseResult { run, help };
+// ranks: the world's size (for --root). Prints nothing: help sets help_text, a bad command
+// line throws std::invalid_argument with the reason, for main to agree on over the ranks.
+ParseResult parse_options(int argc, char** argv, Options& out, int ranks, std::string& help_text);
 
 }  // namespace bench
