@@ -63,12 +63,19 @@ std::string to_json(const StepMetrics& m) {
   return os.str();
 }
 
-void MetricsWriter::open(const std::string& path) {
+void MetricsWriter::open(const std::string& path, bool provisional) {
   if (file_) std::fclose(file_);
   file_ = nullptr;
   // Non-blocking: a named FIFO with no reader yet fails at once (ENXIO) instead of blocking
   // this rank while the others wait for it; one with a reader streams the lines.
-  const int fd = ::open(path.c_str(), O_WRONLY | O_APPEND | O_CREAT | O_NONBLOCK | O_CLOEXEC, 0666);
+  created_.clear();
+  provisional_ = provisional;
+  int fd = ::open(path.c_str(), O_WRONLY | O_APPEND | O_CREAT | O_EXCL | O_NONBLOCK | O_CLOEXEC, 0666);
+  if (fd >= 0) {
+    created_ = path;
+  } else if (errno == EEXIST) {
+    fd = ::open(path.c_str(), O_WRONLY | O_APPEND | O_NONBLOCK | O_CLOEXEC);
+  }
   DTRAIN_CHECK(fd >= 0, Errc::io,
                "cannot open metrics file '" << path << "': "
                    << (errno == ENXIO ? "a FIFO that no process reads" : std::strerror(errno)));
@@ -95,6 +102,7 @@ void MetricsWriter::open(const std::string& path) {
 
 MetricsWriter::~MetricsWriter() {
   if (file_) std::fclose(file_);
+  if (provisional_ && !created_.empty()) ::unlink(created_.c_str());
 }
 
 void MetricsWriter::write(const StepMetrics& m) {

@@ -178,9 +178,12 @@ Trainer::Trainer(const TrainConfig& cfg, Communicator& world)
   if (!from.empty()) load_checkpoint(from);
   if (cfg.eval_only && from.empty() && cfg.init_from.empty()) {
     DTRAIN_LOG(warn, "--eval-only: no checkpoint to evaluate"
-                     << (cfg.save_dir.empty() ? "" : " in --save-dir '" + cfg.save_dir + "'")
+                     << (cfg.resume == "none"    ? " (--resume none)"
+                         : cfg.save_dir.empty() ? ""
+                                                : " in --save-dir '" + cfg.save_dir + "'")
                      << " and no --init-from: evaluating freshly initialised weights");
   }
+  s_->metrics.keep();  // the set-up is done: a metrics file it created stays
 }
 
 Trainer::~Trainer() = default;

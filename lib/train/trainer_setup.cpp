@@ -266,7 +266,7 @@ Trainer::State::State(const TrainConfig& c, Communicator& w)
   }
   initial.reset();  // every parameter is written
   on_root_for_all(w, [this] {  // rank 0 writes both
-    if (!cfg.metrics.empty()) metrics.open(cfg.metrics);
+    if (!cfg.metrics.empty()) metrics.open(cfg.metrics, /*provisional=*/true);  // kept once set up
     if (!cfg.save_dir.empty() && !cfg.eval_only) {
       ckpt::Checkpointer::check_directory_path(cfg.save_dir, world.size());  // before making it
       check_save_dir(cfg.save_dir);

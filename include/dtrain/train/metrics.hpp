@@ -39,7 +39,11 @@ DTRAIN_API std::string to_json(const StepMetrics& m);
 class DTRAIN_API MetricsWriter {
  public:
   MetricsWriter() = default;
-  void open(const std::string& path);  // for append; throws Error(Errc::io)
+  // For append; throws Error(Errc::io). Provisional: a file this call creates is removed
+  // again by the destructor unless keep() comes first (a run whose set-up fails leaves no
+  // empty metrics file behind).
+  void open(const std::string& path, bool provisional = false);
+  void keep() noexcept { provisional_ = false; }
   ~MetricsWriter();
   MetricsWriter(const MetricsWriter&) = delete;
   MetricsWriter& operator=(const MetricsWriter&) = delete;
@@ -49,6 +53,8 @@ class DTRAIN_API MetricsWriter {
  private:
   std::FILE* file_ = nullptr;
   bool write_failed_ = false;  // warned once
+  std::string created_;        // the path open() created, if it did
+  bool provisional_ = false;
 };
 
 }  // namespace dtrain::train
