@@ -143,7 +143,7 @@ std::string generation_settings(const dtrain_gpt::Parsed& p) {
   os << "generate = " << p.generate << "\nprompt = ";
   for (std::size_t i = 0; i < p.prompt_tokens.size(); ++i) os << (i ? "," : "") << p.prompt_tokens[i];
   os << "\ntemperature = " << p.sampling.temperature << "\ntop-k = " << p.sampling.top_k
-     << "\ntop-p = " << p.sampling.top_p << "\n";
+     << "\ntop-p = " << p.sampling.top_p << "\ntokenizer = " << p.tokenizer_path << "\n";
   return os.str();
 }
 

@@ -87,6 +87,12 @@ for prompt in prompts:
         print(f"{prompt!r}: {len(want)} tokens as the reference encodes them; {len(generated)} generated, "
               f"printed as the reference decodes them")
 
+# A tokenizer given to one rank only: refused by every rank before anything is generated.
+r = subprocess.run([mpiexec, npflag, "1", gpt] + model + ["--tokenizer", llmc, "--prompt", "1 2", ":", npflag, "1", gpt]
+                   + model + ["--prompt", "1 2"], capture_output=True, stdin=subprocess.DEVNULL, timeout=120)
+if r.returncode != 2 or b"--tokenizer is" not in r.stderr:
+    failures.append(f"--tokenizer on one rank only: exit {r.returncode}, {r.stderr.decode(errors='replace')[-800:]!r}")
+
 if failures:
     sys.exit("FAIL:\n" + "\n".join(failures))
 print("ok: --tokenizer encodes and decodes as GPT-2's encoder")
