@@ -58,18 +58,28 @@ std::vector<std::int32_t> prompt_tokens(const std::string& prompt, int vocab, co
     tokens = tokenizer->encode(prompt);
   } else if (vocab <= 256) {
     for (const char ch : prompt) tokens.push_back(static_cast<unsigned char>(ch));
-  } else {
-    std::string list = prompt;
-    std::replace(list.begin(), list.end(), ',', ' ');
-    std::istringstream in(list);
-    std::string word;
-    while (in >> word) {
-      char* end = nullptr;
-      errno = 0;
-      const long id = std::strtol(word.c_str(), &end, 10);
-      DTRAIN_CHECK(*end == 0 && errno == 0 && id >= 0 && id <= INT32_MAX, Errc::invalid_config,
-                   "--prompt: with --vocab " << vocab << " above 256 it lists token ids, got '" << word << "'");
-      tokens.push_back(static_cast<std::int32_t>(id));
+  } else {  // decimal ids separated by spaces or commas (no empty item between two commas)
+    const bool commas = prompt.find(',') != std::string::npos;
+    std::size_t from = 0;
+    while (from <= prompt.size()) {
+      const std::size_t comma = std::min(prompt.find(',', from), prompt.size());
+      std::istringstream in(prompt.substr(from, comma - from));
+      std::string word;
+      bool any = false;
+      while (in >> word) {
+        DTRAIN_CHECK(std::all_of(word.begin(), word.end(), [](char c) { return c >= '0' && c <= '9'; }),
+                     Errc::invalid_config,
+                     "--prompt: with --vocab " << vocab << " above 256 it lists token ids, got '" << word << "'");
+        errno = 0;
+        const long id = std::strtol(word.c_str(), nullptr, 10);
+        DTRAIN_CHECK(errno == 0 && id < vocab, Errc::invalid_config,
+                     "--prompt holds token " << word << ", outside --vocab " << vocab);
+        tokens.push_back(static_cast<std::int32_t>(id));
+        any = true;
+      }
+      DTRAIN_CHECK(any || !commas, Errc::invalid_config,
+                   "--prompt '" << prompt << "' has an empty item in its comma-separated list");
+      from = comma + 1;
     }
   }
   for (const std::int32_t t : tokens) {
