@@ -180,8 +180,8 @@ DT_API dt_result_t dt_init_fortran_comm(int fortran_comm, dt_context_t* ctx);
  * @brief Releases every handle of ctx still alive, then the context.
  *
  * Models and byoms go first (newest first), then grids and their groups; MPI is finalised
- * when dt_init() initialised it and this is the process's last context. Collective. Afterwards any use of ctx or its handles returns
- * ::DT_ERR_INVALID_HANDLE.
+ * when dt_init() initialised it and this is the process's last context. Collective.
+ * Afterwards any use of ctx or its handles returns ::DT_ERR_INVALID_HANDLE.
  * @param ctx the context to finalize.
  * @return ::DT_SUCCESS; ::DT_ERR_INVALID_HANDLE.
  */
@@ -1247,8 +1247,8 @@ DT_API dt_result_t dt_model_load_checkpoint(dt_model_t model, const char* source
  * @return ::DT_SUCCESS (also when there is none); ::DT_ERR_INVALID_HANDLE,
  *         ::DT_ERR_INVALID_ARGUMENT (NULL pointer, empty dir, dirs that differ between the
  *         ranks, capacity too small), ::DT_ERR_IO (dir is not a directory; dir/latest names
- *         a missing file, or is a dangling link or a directory), ::DT_ERR_CORRUPT_DATA (dir/latest holds something
- *         other than the name of a checkpoint file there).
+ *         a missing file, or is a dangling link or a directory), ::DT_ERR_CORRUPT_DATA
+ *         (dir/latest holds something other than the name of a checkpoint file there).
  */
 DT_API dt_result_t dt_checkpoint_find(dt_comm_t comm, const char* dir, char* path,
                                       size_t capacity, size_t* length);
