@@ -35,12 +35,16 @@ install_packages() {
   $sudo env DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends "${missing[@]}"
 }
 
-# Arguments go to cmake's configure step; BUILD_TARGET, when set, is all that is built.
+# configure_and_build [--target NAME] [CMAKE_ARGS...]: NAME alone is built (default: all).
 configure_and_build() {
-  local generator=()
+  local generator=() target=()
+  if [ "${1:-}" = --target ]; then
+    target=(--target "$2")
+    shift 2
+  fi
   command -v ninja >/dev/null && generator=(-G Ninja)
   cmake -S "$DTRAIN_ROOT" -B "$BUILD_DIR" "${generator[@]}" -DCMAKE_BUILD_TYPE=Release "$@"
-  cmake --build "$BUILD_DIR" -j "$JOBS" ${BUILD_TARGET:+--target "$BUILD_TARGET"}
+  cmake --build "$BUILD_DIR" -j "$JOBS" "${target[@]}"
 }
 
 # What Open MPI needs in this environment (never set by the library itself).

@@ -177,11 +177,11 @@ ParseResult parse_options(int argc, char** argv, Options& out, int ranks, std::s
       throw std::invalid_argument("--step-factor must be a finite number above 1");
     const double steps = std::log(static_cast<double>(out.max_bytes) / static_cast<double>(out.min_bytes)) /
                          std::log1p(out.step_factor - 1.0);
-    if (steps > kMaxSizes) {
+    if (steps > kMaxSteps) {
       std::ostringstream why;
       why << "--step-factor " << std::setprecision(17) << out.step_factor << " takes about "
           << std::setprecision(3) << steps << " steps from --min-bytes to --max-bytes; at most "
-          << static_cast<long>(kMaxSizes) << " (use a larger factor)";
+          << static_cast<long>(kMaxSteps) << " (use a larger factor)";
       throw std::invalid_argument(why.str());
     }
     if (out.memcpy_only && (out.check || out.baseline || !vm["op"].defaulted()))

@@ -41,8 +41,9 @@ std::size_t buffer_bytes(const Options& o);
 // would not match.
 std::string settings_text(const Options& o);
 
-// At most this many sizes a run: a --step-factor just above 1 would step (almost) forever.
-constexpr double kMaxSizes = 10000;
+// At most this many passes of the size loops (repeated sizes are skipped, so a pass is cheap):
+// a --step-factor just above 1 would step (almost) for ever.
+constexpr double kMaxSteps = 1e8;
 
 enum class ParseResult { run, help };
 // ranks: the world's size (for --root). Prints nothing: help sets help_text, a bad command

@@ -143,7 +143,8 @@ std::string generation_settings(const dtrain_gpt::Parsed& p) {
   os << "generate = " << p.generate << "\nprompt = ";
   for (std::size_t i = 0; i < p.prompt_tokens.size(); ++i) os << (i ? "," : "") << p.prompt_tokens[i];
   os << "\ntemperature = " << p.sampling.temperature << "\ntop-k = " << p.sampling.top_k
-     << "\ntop-p = " << p.sampling.top_p << "\ntokenizer = " << p.tokenizer_path << "\n";
+     << "\ntop-p = " << p.sampling.top_p << "\n";
+  if (p.generate > 0) os << "tokenizer = " << p.tokenizer_path << "\n";  // read only to generate
   return os.str();
 }
 
@@ -249,6 +250,14 @@ int main(int argc, char** argv) {
         DTRAIN_LOG(warn, "--prompt, --temperature, --top-k, --top-p and --tokenizer apply to --generate, which "
                          "is 0 here: they do nothing");
     }
+    if (parsed.action == dtrain_gpt::Action::train) {  // before the set-up's work, and its files
+      try {
+        dtrain::train::agree_same_settings(generation_settings(parsed), control);
+      } catch (const dtrain::AgreedError& e) {  // every rank has it: one reports
+        if (control.rank() == 0) DTRAIN_LOG(error, e.what());
+        return exit_code(e.code());
+      }
+    }
     std::unique_ptr<dtrain::train::Trainer> trainer;
     try {
       if (parsed.action == dtrain_gpt::Action::train) {
@@ -276,7 +285,6 @@ int main(int argc, char** argv) {
       return 0;
     }
     try {
-      dtrain::train::agree_same_settings(generation_settings(parsed), world);
       const dtrain::train::TrainSummary summary = trainer->run();
       signals.reset();  // generation, and the end, take signals as usual
       // A stop that came once the training was done (during its final save) leaves only the

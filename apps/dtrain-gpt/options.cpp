@@ -60,6 +60,7 @@ std::vector<std::int32_t> prompt_tokens(const std::string& prompt, int vocab, co
     for (const char ch : prompt) tokens.push_back(static_cast<unsigned char>(ch));
   } else {  // decimal ids separated by spaces or commas (no empty item between two commas)
     const bool commas = prompt.find(',') != std::string::npos;
+    bool empty_item = false;
     std::size_t from = 0;
     while (from <= prompt.size()) {
       const std::size_t comma = std::min(prompt.find(',', from), prompt.size());
@@ -77,10 +78,12 @@ std::vector<std::int32_t> prompt_tokens(const std::string& prompt, int vocab, co
         tokens.push_back(static_cast<std::int32_t>(id));
         any = true;
       }
-      DTRAIN_CHECK(any || !commas, Errc::invalid_config,
-                   "--prompt '" << prompt << "' has an empty item in its comma-separated list");
+      empty_item = empty_item || (commas && !any);
       from = comma + 1;
     }
+    // (No token at all is the caller's "holds no tokens".)
+    DTRAIN_CHECK(!empty_item || tokens.empty(), Errc::invalid_config,
+                 "--prompt '" << prompt << "' has an empty item in its comma-separated list");
   }
   for (const std::int32_t t : tokens) {
     DTRAIN_CHECK(t < vocab, Errc::invalid_config, "--prompt holds token " << t << ", outside --vocab " << vocab);

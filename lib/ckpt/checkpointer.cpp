@@ -1,6 +1,6 @@
-// Checkpointer: the directory a run saves into (created, claimed, checked for space), the
-// save's commit and the load's resolution; the file's write and read are
-// checkpoint_write.cpp and checkpoint_read.cpp.
+// Checkpointer: its set-up (the I/O plan), the transfers and file access its write and read
+// share, the directory a run saves into (created, claimed, checked for space) and the save's
+// commit; the file's write and read are checkpoint_write.cpp and checkpoint_read.cpp.
 #include <cstdio>
 #include <filesystem>
 
@@ -15,8 +15,6 @@
 #include "dtrain/core/log.hpp"
 
 namespace dtrain::ckpt {
-
-static_assert(sizeof(hsize_t) == sizeof(std::uint64_t), "hyperslab coordinates are 64-bit");
 
 Checkpointer::Impl::Impl(ProcessGrid& g, ParameterStore& p, optim::AdamW& o, int zero_stage,
                          const GptConfig& m)

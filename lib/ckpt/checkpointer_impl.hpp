@@ -22,6 +22,8 @@
 
 namespace dtrain::ckpt {
 
+static_assert(sizeof(hsize_t) == sizeof(std::uint64_t), "hyperslab coordinates are 64-bit");
+
 // The three datasets of a tensor: its values and the two AdamW moments.
 enum Kind { kParam = 0, kExpAvg = 1, kExpAvgSq = 2 };
 inline const char* const kStateNames[] = {"", "exp_avg", "exp_avg_sq"};

@@ -72,6 +72,8 @@ struct Runtime::Impl {
   std::unique_ptr<SessionGuard> session;
 
   Impl(int* argc, char*** argv, bool may_initialize, int user_fortran_comm) {
+    // MPI's state is checked before the handle is read: dt_init_mpi_comm passes 0 for "no
+    // communicator" outside MPI's lifetime and relies on this order.
     comm::session::acquire(argc, argv, may_initialize);
     session = std::make_unique<SessionGuard>();
     MPI_Comm base = MPI_COMM_WORLD;

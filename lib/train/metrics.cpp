@@ -66,15 +66,17 @@ std::string to_json(const StepMetrics& m) {
 void MetricsWriter::open(const std::string& path, bool provisional) {
   if (file_) std::fclose(file_);
   file_ = nullptr;
-  // Non-blocking: a named FIFO with no reader yet fails at once (ENXIO) instead of blocking
-  // this rank while the others wait for it; one with a reader streams the lines.
   created_.clear();
   provisional_ = provisional;
-  int fd = ::open(path.c_str(), O_WRONLY | O_APPEND | O_CREAT | O_EXCL | O_NONBLOCK | O_CLOEXEC, 0666);
+  // Non-blocking: a named FIFO with no reader yet fails at once (ENXIO) instead of blocking
+  // this rank while the others wait for it; one with a reader streams the lines. Exclusive
+  // first, to know whether this call made the file (a dangling link is then made through).
+  constexpr int kFlags = O_WRONLY | O_APPEND | O_CREAT | O_NONBLOCK | O_CLOEXEC;
+  int fd = ::open(path.c_str(), kFlags | O_EXCL, 0666);
   if (fd >= 0) {
     created_ = path;
   } else if (errno == EEXIST) {
-    fd = ::open(path.c_str(), O_WRONLY | O_APPEND | O_NONBLOCK | O_CLOEXEC);
+    fd = ::open(path.c_str(), kFlags, 0666);
   }
   DTRAIN_CHECK(fd >= 0, Errc::io,
                "cannot open metrics file '" << path << "': "

@@ -1,6 +1,7 @@
 // The Trainer's construction: layout, device, data, model, the gradient reduction and ZeRO
 // partition the optimiser is built on, and which gradients count toward the global norm.
 #include <algorithm>
+#include <filesystem>
 #include <functional>
 #include <iterator>
 
@@ -270,6 +271,11 @@ Trainer::State::State(const TrainConfig& c, Communicator& w)
     if (!cfg.save_dir.empty() && !cfg.eval_only) {
       ckpt::Checkpointer::check_directory_path(cfg.save_dir, world.size());  // before making it
       check_save_dir(cfg.save_dir);
+    } else if (!cfg.save_dir.empty()) {  // only read: a file there would mean fresh weights
+      std::error_code ec;
+      const auto status = std::filesystem::status(cfg.save_dir, ec);
+      DTRAIN_CHECK(!std::filesystem::exists(status) || std::filesystem::is_directory(status),
+                   Errc::invalid_config, "--save-dir '" << cfg.save_dir << "' is not a directory");
     }
   });
   if (!cfg.save_dir.empty() && !cfg.eval_only) {

@@ -7,6 +7,8 @@
 //  - In-place: pass the same pointer as send and recv (for all_gather / reduce_scatter see
 //    their notes). count == 0 is legal and does nothing; a null buffer this rank would
 //    read or write elements of (or null counts) throws Errc::invalid_argument first.
+//  - Point-to-point tags are in [0, MPI_TAG_UB] (32767 at least; no MPI_ANY_TAG): others
+//    throw Errc::invalid_argument.
 //  - Blocking calls return when the local buffers may be reused. Non-blocking calls
 //    ("i" prefix) return a Request; the buffers must stay untouched until it completes.
 //    On a GPU that includes device work: the compute stream is not made to wait for the
