@@ -139,7 +139,13 @@ contains
     character(len=*), intent(in) :: name
     real(c_float), dimension(..), contiguous, target, intent(inout) :: values
     integer, intent(out) :: ierr
-    ierr = ret(c_model_get_tensor(model, c_string(name), c_loc(values), size(values, kind=c_size_t)))
+    integer(c_size_t) :: n
+    n = elements(values)
+    if (n < 0) then
+      call refuse_assumed_size(ierr, 'dt_model_get_tensor')
+      return
+    end if
+    ierr = ret(c_model_get_tensor(model, c_string(name), c_loc(values), n))
   end subroutine
 
   !> Overwrites one parameter tensor (every rank of the dp group must set the same values).
@@ -153,7 +159,36 @@ contains
     character(len=*), intent(in) :: name
     real(c_float), dimension(..), contiguous, target, intent(in) :: values
     integer, intent(out) :: ierr
-    ierr = ret(c_model_set_tensor(model, c_string(name), c_loc(values), size(values, kind=c_size_t)))
+    integer(c_size_t) :: n
+    n = elements(values)
+    if (n < 0) then
+      call refuse_assumed_size(ierr, 'dt_model_set_tensor')
+      return
+    end if
+    ierr = ret(c_model_set_tensor(model, c_string(name), c_loc(values), n))
+  end subroutine
+
+  !> The elements of an assumed-rank array, or -1 for an assumed-size one (a dummy buf(*) or
+  !> buf(n,*) passed on), whose last extent Fortran does not know: SIZE of the whole array
+  !> is undefined there (gfortran gives -1, which C would read as SIZE_MAX).
+  integer(c_size_t) function elements(values)
+    real(c_float), dimension(..), intent(in) :: values
+    integer :: d
+    elements = 1
+    do d = 1, rank(values)
+      if (size(values, dim=d) < 0) then
+        elements = -1
+        return
+      end if
+      elements = elements * size(values, dim=d, kind=c_size_t)
+    end do
+  end function
+
+  subroutine refuse_assumed_size(ierr, procedure)
+    integer, intent(out) :: ierr
+    character(len=*), intent(in) :: procedure
+    call fail_here(ierr, DT_ERR_INVALID_ARGUMENT, procedure, 'values is an assumed-size array (a dummy '// &
+                   'declared buf(*)), whose size Fortran cannot tell: pass a section of known size, e.g. buf(1:n)')
   end subroutine
 
 end module dtrain_tensors

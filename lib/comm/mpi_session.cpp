@@ -33,8 +33,14 @@ void acquire(int* argc, char*** argv, bool may_initialize) {
   MPI_Query_thread(&g_thread_level);
   if (g_users == 0) create_half_ops();
   ++g_users;
-  if (g_thread_level < MPI_THREAD_FUNNELED)
+  if (g_thread_level < MPI_THREAD_FUNNELED) {
+    // Before any Runtime has named this rank in the log: every rank would print it as r0/1.
+    int rank = 0, size = 1;
+    MPI_Comm_rank(MPI_COMM_WORLD, &rank);
+    MPI_Comm_size(MPI_COMM_WORLD, &size);
+    log::set_rank(rank, size);
     DTRAIN_LOG(warn, "MPI provides only MPI_THREAD_SINGLE; use MPI_THREAD_FUNNELED or better");
+  }
 }
 
 void release() noexcept {

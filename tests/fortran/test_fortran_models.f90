@@ -454,6 +454,7 @@ contains
     integer(c_int64_t), allocatable :: s(:)
     real(c_float) :: wte(d_model, vocab), back(d_model, vocab), small(3)
     integer :: n
+    small = 0
     call make_gpt(world, gpt, 5_c_int64_t)
     call dt_model_num_tensors(gpt, n, ierr)
     call check(ierr == DT_SUCCESS .and. n > 2, 'dt_model_num_tensors')
@@ -481,7 +482,30 @@ contains
                         'wrong size')
     call dt_model_get_tensor(gpt, 'wte', small, ierr)
     call expect_message(ierr, DT_ERR_INVALID_ARGUMENT, ctx, 'capacity is smaller', 'too small to read')
+    ! Through an assumed-size dummy (buf(*)), whose size Fortran does not know: refused, where
+    ! the read wrote past the end of small and the write claimed SIZE_MAX elements.
+    call get_through_assumed_size(gpt, small, ierr)
+    call expect_message(ierr, DT_ERR_INVALID_ARGUMENT, ctx, 'dt_model_get_tensor: values is an assumed-size array', &
+                        'assumed-size read')
+    call check(all(small == 0), 'the assumed-size read wrote nothing')
+    call set_through_assumed_size(gpt, wte, ierr)
+    call expect_message(ierr, DT_ERR_INVALID_ARGUMENT, ctx, 'dt_model_set_tensor: values is an assumed-size array', &
+                        'assumed-size write')
     call dt_model_destroy(gpt, ierr)
+  end subroutine
+
+  subroutine get_through_assumed_size(model, buf, ierr)
+    type(dt_model), intent(in) :: model
+    real(c_float) :: buf(*)
+    integer, intent(out) :: ierr
+    call dt_model_get_tensor(model, 'wte', buf, ierr)
+  end subroutine
+
+  subroutine set_through_assumed_size(model, buf, ierr)
+    type(dt_model), intent(in) :: model
+    real(c_float) :: buf(d_model, *)
+    integer, intent(out) :: ierr
+    call dt_model_set_tensor(model, 'wte', buf, ierr)
   end subroutine
 
   ! y = W x + b, this rank's share of 8 samples per step.
