@@ -452,6 +452,9 @@ TrainSummary Trainer::run() {
         s.last_val_loss = val;
         DTRAIN_LOG(info, "eval: val loss " << shortest_text(val) << " at step " << s.step
                          << " (the evaluation the run's last step did not finish)");
+      } else {
+        DTRAIN_LOG(info, s.stop_cause() << ": stopping during the evaluation step " << s.step
+                         << " still owes");
       }
     }
     if (s.last_val_step == s.step) sum.final_val_loss = s.last_val_loss;
@@ -522,8 +525,18 @@ TrainSummary Trainer::run() {
                                       << s.step);
       break;
     }
-    if (s.cfg.save_every > 0 && s.step % s.cfg.save_every == 0) sum.last_checkpoint = save_checkpoint();
+    if (s.cfg.save_every > 0 && s.step % s.cfg.save_every == 0) {
+      sum.last_checkpoint = save_checkpoint();
+      // A signal during the save: stop on the checkpoint just written, not after a step more
+      // and a second save (the step's only micro-batch polls nothing before it starts).
+      if (s.agree_stop()) {
+        DTRAIN_LOG(info, s.stop_cause() << ": stopping after step " << s.step << " (during its checkpoint)");
+        break;
+      }
+    }
   }
+  // The summary's val loss is the last step's, if it was evaluated (a stop may drop that).
+  if (s.last_val_step != s.step) sum.final_val_loss = -1;
   if (!s.cfg.save_dir.empty() && s.last_saved_step != s.step) sum.last_checkpoint = save_checkpoint();
   stop_at_the_end();
   if (s.stopped && s.cfg.save_dir.empty()) {
