@@ -140,11 +140,7 @@ contains
     real(c_float), dimension(..), contiguous, target, intent(inout) :: values
     integer, intent(out) :: ierr
     integer(c_size_t) :: n
-    n = elements(values)
-    if (n < 0) then
-      call refuse_assumed_size(ierr, 'dt_model_get_tensor')
-      return
-    end if
+    if (.not. known_size(values, n, ierr, 'dt_model_get_tensor')) return
     ierr = ret(c_model_get_tensor(model, c_string(name), c_loc(values), n))
   end subroutine
 
@@ -160,35 +156,32 @@ contains
     real(c_float), dimension(..), contiguous, target, intent(in) :: values
     integer, intent(out) :: ierr
     integer(c_size_t) :: n
-    n = elements(values)
-    if (n < 0) then
-      call refuse_assumed_size(ierr, 'dt_model_set_tensor')
-      return
-    end if
+    if (.not. known_size(values, n, ierr, 'dt_model_set_tensor')) return
     ierr = ret(c_model_set_tensor(model, c_string(name), c_loc(values), n))
   end subroutine
 
-  !> The elements of an assumed-rank array, or -1 for an assumed-size one (a dummy buf(*) or
-  !> buf(n,*) passed on), whose last extent Fortran does not know: SIZE of the whole array
-  !> is undefined there (gfortran gives -1, which C would read as SIZE_MAX).
-  integer(c_size_t) function elements(values)
+  !> Sets n to the elements of an assumed-rank array and returns .true.; for an assumed-size
+  !> one (a dummy buf(*) or buf(n,*) passed on), whose last extent Fortran does not know, sets
+  !> ierr and returns .false.: SIZE of the whole array is undefined there (gfortran gives -1,
+  !> which C would read as SIZE_MAX).
+  logical function known_size(values, n, ierr, procedure)
     real(c_float), dimension(..), intent(in) :: values
-    integer :: d
-    elements = 1
-    do d = 1, rank(values)
-      if (size(values, dim=d) < 0) then
-        elements = -1
-        return
-      end if
-      elements = elements * size(values, dim=d, kind=c_size_t)
-    end do
-  end function
-
-  subroutine refuse_assumed_size(ierr, procedure)
+    integer(c_size_t), intent(out) :: n
     integer, intent(out) :: ierr
     character(len=*), intent(in) :: procedure
-    call fail_here(ierr, DT_ERR_INVALID_ARGUMENT, procedure, 'values is an assumed-size array (a dummy '// &
-                   'declared buf(*)), whose size Fortran cannot tell: pass a section of known size, e.g. buf(1:n)')
-  end subroutine
+    integer :: d
+    known_size = .true.
+    n = 1
+    do d = 1, rank(values)
+      if (size(values, dim=d) < 0) then
+        call fail_here(ierr, DT_ERR_INVALID_ARGUMENT, procedure, 'values is an assumed-size array (a '// &
+                       'dummy declared buf(*)), whose size Fortran cannot tell: pass a section of known '// &
+                       'size, e.g. buf(1:n)')
+        known_size = .false.
+        return
+      end if
+      n = n * size(values, dim=d, kind=c_size_t)
+    end do
+  end function
 
 end module dtrain_tensors
