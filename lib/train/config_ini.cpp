@@ -56,7 +56,7 @@ std::string TrainConfig::to_ini() const {
   kv("clip-grad", clip_grad);
   kv("data", data);
   kv("val-data", val_data);
-  kv("val-fraction", val_fraction);
+  if (!data.empty()) kv("val-fraction", val_fraction);  // the built-in corpus refuses it
   kv("steps", steps);
   kv("seed", seed);
   kv("precision", precision);

@@ -159,6 +159,9 @@ Trainer::Trainer(const TrainConfig& cfg, Communicator& world)
   if (s_->grid.pp_size() == 1 && cfg.schedule != defaults.schedule) {
     DTRAIN_LOG(warn, "--schedule " << cfg.schedule << " has no effect without a pipeline (--pp 1)");
   }
+  if (s_->grid.dp_size() == 1 && cfg.zero > 0) {
+    DTRAIN_LOG(warn, "--zero " << cfg.zero << " has no effect with one data-parallel rank (nothing to shard over)");
+  }
   if (cfg.eval_only && cfg.save_every != defaults.save_every) {
     DTRAIN_LOG(warn, "--save-every has no effect with --eval-only (it trains nothing)");
   }
