@@ -14,10 +14,9 @@
 namespace dtrain_ckpt {
 namespace {
 
-// |x - y|, where NaN equals NaN and differs infinitely from a number.
+// |x - y| of two numbers, or of two NaNs, which are equal (and so are equal infinities).
 double distance(float x, float y) {
-  if (std::isnan(x) || std::isnan(y)) return std::isnan(x) && std::isnan(y) ? 0.0 : INFINITY;
-  return std::fabs(static_cast<double>(x) - static_cast<double>(y));
+  return std::isnan(x) || x == y ? 0.0 : std::fabs(static_cast<double>(x) - static_cast<double>(y));
 }
 
 // The attributes of `object` (none where a file lacks it, as a file that is not a checkpoint
@@ -60,6 +59,7 @@ int diff(const std::string& a, const std::string& b) {
   const ck::CheckpointFile fa(a), fb(b);
   bool differ = false;
   double overall = 0;
+  std::size_t overall_nan = 0;
   for (const ck::DatasetInfo& da : fa.datasets()) {
     const ck::DatasetInfo* db = fb.find(da.path);
     if (!db) {
@@ -75,19 +75,25 @@ int diff(const std::string& a, const std::string& b) {
     const std::vector<float> x = fa.read(da.path), y = fb.read(da.path);
     double max_abs = 0;
     std::size_t other_bits = 0;  // -0 against 0, NaNs of other payloads: equal values, other bits
+    std::size_t nan_against_number = 0;  // no distance
     for (std::size_t i = 0; i < x.size(); ++i) {
+      if (std::isnan(x[i]) != std::isnan(y[i])) {
+        ++nan_against_number;
+        continue;
+      }
       const double d = distance(x[i], y[i]);
       max_abs = std::fmax(max_abs, d);
       other_bits += d == 0 && std::memcmp(&x[i], &y[i], sizeof(float)) != 0;
     }
-    if (other_bits > 0) {
-      std::printf("%-44s max_abs_diff %.9g (values equal but stored as other bits: %zu; -0 and 0, or NaNs)\n", da.path.c_str(),
-                  max_abs, other_bits);
-    } else {
-      std::printf("%-44s max_abs_diff %.9g\n", da.path.c_str(), max_abs);
-    }
-    differ = differ || max_abs > 0 || other_bits > 0;
+    std::string notes;
+    if (other_bits > 0)
+      notes += "; values equal but stored as other bits: " + std::to_string(other_bits) + "; -0 and 0, or NaNs";
+    if (nan_against_number > 0) notes += "; NaN against a number: " + std::to_string(nan_against_number);
+    std::printf("%-44s max_abs_diff %.9g%s\n", da.path.c_str(), max_abs,
+                notes.empty() ? "" : (" (" + notes.substr(2) + ")").c_str());
+    differ = differ || max_abs > 0 || other_bits > 0 || nan_against_number > 0;
     overall = std::fmax(overall, max_abs);
+    overall_nan += nan_against_number;
     differ = attributes_differ(fa, fb, da.path) || differ;  // its checksum: a copy may be damaged there
   }
   for (const ck::DatasetInfo& db : fb.datasets()) {
@@ -98,7 +104,8 @@ int diff(const std::string& a, const std::string& b) {
   }
   for (const char* object : {"/", "/model", "/optimizer"})
     differ = attributes_differ(fa, fb, object) || differ;
-  std::printf("%s (max abs difference %.9g)\n", differ ? "differ" : "identical", overall);
+  std::printf("%s (max abs difference %.9g%s)\n", differ ? "differ" : "identical", overall,
+              overall_nan > 0 ? ("; NaN against a number: " + std::to_string(overall_nan)).c_str() : "");
   return differ ? 1 : 0;
 }
 

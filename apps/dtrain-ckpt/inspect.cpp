@@ -46,7 +46,11 @@ int inspect(const std::string& file) {
               static_cast<unsigned long long>(total));
   for (const auto& d : f.datasets()) {
     std::printf("  %-44s %-8s %-14s", d.path.c_str(), d.dtype.c_str(), dtrain::ckpt::shape_text(d.shape).c_str());
-    if (d.has_checksum) std::printf(" checksum %llu", static_cast<unsigned long long>(d.checksum));
+    if (d.has_checksum) {
+      std::printf(" checksum %llu", static_cast<unsigned long long>(d.checksum));
+    } else {
+      std::printf(" checksum unusable (%s)", d.checksum_problem.c_str());
+    }
     if (d.file_offset != dtrain::ckpt::DatasetInfo::kNoOffset)
       std::printf(" offset %llu", static_cast<unsigned long long>(d.file_offset));
     std::printf("\n");

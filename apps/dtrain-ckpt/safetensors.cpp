@@ -34,19 +34,42 @@ namespace {
 
 const char* const kModelPrefix = "/model/";
 
+// The length of the valid UTF-8 sequence at s[i] (shortest form, no surrogate, at most
+// U+10FFFF); 0 where the bytes there are not one.
+std::size_t utf8_length(const std::string& s, std::size_t i) {
+  const auto byte = [&](std::size_t k) { return static_cast<unsigned char>(s[k]); };
+  const unsigned lead = byte(i);
+  const std::size_t n = lead < 0x80 ? 1 : lead < 0xC2 ? 0 : lead < 0xE0 ? 2 : lead < 0xF0 ? 3 : lead < 0xF5 ? 4 : 0;
+  if (n == 0 || i + n > s.size()) return 0;
+  for (std::size_t k = 1; k < n; ++k)
+    if ((byte(i + k) & 0xC0) != 0x80) return 0;
+  const unsigned second = n > 1 ? byte(i + 1) : 0;
+  if ((lead == 0xE0 && second < 0xA0) || (lead == 0xED && second >= 0xA0) || (lead == 0xF0 && second < 0x90) ||
+      (lead == 0xF4 && second >= 0x90))
+    return 0;
+  return n;
+}
+
+// A JSON string, which must be UTF-8: a byte of an attribute that is not (a hand-edited
+// file) is written as the character of its number, \u00XX.
 std::string json_string(const std::string& s) {
   std::string out = "\"";
-  for (const char c : s) {
+  for (std::size_t i = 0; i < s.size();) {
+    const char c = s[i];
+    const std::size_t n = utf8_length(s, i);
     if (c == '"' || c == '\\') {
       out += '\\';
       out += c;
-    } else if (static_cast<unsigned char>(c) < 0x20) {
+    } else if (n == 0 || static_cast<unsigned char>(c) < 0x20) {
       char buf[8];
-      std::snprintf(buf, sizeof buf, "\\u%04x", static_cast<unsigned>(c));
+      std::snprintf(buf, sizeof buf, "\\u%04x", static_cast<unsigned>(static_cast<unsigned char>(c)));
       out += buf;
     } else {
-      out += c;
+      out.append(s, i, n);
+      i += n;
+      continue;
     }
+    ++i;
   }
   return out + "\"";
 }
@@ -193,8 +216,8 @@ std::uint64_t write_safetensors(const ModelTensors& model, const std::string& ch
     const ck::DatasetInfo* d = t.dataset;
     std::vector<float> data = model.file.read(d->path);
     DTRAIN_CHECK(d->has_checksum && ck::checksum_run(data.data(), data.size(), 0) == d->checksum,
-                 Errc::corrupt_data, "dataset " << d->path << (d->has_checksum ? " fails its" : " has no")
-                                                << " checksum: '" << checkpoint << "' is damaged, nothing exported");
+                 Errc::corrupt_data, (d->has_checksum ? "dataset " + d->path + " fails its checksum" : d->checksum_problem)
+                                         << ": '" << checkpoint << "' is damaged, nothing exported");
     if (t.transpose) {
       const std::size_t rows = d->shape[0], cols = d->shape[1];
       transposed.resize(data.size());
@@ -323,6 +346,7 @@ class MadeDirectories {
 // which a crafted or damaged file could set to anything (n_head 0, a vocabulary of 2^40).
 void check_gpt_attributes(const std::string& file, const std::map<std::string, std::string>& attr,
                           const ModelTensors& model) {
+  model.file.header();  // every attribute as a resume reads it, their HDF5 types too (2.0 is not 2)
   std::map<std::string, long long> v;
   for (const char* key : {"layers", "heads", "d_model", "seq_len", "vocab"}) {
     const std::string& text = attr.at(key);

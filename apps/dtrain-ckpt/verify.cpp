@@ -156,7 +156,7 @@ int verify(const std::string& file) {
   problem = gpt_tensor_problem(f);  // after the header: its attributes are integers
   if (!problem.empty()) return bad(file, problem);
   for (const ck::DatasetInfo& d : f.datasets()) {
-    if (!d.has_checksum) return bad(file, "dataset " + d.path + " has no checksum attribute");
+    if (!d.has_checksum) return bad(file, d.checksum_problem);
     if (d.dtype != "float32") return bad(file, "dataset " + d.path + " is " + d.dtype + ", not float32");
     std::vector<float> data;
     try {

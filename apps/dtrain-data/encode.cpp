@@ -203,7 +203,7 @@ void check_output_free(const EncodeOptions& options) {
   const fs::path dir = output_directory(options.output);
   DTRAIN_CHECK(fs::is_directory(dir), Errc::io, "--output '" << options.output << "': no directory '" << dir.string() << "'");
   if (options.shard_tokens == 0) {
-    DTRAIN_CHECK(!fs::exists(out), Errc::invalid_argument,
+    DTRAIN_CHECK(!fs::exists(fs::symlink_status(out)), Errc::invalid_argument,  // a dangling link too
                  "--output '" << options.output << "' exists; dtrain-data does not overwrite: remove it or name another");
     return;
   }
@@ -284,7 +284,7 @@ void rename_new(const std::string& from, const std::string& to) {
   DTRAIN_CHECK(error == EINVAL || error == ENOSYS, Errc::io,
                "cannot rename '" << from << "' to '" << to << "': " << std::strerror(error));
   // A file system without RENAME_NOREPLACE: the check and the rename are two steps.
-  DTRAIN_CHECK(!fs::exists(to), Errc::io, "'" << to << "' appeared while this run encoded; not replaced");
+  DTRAIN_CHECK(!fs::exists(fs::symlink_status(to)), Errc::io, "'" << to << "' appeared while this run encoded; not replaced");
   fs::rename(from, to);
 }
 

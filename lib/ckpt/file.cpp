@@ -43,8 +43,17 @@ DatasetInfo describe(hid_t file, const std::string& path) {
   H5Sget_simple_extent_dims(space, reinterpret_cast<hsize_t*>(info.shape.data()), nullptr);
   h5::Handle type = h5::type_handle(H5Dget_type(d), path);
   info.dtype = h5::type_name(type);
-  info.has_checksum = h5::has_attr(d, "checksum", path);
-  if (info.has_checksum) info.checksum = h5::read_attr_u64(d, "checksum", path);
+  if (!h5::has_attr(d, "checksum", path)) {
+    info.checksum_problem = "dataset " + path + " has no checksum attribute";
+  } else {
+    try {  // another type or range is the file's damage to report, not a file that cannot be read
+      info.checksum = h5::read_attr_u64(d, "checksum", "dataset " + path);
+      info.has_checksum = true;
+    } catch (const Error& e) {
+      if (e.code() != Errc::corrupt_data) throw;
+      info.checksum_problem = e.what();
+    }
+  }
   const haddr_t offset = H5Dget_offset(d);
   if (offset != HADDR_UNDEF) info.file_offset = offset;
   H5Eclear2(H5E_DEFAULT);  // H5Dget_offset fails quietly for non-contiguous layouts
@@ -57,7 +66,16 @@ std::string attr_text(hid_t attr) {
   if (H5Sget_simple_extent_npoints(space) != 1) return "(array)";
   switch (H5Tget_class(type)) {
     case H5T_STRING: {
-      if (H5Tis_variable_str(type) > 0) return "(variable-length string)";
+      if (H5Tis_variable_str(type) > 0) {  // not what dtrain writes, but shown as it is
+        h5::Handle text = h5::type_handle(H5Tcopy(H5T_C_S1), "H5Tcopy");
+        h5::check_status(H5Tset_size(text, H5T_VARIABLE), "H5Tset_size");
+        h5::check_status(H5Tset_cset(text, H5Tget_cset(type)), "H5Tset_cset");
+        char* value = nullptr;
+        h5::check_status(H5Aread(attr, text, &value), "H5Aread");
+        const std::string copy = value ? value : "";
+        H5free_memory(value);
+        return copy;
+      }
       std::vector<char> buf(H5Tget_size(type) + 1, '\0');
       h5::check_status(H5Aread(attr, type, buf.data()), "H5Aread");
       return buf.data();

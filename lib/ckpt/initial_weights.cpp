@@ -212,8 +212,9 @@ class CheckpointSource : public Source {
     const DatasetInfo& d = *file_.find(kModel + name);
     std::vector<float> v = file_.read(d.path);
     DTRAIN_CHECK(d.has_checksum && checksum_run(v.data(), v.size(), 0) == d.checksum, Errc::corrupt_data,
-                 "checkpoint '" << file_.path() << "': dataset " << d.path
-                                << (d.has_checksum ? " fails its checksum" : " has no checksum") << ": the file is damaged");
+                 "checkpoint '" << file_.path() << "': "
+                                << (d.has_checksum ? "dataset " + d.path + " fails its checksum" : d.checksum_problem)
+                                << ": the file is damaged");
     return v;
   }
   int layers() const override { return layers_; }

@@ -152,9 +152,13 @@ else:
     print("dtrain-gpt trained 3 steps on the shards")
 
 # Refusals: one message, exit status, and no file left behind.
+dangling = os.path.join(work, "dangling.bin")  # a link to nothing is a name in use too
+if not os.path.lexists(dangling):
+    os.symlink("nowhere", dangling)
 before = leftovers()
 refusals = [
     ([data, "encode", "--tokenizer", tok, "--output", os.path.join(work, "all1.bin")] + inputs, 2, "exists"),
+    ([data, "encode", "--tokenizer", tok, "--output", dangling] + inputs, 2, "exists"),
     ([data, "encode", "--tokenizer", tok, "--output", out.replace("noeot", "sharded"), "--shard-tokens", "9"] + inputs,
      2, "a shard of that name exists"),
     ([data, "encode", "--tokenizer", tok, "--output", os.path.join(work, "x.txt")] + inputs, 2, "must name a .bin file"),

@@ -7,6 +7,7 @@ with the status given and a message naming the problem; the unedited copy verifi
 
 usage: check_structure.py TOOL FILE SCRATCH   (exit 77 = skipped: no h5py)
 """
+import json
 import os
 import shutil
 import subprocess
@@ -64,6 +65,16 @@ cases = [  # (edit, command, status, text)
     (drop_attr("/", "step"), "verify", 1, "attribute 'step' is missing"),
     (drop_attr("/optimizer", "step"), "verify", 1, "attribute /optimizer 'step' is missing"),
     (soft_link, "verify", 2, "/model/wpe is a soft or external link"),
+    # A checksum attribute of another type or range is the file's damage, named as such (the
+    # file is read, not refused as unreadable); h5py's strings are variable-length ones,
+    # shown as they are.
+    (set_attr("/model/wte", "checksum", numpy.float64(1.0)), "verify", 1,
+     "dataset /model/wte: attribute 'checksum' is not an integer"),
+    (set_attr("/model/wte", "checksum", numpy.int64(-1)), "verify", 1, "dataset /model/wte: attribute 'checksum' is -1"),
+    (set_attr("/model/wte", "checksum", numpy.float64(1.0)), "export", 2,
+     "dataset /model/wte: attribute 'checksum' is not an integer"),
+    (set_attr("/", "checksum_algorithm", "crc32"), "verify", 1, "unknown checksum algorithm 'crc32'"),
+    (set_attr("/", "format", "dtrain-checkpoint"), "verify", 1, "attribute 'format' is not a fixed-length string"),
     # Attributes of the right value in another HDF5 type, or out of range: a resume refuses them.
     (set_attr("/", "format_version", numpy.bytes_(b"1")), "verify", 1,
      "attribute 'format_version' is not"),
@@ -98,4 +109,24 @@ for edit, command, want, text in cases:
         os.remove(out_file)
     print(("ok  " if ok else "FAIL"), command, text, "->", run.returncode, out)
     failed |= not ok
+
+# A string attribute that is not UTF-8 (a hand-edited file) still exports a header that is
+# (safetensors' header is UTF-8 JSON): its stray byte as the character of its number.
+shutil.copyfile(source, scratch)
+with h5py.File(scratch, "r+") as f:
+    raw = b"\xff0.2 \xc3\xa9"
+    del f.attrs["library_version"]
+    f.attrs.create("library_version", numpy.bytes_(raw), dtype=h5py.string_dtype("ascii", len(raw)))
+run = subprocess.run([tool, "export", scratch, out_file], capture_output=True, text=True)
+try:
+    with open(out_file, "rb") as f:
+        size = int.from_bytes(f.read(8), "little")
+        shown = json.loads(f.read(size).decode("utf-8"))["__metadata__"]["library_version"]
+    ok = run.returncode == 0 and shown == "\u00ff0.2 \u00e9"
+except (OSError, ValueError, KeyError) as e:
+    ok, shown = False, repr(e)
+if os.path.exists(out_file):
+    os.remove(out_file)
+print(("ok  " if ok else "FAIL"), "export of a non-UTF-8 attribute ->", run.returncode, repr(shown))
+failed |= not ok
 sys.exit(1 if failed else 0)

@@ -17,8 +17,11 @@ struct DTRAIN_API DatasetInfo {
   std::string path;                   // e.g. "/model/wte", "/optimizer/wte/exp_avg"
   std::vector<std::uint64_t> shape;   // logical shape
   std::string dtype;                  // "float32", "float64", "int32", ... ("other" if unknown)
-  bool has_checksum = false;
-  std::uint64_t checksum = 0;         // the stored `checksum` attribute
+  bool has_checksum = false;         // a `checksum` attribute that reads as a uint64
+  std::uint64_t checksum = 0;         // its value
+  // Where has_checksum is false, why, naming the dataset ("dataset /model/wte has no checksum
+  // attribute", or what is wrong with the one it has).
+  std::string checksum_problem;
   // Byte offset of the (contiguous) data in the file; kNoOffset when it has none yet.
   static constexpr std::uint64_t kNoOffset = ~std::uint64_t{0};
   std::uint64_t file_offset = kNoOffset;
