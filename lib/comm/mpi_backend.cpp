@@ -173,7 +173,7 @@ void MpiBackend::all_gather_v(const void* send, void* recv, const std::size_t* r
   if (total == 0) return;
   const std::size_t block = recv_counts[rank_] * es;
   char* mine = byte_at(recv, displs[rank_] * es);
-  bool in_place = send == mine || block == 0;
+  bool in_place = send == mine;  // an empty block too: every rank decides by its pointers alike
   if (!in_place && overlaps(send, block, recv, total * es)) {
     std::memmove(mine, send, block);
     in_place = true;
@@ -191,7 +191,7 @@ void MpiBackend::all_gather_v(const void* send, void* recv, const std::size_t* r
     return;
   }
   // Some block or offset exceeds one MPI call: each rank broadcasts its block in chunks.
-  if (!in_place) std::memcpy(mine, send, block);
+  if (!in_place && block) std::memcpy(mine, send, block);
   for (int r = 0; r < size_; ++r) {
     void* block_r = byte_at(recv, displs[r] * es);
     broadcast(block_r, block_r, recv_counts[r], type, r, nullptr);
@@ -262,7 +262,8 @@ void MpiBackend::reduce_scatter_v(const void* send, void* recv, const std::size_
   const bool fits = fits_one_call(total);  // each block and their sum, which MPI keeps in an int
   if (total == 0) return;
   const std::size_t block = recv_counts[rank_] * es;
-  const bool in_place = send == recv || overlaps(recv, block, send, total * es);
+  const bool in_place = send == recv || (block ? overlaps(recv, block, send, total * es)
+                                               : points_into(recv, send, total * es));
   void* input = const_cast<void*>(send);
   const void* result = recv;
   if (fits) {

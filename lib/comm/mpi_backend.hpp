@@ -4,6 +4,7 @@
 // what one MPI call takes.
 #include <mpi.h>
 
+#include <cstdint>
 #include <vector>
 
 #include "comm/backend.hpp"
@@ -138,6 +139,14 @@ inline bool overlaps(const void* a, std::size_t a_bytes, const void* b, std::siz
   const char* pa = static_cast<const char*>(a);
   const char* pb = static_cast<const char*>(b);
   return a_bytes && b_bytes && pa < pb + b_bytes && pb < pa + a_bytes;
+}
+
+// Whether p points into [base, base + bytes], its end included: where an empty block of an
+// in-place call sits (every rank must pass MPI_IN_PLACE or none, so a rank with nothing to
+// receive decides as the others do).
+inline bool points_into(const void* p, const void* base, std::size_t bytes) {
+  const auto a = reinterpret_cast<std::uintptr_t>(p), b = reinterpret_cast<std::uintptr_t>(base);
+  return a >= b && a - b <= bytes;
 }
 
 }  // namespace dtrain::comm

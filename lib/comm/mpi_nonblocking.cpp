@@ -64,6 +64,14 @@ MpiRequest::Lists* MpiRequest::take_lists() {
 MpiRequest::MpiRequest() : lists_(take_lists()) {}
 
 MpiRequest::~MpiRequest() {
+  // Operations posted but never finished (a post that failed part-way, a failed wait): MPI may
+  // still read and write their buffers, which the caller frees next, so they are waited for,
+  // errors ignored on this failure path. After MPI_Finalize there is nothing to wait for.
+  const bool pending = std::any_of(requests.begin(), requests.end(),
+                                   [](MPI_Request r) { return r != MPI_REQUEST_NULL; });
+  int finalized = 0;
+  if (!done_ && pending && MPI_Finalized(&finalized) == MPI_SUCCESS && !finalized)
+    MPI_Waitall(static_cast<int>(requests.size()), requests.data(), MPI_STATUSES_IGNORE);
   lists_->requests.clear();
   lists_->types.clear();  // frees derived types MPI no longer reads (finish() did, if it ran)
   lists_->counts.clear();
@@ -185,7 +193,8 @@ RequestPtr MpiBackend::ireduce_scatter_v(const void* send, void* recv,
     return req;
   }
   const std::size_t block = recv_counts[rank_] * es;
-  const bool in_place = send == recv || overlaps(recv, block, send, total * es);
+  const bool in_place = send == recv || (block ? overlaps(recv, block, send, total * es)
+                                               : points_into(recv, send, total * es));
   void* input = const_cast<void*>(send);
   req->counts.assign(recv_counts, recv_counts + size_);
   req->requests.emplace_back();
@@ -252,7 +261,7 @@ RequestPtr MpiBackend::iall_gather_v(const void* send, void* recv,
   }
   const std::size_t block = recv_counts[rank_] * es;
   char* mine = byte_at(recv, static_cast<std::size_t>(req->counts[size_ + rank_]) * es);
-  bool in_place = send == mine || block == 0;
+  bool in_place = send == mine;  // an empty block too: every rank decides by its pointers alike
   if (!in_place && overlaps(send, block, recv, total * es)) {
     std::memmove(mine, send, block);
     in_place = true;

@@ -88,10 +88,10 @@ ContiguousType::ContiguousType(std::size_t count, MPI_Datatype base) {
   const std::size_t block = max_elements_per_call();
   const std::size_t blocks = count / block;
   const std::size_t rest = count % block;
-  MPI_Datatype block_type = MPI_DATATYPE_NULL;
-  mpi_check(MPI_Type_contiguous(static_cast<int>(block), base, &block_type), "MPI_Type_contiguous");
   DTRAIN_CHECK(blocks <= static_cast<std::size_t>(INT_MAX), Errc::invalid_argument,
                "count " << count << " is too large for one MPI message");
+  MPI_Datatype block_type = MPI_DATATYPE_NULL;
+  mpi_check(MPI_Type_contiguous(static_cast<int>(block), base, &block_type), "MPI_Type_contiguous");
   if (rest == 0) {
     mpi_check(MPI_Type_contiguous(static_cast<int>(blocks), block_type, &type_),
               "MPI_Type_contiguous");

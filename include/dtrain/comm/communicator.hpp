@@ -88,6 +88,9 @@ class DTRAIN_API Communicator {
   Communicator split(int color, int key, const std::string& name) const;
   Communicator dup(const std::string& name) const;
 
+  // In-place calls: every rank calls in place or none does (MPI's rule). A rank whose block
+  // of a _v call is empty is in place where its pointer sits at its block's offset, as the
+  // others' do; a separate buffer (even a null one) is not.
   // recv = op over ranks of send. recv may equal send (in-place).
   void all_reduce(const void* send, void* recv, std::size_t count, DType type, ReduceOp op);
   // send holds recv_count * size() elements; rank r receives block r reduced over ranks.
