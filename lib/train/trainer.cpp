@@ -94,10 +94,14 @@ void warn_if_run_differs(const std::string& path, const ckpt::CheckpointInfo& in
     const std::optional<std::string> then = ini_value(saved_ini, key.name), here = ini_value(now, key.name);
     if (!key.used || !then || !here || (key.is_path && contents_known) || same_setting(*then, *here, key.is_path))
       continue;
+    const auto shown = [&](const std::string& value) {
+      return std::string(key.name) == "data" && value.empty() ? "'' (the built-in corpus)" : setting_text(value);
+    };
     DTRAIN_LOG(warn, "checkpoint " << path << " was written by a run with " << key.name << " = "
-                     << setting_text(*then) << ", this run has " << setting_text(*here)
+                     << shown(*then) << ", this run has " << shown(*here)
                      << ": from here on it draws other samples than the run it continues would have"
-                     << (key.is_path ? " (unless it is the same data under another path)" : ""));
+                     << (key.is_path && !then->empty() && !here->empty()  // "": the built-in corpus
+                             ? " (unless it is the same data under another path)" : ""));
   }
   // The learning rate at step s is a function of these: another value (a longer --steps to
   // train on, say) changes the rates from here on. Said once, as the samples are.

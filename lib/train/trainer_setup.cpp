@@ -108,8 +108,8 @@ std::unique_ptr<TokenSource> open_source_on_every_rank(const TrainConfig& cfg, C
   agreed(world, "reading the data", [&] { needed = src->vocab_needed(world.rank(), world.size()); });
   world.all_reduce(&needed, &needed, 1, DType::i32, ReduceOp::max);
   DTRAIN_CHECK(needed <= cfg.vocab, Errc::invalid_config,
-               "--vocab " << cfg.vocab << " is too small for " << seen << ", which needs at least "
-                          << needed);
+               "--vocab " << cfg.vocab << " is too small for the data, which needs at least " << needed
+                          << " (the data: " << seen << ")");
   src->limit_vocab(cfg.vocab);
   return src;
 }

@@ -85,6 +85,12 @@ fi
 "$gpt" $options --steps 2 --save-dir ckpt_seed --resume auto --seed 9007199254740993 > seed2.log 2>&1 ||
   fail "seed resume: $(cat seed2.log)"
 once seed2.log "written by a run with seed = 9007199254740992, this run has 9007199254740993"
+# The built-in corpus, then files: other samples, with no "the same data under another path".
+# shellcheck disable=SC2086
+"$gpt" $options --steps 3 --save-dir ckpt_seed --resume auto --seed 9007199254740993 --data copy.txt > corpus.log 2>&1 ||
+  fail "resume on files: $(cat corpus.log)"
+once corpus.log "data = '' (the built-in corpus), this run has 'copy.txt': from here on it draws other samples than the run it continues would have"
+grep -q "unless it is the same data" corpus.log && fail "the built-in corpus taken for files under another path: $(cat corpus.log)"
 # fp16: the saved dynamic loss scale goes on, whatever --loss-scale says.
 # shellcheck disable=SC2086
 "$gpt" $options --precision fp16 --steps 2 --save-dir ckpt16 > fp16.log 2>&1 || fail "fp16 run: $(cat fp16.log)"
