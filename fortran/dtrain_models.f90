@@ -567,8 +567,15 @@ contains
     rc = c_model_num_logits(model, vocab)
     if (rc == DT_SUCCESS) then
       if (size(logits) /= vocab) then
-        call fail_here(ierr, DT_ERR_INVALID_ARGUMENT, 'dt_gpt_decode', 'logits must have vocab entries')
-        call fail_in_c_too(c_gpt_decode(model, tokens, 0_c_int, 0_c_int, logits))
+        ! C refuses a call without tokens, a model other than a GPT first: that is the
+        ! problem to report then.
+        rc = c_gpt_decode(model, tokens, 0_c_int, 0_c_int, logits)
+        if (index(from_c(c_get_last_error(dt_context())), 'model is not a GPT') > 0) then
+          ierr = ret(rc)
+        else
+          call fail_here(ierr, DT_ERR_INVALID_ARGUMENT, 'dt_gpt_decode', 'logits must have vocab entries')
+          call fail_in_c_too(rc)
+        end if
         return
       end if
     end if

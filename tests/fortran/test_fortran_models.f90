@@ -336,6 +336,11 @@ contains
       call dt_model_get_parameters(model, w, ierr)
       call check(all(iand(transfer(w, 0_c_int32_t, size(w)), 65535_c_int32_t) == 0), &
                  'bf16 mlp parameters are bf16 values')
+      ! An MLP decodes nothing, whatever the size of the logits given.
+      tokens = 1
+      call dt_gpt_decode(model, tokens(1:2, 1), .true., w(1:5), ierr)
+      call expect_message(ierr, DT_ERR_INVALID_ARGUMENT, ctx, 'dt_gpt_decode: model is not a GPT', &
+                          'dt_gpt_decode on an mlp')
       call dt_model_destroy(model, ierr)
     end block
     call dt_model_create_gpt(world, model, ierr, layers=1, heads=2, d_model=d_model, &
