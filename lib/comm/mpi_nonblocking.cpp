@@ -5,6 +5,7 @@
 #include <vector>
 
 #include "comm/mpi_backend.hpp"
+#include "comm/watchdog.hpp"
 #include "dtrain/core/error.hpp"
 
 namespace dtrain::comm {
@@ -66,12 +67,15 @@ MpiRequest::MpiRequest() : lists_(take_lists()) {}
 MpiRequest::~MpiRequest() {
   // Operations posted but never finished (a post that failed part-way, a failed wait): MPI may
   // still read and write their buffers, which the caller frees next, so they are waited for,
-  // errors ignored on this failure path. After MPI_Finalize there is nothing to wait for.
+  // errors ignored on this failure path, under the watchdog (a peer that never posts its part
+  // ends the job, as in any wait). After MPI_Finalize there is nothing to wait for.
   const bool pending = std::any_of(requests.begin(), requests.end(),
                                    [](MPI_Request r) { return r != MPI_REQUEST_NULL; });
   int finalized = 0;
-  if (!done_ && pending && MPI_Finalized(&finalized) == MPI_SUCCESS && !finalized)
+  if (!done_ && pending && MPI_Finalized(&finalized) == MPI_SUCCESS && !finalized) {
+    WatchScope watch(*op_name ? op_name : "a failed non-blocking operation's posted parts", group);
     MPI_Waitall(static_cast<int>(requests.size()), requests.data(), MPI_STATUSES_IGNORE);
+  }
   lists_->requests.clear();
   lists_->types.clear();  // frees derived types MPI no longer reads (finish() did, if it ran)
   lists_->counts.clear();

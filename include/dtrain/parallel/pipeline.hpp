@@ -31,8 +31,11 @@ class DTRAIN_API PipelineExecutor {
   // activation slots. pp: the pipeline group, rank = stage, borrowed. Throws
   // Error(Errc::invalid_config) for a schedule that does not validate and
   // Error(Errc::invalid_argument) for a model that does not fit it or a micro-batch shape it
-  // cannot run (GptModel::check_batch_shape), on every rank before any message: a failure
-  // on some stages is agreed over pp (collective), every rank throwing AgreedError.
+  // cannot run (GptModel::check_batch_shape), before any message. Local: a model wrong on
+  // some stages only throws there, and the caller makes that every rank's before its next
+  // collective, or ends the job (the C ABI's agreed allocation agrees on it; the Trainer's
+  // failing rank ends the job). A collective here would leave a rank that failed earlier, in
+  // the model's construction, waiting in another one.
   PipelineExecutor(GptModel& model, Communicator& pp, ScheduleKind kind, int micro_batches,
                    int micro_batch, int seq_len, int virtual_stages = 1);
   PipelineExecutor(const PipelineExecutor&) = delete;
@@ -83,8 +86,6 @@ class DTRAIN_API PipelineExecutor {
   std::size_t buffer_bytes() const noexcept { return buffer_bytes_; }
 
  private:
-  // The constructor's work, which it makes every stage's failure (LocalFailure).
-  void set_up(ScheduleKind kind, int micro_batches);
   bool embeds(int chunk) const noexcept { return first_ && chunk == 0; }
   bool heads(int chunk) const noexcept { return last_ && chunk == virtual_stages_ - 1; }
   std::size_t slot_index(int chunk, int micro_batch) const;  // into the per-slot arrays

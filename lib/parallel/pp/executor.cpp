@@ -5,7 +5,6 @@
 // message and before every computation (see push_sends).
 #include "dtrain/parallel/pipeline.hpp"
 
-#include "dtrain/comm/agreed_failure.hpp"
 #include "dtrain/core/error.hpp"
 #include "dtrain/core/timer.hpp"
 #include "parallel/pp/schedule.hpp"
@@ -28,19 +27,7 @@ PipelineExecutor::PipelineExecutor(GptModel& model, Communicator& pp, ScheduleKi
                                    int virtual_stages)
     : model_(model), pp_(pp), micro_batch_(micro_batch), seq_len_(seq_len),
       virtual_stages_(virtual_stages), max_micro_batch_(micro_batch), max_seq_len_(seq_len) {
-  LocalFailure failure;  // a check or an allocation failing on one stage only fails them all
-  try {
-    set_up(kind, micro_batches);
-  } catch (const std::exception& e) {
-    failure.record(e);
-  }
-  failure.agree(pp, "the pipeline executor's set-up");
-}
-
-void PipelineExecutor::set_up(ScheduleKind kind, int micro_batches) {
-  GptModel& model = model_;
-  const int N = pp_.size(), stage = pp_.rank(), V = virtual_stages_, micro_batch = micro_batch_,
-            seq_len = seq_len_;
+  const int N = pp.size(), stage = pp.rank(), V = virtual_stages;
   actions_ = build_schedule(kind, N, stage, micro_batches, V);
   slots_ = chunk_slots(kind, N, stage, micro_batches, V);
   first_ = stage == 0;
