@@ -354,13 +354,12 @@ Communicator device_communicator(const Communicator& host, DeviceTransport t,
                                  const std::string& name) {
   DTRAIN_CHECK(host.valid(), Errc::invalid_argument,
                "device_communicator on an empty Communicator");
-  std::unique_ptr<Backend> copy;
-  {
-    WatchScope watch("dup", host.state()->label);
-    copy = host.state()->backend->dup();
-  }
-  std::unique_ptr<Backend> dev = make_device_backend(std::move(copy), t);
   watchdog::ensure_running();
+  std::unique_ptr<Backend> dev;
+  {  // the transport's set-up is collective too (NCCL's unique id broadcast, ncclCommInitRank)
+    WatchScope watch("dup", host.state()->label);
+    dev = make_device_backend(host.state()->backend->dup(), t);
+  }
   return Communicator(std::make_unique<CommState>(std::move(dev), name));
 }
 
