@@ -570,7 +570,7 @@ contains
         ! C refuses a call without tokens, a model other than a GPT first: that is the
         ! problem to report then.
         rc = c_gpt_decode(model, tokens, 0_c_int, 0_c_int, logits)
-        if (index(from_c(c_get_last_error(dt_context())), 'model is not a GPT') > 0) then
+        if (rc /= DT_SUCCESS .and. index(from_c(c_get_last_error(dt_context())), 'model is not a GPT') > 0) then
           ierr = ret(rc)
         else
           call fail_here(ierr, DT_ERR_INVALID_ARGUMENT, 'dt_gpt_decode', 'logits must have vocab entries')

@@ -14,9 +14,11 @@
 namespace dtrain_ckpt {
 namespace {
 
-// |x - y| of two numbers, or of two NaNs, which are equal (and so are equal infinities).
+// |x - y| of two numbers (equal infinities are 0 apart), 0 for two NaNs, which are equal; a NaN
+// against a number has no distance: NaN, which the caller counts.
 double distance(float x, float y) {
-  return std::isnan(x) || x == y ? 0.0 : std::fabs(static_cast<double>(x) - static_cast<double>(y));
+  if (std::isnan(x) || std::isnan(y)) return std::isnan(x) && std::isnan(y) ? 0.0 : NAN;
+  return x == y ? 0.0 : std::fabs(static_cast<double>(x) - static_cast<double>(y));
 }
 
 // The attributes of `object` (none where a file lacks it, as a file that is not a checkpoint
@@ -77,11 +79,11 @@ int diff(const std::string& a, const std::string& b) {
     std::size_t other_bits = 0;  // -0 against 0, NaNs of other payloads: equal values, other bits
     std::size_t nan_against_number = 0;  // no distance
     for (std::size_t i = 0; i < x.size(); ++i) {
-      if (std::isnan(x[i]) != std::isnan(y[i])) {
+      const double d = distance(x[i], y[i]);
+      if (std::isnan(d)) {
         ++nan_against_number;
         continue;
       }
-      const double d = distance(x[i], y[i]);
       max_abs = std::fmax(max_abs, d);
       other_bits += d == 0 && std::memcmp(&x[i], &y[i], sizeof(float)) != 0;
     }

@@ -171,13 +171,7 @@ void MpiBackend::all_gather_v(const void* send, void* recv, const std::size_t* r
     fits = fits && fits_one_call(recv_counts[r]) && fits_one_call(displs[r]);
   }
   if (total == 0) return;
-  const std::size_t block = recv_counts[rank_] * es;
-  char* mine = byte_at(recv, displs[rank_] * es);
-  bool in_place = send == mine;  // an empty block too: every rank decides by its pointers alike
-  if (!in_place && overlaps(send, block, recv, total * es)) {
-    std::memmove(mine, send, block);
-    in_place = true;
-  }
+  place_own_block(send, byte_at(recv, displs[rank_] * es), recv_counts[rank_] * es);
   if (fits) {
     counts_scratch_.resize(displs.size());
     displs_scratch_.resize(displs.size());
@@ -185,13 +179,12 @@ void MpiBackend::all_gather_v(const void* send, void* recv, const std::size_t* r
       counts_scratch_[r] = static_cast<int>(recv_counts[r]);
       displs_scratch_[r] = static_cast<int>(displs[r]);
     }
-    mpi_check(MPI_Allgatherv(in_place ? MPI_IN_PLACE : send, counts_scratch_[rank_], dt, recv,
+    mpi_check(MPI_Allgatherv(MPI_IN_PLACE, counts_scratch_[rank_], dt, recv,
                              counts_scratch_.data(), displs_scratch_.data(), dt, comm_),
               "MPI_Allgatherv");
     return;
   }
   // Some block or offset exceeds one MPI call: each rank broadcasts its block in chunks.
-  if (!in_place && block) std::memcpy(mine, send, block);
   for (int r = 0; r < size_; ++r) {
     void* block_r = byte_at(recv, displs[r] * es);
     broadcast(block_r, block_r, recv_counts[r], type, r, nullptr);
@@ -217,7 +210,7 @@ void MpiBackend::reduce_blocks_to_roots(const void* send, void* result, const st
       const void* src = copy_input ? copy_of(block, n * es) : me && in_place ? MPI_IN_PLACE : block;
       void* dst = !me ? nullptr : in_place ? const_cast<char*>(block) : byte_at(result, off * es);
       if (pending) {
-        pending->emplace_back();
+        pending->push_back(MPI_REQUEST_NULL);  // until posted: nothing to wait for
         mpi_check(MPI_Ireduce(src, dst, n, dt, mop, r, comm_, &pending->back()), "MPI_Ireduce");
       } else {
         mpi_check(MPI_Reduce(src, dst, n, dt, mop, r, comm_), "MPI_Reduce");
@@ -262,8 +255,7 @@ void MpiBackend::reduce_scatter_v(const void* send, void* recv, const std::size_
   const bool fits = fits_one_call(total);  // each block and their sum, which MPI keeps in an int
   if (total == 0) return;
   const std::size_t block = recv_counts[rank_] * es;
-  const bool in_place = send == recv || (block ? overlaps(recv, block, send, total * es)
-                                               : points_into(recv, send, total * es));
+  const bool in_place = reduce_scatter_in_place(send, recv, block, my_displ * es, total * es);
   void* input = const_cast<void*>(send);
   const void* result = recv;
   if (fits) {

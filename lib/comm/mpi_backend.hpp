@@ -4,7 +4,7 @@
 // what one MPI call takes.
 #include <mpi.h>
 
-#include <cstdint>
+#include <cstring>
 #include <vector>
 
 #include "comm/backend.hpp"
@@ -141,12 +141,18 @@ inline bool overlaps(const void* a, std::size_t a_bytes, const void* b, std::siz
   return a_bytes && b_bytes && pa < pb + b_bytes && pb < pa + a_bytes;
 }
 
-// Whether p points into [base, base + bytes], its end included: where an empty block of an
-// in-place call sits (every rank must pass MPI_IN_PLACE or none, so a rank with nothing to
-// receive decides as the others do).
-inline bool points_into(const void* p, const void* base, std::size_t bytes) {
-  const auto a = reinterpret_cast<std::uintptr_t>(p), b = reinterpret_cast<std::uintptr_t>(base);
-  return a >= b && a - b <= bytes;
+// A _v gather's own block put where it goes in recv, so that every rank calls MPI in place:
+// MPI wants MPI_IN_PLACE on every rank or none, and a rank cannot see how the others called.
+inline void place_own_block(const void* send, void* mine, std::size_t bytes) {
+  if (send != mine && bytes > 0) std::memmove(mine, send, bytes);
+}
+
+// Whether a _v reduce-scatter runs in place: recv inside send, also for an empty block, which
+// sits at its offset there as the others' blocks do (every rank must decide alike).
+inline bool reduce_scatter_in_place(const void* send, const void* recv, std::size_t block,
+                                    std::size_t my_offset, std::size_t total) {
+  return send == recv || (block ? overlaps(recv, block, send, total)
+                                : recv == static_cast<const char*>(send) + my_offset);
 }
 
 }  // namespace dtrain::comm

@@ -146,7 +146,7 @@ RequestPtr MpiBackend::iall_reduce(const void* send, void* recv, std::size_t cou
   const bool in_place = send == recv;
   for (std::size_t off = 0; off < count; off += step) {
     const int n = static_cast<int>(std::min(step, count - off));
-    req->requests.emplace_back();
+    req->requests.push_back(MPI_REQUEST_NULL);  // until posted: nothing to wait for
     mpi_check(MPI_Iallreduce(in_place ? MPI_IN_PLACE : byte_at(send, off * es),
                              byte_at(recv, off * es), n, dt, mop, comm_, &req->requests.back()),
               "MPI_Iallreduce");
@@ -164,7 +164,7 @@ RequestPtr MpiBackend::ireduce_scatter(const void* send, void* recv, std::size_t
   void* input = const_cast<void*>(send);
   // The whole input must fit too: Open MPI's libnbc adds the blocks up in an int.
   if (fits_one_call(recv_count * static_cast<std::size_t>(size_))) {
-    req->requests.emplace_back();
+    req->requests.push_back(MPI_REQUEST_NULL);  // until posted: nothing to wait for
     mpi_check(MPI_Ireduce_scatter_block(in_place ? MPI_IN_PLACE : send, in_place ? input : recv,
                                         static_cast<int>(recv_count), mpi_datatype(type),
                                         mpi_op(op, type), comm_, &req->requests.back()),
@@ -188,8 +188,11 @@ RequestPtr MpiBackend::ireduce_scatter_v(const void* send, void* recv,
                                          void* stream) {
   auto req = std::make_unique<MpiRequest>();
   const std::size_t es = dtype_size(type);
-  std::size_t total = 0;
-  for (int r = 0; r < size_; ++r) total += recv_counts[r];
+  std::size_t total = 0, my_displ = 0;
+  for (int r = 0; r < size_; ++r) {
+    if (r == rank_) my_displ = total;
+    total += recv_counts[r];
+  }
   const bool fits = fits_one_call(total);  // each block and their sum, which MPI keeps in an int
   if (total == 0) return req;
   if (!fits) {  // huge blocks: the blocking path splits them; the request is complete at once
@@ -197,11 +200,10 @@ RequestPtr MpiBackend::ireduce_scatter_v(const void* send, void* recv,
     return req;
   }
   const std::size_t block = recv_counts[rank_] * es;
-  const bool in_place = send == recv || (block ? overlaps(recv, block, send, total * es)
-                                               : points_into(recv, send, total * es));
+  const bool in_place = reduce_scatter_in_place(send, recv, block, my_displ * es, total * es);
   void* input = const_cast<void*>(send);
   req->counts.assign(recv_counts, recv_counts + size_);
-  req->requests.emplace_back();
+  req->requests.push_back(MPI_REQUEST_NULL);  // until posted: nothing to wait for
   // In place, MPI reads the whole input from recvbuf and leaves this rank's block at its start.
   mpi_check(MPI_Ireduce_scatter(in_place ? MPI_IN_PLACE : send, in_place ? input : recv,
                                 req->counts.data(), mpi_datatype(type), mpi_op(op, type), comm_,
@@ -229,7 +231,7 @@ RequestPtr MpiBackend::iall_gather(const void* send, void* recv, std::size_t sen
     in_place = true;
   }
   const void* src = in_place ? MPI_IN_PLACE : send;
-  req->requests.emplace_back();
+  req->requests.push_back(MPI_REQUEST_NULL);  // until posted: nothing to wait for
   if (fits_one_call(send_count)) {
     const int n = static_cast<int>(send_count);
     mpi_check(MPI_Iallgather(src, n, dt, recv, n, dt, comm_, &req->requests.back()),
@@ -263,16 +265,11 @@ RequestPtr MpiBackend::iall_gather_v(const void* send, void* recv,
     req->counts.clear();
     return req;
   }
-  const std::size_t block = recv_counts[rank_] * es;
-  char* mine = byte_at(recv, static_cast<std::size_t>(req->counts[size_ + rank_]) * es);
-  bool in_place = send == mine;  // an empty block too: every rank decides by its pointers alike
-  if (!in_place && overlaps(send, block, recv, total * es)) {
-    std::memmove(mine, send, block);
-    in_place = true;
-  }
+  place_own_block(send, byte_at(recv, static_cast<std::size_t>(req->counts[size_ + rank_]) * es),
+                  recv_counts[rank_] * es);
   const MPI_Datatype dt = mpi_datatype(type);
-  req->requests.emplace_back();
-  mpi_check(MPI_Iallgatherv(in_place ? MPI_IN_PLACE : send, req->counts[rank_], dt, recv,
+  req->requests.push_back(MPI_REQUEST_NULL);  // until posted: nothing to wait for
+  mpi_check(MPI_Iallgatherv(MPI_IN_PLACE, req->counts[rank_], dt, recv,
                             req->counts.data(), req->counts.data() + size_, dt, comm_,
                             &req->requests.back()),
             "MPI_Iallgatherv");
@@ -289,7 +286,7 @@ RequestPtr MpiBackend::ibroadcast(const void* send, void* recv, std::size_t coun
   if (rank_ == root && send != recv) std::memmove(recv, send, count * es);
   for (std::size_t off = 0; off < count; off += step) {
     const int n = static_cast<int>(std::min(step, count - off));
-    req->requests.emplace_back();
+    req->requests.push_back(MPI_REQUEST_NULL);  // until posted: nothing to wait for
     mpi_check(MPI_Ibcast(byte_at(recv, off * es), n, dt, root, comm_, &req->requests.back()),
               "MPI_Ibcast");
   }
@@ -307,7 +304,7 @@ RequestPtr post_chunked(Buf* buf, std::size_t count, DType type, std::size_t ste
   std::size_t off = 0;
   do {
     const int n = static_cast<int>(std::min(step, count - off));
-    req->requests.emplace_back();
+    req->requests.push_back(MPI_REQUEST_NULL);  // until posted: nothing to wait for
     post(byte_at(buf, off * es), n, &req->requests.back());
     off += step;
   } while (off < count);

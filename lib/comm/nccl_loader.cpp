@@ -357,7 +357,7 @@ Communicator device_communicator(const Communicator& host, DeviceTransport t,
   watchdog::ensure_running();
   std::unique_ptr<Backend> dev;
   {  // the transport's set-up is collective too (NCCL's unique id broadcast, ncclCommInitRank)
-    WatchScope watch("dup", host.state()->label);
+    WatchScope watch("device_communicator", host.state()->label);
     dev = make_device_backend(host.state()->backend->dup(), t);
   }
   return Communicator(std::make_unique<CommState>(std::move(dev), name));

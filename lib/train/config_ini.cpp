@@ -73,6 +73,7 @@ std::string TrainConfig::to_ini() const {
 
 std::string TrainConfig::all_settings_ini() const {
   IniLines kv;
+  if (data.empty()) kv("val-fraction", val_fraction);  // refused there, and so compared too
   kv("beta1", beta1);
   kv("beta2", beta2);
   kv("eps", eps);

@@ -118,6 +118,19 @@ TEST(TrainConfig, BadValuesNameTheOption) {
   EXPECT_NO_THROW(c.validate(1));
 }
 
+// run_config (to_ini) holds --val-fraction only with --data, so that it is a config file the
+// built-in corpus's run takes again; the ranks' agreement (all_settings_ini) compares it always.
+TEST(TrainConfig, ValFractionIsWrittenWhereItApplies) {
+  train::TrainConfig c;
+  c.val_fraction = 0.2;
+  EXPECT_EQ(c.to_ini().find("val-fraction"), std::string::npos);
+  EXPECT_NE(c.all_settings_ini().find("val-fraction = 0.2"), std::string::npos);
+  c.data = "corpus.bin";
+  EXPECT_NE(c.to_ini().find("val-fraction = 0.2"), std::string::npos);
+  const std::string all = c.all_settings_ini();
+  EXPECT_EQ(all.find("val-fraction"), all.rfind("val-fraction"));  // once
+}
+
 TEST(TrainConfig, MixedPrecisionIsAccepted) {
   for (const char* p : {"fp32", "bf16", "fp16"}) {
     train::TrainConfig c;

@@ -88,9 +88,11 @@ class DTRAIN_API Communicator {
   Communicator split(int color, int key, const std::string& name) const;
   Communicator dup(const std::string& name) const;
 
-  // In-place calls: every rank calls in place or none does (MPI's rule). A rank whose block
-  // of a _v call is empty is in place where its pointer sits at its block's offset, as the
-  // others' do; a separate buffer (even a null one) is not.
+  // In-place calls: MPI wants every rank in place or none. The _v gathers are always made in
+  // place (this rank's block copied into recv first); a _v reduce-scatter is in place where
+  // recv lies in send, an empty block where it sits at its offset there. For the other calls
+  // every rank passes in-place buffers alike or none does.
+
   // recv = op over ranks of send. recv may equal send (in-place).
   void all_reduce(const void* send, void* recv, std::size_t count, DType type, ReduceOp op);
   // send holds recv_count * size() elements; rank r receives block r reduced over ranks.
