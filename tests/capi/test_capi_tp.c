@@ -154,7 +154,9 @@ static void test_layout(dt_context_t ctx, dt_comm_t world, int tp, int tied, int
    * split model, every tensor of it overwritten first, takes them bit for bit and keeps its
    * step count; a file that cannot be read changes nothing. */
   {
-    static float filler[VOCAB * 32]; /* as large as the largest tensor (wte: vocab x d_model) */
+    /* As large as the largest tensor: mlp.c_fc.weight, 4 d_model x d_model, or wte, vocab x
+     * d_model (d_model 32). */
+    static float filler[(VOCAB > 4 * 32 ? VOCAB : 4 * 32) * 32];
     char file[4096], tensor_name[128], dir_nan[1100];
     size_t length = 0, n_before, n_after;
     long steps = 0, steps_after = 0;
