@@ -122,6 +122,10 @@ class Staging {
         send_ = block_;
       }
       if (r) recv_ = block_ + send_part;
+      // An empty block of an in-place call keeps its offset in send's copy: the host call
+      // decides in place by it, as the other ranks, whose blocks are not empty, do.
+      const char* at = static_cast<const char*>(recv);
+      if (!r && s && at >= s && at <= s + send_bytes) recv_ = block_ + (at - s);  // send_ is block_
     }
     recv_device_ = r;
     recv_bytes_ = r ? recv_bytes : 0;
