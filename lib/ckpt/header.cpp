@@ -1,6 +1,7 @@
 #include "ckpt/header.hpp"
 
 #include <cmath>
+#include <tuple>
 #include <utility>
 
 #include "dtrain/ckpt/checksum.hpp"
@@ -66,9 +67,17 @@ Header read_header(hid_t file, const std::string& where) {
   h.optimizer_step = h5::read_attr_i64(og, "step", where + " /optimizer");
   DTRAIN_CHECK(h.optimizer_step >= 0, Errc::corrupt_data,
                where << " /optimizer has a negative step (" << h.optimizer_step << ")");
-  for (auto [name, value] : {std::pair{"beta1", &info.beta1}, std::pair{"beta2", &info.beta2},
-                              std::pair{"eps", &info.eps}, std::pair{"weight_decay", &info.weight_decay}}) {
-    if (h5::has_attr(og, name, where + " /optimizer")) *value = h5::read_attr_f64(og, name, where + " /optimizer");
+  // Absent (files before they were stored) they stay NaN; present, each must be one a run could use.
+  const auto beta_ok = [](double v) { return v >= 0 && v < 1; };
+  const auto eps_ok = [](double v) { return v > 0 && std::isfinite(v); };
+  const auto decay_ok = [](double v) { return v >= 0 && std::isfinite(v); };
+  for (auto [name, value, ok] : {std::tuple{"beta1", &info.beta1, +beta_ok}, std::tuple{"beta2", &info.beta2, +beta_ok},
+                                 std::tuple{"eps", &info.eps, +eps_ok},
+                                 std::tuple{"weight_decay", &info.weight_decay, +decay_ok}}) {
+    if (!h5::has_attr(og, name, where + " /optimizer")) continue;
+    *value = h5::read_attr_f64(og, name, where + " /optimizer");
+    DTRAIN_CHECK(ok(*value), Errc::corrupt_data,
+                 where << " /optimizer has AdamW " << name << " " << *value << ", which no run uses");
   }
   return h;
 }

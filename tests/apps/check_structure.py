@@ -83,6 +83,9 @@ cases = [  # (edit, command, status, text)
     (lambda f: [set_attr("/", "loss_scale", numpy.float64(-2.0))(f),
                 set_attr("/", "loss_scale_clean_steps", numpy.int64(0))(f)], "verify", 1,
      "has a loss scale of -2 after 0 clean steps"),
+    # AdamW's settings, where stored, are ones a run could have used (a resume compares them).
+    (set_attr("/optimizer", "beta1", numpy.float64("nan")), "verify", 1, "AdamW beta1 nan, which no run uses"),
+    (set_attr("/optimizer", "eps", numpy.float64(0.0)), "verify", 1, "AdamW eps 0, which no run uses"),
     # The head agrees with the tying flag, which is 0 or 1 (a resume compares it as such).
     (set_attr("/model", "tie_embeddings", numpy.int64(7)), "verify", 1, "tie_embeddings is '7', not 0 or 1"),
     (set_attr("/model", "tie_embeddings", numpy.int64(0)), "verify", 1, "no dataset /model/lm_head.weight"),
