@@ -249,7 +249,7 @@ bool looks_like_an_export(const std::string& path) {
   return safetensors || (first < got && head[first] == '{');
 }
 
-// Refuses an output that is the checkpoint itself, not a regular file, or an existing file
+// Refuses an output that is the checkpoint itself, a link, not a regular file, or an existing file
 // that no export wrote (another checkpoint, `latest`, a text file): export overwrites only
 // its own earlier output.
 void check_output(const std::string& checkpoint, const std::string& out) {
@@ -258,6 +258,9 @@ void check_output(const std::string& checkpoint, const std::string& out) {
   std::error_code same_ec, type_ec;
   DTRAIN_CHECK(!fs::equivalent(checkpoint, out, same_ec), Errc::invalid_argument,
                "'" << out << "' is the checkpoint itself: export to another file");
+  // The rename would replace a link, not the file it names (nor make the one a dangling link names).
+  DTRAIN_CHECK(!fs::is_symlink(fs::symlink_status(out, type_ec)), Errc::invalid_argument,
+               "'" << out << "' is a symbolic link: export to the path of a file, not a link");
   const fs::file_status existing = fs::status(out, type_ec);
   DTRAIN_CHECK(!fs::exists(existing) || fs::is_regular_file(existing), Errc::invalid_argument,
                "'" << out << "' exists and is not a regular file: export to a file");

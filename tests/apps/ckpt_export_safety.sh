@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # ckpt_export_safety.sh TOOL FILE DIR: `TOOL export` never writes into an existing file:
 # not an input named like its temporary, nor one a link there points to, nor a FIFO or a
-# directory given as OUT, nor an existing file that no export wrote (another checkpoint, a
+# directory or a link (dangling or not) given as OUT, nor an existing file that no export wrote (another checkpoint, a
 # `latest`: refused, status 2, nothing left behind); its own earlier output it overwrites.
 # A failed `export --hf` (a file size limit below the weights' size: the weights fail, not
 # config.json, which is smaller) leaves an earlier export in its directory as it was (the
@@ -24,6 +24,13 @@ mkfifo "$dir/fifo"
 mkdir "$dir/sub"
 out=$("$tool" export "$file" "$dir/sub" 2>&1)
 [ $? -eq 2 ] || fail "export onto a directory: expected status 2: $out"
+ln -s in.st "$dir/link.st" && ln -s nowhere.st "$dir/dangling.st"
+for link in link.st dangling.st; do
+  out=$("$tool" export "$file" "$dir/$link" 2>&1)
+  [ $? -eq 2 ] || fail "export onto the link $link: expected status 2: $out"
+  [ -L "$dir/$link" ] || fail "the link $link was replaced"
+done
+[ ! -e "$dir/nowhere.st" ] || fail "export made the file a dangling link names"
 cp "$file" "$dir/other.h5" && echo step_00000004.h5 > "$dir/latest"
 for kept in other.h5 latest; do
   out=$("$tool" export "$file" "$dir/$kept" 2>&1)
