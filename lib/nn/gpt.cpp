@@ -3,6 +3,7 @@
 // docs/tensor-parallel.md). A group of one runs exactly the single-process computation.
 #include "dtrain/nn/gpt.hpp"
 
+#include <climits>
 #include <cmath>
 #include <string>
 
@@ -102,6 +103,9 @@ GptModel::GptModel(const GptConfig& cfg, Device& dev, std::uint64_t seed, int ma
   cfg_.validate_tp(group_size(tp), sequence_parallel);
   DTRAIN_CHECK(max_batch > 0, Errc::invalid_config,
                "micro-batch must be positive, got " << max_batch);
+  // The passes count a micro-batch's tokens in an int.
+  DTRAIN_CHECK(static_cast<long long>(max_batch) * cfg_.seq_len <= INT_MAX, Errc::invalid_config,
+               "micro-batch " << max_batch << " x seq-len " << cfg_.seq_len << " tokens exceed " << INT_MAX);
   DTRAIN_CHECK(!chunks_.empty(), Errc::invalid_config, "a model needs at least one layer chunk");
   int next_layer = 0;
   for (std::size_t c = 0; c < chunks_.size(); ++c) {

@@ -85,7 +85,7 @@ const float* GptModel::decode_chunk(int chunk, const std::int32_t* tokens, const
   DecodeCache& c = *decode_;
   const int p = c.length[static_cast<std::size_t>(chunk)], T = cfg_.seq_len, V = cfg_.vocab;
   DTRAIN_CHECK(n > 0, Errc::invalid_argument, "decode: at least one token, got " << n);
-  DTRAIN_CHECK(p + n <= T, Errc::invalid_argument,
+  DTRAIN_CHECK(n <= T - p, Errc::invalid_argument,
                "decode: " << n << " more tokens after " << p << " exceed seq-len " << T);
   for (int i = 0; emb && i < n; ++i) {
     DTRAIN_CHECK(tokens[i] >= 0 && tokens[i] < V, Errc::invalid_argument,

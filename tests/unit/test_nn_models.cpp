@@ -3,6 +3,7 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <climits>
 #include <cmath>
 #include <cstdio>
 #include <cstdlib>
@@ -175,6 +176,13 @@ TEST(GptConfig, BadConfigsThrowClearErrors) {
   expect_invalid(c, "d-model must be positive");
   EXPECT_NO_THROW(GptConfig{}.validate());
   EXPECT_THROW(GptModel(tiny_gpt(), cpu_device(), 1, 0), Error);
+  try {  // refused before any allocation: the passes count a micro-batch's tokens in an int
+    GptModel(tiny_gpt(), cpu_device(), 1, INT_MAX / 2);
+    ADD_FAILURE() << "a micro-batch of more than INT_MAX tokens was accepted";
+  } catch (const Error& e) {
+    EXPECT_EQ(e.code(), Errc::invalid_config);
+    EXPECT_NE(std::string(e.what()).find("tokens exceed"), std::string::npos) << e.what();
+  }
   GptConfig bad = tiny_gpt();
   bad.heads = 3;
   EXPECT_THROW(GptModel(bad, cpu_device(), 1, 1), Error);
@@ -398,6 +406,7 @@ TEST(GptModel, DecodeWithTheCacheGivesTheLogitsOfAFullForward) {
       EXPECT_EQ(AlignedBuffer::allocation_count(), allocations) << "the cache is reused";
     }
     EXPECT_THROW(m.decode(tok.data(), 1), Error);  // past seq-len
+    EXPECT_THROW(m.decode(tok.data(), INT_MAX), Error);  // a count whose sum with the length overflows
     m.decode_reset();
     std::vector<std::int32_t> bad = {1, cfg.vocab};
     EXPECT_THROW(m.decode(bad.data(), 2), Error);
