@@ -215,11 +215,14 @@ void refuse_empty_values(const po::parsed_options& parsed, const po::options_des
   }
 }
 
-// What Boost's reader would take otherwise than written: it ends a value at a '#' anywhere
-// (`save-dir = runs#2` saves into `runs`), and takes `help = no` for --help.
-void check_config_text(const std::string& text, const std::string& in_file) {
-  std::istringstream lines(text);
-  std::string line;
+// What Boost's reader would take otherwise than written is refused: it ends a value at a '#'
+// anywhere (`save-dir = runs#2` saves into `runs`), takes `help = no` for --help and prefixes
+// the keys after `[run]` with `run.`. Returns the text for it: a UTF-8 byte-order mark (an
+// editor's) dropped, `;` comments (which it does not know) as blank lines.
+std::string config_text_for_reader(const std::string& text, const std::string& in_file) {
+  const std::string bom = "\xEF\xBB\xBF";
+  std::istringstream lines(text.compare(0, bom.size(), bom) == 0 ? text.substr(bom.size()) : text);
+  std::string line, kept;
   for (int number = 1; std::getline(lines, line); ++number) {
     // Text only: a NUL would cut the messages that quote a value short, an escape sequence
     // would act on the terminal that shows them.
@@ -232,7 +235,12 @@ void check_config_text(const std::string& text, const std::string& in_file) {
                          << static_cast<int>(static_cast<unsigned char>(*control)) << std::dec
                          << " at column " << (control - line.begin()) + 1 << ": a config file is text");
     const std::size_t first = line.find_first_not_of(" \t\r");
-    if (first == std::string::npos || line[first] == '#' || line[first] == ';') continue;  // blank, comment
+    const bool comment = first != std::string::npos && (line[first] == '#' || line[first] == ';');
+    kept += (comment ? std::string() : line) + "\n";  // numbered as written in Boost's messages
+    if (first == std::string::npos || comment) continue;
+    DTRAIN_CHECK(line[first] != '[', Errc::invalid_config,
+                 in_file << "line " << number << " is a section header ('" << line.substr(first)
+                         << "'): the options are keys of no section, write them without it");
     DTRAIN_CHECK(line.find('#') == std::string::npos, Errc::invalid_config,
                  in_file << "line " << number << " has a '#' after its start, which would end the value there ('"
                          << line << "'): give that option on the command line");
@@ -240,6 +248,7 @@ void check_config_text(const std::string& text, const std::string& in_file) {
     DTRAIN_CHECK(key != "help" && key != "version", Errc::invalid_config,
                  in_file << "line " << number << ": " << key << " is for the command line (--" << key << ")");
   }
+  return kept;
 }
 
 }  // namespace
@@ -298,8 +307,7 @@ Parsed parse_options(int argc, char** argv) {
       text.resize(static_cast<std::size_t>(file.gcount()));
       DTRAIN_CHECK(text.size() <= kMaxConfigBytes, Errc::invalid_config,
                    in_file << "longer than " << kMaxConfigBytes << " bytes, which no config file is");
-      std::stringstream in(text);
-      check_config_text(in.str(), in_file);
+      std::stringstream in(config_text_for_reader(text, in_file));
       try {
         const po::parsed_options from_file = po::parse_config_file(in, all);
         for (const po::option& o : from_file.options)
