@@ -1,6 +1,7 @@
 #include "core/number_text.hpp"
 
 #include <charconv>
+#include <cmath>
 #include <system_error>
 
 namespace dtrain {
@@ -8,6 +9,7 @@ namespace {
 
 template <class T>
 std::string shortest(T value) {
+  if (std::isnan(value)) return "nan";  // not "-nan": a NaN's sign means nothing
   char text[64];
   const std::to_chars_result r = std::to_chars(text, text + sizeof text, value);
   return r.ec == std::errc() ? std::string(text, r.ptr) : std::string("?");

@@ -1,6 +1,6 @@
 #pragma once
 // Numbers as the shortest text that reads back as the same value: 0.003, not
-// 0.0030000000000000001; 0.95f as 0.95, not its double's 0.949999988079071.
+// 0.0030000000000000001; 0.95f as 0.95, not its double's 0.949999988079071; any NaN as nan.
 #include <cstdint>
 #include <string>
 

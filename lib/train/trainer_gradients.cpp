@@ -6,6 +6,7 @@
 #include <sstream>
 #include <string>
 
+#include "core/number_text.hpp"
 #include "train/trainer_state.hpp"
 
 namespace dtrain::train {
@@ -238,7 +239,7 @@ void Trainer::State::check_finite(const char* what, double value) {
   // non-finite on every rank, whatever the order of the terms.
   if (std::isfinite(value)) return;
   std::ostringstream msg;
-  msg << "training diverged: the " << what << " of step " << step + 1 << " is " << value
+  msg << "training diverged: the " << what << " of step " << step + 1 << " is " << shortest_text(value)
       << "; stopped before updating, so no checkpoint holds it (a smaller --lr, or --clip-grad, "
          "may help)";
   // A checkpoint of the parameters that gave it is no good place to go on from.
@@ -254,9 +255,9 @@ void Trainer::State::check_finite_val_loss(double val) {
   if (std::isfinite(val)) return;
   std::ostringstream msg;
   if (cfg.eval_only) {
-    msg << "the validation loss is " << val << ": the parameters of step " << step << " are not finite";
+    msg << "the validation loss is " << shortest_text(val) << ": the parameters of step " << step << " are not finite";
   } else {
-    msg << "training diverged: the validation loss after step " << step << " is " << val
+    msg << "training diverged: the validation loss after step " << step << " is " << shortest_text(val)
         << ", so its parameters are not finite; they are not saved (a smaller --lr, or --clip-grad, "
            "may help)";
   }

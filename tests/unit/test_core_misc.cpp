@@ -1,7 +1,9 @@
 #include <gtest/gtest.h>
 
+#include <cmath>
 #include <cstdint>
 #include <cstdlib>
+#include <limits>
 
 #include "core/number_text.hpp"
 #include "dtrain/core/buffer.hpp"
@@ -129,6 +131,8 @@ TEST(NumberText, ShortestFormReadsBackAndParsingTakesWholeNumbersOnly) {
   EXPECT_EQ(shortest_text(0.003), "0.003");
   EXPECT_EQ(shortest_text(0.95f), "0.95");
   EXPECT_EQ(shortest_text(65536.0), "65536");
+  EXPECT_EQ(shortest_text(-std::nan("")), "nan");  // the sign of a NaN means nothing
+  EXPECT_EQ(shortest_text(-std::numeric_limits<float>::infinity()), "-inf");
   for (double x : {0.1, 1.0 / 3.0, 3e-4, 1e-8, 6.02214076e23, -2.5}) {
     double back = 0;
     ASSERT_TRUE(parse_number(shortest_text(x), back)) << shortest_text(x);
