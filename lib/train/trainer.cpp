@@ -169,6 +169,10 @@ Trainer::Trainer(const TrainConfig& cfg, Communicator& world)
   if (cfg.eval_only && cfg.save_every != defaults.save_every) {
     DTRAIN_LOG(warn, "--save-every has no effect with --eval-only (it trains nothing)");
   }
+  if (cfg.eval_only && !cfg.metrics.empty()) {
+    DTRAIN_LOG(warn, "--metrics has no effect with --eval-only (it logs no training step; the log has the "
+                     "validation loss)");
+  }
   if (cfg.save_dir.empty() && cfg.keep != defaults.keep) {
     DTRAIN_LOG(warn, "--keep has no effect without --save-dir");
   }

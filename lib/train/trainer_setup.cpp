@@ -267,7 +267,8 @@ Trainer::State::State(const TrainConfig& c, Communicator& w)
   }
   initial.reset();  // every parameter is written
   on_root_for_all(w, [this] {  // rank 0 writes both
-    if (!cfg.metrics.empty()) metrics.open(cfg.metrics, /*provisional=*/true);  // kept once set up
+    // Kept once set up; --eval-only logs no step, so it makes no file.
+    if (!cfg.metrics.empty() && !cfg.eval_only) metrics.open(cfg.metrics, /*provisional=*/true);
     if (!cfg.save_dir.empty() && !cfg.eval_only) {
       ckpt::Checkpointer::check_directory_path(cfg.save_dir, world.size());  // before making it
       check_save_dir(cfg.save_dir);
