@@ -9,6 +9,7 @@
 #include <filesystem>
 #include <fstream>
 
+#include "ckpt/dir_lock.hpp"
 #include "dtrain/core/error.hpp"
 
 namespace fs = std::filesystem;
@@ -62,6 +63,12 @@ long step_of_name(const std::string& name) {
       !std::all_of(digits.begin(), digits.end(), [](char c) { return c >= '0' && c <= '9'; }))
     return -1;
   return std::stol(digits);
+}
+
+bool is_checkpoint_file_name(const std::string& name) {
+  const bool tmp = name.size() > 4 && name.compare(name.size() - 4, 4, ".tmp") == 0;
+  const std::string stem = tmp ? name.substr(0, name.size() - 4) : name;
+  return step_of_name(stem) >= 0 || stem == "latest" || name == kLockFileName;
 }
 
 std::vector<std::string> list_checkpoints(const std::string& dir) {

@@ -8,6 +8,9 @@ namespace dtrain::ckpt {
 
 // Parses "step_<8+ digits>.h5"; -1 for any other name (temporaries included).
 long step_of_name(const std::string& name);
+// A name that a save directory's checkpoints write, replace or remove: step_*.h5, `latest`,
+// their temporaries (.tmp), the directory's lock file.
+bool is_checkpoint_file_name(const std::string& name);
 // Complete checkpoints in dir (step_*.h5), oldest first.
 std::vector<std::string> list_checkpoints(const std::string& dir);
 // fsync tmp, rename it to final_path, fsync the directory: all or nothing.

@@ -10,6 +10,7 @@
 #include <fstream>
 #include <thread>
 
+#include "ckpt/commit.hpp"
 #include "ckpt/made_dirs.hpp"
 #include "core/host_name.hpp"
 #include "dtrain/comm/agreed_failure.hpp"
@@ -41,6 +42,16 @@ void check_save_dir(const std::string& dir) {
   const fs::path latest = fs::path(dir) / "latest";
   DTRAIN_CHECK(!fs::exists(latest, ec) || fs::is_regular_file(latest, ec), Errc::invalid_config,
                "--save-dir '" << dir << "' holds a 'latest' that is not a file");
+}
+
+void check_metrics_path(const std::string& metrics, const std::string& dir) {
+  std::error_code metrics_ec, dir_ec;
+  const fs::path m = fs::weakly_canonical(metrics, metrics_ec), d = fs::weakly_canonical(dir, dir_ec);
+  if (metrics_ec || dir_ec) return;  // opening either names the problem
+  const std::string name = m.filename().string();
+  DTRAIN_CHECK(m.parent_path() != d || !ckpt::is_checkpoint_file_name(name), Errc::invalid_config,
+               "--metrics '" << metrics << "' is a name the checkpoints in --save-dir '" << dir << "' use ('" << name
+                             << "', written over or removed as they are saved): name another file");
 }
 
 namespace {

@@ -11,6 +11,11 @@ namespace dtrain::train {
 // any, is a file. Throws Error(Errc::invalid_config).
 void check_save_dir(const std::string& dir);
 
+// On one rank: the metrics file is none of the files the checkpoints in dir write, replace
+// or remove (`latest` would be renamed over it at every save). Throws
+// Error(Errc::invalid_config).
+void check_metrics_path(const std::string& metrics, const std::string& dir);
+
 // Collective over world, after check_save_dir: a checkpoint is one file that every rank
 // writes its part of, so every rank must see the directory rank 0 made. Rank 0 writes a
 // probe file there that the others must read back (retrying for a while: network file

@@ -268,7 +268,10 @@ Trainer::State::State(const TrainConfig& c, Communicator& w)
   initial.reset();  // every parameter is written
   on_root_for_all(w, [this] {  // rank 0 writes both
     // Kept once set up; --eval-only logs no step, so it makes no file.
-    if (!cfg.metrics.empty() && !cfg.eval_only) metrics.open(cfg.metrics, /*provisional=*/true);
+    if (!cfg.metrics.empty() && !cfg.eval_only) {
+      if (!cfg.save_dir.empty()) check_metrics_path(cfg.metrics, cfg.save_dir);
+      metrics.open(cfg.metrics, /*provisional=*/true);
+    }
     if (!cfg.save_dir.empty() && !cfg.eval_only) {
       ckpt::Checkpointer::check_directory_path(cfg.save_dir, world.size());  // before making it
       check_save_dir(cfg.save_dir);
