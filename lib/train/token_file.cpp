@@ -36,6 +36,15 @@ std::size_t windows_of(const std::vector<Segment>& segments, std::size_t length)
   return n;
 }
 
+// Running totals of the segments' windows of `length` tokens: window k lies in the first
+// segment whose total exceeds k.
+std::vector<std::size_t> window_ends(const std::vector<Segment>& segments, std::size_t length) {
+  std::vector<std::size_t> ends;
+  std::size_t n = 0;
+  for (const Segment& s : segments) ends.push_back(n += windows_of(s, length));
+  return ends;
+}
+
 std::size_t tokens_of(const std::vector<Segment>& segments) {
   std::size_t n = 0;
   for (const Segment& s : segments) n += s.count;
@@ -76,6 +85,9 @@ class TokenFiles final : public TokenSource {
     }
     check_no_sample_is_validated_and_trained();
     const std::size_t need = static_cast<std::size_t>(seq_len) + 1;
+    ends_length_ = need;  // what training and evaluation sample
+    train_ends_ = window_ends(train_, need);
+    val_ends_ = window_ends(val_, need);
     if (windows_of(train_, need) == 0) {
       if (train_files_.size() == 1) {
         DTRAIN_FAIL(Errc::invalid_config, name_of(train_files_)
@@ -101,25 +113,28 @@ class TokenFiles final : public TokenSource {
   void sample(Split split, std::uint64_t index, int length, std::int32_t* out) const override {
     const std::vector<Segment>& segments = split == Split::val && !val_.empty() ? val_ : train_;
     const auto len = static_cast<std::size_t>(length);
-    const std::size_t span = windows_of(segments, len);
+    // Window ends of the segments: kept for seq-len + 1, made for another length (rarely).
+    std::vector<std::size_t> other_length;
+    if (len != ends_length_) other_length = window_ends(segments, len);
+    const std::vector<std::size_t>& ends =
+        len != ends_length_ ? other_length : &segments == &val_ ? val_ends_ : train_ends_;
+    const std::size_t span = ends.empty() ? 0 : ends.back();
     DTRAIN_CHECK(span > 0, Errc::invalid_argument, "no window of " << length << " tokens in the data");
     const std::uint64_t stream = rng::stream_id(split == Split::train ? "file.train" : "file.val");
     const auto block = rng::philox(seed_, stream, index);
     std::size_t k = static_cast<std::size_t>(((static_cast<std::uint64_t>(block[1]) << 32) | block[0]) % span);
-    for (const Segment& s : segments) {
-      const std::size_t w = windows_of(s, len);
-      if (k < w) {
-        s.file->copy(s.begin + k, length, out);
-        for (int t = 0; t < length; ++t) {
-          DTRAIN_CHECK(out[t] < vocab_limit_, Errc::corrupt_data,
-                       "data file '" << s.file->path() << "' holds token " << out[t] << " at token "
-                                     << s.begin + k + static_cast<std::size_t>(t) << ", outside --vocab "
-                                     << vocab_limit_ << " (it held none at start-up: was it changed since, "
-                                     << "or is this node's copy another?)");
-        }
-        return;
-      }
-      k -= w;
+    // The first segment whose windows end after k holds window k (a binary search: a step
+    // samples many windows, and a corpus may have thousands of files).
+    const auto i = static_cast<std::size_t>(std::upper_bound(ends.begin(), ends.end(), k) - ends.begin());
+    if (i > 0) k -= ends[i - 1];
+    const Segment& s = segments[i];
+    s.file->copy(s.begin + k, length, out);
+    for (int t = 0; t < length; ++t) {
+      DTRAIN_CHECK(out[t] < vocab_limit_, Errc::corrupt_data,
+                   "data file '" << s.file->path() << "' holds token " << out[t] << " at token "
+                                 << s.begin + k + static_cast<std::size_t>(t) << ", outside --vocab " << vocab_limit_
+                                 << " (it held none at start-up: was it changed since, "
+                                 << "or is this node's copy another?)");
     }
   }
 
@@ -225,6 +240,8 @@ class TokenFiles final : public TokenSource {
   int vocab_limit_ = INT_MAX;  // limit_vocab()
   Files train_files_, val_files_;
   std::vector<Segment> train_, val_;  // val_ empty: validation samples the training tokens
+  std::size_t ends_length_ = 0;       // the sample length train_ends_ and val_ends_ are for
+  std::vector<std::size_t> train_ends_, val_ends_;  // window_ends() of train_ and val_
 };
 
 }  // namespace
