@@ -197,7 +197,17 @@ class CheckpointSource : public Source {
     for (const DatasetInfo& d : file_.datasets())
       if (d.path.compare(0, kModel.size(), kModel) == 0) layers_ = std::max(layers_, block_index(d.path.substr(kModel.size())));
     ++layers_;
-    for (const auto& [key, value] : file_.attributes("/model"))
+    // A byom's or an MLP's checkpoint records its /model sizes as 0 (docs/c-api.md):
+    // not damage, another kind of model.
+    int zero_sizes = 0;
+    const auto attributes = file_.attributes("/model");
+    for (const auto& [key, value] : attributes)
+      if ((key == "layers" || key == "heads" || key == "d_model" || key == "seq_len" || key == "vocab") && value == "0")
+        ++zero_sizes;
+    DTRAIN_CHECK(zero_sizes < 5, Errc::invalid_config,
+                 "checkpoint '" << path << "' was written for a model that is not a built-in GPT (a byom or "
+                                << "an MLP): its weights are not a GPT's");
+    for (const auto& [key, value] : attributes)
       if (key == "heads") {
         const std::string what = "checkpoint '" + path + "': /model's heads";
         heads_ = head_count(whole_number(value, what), what);
