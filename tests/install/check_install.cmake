@@ -4,7 +4,8 @@
 #       -DH5LS=... -DAPP_CHECKS=.../app_checks.cmake [-DSANITIZE=address,...] -P check_install.cmake
 # Installs the build into WORK/prefix, then, against that prefix only: builds
 # tests/install/consumer, apps/cpp, apps/c and apps/fortran with find_package(dtrain CONFIG),
-# and apps/c once more with a plain `mpicc ... $(pkg-config --cflags --libs dtrain)`; runs
+# apps/c once more with a plain `mpicc ... $(pkg-config --cflags --libs dtrain)` and the
+# Fortran MLP with `mpif90 ... $(pkg-config --cflags --libs dtrain-fortran)`; runs
 # every example through dtrain_check_app (loss falls, 2 ranks equal 1 rank, checkpoints
 # resume exactly), and checks the pkg-config file and the SONAME link.
 include(${APP_CHECKS})
@@ -64,6 +65,19 @@ run(${MPICC} ${sanitize_link} ${c_sources} ${pc_flags} -Wl,-rpath,${libdir} -lm
     -o ${WORK}/c-example-mpicc)
 run(${MPICC} ${sanitize_link} ${APPS}/c/gpt.c ${pc_flags} -Wl,-rpath,${libdir} -o ${WORK}/c-gpt-mpicc)
 run(${MPIEXEC} ${NPFLAG} 1 ${WORK}/c-gpt-mpicc --steps 3 --generate 8 --device cpu)
+# The Fortran MLP with a plain mpif90 and dtrain-fortran.pc (the module folder, both libraries).
+execute_process(COMMAND pkg-config --cflags --libs dtrain-fortran RESULT_VARIABLE rc
+                OUTPUT_VARIABLE pc_fortran_flags OUTPUT_STRIP_TRAILING_WHITESPACE)
+if(NOT rc EQUAL 0)
+  message(FATAL_ERROR "pkg-config cannot find the installed dtrain-fortran.pc")
+endif()
+separate_arguments(pc_fortran_flags UNIX_COMMAND "${pc_fortran_flags}")
+file(MAKE_DIRECTORY ${WORK}/fortran-mpif90)
+set(f_sources options.f90 synthetic.f90 results.f90 app_exit.f90 mlp.f90)
+list(TRANSFORM f_sources PREPEND ${APPS}/fortran/)
+run(${MPI_FORTRAN} ${sanitize_link} -J ${WORK}/fortran-mpif90 ${f_sources} ${pc_fortran_flags}
+    -Wl,-rpath,${libdir} -o ${WORK}/fortran-mlp-mpif90)
+run(${MPIEXEC} ${NPFLAG} 1 ${WORK}/fortran-mlp-mpif90)
 
 set(checks MPIEXEC ${MPIEXEC} NPFLAG ${NPFLAG} COMPARE ${COMPARE} TOLERANCE 1e-4)
 dtrain_check_app(COMMAND ${WORK}/cpp/dtrain-cpp-example WORK ${WORK}/run-cpp STEPS 120 ${checks})
