@@ -3,6 +3,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 
 static const char* const kUsage =
     "usage: mpiexec -n N dtrain-c-example [--steps N] [--lr X] [--save-dir DIR]\n"
@@ -13,6 +14,13 @@ static int report_usage = 1;
 static int usage(const char* why) {
   if (report_usage) fprintf(stderr, "dtrain-c-example: %s\n%s", why, kUsage);
   return 1;
+}
+
+/* usage() with what was given: "%s" in why stands for it. */
+static int usage_of(const char* why, const char* given) {
+  char text[512];
+  snprintf(text, sizeof text, why, given);
+  return usage(text);
 }
 
 void print_usage(FILE* to) { fputs(kUsage, to); }
@@ -40,7 +48,10 @@ int parse_options(int argc, char** argv, options_t* o, int report) {
     const char* name = argv[i];
     const char* value = i + 1 < argc ? argv[i + 1] : NULL;
     if (strcmp(name, "--help") == 0 || strcmp(name, "-h") == 0) return -1;
+    if (strncmp(name, "--", 2) != 0) return usage_of("unexpected argument '%s': options are --name value", name);
     if (!value) return usage("every option takes a value");
+    /* An empty value (an unset variable in a job script) would mean no checkpoints. */
+    if (!*value) return usage_of("%s was given an empty value", name);
     ++i;
     if (strcmp(name, "--steps") == 0) {
       if (parse_count(value, &o->steps)) return usage("--steps needs a whole number");
@@ -66,5 +77,9 @@ int parse_options(int argc, char** argv, options_t* o, int report) {
   }
   if (o->resume && strcmp(o->resume, "auto") == 0 && !o->save_dir)
     return usage("--resume auto needs --save-dir");
+  /* Found now, not at the first save after the training. */
+  struct stat st;
+  if (o->save_dir && stat(o->save_dir, &st) == 0 && !S_ISDIR(st.st_mode))
+    return usage_of("--save-dir '%s' exists and is not a directory", o->save_dir);
   return 0;
 }

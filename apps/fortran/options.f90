@@ -27,6 +27,7 @@ contains
     character(len=:), allocatable, intent(out) :: why
     character(len=4096) :: name, value
     integer :: i, n
+    logical :: exists, is_dir
     o%save_dir = ''
     o%resume = ''
     o%out = ''
@@ -48,6 +49,11 @@ contains
     do i = 1, n, 2
       call get_command_argument(i, name)
       call get_command_argument(i + 1, value)
+      ! An empty value (an unset variable in a job script) would mean no checkpoints.
+      if (len_trim(value) == 0) then
+        call usage(trim(name)//' was given an empty value')
+        return
+      end if
       select case (trim(name))
       case ('--steps')
         if (.not. whole_number(value, o%steps)) return
@@ -71,6 +77,14 @@ contains
     if (o%resume == 'auto' .and. o%save_dir == '') then
       call usage('--resume auto needs --save-dir')
       return
+    end if
+    if (o%save_dir /= '') then  ! found now, not at the first save after the training
+      inquire (file=trim(o%save_dir), exist=exists)
+      inquire (file=trim(o%save_dir)//'/.', exist=is_dir)
+      if (exists .and. .not. is_dir) then
+        call usage('--save-dir "'//trim(o%save_dir)//'" exists and is not a directory')
+        return
+      end if
     end if
     ok = .true.
 
