@@ -45,7 +45,9 @@ static void whole_in(const char* v, long lo, long hi, int* out, char** end) {
   *out = (int)x;
 }
 
-static int parse(int argc, char** argv, options_t* o) {
+/* 0, -1 for --help, or 2 with what is wrong in why[WHY_SIZE]. */
+enum { WHY_SIZE = 300 };
+static int parse(int argc, char** argv, options_t* o, char* why) {
   o->tp = 1;
   o->pp = 1;
   o->steps = 100;
@@ -60,7 +62,10 @@ static int parse(int argc, char** argv, options_t* o) {
     const char* v = i + 1 < argc ? argv[i + 1] : NULL;
     char* end = NULL;
     if (strcmp(a, "--help") == 0 || strcmp(a, "-h") == 0) return -1;
-    if (!v) return 2;
+    if (!v) {
+      snprintf(why, WHY_SIZE, "%.200s needs a value", a);
+      return 2;
+    }
     if (strcmp(a, "--precision") == 0) {
       o->precision = v;
       continue;
@@ -87,11 +92,15 @@ static int parse(int argc, char** argv, options_t* o) {
       o->seed = strtoul(v, &end, 10);
       if (errno || v[0] == '-') end = (char*)v; /* strtoul wraps "-1" */
     } else {
+      snprintf(why, WHY_SIZE, "unknown option '%.200s'", a);
       return 2;
     }
-    if (end == v || *end != '\0') return 2;
+    if (end == v || *end != '\0' || (strcmp(a, "--lr") == 0 && !(o->lr > 0))) {
+      snprintf(why, WHY_SIZE, "%.40s: a bad value, '%.200s'", a, v);
+      return 2;
+    }
   }
-  return o->tp >= 1 && o->pp >= 1 && o->steps >= 0 && o->generate >= 0 && o->lr > 0 ? 0 : 2;
+  return 0;
 }
 
 /* Sequence s of step `step`: bytes of the text from an offset that walks through it. */
@@ -135,14 +144,16 @@ int main(int argc, char** argv) {
   int32_t tokens[BATCH * SEQ], targets[BATCH * SEQ];
   float logits[VOCAB];
   dt_result_t rc;
+  char why[WHY_SIZE] = "";
 
   if (dt_init(&argc, &argv, &ctx) != DT_SUCCESS) {
     fprintf(stderr, "dtrain-c-gpt: %s\n", dt_get_last_error(NULL));
     return 1;
   }
   if (dt_context_rank(ctx, &rank) != DT_SUCCESS) return fail_running(ctx, "dt_context_rank", 0);
-  status = parse(argc, argv, &o);
-  if (status != 0) {  /* -1: --help, on stdout; else the usage on stderr, status 2 */
+  status = parse(argc, argv, &o, why);
+  if (status != 0) {  /* -1: --help, on stdout; else what is wrong and the usage on stderr, status 2 */
+    if (rank == 0 && status > 0) fprintf(stderr, "dtrain-c-gpt: %s\n", why);
     if (rank == 0)
       fprintf(status < 0 ? stdout : stderr,
               "usage: dtrain-c-gpt [--tp N] [--pp N] [--steps N] [--log-every N] [--generate N] [--lr F] [--seed N] "
