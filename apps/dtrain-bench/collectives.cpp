@@ -94,6 +94,7 @@ class Bench {
  private:
   struct Result {
     double t_us = 0, mpi_us = 0, ratio = 0;  // ratio: t_mpi / t_dtrain, > 1 = dtrain faster
+    bool timed_raw = false;  // false above 2^31 - 1 elements, which MPI's int count cannot pass
     long wrong = 0;
   };
   struct Line {
@@ -151,6 +152,7 @@ class Bench {
     comm_.all_reduce(t.data(), t.data(), t.size(), DType::f64, dtrain::ReduceOp::max);
     comm_.all_reduce(t_raw.data(), t_raw.data(), t_raw.size(), DType::f64, dtrain::ReduceOp::max);
     r.t_us = median(t);
+    r.timed_raw = raw;
     if (!raw) return;
     r.mpi_us = median(t_raw);
     // Each raw call ran right next to its dtrain call: the median of the pairwise ratios
@@ -220,7 +222,8 @@ class Bench {
       std::printf(" | %-12s %10.1f %8.3f %8.3f", "", r.t_us, algbw,
                   algbw * bus_factor(op_, comm_.size()));
       if (o_.check) std::printf(" %7ld", r.wrong);
-      if (o_.baseline) std::printf(" %10.1f %6.3f", r.mpi_us, r.ratio);
+      if (o_.baseline && !r.timed_raw) std::printf(" %10s %6s", "-", "-");
+      else if (o_.baseline) std::printf(" %10.1f %6.3f", r.mpi_us, r.ratio);
     }
     std::printf("\n");
     std::fflush(stdout);
