@@ -15,6 +15,7 @@
  *
  * A fresh run exits non-zero unless the evaluation loss at least halves. */
 #include <math.h>
+#include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -35,6 +36,21 @@ static void check(dt_result_t rc, const char* what) {
   fprintf(stderr, "dtrain-c-example: %s failed (%s): %s\n", what, dt_get_error_string(rc),
           dt_get_last_error(ctx));
   exit(1);
+}
+
+/* 1 where every rank of world was given the same arguments with the same outcome. */
+static int same_on_every_rank(dt_comm_t world, int argc, char** argv, int parsed) {
+  uint64_t hash = 1469598103934665603ull; /* FNV-1a over the arguments, NUL-separated */
+  for (int i = 1; i < argc; ++i)
+    for (const char* c = argv[i];; ++c) {
+      hash = (hash ^ (unsigned char)*c) * 1099511628211ull;
+      if (!*c) break;
+    }
+  /* The maxima of each value and of its negation: equal everywhere iff max == -max(-x). */
+  const int64_t h = (int64_t)(hash >> 2), v[4] = {h, -h, parsed, -parsed};
+  int64_t m[4];
+  check(dt_all_reduce(world, v, m, 4, DT_I64, DT_MAX), "dt_all_reduce");
+  return m[0] == -m[1] && m[2] == -m[3];
 }
 
 /* Mean loss over samples [first, first + n), averaged over the data-parallel ranks' equal
@@ -93,16 +109,20 @@ int main(int argc, char** argv) {
 
   check(dt_init(&argc, &argv, &ctx), "dt_init");
   check(dt_context_rank(ctx, &rank), "dt_context_rank");
-  {
-    const int parsed = parse_options(argc, argv, &opt, rank == 0);
-    if (parsed < 0 && rank == 0) print_usage(stdout); /* --help */
-    if (parsed) {
-      dt_finalize(ctx);
-      return parsed < 0 ? 0 : 2;
-    }
-  }
   check(dt_context_size(ctx, &size), "dt_context_size");
   check(dt_context_world(ctx, &world), "dt_context_world");
+  {
+    const int parsed = parse_options(argc, argv, &opt, rank == 0);
+    /* Every rank goes on or stops alike: a rank given other options (a launcher's per-rank
+     * arguments) would otherwise wait in a collective the others never enter. */
+    const int agreed = same_on_every_rank(world, argc, argv, parsed);
+    if (!agreed && rank == 0) fprintf(stderr, "dtrain-c-example: the ranks were given different options\n");
+    if (parsed < 0 && agreed && rank == 0) print_usage(stdout); /* --help */
+    if (parsed || !agreed) {
+      dt_finalize(ctx);
+      return parsed < 0 && agreed ? 0 : 2;
+    }
+  }
   {
     const char* why = NULL;
     char text[160];
