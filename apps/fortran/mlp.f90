@@ -38,6 +38,8 @@ program fortran_mlp
   call dt_init(ctx, ierr, comm=MPI_COMM_WORLD)
   call check('dt_init')
   call parse_options('dtrain-fortran-mlp', opt, ok, why)
+  if (.not. same_on_every_rank(ok)) &
+    call quit(ctx, rank, 'dtrain-fortran-mlp: the ranks were given different options', 2)
   if (.not. ok) call quit(ctx, rank, why, 2)
   if (opt%help) then
     if (rank == 0) call print_usage('dtrain-fortran-mlp')

@@ -1,9 +1,11 @@
 ! Command line shared by the Fortran example programs:
 !   --steps N  --lr X  --save-dir DIR  --save-every K  --keep K  --resume PATH|DIR|auto  --out FILE
 module app_options
+  use mpi_f08, only: MPI_COMM_WORLD, MPI_CHARACTER, MPI_INTEGER, MPI_LOGICAL, MPI_LAND, MPI_LOR, MPI_Bcast, &
+                     MPI_Comm_rank, MPI_Allreduce
   implicit none
   private
-  public :: options, parse_options, print_usage, usage_line
+  public :: options, parse_options, print_usage, usage_line, same_on_every_rank
 
   type :: options
     integer :: steps = 300                    ! train until this many optimiser steps are done
@@ -119,6 +121,33 @@ contains
     end function
 
   end subroutine
+
+  ! .true. where every rank was given rank 0's arguments with the same outcome (ok): a rank
+  ! given others (a launcher's per-rank arguments) would otherwise wait in a collective the
+  ! others never enter. Collective over MPI_COMM_WORLD.
+  logical function same_on_every_rank(ok)
+    logical, intent(in) :: ok
+    character(len=:), allocatable :: mine, root
+    character(len=4096) :: arg
+    integer :: i, n, rank, ierr
+    logical :: mine_flags(2), all_flags(2), any_ok
+    mine = ''
+    do i = 1, command_argument_count()
+      call get_command_argument(i, arg, n)
+      mine = mine//arg(1:min(n, len(arg)))//char(0)
+    end do
+    call MPI_Comm_rank(MPI_COMM_WORLD, rank, ierr)
+    n = len(mine)
+    call MPI_Bcast(n, 1, MPI_INTEGER, 0, MPI_COMM_WORLD, ierr)
+    allocate (character(len=n) :: root)
+    if (rank == 0) root = mine
+    call MPI_Bcast(root, n, MPI_CHARACTER, 0, MPI_COMM_WORLD, ierr)
+    ! The outcome too (a --save-dir that one node sees as a file): ok on all ranks or on none.
+    mine_flags = [root == mine .and. len(root) == len(mine), ok]
+    call MPI_Allreduce(mine_flags, all_flags, 2, MPI_LOGICAL, MPI_LAND, MPI_COMM_WORLD, ierr)
+    call MPI_Allreduce(ok, any_ok, 1, MPI_LOGICAL, MPI_LOR, MPI_COMM_WORLD, ierr)
+    same_on_every_rank = all_flags(1) .and. (all_flags(2) .eqv. any_ok)
+  end function
 
   function usage_line(program) result(line)
     character(len=*), intent(in) :: program
