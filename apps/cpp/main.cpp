@@ -24,6 +24,7 @@
 #include "dtrain/parallel/cpu_threads.hpp"
 #include "dtrain/parallel/gradient_sync.hpp"
 #include "dtrain/parallel/zero.hpp"
+#include "dtrain/train/same_settings.hpp"
 
 namespace {
 constexpr int kInputs = 8, kClasses = 3, kBatch = 16;
@@ -65,6 +66,13 @@ int whole_number(const char* option, const char* text) {
 
 // The example's run; the exit status (0: the loss fell by 30%).
 int run_example(dtrain::Runtime& runtime, int argc, char** argv) {
+  // First, before any other collective: every rank was given the same options (a rank
+  // given others would wait in a collective the rest never enter).
+  std::string given;
+  for (int i = 1; i < argc; i += 2)
+    given += std::string(argv[i]).substr(argv[i][0] == '-' && argv[i][1] == '-' ? 2 : 0) + " = " +
+             (i + 1 < argc ? argv[i + 1] : "") + "\n";
+  dtrain::train::agree_same_settings(given, runtime.world());
   dtrain::ProcessGrid grid(runtime.world(), dtrain::GridShape{});  // all ranks data parallel
   int steps = 200;
   std::string out;
