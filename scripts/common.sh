@@ -18,10 +18,18 @@ DTRAIN_PACKAGES=(
   python3 python3-numpy python3-h5py python3-regex
 )
 
+# DTRAIN_SKIP_INSTALL=1: the dependencies come from elsewhere (modules, another distribution).
 install_packages() {
+  [ "${DTRAIN_SKIP_INSTALL:-0}" = 1 ] && return 0
+  command -v dpkg-query >/dev/null && command -v apt-get >/dev/null || {
+    echo "dtrain: no apt here: install the packages of scripts/common.sh (or their equivalents)" \
+         "yourself and set DTRAIN_SKIP_INSTALL=1" >&2
+    exit 1
+  }
   local missing=()
   for p in "${DTRAIN_PACKAGES[@]}"; do
-    dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
+    # "install ok installed", or "hold ok installed" for a package held at its version
+    dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q " ok installed$" || missing+=("$p")
   done
   [ ${#missing[@]} -eq 0 ] && return 0
   echo "dtrain: installing ${missing[*]}"
@@ -30,9 +38,11 @@ install_packages() {
     command -v sudo >/dev/null || { echo "dtrain: need root or sudo to install: ${missing[*]}" >&2; exit 1; }
     sudo="sudo"
   fi
-  $sudo apt-get update -qq
+  # A fresh machine's unattended upgrades may hold dpkg's lock for a while: wait for it.
+  local wait_lock=(-o DPkg::Lock::Timeout=600)
+  $sudo apt-get "${wait_lock[@]}" update -qq
   # Through env: sudo would drop the variable from its environment.
-  $sudo env DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends "${missing[@]}"
+  $sudo env DEBIAN_FRONTEND=noninteractive apt-get "${wait_lock[@]}" install -y -qq --no-install-recommends "${missing[@]}"
 }
 
 # configure_and_build [--target NAME] [CMAKE_ARGS...]: NAME alone is built (default: all).

@@ -46,7 +46,9 @@ set -uo pipefail
 SRC=$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)
 PREBUILT='' PACKAGING_ONLY=''
 if [ "${1:-}" = --prebuilt ]; then
-  PREBUILT=$(cd "${2:?--prebuilt needs the unpacked directory}" && pwd)
+  # Checked here: a failed cd inside $( ) would leave PREBUILT empty and build from source.
+  [ -d "${2:-}" ] || { echo "--prebuilt needs the unpacked directory (got '${2:-}')"; exit 2; }
+  PREBUILT=$(cd "$2" && pwd)
   BUILD=$PREBUILT/build
   [ "${3:-}" = --packaging-only ] && PACKAGING_ONLY=1
 else
@@ -101,6 +103,11 @@ fail() { echo "FAILED: $*"; STATUS=1; }
 
 mkdir -p "$RESULTS"
 exec > >(tee "$RESULTS/run.log") 2>&1
+TEE_PID=$!
+# At exit: close the pipe and wait for tee, so run.log holds the verdict before the caller
+# packs it.
+finish_log() { exec >&- 2>&-; wait "$TEE_PID" 2>/dev/null; }
+trap finish_log EXIT
 
 phase "prerequisites"
 # A Python environment's CMake wheel has its ctest beside its python3.
@@ -230,7 +237,7 @@ grep -E "NCCL" "$RESULTS/configure.log" || true
 phase "build (plugin, app, GPU and plugin tests; $JOBS jobs)"
 TARGETS=(dtrain dtrain_cuda dtrain-gpt test_cuda_plugin test_cuda_kernels test_cuda_casts
          test_cuda_arenas test_cuda_gemm_tensor_cores test_cuda_gpt_step test_device_comm
-         test_plugin_loader test_cuda_host_logic cuda_gemm_formats)
+         test_plugin_loader test_cuda_host_logic test_capi_device test_capi_device_comm cuda_gemm_formats)
 timeout 240 ninja -C "$BUILD" -j "$JOBS" "${TARGETS[@]}" >"$RESULTS/build.log" 2>&1 || {
   grep -E "error|FAILED" "$RESULTS/build.log" | head -n 40; echo "build failed"; exit 1; }
 echo "built in $(elapsed) s"
@@ -351,19 +358,22 @@ SMALL=(--device cuda --layers 2 --heads 4 --d-model 128 --seq-len 64 --vocab 256
 CKPT="$RESULTS/checkpoints"
 rm -rf "$CKPT"
 multi_skipped=
-for layout in "1 --zero 1 --save-dir $CKPT --save-every 10" "2 --dp 2 --zero 1" \
+for layout in "1 --zero 1 +save" "2 --dp 2 --zero 1" \
               "2 --tp 2 --zero 1 --generate 16" "2 --dp 2 --zero 2" "2 --dp 2 --zero 3" \
               "1 --zero 1 --precision bf16 --param-storage 16bit" \
               "1 --zero 1 --precision fp16 --loss-scale 4096"; do
-  read -r ranks extra <<<"$layout"
-  name="ranks_${ranks}_${extra%% --save-dir*}"
+  read -r ranks rest <<<"$layout"
+  read -r -a extra <<<"${rest% +save}"
+  # "+save": this run writes the checkpoints (its path kept whole, spaces and all).
+  [ "$rest" != "${rest% +save}" ] && extra+=(--save-dir "$CKPT" --save-every 10)
+  name="ranks_${ranks}_${rest% +save}"
   name=${name// /}
   rm -f "$RESULTS/$name.jsonl"
   within 20 || { multi_skipped=1; break; }
   DTRAIN_DEVICE_COMM=mpi_staged DTRAIN_CUDA_TF32=0 timeout -k 5 "$LIMIT" "$MPIEXEC" -n "$ranks" \
-    "$BUILD/apps/dtrain-gpt/dtrain-gpt" "${SMALL[@]}" $extra </dev/null \
+    "$BUILD/apps/dtrain-gpt/dtrain-gpt" "${SMALL[@]}" "${extra[@]}" </dev/null \
     --metrics "$RESULTS/$name.jsonl" >"$RESULTS/$name.log" 2>&1 \
-    || { fail "$ranks ranks ($extra) on one GPU failed"; tail -n 5 "$RESULTS/$name.log"; }
+    || { fail "$ranks ranks (${extra[*]}) on one GPU failed"; tail -n 5 "$RESULTS/$name.log"; }
 done
 # The checkpoint of step 10, written from device memory, resumed into a new run: steps 11-20
 # must follow the uninterrupted run.
