@@ -78,6 +78,14 @@ run 1 1; requeued && fail "an error after a regular save requeued"
 run 0 1; requeued && fail "a finished run requeued"
 run 3 1 direct; requeued && fail "a stop the script did not ask for requeued"
 run 3 1 early; requeued || fail "a warning during the set-up did not reach srun"
+# Stops that save no new step end the chain at the third in a row; a new step starts the
+# count again.
+run 3 same; requeued || fail "a first stop without a new step did not requeue"
+run 3 same; requeued || fail "a second stop without a new step did not requeue"
+run 3 same; requeued && fail "a third stop in a row without a new step requeued"
+grep -q "3 runs in a row stopped before saving a new step" "$work/log" || fail "no word on the ended chain: $(cat "$work/log")"
+run 3 1; requeued || fail "a stop with a new step after stalled ones did not requeue"
+run 3 same; requeued || fail "the count of stalled stops did not start again after a new step"
 # srun ending the moment the warning interrupts the script's wait: its status, every time
 for _ in 1 2 3 4 5 6 7 8; do
   run 0 1; requeued && fail "a run that finished as the warning came requeued"
