@@ -97,3 +97,14 @@ function(dtrain_expect_failure name np code regex program)
                    -P ${PROJECT_SOURCE_DIR}/tests/apps/expect_failure.cmake)
   set_tests_properties(${name} PROPERTIES TIMEOUT 60 PROCESSORS ${np} ENVIRONMENT "${DTRAIN_TEST_ENV}")
 endfunction()
+
+# dtrain_expect_options_differ(NAME PROGRAM REGEX): two ranks of PROGRAM given different
+# options (--steps 10 and --steps 20, MPMD) stop together with exit status 2 and REGEX,
+# instead of one waiting for the other in a collective.
+function(dtrain_expect_options_differ name program regex)
+  add_test(NAME ${name}
+           COMMAND bash ${PROJECT_SOURCE_DIR}/tests/apps/expect_status.sh 2 "${regex}"
+                   ${MPIEXEC_EXECUTABLE} ${MPIEXEC_NUMPROC_FLAG} 1 ${program} --steps 10 :
+                   ${MPIEXEC_NUMPROC_FLAG} 1 ${program} --steps 20)
+  set_tests_properties(${name} PROPERTIES TIMEOUT 60 PROCESSORS 2 ENVIRONMENT "${DTRAIN_TEST_ENV}")
+endfunction()
