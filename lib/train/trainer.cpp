@@ -369,12 +369,16 @@ double Trainer::evaluate() {
   Stopwatch since_start;
   double next_report = kReportSeconds;
   for (int b = 0; b < s.cfg.eval_batches && !stop; ++b) {
-    if (s.world.rank() == 0 && since_start.seconds() >= next_report) {
-      DTRAIN_LOG(info, "eval: " << b << " of " << s.cfg.eval_batches << " batches in "
-                       << static_cast<long>(since_start.seconds()) << " s");
-      next_report = since_start.seconds() + kReportSeconds;
-    }
     for (int micro = 0; micro < plan.accum_steps; ++micro, ++done) {
+      // Checked per micro-batch: one global batch of a large model may take minutes.
+      if (s.world.rank() == 0 && since_start.seconds() >= next_report) {
+        DTRAIN_LOG(info, "eval: " << b << " of " << s.cfg.eval_batches << " batches"
+                         << (plan.accum_steps > 1 ? " and " + std::to_string(micro) + " of " +
+                                                        std::to_string(plan.accum_steps) + " micro-batches"
+                                                  : std::string())
+                         << " in " << static_cast<long>(since_start.seconds()) << " s");
+        next_report = since_start.seconds() + kReportSeconds;
+      }
       // Preemption inside run(): between micro-batches, counted over all the batches; with
       // pipeline stages, whose micro-batches overlap, between batches.
       if (s.watch_stop) {
