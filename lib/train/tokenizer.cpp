@@ -202,11 +202,14 @@ Tokenizer::Tokenizer(const std::string& path) : path_(path) {
   path_ = vocab.string();
   const std::string text = read_file(vocab);
   std::uint32_t header[4] = {};
-  if (text.size() >= 1024) std::memcpy(header, text.data(), sizeof header);
+  if (text.size() >= sizeof header) std::memcpy(header, text.data(), sizeof header);
   if (header[0] == 20240328 && (header[1] == 1 || header[1] == 2)) {
     // llm.c: 256 uint32 of header (magic, version, token count), then per token its length
     // (one byte) and its bytes.
     kind_ = "llm.c tokenizer, decodes only";
+    DTRAIN_CHECK(text.size() >= 1024, Errc::corrupt_data,
+                 "--tokenizer '" << path_ << "' is llm.c's tokenizer cut short: " << text.size()
+                                 << " bytes, fewer than its 1024-byte header");
     DTRAIN_CHECK(header[2] <= text.size() - 1024, Errc::corrupt_data,
                  "--tokenizer '" << path_ << "' is shorter than its " << header[2] << " tokens");
     std::size_t pos = 1024;
@@ -217,6 +220,9 @@ Tokenizer::Tokenizer(const std::string& path) : path_(path) {
       piece = text.substr(pos + 1, static_cast<unsigned char>(text[pos]));
       pos += 1 + piece.size();
     }
+    DTRAIN_CHECK(pos == text.size(), Errc::corrupt_data,
+                 "--tokenizer '" << path_ << "' holds " << text.size() - pos << " bytes after its " << header[2]
+                                 << " tokens (another file appended, or a wrong token count)");
     for (std::size_t id = 0; id < pieces_.size(); ++id) id_of_.emplace(pieces_[id], static_cast<std::int32_t>(id));
     return;
   }

@@ -93,6 +93,19 @@ r = subprocess.run([mpiexec, npflag, "1", gpt] + model + ["--tokenizer", llmc, "
 if r.returncode != 2 or b"--tokenizer is" not in r.stderr:
     failures.append(f"--tokenizer on one rank only: exit {r.returncode}, {r.stderr.decode(errors='replace')[-800:]!r}")
 
+# llm.c files cut inside the header or with bytes after the tokens: refused, saying which.
+with open(llmc, "rb") as f:
+    whole = f.read()
+for name, content, text in (("cut.bin", whole[:500], b"cut short: 500 bytes, fewer than its 1024-byte header"),
+                            ("appended.bin", whole + b"xy", b"holds 2 bytes after its")):
+    path = os.path.join(work, name)
+    with open(path, "wb") as f:
+        f.write(content)
+    r = subprocess.run([mpiexec, npflag, "1", gpt] + model + ["--tokenizer", path, "--prompt", "1 2"],
+                       capture_output=True, stdin=subprocess.DEVNULL, timeout=120)
+    if r.returncode != 1 or text not in r.stderr:
+        failures.append(f"{name}: exit {r.returncode}, {r.stderr.decode(errors='replace')[-800:]!r}")
+
 if failures:
     sys.exit("FAIL:\n" + "\n".join(failures))
 print("ok: --tokenizer encodes and decodes as GPT-2's encoder")
