@@ -99,6 +99,14 @@ std::string escaped(const std::string& text) {
   return out;
 }
 
+// show_tokens' text for a log line: its newlines and tabs (the only control bytes it keeps)
+// as \x0a and \x09.
+std::string one_line(const std::string& shown) {
+  std::string out;
+  for (const char c : shown) out += c == '\n' ? "\\x0a" : c == '\t' ? "\\x09" : std::string(1, c);
+  return out;
+}
+
 // Rank 0 prints each token to stdout as soon as it is chosen (a CPU may take a while per
 // token of a large model); the log line before it goes to stderr.
 void generate(dtrain::train::Trainer& trainer, const dtrain_gpt::Parsed& parsed, int rank) {
@@ -111,8 +119,8 @@ void generate(dtrain::train::Trainer& trainer, const dtrain_gpt::Parsed& parsed,
     if (!prompt.empty() && tok)  // its text, then its ids
       from = "the prompt '" + escaped(show_tokens(prompt, vocab, tok)) + "' (" +
              show_tokens(prompt, INT32_MAX, nullptr) + ")";
-    else if (!prompt.empty())
-      from = "the prompt '" + show_tokens(prompt, vocab, nullptr) + "'";
+    else if (!prompt.empty())  // as the text is printed, but on one line
+      from = "the prompt '" + one_line(show_tokens(prompt, vocab, nullptr)) + "'";
     if (tok) DTRAIN_LOG(info, "tokenizer: " << tok->describe());
     DTRAIN_LOG(info, "generating " << parsed.generate << " tokens (temperature " << sampling.temperature
                                    << ", top-k " << sampling.top_k << ", top-p " << sampling.top_p << ") after "
