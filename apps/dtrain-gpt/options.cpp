@@ -358,6 +358,11 @@ Parsed parse_options(int argc, char** argv) {
   check_generation(out);
   // Read only where it is used: --generate (after --help and --version have left).
   if (!out.tokenizer_path.empty() && out.generate > 0 && !vm.count("help") && !vm.count("version")) {
+    // Up to 256 the tokens are bytes: the prompt is read and the text printed as such.
+    DTRAIN_CHECK(out.config.vocab > 256, Errc::invalid_config,
+                 "--tokenizer with --vocab " << out.config.vocab
+                                             << ": at most 256 the tokens are bytes, read and printed as text "
+                                                "without a tokenizer; leave --tokenizer out");
     out.tokenizer = std::make_shared<const dtrain::train::Tokenizer>(out.tokenizer_path);
     DTRAIN_CHECK(out.tokenizer->size() <= out.config.vocab, Errc::invalid_config,
                  "--tokenizer " << out.tokenizer->describe() << " has more tokens than --vocab "
