@@ -38,6 +38,9 @@
 #   PLUGIN_VARIANTS "NAME=PATH ...": other builds of libdtrain_cuda.so from the same commit
 #                 (a kernel changed, say), each timed in a 10-step benchmark run of its own
 #                 (DTRAIN_CUDA_PLUGIN=PATH), 35 s at most each: A/B comparisons in one run
+#   SANITIZER_LIMIT seconds for each compute-sanitizer tool (racecheck, synccheck, memcheck)
+#                 on the fused attention's kernel test (default 45; 0 skips them), run only
+#                 where compute-sanitizer is found; an error it reports fails the checks
 #   NCU_LIMIT     seconds for the Nsight Compute phase (default 60; 0 skips it), which runs
 #                 only where ncu is on the PATH and never fails the checks
 # Exit status: 0 when the build, every test and the benchmark succeeded.
@@ -467,6 +470,28 @@ if within 30; then
   timeout -k 5 "$LIMIT" "$MPIEXEC" -n 1 "${BENCH[@]}" --steps 0 --generate 256 --prompt "$PROMPT" \
     </dev/null >/dev/null 2>"$RESULTS/generate.log" || fail "generation failed (see generate.log)"
   grep -E "generated 256 tokens" "$RESULTS/generate.log" | tee -a "$RESULTS/summary.txt"
+fi
+
+# The fused attention's kernels under compute-sanitizer: shared-memory races and barrier
+# misuse, which the CPU emulation (warps one at a time) may not show, and memory errors.
+SANITIZER_LIMIT=${SANITIZER_LIMIT:-45}
+SANITIZER=$(command -v compute-sanitizer || ls /usr/local/cuda/bin/compute-sanitizer 2>/dev/null || true)
+if [ "$SANITIZER_LIMIT" -gt 0 ] && [ -n "$SANITIZER" ]; then
+  phase "compute-sanitizer: the fused attention's kernel test (racecheck, synccheck, memcheck)"
+  for tool in racecheck synccheck memcheck; do
+    within "$SANITIZER_LIMIT" || break
+    # the tool with the node's libraries, the test it runs with the packed ones
+    node_env timeout -k 5 "$LIMIT" "$SANITIZER" --tool "$tool" --target-processes all --error-exitcode 99 \
+      env LD_LIBRARY_PATH="${LD_LIBRARY_PATH-}" DTRAIN_CUDA_TF32=0 "$BUILD/tests/gpu/test_cuda_kernels" \
+      --gtest_filter='*FusedAttention*' </dev/null >"$RESULTS/sanitizer_$tool.log" 2>&1
+    rc=$?
+    grep -E "ERROR SUMMARY|RACECHECK SUMMARY|Race reported|Barrier error|Invalid" "$RESULTS/sanitizer_$tool.log" | head -n 5
+    case $rc in
+      0) echo "compute-sanitizer $tool: clean" | tee -a "$RESULTS/summary.txt" ;;
+      124|137) echo "compute-sanitizer $tool did not finish in $LIMIT s" | tee -a "$RESULTS/summary.txt" ;;
+      *) fail "compute-sanitizer $tool: status $rc (sanitizer_$tool.log)" ;;
+    esac
+  done
 fi
 
 # Last: the fused attention kernels' hardware counters (occupancy, memory and pipe use, stall
