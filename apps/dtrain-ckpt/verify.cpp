@@ -1,6 +1,9 @@
 // verify: the format attributes, then every dataset's checksum recomputed from its data.
 #include <algorithm>
+#include <cerrno>
+#include <cmath>
 #include <cstdio>
+#include <cstdlib>
 #include <cstring>
 #include <string>
 #include <vector>
@@ -64,9 +67,15 @@ std::string format_problem(const dtrain::ckpt::CheckpointFile& f) {
 
 namespace {
 
+// Digits of a value up to 2^64 - 1 (the counters' types, int64 and uint64, are checked by
+// the header's reading).
 bool is_count(const std::string& text) {
-  return !text.empty() && text.size() <= 19 &&
-         std::all_of(text.begin(), text.end(), [](char c) { return c >= '0' && c <= '9'; });
+  if (text.empty() || text.size() > 20 ||
+      !std::all_of(text.begin(), text.end(), [](char c) { return c >= '0' && c <= '9'; }))
+    return false;
+  errno = 0;
+  std::strtoull(text.c_str(), nullptr, 10);
+  return errno == 0;
 }
 
 // What a resume reads besides the tensors' data: the step counters and, for each /model
@@ -121,8 +130,7 @@ std::string gpt_tensor_problem(const dtrain::ckpt::CheckpointFile& f) {
     return f.find("/model/" + name) ? "" : "no dataset /model/" + name + " (/model describes a GPT of " + layers +
                                                " layers, which has one)";
   };
-  const std::string tie = attribute(model, "tie_embeddings");
-  if (tie != "0" && tie != "1") return "/model's tie_embeddings is '" + tie + "', not 0 or 1";
+  const std::string tie = attribute(model, "tie_embeddings");  // 0 or 1: the header's reading checked it
   if (tie == "1" && f.find("/model/lm_head.weight"))
     return "/model/lm_head.weight in a file whose /model says the head is tied to wte (tie_embeddings 1)";
   // Name by name, to the first missing: a damaged `layers` (10^15) lists nothing in memory.
@@ -172,6 +180,13 @@ int verify(const std::string& file) {
     if (sum != d.checksum) {
       return bad(file, "dataset " + d.path + " fails its checksum (stored " + std::to_string(d.checksum) +
                            ", computed " + std::to_string(sum) + ")");
+    }
+    // A run never saves a NaN or an infinity (it stops before the update that would make one).
+    const auto odd = std::find_if(data.begin(), data.end(), [](float v) { return !std::isfinite(v); });
+    if (odd != data.end()) {
+      const char* what = std::isnan(*odd) ? "nan" : *odd > 0 ? "inf" : "-inf";
+      return bad(file, "dataset " + d.path + " holds " + what + " at element " +
+                           std::to_string(odd - data.begin()) + ", which no run saves");
     }
   }
   std::printf("ok: %s: %zu datasets match their checksums\n", file.c_str(), f.datasets().size());

@@ -1,6 +1,7 @@
 // Checkpointer's load: the model checked against the file's, every rank's pieces read
 // collectively, and every dataset's checksum verified before the model changes.
 #include <algorithm>
+#include <cmath>
 #include <cstring>
 #include <filesystem>
 #include <optional>
@@ -156,6 +157,15 @@ CheckpointInfo Checkpointer::Impl::read_file(const std::string& path) {
                        where << ": dataset " << name << " fails its checksum as world rank " << grid.world().rank()
                              << " read it (stored " << checksum << ", computed " << mine
                              << "): the file is corrupt, or this rank reads another copy of it");
+        }
+        // A run never saves a NaN or an infinity: one here was edited in, or damage that the
+        // checksum (over the bits) was made to match.
+        for (const Piece& piece : read) {
+          const float* v = memory(kind) + piece.mem;
+          const float* odd = std::find_if(v, v + piece.count, [](float x) { return !std::isfinite(x); });
+          DTRAIN_CHECK(odd == v + piece.count, Errc::corrupt_data,
+                       where << ": dataset " << name << " holds " << (std::isnan(*odd) ? "nan" : *odd > 0 ? "inf" : "-inf")
+                             << ", which no run saves: the file was edited or is damaged");
         }
         stored.push_back(checksum);
         sums.push_back(share);

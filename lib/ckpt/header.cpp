@@ -92,6 +92,14 @@ ModelAttributes read_model_attributes(hid_t file, const std::string& where) {
   m.seq_len = h5::read_attr_i64(mg, "seq_len", at);
   m.vocab = h5::read_attr_i64(mg, "vocab", at);
   m.tie_embeddings = h5::read_attr_i64(mg, "tie_embeddings", at);
+  // A GPT's sizes are positive, a byom's or an MLP's 0; the tying flag 0 or 1.
+  for (auto [name, value] : {std::pair{"layers", m.layers}, std::pair{"heads", m.heads},
+                             std::pair{"d_model", m.d_model}, std::pair{"seq_len", m.seq_len},
+                             std::pair{"vocab", m.vocab}}) {
+    DTRAIN_CHECK(value >= 0, Errc::corrupt_data, at << "'s " << name << " is " << value << ", which no model has");
+  }
+  DTRAIN_CHECK(m.tie_embeddings == 0 || m.tie_embeddings == 1, Errc::corrupt_data,
+               at << "'s tie_embeddings is " << m.tie_embeddings << ", not 0 or 1");
   return m;
 }
 

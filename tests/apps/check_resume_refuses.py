@@ -4,7 +4,8 @@ edited into values HDF5 would convert without a word (an unsigned step past int6
 sample count, /model/wpe stored as float64 with its checksum intact). A resume must refuse
 each (exit 1) naming the problem, where it used to clamp the counts or convert the values,
 and `TOOL verify` must refuse it too (exit 1); counts in range stored in other integer types
-(a checksum as int64, as h5py stores a Python int) must still verify and resume. Exits 77 (skipped) without h5py."""
+(a checksum as int64, as h5py stores a Python int; a sample count past 10^19) must still
+verify and resume; a NaN whose checksum was made to match, or a tying flag of -1, is refused. Exits 77 (skipped) without h5py."""
 import os
 import shutil
 import subprocess
@@ -44,12 +45,29 @@ def same_value_as(obj, name, kind):
     return edit
 
 
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from check_checkpoint import checksum  # noqa: E402  (the documented one)
+
+
+def nan_in_wpe(f):  # a NaN that its dataset's checksum was made to match
+    data = f["model/wpe"][...]
+    data.flat[3] = numpy.nan
+    f["model/wpe"][...] = data
+    with numpy.errstate(over="ignore"):
+        f["model/wpe"].attrs["checksum"] = numpy.uint64(checksum(data))
+
+
 cases = [  # (name, edit, what the resume says; None: it resumes)
     ("step_uint64", set_attr("/optimizer", "step", numpy.uint64(2**64 - 1)),
      "/optimizer: attribute 'step' is 18446744073709551615, outside int64"),
     ("negative_samples", set_attr("/", "consumed_samples", numpy.int64(-7)),
      "attribute 'consumed_samples' is -7, outside uint64"),
     ("wpe_float64", wpe_as_float64, "dataset /model/wpe is float64, not float32"),
+    # Values no run writes: a NaN (it resumed, then "diverged"), a tying flag of -1.
+    ("nan_weight", nan_in_wpe, "dataset /model/wpe holds nan, which no run saves"),
+    ("tie_minus_one", set_attr("/model", "tie_embeddings", numpy.int64(-1)), "tie_embeddings is -1, not 0 or 1"),
+    # A sample count past 10^19 is still a uint64.
+    ("samples_past_1e19", set_attr("/", "consumed_samples", numpy.uint64(10**19)), None),
     # Values in range stored in other integer types (h5py stores a Python int as int64) load.
     ("step_uint64_in_range", same_value_as("/optimizer", "step", numpy.uint64), None),
     ("checksum_int64", same_value_as("/model/wpe", "checksum", numpy.int64), None),

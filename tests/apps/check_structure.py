@@ -20,6 +20,9 @@ except ImportError:
     print("h5py not available: skipped")
     sys.exit(77)
 
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from check_checkpoint import checksum  # noqa: E402  (the documented one, from h5py's reading)
+
 tool, source, scratch = sys.argv[1:4]
 
 
@@ -44,6 +47,14 @@ def add_head(f):  # a separate head, copied from wte with its checksum and momen
     f.require_group("/optimizer/lm_head.weight")
     for moment in ("exp_avg", "exp_avg_sq"):
         f.copy("/optimizer/wte/" + moment, "/optimizer/lm_head.weight/" + moment)
+
+
+def nan_in_wpe(f):  # a NaN that its dataset's checksum was made to match
+    data = f["/model/wpe"][...]
+    data.flat[3] = numpy.nan
+    f["/model/wpe"][...] = data
+    with numpy.errstate(over="ignore"):
+        f["/model/wpe"].attrs["checksum"] = numpy.uint64(checksum(data))
 
 
 def soft_link(f):
@@ -83,11 +94,13 @@ cases = [  # (edit, command, status, text)
     (lambda f: [set_attr("/", "loss_scale", numpy.float64(-2.0))(f),
                 set_attr("/", "loss_scale_clean_steps", numpy.int64(0))(f)], "verify", 1,
      "has a loss scale of -2 after 0 clean steps"),
+    (nan_in_wpe, "verify", 1, "dataset /model/wpe holds nan at element 3, which no run saves"),
     # AdamW's settings, where stored, are ones a run could have used (a resume compares them).
     (set_attr("/optimizer", "beta1", numpy.float64("nan")), "verify", 1, "AdamW beta1 nan, which no run uses"),
     (set_attr("/optimizer", "eps", numpy.float64(0.0)), "verify", 1, "AdamW eps 0, which no run uses"),
     # The head agrees with the tying flag, which is 0 or 1 (a resume compares it as such).
-    (set_attr("/model", "tie_embeddings", numpy.int64(7)), "verify", 1, "tie_embeddings is '7', not 0 or 1"),
+    (set_attr("/model", "tie_embeddings", numpy.int64(7)), "verify", 1, "/model's tie_embeddings is 7, not 0 or 1"),
+    (set_attr("/model", "layers", numpy.int64(-1)), "verify", 1, "/model's layers is -1, which no model has"),
     (set_attr("/model", "tie_embeddings", numpy.int64(0)), "verify", 1, "no dataset /model/lm_head.weight"),
     (add_head, "verify", 1, "/model/lm_head.weight in a file whose /model says the head is tied"),
     (lambda f: [add_head(f), set_attr("/model", "tie_embeddings", numpy.int64(0))(f)], "verify", 0,
