@@ -70,7 +70,8 @@ std::vector<std::int32_t> prompt_tokens(const std::string& prompt, int vocab, co
       while (in >> word) {
         DTRAIN_CHECK(std::all_of(word.begin(), word.end(), [](char c) { return c >= '0' && c <= '9'; }),
                      Errc::invalid_config,
-                     "--prompt: with --vocab " << vocab << " above 256 it lists token ids, got '" << word << "'");
+                     "--prompt: with --vocab " << vocab << " above 256 it lists token ids, got '" << word << "'"
+                         << (tokenizer ? " (--tokenizer " + tokenizer->describe() + ")" : std::string()));
         errno = 0;
         const long id = std::strtol(word.c_str(), nullptr, 10);
         DTRAIN_CHECK(errno == 0 && id < vocab, Errc::invalid_config,

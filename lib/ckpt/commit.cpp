@@ -148,8 +148,7 @@ void prune(const std::string& dir, int keep, const std::string& current) {
     const std::string name = it->path().filename().string();
     const bool tmp = name.size() > 4 && name.compare(name.size() - 4, 4, ".tmp") == 0;
     std::error_code ignored;
-    if (tmp && (step_of_name(name.substr(0, name.size() - 4)) >= 0 || name == "latest.tmp"))
-      fs::remove(it->path(), ignored);
+    if (tmp && is_checkpoint_file_name(name)) fs::remove(it->path(), ignored);
   }
 }
 

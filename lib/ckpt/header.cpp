@@ -4,6 +4,7 @@
 #include <tuple>
 #include <utility>
 
+#include "core/number_text.hpp"
 #include "dtrain/ckpt/checksum.hpp"
 #include "dtrain/core/error.hpp"
 
@@ -77,7 +78,7 @@ Header read_header(hid_t file, const std::string& where) {
     if (!h5::has_attr(og, name, where + " /optimizer")) continue;
     *value = h5::read_attr_f64(og, name, where + " /optimizer");
     DTRAIN_CHECK(ok(*value), Errc::corrupt_data,
-                 where << " /optimizer has AdamW " << name << " " << *value << ", which no run uses");
+                 where << " /optimizer has AdamW " << name << " " << shortest_text(*value) << ", which no run uses");
   }
   return h;
 }

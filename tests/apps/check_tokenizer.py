@@ -93,6 +93,17 @@ r = subprocess.run([mpiexec, npflag, "1", gpt] + model + ["--tokenizer", llmc, "
 if r.returncode != 2 or b"--tokenizer is" not in r.stderr:
     failures.append(f"--tokenizer on one rank only: exit {r.returncode}, {r.stderr.decode(errors='replace')[-800:]!r}")
 
+# A merges.txt line naming a token vocab.json lacks leaves a tokenizer that only decodes: a
+# text prompt is then refused, saying why.
+bad_dir = os.path.join(work, "tok_bad_merge")
+write_hf(bad_dir, pieces, merges)
+with open(os.path.join(bad_dir, "merges.txt"), "a", encoding="utf-8") as f:
+    f.write("zz q\n")
+r = subprocess.run([mpiexec, npflag, "1", gpt] + model + ["--tokenizer", bad_dir, "--prompt", "hello"],
+                   capture_output=True, stdin=subprocess.DEVNULL, timeout=120)
+if r.returncode != 2 or b"decodes only: merges.txt's merge 'zz q' makes or uses a token" not in r.stderr:
+    failures.append(f"a bad merge: exit {r.returncode}, {r.stderr.decode(errors='replace')[-800:]!r}")
+
 # llm.c files cut inside the header or with bytes after the tokens: refused, saying which.
 with open(llmc, "rb") as f:
     whole = f.read()

@@ -86,6 +86,8 @@ run 3 same; requeued && fail "a third stop in a row without a new step requeued"
 grep -q "3 runs in a row stopped before saving a new step" "$work/log" || fail "no word on the ended chain: $(cat "$work/log")"
 run 3 1; requeued || fail "a stop with a new step after stalled ones did not requeue"
 run 3 same; requeued || fail "the count of stalled stops did not start again after a new step"
+run 1 0; run 3 same; run 3 same
+requeued || fail "a chain that ended (an error) left its count of stalled stops to the next"
 # srun ending the moment the warning interrupts the script's wait: its status, every time
 for _ in 1 2 3 4 5 6 7 8; do
   run 0 1; requeued && fail "a run that finished as the warning came requeued"
