@@ -253,7 +253,9 @@ FileKind file_kind(const std::string& path, const std::string& caller) {
   for (int i = 7; i >= 0; --i) header = (header << 8) | b[i];
   std::error_code ec;
   const std::uintmax_t size = std::filesystem::file_size(path, ec);
-  return !ec && header <= size - 8 ? FileKind::safetensors : FileKind::other;
+  // A header the file cannot hold is still safetensors' (a file cut short, which its reader
+  // names) when its length is plausible: 8 bytes of text read as one are at least 2^59.
+  return !ec && (header <= size - 8 || header < (std::uint64_t{1} << 32)) ? FileKind::safetensors : FileKind::other;
 }
 
 std::string model_text(int layers, std::uint64_t d_model, std::uint64_t vocab, std::uint64_t positions, bool tied,

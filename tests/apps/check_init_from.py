@@ -266,6 +266,8 @@ with open(hf_file, "rb") as f:
     blob = f.read()
 with open(os.path.join(work, "cut.safetensors"), "wb") as f:
     f.write(blob[:len(blob) - 100])
+with open(os.path.join(work, "cut_in_header.safetensors"), "wb") as f:  # cut inside its JSON header
+    f.write(blob[:100])
 untied = dict(hf)
 untied["lm_head.weight"] = hf["wte.weight"] + 1
 write_safetensors(os.path.join(work, "untied.safetensors"), untied)
@@ -297,6 +299,7 @@ refusals = [(options + ["--init-from", hf_file], pattern) for options, pattern i
     (model + ["--init-from", os.path.join(work, name)], pattern) for name, pattern in (
         ("nan.safetensors", r"tensor 'h.1.mlp.c_fc.bias' holds nan at element 5"),
         ("cut.safetensors", r"lie outside the .* bytes of data \(a truncated file\?\)"),
+        ("cut_in_header.safetensors", r"\(safetensors\) gives a header of [0-9]+ bytes, which the file of 100 bytes cannot hold"),
         ("untied.safetensors", r"its lm_head.weight is not its wte"),
         ("erf_gelu/model.safetensors", r"activation_function \"gelu\""),
         ("huge_heads", r"n_head is 18446744073709551615, not a number of heads"),
