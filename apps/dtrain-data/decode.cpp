@@ -1,5 +1,6 @@
 // dtrain-data decode: a shard's tokens printed as text (the tokenizer's bytes) or as ids.
 #include <cstdio>
+#include <filesystem>
 #include <fstream>
 #include <memory>
 #include <string>
@@ -17,14 +18,25 @@ using dtrain::Errc;
 int decode(const std::string& shard, const std::string& tokenizer_path, long long first, long long count) {
   std::unique_ptr<dtrain::train::Tokenizer> tokenizer;
   if (!tokenizer_path.empty()) tokenizer = std::make_unique<dtrain::train::Tokenizer>(tokenizer_path);
+  std::error_code ec;
+  DTRAIN_CHECK(!std::filesystem::is_directory(shard, ec), Errc::invalid_argument,
+               "'" << shard << "' is a directory, not a token shard");
   std::ifstream in(shard, std::ios::binary | std::ios::ate);
   DTRAIN_CHECK(in, Errc::io, "cannot open '" << shard << "'");
   const long long bytes = static_cast<long long>(in.tellg());
   std::int32_t header[256] = {};
   in.seekg(0);
   in.read(reinterpret_cast<char*>(header), sizeof header);
-  DTRAIN_CHECK(in && header[0] == kShardMagic && header[1] == kShardVersion, Errc::corrupt_data,
-               "'" << shard << "' is not a token shard (magic " << kShardMagic << ", version " << kShardVersion << ")");
+  // What is wrong, named: too short for the header, another file, another version.
+  DTRAIN_CHECK(in, Errc::corrupt_data,
+               "'" << shard << "' is not a token shard: " << bytes << " bytes, fewer than a shard's "
+                   << kShardHeaderBytes << "-byte header");
+  DTRAIN_CHECK(header[0] == kShardMagic, Errc::corrupt_data,
+               "'" << shard << "' is not a token shard: it starts with " << header[0] << ", not the magic number "
+                   << kShardMagic);
+  DTRAIN_CHECK(header[1] == kShardVersion, Errc::corrupt_data,
+               "'" << shard << "' is a token shard of version " << header[1] << ", which this dtrain-data does not read ("
+                   << kShardVersion << ")");
   const long long tokens = header[2];
   DTRAIN_CHECK(tokens >= 0, Errc::corrupt_data,
                "'" << shard << "' is damaged: its header counts " << tokens << " tokens");

@@ -155,6 +155,12 @@ else:
 dangling = os.path.join(work, "dangling.bin")  # a link to nothing is a name in use too
 if not os.path.lexists(dangling):
     os.symlink("nowhere", dangling)
+version_2 = os.path.join(work, "version_2.bin")  # all1.bin with another version in its header
+with open(os.path.join(work, "all1.bin"), "rb") as f:
+    shard = bytearray(f.read())
+shard[4:8] = (2).to_bytes(4, "little")
+with open(version_2, "wb") as f:
+    f.write(shard)
 before = leftovers()
 refusals = [
     ([data, "encode", "--tokenizer", tok, "--output", os.path.join(work, "all1.bin")] + inputs, 2, "exists"),
@@ -173,6 +179,8 @@ refusals = [
     ([data, "encode", "--tokenizer", tok, "--output", os.path.join(work, "x.bin"), "--shard-tokens", "0"] + inputs,
      2, "at least 1"),
     ([data, "decode", inputs[0]], 1, "not a token shard"),
+    ([data, "decode", version_2], 1, "is a token shard of version 2, which this dtrain-data does not read"),
+    ([data, "decode", work], 2, "is a directory, not a token shard"),
     ([data, "decode", "--first", "99999", os.path.join(work, "all1.bin")], 2, "past the shard"),
     ([data, "decode", "--first", "9" * 20, os.path.join(work, "all1.bin")], 2, "--first " + "9" * 20 + " is too large"),
     ([data, "decode", "--count", "1", "--count", "2", os.path.join(work, "all1.bin")], 2,
