@@ -312,9 +312,10 @@ void Tokenizer::encode_word(std::string_view word, std::vector<std::int32_t>& ou
   const std::size_t first = out.size();
   for (const char c : word) {
     const std::int32_t id = byte_id_[static_cast<unsigned char>(c)];
-    DTRAIN_CHECK(id >= 0, Errc::corrupt_data,
+    // (GPT-2's vocabulary has all 256: a smaller one encodes only the texts of its bytes.)
+    DTRAIN_CHECK(id >= 0, Errc::invalid_config,
                  "--tokenizer '" << path_ << "' has no token for the byte " << static_cast<int>(static_cast<unsigned char>(c))
-                                 << ": its merges and vocabulary do not belong together");
+                                 << " (a byte-level BPE has one for each of the 256): it cannot encode this text");
     out.push_back(id);
   }
   const auto merge_of = [&](std::size_t i) {

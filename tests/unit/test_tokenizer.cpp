@@ -124,7 +124,13 @@ TEST_F(TokenizerFiles, MergesPairsByRankAndDecodesBytes) {
   EXPECT_EQ(t.encode("c ac"), (std::vector<std::int32_t>{2, 7, 2}));
   EXPECT_EQ(t.encode("bc"), (std::vector<std::int32_t>{8}));
   EXPECT_EQ(t.encode("\n"), (std::vector<std::int32_t>{4}));
-  EXPECT_THROW(t.encode("z"), dtrain::Error);  // no token for it: the files do not belong together
+  try {  // no token for the byte: this text cannot be encoded (a usage error, status 2)
+    t.encode("z");
+    ADD_FAILURE() << "a byte without a token was encoded";
+  } catch (const dtrain::Error& e) {
+    EXPECT_EQ(e.code(), dtrain::Errc::invalid_config);
+    EXPECT_NE(std::string(e.what()).find("has no token for the byte 122"), std::string::npos) << e.what();
+  }
 }
 
 TEST_F(TokenizerFiles, WithoutMergesItDecodesOnly) {
