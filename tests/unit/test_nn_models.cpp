@@ -174,6 +174,12 @@ TEST(GptConfig, BadConfigsThrowClearErrors) {
   c = GptConfig{};
   c.d_model = -4;
   expect_invalid(c, "d-model must be positive");
+  c = GptConfig{};
+  c.d_model = c.heads << 27;  // past 2^28: 4 d-model would pass a GEMM's int
+  expect_invalid(c, "d-model must be at most 2^28");
+  c = GptConfig{};
+  c.vocab = (1 << 30) + 1;
+  expect_invalid(c, "vocab must be at most 2^30");
   EXPECT_NO_THROW(GptConfig{}.validate());
   EXPECT_THROW(GptModel(tiny_gpt(), cpu_device(), 1, 0), Error);
   try {  // refused before any allocation: the passes count a micro-batch's tokens in an int
