@@ -359,10 +359,13 @@ void InitialWeights::check_shapes(const ParameterStore& params) const {
     const std::optional<Shape> file_shape = m.source->shape(p.name);
     if (!file_shape) m.refuse("it has no tensor '" + p.name + "'");
     Shape want(p.shape.begin(), p.shape.end());
-    if (p.name == "wpe" && !file_shape->empty()) want[0] = (*file_shape)[0];  // its first seq-len rows
+    // wpe: its first seq-len rows are read, so any count of rows (checked against seq-len
+    // before) fits; only its width must be d-model.
+    const bool rows_free = p.name == "wpe" && !file_shape->empty();
+    if (rows_free) want[0] = (*file_shape)[0];
     if (*file_shape != want) {
       m.refuse("its tensor '" + p.name + "' has shape " + shape_text(*file_shape) + " where this model's is " +
-               shape_text(want));
+               shape_text(Shape(p.shape.begin(), p.shape.end())) + (rows_free ? " (more rows are fine: the first are read)" : ""));
     }
   }
 }
