@@ -268,6 +268,9 @@ with open(os.path.join(work, "cut.safetensors"), "wb") as f:
     f.write(blob[:len(blob) - 100])
 with open(os.path.join(work, "cut_in_header.safetensors"), "wb") as f:  # cut inside its JSON header
     f.write(blob[:100])
+empty_wte = dict(hf)  # a wte of no rows: the file's damage, not "pass --vocab 0"
+empty_wte["wte.weight"] = np.zeros((0, hf["wte.weight"].shape[1]), np.float32)
+write_safetensors(os.path.join(work, "empty_wte.safetensors"), empty_wte)
 untied = dict(hf)
 untied["lm_head.weight"] = hf["wte.weight"] + 1
 write_safetensors(os.path.join(work, "untied.safetensors"), untied)
@@ -299,6 +302,7 @@ refusals = [(options + ["--init-from", hf_file], pattern) for options, pattern i
     (model + ["--init-from", os.path.join(work, name)], pattern) for name, pattern in (
         ("nan.safetensors", r"tensor 'h.1.mlp.c_fc.bias' holds nan at element 5"),
         ("cut.safetensors", r"lie outside the .* bytes of data \(a truncated file\?\)"),
+        ("empty_wte.safetensors", r"holds a wte of \[0, 32\] and a wpe of \[24, 32\]: a vocabulary of 0 is no GPT's"),
         ("cut_in_header.safetensors", r"\(safetensors\) gives a header of [0-9]+ bytes, which the file of 100 bytes cannot hold"),
         ("untied.safetensors", r"its lm_head.weight is not its wte"),
         ("erf_gelu/model.safetensors", r"activation_function \"gelu\""),
