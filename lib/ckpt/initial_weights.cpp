@@ -35,11 +35,15 @@ class Source {
   virtual std::string kind() const = 0;              // "safetensors, ...", "dtrain checkpoint"
 };
 
+// Digits only, as dtrain writes them (strtol alone took " 2", "+2" and "2\0...").
 long whole_number(const std::string& text, const std::string& what) {
   char* end = nullptr;
   errno = 0;
   const long n = std::strtol(text.c_str(), &end, 10);
-  DTRAIN_CHECK(!text.empty() && *end == '\0' && errno == 0, Errc::corrupt_data,
+  const bool digits = !text.empty() && (text[0] == '-' ? text.size() > 1 : true) &&
+                      std::all_of(text.begin() + (text[0] == '-' ? 1 : 0), text.end(),
+                                  [](char c) { return c >= '0' && c <= '9'; });
+  DTRAIN_CHECK(digits && end == text.c_str() + text.size() && errno == 0, Errc::corrupt_data,
                what << " is '" << text << "', not a whole number");
   return n;
 }
