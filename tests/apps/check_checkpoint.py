@@ -29,6 +29,15 @@ def checksum(data):
     return int((x >> np.uint64(32)).sum(dtype=np.uint64)) & M64
 
 
+def put_nan(f, path, index):
+    """h5py edit: a NaN at element index of dataset path, its checksum made to match."""
+    data = f[path][...]
+    data.flat[index] = np.nan
+    f[path][...] = data
+    with np.errstate(over="ignore"):
+        f[path].attrs["checksum"] = np.uint64(checksum(data))
+
+
 def main(path, step):
     with np.errstate(over="ignore"), h5py.File(path, "r") as f:
         assert f.attrs["format"] == b"dtrain-checkpoint", f.attrs["format"]
