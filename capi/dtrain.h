@@ -1192,7 +1192,8 @@ DT_API dt_result_t dt_byom_save_checkpoint(dt_byom_t byom, const char* dir, int 
  *         empty, or not the same on every rank), ::DT_ERR_INVALID_STATE (nothing registered),
  *         ::DT_ERR_IO (no such file, no
  *         checkpoint in the directory, not HDF5), ::DT_ERR_INVALID_CONFIG (a registered tensor
- *         missing or of another shape), ::DT_ERR_CORRUPT_DATA (format or checksum).
+ *         missing or of another shape), ::DT_ERR_CORRUPT_DATA (format or checksum, or a NaN in a
+ *         dataset).
  */
 DT_API dt_result_t dt_byom_load_checkpoint(dt_byom_t byom, const char* source);
 

@@ -181,12 +181,11 @@ int verify(const std::string& file) {
       return bad(file, "dataset " + d.path + " fails its checksum (stored " + std::to_string(d.checksum) +
                            ", computed " + std::to_string(sum) + ")");
     }
-    // A run never saves a NaN or an infinity (it stops before the update that would make one).
-    const auto odd = std::find_if(data.begin(), data.end(), [](float v) { return !std::isfinite(v); });
-    if (odd != data.end()) {
-      const char* what = std::isnan(*odd) ? "nan" : *odd > 0 ? "inf" : "-inf";
-      return bad(file, "dataset " + d.path + " holds " + what + " at element " +
-                           std::to_string(odd - data.begin()) + ", which no run saves");
+    // No NaN, as a resume refuses one (an infinity may be a byom's own value, a mask).
+    const auto nan = std::find_if(data.begin(), data.end(), [](float v) { return std::isnan(v); });
+    if (nan != data.end()) {
+      return bad(file, "dataset " + d.path + " holds nan at element " + std::to_string(nan - data.begin()) +
+                           ", which a resume refuses");
     }
   }
   std::printf("ok: %s: %zu datasets match their checksums\n", file.c_str(), f.datasets().size());

@@ -158,14 +158,14 @@ CheckpointInfo Checkpointer::Impl::read_file(const std::string& path) {
                              << " read it (stored " << checksum << ", computed " << mine
                              << "): the file is corrupt, or this rank reads another copy of it");
         }
-        // A run never saves a NaN or an infinity: one here was edited in, or damage that the
-        // checksum (over the bits) was made to match.
+        // No NaN: training never makes one it keeps (it stops first), so one here was edited
+        // in, or damage that the checksum (over the bits) was made to match. (An infinity can
+        // be a byom's own value, a mask, say.)
         for (const Piece& piece : read) {
           const float* v = memory(kind) + piece.mem;
-          const float* odd = std::find_if(v, v + piece.count, [](float x) { return !std::isfinite(x); });
-          DTRAIN_CHECK(odd == v + piece.count, Errc::corrupt_data,
-                       where << ": dataset " << name << " holds " << (std::isnan(*odd) ? "nan" : *odd > 0 ? "inf" : "-inf")
-                             << ", which no run saves: the file was edited or is damaged");
+          DTRAIN_CHECK(std::none_of(v, v + piece.count, [](float x) { return std::isnan(x); }), Errc::corrupt_data,
+                       where << ": dataset " << name << " holds nan: a checkpoint to resume holds none (the file "
+                             << "was edited or is damaged, or its model held a NaN when it was saved)");
         }
         stored.push_back(checksum);
         sums.push_back(share);

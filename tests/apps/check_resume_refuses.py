@@ -56,7 +56,7 @@ cases = [  # (name, edit, what the resume says; None: it resumes)
      "attribute 'consumed_samples' is -7, outside uint64"),
     ("wpe_float64", wpe_as_float64, "dataset /model/wpe is float64, not float32"),
     # Values no run writes: a NaN (it resumed, then "diverged"), a tying flag of -1.
-    ("nan_weight", lambda f: put_nan(f, "model/wpe", 3), "dataset /model/wpe holds nan, which no run saves"),
+    ("nan_weight", lambda f: put_nan(f, "model/wpe", 3), "dataset /model/wpe holds nan: a checkpoint to resume holds none"),
     ("tie_minus_one", set_attr("/model", "tie_embeddings", numpy.int64(-1)), "tie_embeddings is -1, not 0 or 1"),
     # A sample count past 10^19 is still a uint64.
     ("samples_past_1e19", set_attr("/", "consumed_samples", numpy.uint64(10**19)), None),

@@ -86,7 +86,7 @@ cases = [  # (edit, command, status, text)
     (lambda f: [set_attr("/", "loss_scale", numpy.float64(-2.0))(f),
                 set_attr("/", "loss_scale_clean_steps", numpy.int64(0))(f)], "verify", 1,
      "has a loss scale of -2 after 0 clean steps"),
-    (lambda f: put_nan(f, "/model/wpe", 3), "verify", 1, "dataset /model/wpe holds nan at element 3, which no run saves"),
+    (lambda f: put_nan(f, "/model/wpe", 3), "verify", 1, "dataset /model/wpe holds nan at element 3, which a resume refuses"),
     # AdamW's settings, where stored, are ones a run could have used (a resume compares them).
     (set_attr("/optimizer", "beta1", numpy.float64("nan")), "verify", 1, "AdamW beta1 nan, which no run uses"),
     (set_attr("/optimizer", "eps", numpy.float64(0.0)), "verify", 1, "AdamW eps 0, which no run uses"),
