@@ -11,6 +11,7 @@
 #include <map>
 #include <optional>
 #include <sstream>
+#include <tuple>
 
 #include "core/json_value.hpp"
 #include "ckpt/safetensors_file.hpp"
@@ -334,10 +335,12 @@ InitialWeights::InitialWeights(const std::string& path, const GptConfig& model, 
   const std::optional<Shape> wte = src.shape("wte"), wpe = src.shape("wpe");
   DTRAIN_CHECK(wte && wte->size() == 2 && wpe && wpe->size() == 2, Errc::invalid_config,
                m.caller << " '" << m.path << "' (" << src.kind() << ") holds no GPT: it has no 2-D wte and wpe");
-  // Sizes no GPT has (an empty wte, one past an int): the file's damage, not settings to suggest.
-  for (const auto& [what, n] : {std::pair{"vocabulary", (*wte)[0]}, std::pair{"d-model", (*wte)[1]},
-                                std::pair{"position count", (*wpe)[0]}}) {
-    DTRAIN_CHECK(n >= 1 && n <= static_cast<std::uint64_t>(INT_MAX), Errc::corrupt_data,
+  // Sizes no GPT has (an empty wte, past GptConfig's limits): the file's damage, not settings
+  // to suggest.
+  for (const auto& [what, n, limit] : {std::tuple{"vocabulary", (*wte)[0], GptConfig::kMaxVocab},
+                                       std::tuple{"d-model", (*wte)[1], GptConfig::kMaxDModel},
+                                       std::tuple{"position count", (*wpe)[0], INT_MAX}}) {
+    DTRAIN_CHECK(n >= 1 && n <= static_cast<std::uint64_t>(limit), Errc::corrupt_data,
                  m.caller << " '" << m.path << "' (" << src.kind() << ") holds a wte of " << shape_text(*wte)
                           << " and a wpe of " << shape_text(*wpe) << ": a " << what << " of " << n << " is no GPT's");
   }

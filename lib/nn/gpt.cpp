@@ -45,10 +45,10 @@ void GptConfig::validate() const {
   DTRAIN_CHECK(seq_len > 0, Errc::invalid_config, "seq-len must be positive, got " << seq_len);
   DTRAIN_CHECK(vocab > 1, Errc::invalid_config, "vocab must be at least 2, got " << vocab);
   // Index arithmetic in the kernels is 64-bit, but GEMM dimensions are int.
-  DTRAIN_CHECK(d_model <= (1 << 28), Errc::invalid_config,
-               "d-model must be at most 2^28 = " << (1 << 28) << " (4 d-model is a GEMM's int size), got " << d_model);
-  DTRAIN_CHECK(vocab <= (1 << 30), Errc::invalid_config,
-               "vocab must be at most 2^30 = " << (1 << 30) << " (a GEMM's int size), got " << vocab);
+  DTRAIN_CHECK(d_model <= kMaxDModel, Errc::invalid_config,
+               "d-model must be at most 2^28 = " << kMaxDModel << " (4 d-model is a GEMM's int size), got " << d_model);
+  DTRAIN_CHECK(vocab <= kMaxVocab, Errc::invalid_config,
+               "vocab must be at most 2^30 = " << kMaxVocab << " (a GEMM's int size), got " << vocab);
   // Per-layer bookkeeping (some KB a layer) is built before the parameters' memory is asked
   // for: 2^31 layers took 8 GB and half a minute of it before the request failed, 10^6 took
   // 6 GB and a minute. The deepest published models have a few hundred.

@@ -232,10 +232,13 @@ Tokenizer::Tokenizer(const std::string& path) : path_(path) {
       json::parse(text, "--tokenizer '" + path_ + "' is neither llm.c's tokenizer nor a vocab.json (JSON)");
   DTRAIN_CHECK(root.kind == json::Value::Kind::object && !root.members.empty(), Errc::corrupt_data,
                "--tokenizer '" << path_ << "' is neither a vocab.json (a JSON object of tokens) nor llm.c's tokenizer");
+  // Ids are a token table's indices: a sparse table (16 slots a token) is refused before it is allocated.
+  const std::uint64_t id_limit = std::min<std::uint64_t>(INT32_MAX, 16 * root.members.size());
   for (const auto& [token, id_value] : root.members) {
     const std::uint64_t id = json::to_u64(id_value, "--tokenizer '" + path_ + "': the id of '" + token + "'");
-    DTRAIN_CHECK(id < INT32_MAX && id < 16 * root.members.size(), Errc::corrupt_data,
-                 "--tokenizer '" << path_ << "': id " << id << " of '" << token << "' is out of range");
+    DTRAIN_CHECK(id < id_limit, Errc::corrupt_data,
+                 "--tokenizer '" << path_ << "': id " << id << " of '" << token << "' is out of range (a vocab.json of "
+                 << root.members.size() << " tokens has ids below " << id_limit << ")");
     if (id >= pieces_.size()) pieces_.resize(id + 1);
     pieces_[id] = token_bytes(token, "--tokenizer '" + path_ + "'");
     id_of_[pieces_[id]] = static_cast<std::int32_t>(id);

@@ -147,6 +147,14 @@ TEST_F(TokenizerFiles, RefusesWhatIsNotATokenizer) {
     write("vocab.json", bad);
     EXPECT_THROW(Tokenizer{dir_.string()}, dtrain::Error) << bad;
   }
+  write("vocab.json", R"({"a":0,"b":40})");  // 2 tokens: ids below 32 (16 slots a token)
+  try {
+    Tokenizer{dir_.string()};
+    ADD_FAILURE() << "a sparse vocab.json was taken";
+  } catch (const dtrain::Error& e) {
+    EXPECT_NE(std::string(e.what()).find("id 40 of 'b' is out of range (a vocab.json of 2 tokens has ids below 32)"),
+              std::string::npos) << e.what();
+  }
   write("vocab.json", R"({"a":0,"b":1})");
   write("merges.txt", "#version: 0.2\na b c\n");
   EXPECT_THROW(Tokenizer{dir_.string()}, dtrain::Error);

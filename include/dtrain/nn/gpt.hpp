@@ -46,6 +46,10 @@ struct DTRAIN_API GptConfig {
   // d-model and 4*d-model must be divisible by tp, vocab at least tp, and with sequence
   // parallelism seq-len divisible by tp. Needs no communication.
   void validate_tp(int tp, bool sequence_parallel) const;
+  // The largest d-model and vocabulary validate() takes: 4 d-model and the padded vocabulary
+  // are GEMM dimensions, which are int.
+  static constexpr int kMaxDModel = 1 << 28;
+  static constexpr int kMaxVocab = 1 << 30;
   // Vocabulary rounded up to a multiple of kVocabPad: the row count of wte / lm_head storage
   // and the column count of the logits. Padding never affects the loss.
   static constexpr int kVocabPad = 64;
