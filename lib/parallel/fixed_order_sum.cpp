@@ -91,7 +91,7 @@ void FixedOrderSum::all_gather(float* arena, DType wire) {
   if (dp_.size() == 1) return;
   Stopwatch watch;
   for (std::size_t u = 0; u < units_.size(); ++u) {
-    share_.all_gather_v(dp_, dev_, arena, units_[u], owned_[u], counts_[u].data(), wire);
+    share_.all_gather_v(dp_, &dev_, arena, units_[u], owned_[u], counts_[u].data(), wire);
   }
   wait_seconds_ += watch.seconds();
 }

@@ -155,7 +155,7 @@ void GradientSync::all_gather(float* params, DType wire) {
                "GradientSync::all_gather in 16 bits needs the device");
   for (std::size_t b = 0; b < buckets_.size(); ++b) {
     const Range bucket{buckets_[b].first, buckets_[b].last};
-    share_.all_gather_v(dp_, *dev_, params, bucket, owned_[b], piece_counts_[b].data(), wire);
+    share_.all_gather_v(dp_, dev_, params, bucket, owned_[b], piece_counts_[b].data(), wire);
   }
 }
 

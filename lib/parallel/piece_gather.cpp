@@ -2,6 +2,8 @@
 
 #include <cstdint>
 
+#include "dtrain/core/error.hpp"
+
 namespace dtrain::parallel {
 namespace {
 void grow(DeviceBuffer& buf, Device& dev, std::size_t bytes) {
@@ -31,14 +33,15 @@ void WordGather::widen(Device& dev, float* arena) {
                          static_cast<std::int64_t>(unit_.second - unit_.first), fmt_);
 }
 
-void PieceGather::all_gather_v(Communicator& dp, Device& dev, float* arena, const Range& unit,
+void PieceGather::all_gather_v(Communicator& dp, Device* dev, float* arena, const Range& unit,
                                const Range& mine, const std::size_t* counts, DType wire) {
   if (wire == DType::f32) {
     dp.all_gather_v(arena + mine.first, arena + unit.first, counts, DType::f32);
     return;
   }
-  words_.start(dp, dev, arena, unit, mine, counts, wire).wait();
-  words_.widen(dev, arena);
+  DTRAIN_CHECK(dev != nullptr, Errc::invalid_argument, "a gather in 16 bits needs the device");
+  words_.start(dp, *dev, arena, unit, mine, counts, wire).wait();
+  words_.widen(*dev, arena);
 }
 
 }  // namespace dtrain::parallel

@@ -305,7 +305,7 @@ TEST(DevicePath, RoundedPiecesTravelAsSixteenBitWords) {
   a[r * per] = 1.0f + 1.0f / 4096;  // not a bf16 value: arrives rounded to 1
   const std::vector<std::size_t> shares(P, per);
   parallel::PieceGather share;
-  share.all_gather_v(dev, cpu_device(), a, {0, n}, {r * per, (r + 1) * per}, shares.data(),
+  share.all_gather_v(dev, &cpu_device(), a, {0, n}, {r * per, (r + 1) * per}, shares.data(),
                      DType::bf16);
   EXPECT_EQ(counts.collective_bytes, static_cast<long>(n * 2)) << "not 16-bit words";
   for (std::size_t i = 0; i < n; ++i) {

@@ -16,6 +16,7 @@
 #include <vector>
 
 #include "dtrain/nn/gpt.hpp"
+#include "dtrain/parallel/gradient_sync.hpp"
 #include "dtrain/parallel/param_gather.hpp"
 #include "dtrain/train/trainer.hpp"
 #include "emulator_probe.hpp"
@@ -63,6 +64,32 @@ long peak_rss_kib() {
 void reset_peak_rss() { std::ofstream("/proc/self/clear_refs") << "5"; }
 
 }  // namespace
+
+// ZeRO 1's gradient sync built without a device, as its header allows outside the shard mode:
+// each rank's piece holds the average, and the fp32 gather shares the pieces (it used to
+// dereference the missing device).
+TEST(Zero, StageOneGradientSyncNeedsNoDevice) {
+  Communicator& dp = world();
+  const std::size_t n = 3001;  // two ranges in two buckets, pieces of uneven sizes
+  std::vector<float> grads(n), params(n, -1.0f);
+  for (std::size_t i = 0; i < n; ++i) grads[i] = static_cast<float>(dp.rank() + 1) * static_cast<float>(i % 7);
+  parallel::GradientSync sync(dp, grads.data(), {{0, 1000}, {1000, n}}, 1000 * sizeof(float),
+                              parallel::GradReduction::reduce_scatter);
+  ASSERT_EQ(sync.buckets().size(), 2u);
+  sync.begin(true);
+  sync.ready(1000, n);
+  sync.ready(0, 1000);
+  sync.finish();
+  const float mean_factor = static_cast<float>(dp.size() + 1) / 2.0f;  // mean of 1..size
+  for (const parallel::Range& r : sync.owned())
+    for (std::size_t i = r.first; i < r.second; ++i) {
+      ASSERT_FLOAT_EQ(grads[i], mean_factor * static_cast<float>(i % 7)) << i;
+      params[i] = static_cast<float>(i);
+    }
+  sync.all_gather(params.data());
+  for (std::size_t i = 0; i < n; ++i) ASSERT_EQ(params[i], static_cast<float>(i)) << i;
+  EXPECT_THROW(sync.all_gather(params.data(), DType::bf16), Error);  // 16 bits needs the device
+}
 
 TEST(Zero, StagesTwoAndThreeMatchSingleRankWithAccumulation) {
   const int dp = world().size();

@@ -36,8 +36,9 @@ class DTRAIN_API WordGather {
 class DTRAIN_API PieceGather {
  public:
   // arena[unit] <- every rank's piece (arguments as WordGather::start); wire: DType::f32, or
-  // bf16/f16 when every piece holds exact values of that format. Collective over dp.
-  void all_gather_v(Communicator& dp, Device& dev, float* arena, const Range& unit,
+  // bf16/f16 when every piece holds exact values of that format (then dev is needed; an f32
+  // gather does not use it and dev may be null). Collective over dp.
+  void all_gather_v(Communicator& dp, Device* dev, float* arena, const Range& unit,
                     const Range& mine, const std::size_t* counts, DType wire);
   // As WordGather::reserve, for 16-bit gathers.
   void reserve(Device& dev, std::size_t mine, std::size_t unit) { words_.reserve(dev, mine, unit); }
