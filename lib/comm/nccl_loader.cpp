@@ -331,7 +331,16 @@ DeviceTransport choose_device_transport(Communicator& world) {
   DTRAIN_CHECK(same_request, Errc::invalid_config,
                "DTRAIN_DEVICE_COMM differs between ranks (this rank: '" << asked
                    << "'); set it alike for the whole job");
-  if (code == 1) return DeviceTransport::nccl;
+  if (code == 1) {
+    // Every rank knows every rank's flag: all refuse alike, instead of the ranks with a GPU
+    // waiting in NCCL's set-up for one that cannot join.
+    for (std::size_t r = 0; r < all.size(); r += 3) {
+      DTRAIN_CHECK(all[r + 1] == 1, Errc::unavailable,
+                   "DTRAIN_DEVICE_COMM=nccl, but rank " << r / 3 << " of the job has no NCCL or no GPU of its "
+                   "own to use (DTRAIN_DEVICE_COMM=mpi_staged or auto moves device buffers over MPI)");
+    }
+    return DeviceTransport::nccl;
+  }
   if (code == 2) return DeviceTransport::mpi_staged;
   std::sort(seats.begin(), seats.end());
   const bool shared = std::adjacent_find(seats.begin(), seats.end()) != seats.end();

@@ -361,6 +361,18 @@ TEST(DevicePath, ChoosesNcclUnlessAskedOtherwise) {
     DevicePath on("nccl", Gpus::shared);  // asked for: taken as given
     EXPECT_EQ(comm::choose_device_transport(world()), comm::DeviceTransport::nccl);
   }
+  {  // asked for where a rank has no GPU: every rank refuses, naming it (the others used to
+     // wait in NCCL's set-up for it)
+    DevicePath on("nccl", Gpus::none_on_last_rank);
+    try {
+      comm::choose_device_transport(world());
+      ADD_FAILURE() << "nccl was taken with a rank that has no GPU";
+    } catch (const Error& e) {
+      EXPECT_EQ(e.code(), Errc::unavailable);
+      const std::string rank = "rank " + std::to_string(world().size() - 1) + " of the job has no NCCL or no GPU";
+      EXPECT_NE(std::string(e.what()).find(rank), std::string::npos) << e.what();
+    }
+  }
   {  // asked differently on different ranks: every rank refuses, none waits for the others
     DevicePath on(world().rank() == 0 ? "nccl" : "mpi_staged");
     if (multi_rank()) {
