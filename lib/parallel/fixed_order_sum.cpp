@@ -39,12 +39,15 @@ void FixedOrderSum::add(int m, const float* grads) {
   next_m_ = m + 1;
   Stopwatch watch;
   requests_.clear();
+  // One tag for every unit: MPI matches a pair of ranks' messages of one tag in the order
+  // posted, and both sides post in unit order (a tag per unit would pass MPI_TAG_UB, at
+  // least 32767, in a model of as many layers).
+  constexpr int tag = 0;
   for (int p = 0; p < P; ++p) {
     if (p == me) continue;
     std::size_t at = 0;  // pieces arrive back to back in unit order, as total_ holds them
     for (std::size_t u = 0; u < units_.size(); ++u) {
       const std::size_t mine = counts_[u][me], theirs = counts_[u][p];
-      const auto tag = static_cast<int>(u);
       if (mine > 0) requests_.push_back(dp_.irecv(inbox(p) + at, mine, DType::f32, p, tag));
       if (theirs > 0) {
         const Range piece = piece_of(units_[u], counts_[u], p);
