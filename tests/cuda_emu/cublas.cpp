@@ -13,6 +13,7 @@
 
 struct cublasContext {
   cudaStream_t stream = nullptr;
+  cublasMath_t math = CUBLAS_DEFAULT_MATH;
 };
 
 namespace {
@@ -155,6 +156,11 @@ cublasStatus_t gemm_batched(cublasHandle_t handle, cublasOperation_t transa,
                             long long sc, int batch, cublasComputeType_t type) {
   if (!handle) return CUBLAS_STATUS_NOT_INITIALIZED;
   if (!supported_types(Atype, Btype, Ctype)) return CUBLAS_STATUS_NOT_SUPPORTED;
+  if (Ctype != CUDA_R_32F && !(handle->math & CUBLAS_MATH_DISALLOW_REDUCED_PRECISION_REDUCTION)) {
+    std::fprintf(stderr, "cuBLAS emulator: a GEMM with a 16-bit C on a handle that allows reduced-precision "
+                         "reduction (a GPU may sum split-K parts in C's type)\n");
+    return CUBLAS_STATUS_INVALID_VALUE;
+  }
   const Gemm g{transa == CUBLAS_OP_T, transb == CUBLAS_OP_T, m, n, k, lda, ldb, ldc,
                *static_cast<const float*>(alpha), *static_cast<const float*>(beta), type, Atype,
                Ctype};
@@ -193,6 +199,12 @@ cublasStatus_t cublasSetWorkspace(cublasHandle_t handle, void* workspace, std::s
   if (!handle) return CUBLAS_STATUS_NOT_INITIALIZED;
   if (bytes && !dtrain_emu::device_range_ok(workspace, bytes, "cuBLAS workspace"))
     return CUBLAS_STATUS_INVALID_VALUE;
+  return CUBLAS_STATUS_SUCCESS;
+}
+
+cublasStatus_t cublasSetMathMode(cublasHandle_t handle, cublasMath_t mode) {
+  if (!handle) return CUBLAS_STATUS_NOT_INITIALIZED;
+  handle->math = mode;
   return CUBLAS_STATUS_SUCCESS;
 }
 
@@ -246,6 +258,7 @@ struct cublasLtMatrixLayoutOpaque {
 struct cublasLtMatmulPreferenceOpaque {
   std::uint64_t workspace = 0;
   std::uint32_t align[4] = {256, 256, 256, 256};  // A, B, C, D
+  std::uint32_t reduction_mask = CUBLASLT_REDUCTION_SCHEME_MASK;
 };
 
 namespace {
@@ -350,6 +363,9 @@ cublasStatus_t cublasLtMatmulPreferenceSetAttribute(cublasLtMatmulPreference_t p
     case CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES:
       ok = read_attribute(pref->workspace, buf, bytes);
       break;
+    case CUBLASLT_MATMUL_PREF_REDUCTION_SCHEME_MASK:
+      ok = read_attribute(pref->reduction_mask, buf, bytes);
+      break;
     case CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_A_BYTES:
     case CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_B_BYTES:
     case CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_C_BYTES:
@@ -372,6 +388,7 @@ cublasStatus_t cublasLtMatmulAlgoGetHeuristic(
   *returned = 0;
   const char* lt = std::getenv("DTRAIN_CUDA_EMU_LT");
   if (lt && std::strcmp(lt, "0") == 0) return CUBLAS_STATUS_NOT_SUPPORTED;
+  if (lt && std::strcmp(lt, "invalid") == 0) return CUBLAS_STATUS_INVALID_VALUE;
   if (desc->epilogue != CUBLASLT_EPILOGUE_DEFAULT && desc->epilogue != CUBLASLT_EPILOGUE_BIAS)
     return CUBLAS_STATUS_NOT_SUPPORTED;
   // op(A) is m x k, op(B) k x n, C and D m x n.
@@ -381,6 +398,12 @@ cublasStatus_t cublasLtMatmulAlgoGetHeuristic(
     return CUBLAS_STATUS_INVALID_VALUE;
   if (!supported_types(a->type, b->type, c->type) || d->type != c->type)
     return CUBLAS_STATUS_NOT_SUPPORTED;
+  if (d->type != CUDA_R_32F &&
+      (pref->reduction_mask & (CUBLASLT_REDUCTION_SCHEME_INPLACE | CUBLASLT_REDUCTION_SCHEME_OUTPUT_TYPE))) {
+    std::fprintf(stderr, "cuBLASLt emulator: a 16-bit D with a preference that allows split-K parts "
+                         "summed in D's type\n");
+    return CUBLAS_STATUS_NOT_SUPPORTED;
+  }
   // Only an fp32 bias here (a 16-bit one is what real cuBLASLt defaults to for a 16-bit D).
   const std::int32_t bias_type = desc->bias_type == -1 ? d->type : desc->bias_type;
   if (desc->epilogue == CUBLASLT_EPILOGUE_BIAS && bias_type != CUDA_R_32F)
@@ -405,6 +428,7 @@ cublasStatus_t cublasLtMatmul(cublasLtHandle_t handle, cublasLtMatmulDesc_t desc
   // DTRAIN_CUDA_EMU_LT=refuse: the matmul refuses what the heuristic offered, nothing queued
   const char* lt = std::getenv("DTRAIN_CUDA_EMU_LT");
   if (lt && std::strcmp(lt, "refuse") == 0) return CUBLAS_STATUS_NOT_SUPPORTED;
+  if (lt && std::strcmp(lt, "refuse_invalid") == 0) return CUBLAS_STATUS_INVALID_VALUE;
   const bool bias = desc->epilogue == CUBLASLT_EPILOGUE_BIAS;
   const void* operands[5] = {A, B, C, D, bias ? desc->bias : nullptr};
   for (int i = 0; i < 5; ++i)

@@ -171,8 +171,9 @@ TEST_F(CudaKernels, GemmsUnder16BitOperandsMultiplyRoundedCopies) {
 // is 16-byte aligned and otherwise lays the bias down before the GEMM; both agree with the CPU.
 // On the emulator, which counts cuBLASLt's calls, also: a plan (one heuristic query) per shape
 // and alignment of the operands and of the bias, reused for the same case, none for misaligned
-// pointers; and under DTRAIN_CUDA_EMU_LT=0 (no algorithm found), DTRAIN_CUDA_EMU_LT=refuse (the
-// matmul refuses the algorithm found: the plan is retired) or DTRAIN_CUDA_GEMM_EPILOGUE=0 (no
+// pointers; and under DTRAIN_CUDA_EMU_LT=0 or invalid (no algorithm found, or the case turned
+// down), DTRAIN_CUDA_EMU_LT=refuse or refuse_invalid (the matmul refuses the algorithm found:
+// the plan is retired) or DTRAIN_CUDA_GEMM_EPILOGUE=0 (no
 // plans) every call takes the other path. (The emulator refuses a plan used with pointers
 // less aligned than it was made for.) A residual added in the epilogue (C, beta 1) is a case of
 // its own: one more plan, one call, the CPU's linear layer plus the residual. Under 16-bit
@@ -192,9 +193,9 @@ TEST_F(CudaKernels, LinearForwardBiasInTheEpilogueOrBeforeTheGemm) {
     return v && std::string(v) == "0";
   };
   const char* lt = std::getenv("DTRAIN_CUDA_EMU_LT");
-  const bool refused = lt && std::string(lt) == "refuse";
+  const bool refused = lt && (std::string(lt) == "refuse" || std::string(lt) == "refuse_invalid");
   const bool plans = !off("DTRAIN_CUDA_GEMM_EPILOGUE"),
-             found = plans && !off("DTRAIN_CUDA_EMU_LT") && !refused;
+             found = plans && !off("DTRAIN_CUDA_EMU_LT") && !(lt && std::string(lt) == "invalid") && !refused;
   struct Case {
     int shift;           // floats past each allocation's 256-byte aligned start
     int bias_shift;      // the same for the bias

@@ -1,6 +1,7 @@
 #include "device/cuda/bias_gemm.hpp"
 
 #include "device/cuda/cuda_check.hpp"
+#include "dtrain/core/log.hpp"
 
 namespace dtrain::cuda {
 namespace {
@@ -12,6 +13,26 @@ std::uint32_t alignment(const void* p) {
   std::uint32_t a = 256;
   while (a > 1 && address % a != 0) a /= 2;
   return a;
+}
+
+// A status by which cuBLASLt turns down a case rather than failing: no algorithm for it in
+// this library version (NOT_SUPPORTED), or an attribute combination it does not take
+// (INVALID_VALUE; its header documents the bias as D's type, and an fp32 bias with a 16-bit D
+// is this plugin's request, not a documented case).
+bool turned_down(cublasStatus_t status) {
+  return status == CUBLAS_STATUS_NOT_SUPPORTED || status == CUBLAS_STATUS_INVALID_VALUE;
+}
+
+// Said once per process: which case went to the other path and why (the GPU runs' logs
+// show whether the epilogue runs at all).
+void say_turned_down(const char* call, cublasStatus_t status, int m, int n, int k, cudaDataType d_type) {
+  static bool said = false;
+  if (said) return;
+  said = true;
+  DTRAIN_LOG(info, "CUDA plugin: " << call << " gave " << cublasGetStatusString(status) << " for a "
+                                   << m << " x " << n << " x " << k << " GEMM with a bias epilogue and a "
+                                   << (d_type == CUDA_R_32F ? "fp32" : "16-bit") << " output: such "
+                                   << "cases add the bias outside the GEMM (reported once)");
 }
 
 template <typename T>
@@ -86,12 +107,19 @@ BiasGemm::Plan* BiasGemm::plan_for(const Case& key, const float* bias) {
     // C has D's layout: D itself (beta 0) or the residual (beta 1)
     set(pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_C_BYTES, key.adds_c ? key.align_c : key.align_d);
     set(pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_D_BYTES, key.align_d);
+    // A 16-bit D: no algorithm that sums split-K parts in D's type (in place in D, or in
+    // output-type scratch), so D holds the fp32 sum rounded once.
+    if (key.d_type != CUDA_R_32F)
+      set(pref, CUBLASLT_MATMUL_PREF_REDUCTION_SCHEME_MASK,
+          static_cast<std::uint32_t>(CUBLASLT_REDUCTION_SCHEME_COMPUTE_TYPE));
     cublasLtMatmulHeuristicResult_t result{};
     int found = 0;
     const cublasStatus_t status = cublasLtMatmulAlgoGetHeuristic(
         lt_, p.desc, p.a, p.b, p.d, p.d, pref, 1, &result, &found);
-    // NOT_SUPPORTED or no result: this case takes the caller's other path, every time.
-    if (status != CUBLAS_STATUS_SUCCESS && status != CUBLAS_STATUS_NOT_SUPPORTED)
+    // Turned down or no result: this case takes the caller's other path, every time.
+    if (turned_down(status))
+      say_turned_down("cublasLtMatmulAlgoGetHeuristic", status, key.m, key.n, key.k, key.d_type);
+    else if (status != CUBLAS_STATUS_SUCCESS)
       check(status, "cublasLtMatmulAlgoGetHeuristic");
     p.usable = status == CUBLAS_STATUS_SUCCESS && found > 0 &&
                result.state == CUBLAS_STATUS_SUCCESS;
@@ -128,7 +156,8 @@ bool BiasGemm::run(const ColumnMajorGemm& g, const void* a, const void* b, cudaD
       p->d, d, p->d, &p->algo, workspace_, workspace_bytes_, stream_);
   // A refusal of the case the heuristic offered (nothing queued) retires the plan, and this
   // call and later ones take the caller's other path; anything else is an error.
-  if (status == CUBLAS_STATUS_NOT_SUPPORTED) {
+  if (turned_down(status)) {
+    say_turned_down("cublasLtMatmul", status, g.m, g.n, g.k, d_type);
     p->usable = false;
     return false;
   }

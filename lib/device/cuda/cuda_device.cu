@@ -52,6 +52,9 @@ CudaDevice::CudaDevice(int ordinal) : ordinal_(ordinal), raw_(ordinal), alloc_(r
   profile_ = std::make_unique<OpProfile>(name_ + ")", stream_);
   DTRAIN_CUDA(cublasCreate(&blas_));
   DTRAIN_CUDA(cublasSetStream(blas_, stream_));
+  // A GEMM with a 16-bit C sums split-K parts in fp32, not in C's type: C holds the fp32 sum
+  // rounded once (TF32 is asked for by compute type, not by this mode).
+  DTRAIN_CUDA(cublasSetMathMode(blas_, CUBLAS_MATH_DISALLOW_REDUCED_PRECISION_REDUCTION));
   // cuBLAS's workspace from the cache too, so GEMMs never allocate behind our back.
   blas_workspace_ = alloc_.allocate(kBlasWorkspaceBytes);
   DTRAIN_CUDA(cublasSetWorkspace(blas_, blas_workspace_, kBlasWorkspaceBytes));

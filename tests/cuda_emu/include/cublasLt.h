@@ -5,7 +5,11 @@
 // the time (as cuBLASLt reads it), and cublasLtMatmul refuses pointers aligned less than
 // that (a real algorithm chosen for 256-byte alignment may fault on less).
 // DTRAIN_CUDA_EMU_LT=0 makes the heuristic find nothing, as for a case the library does not
-// support. Implemented in cublas.cpp, beside the emulated GEMM.
+// support, and =invalid answer CUBLAS_STATUS_INVALID_VALUE, as for a combination of
+// attributes it does not take. A 16-bit D needs a preference whose reduction scheme mask
+// leaves out the schemes that sum split-K parts in D's type (the emulator never splits K; the
+// check holds the plugin to what a GPU's heuristic may otherwise pick). Implemented in
+// cublas.cpp, beside the emulated GEMM.
 #include <cstddef>
 #include <cstdint>
 
@@ -42,8 +46,17 @@ enum cublasLtMatmulDescAttributes_t {
 
 enum cublasLtEpilogue_t { CUBLASLT_EPILOGUE_DEFAULT = 1, CUBLASLT_EPILOGUE_BIAS = 4 };
 
+enum cublasLtReductionScheme_t {
+  CUBLASLT_REDUCTION_SCHEME_NONE = 0,
+  CUBLASLT_REDUCTION_SCHEME_INPLACE = 1,       // split-K parts summed in D, in D's type
+  CUBLASLT_REDUCTION_SCHEME_COMPUTE_TYPE = 2,  // in workspace, in the compute type
+  CUBLASLT_REDUCTION_SCHEME_OUTPUT_TYPE = 4,   // in workspace, in D's type
+  CUBLASLT_REDUCTION_SCHEME_MASK = 7,
+};
+
 enum cublasLtMatmulPreferenceAttributes_t {
   CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES = 1,  // uint64_t
+  CUBLASLT_MATMUL_PREF_REDUCTION_SCHEME_MASK = 3,  // uint32_t, default CUBLASLT_REDUCTION_SCHEME_MASK
   CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_A_BYTES = 5,  // uint32_t, default 256
   CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_B_BYTES = 6,
   CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_C_BYTES = 7,

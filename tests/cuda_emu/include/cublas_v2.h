@@ -1,6 +1,8 @@
 #pragma once
 // CPU stand-in for the cuBLAS calls of lib/device/cuda (see cuda_runtime.h here): column-major
-// GEMMs with cuBLAS's argument checks, A and B in fp32, bf16 or fp16 and C in fp32, fp32
+// GEMMs with cuBLAS's argument checks, A and B in fp32, bf16 or fp16 and C in fp32 (or 16
+// bits, on a handle whose math mode disallows reduced-precision reduction: the plugin's
+// promise that such a C is the fp32 sum rounded once; this one never splits K), fp32
 // operands rounded as the compute type says (TF32, bf16 or fp16, fp32 accumulation), C left
 // unread when beta is 0, and every operand checked to lie inside one device allocation. (The
 // FAST_16BF/_16F rounding is what the documentation allows; an H200 with cuBLAS 13.0 ran
@@ -32,6 +34,8 @@ enum cublasComputeType_t {
 
 enum cublasGemmAlgo_t { CUBLAS_GEMM_DEFAULT = -1 };
 
+enum cublasMath_t { CUBLAS_DEFAULT_MATH = 0, CUBLAS_MATH_DISALLOW_REDUCED_PRECISION_REDUCTION = 16 };
+
 struct cublasContext;
 typedef cublasContext* cublasHandle_t;
 
@@ -39,6 +43,7 @@ cublasStatus_t cublasCreate(cublasHandle_t* handle);
 cublasStatus_t cublasDestroy(cublasHandle_t handle);
 cublasStatus_t cublasSetStream(cublasHandle_t handle, cudaStream_t stream);
 cublasStatus_t cublasSetWorkspace(cublasHandle_t handle, void* workspace, std::size_t bytes);
+cublasStatus_t cublasSetMathMode(cublasHandle_t handle, cublasMath_t mode);
 const char* cublasGetStatusString(cublasStatus_t status);
 
 cublasStatus_t cublasGemmEx(cublasHandle_t handle, cublasOperation_t transa,
