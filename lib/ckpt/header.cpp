@@ -43,8 +43,16 @@ Header read_header(hid_t file, const std::string& where) {
   check_format(file, where);
   Header h;
   CheckpointInfo& info = h.info;
+  // Counts of steps taken: never negative, and with room to count on (a run that took 2^62
+  // steps would have needed far longer than any machine has run; one more step from 2^63 - 1
+  // wrapped the counter, and AdamW's bias correction turned the weights into NaN).
+  const auto check_step = [&](long step, const char* whose) {
+    DTRAIN_CHECK(step >= 0, Errc::corrupt_data, where << whose << " has a negative step (" << step << ")");
+    DTRAIN_CHECK(step <= kMaxStep, Errc::corrupt_data,
+                 where << whose << " has a step of " << step << ", past 2^62 = " << kMaxStep << ": no run takes as many");
+  };
   info.step = h5::read_attr_i64(file, "step", where);
-  DTRAIN_CHECK(info.step >= 0, Errc::corrupt_data, where << " has a negative step (" << info.step << ")");
+  check_step(info.step, "");
   info.consumed_samples = h5::read_attr_u64(file, "consumed_samples", where);
   info.data_position = h5::read_attr_u64(file, "data_position", where);
   info.run_config = h5::read_attr_string(file, "run_config", where);
@@ -66,8 +74,7 @@ Header read_header(hid_t file, const std::string& where) {
   }
   h5::Handle og = open_group(file, "/optimizer", where);
   h.optimizer_step = h5::read_attr_i64(og, "step", where + " /optimizer");
-  DTRAIN_CHECK(h.optimizer_step >= 0, Errc::corrupt_data,
-               where << " /optimizer has a negative step (" << h.optimizer_step << ")");
+  check_step(h.optimizer_step, " /optimizer");
   // Absent (files before they were stored) they stay NaN; present, each must be one a run could use.
   const auto beta_ok = [](double v) { return v >= 0 && v < 1; };
   const auto eps_ok = [](double v) { return v > 0 && std::isfinite(v); };

@@ -9,6 +9,9 @@
 
 namespace dtrain::ckpt {
 
+// The largest step counter a file may hold (its own and /optimizer's).
+constexpr long kMaxStep = 1L << 62;
+
 struct Header {
   CheckpointInfo info;
   long optimizer_step = 0;  // /optimizer's `step`: AdamW's bias-correction count

@@ -93,6 +93,10 @@ cases = [  # (edit, command, status, text)
     # The head agrees with the tying flag, which is 0 or 1 (a resume compares it as such).
     (set_attr("/model", "tie_embeddings", numpy.int64(7)), "verify", 1, "/model's tie_embeddings is 7, not 0 or 1"),
     (set_attr("/model", "layers", numpy.int64(-1)), "verify", 1, "/model's layers is -1, which no model has"),
+    # Step counters without room to count on (one more step wrapped 2^63 - 1 negative).
+    (set_attr("/", "step", numpy.int64(2 ** 62 + 1)), "verify", 1, "has a step of 4611686018427387905, past 2^62"),
+    (set_attr("/optimizer", "step", numpy.int64(2 ** 63 - 1)), "verify", 1,
+     "/optimizer has a step of 9223372036854775807, past 2^62"),
     (set_attr("/model", "tie_embeddings", numpy.int64(0)), "verify", 1, "no dataset /model/lm_head.weight"),
     (add_head, "verify", 1, "/model/lm_head.weight in a file whose /model says the head is tied"),
     (lambda f: [add_head(f), set_attr("/model", "tie_embeddings", numpy.int64(0))(f)], "verify", 0,
