@@ -1170,8 +1170,9 @@ DT_API dt_result_t dt_model_load_weights(dt_model_t model, const char* source);
  * @param dir the checkpoint directory.
  * @param keep > 0: keep only the newest keep checkpoints in dir; 0: keep all.
  * @return ::DT_SUCCESS; ::DT_ERR_INVALID_HANDLE, ::DT_ERR_INVALID_ARGUMENT (dir NULL or empty,
- *         keep < 0, dirs or keep values that differ between the ranks),
- *         ::DT_ERR_INVALID_STATE (nothing
+ *         keep < 0, dirs or keep values that differ between the ranks, or a parameter or
+ *         its optimiser state holding a NaN on any rank: nothing is written or pruned, since
+ *         a load refuses such a file), ::DT_ERR_INVALID_STATE (nothing
  *         registered), ::DT_ERR_IO (dir cannot be created or written, or another process
  *         holds it).
  */
@@ -1211,7 +1212,8 @@ DT_API dt_result_t dt_byom_load_checkpoint(dt_byom_t byom, const char* source);
  * @param dir the checkpoint directory (created when missing).
  * @param keep > 0: keep only the newest keep checkpoints in dir; 0: keep all.
  * @return ::DT_SUCCESS; ::DT_ERR_INVALID_HANDLE, ::DT_ERR_INVALID_ARGUMENT (dir NULL or empty,
- *         keep < 0, dirs or keep values that differ between the ranks), ::DT_ERR_IO.
+ *         keep < 0, dirs or keep values that differ between the ranks, or a NaN in the
+ *         model or its optimiser state, as dt_byom_save_checkpoint()), ::DT_ERR_IO.
  */
 DT_API dt_result_t dt_model_save_checkpoint(dt_model_t model, const char* dir, int keep);
 

@@ -1,5 +1,6 @@
 // Checkpointer's save: every rank's pieces of every tensor written collectively into one HDF5
 // file with the attributes of docs/checkpoint-format.md and a checksum per dataset.
+#include <algorithm>
 #include <cmath>
 #include <csignal>
 #include <optional>
@@ -27,6 +28,7 @@ void Checkpointer::Impl::write_file(const std::string& path, const CheckpointInf
     check_mpi_io_path(path, grid.world().size());
     check_param_source();
     stage.emplace(*this, stage_saves);
+    check_no_nan(info.step);
   });
   h5::Handle fapl = file_access();
   h5::Handle file = h5::file_handle(H5Fcreate(path.c_str(), H5F_ACC_TRUNC, H5P_DEFAULT, fapl),
@@ -111,4 +113,23 @@ void Checkpointer::Impl::write_file(const std::string& path, const CheckpointInf
   agreed([&] { h5::check_status(H5Fflush(file, H5F_SCOPE_GLOBAL), "cannot flush '" + path + "'"); });
   agreed([&] { h5::check_status(file.close(), "cannot close '" + path + "'"); });
 }
+// A NaN in what this rank writes (its shares, which over the ranks cover every element once)
+// refuses the save before the file is made: a resume refuses such a file, and publishing it
+// would have pruned the last checkpoint that loads (a byom's parameters are its program's to
+// keep finite; a GPT run stops at a non-finite loss first).
+void Checkpointer::Impl::check_no_nan(long step) {
+  for (const TensorPlan& plan : plans) {
+    for (int kind : {kParam, kExpAvg, kExpAvgSq}) {
+      for (const Piece& piece : kind == kParam ? plan.param_write : plan.state_write) {
+        const float* v = memory(kind) + piece.mem;
+        const float* nan = std::find_if(v, v + piece.count, [](float x) { return std::isnan(x); });
+        DTRAIN_CHECK(nan == v + piece.count, Errc::invalid_argument,
+                     "cannot save the checkpoint of step " << step << ": " << dataset_path(*plan.entry, kind)
+                         << " would hold nan (the model diverged?); a resume refuses such a file, so "
+                            "nothing was written and the earlier checkpoints are as they were");
+      }
+    }
+  }
+}
+
 }  // namespace dtrain::ckpt

@@ -188,6 +188,7 @@ struct Checkpointer::Impl {
   static std::uint64_t checksum_of(const ParamInfo* p, const float* base, const std::vector<Piece>& pieces);
 
   void write_file(const std::string& path, const CheckpointInfo& info);
+  void check_no_nan(long step);  // Errc::invalid_argument naming the first dataset that would hold one
   void check_free_space(const std::string& dir, LocalFailure& f) const;
   // World rank 0: creates dir and claims it (dir_lock.hpp); failures go to f.
   void make_and_lock(const std::string& dir, LocalFailure& f);

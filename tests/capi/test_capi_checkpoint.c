@@ -171,6 +171,22 @@ static void test_keep_and_find(dt_context_t ctx, dt_comm_t world) {
   OK(ctx, dt_byom_save_checkpoint(m.h, dir, 2));
   OK(ctx, dt_checkpoint_find(world, dir, path, sizeof path, &len));
   CHECK(strstr(path, "step_00000004.h5") != NULL);
+  /* A NaN in the parameters (here on the last rank only) refuses the save on every rank before
+   * anything is written: the checkpoint that loads stays, not pruned, and `latest` names it. */
+  {
+    const float kept = m.b[OUT - 1];
+    if (my_rank == world_size - 1) m.b[OUT - 1] = NAN;
+    FAILS(DT_ERR_INVALID_ARGUMENT, ctx, "would hold nan", dt_byom_save_checkpoint(m.h, dir, 1));
+    m.b[OUT - 1] = kept;
+    OK(ctx, dt_barrier(world));
+    if (my_rank == 0) {
+      CHECK(file_exists(dir, "step_00000003.h5") && file_exists(dir, "step_00000004.h5"));
+      CHECK(!file_exists(dir, "step_00000004.h5.tmp"));
+    }
+    OK(ctx, dt_checkpoint_find(world, dir, path, sizeof path, &len));
+    CHECK(strstr(path, "step_00000004.h5") != NULL);
+    OK(ctx, dt_byom_load_checkpoint(m.h, dir));
+  }
   /* A directory the file system cannot resolve fails on every rank alike, with no hang. */
   snprintf(path, sizeof path, "%s/loop", dir);
   if (my_rank == 0) CHECK(symlink(path, path) == 0);
