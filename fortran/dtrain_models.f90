@@ -471,7 +471,9 @@ contains
   subroutine dt_mlp_predict(model, x, logits, ierr)
     type(dt_model), intent(in) :: model
     real(c_float), dimension(:, :), contiguous, intent(in) :: x
-    real(c_float), dimension(:, :), contiguous, intent(out) :: logits
+    ! inout, not out: a strided section is copied back whole, and out left its elements that C
+    ! does not write (all of them on a refusal) undefined
+    real(c_float), dimension(:, :), contiguous, intent(inout) :: logits
     integer, intent(out) :: ierr
     if (.not. mlp_arrays_fit(model, x, -1, shape(logits), 'dt_mlp_predict', ierr)) then
       call fail_in_c_too(c_mlp_predict(model, x, 0_c_int, logits))
@@ -558,7 +560,7 @@ contains
     type(dt_model), intent(in) :: model
     integer(c_int32_t), dimension(:), contiguous, intent(in) :: tokens
     logical, intent(in) :: new_text
-    real(c_float), dimension(:), contiguous, intent(out) :: logits
+    real(c_float), dimension(:), contiguous, intent(inout) :: logits  ! inout: as dt_mlp_predict's
     integer, intent(out) :: ierr
     integer(c_int) :: vocab, rc
     ! Every rank checks (a pipeline's middle stages hold no vocabulary-sized tensor), and C

@@ -47,7 +47,7 @@ contains
   !> @param[out] ierr DT_SUCCESS; DT_ERR_INVALID_ARGUMENT (values too short).
   subroutine dt_model_get_parameters(model, values, ierr)
     type(dt_model), intent(in) :: model
-    real(c_float), dimension(:), contiguous, intent(out) :: values
+    real(c_float), dimension(:), contiguous, intent(inout) :: values  ! inout: as dt_mlp_predict's logits
     integer, intent(out) :: ierr
     ierr = ret(c_model_get_parameters(model, values, size(values, kind=c_size_t)))
   end subroutine
@@ -140,7 +140,10 @@ contains
     real(c_float), dimension(..), contiguous, target, intent(inout) :: values
     integer, intent(out) :: ierr
     integer(c_size_t) :: n
-    if (.not. known_size(values, n, ierr, 'dt_model_get_tensor')) return
+    if (.not. known_size(values, n, ierr, 'dt_model_get_tensor')) then
+      call fail_in_c_too(c_model_get_tensor(model, c_string(name), c_null_ptr, 0_c_size_t))
+      return
+    end if
     ierr = ret(c_model_get_tensor(model, c_string(name), c_loc(values), n))
   end subroutine
 
@@ -156,14 +159,18 @@ contains
     real(c_float), dimension(..), contiguous, target, intent(in) :: values
     integer, intent(out) :: ierr
     integer(c_size_t) :: n
-    if (.not. known_size(values, n, ierr, 'dt_model_set_tensor')) return
+    if (.not. known_size(values, n, ierr, 'dt_model_set_tensor')) then
+      call fail_in_c_too(c_model_set_tensor(model, c_string(name), c_null_ptr, 0_c_size_t))
+      return
+    end if
     ierr = ret(c_model_set_tensor(model, c_string(name), c_loc(values), n))
   end subroutine
 
   !> Sets n to the elements of an assumed-rank array and returns .true.; for an assumed-size
   !> one (a dummy buf(*) or buf(n,*) passed on), whose last extent Fortran does not know, sets
   !> ierr and returns .false.: SIZE of the whole array is undefined there (gfortran gives -1,
-  !> which C would read as SIZE_MAX).
+  !> which C would read as SIZE_MAX). The callers then make the C call with no buffer, which
+  !> it refuses on every rank of a collective call (ZeRO 3, tensor parallelism) alike.
   logical function known_size(values, n, ierr, procedure)
     real(c_float), dimension(..), intent(in) :: values
     integer(c_size_t), intent(out) :: n

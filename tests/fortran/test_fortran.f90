@@ -172,6 +172,9 @@ contains
     call dt_byom_register(byom, 'other', w, gb, ierr)
     call expect_message(ierr, DT_ERR_INVALID_ARGUMENT, ctx, 'dt_byom_register: grad must have the shape of param', &
                         'grad of another shape')
+    call register_assumed_size(byom, b, gb, ierr)
+    call expect_message(ierr, DT_ERR_INVALID_ARGUMENT, ctx, 'dt_byom_register: param is an assumed-size array', &
+                        'an assumed-size array')
     do step = 1, steps
       call grad(w, b, first, per, gw, gb)
       call dt_byom_step(byom, lr, ierr, grad_norm=norm)
@@ -196,6 +199,14 @@ contains
     ! No context is known from a null handle: the message is the thread's (null context).
     call expect_message(ierr, DT_ERR_INVALID_HANDLE, null_ctx, 'dt_byom_step: byom is not a live dt_byom_t (NULL)', &
                         'step after destroy')
+  end subroutine
+
+  ! Passes on arrays whose size Fortran does not know here (a(*)).
+  subroutine register_assumed_size(byom, a, g, ierr)
+    type(dt_byom), intent(in) :: byom
+    real(c_float), target :: a(*), g(*)
+    integer, intent(out) :: ierr
+    call dt_byom_register(byom, 'assumed', a, g, ierr)
   end subroutine
 
   subroutine init(w, b)

@@ -496,6 +496,31 @@ contains
     call set_through_assumed_size(gpt, wte, ierr)
     call expect_message(ierr, DT_ERR_INVALID_ARGUMENT, ctx, 'dt_model_set_tensor: values is an assumed-size array', &
                         'assumed-size write')
+    ! A strided section of a larger array: the elements past the parameters keep their values
+    ! (with intent(out) the copy back wrote undefined values there).
+    block
+      integer(c_size_t) :: count
+      real(c_float), allocatable :: every_other(:)
+      call dt_model_num_parameters(gpt, count, ierr)
+      call check(ierr == DT_SUCCESS .and. count < 20000, 'the parameters fit in every_other')
+      allocate(every_other(2 * 20000), source=-9.0_c_float)
+      call dt_model_get_parameters(gpt, every_other(1::2), ierr)
+      call expect(ierr, DT_SUCCESS, 'dt_model_get_parameters into a strided section')
+      call check(all(every_other(2::2) == -9) .and. all(every_other(2 * count + 1::2) == -9), &
+                 'a strided read left the other elements alone')
+    end block
+    call dt_model_destroy(gpt, ierr)
+    ! Under ZeRO 3 a read is collective: an assumed-size array on the last rank only fails
+    ! every rank, where the others waited in the gather for it.
+    call make_gpt(world, gpt, 5_c_int64_t, zero=3)
+    if (my_rank == nranks - 1) then
+      call get_through_assumed_size(gpt, back, ierr)
+      call expect_message(ierr, DT_ERR_INVALID_ARGUMENT, ctx, 'values is an assumed-size array', &
+                          'assumed-size read under ZeRO 3')
+    else
+      call dt_model_get_tensor(gpt, 'wte', back, ierr)
+      call expect(ierr, DT_ERR_INVALID_ARGUMENT, 'a ZeRO-3 read with an assumed-size array on another rank')
+    end if
     call dt_model_destroy(gpt, ierr)
   end subroutine
 

@@ -1,5 +1,7 @@
 #include "device/cuda/bias_gemm.hpp"
 
+#include <atomic>
+
 #include "device/cuda/cuda_check.hpp"
 #include "dtrain/core/log.hpp"
 
@@ -26,9 +28,8 @@ bool turned_down(cublasStatus_t status) {
 // Said once per process: which case went to the other path and why (the GPU runs' logs
 // show whether the epilogue runs at all).
 void say_turned_down(const char* call, cublasStatus_t status, int m, int n, int k, cudaDataType d_type) {
-  static bool said = false;
-  if (said) return;
-  said = true;
+  static std::atomic<bool> said{false};
+  if (said.exchange(true)) return;
   DTRAIN_LOG(info, "CUDA plugin: " << call << " gave " << cublasGetStatusString(status) << " for a "
                                    << m << " x " << n << " x " << k << " GEMM with a bias epilogue and a "
                                    << (d_type == CUDA_R_32F ? "fp32" : "16-bit") << " output: such "
