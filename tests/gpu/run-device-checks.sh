@@ -278,6 +278,8 @@ benchmark() {
   timeout -k 5 "$limit" "$MPIEXEC" -n 1 "${BENCH[@]}" "$@" --steps "$steps" --metrics "$json" \
     </dev/null >"$RESULTS/bench-$name.log" 2>&1 || fail "benchmark $name failed (see bench-$name.log)"
   grep -E "layout|done:|memory of|rror" "$RESULTS/bench-$name.log" | head -n 5
+  # Where cuBLASLt turned the bias epilogue down (the run then adds biases outside the GEMMs)
+  grep -E "CUDA plugin: .* gave " "$RESULTS/bench-$name.log" | sed "s/^/$name: /" | tee -a "$RESULTS/summary.txt"
   if [ ! -s "$json" ]; then
     fail "benchmark $name wrote no metrics"
     return
