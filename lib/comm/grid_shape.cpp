@@ -2,6 +2,7 @@
 #include <array>
 #include <cstdint>
 #include <sstream>
+#include <string>
 
 #include "dtrain/comm/process_grid.hpp"
 #include "dtrain/core/error.hpp"
@@ -62,11 +63,14 @@ GridShape resolve_grid(int world_size, GridShape shape) {
                                                 << shape.tp << "*" << shape.pp << " = " << tp_pp);
     shape.dp = static_cast<int>(world_size / tp_pp);
   } else {
-    const std::int64_t product = tp_pp * shape.dp;
-    DTRAIN_CHECK(product == world_size, Errc::invalid_config,
-                 "process grid tp*pp*dp = " << shape.tp << "*" << shape.pp << "*" << shape.dp
-                                            << " = " << product << " does not equal the world size "
-                                            << world_size);
+    // Compared by division: tp*pp*dp of three ints can pass 2^63, and a wrapped product
+    // equal to the world size took a grid of 10^9 x 10^9 x 33 for one rank.
+    const bool fits = world_size % tp_pp == 0 && world_size / tp_pp == shape.dp;
+    const bool wraps = tp_pp > INT64_MAX / shape.dp;
+    DTRAIN_CHECK(fits, Errc::invalid_config,
+                 "process grid tp*pp*dp = " << shape.tp << "*" << shape.pp << "*" << shape.dp << " = "
+                                            << (wraps ? std::string("more than 2^63") : std::to_string(tp_pp * shape.dp))
+                                            << " does not equal the world size " << world_size);
   }
   return shape;
 }

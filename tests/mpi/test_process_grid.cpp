@@ -75,6 +75,14 @@ TEST(GridShape, RejectsInvalidShapes) {
   EXPECT_EQ(error_code_of(4, {1, 1, 0, "tp-dp-pp-"}), Errc::invalid_config);  // trailing '-'
   EXPECT_EQ(error_code_of(4, {1, 1, 0, "tp_dp_pp"}), Errc::invalid_config);   // bad separator
   EXPECT_EQ(error_code_of(0, {1, 1, 0, "tp-dp-pp"}), Errc::invalid_config);
+  // tp*pp*dp past 2^63, wrapped to 1 (998724481 * 1119412321 * 33 = 1 mod 2^64): was taken
+  EXPECT_EQ(error_code_of(1, {998724481, 1119412321, 33, "tp-dp-pp"}), Errc::invalid_config);
+  try {
+    resolve_grid(1, GridShape{998724481, 1119412321, 33, "tp-dp-pp"});
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("= more than 2^63 does not equal the world size 1"), std::string::npos)
+        << e.what();
+  }
   try {
     resolve_grid(4, GridShape{2, 1, 3, "tp-dp-pp"});
   } catch (const Error& e) {
