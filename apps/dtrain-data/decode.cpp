@@ -1,5 +1,7 @@
 // dtrain-data decode: a shard's tokens printed as text (the tokenizer's bytes) or as ids.
+#include <cerrno>
 #include <cstdio>
+#include <cstring>
 #include <filesystem>
 #include <fstream>
 #include <memory>
@@ -19,10 +21,15 @@ int decode(const std::string& shard, const std::string& tokenizer_path, long lon
   std::unique_ptr<dtrain::train::Tokenizer> tokenizer;
   if (!tokenizer_path.empty()) tokenizer = std::make_unique<dtrain::train::Tokenizer>(tokenizer_path);
   std::error_code ec;
-  DTRAIN_CHECK(!std::filesystem::is_directory(shard, ec), Errc::invalid_argument,
+  const std::filesystem::file_status status = std::filesystem::status(shard, ec);
+  DTRAIN_CHECK(!ec, Errc::io, "cannot open '" << shard << "': " << ec.message());
+  DTRAIN_CHECK(!std::filesystem::is_directory(status), Errc::invalid_argument,
                "'" << shard << "' is a directory, not a token shard");
+  // (A FIFO would be read until its writer closes it: waited on for ever.)
+  DTRAIN_CHECK(std::filesystem::is_regular_file(status), Errc::invalid_argument,
+               "'" << shard << "' is not a regular file (a FIFO, device or socket), not a token shard");
   std::ifstream in(shard, std::ios::binary | std::ios::ate);
-  DTRAIN_CHECK(in, Errc::io, "cannot open '" << shard << "'");
+  DTRAIN_CHECK(in, Errc::io, "cannot open '" << shard << "': " << std::strerror(errno));
   const long long bytes = static_cast<long long>(in.tellg());
   std::int32_t header[256] = {};
   in.seekg(0);
@@ -60,8 +67,10 @@ int decode(const std::string& shard, const std::string& tokenizer_path, long lon
     out += text.empty() ? "<|" + std::to_string(id) + "|>" : text;
   }
   if (!tokenizer) out += '\n';
-  std::fwrite(out.data(), 1, out.size(), stdout);
-  return std::fflush(stdout) == 0 ? 0 : 1;
+  // A full disk or a closed pipe loses the text: said, status 1.
+  const bool written = std::fwrite(out.data(), 1, out.size(), stdout) == out.size() && std::fflush(stdout) == 0;
+  DTRAIN_CHECK(written, Errc::io, "writing standard output failed: " << std::strerror(errno));
+  return 0;
 }
 
 }  // namespace dtrain_data

@@ -1,5 +1,6 @@
 // dtrain-data: text to token shards for dtrain-gpt --data, and back (docs/data.md).
-// `encode` runs under mpiexec/srun, every rank encoding a share; `decode` is one process.
+// `encode` runs under mpiexec/srun, every rank encoding a share; `decode` is one process
+// (rank 0's, under a launcher).
 // Exit codes: 0 success, 2 invalid command line, 1 any other error.
 #include <cerrno>
 #include <cstdio>
@@ -9,8 +10,10 @@
 #include <vector>
 
 #include "commands.hpp"
+#include "dtrain/comm/agreed_failure.hpp"
 #include "dtrain/comm/runtime.hpp"
 #include "dtrain/core/error.hpp"
+#include "dtrain/train/same_settings.hpp"
 #include "dtrain/version.hpp"
 #include "shard_format.hpp"
 
@@ -130,16 +133,16 @@ int exit_code(dtrain::Errc code) {
   return code == dtrain::Errc::invalid_argument || code == dtrain::Errc::invalid_config ? 2 : 1;
 }
 
-}  // namespace
+// --help or -h among a command's options (before a "--").
+bool asks_for_help(int argc, char** argv) {
+  for (int i = 2; i < argc && std::string(argv[i]) != "--"; ++i)
+    if (std::string(argv[i]) == "--help" || std::string(argv[i]) == "-h") return true;
+  return false;
+}
 
-int main(int argc, char** argv) {
-  const std::string cmd = argc > 1 ? argv[1] : "";
-  // Every rank parses the same command line, so a usage error stops every rank alike; rank 0
-  // prints it (the launcher's rank, before MPI starts). The one-process commands (decode,
-  // help, version) run on rank 0 only when started under a launcher.
-  const bool first_rank = dtrain::Runtime::launcher_rank() <= 0;
-  if (!first_rank && cmd != "encode") return 0;
-  if (cmd == "--help" || cmd == "-h" || cmd == "help") {
+// The one-process commands: help, version, decode, and the refusal of an unknown one.
+int local_command(const std::string& cmd, int argc, char** argv) {
+  if (cmd == "--help" || cmd == "-h" || cmd == "help" || asks_for_help(argc, argv)) {
     std::fputs(kUsage, stdout);
     return 0;
   }
@@ -147,45 +150,68 @@ int main(int argc, char** argv) {
     std::printf("dtrain-data %s\n", DTRAIN_VERSION_STRING);
     return 0;
   }
-  if (cmd == "decode") {
-    try {
-      return decode(argc - 2, argv + 2);
-    } catch (const Usage& u) {
-      std::fprintf(stderr, "dtrain-data decode: %s (dtrain-data --help: usage)\n", u.why.c_str());
-      return 2;
-    } catch (const dtrain::Error& e) {
-      std::fprintf(stderr, "dtrain-data decode: %s\n", e.what());
-      return exit_code(e.code());
-    } catch (const std::exception& e) {
-      std::fprintf(stderr, "dtrain-data decode: %s\n", e.what());
-      return 1;
-    }
-  }
-  if (cmd != "encode") {
+  if (cmd != "decode") {
     std::fprintf(stderr, "dtrain-data: %s\n%s", cmd.empty() ? "missing command" : ("unknown command '" + cmd + "'").c_str(),
                  kUsage);
     return 2;
   }
-  dtrain_data::EncodeOptions options;
   try {
-    options = encode_options(argc - 2, argv + 2);
+    return decode(argc - 2, argv + 2);
   } catch (const Usage& u) {
-    if (first_rank) std::fprintf(stderr, "dtrain-data encode: %s (dtrain-data --help: usage)\n", u.why.c_str());
+    std::fprintf(stderr, "dtrain-data decode: %s (dtrain-data --help: usage)\n", u.why.c_str());
     return 2;
+  } catch (const dtrain::Error& e) {
+    std::fprintf(stderr, "dtrain-data decode: %s\n", e.what());
+    return exit_code(e.code());
+  } catch (const std::exception& e) {
+    std::fprintf(stderr, "dtrain-data decode: %s\n", e.what());
+    return 1;
   }
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  const std::string cmd = argc > 1 ? argv[1] : "";
+  const bool encodes = cmd == "encode" && !asks_for_help(argc, argv);
+  // Started alone, the one-process commands need no MPI. Under a launcher every rank starts
+  // it and the ranks agree on the command first, so that a rank given another one (an MPMD
+  // job) stops every rank alike instead of leaving encode's ranks waiting for it; rank 0 then
+  // runs a one-process command.
+  if (!encodes && dtrain::Runtime::launcher_rank() < 0) return local_command(cmd, argc, argv);
   try {
     dtrain::Runtime runtime(&argc, &argv);
+    dtrain::Communicator& world = runtime.world();
+    dtrain_data::EncodeOptions options;
     try {
-      return dtrain_data::encode(options, runtime.world());
+      dtrain::train::agree_same_settings("command = " + cmd + "\nhelp = " + (asks_for_help(argc, argv) ? "1" : "0") + "\n",
+                                         world);
+      if (!encodes) return world.rank() == 0 ? local_command(cmd, argc, argv) : 0;
+      // Each rank reads its own command line: a mistake on any rank stops every rank with
+      // that rank's reason.
+      dtrain::LocalFailure mistake;
+      try {
+        options = encode_options(argc - 2, argv + 2);
+      } catch (const Usage& u) {
+        mistake.record(dtrain::Errc::invalid_argument, u.why + " (dtrain-data --help: usage)");
+      }
+      mistake.agree(world, "reading the options");
+    } catch (const dtrain::Error& e) {  // every rank has it: one reports
+      if (world.rank() == 0) std::fprintf(stderr, "dtrain-data%s: %s\n", encodes ? " encode" : "", e.what());
+      return exit_code(e.code());
+    }
+    try {
+      return dtrain_data::encode(options, world);
     } catch (const dtrain::Error& e) {
       if (runtime.rank() == 0) std::fprintf(stderr, "dtrain-data encode: %s\n", e.what());
       return exit_code(e.code());
     }
   } catch (const dtrain::AgreedError& e) {  // starting MPI, on every rank alike
-    if (dtrain::Runtime::reports_start_failure()) std::fprintf(stderr, "dtrain-data encode: %s\n", e.what());
+    if (dtrain::Runtime::reports_start_failure())
+      std::fprintf(stderr, "dtrain-data%s: %s\n", encodes ? " encode" : "", e.what());
     return exit_code(e.code());
   } catch (const std::exception& e) {
-    std::fprintf(stderr, "dtrain-data encode: %s\n", e.what());
+    std::fprintf(stderr, "dtrain-data%s: %s\n", encodes ? " encode" : "", e.what());
     return 1;
   }
 }

@@ -161,6 +161,9 @@ with open(os.path.join(work, "all1.bin"), "rb") as f:
 shard[4:8] = (2).to_bytes(4, "little")
 with open(version_2, "wb") as f:
     f.write(shard)
+fifo = os.path.join(work, "shard.fifo")  # decode read it until a writer closed it: for ever
+if not os.path.exists(fifo):
+    os.mkfifo(fifo)
 before = leftovers()
 refusals = [
     ([data, "encode", "--tokenizer", tok, "--output", os.path.join(work, "all1.bin")] + inputs, 2, "exists"),
@@ -181,6 +184,8 @@ refusals = [
     ([data, "decode", inputs[0]], 1, "not a token shard"),
     ([data, "decode", version_2], 1, "is a token shard of version 2, which this dtrain-data does not read"),
     ([data, "decode", work], 2, "is a directory, not a token shard"),
+    ([data, "decode", fifo], 2, "is not a regular file (a FIFO, device or socket), not a token shard"),
+    ([data, "decode", os.path.join(work, "missing.bin")], 1, "missing.bin': No such file or directory"),
     ([data, "decode", "--first", "99999", os.path.join(work, "all1.bin")], 2, "past the shard"),
     ([data, "decode", "--first", "9" * 20, os.path.join(work, "all1.bin")], 2, "--first " + "9" * 20 + " is too large"),
     ([data, "decode", "--count", "1", "--count", "2", os.path.join(work, "all1.bin")], 2,
@@ -203,6 +208,22 @@ for n in (1, 2):
     lines = [l for l in err.splitlines() if "dtrain-data" in l]
     if len(lines) != 1 or "DTRAIN_DATA_BLOCK_BYTES='abc' is not an integer" not in lines[0]:
         failures.append(f"a malformed DTRAIN_DATA_BLOCK_BYTES at {n} ranks: {err!r}")
+# Ranks given another command or other options (an MPMD job): every rank stops, one message
+# naming the rank, where encode's ranks waited for ever for one given decode, and a mistake
+# on rank 1 only printed nothing.
+encode_args = [data, "encode", "--tokenizer", tok, "--output", os.path.join(work, "x.bin")] + inputs
+for other, message in (([data, "decode", os.path.join(work, "all1.bin")], "--command is 'decode' on rank 1, 'encode' on rank 0"),
+                       (encode_args + ["--bogus"], "reading the options failed on world rank 1: unknown option '--bogus'")):
+    r = subprocess.run([mpiexec, npflag, "1"] + encode_args + [":", npflag, "1"] + other, capture_output=True,
+                       stdin=subprocess.DEVNULL, timeout=120)
+    lines = [l for l in r.stderr.decode(errors="replace").splitlines() if "dtrain-data" in l]
+    if r.returncode != 2 or len(lines) != 1 or message not in lines[0]:
+        failures.append(f"encode on rank 0, {other[1:]} on rank 1: exit {r.returncode}, {lines!r} (expected {message!r})")
+# Standard output that cannot be written (a full disk) is an error, not text lost in silence.
+with open("/dev/full", "wb") as full:
+    r = subprocess.run([data, "decode", os.path.join(work, "all1.bin")], stdout=full, stderr=subprocess.PIPE, timeout=60)
+if r.returncode != 1 or b"writing standard output failed: No space left on device" not in r.stderr:
+    failures.append(f"decode > /dev/full: exit {r.returncode}, {r.stderr!r}")
 if leftovers() != before:
     failures.append(f"refused commands left files: {sorted(set(leftovers()) - set(before))}")
 print(f"{len(refusals)} refusals, each one message at 1 and 2 ranks, no file left")
