@@ -214,7 +214,7 @@ contains
                      'param and grad must be contiguous (whole arrays, not strided sections)')
       return
     end if
-    if (pshape(nd) < 0) then  ! gfortran's extent of an assumed-size array's last dimension
+    if (pshape(nd) < 0) then  ! the extent Fortran gives an assumed-size array's last dimension
       call fail_here(ierr, DT_ERR_INVALID_ARGUMENT, 'dt_byom_register', 'param is an assumed-size array '// &
                      '(a dummy declared a(*)), whose size Fortran cannot tell: pass a section of known size, '// &
                      'e.g. a(1:n), or the array itself')

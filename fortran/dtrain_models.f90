@@ -465,7 +465,7 @@ contains
   !> MLP logits of a batch.
   !> @param[in] model a live MLP.
   !> @param[in] x real(c_float) x(inputs, batch).
-  !> @param[out] logits real(c_float) logits(classes, batch); the predicted class of sample
+  !> @param[inout] logits real(c_float) logits(classes, batch); the predicted class of sample
   !>             s is maxloc(logits(:, s)) - 1.
   !> @param[out] ierr DT_SUCCESS; DT_ERR_INVALID_ARGUMENT (shapes, not an MLP).
   subroutine dt_mlp_predict(model, x, logits, ierr)
@@ -550,7 +550,7 @@ contains
   !> @param[in] model a live GPT.
   !> @param[in] tokens integer(c_int32_t) tokens(count), ids in [0, vocab), count >= 1.
   !> @param[in] new_text .true.: forget the text held and start a new one with tokens.
-  !> @param[out] logits real(c_float) logits(vocab); the most likely next token is
+  !> @param[inout] logits real(c_float) logits(vocab); the most likely next token is
   !>             maxloc(logits, 1) - 1.
   !> @param[out] ierr DT_SUCCESS; DT_ERR_INVALID_ARGUMENT (not a GPT, no tokens, the text
   !>             longer than seq_len, a token out of range, logits other than vocab long);

@@ -43,7 +43,7 @@ contains
   !> Every parameter value, tensor after tensor in creation order, each in C (row-major)
   !> order, which is the Fortran order of the reversed shape.
   !> @param[in] model a live model.
-  !> @param[out] values at least dt_model_num_parameters elements.
+  !> @param[inout] values at least dt_model_num_parameters elements.
   !> @param[out] ierr DT_SUCCESS; DT_ERR_INVALID_ARGUMENT (values too short).
   subroutine dt_model_get_parameters(model, values, ierr)
     type(dt_model), intent(in) :: model
@@ -132,7 +132,7 @@ contains
   !> (dt_model_tensor_shape), it holds the tensor element for element.
   !> @param[in] model a live model.
   !> @param[in] name a parameter name; unknown: DT_ERR_INVALID_ARGUMENT.
-  !> @param[out] values real(c_float), at least as many elements as the tensor.
+  !> @param[inout] values real(c_float), at least as many elements as the tensor.
   !> @param[out] ierr DT_SUCCESS; DT_ERR_INVALID_ARGUMENT (name, values too small).
   subroutine dt_model_get_tensor(model, name, values, ierr)
     type(dt_model), intent(in) :: model

@@ -28,8 +28,9 @@ int decode(const std::string& shard, const std::string& tokenizer_path, long lon
   // (A FIFO would be read until its writer closes it: waited on for ever.)
   DTRAIN_CHECK(std::filesystem::is_regular_file(status), Errc::invalid_argument,
                "'" << shard << "' is not a regular file (a FIFO, device or socket), not a token shard");
+  errno = 0;
   std::ifstream in(shard, std::ios::binary | std::ios::ate);
-  DTRAIN_CHECK(in, Errc::io, "cannot open '" << shard << "': " << std::strerror(errno));
+  DTRAIN_CHECK(in, Errc::io, "cannot open '" << shard << "'" << (errno ? std::string(": ") + std::strerror(errno) : ""));
   const long long bytes = static_cast<long long>(in.tellg());
   std::int32_t header[256] = {};
   in.seekg(0);
@@ -67,9 +68,10 @@ int decode(const std::string& shard, const std::string& tokenizer_path, long lon
     out += text.empty() ? "<|" + std::to_string(id) + "|>" : text;
   }
   if (!tokenizer) out += '\n';
-  // A full disk or a closed pipe loses the text: said, status 1.
+  // A full disk loses the text: said, status 1.
+  errno = 0;
   const bool written = std::fwrite(out.data(), 1, out.size(), stdout) == out.size() && std::fflush(stdout) == 0;
-  DTRAIN_CHECK(written, Errc::io, "writing standard output failed: " << std::strerror(errno));
+  DTRAIN_CHECK(written, Errc::io, "writing standard output failed" << (errno ? std::string(": ") + std::strerror(errno) : ""));
   return 0;
 }
 

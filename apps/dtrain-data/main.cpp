@@ -174,11 +174,11 @@ int local_command(const std::string& cmd, int argc, char** argv) {
 int main(int argc, char** argv) {
   const std::string cmd = argc > 1 ? argv[1] : "";
   const bool encodes = cmd == "encode" && !asks_for_help(argc, argv);
-  // Started alone, the one-process commands need no MPI. Under a launcher every rank starts
-  // it and the ranks agree on the command first, so that a rank given another one (an MPMD
-  // job) stops every rank alike instead of leaving encode's ranks waiting for it; rank 0 then
-  // runs a one-process command.
-  if (!encodes && dtrain::Runtime::launcher_rank() < 0) return local_command(cmd, argc, argv);
+  // Alone (or as a launcher's only rank, as in a batch script) the one-process commands need
+  // no MPI. Over several ranks every rank starts it and the ranks agree on the command first,
+  // so that a rank given another one (an MPMD job) stops every rank alike instead of leaving
+  // encode's ranks waiting for it; rank 0 then runs a one-process command.
+  if (!encodes && dtrain::Runtime::launcher_size() <= 1) return local_command(cmd, argc, argv);
   try {
     dtrain::Runtime runtime(&argc, &argv);
     dtrain::Communicator& world = runtime.world();

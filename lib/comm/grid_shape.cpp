@@ -69,7 +69,7 @@ GridShape resolve_grid(int world_size, GridShape shape) {
     const bool wraps = tp_pp > INT64_MAX / shape.dp;
     DTRAIN_CHECK(fits, Errc::invalid_config,
                  "process grid tp*pp*dp = " << shape.tp << "*" << shape.pp << "*" << shape.dp << " = "
-                                            << (wraps ? std::string("more than 2^63") : std::to_string(tp_pp * shape.dp))
+                                            << (wraps ? std::string("at least 2^63") : std::to_string(tp_pp * shape.dp))
                                             << " does not equal the world size " << world_size);
   }
   return shape;

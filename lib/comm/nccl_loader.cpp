@@ -336,7 +336,7 @@ DeviceTransport choose_device_transport(Communicator& world) {
     // waiting in NCCL's set-up for one that cannot join.
     for (std::size_t r = 0; r < all.size(); r += 3) {
       DTRAIN_CHECK(all[r + 1] == 1, Errc::unavailable,
-                   "DTRAIN_DEVICE_COMM=nccl, but rank " << r / 3 << " of the job has no NCCL or no GPU of its "
+                   "DTRAIN_DEVICE_COMM=nccl, but rank " << r / 3 << " of this group has no NCCL or no GPU of its "
                    "own to use (DTRAIN_DEVICE_COMM=mpi_staged or auto moves device buffers over MPI)");
     }
     return DeviceTransport::nccl;

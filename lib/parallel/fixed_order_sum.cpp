@@ -41,8 +41,8 @@ void FixedOrderSum::add(int m, const float* grads) {
   requests_.clear();
   // One tag for every unit: MPI matches a pair of ranks' messages of one tag in the order
   // posted, and both sides post in unit order (a tag per unit would pass MPI_TAG_UB, at
-  // least 32767, in a model of as many layers).
-  constexpr int tag = 0;
+  // least 32767, in a model of as many layers). Not 0, point-to-point's default tag.
+  constexpr int tag = 1531;
   for (int p = 0; p < P; ++p) {
     if (p == me) continue;
     std::size_t at = 0;  // pieces arrive back to back in unit order, as total_ holds them

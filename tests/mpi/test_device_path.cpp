@@ -369,7 +369,7 @@ TEST(DevicePath, ChoosesNcclUnlessAskedOtherwise) {
       ADD_FAILURE() << "nccl was taken with a rank that has no GPU";
     } catch (const Error& e) {
       EXPECT_EQ(e.code(), Errc::unavailable);
-      const std::string rank = "rank " + std::to_string(world().size() - 1) + " of the job has no NCCL or no GPU";
+      const std::string rank = "rank " + std::to_string(world().size() - 1) + " of this group has no NCCL or no GPU";
       EXPECT_NE(std::string(e.what()).find(rank), std::string::npos) << e.what();
     }
   }

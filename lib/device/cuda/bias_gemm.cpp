@@ -17,23 +17,25 @@ std::uint32_t alignment(const void* p) {
   return a;
 }
 
-// A status by which cuBLASLt turns down a case rather than failing: no algorithm for it in
-// this library version (NOT_SUPPORTED), or an attribute combination it does not take
-// (INVALID_VALUE; its header documents the bias as D's type, and an fp32 bias with a 16-bit D
-// is this plugin's request, not a documented case).
-bool turned_down(cublasStatus_t status) {
-  return status == CUBLAS_STATUS_NOT_SUPPORTED || status == CUBLAS_STATUS_INVALID_VALUE;
+// Whether the heuristic's status turns a case down rather than reports an error: no algorithm
+// for it (NOT_SUPPORTED), or, for a 16-bit D only, INVALID_VALUE: the header documents the
+// bias as D's type, and an fp32 bias with a 16-bit D is this plugin's request, not a
+// documented case. (From the matmul, and for an fp32 D, INVALID_VALUE is an argument error.)
+bool turned_down(cublasStatus_t status, cudaDataType d_type) {
+  return status == CUBLAS_STATUS_NOT_SUPPORTED || (status == CUBLAS_STATUS_INVALID_VALUE && d_type != CUDA_R_32F);
 }
 
-// Said once per process: which case went to the other path and why (the GPU runs' logs
-// show whether the epilogue runs at all).
+// Said once per process for each kind of output, fp32 and 16-bit: which case went to the
+// other path and why (the GPU runs' logs show whether the epilogue runs at all).
 void say_turned_down(const char* call, cublasStatus_t status, int m, int n, int k, cudaDataType d_type) {
-  static std::atomic<bool> said{false};
-  if (said.exchange(true)) return;
+  static std::atomic<bool> said[2] = {false, false};
+  if (said[d_type == CUDA_R_32F ? 0 : 1].exchange(true)) return;
   DTRAIN_LOG(info, "CUDA plugin: " << call << " gave " << cublasGetStatusString(status) << " for a "
                                    << m << " x " << n << " x " << k << " GEMM with a bias epilogue and a "
-                                   << (d_type == CUDA_R_32F ? "fp32" : "16-bit") << " output: such "
-                                   << "cases add the bias outside the GEMM (reported once)");
+                                   << (d_type == CUDA_R_32F ? "fp32" : "16-bit") << " output: such cases "
+                                   << (d_type == CUDA_R_32F ? "lay the bias down before the GEMM"
+                                                            : "write fp32 and round it after the GEMM")
+                                   << " (reported once a kind of output)");
 }
 
 template <typename T>
@@ -118,7 +120,7 @@ BiasGemm::Plan* BiasGemm::plan_for(const Case& key, const float* bias) {
     const cublasStatus_t status = cublasLtMatmulAlgoGetHeuristic(
         lt_, p.desc, p.a, p.b, p.d, p.d, pref, 1, &result, &found);
     // Turned down or no result: this case takes the caller's other path, every time.
-    if (turned_down(status))
+    if (turned_down(status, key.d_type))
       say_turned_down("cublasLtMatmulAlgoGetHeuristic", status, key.m, key.n, key.k, key.d_type);
     else if (status != CUBLAS_STATUS_SUCCESS)
       check(status, "cublasLtMatmulAlgoGetHeuristic");
@@ -157,7 +159,7 @@ bool BiasGemm::run(const ColumnMajorGemm& g, const void* a, const void* b, cudaD
       p->d, d, p->d, &p->algo, workspace_, workspace_bytes_, stream_);
   // A refusal of the case the heuristic offered (nothing queued) retires the plan, and this
   // call and later ones take the caller's other path; anything else is an error.
-  if (turned_down(status)) {
+  if (status == CUBLAS_STATUS_NOT_SUPPORTED) {
     say_turned_down("cublasLtMatmul", status, g.m, g.n, g.k, d_type);
     p->usable = false;
     return false;

@@ -28,10 +28,10 @@ class BiasGemm {
   // Queues D = op(A) op(B) + C + bias with g's shape and leading dimensions, A and B read from
   // `a` and `b` as `ab_type`, D written to `d` as `d_type`, C read from `c` (null: none; else
   // fp32 like D, with D's leading dimension; g's pointers and strides unused: one product).
-  // Returns false, with nothing queued, where cuBLASLt has no algorithm for the case or turns
-  // it down (NOT_SUPPORTED or INVALID_VALUE: whether it takes an fp32 bias with a 16-bit D is
-  // its answer, not documented), or refuses the one it offered (the same statuses from the
-  // matmul: the plan is retired; logged once a process), a pointer is
+  // Returns false, with nothing queued, where cuBLASLt's heuristic has no algorithm for the
+  // case or turns it down (NOT_SUPPORTED, or INVALID_VALUE for a 16-bit D: whether it takes an
+  // fp32 bias with a 16-bit D is its answer, not documented), or the matmul refuses the one it
+  // offered (NOT_SUPPORTED: the plan is retired; each logged once a process), a pointer is
   // not 16-byte aligned, or kMaxPlans plans exist and the case is new; the caller then takes
   // its other path.
   bool run(const ColumnMajorGemm& g, const void* a, const void* b, cudaDataType ab_type, void* d,

@@ -5,8 +5,8 @@
 // the time (as cuBLASLt reads it), and cublasLtMatmul refuses pointers aligned less than
 // that (a real algorithm chosen for 256-byte alignment may fault on less).
 // DTRAIN_CUDA_EMU_LT=0 makes the heuristic find nothing, as for a case the library does not
-// support, and =invalid answer CUBLAS_STATUS_INVALID_VALUE, as for a combination of
-// attributes it does not take. A 16-bit D needs a preference whose reduction scheme mask
+// support, and =invalid answer CUBLAS_STATUS_INVALID_VALUE for an fp32 bias with a 16-bit D,
+// as a library keeping to its header's "the bias is D's type" might. A 16-bit D needs a preference whose reduction scheme mask
 // leaves out the schemes that sum split-K parts in D's type (the emulator never splits K; the
 // check holds the plugin to what a GPU's heuristic may otherwise pick). Implemented in
 // cublas.cpp, beside the emulated GEMM.
