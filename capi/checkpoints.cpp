@@ -12,18 +12,6 @@
 #include "guard.hpp"
 
 namespace dtrain::capi {
-namespace {
-
-// byom and MLP checkpoints are not GPTs: their /model attributes record zeros, and their
-// tensors are checked by name and shape (check_tensors) instead of by configuration.
-GptConfig not_a_gpt() {
-  GptConfig c;
-  c.layers = c.heads = c.d_model = c.seq_len = c.vocab = 0;
-  c.tie_embeddings = false;
-  return c;
-}
-
-}  // namespace
 
 Checkpoints::Checkpoints(Communicator& dp, ParameterStore& params, StepEngine& engine, Owner owner,
                          const GptConfig* gpt)
@@ -33,7 +21,7 @@ Checkpoints::Checkpoints(Communicator& dp, ParameterStore& params, StepEngine& e
       engine_(engine),
       owner_(owner),
       checkpointer_(grid_, params, engine.optimizer(), engine.zero_stage(),
-                    owner == Owner::gpt ? *gpt : not_a_gpt()) {}
+                    owner == Owner::gpt ? *gpt : ckpt::not_a_gpt()) {}
 
 Checkpoints::Checkpoints(ProcessGrid& layout, ParameterStore& params, StepEngine& engine, Owner owner,
                          const GptConfig* gpt)
@@ -42,7 +30,7 @@ Checkpoints::Checkpoints(ProcessGrid& layout, ParameterStore& params, StepEngine
       engine_(engine),
       owner_(owner),
       checkpointer_(grid_, params, engine.optimizer(), engine.zero_stage(),
-                    owner == Owner::gpt ? *gpt : not_a_gpt()) {}
+                    owner == Owner::gpt ? *gpt : ckpt::not_a_gpt()) {}
 
 std::string Checkpoints::save(const std::string& dir, int keep) {
   ckpt::CheckpointInfo info;

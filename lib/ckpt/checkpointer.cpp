@@ -1,12 +1,16 @@
 // Checkpointer: its set-up (the I/O plan), the transfers and file access its write and read
 // share, the directory a run saves into (created, claimed, checked for space) and the save's
 // commit; the file's write and read are checkpoint_write.cpp and checkpoint_read.cpp.
+#include <algorithm>
+#include <cmath>
+#include <iterator>
 #include <cstdio>
 #include <filesystem>
 
 #include "ckpt/adamw_changes.hpp"
 #include "ckpt/checkpointer_impl.hpp"
 #include "ckpt/commit.hpp"
+#include "ckpt/header.hpp"
 #include "ckpt/mpi_io_path.hpp"
 #include "ckpt/slice_boxes.hpp"
 #include "dtrain/ckpt/checksum.hpp"
@@ -15,6 +19,35 @@
 #include "dtrain/core/log.hpp"
 
 namespace dtrain::ckpt {
+
+namespace {
+// A GptConfig for a model that is not the GPT it describes (GptConfig{}'s 4 layers for one's
+// own model) wrote files that claim tensors they lack: the GPT's embedding, its last block
+// and no block past it, and its head exactly when untied, are looked for over the stages.
+void check_model_describes(const std::vector<TensorEntry>& directory, const GptConfig& m) {
+  const long sizes[] = {m.layers, m.heads, m.d_model, m.seq_len, m.vocab};
+  const bool gpt = std::any_of(std::begin(sizes), std::end(sizes), [](long v) { return v != 0; });
+  if (!gpt && !m.tie_embeddings) return;
+  const auto has = [&](const std::string& name) {
+    return std::any_of(directory.begin(), directory.end(), [&](const TensorEntry& e) { return e.name == name; });
+  };
+  const std::string last = "h." + std::to_string(m.layers - 1) + ".ln_1.weight";
+  const bool matches = std::all_of(std::begin(sizes), std::end(sizes), [](long v) { return v > 0; }) &&
+                       has("wte") && has(last) && !has("h." + std::to_string(m.layers) + ".ln_1.weight") &&
+                       has("lm_head.weight") != m.tie_embeddings;
+  DTRAIN_CHECK(matches, Errc::invalid_argument,
+               "Checkpointer: the model configuration describes a GPT of " << m.layers << " layers, d_model "
+                   << m.d_model << ", vocab " << m.vocab << (m.tie_embeddings ? ", tied" : ", untied")
+                   << " head, which the parameters are not; for another model pass ckpt::not_a_gpt()");
+}
+}  // namespace
+
+GptConfig not_a_gpt() {
+  GptConfig c;
+  c.layers = c.heads = c.d_model = c.seq_len = c.vocab = 0;
+  c.tie_embeddings = false;
+  return c;
+}
 
 Checkpointer::Impl::Impl(ProcessGrid& g, ParameterStore& p, optim::AdamW& o, int zero_stage,
                          const GptConfig& m)
@@ -34,6 +67,7 @@ Checkpointer::Impl::Impl(ProcessGrid& g, ParameterStore& p, optim::AdamW& o, int
   layout.optimizer_sharded = zero_stage >= 1;
   layout.param_source = param_source;
   directory = gather_directory(g.pp(), p);
+  check_model_describes(directory, m);
   plans = plan_io(directory, p, o, layout);
   for (const TensorPlan& t : plans) {
     for (const auto* v : {&t.param_read, &t.param_write, &t.state_read, &t.state_write})
@@ -208,6 +242,25 @@ void Checkpointer::claim(const std::string& dir) {
   f.agree(impl_->grid.world(), "checkpoint");
 }
 
+namespace {
+// What a load would refuse as damage is refused before anything is written: a file named
+// step_-0000005.h5 that `latest` pointed at left no checkpoint a resume could take.
+void check_savable(const CheckpointInfo& info, long optimizer_step, int keep, LocalFailure& f) {
+  const auto bad = [&](const std::string& why) {
+    if (!f.failed()) f.record(Errc::invalid_argument, "cannot save a checkpoint: " + why);
+  };
+  if (info.step < 0 || info.step > kMaxStep)
+    bad("its step is " + std::to_string(info.step) + ", outside [0, 2^62]");
+  if (optimizer_step < 0 || optimizer_step > kMaxStep)
+    bad("the optimiser's step count is " + std::to_string(optimizer_step) + ", outside [0, 2^62]");
+  if (info.loss_scale != 0 && !(std::isfinite(info.loss_scale) && info.loss_scale > 0))
+    bad("its loss scale is " + std::to_string(info.loss_scale) + " (0 for none, else positive and finite)");
+  if (info.loss_scale_clean_steps < 0 || info.loss_scale_skipped_steps < 0)
+    bad("its counts of clean and skipped steps must not be negative");
+  if (keep < 1) bad("keep is " + std::to_string(keep) + "; at least 1 (INT_MAX keeps every checkpoint)");
+}
+}  // namespace
+
 std::string Checkpointer::save(const std::string& dir, const CheckpointInfo& info, int keep) {
   h5::QuietErrors quiet;
   Communicator& world = impl_->grid.world();
@@ -215,7 +268,8 @@ std::string Checkpointer::save(const std::string& dir, const CheckpointInfo& inf
   const std::string final_path = (std::filesystem::path(dir) / name).string();
   const std::string tmp = final_path + ".tmp";
   LocalFailure f;
-  if (world.rank() == 0) {
+  check_savable(info, impl_->optimizer.steps_taken(), keep, f);
+  if (world.rank() == 0 && !f.failed()) {
     impl_->make_and_lock(dir, f);
     if (!f.failed()) impl_->check_free_space(dir, f);
   }

@@ -1,14 +1,51 @@
 // ProcessGrid: one split of the world communicator per group kind.
 #include "dtrain/comm/process_grid.hpp"
 
+#include <algorithm>
+#include <cstdint>
+
+#include "dtrain/comm/agreed_failure.hpp"
+#include "dtrain/core/hash.hpp"
+
 namespace dtrain {
 
-ProcessGrid::ProcessGrid(const Communicator& world, const GridShape& shape)
-    : shape_(resolve_grid(world.size(), shape)),  // throws on every rank alike, before any MPI
-      coord_(coord_of(world.rank(), shape_)) {
+namespace {
+
+// The shape resolved, agreed by every rank of world: a shape invalid on some ranks only, or
+// ranks given different shapes (groups that do not match: a dp average over one rank)
+// throw AgreedError(Errc::invalid_config) on every rank, naming the lowest such rank.
+GridShape agreed_shape(Communicator& world, const GridShape& given) {
+  LocalFailure f;
+  GridShape shape;
+  try {
+    shape = resolve_grid(world.size(), given);
+  } catch (const Error& e) {
+    f.record(e);
+  }
+  f.agree(world, "the process grid");
+  std::int64_t mine[4] = {shape.tp, shape.pp, shape.dp,
+                          static_cast<std::int64_t>(fnv1a(shape.order.data(), shape.order.size()) >> 1)};
+  std::int64_t first[4] = {mine[0], mine[1], mine[2], mine[3]};
+  world.broadcast(first, first, 4, DType::i64, 0);
+  if (!std::equal(mine, mine + 4, first)) {
+    f.record(Errc::invalid_config, "the ranks were given different process grids: rank " + std::to_string(world.rank()) +
+                                       " has tp " + std::to_string(shape.tp) + ", pp " + std::to_string(shape.pp) +
+                                       ", dp " + std::to_string(shape.dp) + ", order '" + shape.order +
+                                       "', rank 0 tp " + std::to_string(first[0]) + ", pp " +
+                                       std::to_string(first[1]) + ", dp " + std::to_string(first[2]) +
+                                       (first[3] == mine[3] ? "" : ", another order"));
+  }
+  f.agree(world);
+  return shape;
+}
+
+}  // namespace
+
+ProcessGrid::ProcessGrid(const Communicator& world, const GridShape& shape) : world_(world.dup("world")) {
+  shape_ = agreed_shape(world_, shape);
+  coord_ = coord_of(world_.rank(), shape_);
   const int TP = shape_.tp, DP = shape_.dp;
   const GridCoord c = coord_;
-  world_ = world.dup("world");
   // Color: the coordinates the group shares; key: the one that varies, so that the group
   // rank equals the grid coordinate.
   tp_ = world.split(c.dp + c.pp * DP, c.tp, "tp");

@@ -127,6 +127,7 @@ void MlpModel::check_inputs(const std::int32_t* labels, int B) const {
 }
 
 float MlpModel::forward(const float* x, const std::int32_t* labels, int B) {
+  DTRAIN_CHECK(x != nullptr, Errc::invalid_argument, "MlpModel::forward: x is null");
   check_inputs(labels, B);
   const int classes = cfg_.sizes.back();
   Device& d = *dev_;

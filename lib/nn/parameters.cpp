@@ -92,7 +92,7 @@ std::size_t ParameterStore::add_slice(const std::string& name, std::vector<std::
                                       std::vector<std::int64_t> slice_offset, bool decay,
                                       bool tp_sharded, std::int64_t padded_rows,
                                       std::int64_t slice_blocks) {
-  DTRAIN_CHECK(!allocated(), Errc::internal, "parameter '" << name << "' added after allocate()");
+  DTRAIN_CHECK(!allocated(), Errc::invalid_argument, "parameter '" << name << "' added after allocate()");
   DTRAIN_CHECK(!name.empty(), Errc::invalid_argument, "parameter name must not be empty");
   DTRAIN_CHECK(index_.count(name) == 0, Errc::invalid_argument,
                "parameter '" << name << "' registered twice");
@@ -142,13 +142,13 @@ std::size_t ParameterStore::add_slice(const std::string& name, std::vector<std::
 }
 
 void ParameterStore::start_unit() {
-  DTRAIN_CHECK(!allocated(), Errc::internal, "ParameterStore::start_unit() after allocate()");
+  DTRAIN_CHECK(!allocated(), Errc::invalid_argument, "ParameterStore::start_unit() after allocate()");
   total_ = (total_ + kUnitAlignFloats - 1) / kUnitAlignFloats * kUnitAlignFloats;
   units_ = true;
 }
 
 void ParameterStore::allocate(bool hold_params, bool hold_grads) {
-  DTRAIN_CHECK(!allocated(), Errc::internal, "ParameterStore::allocate() called twice");
+  DTRAIN_CHECK(!allocated(), Errc::invalid_argument, "ParameterStore::allocate() called twice");
   if (units_) start_unit();  // the last unit ends on a page boundary too
   const std::size_t bytes = (total_ ? total_ : 1) * sizeof(float);
   // Arenas, so ZeRO 2/3 can hand back the pieces a rank does not own.
@@ -195,7 +195,7 @@ std::vector<std::pair<std::size_t, std::size_t>> init_spans(const ParamInfo& p,
 
 void ParameterStore::init_normal(const ParamInfo& p, std::uint64_t seed, float mean, float std,
                                  const ArenaRanges* only) {
-  DTRAIN_CHECK(allocated(), Errc::internal, "init before allocate()");
+  DTRAIN_CHECK(allocated(), Errc::invalid_argument, "init before allocate()");
   // Values are generated on the host; a non-CPU device gets them through a host buffer of
   // one span, with one copy per span (set-up calls this once per unit for every tensor, so
   // nothing is staged for the tensors a unit does not touch).
@@ -224,7 +224,7 @@ void ParameterStore::init_normal(const ParamInfo& p, std::uint64_t seed, float m
 }
 
 void ParameterStore::set_values(const ParamInfo& p, const float* logical, const ArenaRanges* only) {
-  DTRAIN_CHECK(allocated(), Errc::internal, "set_values before allocate()");
+  DTRAIN_CHECK(allocated(), Errc::invalid_argument, "set_values before allocate()");
   const bool host = dev_->kind() == DeviceKind::cpu;
   AlignedBuffer staging;
   const auto run = static_cast<std::size_t>(  // consecutive logical elements, as in init_normal
@@ -245,7 +245,7 @@ void ParameterStore::set_values(const ParamInfo& p, const float* logical, const 
 }
 
 void ParameterStore::init_constant(const ParamInfo& p, float value, const ArenaRanges* only) {
-  DTRAIN_CHECK(allocated(), Errc::internal, "init before allocate()");
+  DTRAIN_CHECK(allocated(), Errc::invalid_argument, "init before allocate()");
   for (const auto& [first, last] : init_spans(p, only))
     dev_->fill(param(p) + first, value, static_cast<std::int64_t>(last - first));
 }

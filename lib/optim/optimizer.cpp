@@ -25,11 +25,28 @@ std::vector<std::size_t> state_layout(const std::vector<Segment>& segments, std:
 }
 }  // namespace
 
+namespace {
+// Settings no run uses: a file saved with them is refused as damaged, and a bad lr turns every
+// parameter into NaN at once (TrainConfig and the C ABI say so in their own terms first).
+AdamWConfig checked(const AdamWConfig& c) {
+  DTRAIN_CHECK(c.beta1 >= 0 && c.beta1 < 1, Errc::invalid_argument, "AdamW beta1 must be in [0, 1), got " << c.beta1);
+  DTRAIN_CHECK(c.beta2 >= 0 && c.beta2 < 1, Errc::invalid_argument, "AdamW beta2 must be in [0, 1), got " << c.beta2);
+  DTRAIN_CHECK(c.eps > 0 && std::isfinite(c.eps), Errc::invalid_argument,
+               "AdamW eps must be positive and finite, got " << c.eps);
+  DTRAIN_CHECK(c.weight_decay >= 0 && std::isfinite(c.weight_decay), Errc::invalid_argument,
+               "AdamW weight_decay must be finite and >= 0, got " << c.weight_decay);
+  return c;
+}
+void check_lr(float lr, const char* who) {
+  DTRAIN_CHECK(lr >= 0 && std::isfinite(lr), Errc::invalid_argument, who << ": lr must be finite and >= 0, got " << lr);
+}
+}  // namespace
+
 AdamW::AdamW(Device& dev, std::vector<Segment> segments, std::size_t numel, AdamWConfig cfg)
     : dev_(dev),
       segments_(std::move(segments)),
       state_offsets_(state_layout(segments_, numel)),
-      cfg_(cfg),
+      cfg_(checked(cfg)),
       m_(dev, state_offsets_.back() * sizeof(float)),
       v_(dev, state_offsets_.back() * sizeof(float)) {
   plan_ranges();
@@ -54,6 +71,11 @@ int kernel_step(long step) { return static_cast<int>(std::min<long>(step, INT_MA
 }  // namespace
 
 void AdamW::step(float* params, const float* grads, float lr, float grad_scale) {
+  check_lr(lr, "AdamW::step");
+  if (!ranges_.empty()) {  // 16-bit words stand for the arena's parameters (write_params_as_16bit)
+    DTRAIN_CHECK(grads && (params || (has_master_weights() && words_)), Errc::invalid_argument,
+                 "AdamW::step: " << (grads ? "params" : "grads") << " is null");
+  }
   ++step_;
   // every segment in one device call (a GPU batches them into few launches)
   dev_.adamw_ranges(has_master_weights() ? master_weights() : params, grads, exp_avg(),
@@ -128,6 +150,9 @@ Sgd::Sgd(Device& dev, std::vector<Segment> segments, std::size_t numel, float mo
 }
 
 void Sgd::step(float* params, const float* grads, float lr, float grad_scale) {
+  check_lr(lr, "Sgd::step");
+  DTRAIN_CHECK(segments_.empty() || (params && grads), Errc::invalid_argument,
+               "Sgd::step: " << (grads ? "params" : "grads") << " is null");
   float* mom = momentum_ != 0.0f ? momentum_buf_.as<float>() : nullptr;
   for (std::size_t i = 0; i < segments_.size(); ++i) {
     const Segment& s = segments_[i];

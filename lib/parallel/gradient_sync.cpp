@@ -47,6 +47,7 @@ std::size_t GradientSync::owned_numel() const noexcept {
 }
 
 void GradientSync::begin(bool sync, bool last_micro) {
+  begun_ = true;
   sync_ = sync;
   last_micro_ = last_micro;
   for (std::size_t b = 0; b < buckets_.size(); ++b) {
@@ -58,7 +59,7 @@ void GradientSync::begin(bool sync, bool last_micro) {
 void GradientSync::writing(std::size_t first, std::size_t) {
   if (mode_ != GradReduction::shard) return;
   const auto it = range_by_first_.find(first);
-  DTRAIN_CHECK(it != range_by_first_.end(), Errc::internal,
+  DTRAIN_CHECK(it != range_by_first_.end(), Errc::invalid_argument,
                "gradient range starting at " << first << " is not a planned range");
   restore_others(static_cast<std::size_t>(bucket_of_range_[it->second]));
 }
@@ -71,7 +72,7 @@ void GradientSync::writing_everything() {
 void GradientSync::ready(std::size_t first, std::size_t) {
   if (!sync_) return;
   const auto it = range_by_first_.find(first);
-  DTRAIN_CHECK(it != range_by_first_.end(), Errc::internal,
+  DTRAIN_CHECK(it != range_by_first_.end(), Errc::invalid_argument,
                "gradient range starting at " << first << " is not a planned range");
   const int b = bucket_of_range_[it->second];
   if (--pending_ranges_[b] == 0) launch(static_cast<std::size_t>(b));
@@ -122,6 +123,11 @@ void GradientSync::restore_others(std::size_t b) {
 }
 
 void GradientSync::finish() {
+  // Without begin() the previous step's state would decide: a step reduced nothing and the
+  // replicas drifted apart without a word.
+  DTRAIN_CHECK(begun_, Errc::invalid_argument,
+               "GradientSync::finish() without begin(): call begin() before each backward");
+  begun_ = false;
   if (!sync_) return;
   // On an asynchronous device the backward may still be running: the wait below is to count
   // communication only (the host would wait for that compute anyway).

@@ -320,6 +320,7 @@ void Trainer::load_checkpoint(const std::string& path) {
                    << watch.seconds() << " s)");
 }
 const std::vector<double>& Trainer::loss_history() const { return s_->losses; }
+double Trainer::last_grad_norm() const { return s_->last_grad_norm; }
 
 double Trainer::train_step() {
   State& s = *s_;
@@ -362,7 +363,7 @@ double Trainer::evaluate() {
   const auto held = s.hold_parameters_if_they_fit();  // one widening for all the batches
   const BatchPlan& plan = s.loader.plan();
   double total = 0;
-  int done = 0;
+  long done = 0;  // eval batches x micro-steps may pass INT_MAX
   bool stop = false;
   // A long pass (many --eval-batches of a large model) says how far it is, once a minute.
   constexpr double kReportSeconds = 60;

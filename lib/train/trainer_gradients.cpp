@@ -98,14 +98,15 @@ double Trainer::State::run_pipeline(float dloss,
 double Trainer::State::sync_gradients_pipeline_fixed_order() {
   ParameterStore& params = model.parameters();
   const int n_micro = accum();
+  const double shares = static_cast<double>(n_micro) * grid.dp_size();  // may pass INT_MAX
   params.zero_grads();
-  run_pipeline(seed(1.0f / static_cast<float>(n_micro * grid.dp_size())), [this, &params](int mb) {
+  run_pipeline(seed(1.0f / static_cast<float>(shares)), [this, &params](int mb) {
     fixed_order->add(mb, params.grads());
     params.zero_grads();
   });
   finish_fixed_order_sum();
   reduce_tied_embedding();
-  double loss = fixed_order->sum_losses(pipeline->last_losses().data()) / (n_micro * grid.dp_size());
+  double loss = fixed_order->sum_losses(pipeline->last_losses().data()) / shares;
   grid.pp().broadcast(&loss, &loss, 1, DType::f64, grid.pp_size() - 1);  // the last stage's
   return loss;
 }
@@ -161,7 +162,8 @@ double Trainer::State::sync_gradients_fixed_order() {
   if (pipeline) return sync_gradients_pipeline_fixed_order();
   ParameterStore& params = model.parameters();
   const int n_micro = accum();
-  const float dloss = seed(1.0f / static_cast<float>(n_micro * grid.dp_size()));
+  const double shares = static_cast<double>(n_micro) * grid.dp_size();  // may pass INT_MAX
+  const float dloss = seed(1.0f / static_cast<float>(shares));
   for (int micro = 0; micro < n_micro; ++micro) {
     if (stop_before_micro_batch(micro, n_micro)) {
       hold_only_owned_gradients();  // as between steps
@@ -173,7 +175,7 @@ double Trainer::State::sync_gradients_fixed_order() {
     fixed_order->add(micro, params.grads());
   }
   finish_fixed_order_sum();
-  return fixed_order->sum_losses(micro_losses.data()) / (n_micro * grid.dp_size());
+  return fixed_order->sum_losses(micro_losses.data()) / shares;
 }
 
 // --deterministic: zeroes the gradient arena for the next micro-batch. Between steps ZeRO

@@ -15,7 +15,8 @@ common=(--layers 4 --d-model 64 --heads 4 --seq-len 32 --vocab 256 --micro-batch
         --global-batch 8 --steps 6 --log-every 1 --eval-every 3 --eval-batches 2)
 
 if [ "$np" = 2 ]; then
-  layouts=("--zero 1"
+  layouts=("--zero 0"
+           "--zero 1"
            "--zero 3"
            "--tp 2 --sequence-parallel"
            "--pp 2"
@@ -23,12 +24,14 @@ if [ "$np" = 2 ]; then
            "--pp 2 --schedule interleaved --virtual-stages 2 --recompute"
            "--precision bf16 --zero 1")
 else
-  layouts=("--zero 2"
+  layouts=("--zero 0"
+           "--zero 2"
            "--zero 3"
            "--tp 4 --sequence-parallel"
            "--tp 2 --zero 1 --sequence-parallel"
            "--tp 2 --pp 2"
            "--tp 2 --pp 2 --sequence-parallel --schedule gpipe"
+           "--pp 2"
            "--pp 2 --zero 1 --schedule interleaved --virtual-stages 2"
            "--pp 4 --schedule gpipe"
            "--precision bf16 --tp 2 --zero 1"
@@ -66,6 +69,8 @@ for step, r in one.items():
             if not gap <= tol:  # a NaN gap fails too
                 sys.exit(f"FAIL {name}: step {step} {key} {split[step][key]} against one rank's {r[key]} "
                          f"(relative gap {gap:.3g} > {tol})")
+if compared < 2 * len(one):  # every logged step has a loss and a gradient norm
+    sys.exit(f"FAIL {name}: {compared} values compared over {len(one)} steps")
 print(f"{name}: {compared} losses and norms within {worst:.3g} of one rank (bound {tol})")
 PY
 }

@@ -176,4 +176,27 @@ TEST(ProcessGrid, InvalidGridThrowsOnEveryRank) {
   }
 }
 
+// Ranks given different shapes (one rank's invalid, or two valid but different grids) would
+// build groups that do not match, or leave the others waiting in the splits: every rank throws.
+TEST(ProcessGrid, ShapesThatDifferBetweenRanksThrowOnEveryRank) {
+  const int n = world().size();
+  if (n < 2) GTEST_SKIP() << "needs two ranks";
+  const bool last = world().rank() == n - 1;
+  const GridShape differing[] = {last ? GridShape{n + 1, 1, 0, "tp-dp-pp"} : GridShape{},
+                                 last ? GridShape{n, 1, 0, "tp-dp-pp"} : GridShape{},
+                                 last ? GridShape{1, 1, 0, "dp-tp-pp"} : GridShape{}};
+  for (const GridShape& shape : differing) {
+    int threw = 0;
+    try {
+      ProcessGrid grid(world(), shape);
+    } catch (const AgreedError& e) {
+      threw = e.code() == Errc::invalid_config ? 1 : 0;
+      if (world().rank() == 0) EXPECT_NE(std::string(e.what()).find("rank"), std::string::npos) << e.what();
+    }
+    int everywhere = 0;
+    world().all_reduce(&threw, &everywhere, 1, DType::i32, ReduceOp::min);
+    EXPECT_EQ(everywhere, 1) << "some rank did not throw for tp=" << shape.tp << " order " << shape.order;
+  }
+}
+
 }  // namespace dtrain::test

@@ -133,7 +133,8 @@ void expect_close(const std::vector<float>& a, const std::vector<float>& b, doub
   for (std::size_t i = 0; i < a.size(); ++i) {
     scale = std::max(scale, std::fabs(static_cast<double>(b[i])));
     const double e = std::fabs(static_cast<double>(a[i]) - b[i]);
-    if (e > err) {
+    if (!(e <= err)) {  // a NaN is the worst
+      if (std::isnan(err)) continue;
       err = e;
       worst = i;
     }

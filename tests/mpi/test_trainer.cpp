@@ -36,6 +36,9 @@ train::TrainConfig learning_config(long steps) {
   cfg.min_lr = 1e-3;
   return cfg;
 }
+using test::Curves;
+using test::expect_curves_close;
+using test::train_curves;
 using test::train_losses;
 
 }  // namespace
@@ -44,16 +47,12 @@ TEST(Trainer, DataParallelMatchesSingleRankOnTheSameGlobalBatch) {
   const int dp = world().size();
   train::TrainConfig cfg = tiny_config();
   cfg.global_batch = static_cast<long>(cfg.micro_batch) * dp * 2;  // two micro-steps per rank
-  const std::vector<double> parallel = train_losses(cfg, world());
+  const Curves parallel = train_curves(cfg, world());
 
   // Reference: one rank alone, the whole global batch through gradient accumulation.
-  Communicator self = world().split(world().rank(), 0, "self");
-  const std::vector<double> single = train_losses(cfg, self);
-  ASSERT_EQ(parallel.size(), single.size());
-  for (std::size_t i = 0; i < single.size(); ++i) {
-    EXPECT_NEAR(parallel[i], single[i], 1e-5 * std::fabs(single[i])) << "step " << i + 1;
-  }
-  EXPECT_LT(single.back(), single.front());  // it learns
+  const Curves single = test::single_rank_curves(cfg, world());
+  expect_curves_close(parallel, single, 1e-5);
+  EXPECT_LT(single.loss.back(), single.loss.front());  // it learns
 }
 
 // The validation set is --eval-batches global batches, whatever the layout: a DP run and one
@@ -83,29 +82,19 @@ TEST(Trainer, ValidationLossIsTheSameAtEveryDataParallelSize) {
 }
 
 // The same run on one rank alone (gradient accumulation over the whole global batch).
-std::vector<double> single_rank_losses(const train::TrainConfig& cfg) {
-  Communicator self = world().split(world().rank(), 0, "self");
-  return train_losses(cfg, self);
-}
-
-void expect_close(const std::vector<double>& a, const std::vector<double>& b, double rel) {
-  ASSERT_EQ(a.size(), b.size());
-  for (std::size_t i = 0; i < a.size(); ++i) {
-    EXPECT_NEAR(a[i], b[i], rel * std::fabs(b[i])) << "step " << i + 1;
-  }
-}
+Curves single_rank_curves(const train::TrainConfig& cfg) { return test::single_rank_curves(cfg, world()); }
 
 TEST(Trainer, SmallBucketsAndZeroOneMatchSingleRank) {
   const int dp = world().size();
   train::TrainConfig cfg = tiny_config();
   cfg.global_batch = static_cast<long>(cfg.micro_batch) * dp * 2;
-  const std::vector<double> single = single_rank_losses(cfg);
+  const Curves single = single_rank_curves(cfg);
   cfg.bucket_mb = 0.004;  // one bucket per block, each reduced while backward runs
-  expect_close(train_losses(cfg, world()), single, 1e-5);
+  expect_curves_close(train_curves(cfg, world()), single, 1e-5);
   cfg.zero = 1;
-  expect_close(train_losses(cfg, world()), single, 1e-5);
+  expect_curves_close(train_curves(cfg, world()), single, 1e-5);
   cfg.bucket_mb = 25;  // one bucket: each rank owns 1/dp of the whole arena
-  expect_close(train_losses(cfg, world()), single, 1e-5);
+  expect_curves_close(train_curves(cfg, world()), single, 1e-5);
 }
 
 TEST(Trainer, DeterministicModeIsBitwiseIdenticalAcrossDataParallelDegrees) {
@@ -113,10 +102,13 @@ TEST(Trainer, DeterministicModeIsBitwiseIdenticalAcrossDataParallelDegrees) {
   train::TrainConfig cfg = tiny_config();
   cfg.deterministic = true;
   cfg.global_batch = static_cast<long>(cfg.micro_batch) * dp * 2;
-  const std::vector<double> parallel = train_losses(cfg, world());
-  const std::vector<double> single = single_rank_losses(cfg);
-  ASSERT_EQ(parallel.size(), single.size());
-  for (std::size_t i = 0; i < single.size(); ++i) EXPECT_EQ(parallel[i], single[i]) << "step " << i + 1;
+  const Curves parallel = train_curves(cfg, world());
+  const Curves single = single_rank_curves(cfg);
+  ASSERT_EQ(parallel.loss.size(), single.loss.size());
+  for (std::size_t i = 0; i < single.loss.size(); ++i) {
+    EXPECT_EQ(parallel.loss[i], single.loss[i]) << "step " << i + 1;
+    EXPECT_EQ(parallel.grad_norm[i], single.grad_norm[i]) << "step " << i + 1;
+  }
 }
 
 TEST(Trainer, TensorParallelWithDataParallelAndZeroMatchesSingleRank) {
@@ -126,14 +118,16 @@ TEST(Trainer, TensorParallelWithDataParallelAndZeroMatchesSingleRank) {
   cfg.heads = 4;
   cfg.vocab = 131;  // not a multiple of the TP size: padded shards
   cfg.global_batch = static_cast<long>(cfg.micro_batch) * dp * 2;
-  const std::vector<double> single = single_rank_losses(cfg);
+  const Curves single = single_rank_curves(cfg);
   cfg.tp = 2;
-  expect_close(train_losses(cfg, world()), single, 1e-5);
-  cfg.zero = 1;
-  expect_close(train_losses(cfg, world()), single, 1e-5);
-  cfg.zero = 0;
+  expect_curves_close(train_curves(cfg, world()), single, 1e-5);
+  if (dp > 1) {  // ZeRO shards over dp
+    cfg.zero = 1;
+    expect_curves_close(train_curves(cfg, world()), single, 1e-5);
+    cfg.zero = 0;
+  }
   cfg.sequence_parallel = true;
-  expect_close(train_losses(cfg, world()), single, 1e-5);
+  expect_curves_close(train_curves(cfg, world()), single, 1e-5);
 }
 
 // Every rank one TP shard: one head each, a vocabulary of 131 in shards of 33 and 32 rows.
@@ -143,11 +137,11 @@ TEST(Trainer, TensorParallelOverFourRanksMatchesSingleRank) {
   cfg.heads = 4;
   cfg.vocab = 131;
   cfg.global_batch = static_cast<long>(cfg.micro_batch) * 2;  // two micro-steps, dp 1
-  const std::vector<double> single = single_rank_losses(cfg);
+  const Curves single = single_rank_curves(cfg);
   cfg.tp = 4;
-  expect_close(train_losses(cfg, world()), single, 1e-5);
+  expect_curves_close(train_curves(cfg, world()), single, 1e-5);
   cfg.sequence_parallel = true;
-  expect_close(train_losses(cfg, world()), single, 1e-5);
+  expect_curves_close(train_curves(cfg, world()), single, 1e-5);
 }
 
 TEST(Trainer, RerunsAreBitwiseIdentical) {

@@ -28,14 +28,27 @@ train::TrainConfig tiny_config() {
   return c;
 }
 
-// The loss of every step, then the validation loss after them (pipelined evaluation with
-// --pp > 1).
+// The loss of every step, their gradient norms, then the validation loss after them
+// (pipelined evaluation with --pp > 1).
 std::vector<double> train_losses(const train::TrainConfig& cfg, Communicator& comm) {
   train::Trainer t(cfg, comm);
-  for (long s = 0; s < cfg.steps; ++s) t.train_step();
-  std::vector<double> losses = t.loss_history();
-  losses.push_back(t.evaluate());
-  return losses;
+  std::vector<double> norms;
+  for (long s = 0; s < cfg.steps; ++s) {
+    t.train_step();
+    norms.push_back(t.last_grad_norm());
+  }
+  std::vector<double> values = t.loss_history();
+  values.insert(values.end(), norms.begin(), norms.end());
+  values.push_back(t.evaluate());
+  return values;
+}
+
+// What train_losses' value i is.
+std::string value_name(std::size_t i, std::size_t count) {
+  const std::size_t steps = (count - 1) / 2;
+  if (i < steps) return "step " + std::to_string(i + 1);
+  if (i < 2 * steps) return "gradient norm of step " + std::to_string(i - steps + 1);
+  return "validation";
 }
 
 std::vector<double> single_rank_losses(train::TrainConfig cfg) {
@@ -46,12 +59,19 @@ std::vector<double> single_rank_losses(train::TrainConfig cfg) {
   return train_losses(cfg, self);
 }
 
-// Every step's loss and the validation loss (the same sequences at every layout).
-void expect_close(const std::vector<double>& a, const std::vector<double>& b, double rel = 1e-5) {
+// Every step's loss and gradient norm and the validation loss (the same sequences at every
+// layout); a NaN fails, but for the norm of an fp16 step skipped in both.
+// The norms within rel_norm (rel where negative; 16-bit runs: see train_fixtures.hpp).
+void expect_close(const std::vector<double>& a, const std::vector<double>& b, double rel = 1e-5,
+                  double rel_norm = -1) {
   ASSERT_EQ(a.size(), b.size());
-  for (std::size_t i = 0; i < a.size(); ++i)
-    EXPECT_NEAR(a[i], b[i], rel * std::fabs(b[i]))
-        << (i + 1 < a.size() ? "step " + std::to_string(i + 1) : std::string("validation"));
+  for (std::size_t i = 0; i < a.size(); ++i) {
+    const std::string name = value_name(i, a.size());
+    const bool norm = name.rfind("gradient", 0) == 0;
+    if (norm && std::isnan(a[i]) && std::isnan(b[i])) continue;
+    EXPECT_LE(std::fabs(a[i] - b[i]), (norm && rel_norm >= 0 ? rel_norm : rel) * std::fabs(b[i]))
+        << name << ": " << a[i] << " against " << b[i];
+  }
 }
 
 // 4 micro-batches per pipeline per step.
@@ -169,8 +189,9 @@ TEST(TrainerPipeline, UntiedExplicitSplitAndZeroOne) {
   cfg.tie_embeddings = false;
   cfg.pipeline_layers = "3,1";
   expect_close(train_losses(cfg, world()), single_rank_losses(cfg));
+  if (world().size() < 4) return;  // ZeRO shards over dp
   cfg = pipeline_config(2);
-  cfg.zero = 1;  // with dp > 1 at 4 ranks: ZeRO-1 shards each stage's arena
+  cfg.zero = 1;  // ZeRO-1 shards each stage's arena over dp
   expect_close(train_losses(cfg, world()), single_rank_losses(cfg));
 }
 
@@ -267,7 +288,7 @@ TEST(TrainerPipeline, DataTensorAndPipelineParallelTogether) {
     single.sequence_parallel = false;
     single.zero = 0;
     expect_close(train_losses(cfg, world()), single_rank_losses(single),
-                 cfg.precision == "fp32" ? 1e-5 : 3e-5);
+                 cfg.precision == "fp32" ? 1e-5 : 3e-5, cfg.precision == "fp32" ? 1e-5 : 2e-3);
   }
 }
 
@@ -293,14 +314,16 @@ TEST(TrainerPipeline, DeterministicMatchesAcrossDataParallelism) {
     const std::vector<double> dp1 = train_losses(cfg, pair);
     // (16-bit: the split changes the order of the fp32 sums before each rounding, as in
     // Precision.TensorAndPipelineParallelMatchTheSingleRank16BitRun)
-    expect_close(dp1, single_rank_losses(cfg), cfg.precision == "fp32" ? 1e-5 : 3e-5);
+    expect_close(dp1, single_rank_losses(cfg), cfg.precision == "fp32" ? 1e-5 : 3e-5,
+                 cfg.precision == "fp32" ? 1e-5 : 2e-3);
     if (world().size() == 4) {
       for (int zero : {0, 1}) {  // ZeRO 1 shards the optimiser over the two replicas
         cfg.zero = zero;
         const std::vector<double> dp2 = train_losses(cfg, world());
         for (std::size_t i = 0; i < dp1.size(); ++i)  // validation included
-          EXPECT_NEAR(dp1[i], dp2[i], i + 1 < dp1.size() ? 0.0 : 1e-12 * std::fabs(dp1[i]))
-            << "zero " << zero << ", step " << i + 1;
+          if (!(std::isnan(dp1[i]) && std::isnan(dp2[i])))  // an fp16 step skipped in both
+            EXPECT_NEAR(dp1[i], dp2[i], i + 1 < dp1.size() ? 0.0 : 1e-12 * std::fabs(dp1[i]))
+            << "zero " << zero << ", " << value_name(i, dp1.size());
       }
     }
   }

@@ -24,21 +24,25 @@
 #include "train_fixtures.hpp"
 
 using namespace dtrain;
+using dtrain::test::Curves;
+using dtrain::test::train_curves;
 using dtrain::test::train_losses;
 using dtrain::test::world;
 
 namespace {
 
-std::vector<double> single_rank_losses(const train::TrainConfig& cfg) {
-  Communicator self = world().split(world().rank(), 0, "self");
-  return train_losses(cfg, self);
+Curves single_rank_curves(const train::TrainConfig& cfg) { return test::single_rank_curves(cfg, world()); }
+
+void expect_close(const Curves& a, const Curves& b, double rel, const char* what) {
+  test::expect_curves_close(a, b, rel, what);
 }
 
-void expect_close(const std::vector<double>& a, const std::vector<double>& b, double rel,
-                  const char* what) {
-  ASSERT_EQ(a.size(), b.size()) << what;
-  for (std::size_t i = 0; i < a.size(); ++i) {
-    EXPECT_NEAR(a[i], b[i], rel * std::fabs(b[i])) << what << ", step " << i + 1;
+// Bit for bit: every step's loss and gradient norm.
+void expect_same_bits(const Curves& a, const Curves& b, const std::string& what) {
+  ASSERT_EQ(a.loss.size(), b.loss.size()) << what;
+  for (std::size_t i = 0; i < b.loss.size(); ++i) {
+    EXPECT_EQ(a.loss[i], b.loss[i]) << what << ", step " << i + 1;
+    EXPECT_EQ(a.grad_norm[i], b.grad_norm[i]) << what << ", step " << i + 1 << " (gradient norm)";
   }
 }
 
@@ -89,46 +93,53 @@ TEST(Zero, StageOneGradientSyncNeedsNoDevice) {
   sync.all_gather(params.data());
   for (std::size_t i = 0; i < n; ++i) ASSERT_EQ(params[i], static_cast<float>(i)) << i;
   EXPECT_THROW(sync.all_gather(params.data(), DType::bf16), Error);  // 16 bits needs the device
+  // A finish() without its begin() reduced nothing (the last one's state decided), silently.
+  try {
+    sync.finish();
+    ADD_FAILURE() << "finish() without begin() was taken";
+  } catch (const Error& e) {
+    EXPECT_EQ(e.code(), Errc::invalid_argument) << e.what();
+  }
 }
 
 TEST(Zero, StagesTwoAndThreeMatchSingleRankWithAccumulation) {
   const int dp = world().size();
   train::TrainConfig cfg = test::tiny_train_config();
   cfg.global_batch = static_cast<long>(cfg.micro_batch) * dp * 2;  // two micro-steps per rank
-  const std::vector<double> single = single_rank_losses(cfg);
-  EXPECT_LT(single.back(), single.front());
+  const Curves single = single_rank_curves(cfg);
+  EXPECT_LT(single.loss.back(), single.loss.front());
   cfg.zero = 2;
-  expect_close(train_losses(cfg, world()), single, 1e-5, "zero 2");
+  expect_close(train_curves(cfg, world()), single, 1e-5, "zero 2");
   cfg.bucket_mb = 0.004;  // one bucket per block (a block's gradients are never split)
-  expect_close(train_losses(cfg, world()), single, 1e-5, "zero 2, small buckets");
+  expect_close(train_curves(cfg, world()), single, 1e-5, "zero 2, small buckets");
   {  // buckets of about two blocks: each holds several of the ranges backward readies
     train::TrainConfig deep = cfg;
     deep.layers = 5;
     deep.bucket_mb = 0.1;
-    expect_close(train_losses(deep, world()), single_rank_losses(deep), 1e-5,
+    expect_close(train_curves(deep, world()), single_rank_curves(deep), 1e-5,
                  "zero 2, buckets of two blocks");
   }
   cfg.zero = 3;  // one bucket per unit whatever --bucket-mb says
-  expect_close(train_losses(cfg, world()), single, 1e-5, "zero 3");
+  expect_close(train_curves(cfg, world()), single, 1e-5, "zero 3");
   cfg.tie_embeddings = false;  // the LM head is a unit of its own
-  const std::vector<double> untied = single_rank_losses(cfg);
-  expect_close(train_losses(cfg, world()), untied, 1e-5, "zero 3, untied head");
+  const Curves untied = single_rank_curves(cfg);
+  expect_close(train_curves(cfg, world()), untied, 1e-5, "zero 3, untied head");
 }
 
 TEST(Zero, StagesTwoAndThreeComposeWithTensorParallelism) {
-  if (world().size() % 2 != 0) GTEST_SKIP() << "needs an even rank count for --tp 2";
+  if (world().size() % 2 != 0 || world().size() < 4) GTEST_SKIP() << "needs --tp 2 with dp > 1";
   const int dp = world().size() / 2;
   train::TrainConfig cfg = test::tiny_train_config();
   cfg.heads = 4;
   cfg.global_batch = static_cast<long>(cfg.micro_batch) * dp * 2;
-  const std::vector<double> single = single_rank_losses(cfg);
+  const Curves single = single_rank_curves(cfg);
   cfg.tp = 2;
   for (int zero : {2, 3}) {
     cfg.zero = zero;
     cfg.sequence_parallel = false;
-    expect_close(train_losses(cfg, world()), single, 1e-5, zero == 2 ? "tp 2, zero 2" : "tp 2, zero 3");
+    expect_close(train_curves(cfg, world()), single, 1e-5, zero == 2 ? "tp 2, zero 2" : "tp 2, zero 3");
     cfg.sequence_parallel = true;
-    expect_close(train_losses(cfg, world()), single, 1e-5, zero == 2 ? "tp 2 sp, zero 2" : "tp 2 sp, zero 3");
+    expect_close(train_curves(cfg, world()), single, 1e-5, zero == 2 ? "tp 2 sp, zero 2" : "tp 2 sp, zero 3");
   }
 }
 
@@ -173,11 +184,11 @@ TEST(Zero, AccumulatedMicroBatchesEqualOneBigBatch) {
   cfg.steps = 20;
   cfg.global_batch = 32;
   cfg.micro_batch = 32;
-  const std::vector<double> one_batch = single_rank_losses(cfg);
+  const Curves one_batch = single_rank_curves(cfg);
   cfg.micro_batch = 4;
   for (int zero : {0, 1, 2, 3}) {
     cfg.zero = zero;
-    const std::vector<double> accumulated = train_losses(cfg, world());
+    const Curves accumulated = train_curves(cfg, world());
     expect_close(accumulated, one_batch, 1e-5, zero == 0 ? "zero 0" : zero == 1 ? "zero 1"
                                                   : zero == 2 ? "zero 2" : "zero 3");
   }
@@ -334,15 +345,11 @@ TEST(Zero, DeterministicModeIsBitwiseIdenticalAcrossDegreesAndStages) {
   for (bool tied : {true, false}) {
     cfg.tie_embeddings = tied;
     cfg.zero = 0;
-    const std::vector<double> single = single_rank_losses(cfg);
+    const Curves single = single_rank_curves(cfg);
     for (int zero : {0, 1, 2, 3}) {
       cfg.zero = zero;
-      const std::vector<double> parallel = train_losses(cfg, world());
-      ASSERT_EQ(parallel.size(), single.size());
-      for (std::size_t i = 0; i < single.size(); ++i) {
-        EXPECT_EQ(parallel[i], single[i]) << "zero " << zero << (tied ? "" : ", untied")
-                                          << ", step " << i + 1;
-      }
+      expect_same_bits(train_curves(cfg, world()), single,
+                       "zero " + std::to_string(zero) + (tied ? "" : ", untied"));
     }
   }
 }
@@ -359,24 +366,19 @@ TEST(Zero, DeterministicModeWithTensorParallelism) {
   cfg.deterministic = true;
   cfg.clip_grad = 0.05;
   cfg.global_batch = static_cast<long>(cfg.micro_batch) * dp * 2;
-  Communicator self = world().split(world().rank(), 0, "self");
-  const std::vector<double> one_rank = train_losses(cfg, self);
+  const Curves one_rank = single_rank_curves(cfg);
   cfg.tp = 2;
   Communicator pair = world().split(world().rank() / 2, 0, "tp pair");
   for (bool sp : {false, true}) {
     cfg.sequence_parallel = sp;
     cfg.zero = 0;
-    const std::vector<double> one_replica = train_losses(cfg, pair);
-    ASSERT_EQ(one_replica.size(), one_rank.size());
-    for (std::size_t i = 0; i < one_rank.size(); ++i)
-      EXPECT_NEAR(one_replica[i], one_rank[i], 1e-5 * one_rank[i]) << "sp " << sp << ", step " << i + 1;
+    const Curves one_replica = train_curves(cfg, pair);
+    expect_close(one_replica, one_rank, 1e-5, sp ? "tp 2 sp" : "tp 2");
     if (dp == 1) continue;
     for (int zero : {0, 1, 2, 3}) {
       cfg.zero = zero;
-      const std::vector<double> parallel = train_losses(cfg, world());
-      ASSERT_EQ(parallel.size(), one_replica.size());
-      for (std::size_t i = 0; i < parallel.size(); ++i)
-        EXPECT_EQ(parallel[i], one_replica[i]) << "sp " << sp << ", zero " << zero << ", step " << i + 1;
+      expect_same_bits(train_curves(cfg, world()), one_replica,
+                       std::string(sp ? "sp" : "no sp") + ", zero " + std::to_string(zero));
     }
   }
 }

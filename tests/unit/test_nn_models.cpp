@@ -119,7 +119,8 @@ double mean_loss_double(const GptModel& m, int n) {
   return s / n;
 }
 
-// The largest gradient of a, and the largest difference of b's gradients from a's.
+// The largest gradient of a, and the largest difference of b's gradients from a's (NaN
+// where one is: a bound on it then fails).
 struct GradientGap {
   double scale = 0, difference = 0;
 };
@@ -127,8 +128,9 @@ GradientGap gradient_gap(const ParameterStore& a, const ParameterStore& b) {
   GradientGap g;
   for (std::size_t i = 0; i < a.numel(); ++i) {
     g.scale = std::max(g.scale, static_cast<double>(std::fabs(a.grads()[i])));
-    g.difference =
-        std::max(g.difference, static_cast<double>(std::fabs(a.grads()[i] - b.grads()[i])));
+    const double d = std::fabs(static_cast<double>(a.grads()[i]) - b.grads()[i]);
+    if (std::isnan(d)) return {g.scale, d};
+    g.difference = std::max(g.difference, d);
   }
   return g;
 }
@@ -485,6 +487,7 @@ TEST(MlpModel, FiniteDifferenceGradientsAndNames) {
   m.forward(x.data(), y.data(), B);
   m.backward(1.0f);
   EXPECT_THROW(m.backward(1.0f), Error);  // one backward a forward
+  EXPECT_THROW(m.forward(nullptr, y.data(), B), Error);  // was a crash in the input copy
   auto loss = [&] { return static_cast<double>(m.forward(x.data(), y.data(), B)); };
   FdSummary s = fd_whole_model(m, loss, 3e-3f);
   EXPECT_EQ(s.checked, 7u * 5 + 7 + 6 * 7 + 6 + 4 * 6 + 4);

@@ -135,6 +135,33 @@ TEST(AdamW, MatchesTheReferenceFormulaOnCompactState) {
   EXPECT_EQ(p[3], 9.0f);
 }
 
+// Settings no run uses, a bad lr and missing buffers are refused: the file of such a run is
+// refused as damaged, a NaN lr turned every parameter into NaN, a null buffer crashed.
+TEST(AdamW, RefusesSettingsAndStepArgumentsNoRunUses) {
+  const auto code = [](auto&& f) {
+    try {
+      f();
+    } catch (const Error& e) {
+      return e.code();
+    }
+    return Errc::internal;  // taken
+  };
+  for (optim::AdamWConfig bad : {optim::AdamWConfig{-0.5f, 0.95f, 1e-8f, 0.1f}, optim::AdamWConfig{0.9f, 1.0f, 1e-8f, 0.1f},
+                                 optim::AdamWConfig{0.9f, 0.95f, 0.0f, 0.1f}, optim::AdamWConfig{0.9f, 0.95f, 1e-8f, -1.0f},
+                                 optim::AdamWConfig{0.9f, 0.95f, 1e-8f, std::nanf("")}}) {
+    EXPECT_EQ(code([&] { optim::AdamW(cpu_device(), {{0, 1, true}}, 1, bad); }), Errc::invalid_argument)
+        << bad.beta1 << " " << bad.beta2 << " " << bad.eps << " " << bad.weight_decay;
+  }
+  std::vector<float> p = {1.0f}, g = {0.5f};
+  optim::AdamW opt(cpu_device(), {{0, 1, true}}, 1, optim::AdamWConfig{});
+  for (float lr : {std::nanf(""), -0.01f, INFINITY})
+    EXPECT_EQ(code([&] { opt.step(p.data(), g.data(), lr); }), Errc::invalid_argument) << lr;
+  EXPECT_EQ(code([&] { opt.step(nullptr, g.data(), 0.01f); }), Errc::invalid_argument);
+  EXPECT_EQ(code([&] { opt.step(p.data(), nullptr, 0.01f); }), Errc::invalid_argument);
+  EXPECT_EQ(p[0], 1.0f);
+  EXPECT_EQ(opt.steps_taken(), 0);
+}
+
 // Past 2^31 steps (a C ABI program's, or a checkpoint's count) the bias corrections are 1:
 // the update is lr * g / (|g| + eps), as at step INT_MAX, not 0 (a step wrapped to a
 // negative int made every update 0).

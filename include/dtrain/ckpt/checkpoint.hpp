@@ -32,7 +32,10 @@ class DTRAIN_API Checkpointer {
   // dataset). zero_stage: at 1-3 the optimiser's segments are this rank's ZeRO piece of
   // the arena (else it holds every moment, replicated over dp); at 3 the arena holds only
   // those segments' parameters. Master weights, if the optimiser uses them, must be set up
-  // before (and kept for the Checkpointer's lifetime).
+  // before (and kept for the Checkpointer's lifetime). model: the built-in GPT's
+  // configuration, whose tensors params must hold over the pipeline stages, or not_a_gpt()
+  // for any other model (Errc::invalid_argument otherwise: the file would describe a GPT it
+  // does not hold, and `dtrain-ckpt verify` refuse it).
   // The objects are borrowed for the Checkpointer's lifetime.
   Checkpointer(ProcessGrid& grid, ParameterStore& params, optim::AdamW& optimizer,
                int zero_stage, const GptConfig& model);
@@ -57,8 +60,11 @@ class DTRAIN_API Checkpointer {
 
   // Collective. Claims dir (as claim()), writes dir/step_<info.step>.h5 atomically
   // (temporary name, flush, close, rename), points dir/latest at it and deletes all but the
-  // newest `keep` checkpoints. Returns the path written. Errors throw Error(Errc::io) on
-  // every rank.
+  // newest `keep` checkpoints (at least 1; INT_MAX keeps them all). Returns the path written.
+  // Errors throw AgreedError on every rank: Errc::invalid_argument for what a load would
+  // refuse (a step outside [0, 2^62], a loss scale not positive and finite, keep < 1, a NaN
+  // in the parameters or moments), found before anything is written; Errc::io for the file
+  // system's (Errc::out_of_memory for the host's) failures, the earlier checkpoints intact.
   std::string save(const std::string& dir, const CheckpointInfo& info, int keep);
   // Collective. Writes dir/latest anew, naming the checkpoint it names (nothing where it is
   // missing): a run stopped by a signal with its newest checkpoint already written shows
@@ -84,6 +90,10 @@ class DTRAIN_API Checkpointer {
   struct Impl;
   std::unique_ptr<Impl> impl_;
 };
+
+// The model configuration of a checkpoint of any model other than the built-in GPT: every
+// size 0 (its /model attributes record zeros; docs/checkpoint-format.md).
+DTRAIN_API GptConfig not_a_gpt();
 
 // "step_00001234.h5"
 DTRAIN_API std::string checkpoint_name(long step);

@@ -53,7 +53,9 @@ class DTRAIN_API GradientSync {
   // writing() of every range at once, for a backward that announces nothing (the C API's
   // MLP): the whole arena is writable until the reductions discard the pieces again.
   void writing_everything();
-  void finish();  // launch what was never reported, wait for everything
+  // Launch what was never reported, wait for everything. Each finish() needs a begin()
+  // since the last finish() (Errc::invalid_argument).
+  void finish();
   void poll();    // lets the reductions in flight progress; never blocks
 
   // Zeroes the gradients this rank holds: the whole arena, or in shard mode its pieces.
@@ -98,6 +100,7 @@ class DTRAIN_API GradientSync {
   std::vector<bool> discarded_;      // shard mode: the bucket's other pieces are discarded
   std::vector<Request> in_flight_;   // one slot per bucket, reused every step
   PieceGather share_;
+  bool begun_ = false;  // begin() since the last finish()
   bool sync_ = false;
   bool last_micro_ = true;
   double wait_seconds_ = 0;

@@ -60,7 +60,8 @@ class DTRAIN_API Trainer {
   Trainer& operator=(const Trainer&) = delete;
 
   TrainSummary run();                 // the whole loop (or one evaluation with eval_only)
-  double train_step();                // one optimiser step; returns its mean loss
+  double train_step();                // one optimiser step; returns its mean loss (past
+                                      // cfg.steps too: run() stops there, this does not)
   double evaluate();                  // mean validation loss over eval_batches batches (under
                                       // 16-bit parameter storage held whole, as generate())
   // Continues `context` (token ids; empty: the first token of validation sample 0) by `count`
@@ -76,7 +77,11 @@ class DTRAIN_API Trainer {
                                      const SamplingConfig& sampling,
                                      const std::function<void(std::int32_t)>& on_token = {});
   long step() const;                  // optimiser steps taken so far
-  const std::vector<double>& loss_history() const;  // loss of every step taken
+  // Loss of every step this Trainer took (after a resume, from the resumed step on).
+  const std::vector<double>& loss_history() const;
+  // The global gradient norm of the last step, before clipping, as the metrics' grad_norm
+  // (NaN after an fp16 step skipped for overflow; 0 before this Trainer's first step).
+  double last_grad_norm() const;
 
   // Checkpoints (docs/checkpoint-format.md). run() saves every cfg.save_every steps, at the
   // end and when stopped by a signal. Both are collective over the world communicator.
@@ -90,8 +95,10 @@ class DTRAIN_API Trainer {
   // Between steps the model's parameter arena holds only this rank's pieces under ZeRO 3,
   // and nothing under 16-bit parameter storage (--precision bf16|fp16 on the CPU); while
   // the returned scope lives it holds every parameter, for reading (evaluate() may run).
-  // train_step(), save_checkpoint() and load_checkpoint() inside it are refused
-  // (Errc::invalid_argument). Collective over the data-parallel group under ZeRO 3.
+  // There, train_step(), save_checkpoint() and load_checkpoint() inside it are refused
+  // (Errc::invalid_argument); elsewhere the scope holds nothing and they run, so a program
+  // meant for every layout ends the scope first. Collective over the data-parallel group
+  // under ZeRO 3.
   parallel::HeldParameters whole_parameters();
   optim::AdamW& optimizer();
   optim::LossScaler& loss_scaler();   // fp16 dynamic loss scaling (disabled otherwise)
