@@ -28,7 +28,10 @@ bool attributes_differ(const dtrain::ckpt::CheckpointFile& fa, const dtrain::ckp
   const auto of = [&](const dtrain::ckpt::CheckpointFile& f) {
     return f.has_object(object) ? f.attributes(object) : dtrain::ckpt::AttributeList{};
   };
-  const dtrain::ckpt::AttributeList xa = of(fa), xb = of(fb);
+  const auto types_of = [&](const dtrain::ckpt::CheckpointFile& f) {
+    return f.has_object(object) ? f.attribute_types(object) : dtrain::ckpt::AttributeList{};
+  };
+  const dtrain::ckpt::AttributeList xa = of(fa), xb = of(fb), ta = types_of(fa), tb = types_of(fb);
   const auto value = [](const dtrain::ckpt::AttributeList& list, const std::string& name) -> const std::string* {
     for (const auto& [n, v] : list)
       if (n == name) return &v;
@@ -37,10 +40,16 @@ bool attributes_differ(const dtrain::ckpt::CheckpointFile& fa, const dtrain::ckp
   bool differ = false;
   const auto compare = [&](const std::string& name) {
     const std::string *va = value(xa, name), *vb = value(xb, name);
-    if (va && vb && *va == *vb) return;
+    // The same text in another type (format_version 1 as a string) is another file: a
+    // resume reads the type too.
+    const bool same_type = va && vb && *value(ta, name) == *value(tb, name);
+    if (va && vb && *va == *vb && same_type) return;
     differ = true;
     const std::string label = "attribute " + object + " " + name;
-    if (!va || !vb) {
+    if (va && vb && !same_type) {
+      std::printf("%-44s %s -> %s\n", label.c_str(), (*value(ta, name) + " " + *va).c_str(),
+                  (*value(tb, name) + " " + *vb).c_str());
+    } else if (!va || !vb) {
       std::printf("%-44s only in %s\n", label.c_str(), (va ? fa : fb).path().c_str());
     } else if (va->find('\n') != std::string::npos || vb->find('\n') != std::string::npos) {
       std::printf("%-44s differs\n", label.c_str());  // run_config: many lines

@@ -187,6 +187,16 @@ int verify(const std::string& file) {
       return bad(file, "dataset " + d.path + " holds nan at element " + std::to_string(nan - data.begin()) +
                            ", which a resume refuses");
     }
+    // AdamW's second moments are means of squares: a negative one, which a resume refuses,
+    // made the next update NaN.
+    const std::string sq = "/exp_avg_sq";
+    if (d.path.size() > sq.size() && d.path.compare(d.path.size() - sq.size(), sq.size(), sq) == 0) {
+      const auto negative = std::find_if(data.begin(), data.end(), [](float v) { return v < 0; });
+      if (negative != data.end()) {
+        return bad(file, "dataset " + d.path + " holds a negative second moment (" + std::to_string(*negative) +
+                             ") at element " + std::to_string(negative - data.begin()) + ", which a resume refuses");
+      }
+    }
   }
   std::printf("ok: %s: %zu datasets match their checksums\n", file.c_str(), f.datasets().size());
   return 0;

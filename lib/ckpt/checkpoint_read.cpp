@@ -137,7 +137,8 @@ CheckpointInfo Checkpointer::Impl::read_file(const std::string& path) {
         const std::uint64_t checksum = h5::read_attr_u64(d, "checksum", where + " dataset " + name);
         const bool is_param = kind == kParam;
         const std::vector<Piece>& read = is_param ? plan.param_read : plan.state_read;
-        transfer(false, d, dxpl, plan.param, memory(kind), read, calls[4 * t + (is_param ? 0 : 2)], name);
+        transfer(false, d, dxpl, plan.param, memory(kind), read, calls[4 * t + (is_param ? 0 : 2)],
+                 where + ": dataset " + name);
         if (grid.world().rank() == flip_read_rank && !read.empty() && read.front().count > 0 &&
             (flip_read_dataset.empty() || flip_read_dataset == name)) {
           std::uint32_t bits;
@@ -161,11 +162,17 @@ CheckpointInfo Checkpointer::Impl::read_file(const std::string& path) {
         // No NaN: training never makes one it keeps (it stops first), so one here was edited
         // in, or damage that the checksum (over the bits) was made to match. (An infinity can
         // be a byom's own value, a mask, say.)
+        // AdamW's second moments are means of squares: a negative one (-inf included) made
+        // the next update NaN, reported as the training's divergence.
         for (const Piece& piece : read) {
           const float* v = memory(kind) + piece.mem;
           DTRAIN_CHECK(std::none_of(v, v + piece.count, [](float x) { return std::isnan(x); }), Errc::corrupt_data,
                        where << ": dataset " << name << " holds nan: a checkpoint to resume holds none (the file "
                              << "was edited or is damaged, or its model held a NaN when it was saved)");
+          DTRAIN_CHECK(kind != kExpAvgSq || std::none_of(v, v + piece.count, [](float x) { return x < 0; }),
+                       Errc::corrupt_data,
+                       where << ": dataset " << name << " holds a negative second moment, which AdamW never makes "
+                             << "(the file was edited or is damaged)");
         }
         stored.push_back(checksum);
         sums.push_back(share);

@@ -94,7 +94,7 @@ void Checkpointer::Impl::write_file(const std::string& path, const CheckpointInf
             "cannot create dataset " + name);
         const auto& pieces = kind == kParam ? plan.param_write : plan.state_write;
         const int n_calls = calls[4 * t + (kind == kParam ? 1 : 3)];
-        transfer(true, d, dxpl, plan.param, memory(kind), pieces, n_calls, name);
+        transfer(true, d, dxpl, plan.param, memory(kind), pieces, n_calls, "'" + path + "': dataset " + name);
         sums.push_back(checksum_of(plan.param, memory(kind), pieces));
       });
       dsets.push_back(std::move(d));

@@ -122,10 +122,13 @@ void write_latest(const std::string& dir, const std::string& name) {
 
 std::string read_latest(const std::string& dir) {
   std::ifstream in((fs::path(dir) / "latest").string());
-  std::string name;
-  if (!in || !std::getline(in, name)) return "";
-  while (!name.empty() && (name.back() == '\r' || name.back() == ' ')) name.pop_back();
-  return name;
+  // The whole file (its first 4 KiB): a line after the name, or an empty line before it,
+  // is not what a save writes, and makes the content no name (resolve.cpp refuses it).
+  std::string text(4096, '\0');
+  in.read(text.data(), static_cast<std::streamsize>(text.size()));
+  text.resize(static_cast<std::size_t>(in.gcount()));
+  while (!text.empty() && (text.back() == '\n' || text.back() == '\r' || text.back() == ' ')) text.pop_back();
+  return text;
 }
 
 void prune(const std::string& dir, int keep, const std::string& current) {

@@ -20,7 +20,8 @@ void publish(const std::string& tmp, const std::string& final_path);
 void sync_made_dirs(const std::string& path, int levels);
 // Points dir/latest at name (written to a temporary file, then renamed over it).
 void write_latest(const std::string& dir, const std::string& name);
-// The name in dir/latest, "" when there is none.
+// The name in dir/latest (its content without the final line break and trailing spaces), ""
+// when there is none.
 std::string read_latest(const std::string& dir);
 // Deletes all but the newest `keep` checkpoints up to `current`'s step (later ones are
 // another run's and stay), never `current`, and stale temporaries.

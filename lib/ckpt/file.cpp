@@ -174,10 +174,13 @@ bool CheckpointFile::has_object(const std::string& object) const {
   }
 }
 
-AttributeList CheckpointFile::attributes(const std::string& object) const {
+namespace {
+// Each attribute of `object` by name, sorted, with describe(attribute).
+AttributeList each_attribute(hid_t file, const std::string& path, const std::string& object,
+                             std::string (*describe)(hid_t)) {
   h5::QuietErrors quiet;
-  const hid_t id = H5Oopen(impl_->file, object.c_str(), H5P_DEFAULT);
-  h5::check(id, "'" + impl_->path + "' has no object " + object);
+  const hid_t id = H5Oopen(file, object.c_str(), H5P_DEFAULT);
+  h5::check(id, "'" + path + "' has no object " + object);
   h5::Handle obj(id, H5Oclose);
   std::vector<std::string> names;
   hsize_t idx = 0;
@@ -188,9 +191,26 @@ AttributeList CheckpointFile::attributes(const std::string& object) const {
   AttributeList out;
   for (const std::string& name : names) {
     h5::Handle attr = h5::attr_handle(H5Aopen(obj, name.c_str(), H5P_DEFAULT), object + ": " + name);
-    out.emplace_back(name, attr_text(attr));
+    out.emplace_back(name, describe(attr));
   }
   return out;
+}
+
+std::string attr_type(hid_t attr) {
+  h5::Handle type = h5::type_handle(H5Aget_type(attr), "H5Aget_type");
+  h5::Handle space = h5::space_handle(H5Aget_space(attr), "H5Aget_space");
+  const std::string name = (H5Tget_class(type) == H5T_STRING && H5Tis_variable_str(type) > 0 ? "vlen " : "") +
+                           h5::type_name(type);
+  return H5Sget_simple_extent_npoints(space) != 1 ? "(array) " + name : name;
+}
+}  // namespace
+
+AttributeList CheckpointFile::attributes(const std::string& object) const {
+  return each_attribute(impl_->file, impl_->path, object, attr_text);
+}
+
+AttributeList CheckpointFile::attribute_types(const std::string& object) const {
+  return each_attribute(impl_->file, impl_->path, object, attr_type);
 }
 
 std::vector<float> CheckpointFile::read(const std::string& dataset) const {

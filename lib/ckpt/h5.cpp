@@ -1,5 +1,6 @@
 #include "ckpt/h5.hpp"
 
+#include <algorithm>
 #include <cstddef>
 #include <cstdint>
 #include <string>
@@ -155,6 +156,26 @@ void check_stored_in_file(hid_t dataset, const std::string& what) {
   const int external = H5Pget_external_count(dcpl);
   DTRAIN_CHECK(external == 0, Errc::corrupt_data,
                what << " keeps its values in " << external << " external file(s); a checkpoint holds its data itself");
+  // Every value written: contiguous storage allocated, or every chunk of the chunk grid (the
+  // space status of a compressed dataset reads "partly allocated" when its chunks are all there).
+  if (layout == H5D_CONTIGUOUS) {
+    H5D_space_status_t status;
+    if (H5Dget_space_status(dataset, &status) < 0) fail_damaged(what + ": cannot tell whether its values were written");
+    DTRAIN_CHECK(status == H5D_SPACE_STATUS_ALLOCATED, Errc::corrupt_data,
+                 what << " holds fewer values than its shape (its values were never written)");
+  } else if (layout == H5D_CHUNKED) {
+    Handle space = space_handle(H5Dget_space(dataset), what + ": H5Dget_space");
+    const int rank = H5Sget_simple_extent_ndims(space);
+    std::vector<hsize_t> dims(static_cast<std::size_t>(std::max(rank, 0))), chunk(dims.size());
+    H5Sget_simple_extent_dims(space, dims.data(), nullptr);
+    hsize_t grid = 1, allocated = 0;
+    if (H5Pget_chunk(dcpl, rank, chunk.data()) != rank || H5Dget_num_chunks(dataset, space, &allocated) < 0)
+      fail_damaged(what + ": cannot read its chunks");
+    for (std::size_t i = 0; i < dims.size(); ++i) grid *= chunk[i] > 0 ? (dims[i] + chunk[i] - 1) / chunk[i] : 0;
+    DTRAIN_CHECK(allocated == grid, Errc::corrupt_data,
+                 what << " holds fewer values than its shape (" << grid - allocated << " of its " << grid
+                      << " chunks were never written)");
+  }
 }
 
 std::string type_name(hid_t type) {

@@ -70,7 +70,9 @@ void write_attr(hid_t obj, const char* name, double value);
 [[noreturn]] void fail_damaged(const std::string& what);
 // Errc::corrupt_data naming `what` unless the dataset's values are stored in this file: not
 // in external raw files, nor a virtual dataset's view of other files (a checkpoint holds its
-// data itself, as it holds its datasets: no soft or external links either).
+// data itself, as it holds its datasets: no soft or external links either), and all of them
+// written (a dataset created without its data, or a chunk of it never written, reads as
+// fill values, and the collective read of one hung some layouts).
 void check_stored_in_file(hid_t dataset, const std::string& what);
 // A dataset's or attribute's type as h5py names it: "float32", "int64", "uint8", "string".
 std::string type_name(hid_t type);

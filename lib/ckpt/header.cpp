@@ -73,6 +73,9 @@ Header read_header(hid_t file, const std::string& where) {
     }
   }
   h5::Handle og = open_group(file, "/optimizer", where);
+  const std::string type = h5::read_attr_string(og, "type", where + " /optimizer");
+  DTRAIN_CHECK(type == "adamw", Errc::corrupt_data,
+               where << " /optimizer holds the state of optimiser '" << type << "'; this library resumes AdamW's ('adamw')");
   h.optimizer_step = h5::read_attr_i64(og, "step", where + " /optimizer");
   check_step(h.optimizer_step, " /optimizer");
   // Absent (files before they were stored) they stay NaN; present, each must be one a run could use.

@@ -5,7 +5,8 @@ sample count, /model/wpe stored as float64 with its checksum intact). A resume m
 each (exit 1) naming the problem, where it used to clamp the counts or convert the values,
 and `TOOL verify` must refuse it too (exit 1); counts in range stored in other integer types
 (a checksum as int64, as h5py stores a Python int; a sample count past 10^19) must still
-verify and resume; a NaN whose checksum was made to match, or a tying flag of -1, is refused. Exits 77 (skipped) without h5py."""
+verify and resume; a NaN whose checksum was made to match, a tying flag of -1, another
+optimiser's state or a negative second moment is refused. Exits 77 (skipped) without h5py."""
 import os
 import shutil
 import subprocess
@@ -46,7 +47,14 @@ def same_value_as(obj, name, kind):
 
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from check_checkpoint import put_nan  # noqa: E402  (with the documented checksum)
+from check_checkpoint import checksum, put_nan  # noqa: E402  (with the documented checksum)
+
+
+def negative_second_moment(f):
+    data = f["optimizer/wpe/exp_avg_sq"][...]
+    data.flat[5] = -1.0
+    f["optimizer/wpe/exp_avg_sq"][...] = data
+    f["optimizer/wpe/exp_avg_sq"].attrs["checksum"] = numpy.uint64(checksum(data))
 
 
 cases = [  # (name, edit, what the resume says; None: it resumes)
@@ -58,6 +66,11 @@ cases = [  # (name, edit, what the resume says; None: it resumes)
     # Values no run writes: a NaN (it resumed, then "diverged"), a tying flag of -1.
     ("nan_weight", lambda f: put_nan(f, "model/wpe", 3), "dataset /model/wpe holds nan: a checkpoint to resume holds none"),
     ("tie_minus_one", set_attr("/model", "tie_embeddings", numpy.int64(-1)), "tie_embeddings is -1, not 0 or 1"),
+    # Another optimiser's state; a negative second moment (the next update was NaN).
+    ("optimizer_sgd", set_attr("/optimizer", "type", numpy.bytes_(b"sgd")),
+     "/optimizer holds the state of optimiser 'sgd'; this library resumes AdamW's"),
+    ("negative_exp_avg_sq", negative_second_moment,
+     "dataset /optimizer/wpe/exp_avg_sq holds a negative second moment"),
     # A sample count past 10^19 is still a uint64.
     ("samples_past_1e19", set_attr("/", "consumed_samples", numpy.uint64(10**19)), None),
     # Values in range stored in other integer types (h5py stores a Python int as int64) load.

@@ -45,6 +45,9 @@ class DTRAIN_API CheckpointFile {
   const DatasetInfo* find(const std::string& dataset) const;
   // The attributes of a group or dataset ("/", "/model", "/optimizer", a dataset path).
   AttributeList attributes(const std::string& object) const;
+  // Their HDF5 types, as h5py names them ("int64", "float64", "string", "vlen string"; an
+  // array's "(array) <type>"), in the same order: what a resume reads depends on them.
+  AttributeList attribute_types(const std::string& object) const;
   // The root's and /optimizer's attributes read and checked as a resume reads them (format,
   // version, checksum algorithm, step counters, loss scale), and /model's six integers;
   // Errc::corrupt_data naming the first one missing, of another HDF5 type or out of range.
