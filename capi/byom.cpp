@@ -3,6 +3,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstdint>
 #include <cstring>
 #include <limits>
 #include <numeric>
@@ -290,6 +291,26 @@ dt_byom_t new_byom(dt_comm_s& dp, const dt_optimizer_config_t* config, dt_byom_t
   return user_handle(adopt(std::make_unique<dt_byom_s>(&dp, opt, grid)));
 }
 
+// A tensor's buffers overlapping each other or another tensor's (a tied weight registered
+// twice, a gradient inside a parameter) were updated twice or read as each other's values.
+void check_no_overlap(const dt_byom_s& b, const char* name, const void* param, const void* grad,
+                      std::size_t bytes) {
+  const auto overlap = [](const void* x, std::size_t nx, const void* y, std::size_t ny) {
+    const auto a = reinterpret_cast<std::uintptr_t>(x), c = reinterpret_cast<std::uintptr_t>(y);
+    return a < c + ny && c < a + nx;
+  };
+  if (overlap(param, bytes, grad, bytes))
+    fail(DT_ERR_INVALID_ARGUMENT, std::string("the param and grad buffers of '") + name + "' overlap");
+  for (std::size_t i = 0; i < b.buffers.size(); ++i) {
+    const dt_byom_s::Buffers& other = b.buffers[i];
+    const std::size_t n = other.numel * dtrain::dtype_size(other.dtype);
+    if (overlap(param, bytes, other.param, n) || overlap(param, bytes, other.grad, n) ||
+        overlap(grad, bytes, other.param, n) || overlap(grad, bytes, other.grad, n))
+      fail(DT_ERR_INVALID_ARGUMENT, std::string("the buffers of '") + name + "' overlap those of '" +
+                                        b.store[i].name + "' (register a tensor used twice, a tied weight, once)");
+  }
+}
+
 }  // namespace
 
 extern "C" {
@@ -355,12 +376,14 @@ dt_result_t dt_byom_register(dt_byom_t byom, const char* name, int ndim, const i
       whole[d] *= tp;
       at[d] = dims[d] * (b.grid ? b.grid->grid.tp_rank() : 0);
     }
-    // Room first: the push below must not fail once the store holds the tensor.
-    if (b.buffers.size() == b.buffers.capacity()) b.buffers.reserve(std::max<std::size_t>(8, 2 * b.buffers.size()));
-    b.store.add_slice(name, whole, dims, at, (flags & DT_PARAM_NO_DECAY) == 0u, split && tp > 1);
     const dtrain::DType format = dtype == DT_BF16 ? dtrain::DType::bf16
                                  : dtype == DT_F16  ? dtrain::DType::f16
                                                     : dtrain::DType::f32;
+    b.store.check_new_name(name);  // the name's mistakes first
+    check_no_overlap(b, name, param, grad, numel * dtrain::dtype_size(format));
+    // Room first: the push below must not fail once the store holds the tensor.
+    if (b.buffers.size() == b.buffers.capacity()) b.buffers.reserve(std::max<std::size_t>(8, 2 * b.buffers.size()));
+    b.store.add_slice(name, whole, dims, at, (flags & DT_PARAM_NO_DECAY) == 0u, split && tp > 1);
     b.buffers.push_back({param, grad, numel, format, false, {}});
   });
 }

@@ -87,16 +87,20 @@ void check_name_survives_checkpoints(const std::string& name,
 
 }  // namespace
 
+void ParameterStore::check_new_name(const std::string& name) const {
+  DTRAIN_CHECK(!name.empty(), Errc::invalid_argument, "parameter name must not be empty");
+  DTRAIN_CHECK(index_.count(name) == 0, Errc::invalid_argument,
+               "parameter '" << name << "' registered twice");
+  check_name_survives_checkpoints(name, index_, groups_);
+}
+
 std::size_t ParameterStore::add_slice(const std::string& name, std::vector<std::int64_t> shape,
                                       std::vector<std::int64_t> local_shape,
                                       std::vector<std::int64_t> slice_offset, bool decay,
                                       bool tp_sharded, std::int64_t padded_rows,
                                       std::int64_t slice_blocks) {
   DTRAIN_CHECK(!allocated(), Errc::invalid_argument, "parameter '" << name << "' added after allocate()");
-  DTRAIN_CHECK(!name.empty(), Errc::invalid_argument, "parameter name must not be empty");
-  DTRAIN_CHECK(index_.count(name) == 0, Errc::invalid_argument,
-               "parameter '" << name << "' registered twice");
-  check_name_survives_checkpoints(name, index_, groups_);
+  check_new_name(name);
   DTRAIN_CHECK(!shape.empty(), Errc::invalid_argument, "parameter '" << name << "' has no shape");
   for (auto d : shape)
     DTRAIN_CHECK(d > 0, Errc::invalid_argument,

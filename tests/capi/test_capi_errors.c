@@ -323,16 +323,25 @@ static void wrong_sizes_and_names(handles_t h, int size) {
     for (int i = 0; i < 8; ++i)
       FAILS(DT_ERR_INVALID_ARGUMENT, ctx, why[i], dt_byom_register(h.byom, bad[i], 1, shape2, DT_F32, f, f + 4, 0));
     /* A group of an earlier name, at either depth, and names beside it. */
-    OK(ctx, dt_byom_register(h.byom, "x/y/z", 1, shape2, DT_F32, f, f + 4, 0));
+    OK(ctx, dt_byom_register(h.byom, "x/y/z", 1, shape2, DT_F32, f + 8, f + 12, 0));
     FAILS(DT_ERR_INVALID_ARGUMENT, ctx, "parameter names 'x/y/z' and 'x/y' cannot both be saved",
           dt_byom_register(h.byom, "x/y", 1, shape2, DT_F32, f, f + 4, 0));
     FAILS(DT_ERR_INVALID_ARGUMENT, ctx, "parameter names 'x/y/z' and 'x' cannot both be saved",
           dt_byom_register(h.byom, "x", 1, shape2, DT_F32, f, f + 4, 0));
     FAILS(DT_ERR_INVALID_ARGUMENT, ctx, "parameter names 'x/y/z' and 'x/y/z/w' cannot both be saved",
           dt_byom_register(h.byom, "x/y/z/w", 1, shape2, DT_F32, f, f + 4, 0));
-    OK(ctx, dt_byom_register(h.byom, "x/y/zz", 1, shape2, DT_F32, f, f + 4, 0));
-    OK(ctx, dt_byom_register(h.byom, "x/yy", 1, shape2, DT_F32, f, f + 4, 0));
+    OK(ctx, dt_byom_register(h.byom, "x/y/zz", 1, shape2, DT_F32, f + 16, f + 20, 0));
+    OK(ctx, dt_byom_register(h.byom, "x/yy", 1, shape2, DT_F32, f + 24, f + 28, 0));
   }
+  /* Buffers shared with another tensor (a tied weight registered twice: updated twice), or a
+   * tensor's gradient inside its parameter. */
+  FAILS(DT_ERR_INVALID_ARGUMENT, ctx, "the buffers of 'tied' overlap those of 'w'",
+        dt_byom_register(h.byom, "tied", 1, shape2, DT_F32, f + 2, f + 32, 0));
+  FAILS(DT_ERR_INVALID_ARGUMENT, ctx, "the buffers of 'tied' overlap those of 'x/yy'",
+        dt_byom_register(h.byom, "tied", 1, shape2, DT_F32, f + 36, f + 31, 0));
+  FAILS(DT_ERR_INVALID_ARGUMENT, ctx, "the param and grad buffers of 'inside' overlap",
+        dt_byom_register(h.byom, "inside", 1, shape2, DT_F32, f + 40, f + 42, 0));
+  OK(ctx, dt_byom_register(h.byom, "apart", 1, shape2, DT_F32, f + 40, f + 44, 0));
 
   /* Enum values outside their range. */
   FAILS(DT_ERR_INVALID_ARGUMENT, ctx, "unknown dtype 42", dt_all_gather(h.comm, f, f, 1, (dt_dtype_t)42));
@@ -391,13 +400,13 @@ static void wrong_sizes_and_names(handles_t h, int size) {
             dt_model_create_mlp(h.comm, &mc, NULL, &other));
       CHECK(other == NULL);
       OK(ctx, dt_byom_create(h.comm, NULL, &mismatched));
-      OK(ctx, dt_byom_register(mismatched, "w", 1, mine, DT_F32, f, f, 0));
+      OK(ctx, dt_byom_register(mismatched, "w", 1, mine, DT_F32, f, f + 32, 0));
       FAILS(DT_ERR_INVALID_CONFIG, ctx, "registered tensors (names, shapes, dtypes, decay), optimizer settings or loss scaling differ",
             dt_byom_step(mismatched, 1e-3f, NULL));
       OK(ctx, dt_byom_destroy(mismatched));
       /* Only rank 0 registered anything: the others do not stop alone at "no tensors". */
       OK(ctx, dt_byom_create(h.comm, NULL, &mismatched));
-      if (my_rank == 0) OK(ctx, dt_byom_register(mismatched, "w", 1, mine, DT_F32, f, f, 0));
+      if (my_rank == 0) OK(ctx, dt_byom_register(mismatched, "w", 1, mine, DT_F32, f, f + 32, 0));
       FAILS(DT_ERR_INVALID_CONFIG, ctx, "registered tensors (names, shapes, dtypes, decay), optimizer settings or loss scaling differ",
             dt_byom_save_checkpoint(mismatched, "never_written", 0));
       OK(ctx, dt_byom_destroy(mismatched));

@@ -235,12 +235,15 @@ TEST(Trainer, RecomputationGivesTheSameLossesBitForBit) {
       cfg.schedule = l.schedule;
       cfg.global_batch = static_cast<long>(cfg.micro_batch) * dp * 2 * l.pp;  // 2 micro-batches a stage
     }
-    const std::vector<double> kept = train_losses(cfg, world());
+    const Curves kept = train_curves(cfg, world());
     cfg.fp32_activations = false;
     cfg.recompute = true;
-    const std::vector<double> recomputed = train_losses(cfg, world());
-    ASSERT_EQ(kept.size(), recomputed.size()) << l.name;
-    for (std::size_t i = 0; i < kept.size(); ++i) EXPECT_EQ(recomputed[i], kept[i]) << l.name << ", step " << i + 1;
+    const Curves recomputed = train_curves(cfg, world());
+    ASSERT_EQ(kept.loss.size(), recomputed.loss.size()) << l.name;
+    for (std::size_t i = 0; i < kept.loss.size(); ++i) {  // the gradients' bits reach the norm
+      EXPECT_EQ(recomputed.loss[i], kept.loss[i]) << l.name << ", step " << i + 1;
+      EXPECT_EQ(recomputed.grad_norm[i], kept.grad_norm[i]) << l.name << ", step " << i + 1 << " (gradient norm)";
+    }
   }
 }
 

@@ -61,6 +61,10 @@ class DTRAIN_API ParameterStore {
   // Returns the index of the new parameter. Names must be unique.
   std::size_t add(const std::string& name, std::vector<std::int64_t> shape, bool decay,
                   std::int64_t padded_rows = 0);
+  // add()'s checks of a new name alone (Errc::invalid_argument: empty, registered already,
+  // or one that would not come back from a checkpoint as it went in), for callers with
+  // checks of their own to make between the name's and the registration.
+  void check_new_name(const std::string& name) const;
   // A parameter of which this process holds the slice local_shape at slice_offset (in each
   // of slice_blocks parts of dim 0); tp_sharded marks it as split over the TP group.
   std::size_t add_slice(const std::string& name, std::vector<std::int64_t> shape,
