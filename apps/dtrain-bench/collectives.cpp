@@ -5,6 +5,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
+#include <cstring>
 #include <memory>
 #include <stdexcept>
 #include <vector>
@@ -79,7 +80,7 @@ class Bench {
       if (count == 0 || count == last_count) continue;  // a factor near 1 repeats sizes
       last_count = count;
       const std::size_t bytes = count * es_ * (per_rank ? n : 1);
-      Line line{bytes, per_rank ? count * n : count};
+      Line line{bytes, count};  // per rank, as nccl-tests prints it
       for (int in_place = 0; in_place < 2; ++in_place) {
         Result& r = line.forms[in_place];
         time_form(count, in_place != 0, r);
@@ -167,6 +168,11 @@ class Bench {
     const DType t = o_.dtype;
     const std::size_t mine = static_cast<std::size_t>(me) * count;
     long wrong = 0;
+    // The receive buffer poisoned first (every bit set: NaN, or an integer no result takes),
+    // so an element the checked call did not write counts as wrong, where the timed calls
+    // before it had left right answers there.
+    const bool whole = op_ == "all_gather" || (op_ == "reduce_scatter" && in_place);
+    std::memset(recv(), 0xFF, count * es_ * (whole ? static_cast<std::size_t>(n) : 1));
     if (op_ == "all_reduce") {
       void* in = in_place ? recv() : send();
       for (std::size_t i = 0; i < count; ++i) set(in, t, i, reduce_input(me, i));

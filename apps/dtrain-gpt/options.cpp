@@ -204,9 +204,11 @@ void refuse_empty_values(const po::parsed_options& parsed, const po::options_des
     if (o.value.empty() || !o.value.front().empty()) continue;
     const po::option_description* d = all.find_nothrow(o.string_key, false);
     const bool is_switch = d && dynamic_cast<const po::typed_value<bool>*>(d->semantic().get());
-    const bool a_path = o.string_key == "data" || o.string_key == "val-data" || o.string_key == "save-dir" ||
-                        o.string_key == "metrics" || o.string_key == "init-from" || o.string_key == "tokenizer";
-    if (!a_path && !is_switch) continue;
+    // (an empty --pipeline-layers, say an unset job-script variable, was the balanced split)
+    const bool named = o.string_key == "data" || o.string_key == "val-data" || o.string_key == "save-dir" ||
+                       o.string_key == "metrics" || o.string_key == "init-from" || o.string_key == "tokenizer" ||
+                       o.string_key == "pipeline-layers";
+    if (!named && !is_switch) continue;
     if (file.empty())
       DTRAIN_FAIL(Errc::invalid_config, "--" << o.string_key << " was given an empty value: give "
                                         "one, or leave the option out for its default");
@@ -272,6 +274,13 @@ Parsed parse_options(int argc, char** argv) {
     const po::parsed_options from_command_line =
         po::command_line_parser(argc, argv).options(with_stray).positional(stray).style(style).run();
     refuse_empty_values(from_command_line, all, "");
+    // Boost refuses a repeated option, but not a bare switch repeated after a value
+    // (`--deterministic false --deterministic` was on): every repeat alike.
+    std::set<std::string> given;
+    for (const po::option& o : from_command_line.options) {
+      DTRAIN_CHECK(o.string_key == "stray" || given.insert(o.string_key).second, Errc::invalid_config,
+                   "option '--" << o.string_key << "' cannot be specified more than once");
+    }
     po::store(from_command_line, vm);
     std::set<std::string> from_command_line_keys;
     for (const po::option& o : from_command_line.options) from_command_line_keys.insert(o.string_key);

@@ -3,9 +3,9 @@
 // commit; the file's write and read are checkpoint_write.cpp and checkpoint_read.cpp.
 #include <algorithm>
 #include <cmath>
-#include <iterator>
 #include <cstdio>
 #include <filesystem>
+#include <iterator>
 
 #include "ckpt/adamw_changes.hpp"
 #include "ckpt/checkpointer_impl.hpp"

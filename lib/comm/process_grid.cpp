@@ -23,17 +23,17 @@ GridShape agreed_shape(Communicator& world, const GridShape& given) {
     f.record(e);
   }
   f.agree(world, "the process grid");
-  std::int64_t mine[4] = {shape.tp, shape.pp, shape.dp,
-                          static_cast<std::int64_t>(fnv1a(shape.order.data(), shape.order.size()) >> 1)};
+  const std::int64_t mine[4] = {shape.tp, shape.pp, shape.dp,
+                                static_cast<std::int64_t>(fnv1a(shape.order.data(), shape.order.size()) >> 1)};
   std::int64_t first[4] = {mine[0], mine[1], mine[2], mine[3]};
   world.broadcast(first, first, 4, DType::i64, 0);
+  const auto text = [](const std::int64_t* s) {
+    return "tp " + std::to_string(s[0]) + ", pp " + std::to_string(s[1]) + ", dp " + std::to_string(s[2]);
+  };
   if (!std::equal(mine, mine + 4, first)) {
-    f.record(Errc::invalid_config, "the ranks were given different process grids: rank " + std::to_string(world.rank()) +
-                                       " has tp " + std::to_string(shape.tp) + ", pp " + std::to_string(shape.pp) +
-                                       ", dp " + std::to_string(shape.dp) + ", order '" + shape.order +
-                                       "', rank 0 tp " + std::to_string(first[0]) + ", pp " +
-                                       std::to_string(first[1]) + ", dp " + std::to_string(first[2]) +
-                                       (first[3] == mine[3] ? "" : ", another order"));
+    f.record(Errc::invalid_config, "the ranks were given different process grids: rank " +
+                                       std::to_string(world.rank()) + " has " + text(mine) + ", rank 0 " +
+                                       text(first) + (first[3] == mine[3] ? "" : ", in another order"));
   }
   f.agree(world);
   return shape;

@@ -61,6 +61,24 @@ void agree_on_start(MPI_Comm comm) {
   throw AgreedError(static_cast<Errc>(length_and_code[1]), problem);
 }
 
+// A launcher that started several tasks which MPI made worlds of one each (srun's --mpi or
+// the site's MpiDefault not the MPI library's, another MPI's mpiexec) had every task train
+// alone, each refused in turn by the checkpoint directory's lock: said at once. (SLURM_NTASKS
+// is the allocation's, set in an salloc shell too: the step's own count is asked for.)
+void warn_if_alone_among_several() {
+  for (const char* name : {"OMPI_COMM_WORLD_SIZE", "PMI_SIZE", "SLURM_STEP_NUM_TASKS"}) {
+    const char* value = std::getenv(name);
+    if (!value) continue;
+    if (std::atoi(value) > 1) {
+      DTRAIN_LOG(warn, "MPI started this process as a world of one rank, but " << name << "=" << value
+                       << " says the launcher started " << value << " tasks: the launcher does not wire up "
+                       << "this MPI library (srun --mpi, or the site's MpiDefault: jobscripts/README.md), "
+                       << "and every task runs alone");
+    }
+    return;
+  }
+}
+
 }  // namespace
 
 struct Runtime::Impl {
@@ -83,6 +101,7 @@ struct Runtime::Impl {
     // above, a start-up collective of its own) never mixes with the user's.
     world = Communicator::from_fortran_comm(static_cast<int>(MPI_Comm_c2f(base)), "world");
     log::set_rank(world.rank(), world.size());
+    if (may_initialize && world.size() == 1) warn_if_alone_among_several();
   }
   ~Impl() { world = Communicator(); }
 };

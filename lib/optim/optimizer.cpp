@@ -23,9 +23,7 @@ std::vector<std::size_t> state_layout(const std::vector<Segment>& segments, std:
   offsets.push_back(total);
   return offsets;
 }
-}  // namespace
 
-namespace {
 // Settings no run uses: a file saved with them is refused as damaged, and a bad lr turns every
 // parameter into NaN at once (TrainConfig and the C ABI say so in their own terms first).
 AdamWConfig checked(const AdamWConfig& c) {

@@ -37,7 +37,7 @@ void TrainConfig::validate(int world_size) const {
   const long tp_pp = static_cast<long>(tp) * pp;  // an int product could wrap to 0
   DTRAIN_CHECK(tp_pp <= world_size && world_size % tp_pp == 0, Errc::invalid_config,
                "--tp " << tp << " x --pp " << pp << " does not divide the " << world_size
-                       << " ranks");
+                       << (world_size == 1 ? " rank" : " ranks"));
   DTRAIN_CHECK(static_cast<long>(tp) * pp * resolved_dp(world_size) == world_size,
                Errc::invalid_config,
                "--tp " << tp << " x --pp " << pp << " x --dp " << resolved_dp(world_size)

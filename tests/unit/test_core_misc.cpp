@@ -11,8 +11,15 @@
 #include "dtrain/core/error.hpp"
 #include "dtrain/core/log.hpp"
 #include "dtrain/core/timer.hpp"
+#include "dtrain/version.hpp"
 
 using namespace dtrain;
+
+// The library a program runs with says its version: the one these headers were made with.
+TEST(Version, LibraryMatchesTheHeaders) {
+  EXPECT_STREQ(library_version(), DTRAIN_VERSION_STRING);
+  EXPECT_EQ(library_version_code(), DTRAIN_VERSION_CODE);
+}
 
 TEST(Error, CarriesCodeAndMessage) {
   try {
