@@ -29,7 +29,8 @@ DTRAIN_API GridShape resolve_grid(int world_size, GridShape shape);
 
 class DTRAIN_API ProcessGrid {
  public:
-  // Collective over world. An invalid shape throws on every rank before any communication.
+  // Collective over world. A shape invalid on some rank, or ranks given different shapes,
+  // throw AgreedError(Errc::invalid_config) on every rank.
   ProcessGrid(const Communicator& world, const GridShape& shape);
 
   const GridShape& shape() const noexcept { return shape_; }  // resolved (dp > 0)
